@@ -1,0 +1,38 @@
+# The whole set-up on a fresh machine is one of these two commands:
+#   make demo   create .venv, install attnlab (torch pinned to the CPU build 2.13.0), run `attnlab demo`
+#   make test   the same set-up with the dev extras, then ruff and pytest
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# torch is pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 (CPU) installs from local disk here.
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo test lint install install-dev clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+demo: install
+	$(VENV)/bin/attnlab demo
+
+lint: install-dev
+	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
+
+test: install-dev lint
+	$(VENV)/bin/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) attnlab-out .pytest_cache .ruff_cache

@@ -1,0 +1,51 @@
+"""Floor 5: the command line. Thin: parse arguments, call lab, hand results to report, print.
+
+Each command lives in its own small module with ``add_parser(subparsers)`` and ``run(args)``;
+adding a command is one module and one line in ``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+COMMANDS = ["demo", "verify"]
+
+
+class UsageError(Exception):
+    """Bad input from the command line: printed as one line on stderr, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage dump
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    from attnlab import __version__
+
+    parser = _Parser(prog="attnlab", description="Learn, verify and measure scaled dot-product attention.")
+    parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"attnlab.cli.{name.replace('-', '_')}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except UsageError as e:
+        print(f"attnlab {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"attnlab {args.command}: interrupted", file=sys.stderr)
+        return 130

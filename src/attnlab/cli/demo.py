@@ -1,0 +1,44 @@
+"""`attnlab demo`: the single-head lesson script."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def add_parser(sub):
+    p = sub.add_parser("demo", help="check the forms against PyTorch, draw an attention map and the scale demo",
+                       description="The single-head lesson script: max|mine - F.sdpa| for the matrix and loops "
+                                   "forms, a causal attention map, and softmax saturation against head width.")
+    p.add_argument("--out", default="attnlab-out", help="output folder (default: ./attnlab-out)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from attnlab.lab import demo
+    from attnlab.lab.results import write_json
+    from attnlab.report import plots
+    from attnlab.report.terminal import console
+
+    from . import UsageError
+
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create output folder {out}: {e.strerror}") from None
+    r = demo.run(seed=args.seed)
+    console.print(f"[bold]One head, T={r.T} tokens, d={r.d}, float32 (seed {r.seed})[/]")
+    for c in r.checks:
+        verdict = "[green]OK[/]" if c.ok else "[red]FAIL[/]"
+        console.print(f"  {c.form:<6} causal={c.causal!s:<5}  max|mine - F.sdpa| = {c.max_err:.2e}  {verdict}"
+                      f"   (vs float64: {c.oracle_err:.2e}, PyTorch's {c.torch_oracle_err:.2e})")
+    at = r.peak_at(256)
+    console.print(f"  d = 256: mean peak attention weight {at['none']:.2f} unscaled vs {at['sqrt']:.2f} scaled "
+                  f"by 1/sqrt(d) ({at['inv']:.3f} with 1/d; uniform is {1 / r.scale_T:.3f})")
+    files = [plots.attention_map(r.map_weights, out / "attention_map.png"),
+             plots.scale_demo(r, out / "scale_demo.png"),
+             write_json(r, out / "demo.json")]
+    for f in files:
+        console.print(f"  wrote {f}")
+    return 0 if all(c.ok for c in r.checks) else 1

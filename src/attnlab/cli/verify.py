@@ -1,0 +1,58 @@
+"""`attnlab verify`: check forms (or your own function) against the float64 oracle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def add_parser(sub):
+    p = sub.add_parser("verify", help="check forms of attention against a float64 oracle and PyTorch",
+                       description="Check forms, forward and dq/dk/dv, over a grid of cases. A case passes when "
+                                   "the form's max error against a float64 oracle is at most 2x PyTorch's own "
+                                   "error plus a rounding floor.")
+    p.add_argument("--impl", action="append", default=None, metavar="NAME[,NAME...]",
+                   help="registered form names, or package.module:function for your own SDPA-style function "
+                        "(repeatable; default: every registered form except sdpa)")
+    p.add_argument("--dtype", default="float32,float64,bfloat16", help="dtypes to check (comma-separated)")
+    p.add_argument("--quick", action="store_true", help="skip the long (L=1025) cases")
+    p.add_argument("--show", choices=["all", "failures"], default="all", help="which rows to print")
+    p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from attnlab import kernels
+    from attnlab.lab import verify
+    from attnlab.lab.results import write_json
+    from attnlab.report.terminal import console, progress, verify_table
+
+    from . import UsageError
+
+    specs = [s.strip() for item in (args.impl or []) for s in item.split(",") if s.strip()]
+    if not specs:
+        specs = [n for n in kernels.forms() if n != "sdpa"]
+    targets = {}
+    for spec in specs:
+        try:
+            name, fn = verify.load_function(spec)
+        except verify.LoadError as e:
+            raise UsageError(str(e)) from None
+        targets[name] = fn
+    dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    bad = [d for d in dtypes if d not in verify.DTYPES]
+    if bad or not dtypes:
+        raise UsageError(f"--dtype {args.dtype!r}: choose from {', '.join(verify.DTYPES)}")
+
+    cases = verify.default_cases(dtypes, long=not args.quick)
+    with progress(len(cases) * len(targets), "cases") as advance:
+        result = verify.verify(targets, cases, seed=args.seed, progress=advance)
+    console.print(verify_table(result, args.show))
+    c = result.counts()
+    verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
+    console.print(f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, "
+                  f"{c['skipped']} skipped, over {len(targets)} form(s): {', '.join(targets)}")
+    if args.json:
+        write_json(result, Path(args.json))
+        console.print(f"wrote {args.json}")
+    return 0 if result.passed else 1

@@ -1,0 +1,77 @@
+"""Floor 1: HOW attention is computed.
+
+Every form is a function with exactly the signature of PyTorch's
+``F.scaled_dot_product_attention``::
+
+    form(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+         enable_gqa=False, **form_specific_keywords)
+
+and is registered here by name. :func:`attention` is the one entry point; a new form is one file
+plus one :func:`register` call, and nothing else changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Form:
+    """A registered form of attention."""
+
+    name: str
+    fn: Callable[..., torch.Tensor]
+    summary: str
+    slow: bool = False  # True: explicit Python loops -- small sizes only
+    max_work: int | None = None  # largest N*H*L*S a checker or benchmark should give it
+
+
+_REGISTRY: dict[str, Form] = {}
+
+
+def register(name: str, fn: Callable[..., torch.Tensor], summary: str, *, slow: bool = False,
+             max_work: int | None = None) -> None:
+    """Add a form under ``name`` (it must take SDPA's arguments)."""
+    _REGISTRY[name] = Form(name, fn, summary, slow, max_work)
+
+
+def forms() -> dict[str, Form]:
+    """The registered forms, by name."""
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> Form:
+    if not isinstance(name, str):
+        raise TypeError(f"impl must be a form name (str), got {type(name).__name__}")
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown impl {name!r}; known forms: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]
+
+
+def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False, *, impl: str = "matrix", **kwargs) -> torch.Tensor:
+    """Scaled dot-product attention, ``softmax(q k^T * scale + mask) v``, computed by form ``impl``.
+
+    Same arguments and semantics as ``torch.nn.functional.scaled_dot_product_attention``:
+    ``query (..., H, L, E)``, ``key (..., Hkv, S, E)``, ``value (..., Hkv, S, Ev)`` ->
+    ``(..., H, L, Ev)``. A bool ``attn_mask`` marks with True the keys that take part; a float one
+    is added to the scores; either broadcasts. ``is_causal=True`` is aligned upper-left as in
+    PyTorch; for lower-right (KV-cache decoding) pass ``attn_mask=attnlab.masks.causal_lower_right()``.
+    Rows whose every key is masked give zeros. Extra keywords go to the form (e.g. tile sizes).
+    """
+    return get(impl).fn(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, **kwargs)
+
+
+def _register_builtin() -> None:
+    from . import loops, matrix, sdpa
+
+    register("loops", loops.attention, "explicit Python loops over batch, head, query and key",
+             slow=True, max_work=1_000)
+    register("matrix", matrix.attention, "the four lines: scores, mask, softmax, weights @ v")
+    register("sdpa", sdpa.attention, "PyTorch's own F.scaled_dot_product_attention")
+
+
+_register_builtin()

@@ -1,0 +1,73 @@
+"""Attention written with explicit Python loops: the lab's "write it with loops" form.
+
+One query at a time, one key at a time, exactly as the formula reads: for query i, score every
+key j as a dot product, turn the scores into weights with a softmax (subtracting the largest
+score first so ``exp`` cannot overflow), then add up the values weighted by those weights.
+
+It is slow by design -- millions of tiny Python operations where the matrix form does one
+matrix multiply -- so use it on small sizes only (a few thousand query-key pairs). It exists so
+you can read the arithmetic line by line and check it against the faster forms.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import dropout
+from ._check import check
+
+
+def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False):
+    a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
+    q, k, v = a.q.to(work), a.k.to(work), a.v.to(work)
+    mask = a.dense_mask()
+    if mask is not None:
+        mask = mask.expand(a.N, a.H, a.L, a.S)
+    seed = dropout.draw_seed() if a.dropout_p > 0 else 0
+
+    rows = []
+    for n in range(a.N):
+        heads = []
+        for h in range(a.H):
+            hk = h // a.groups  # the key/value head this query head reads (GQA)
+            keep = None
+            if a.dropout_p > 0:
+                keep = dropout.keep_mask(seed, a.dropout_p, a.N, a.H, torch.arange(a.L), torch.arange(a.S))[n, h]
+            outs = []
+            for i in range(a.L):
+                # 1. one score per key: the dot product of query i with key j, scaled
+                scores, visible = [], []
+                for j in range(a.S):
+                    s = (q[n, h, i] * k[n, hk, j]).sum() * a.scale
+                    if mask is not None:
+                        if mask.dtype == torch.bool:
+                            if not mask[n, h, i, j]:
+                                continue  # key j is masked out: it takes no part
+                        else:
+                            s = s + mask[n, h, i, j].to(work)
+                    scores.append(s)
+                    visible.append(j)
+                # 2. softmax, subtracting the max first so exp cannot overflow
+                finite = [float(s.detach()) for s in scores if math.isfinite(float(s.detach()))]
+                if not finite:  # every key masked: the output row is zeros, as in PyTorch
+                    outs.append(torch.zeros(a.Ev, dtype=work) + 0.0 * v[n, hk].sum())
+                    continue
+                m = max(finite)
+                exps = [torch.exp(s - m) for s in scores]
+                total = sum(exps)
+                # 3. the weighted sum of values
+                o = torch.zeros(a.Ev, dtype=work)
+                for e, j in zip(exps, visible, strict=True):
+                    w = e / total
+                    if keep is not None:
+                        w = w * keep[i, j] / (1.0 - a.dropout_p)
+                    o = o + w * v[n, hk, j]
+                outs.append(o)
+            heads.append(torch.stack(outs))  # (L, Ev)
+        rows.append(torch.stack(heads))  # (H, L, Ev)
+    out = torch.stack(rows)  # (N, H, L, Ev)
+    return a.unflatten(out.to(a.q.dtype))

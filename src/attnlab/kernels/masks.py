@@ -1,0 +1,209 @@
+"""Masks as functions, in the style of PyTorch's FlexAttention.
+
+A mask answers one question: may query ``i`` (of batch ``b``, head ``h``) look at key ``j``?
+Written as a function of the indices instead of an L x S tensor, a mask costs no memory and can
+be asked about a whole *tile* at once. That is what lets the flash form skip work: for a given
+L, S and tile size the mask compiles once to a **block map** in which every (query tile, key tile)
+pair is
+
+* ``EMPTY``   -- no query in the tile sees any key in it: skipped, no arithmetic at all;
+* ``FULL``    -- every query sees every key: computed with no elementwise mask;
+* ``PARTIAL`` -- some do, some don't: computed, then masked elementwise.
+
+Pieces: :func:`causal`, :func:`causal_lower_right`, :func:`sliding_window`, :func:`document`,
+:func:`prefix_lm`, combined with :func:`and_masks` / :func:`or_masks` (or ``&`` / ``|``), and
+:meth:`Mask.from_mod` for your own ``mask_mod(b, h, q_idx, kv_idx)``.
+
+Every form accepts a mask as ``attn_mask=``; forms without tiles receive the equivalent dense
+boolean tensor from :meth:`Mask.dense`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+EMPTY, PARTIAL, FULL = 0, 1, 2
+
+# fn(b, h, i, j, L, S) -> bool tensor; b, h, i, j are broadcastable index tensors.
+MaskFn = Callable[..., torch.Tensor]
+
+
+@dataclass(frozen=True)
+class BlockMap:
+    """Per (query tile, key tile): EMPTY / PARTIAL / FULL, plus the elementwise masks of partial tiles.
+
+    ``kind`` has shape (Nb, Hb, nQ, nK) where Nb, Hb are 1 when the mask does not depend on the
+    batch / head index. ``partial[(nb, hb, qt, kt)]`` is the (Bq, Bk) bool mask of a partial tile.
+    """
+
+    kind: torch.Tensor  # (Nb, Hb, nQ, nK) int8
+    partial: dict
+    block_q: int
+    block_k: int
+
+    def counts(self) -> dict:
+        """How many tiles of each kind (for reports: the work a mask saves)."""
+        return {name: int((self.kind == code).sum()) for name, code in
+                (("empty", EMPTY), ("partial", PARTIAL), ("full", FULL))}
+
+
+class Mask:
+    """A mask function. Call :meth:`dense` for the tensor, :meth:`block_map` for the tile map."""
+
+    def __init__(self, fn: MaskFn, name: str, check_sizes: Callable[..., None] | None = None):
+        self._fn = fn
+        self.name = name
+        self._check_sizes = check_sizes
+        self._cache: dict = {}
+
+    def __repr__(self) -> str:
+        return f"Mask({self.name})"
+
+    @classmethod
+    def from_mod(cls, mask_mod: Callable, name: str | None = None) -> Mask:
+        """Wrap a FlexAttention-style ``mask_mod(b, h, q_idx, kv_idx) -> bool``."""
+        return cls(lambda b, h, i, j, L, S: mask_mod(b, h, i, j), name or getattr(mask_mod, "__name__", "custom"))
+
+    def check_sizes(self, N: int, H: int, L: int, S: int) -> None:
+        """Raise ValueError if the mask cannot describe an (N, H, L, S) problem."""
+        if self._check_sizes is not None:
+            self._check_sizes(N=N, H=H, L=L, S=S)
+
+    def __call__(self, b, h, i, j, L: int, S: int) -> torch.Tensor:
+        return self._fn(b, h, i, j, L, S)
+
+    def __and__(self, other: Mask) -> Mask:
+        return and_masks(self, other)
+
+    def __or__(self, other: Mask) -> Mask:
+        return or_masks(self, other)
+
+    def evaluate(self, N, H, L, S, q0=0, q1=None, k0=0, k1=None, device="cpu") -> torch.Tensor:
+        """The mask on rows q0:q1 and columns k0:k1, shape (Nb, Hb, q1-q0, k1-k0), Nb in {1, N}, Hb in {1, H}."""
+        q1 = L if q1 is None else q1
+        k1 = S if k1 is None else k1
+        b = torch.arange(N, device=device).view(N, 1, 1, 1)
+        h = torch.arange(H, device=device).view(1, H, 1, 1)
+        i = torch.arange(q0, q1, device=device).view(1, 1, -1, 1)
+        j = torch.arange(k0, k1, device=device).view(1, 1, 1, -1)
+        out = torch.as_tensor(self._fn(b, h, i, j, L, S), device=device)
+        if out.dtype != torch.bool:
+            raise TypeError(f"mask {self.name} returned dtype {out.dtype}; a mask function must return bools")
+        out = out.reshape((1,) * (4 - out.dim()) + tuple(out.shape))
+        return out.expand(out.shape[0], out.shape[1], q1 - q0, k1 - k0)
+
+    def dense(self, N: int, H: int, L: int, S: int, device="cpu") -> torch.Tensor:
+        """The equivalent dense bool tensor, broadcastable to (N, H, L, S)."""
+        return self.evaluate(N, H, L, S, device=device)
+
+    def block_map(self, N: int, H: int, L: int, S: int, block_q: int, block_k: int, device="cpu") -> BlockMap:
+        """Compile (once per sizes) to a :class:`BlockMap`; never materialises L x S."""
+        key = (N, H, L, S, block_q, block_k, str(device))
+        if key in self._cache:
+            return self._cache[key]
+        nQ, nK = -(-L // block_q), -(-S // block_k)
+        kinds = None
+        partial = {}
+        for qt in range(nQ):
+            q0, q1 = qt * block_q, min(L, (qt + 1) * block_q)
+            for kt in range(nK):
+                k0, k1 = kt * block_k, min(S, (kt + 1) * block_k)
+                tile = self.evaluate(N, H, L, S, q0, q1, k0, k1, device)  # (Nb, Hb, bq, bk)
+                if kinds is None:
+                    kinds = torch.empty(tile.shape[0], tile.shape[1], nQ, nK, dtype=torch.int8)
+                anyv = tile.any(-1).any(-1)
+                allv = tile.all(-1).all(-1)
+                kind = torch.where(allv, FULL, torch.where(anyv, PARTIAL, EMPTY)).to(torch.int8)
+                kinds[:, :, qt, kt] = kind.cpu()
+                for nb, hb in (kind == PARTIAL).nonzero().tolist():
+                    partial[(nb, hb, qt, kt)] = tile[nb, hb].contiguous()
+        bm = BlockMap(kind=kinds, partial=partial, block_q=block_q, block_k=block_k)
+        self._cache[key] = bm
+        return bm
+
+
+def causal() -> Mask:
+    """Key j is visible to query i when j <= i (upper-left aligned, like ``is_causal=True``)."""
+    return Mask(lambda b, h, i, j, L, S: j <= i, "causal")
+
+
+def causal_lower_right() -> Mask:
+    """Causal, aligned to the bottom-right corner: j <= i + (S - L).
+
+    This is what decoding with a KV cache needs: the last query is the newest token and sees every
+    cached key. PyTorch's ``is_causal=True`` aligns upper-left, so a single query (L=1) would see
+    only the first key (pytorch/pytorch#144858).
+    """
+    return Mask(lambda b, h, i, j, L, S: j <= i + (S - L), "causal_lower_right")
+
+
+def sliding_window(window: int) -> Mask:
+    """Key j visible to query i when i - window < j <= i: the last ``window`` tokens, itself included."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"sliding_window needs a positive integer window, got {window!r}")
+    return Mask(lambda b, h, i, j, L, S: (j <= i) & (j > i - window), f"sliding_window({window})")
+
+
+def prefix_lm(n: int) -> Mask:
+    """The first ``n`` keys are visible to every query; the rest causally (j <= i)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"prefix_lm needs a non-negative integer prefix length, got {n!r}")
+    return Mask(lambda b, h, i, j, L, S: (j < n) | (j <= i), f"prefix_lm({n})")
+
+
+def document(doc_ids: torch.Tensor) -> Mask:
+    """Packed sequences: a token sees only tokens of its own document.
+
+    ``doc_ids`` has shape (S,) -- one document id per position, shared by the batch -- or (N, S)
+    for one row of ids per batch element. Queries and keys are the same positions (L == S).
+    Combine with :func:`causal` for packed causal training: ``document(ids) & causal()``.
+    """
+    if not isinstance(doc_ids, torch.Tensor) or doc_ids.dim() not in (1, 2) or doc_ids.is_floating_point():
+        raise ValueError("document needs an integer tensor of document ids of shape (S,) or (N, S)")
+    ids = doc_ids if doc_ids.dim() == 2 else doc_ids[None]  # (Nd, S)
+
+    def fn(b, h, i, j, L, S):
+        d = ids.to(i.device)
+        bb = b if d.shape[0] > 1 else torch.zeros_like(b)
+        return d[bb, i] == d[bb, j]
+
+    def check_sizes(N, H, L, S):
+        if L != S or ids.shape[1] != S:
+            raise ValueError(
+                f"document mask has ids for {ids.shape[1]} positions but the problem has L={L} queries "
+                f"and S={S} keys; it needs L == S == len(doc_ids)"
+            )
+        if ids.shape[0] not in (1, N):
+            raise ValueError(f"document mask has ids for {ids.shape[0]} batch rows but the batch has N={N}")
+
+    return Mask(fn, "document", check_sizes)
+
+
+def _combine(masks, op, word) -> Mask:
+    if not masks or not all(isinstance(m, Mask) for m in masks):
+        raise TypeError(f"{word}_masks takes one or more attnlab masks")
+
+    def fn(b, h, i, j, L, S):
+        out = masks[0](b, h, i, j, L, S)
+        for m in masks[1:]:
+            out = op(out, m(b, h, i, j, L, S))
+        return out
+
+    def check_sizes(**sizes):
+        for m in masks:
+            m.check_sizes(**sizes)
+
+    return Mask(fn, f" {word} ".join(m.name for m in masks), check_sizes)
+
+
+def and_masks(*masks: Mask) -> Mask:
+    """Visible only where every mask says visible."""
+    return _combine(masks, torch.logical_and, "and")
+
+
+def or_masks(*masks: Mask) -> Mask:
+    """Visible where any mask says visible."""
+    return _combine(masks, torch.logical_or, "or")

@@ -1,0 +1,64 @@
+"""Attention in four lines: the form the lesson teaches.
+
+    scores  = q @ k^T * scale          # (N, H, L, S): how well each query matches each key
+    scores  = mask(scores)             # masked keys get -inf (bool mask) or a bias (float mask)
+    weights = softmax(scores)          # each row sums to 1: how much each query listens to each key
+    out     = weights @ v              # (N, H, L, Ev): a weighted average of the values
+
+It holds the whole L x S matrix of scores, so its memory grows with the square of the length --
+the cost the flash form removes. Half-precision inputs are computed in float32 and the result is
+rounded back, as PyTorch's reference path does on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import dropout
+from ._check import check
+
+
+def safe_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim that returns zeros (not NaN) for rows whose every score is -inf.
+
+    The row max is subtracted first: exp(90) already overflows float32, so the stable softmax is
+    not optional. A row with no visible key has max -inf; we subtract 0 there, every exp is 0,
+    and dividing by a sum of 1 instead of 0 gives the zeros PyTorch returns (its _safe_softmax).
+    """
+    m = scores.amax(dim=-1, keepdim=True).detach()  # the max only stabilises; softmax ignores it
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    e = torch.exp(scores - m)
+    s = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(s == 0, torch.ones_like(s), s)
+
+
+def apply_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Bool mask: False -> -inf. Float mask: added."""
+    if mask is None:
+        return scores
+    if mask.dtype == torch.bool:
+        return scores.masked_fill(~mask, float("-inf"))
+    return scores + mask.to(scores.dtype)
+
+
+def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False, *, return_weights: bool = False):
+    """The matrix form. With ``return_weights=True`` returns ``(out, weights)``; weights (..., H, L, S)."""
+    a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
+    q, k, v = a.q.to(work), a.k.to(work), a.v.to(work)
+    if a.groups > 1:  # GQA: each key/value head serves `groups` consecutive query heads
+        k = k.repeat_interleave(a.groups, dim=1)
+        v = v.repeat_interleave(a.groups, dim=1)
+
+    scores = (q @ k.transpose(-2, -1)) * a.scale  # (N, H, L, S)
+    scores = apply_mask(scores, a.dense_mask())
+    weights = safe_softmax(scores)
+    if a.dropout_p > 0.0:
+        weights = dropout.apply(weights, dropout.draw_seed(), a.dropout_p)
+    out = weights @ v  # (N, H, L, Ev)
+
+    out = a.unflatten(out.to(a.q.dtype))
+    if return_weights:
+        return out, a.unflatten(weights.to(a.q.dtype))
+    return out

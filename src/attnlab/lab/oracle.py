@@ -1,0 +1,101 @@
+"""The float64 oracle and the one tolerance rule.
+
+The oracle computes attention in float64 on the CPU, written independently of the forms it
+judges (GQA by viewing query heads in groups, fully masked rows zeroed explicitly).
+
+The tolerance rule, after FlashAttention's tests: on the same inputs, a form passes when
+
+    max|form - oracle|  <=  2 * max|PyTorch - oracle|  +  floor
+
+where ``floor`` is twice the error of merely *storing* the oracle's answer in the input dtype
+(so a case in which PyTorch happens to be exact still leaves room for honest rounding). Both
+errors are reported; nothing hides in ``allclose`` defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnlab.kernels._check import check
+
+
+def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
+              grad_out=None):
+    """Float64 attention. Returns ``out`` or, with ``grad_out``, ``(out, dq, dk, dv[, dmask])``."""
+    a = check(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa)
+    q = a.q.detach().double().cpu().requires_grad_(grad_out is not None)
+    k = a.k.detach().double().cpu().requires_grad_(grad_out is not None)
+    v = a.v.detach().double().cpu().requires_grad_(grad_out is not None)
+    mask = a.dense_mask()
+    float_mask = None
+    if mask is not None and mask.dtype != torch.bool:
+        float_mask = mask.detach().double().cpu().requires_grad_(grad_out is not None and mask.requires_grad)
+        mask = float_mask
+    elif mask is not None:
+        mask = mask.cpu()
+
+    G = a.groups
+    qg = q.view(a.N, a.Hkv, G, a.L, a.E)  # query heads in groups that share one key head
+    scores = torch.einsum("nkgle,nkse->nkgls", qg, k) * a.scale  # (N, Hkv, G, L, S)
+    scores = scores.reshape(a.N, a.H, a.L, a.S)
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # rows with no visible key
+    weights = torch.softmax(torch.where(dead, torch.zeros_like(scores), scores), dim=-1)
+    weights = torch.where(dead, torch.zeros_like(weights), weights)
+    out = torch.einsum("nkgls,nksv->nkglv", weights.view(a.N, a.Hkv, G, a.L, a.S), v)
+    out = out.reshape(a.N, a.H, a.L, a.Ev)
+    if grad_out is None:
+        return a.unflatten(out.detach())
+    g = grad_out.detach().double().cpu().reshape(out.shape)
+    wrt = [q, k, v] + ([float_mask] if float_mask is not None and float_mask.requires_grad else [])
+    grads = torch.autograd.grad(out, wrt, g)
+    dq = a.unflatten(grads[0])
+    dk = grads[1].reshape(key.shape)
+    dv = grads[2].reshape(value.shape)
+    result = [a.unflatten(out.detach()), dq, dk, dv]
+    if len(grads) == 4:
+        result.append(grads[3])
+    return tuple(result)
+
+
+def max_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return (x.detach().double().cpu() - ref.detach().double().cpu()).abs().max().item()
+
+
+def mean_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return (x.detach().double().cpu() - ref.detach().double().cpu()).abs().mean().item()
+
+
+def floor(ref: torch.Tensor, dtype: torch.dtype) -> float:
+    """Twice the error of storing ``ref`` in ``dtype``, plus a hair for exactly representable cases."""
+    stored = ref.detach().to(dtype).double()
+    return 2.0 * (stored - ref.detach().double()).abs().max().item() + 1e-12
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One quantity (out, dq, dk, dv, dmask) of one case: the form's error, PyTorch's, the limit."""
+
+    quantity: str
+    err: float
+    mean_err: float
+    torch_err: float
+    allowed: float
+    passed: bool
+
+
+def compare(quantity: str, mine: torch.Tensor, theirs: torch.Tensor, ref: torch.Tensor,
+            dtype: torch.dtype) -> Comparison:
+    """Apply the tolerance rule to ``mine`` given PyTorch's ``theirs`` and the float64 ``ref``."""
+    if mine.shape != ref.shape:
+        return Comparison(quantity, float("inf"), float("inf"), max_err(theirs, ref), 0.0, False)
+    err, terr = max_err(mine, ref), max_err(theirs, ref)
+    allowed = 2.0 * terr + floor(ref, dtype)
+    ok = bool(err <= allowed) and bool(torch.isfinite(mine.detach()).all())
+    return Comparison(quantity, err, mean_err(mine, ref), terr, allowed, ok)

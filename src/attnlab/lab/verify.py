@@ -1,0 +1,272 @@
+"""Check a form of attention against a float64 oracle and PyTorch, forward and backward.
+
+For every case of a grid (causal or not, bool / float / broadcast masks, L != S with both causal
+alignments, GQA and MQA, head dims 40 and 59, lengths 1, 97 and 1025, float32 / float64 /
+bfloat16, rows with every key masked) the form's output and its gradients dq, dk, dv are compared
+with the float64 oracle under the tolerance rule of :mod:`attnlab.lab.oracle`: at most twice
+PyTorch's own error on the same inputs, plus a rounding floor.
+
+Any function with PyTorch's SDPA signature can be checked; :func:`load_function` loads one from
+``package.module:function``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from attnlab import kernels
+from attnlab.kernels import masks as M
+
+from . import oracle
+from .results import machine, versions
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One problem: sizes, masking, dtype. ``mask`` names how the mask is made (see make_inputs)."""
+
+    name: str
+    batch: tuple[int, ...] = (2,)
+    H: int = 4
+    Hkv: int | None = None
+    L: int = 64
+    S: int | None = None
+    E: int = 32
+    Ev: int | None = None
+    is_causal: bool = False
+    mask: str | None = None  # bool | float | broadcast | padding | dead-rows | lower-right | <mask family>
+    dtype: str = "float32"
+    grad_mask: bool = False  # float mask that requires grad (a learnable bias)
+
+    @property
+    def work(self) -> int:
+        return math.prod(self.batch) * self.H * self.L * (self.S or self.L)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} [{self.dtype}]"
+
+    def shrunk(self, max_work: int) -> Case:
+        """The same case at smaller lengths (ratio of L to S kept, L=1 kept), for slow forms."""
+        if self.work <= max_work:
+            return self
+        batch = tuple(1 for _ in self.batch)
+        S = self.S or self.L
+        f = math.sqrt(max_work / (math.prod(batch) * self.H * self.L * S))
+        L2 = 1 if self.L == 1 else max(2, int(self.L * f))
+        S2 = max(2, int(S * f)) if self.L != 1 else max(2, int(max_work / (math.prod(batch) * self.H)))
+        return Case(**{**self.__dict__, "batch": batch, "L": L2, "S": S2 if self.S else None,
+                       "name": f"{self.name} (shrunk: L={L2}, S={S2})"})
+
+
+def default_cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), long: bool = True) -> list[Case]:
+    """The verification grid of the foundation: every case in every dtype."""
+    base = [
+        Case("basic"),
+        Case("causal", is_causal=True),
+        Case("no batch dims", batch=(), H=2, L=17, E=16),
+        Case("two batch dims", batch=(2, 3), H=2, L=9, E=8),
+        Case("head dim 40, L=97", batch=(1,), H=2, L=97, E=40, is_causal=True),
+        Case("head dim 59, Ev=24", batch=(1,), H=2, L=33, S=47, E=59, Ev=24),
+        Case("L=1", batch=(2,), H=2, L=1, S=65, E=32),
+        Case("L<S causal upper-left", batch=(1,), H=2, L=33, S=97, E=32, is_causal=True),
+        Case("L>S causal upper-left", batch=(1,), H=2, L=97, S=33, E=32, is_causal=True),
+        Case("L<S causal lower-right", batch=(1,), H=2, L=33, S=97, E=32, mask="lower-right"),
+        Case("L>S lower-right, dead rows", batch=(1,), H=2, L=97, S=33, E=32, mask="lower-right"),
+        Case("L=1 decode lower-right", batch=(2,), H=2, L=1, S=65, E=32, mask="lower-right"),
+        Case("bool mask", mask="bool"),
+        Case("float mask", mask="float"),
+        Case("broadcast mask (L, S)", mask="broadcast"),
+        Case("padding mask (N,1,1,S)", mask="padding"),
+        Case("fully masked rows", mask="dead-rows"),
+        Case("GQA 6/2 causal", batch=(1,), H=6, Hkv=2, L=40, E=32, is_causal=True),
+        Case("MQA 4/1 bool mask", batch=(1,), H=4, Hkv=1, L=40, E=32, mask="bool"),
+    ]
+    if long:
+        base.append(Case("L=1025 causal", batch=(1,), H=2, L=1025, E=64, is_causal=True))
+    return [Case(**{**c.__dict__, "dtype": dt}) for dt in dtypes for c in base]
+
+
+def make_inputs(case: Case, seed: int):
+    """Seeded inputs for a case: q, k, v, the mask argument for attnlab forms, its dense twin, grad_out."""
+    g = torch.Generator().manual_seed(seed)
+    dt = DTYPES[case.dtype]
+    Hkv, S, Ev = case.Hkv or case.H, case.S or case.L, case.Ev or case.E
+    q = torch.randn(*case.batch, case.H, case.L, case.E, generator=g).to(dt)
+    k = torch.randn(*case.batch, Hkv, S, case.E, generator=g).to(dt)
+    v = torch.randn(*case.batch, Hkv, S, Ev, generator=g).to(dt)
+    grad_out = torch.randn(*case.batch, case.H, case.L, Ev, generator=g).to(dt)
+    shape = (*case.batch, case.H, case.L, S)
+    mask = None
+    if case.mask == "bool":
+        mask = torch.rand(shape, generator=g) > 0.3
+        mask[..., 0] = True  # keep every row alive: dead rows are their own case
+    elif case.mask == "float":
+        mask = torch.randn(shape, generator=g).to(dt)
+    elif case.mask == "broadcast":
+        mask = torch.rand(case.L, S, generator=g) > 0.5
+        mask[:, -1] = True
+    elif case.mask == "padding":
+        n = math.prod(case.batch)
+        lengths = torch.randint(1, S + 1, (n,), generator=g)
+        mask = (torch.arange(S)[None] < lengths[:, None]).view(*case.batch, 1, 1, S)
+    elif case.mask == "dead-rows":
+        mask = torch.rand(shape, generator=g) > 0.3
+        mask[..., ::5, :] = False  # every fifth query sees no key at all
+    elif case.mask == "lower-right":
+        mask = M.causal_lower_right()
+    elif case.mask is not None:
+        mask = mask_family(case.mask, case)
+    if isinstance(mask, M.Mask):
+        d = mask.dense(math.prod(case.batch), case.H, case.L, S)  # (Nb, Hb, L, S), Nb in {1, N}
+        dense = d[0] if d.shape[0] == 1 else d.reshape(*case.batch, *d.shape[1:])
+    else:
+        dense = mask
+    if case.grad_mask and mask is not None:
+        mask = mask.clone().requires_grad_(True)
+        dense = mask
+    return q, k, v, mask, dense, grad_out
+
+
+def mask_family(name: str, case: Case) -> M.Mask:
+    """The mask functions of attnlab.masks, sized for a case."""
+    S = case.S or case.L
+    families = {
+        "causal": M.causal,
+        "causal_lower_right": M.causal_lower_right,
+        "sliding_window": lambda: M.sliding_window(max(1, S // 5)),
+        "prefix_lm": lambda: M.prefix_lm(S // 4),
+        "document": lambda: M.document(torch.arange(S) * 4 // S) & M.causal(),
+        "or_masks": lambda: M.or_masks(M.sliding_window(4), M.prefix_lm(3)),
+    }
+    return families[name]()
+
+
+@dataclass
+class Row:
+    form: str
+    case: str
+    dtype: str
+    status: str  # pass | fail | skipped | error
+    comparisons: list[oracle.Comparison] = field(default_factory=list)
+    detail: str = ""
+
+    @property
+    def worst(self) -> oracle.Comparison | None:
+        """The comparison closest to (or furthest past) its limit."""
+        if not self.comparisons:
+            return None
+        return max(self.comparisons, key=lambda c: c.err / c.allowed if c.allowed > 0 else math.inf)
+
+
+@dataclass
+class VerifyResult:
+    rows: list[Row]
+    machine: dict
+    versions: dict
+
+    @property
+    def passed(self) -> bool:
+        return all(r.status in ("pass", "skipped") for r in self.rows)
+
+    def counts(self) -> dict:
+        out = {"pass": 0, "fail": 0, "error": 0, "skipped": 0}
+        for r in self.rows:
+            out[r.status] += 1
+        return out
+
+
+def _call(fn: Callable, q, k, v, mask, case: Case):
+    """Call a form passing only non-default keywords (user functions may not take them all)."""
+    kw = {}
+    if mask is not None:
+        kw["attn_mask"] = mask
+    if case.is_causal:
+        kw["is_causal"] = True
+    if case.Hkv is not None and case.Hkv != case.H:
+        kw["enable_gqa"] = True
+    return fn(q, k, v, **kw)
+
+
+def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bool) -> Row:
+    """Run one case: oracle, PyTorch, the form; compare out, dq, dk, dv (and dmask)."""
+    q, k, v, mask, dense, grad_out = make_inputs(case, seed)
+    gqa = case.Hkv is not None and case.Hkv != case.H
+    ref = oracle.reference(q, k, v, dense, case.is_causal, None, gqa, grad_out=grad_out)
+
+    def run(f, m):
+        qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+        mm = m.detach().clone().requires_grad_(True) if case.grad_mask and m is not None else m
+        out = _call(f, qq, kk, vv, mm, case)
+        wrt = [qq, kk, vv] + ([mm] if case.grad_mask else [])
+        grads = torch.autograd.grad(out, wrt, grad_out, allow_unused=True)
+        return (out, *grads)
+
+    theirs = run(F.scaled_dot_product_attention, dense)
+    try:
+        mine = run(fn, mask if accepts_masks else dense)
+    except Exception as e:  # a form that cannot run a case fails it, with the reason
+        return Row(name, case.name, case.dtype, "error", [], f"{type(e).__name__}: {e}")
+    quantities = ["out", "dq", "dk", "dv"] + (["dmask"] if case.grad_mask else [])
+    comps = []
+    for qname, m_, t_, r_ in zip(quantities, mine, theirs, ref, strict=False):
+        if m_ is None:
+            comps.append(oracle.Comparison(qname, math.inf, math.inf, 0.0, 0.0, False))
+            continue
+        comps.append(oracle.compare(qname, m_, t_, r_, DTYPES[case.dtype]))
+    ok = all(c.passed for c in comps)
+    return Row(name, case.name, case.dtype, "pass" if ok else "fail", comps)
+
+
+def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, seed: int = 0,
+           progress: Callable[[str], None] | None = None) -> VerifyResult:
+    """Check each named function over the cases. ``targets`` maps a label to a function."""
+    cases = default_cases() if cases is None else cases
+    registered = kernels.forms()
+    rows = []
+    for name, fn in targets.items():
+        form = registered.get(name)
+        is_ours = form is not None and form.fn is fn
+        for i, case in enumerate(cases):
+            if form is not None and form.max_work is not None:
+                case = case.shrunk(form.max_work)  # slow forms: the same case at smaller lengths
+            if progress:
+                progress(f"{name}: {case.label}")
+            rows.append(check_case(name, fn, case, seed + i, accepts_masks=is_ours))
+    return VerifyResult(rows, machine(), versions())
+
+
+class LoadError(ValueError):
+    """A ``--impl`` value that names nothing usable."""
+
+
+def load_function(spec: str) -> tuple[str, Callable]:
+    """``package.module:function`` -> (spec, function); a registered form name -> (name, form)."""
+    if ":" not in spec:
+        try:
+            return spec, kernels.get(spec).fn
+        except ValueError as e:
+            raise LoadError(f"{e}; or give your own function as package.module:function") from None
+    mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise LoadError(f"--impl {spec!r} must look like package.module:function")
+    try:
+        mod = importlib.import_module(mod_name)
+    except Exception as e:
+        raise LoadError(f"cannot import module {mod_name!r} for --impl {spec!r}: {type(e).__name__}: {e}") from None
+    obj = mod
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise LoadError(f"module {mod_name!r} has no attribute {attr!r} (from --impl {spec!r})")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise LoadError(f"--impl {spec!r} names a {type(obj).__name__}, not a function")
+    return spec, obj

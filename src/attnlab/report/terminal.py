@@ -1,0 +1,52 @@
+"""Tables and progress on the terminal (rich)."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 150)
+
+
+def fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2e}"
+
+
+@contextmanager
+def progress(total: int, what: str):
+    """A progress bar with a rate; yields a function advance(description)."""
+    cols = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"), TimeElapsedColumn()]
+    with Progress(*cols, console=console, transient=True) as p:
+        task = p.add_task(what, total=total, rate="")
+        state = {"n": 0}
+
+        def advance(desc: str = ""):
+            state["n"] += 1
+            t = p.tasks[0]
+            rate = f"{state['n'] / t.elapsed:.1f} {what}/s" if t.elapsed else ""
+            p.update(task, advance=1, description=desc or what, rate=rate)
+
+        yield advance
+
+
+def verify_table(result, show: str = "all") -> Table:
+    """One row per (form, case): worst quantity, its error, PyTorch's error, the limit, the verdict."""
+    t = Table(title="attnlab verify: max error against the float64 oracle (limit = 2 x PyTorch's + floor)")
+    for col in ("form", "case", "dtype", "worst", "error", "PyTorch's error", "limit", "result"):
+        t.add_column(col, justify="right" if col in ("error", "PyTorch's error", "limit") else "left")
+    for r in result.rows:
+        if show == "failures" and r.status in ("pass", "skipped"):
+            continue
+        w = r.worst
+        style = {"pass": "green", "fail": "red", "error": "red", "skipped": "yellow"}[r.status]
+        if w is None:
+            t.add_row(r.form, r.case, r.dtype, "-", "-", "-", "-", f"[{style}]{r.status.upper()}[/] {r.detail}")
+        else:
+            t.add_row(r.form, r.case, r.dtype, w.quantity, fmt(w.err), fmt(w.torch_err), fmt(w.allowed),
+                      f"[{style}]{r.status.upper()}[/]")
+    return t
