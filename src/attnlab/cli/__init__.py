@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-COMMANDS = ["demo", "verify"]
+COMMANDS = ["demo", "verify", "explore"]
 
 
 class UsageError(Exception):

@@ -1,0 +1,46 @@
+"""`attnlab explore [NAME]`: the lesson's things to try, as experiments that print what they found."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def add_parser(sub):
+    p = sub.add_parser("explore", help="run one of the lesson's experiments (no name: list them)",
+                       description="Run one of the lesson's things to try: it prints its finding with the numbers "
+                                   "and writes explore-NAME.png and explore-NAME.json. Without a name, list them; "
+                                   "'all' runs every one.")
+    p.add_argument("name", nargs="?", help="experiment to run, or 'all'")
+    p.add_argument("--out", default="attnlab-out", help="output folder (default: ./attnlab-out)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from attnlab.lab import explore
+    from attnlab.lab.results import write_json
+    from attnlab.report.explore import figure
+    from attnlab.report.terminal import console
+
+    from . import UsageError
+
+    if args.name is None:
+        console.print("[bold]attnlab explore NAME[/]  (or 'all'): the lesson's things to try")
+        for e in explore.EXPERIMENTS.values():
+            console.print(f"  {e.name:<15} {e.summary}")
+        return 0
+    if args.name != "all" and args.name not in explore.EXPERIMENTS:
+        raise UsageError(f"unknown experiment {args.name!r}; choose one of: {', '.join(explore.EXPERIMENTS)}, all")
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create output folder {out}: {e.strerror}") from None
+    names = list(explore.EXPERIMENTS) if args.name == "all" else [args.name]
+    for name in names:
+        e = explore.get(name)
+        r = e.run(seed=args.seed)
+        console.print(f"[bold]{name}[/]: {e.finding(r)}")
+        for f in (figure(name, r, out / f"explore-{name}.png"), write_json(r, out / f"explore-{name}.json")):
+            console.print(f"  wrote {f}")
+    return 0

@@ -1,0 +1,70 @@
+"""Things to try, as experiments you can run: ``attnlab explore NAME``.
+
+Each experiment is one small file with a ``run(seed=...)`` function that returns a result
+dataclass (JSON-serialisable, with the machine and versions) and a ``finding(result)`` that says
+what it showed in a sentence or two, with the numbers:
+
+* ``no-mask``        -- the encoder's map beside the decoder's: without the causal mask the upper triangle fills in;
+* ``same-token``     -- without position information the same token gives the same query, key and output;
+* ``inv-scale``      -- scaling by 1/d instead of 1/sqrt(d) flattens the softmax as heads get wider;
+* ``trust``          -- attention has no trust boundary: only an explicit mask keeps untrusted text out;
+* ``online-softmax`` -- the flash algorithm's running max, normaliser and rescale, one key tile at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import typing
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    module: str  # file in this package
+    summary: str
+
+    def load(self):
+        return importlib.import_module(f"{__name__}.{self.module}")
+
+    def run(self, seed: int = 0):
+        return self.load().run(seed=seed)
+
+    def finding(self, result) -> str:
+        return self.load().finding(result)
+
+    def from_dict(self, data: dict):
+        """Rebuild the result dataclass from its JSON (as ``write_json`` wrote it)."""
+        return _build(self.load().RESULT, data)
+
+
+def _build(tp, value):
+    """Turn JSON back into ``tp``: dataclasses field by field, lists of dataclasses item by item."""
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ValueError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
+        hints = typing.get_type_hints(tp)
+        missing = [f.name for f in dataclasses.fields(tp) if f.name not in value]
+        if missing:
+            raise ValueError(f"{tp.__name__} is missing {', '.join(missing)}")
+        return tp(**{f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(tp)})
+    if typing.get_origin(tp) is list and value is not None:
+        (item,) = typing.get_args(tp)
+        return [_build(item, v) for v in value]
+    return value
+
+
+EXPERIMENTS = {e.name: e for e in (
+    Experiment("no-mask", "no_mask", "the encoder (no mask) map beside the causal map: the upper triangle fills in"),
+    Experiment("same-token", "same_token", "one word at two positions: identical without positions, not with RoPE"),
+    Experiment("inv-scale", "inv_scale", "1/d instead of 1/sqrt(d): peak weight and entropy against head width"),
+    Experiment("trust", "trust", "attention has no trust boundary: untrusted text reaches every later position"),
+    Experiment("online-softmax", "online_softmax", "flash, tile by tile: running max, normaliser, rescale"),
+)}
+
+
+def get(name: str) -> Experiment:
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[name]
