@@ -1,0 +1,311 @@
+"""Time and peak memory of every form against the sequence length: the lesson's lab, as a tool.
+
+For each length T (queries = keys = T) and each form, on the same seeded inputs (B, H, T, d):
+
+* **time** -- a warm-up call (it loads code; it is where ``flex`` compiles), then repeated calls,
+  each timed alone; we keep the median and the min / max spread. A case gets up to ``repeats``
+  calls, fewer (never under 3) when its calls would not fit the time budget;
+* **rate** -- FLOPs from :mod:`attnlab.lab.flops` divided by the median time, and set against the
+  machine's own matrix-multiply rate, measured once at the start (:func:`matmul_peak`);
+* **peak memory** -- measured around one more call by :mod:`attnlab.lab.memory`: the extra bytes
+  the call needs over its inputs;
+* **growth** -- the slope of log(cost) against log(T) per form (:mod:`attnlab.lab.growth`).
+
+Before a case runs, its time and memory are estimated from the shorter lengths already measured
+(time as T², memory along its measured slope, or as a few T x T matrices before any measurement);
+a case that would not fit the time budget or the free memory is skipped with the reason, instead of
+running for an hour or being killed by the operating system. The slow ``loops`` form is first
+timed on a tiny problem so that its estimate exists from the start. Ctrl-C stops the sweep and
+keeps every case measured so far.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+
+from attnlab import kernels
+from attnlab.kernels import masks as M
+
+from . import flex, growth, memory
+from .flops import attention_flops, matmul_flops
+from .results import machine, versions
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+          "float16": torch.float16}
+MASKS = ("causal", "causal_lower_right", "sliding_window:W", "prefix_lm:N", "document:K")
+FREE_FRACTION = 0.8  # a case may use at most this share of the memory that is free when it starts
+PROBE = 16  # the tiny length at which a slow form is first timed
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to measure. Change a field with ``dataclasses.replace``."""
+
+    seq: tuple[int, ...] = (128, 512, 2048)
+    impls: tuple[str, ...] | None = None  # None: every registered form, plus flex
+    batch: int = 1
+    heads: int = 8
+    head_dim: int = 64
+    dtype: str = "float32"
+    causal: bool = False
+    mask: str | None = None  # one of MASKS, e.g. "sliding_window:256"
+    backward: bool = False  # time forward + backward together
+    device: str = "cpu"
+    threads: int | None = None  # torch intra-op threads; None keeps PyTorch's choice
+    warmup: int = 1
+    repeats: int = 5
+    budget_s: float = 30.0  # the most one case (warm-up, repeats, memory call) may take
+    memory_limit_bytes: int | None = None  # None: FREE_FRACTION of the memory free at each case
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.seq or any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in self.seq):
+            raise ValueError(f"seq must be one or more positive integer lengths, got {self.seq!r}")
+        for name in ("batch", "heads", "head_dim", "warmup", "repeats"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise ValueError(f"threads must be a positive integer, got {self.threads!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r}: choose from {', '.join(DTYPES)}")
+        if not self.budget_s > 0:
+            raise ValueError(f"budget_s must be a positive number of seconds, got {self.budget_s!r}")
+        if self.memory_limit_bytes is not None and self.memory_limit_bytes < 1:
+            raise ValueError(f"memory_limit_bytes must be positive, got {self.memory_limit_bytes!r}")
+        if self.causal and self.mask:
+            raise ValueError("give either causal or a mask, not both (--mask causal is the mask-function twin)")
+        make_mask(self.mask, max(self.seq))
+        dev = torch.device(self.device)  # raises on a malformed name
+        if dev.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device cuda asked for, but PyTorch sees no CUDA device on this machine")
+        known = known_impls()
+        for name in self.impls or ():
+            if name not in known:
+                raise ValueError(f"unknown impl {name!r}; known forms: {', '.join(known)}")
+
+    @property
+    def half_flops(self) -> bool:
+        """Causal work: half the L x S matrix (the causal masks are the same shape as is_causal when L == S)."""
+        return self.causal or (self.mask or "").split(":")[0] in ("causal", "causal_lower_right")
+
+
+@dataclass
+class Row:
+    """One (form, length): the median and spread of its time, its rate, its measured extra peak."""
+
+    impl: str
+    seq: int
+    time_s: float | None = None
+    time_min_s: float | None = None
+    time_max_s: float | None = None
+    gflops: float | None = None
+    peak_bytes: int | None = None
+    skipped: str | None = None  # why the case was not measured; None when it was
+
+
+@dataclass
+class BenchResult:
+    machine: dict  # with memory_method and memory_noise_floor_bytes
+    versions: dict
+    config: dict
+    matmul_gflops: float
+    results: list[Row] = field(default_factory=list)
+    exponents: dict = field(default_factory=dict)  # impl -> {"time": slope, "memory": slope}
+
+    @property
+    def interrupted(self) -> bool:
+        return any(r.skipped == "interrupted" for r in self.results)
+
+    def rows(self, impl: str) -> list[Row]:
+        return sorted((r for r in self.results if r.impl == impl), key=lambda r: r.seq)
+
+
+def known_impls() -> list[str]:
+    """Every registered form (a form registered later shows up here too), plus flex."""
+    names = list(kernels.forms())
+    return names + ([flex.NAME] if flex.NAME not in names else [])
+
+
+def make_mask(spec: str | None, T: int) -> M.Mask | None:
+    """A mask function from a name: causal, causal_lower_right, sliding_window:W, prefix_lm:N, document:K."""
+    if spec is None:
+        return None
+    name, _, arg = spec.partition(":")
+    if name in ("causal", "causal_lower_right") and not arg:
+        return M.causal() if name == "causal" else M.causal_lower_right()
+    makers = {"sliding_window": M.sliding_window, "prefix_lm": M.prefix_lm,
+              "document": lambda k: M.document(torch.arange(T) * k // T)}
+    if name in makers and arg.isdigit() and int(arg) >= 1:
+        return makers[name](int(arg))  # document:K packs K equal documents
+    raise ValueError(f"unknown mask {spec!r}; choose from {', '.join(MASKS)} (W, N, K positive integers)")
+
+
+def matmul_peak(dtype: str = "float32", device: str = "cpu", n: int | None = None, repeats: int = 5) -> float:
+    """This machine's matrix-multiply rate in GFLOP/s: the best of a few n x n products."""
+    n = n or (4096 if torch.device(device).type == "cuda" else 1024)
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=g).to(DTYPES[dtype]).to(device) for _ in range(2))
+    times = time_calls(lambda: a @ b, 1, repeats, device)
+    return matmul_flops(n, n, n) / min(times) / 1e9
+
+
+def time_calls(call: Callable[[], object], warmup: int, repeats: int, device: str = "cpu",
+               before: Callable[[], None] | None = None) -> list[float]:
+    """Wall-clock seconds of ``repeats`` calls, each timed alone, after ``warmup`` untimed calls."""
+    cuda = torch.device(device).type == "cuda"
+    times = []
+    for i in range(warmup + repeats):
+        if before:
+            before()
+        if cuda:
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        call()
+        if cuda:
+            torch.cuda.synchronize(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+class _Case:
+    """Seeded inputs for one length and the call that runs a form on them."""
+
+    def __init__(self, cfg: BenchConfig, fn: Callable, B: int, H: int, T: int):
+        g = torch.Generator().manual_seed(cfg.seed)
+        dt, dev = DTYPES[cfg.dtype], cfg.device
+        self.q, self.k, self.v = (torch.randn(B, H, T, cfg.head_dim, generator=g).to(dt).to(dev) for _ in range(3))
+        self.grad_out = torch.randn(B, H, T, cfg.head_dim, generator=g).to(dt).to(dev) if cfg.backward else None
+        for t in (self.q, self.k, self.v):
+            t.requires_grad_(cfg.backward)
+        self.fn, self.mask, self.causal, self.backward = fn, make_mask(cfg.mask, T), cfg.causal, cfg.backward
+
+    def clear_grads(self):
+        self.q.grad = self.k.grad = self.v.grad = None
+
+    def __call__(self):
+        out = self.fn(self.q, self.k, self.v, self.mask, 0.0, self.causal)  # (B, H, T, d)
+        if self.backward:
+            out.backward(self.grad_out)
+        return out
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes for people: 1.5 MiB."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def sweep(config: BenchConfig | None = None, progress: Callable[[str], None] | None = None) -> BenchResult:
+    """Measure every (form, length) of ``config``; Ctrl-C returns what was measured so far."""
+    cfg = config or BenchConfig()
+    cfg = replace(cfg, seq=tuple(sorted(set(cfg.seq))), impls=tuple(cfg.impls or known_impls()))
+    old_threads = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        return _sweep(cfg, progress)
+    finally:
+        torch.set_num_threads(old_threads)
+
+
+def _sweep(cfg: BenchConfig, progress) -> BenchResult:
+    info = machine()
+    floor = memory.noise_floor(cfg.device)
+    info.update(memory_method=memory.method(cfg.device), memory_noise_floor_bytes=floor)
+    result = BenchResult(info, versions(), _config_dict(cfg), matmul_peak(cfg.dtype, cfg.device))
+    registered = kernels.forms()
+    forms = {n: registered[n] if n in registered else kernels.Form(n, flex.attention, flex.SUMMARY)
+             for n in cfg.impls}
+    failed: dict[str, str] = {}
+    todo = [(T, name) for T in cfg.seq for name in cfg.impls]
+    try:
+        for T, name in todo:
+            result.results.append(_run_case(cfg, forms[name], T, result, failed, floor))
+            if progress:
+                progress(f"{name} T={T}")
+    except KeyboardInterrupt:
+        done = {(r.seq, r.impl) for r in result.results}
+        result.results += [Row(name, T, skipped="interrupted") for T, name in todo if (T, name) not in done]
+    order = {n: i for i, n in enumerate(cfg.impls)}
+    result.results.sort(key=lambda r: (order[r.impl], r.seq))
+    for name in cfg.impls:
+        rows = [r for r in result.rows(name) if r.skipped is None]
+        mem = [r for r in rows if r.peak_bytes is not None and r.peak_bytes >= (floor or 0)]
+        result.exponents[name] = {"time": growth.exponent([r.seq for r in rows], [r.time_s for r in rows]),
+                                  "memory": growth.exponent([r.seq for r in mem], [r.peak_bytes for r in mem])}
+    return result
+
+
+def _config_dict(cfg: BenchConfig) -> dict:
+    d = asdict(cfg)
+    d["flops"] = "4*B*H*L*S*d" + (" x 1/2 (causal)" if cfg.half_flops else "") + \
+        (" x 3.5 (forward + backward)" if cfg.backward else "")
+    return d
+
+
+def _run_case(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult, failed: dict,
+              floor: int | None) -> Row:
+    name = form.name
+    if name == flex.NAME and flex.unavailable():
+        return Row(name, T, skipped=f"unavailable: {flex.unavailable()}")
+    if name in failed:
+        return Row(name, T, skipped=f"failed at a shorter length: {failed[name]}")
+    try:
+        return _measure(cfg, form, T, result, floor)
+    except Exception as e:  # a form that cannot run this case: say why, go on with the others
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        failed[name] = f"{type(e).__name__}: {msg}"[:160]
+        return Row(name, T, skipped=f"failed: {failed[name]}")
+
+
+def _measure(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult, floor: int | None) -> Row:
+    name, B, H = form.name, cfg.batch, cfg.heads
+    done = [r for r in result.rows(name) if r.skipped is None]
+    per_call = growth.extrapolate([(r.seq, r.time_s) for r in done], T, lo=2.0)  # time grows as T^2
+    if per_call is None and form.slow:
+        per_call = _probe(cfg, form) * (T / PROBE) ** 2
+    min_calls = cfg.warmup + min(3, cfg.repeats) + 1
+    if per_call is not None and per_call * min_calls > cfg.budget_s:
+        return Row(name, T, skipped=f"estimated {per_call:.3g} s a call x {min_calls} calls > budget "
+                                    f"{cfg.budget_s:g} s (--budget)")
+    elem = max(torch.finfo(DTYPES[cfg.dtype]).bits // 8, 4)  # half precision is computed in float32
+    extra = growth.extrapolate([(r.seq, max(r.peak_bytes, floor or 0)) for r in done if r.peak_bytes is not None], T)
+    if extra is None:  # nothing measured yet: a few T x T matrices, as the matrix form holds
+        extra = B * H * T * T * elem * (10 if cfg.backward else 4)
+    need = extra + (7 if cfg.backward else 3) * B * H * T * cfg.head_dim * elem  # + q, k, v (, grads, grad_out)
+    free = memory.available_bytes(cfg.device)
+    limit = cfg.memory_limit_bytes or (FREE_FRACTION * free if free else None)
+    if limit is not None and need > limit:
+        where = "--max-memory" if cfg.memory_limit_bytes else f"{FREE_FRACTION:.0%} of the memory free now"
+        return Row(name, T, skipped=f"estimated {fmt_bytes(need)} > {fmt_bytes(limit)} ({where})")
+    repeats = cfg.repeats
+    if per_call is not None:
+        repeats = min(cfg.repeats, max(min(3, cfg.repeats), int(cfg.budget_s / per_call) - cfg.warmup - 1))
+    gc.collect()  # once per case: what earlier cases left in reference cycles goes now, not while timing
+    case = _Case(cfg, form.fn, B, H, T)
+    times = time_calls(case, cfg.warmup, repeats, cfg.device, case.clear_grads)
+    case.clear_grads()
+    peak = memory.measure_peak(case, cfg.device, collect=False)
+    med = statistics.median(times)
+    flops = attention_flops(B, H, T, T, cfg.head_dim, causal=cfg.half_flops,
+                            mode="forward+backward" if cfg.backward else "forward")
+    return Row(name, T, med, min(times), max(times), flops / med / 1e9 if med > 0 else math.inf, peak)
+
+
+def _probe(cfg: BenchConfig, form: kernels.Form) -> float:
+    """Seconds one call of a slow form takes at length PROBE with one batch element and one head, x B x H."""
+    case = _Case(replace(cfg, batch=1, heads=1), form.fn, 1, 1, PROBE)
+    return min(time_calls(case, 1, 1, cfg.device, case.clear_grads)) * cfg.batch * cfg.heads
