@@ -1,0 +1,113 @@
+"""`attnlab bench`: time and peak memory of every form against the sequence length."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def add_parser(sub):
+    # Defaults left as None fall back to BenchConfig's (attnlab.lab.bench), so they are written once;
+    # the help repeats them so that `attnlab bench --help` does not have to import torch.
+    p = sub.add_parser("bench", help="time and peak memory of the forms against sequence length, with growth "
+                                     "exponents and a plot",
+                       description="Measure every form at several sequence lengths: median time (min-max), "
+                                   "GFLOP/s against this machine's matmul peak, and the extra peak memory over "
+                                   "the inputs; fit how each grows with T. Writes bench.json, bench.csv and "
+                                   "bench.png. Ctrl-C keeps what was measured.")
+    p.add_argument("--seq", type=int, nargs="+", metavar="T", help="sequence lengths (default: 128 512 2048)")
+    p.add_argument("--impl", action="append", default=None, metavar="NAME[,NAME...]",
+                   help="forms to measure (repeatable; default: every registered form, plus flex)")
+    p.add_argument("--backward", action="store_true", help="time forward + backward together")
+    p.add_argument("--causal", action="store_true", help="is_causal=True")
+    p.add_argument("--mask", metavar="NAME", help="a mask function: causal, causal_lower_right, "
+                                                  "sliding_window:W, prefix_lm:N or document:K")
+    p.add_argument("--batch", type=int, help="batch size B (default: 1)")
+    p.add_argument("--heads", type=int, help="heads H (default: 8)")
+    p.add_argument("--head-dim", type=int, help="head dimension d (default: 64)")
+    p.add_argument("--dtype", help="float32, float64, bfloat16 or float16 (default: float32)")
+    p.add_argument("--threads", type=int, help="torch threads (default: PyTorch's choice)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="(default: cpu)")
+    p.add_argument("--repeats", type=int, help="timed calls per case (default: 5)")
+    p.add_argument("--warmup", type=int, help="untimed calls first (default: 1)")
+    p.add_argument("--budget", type=float, metavar="SECONDS",
+                   help="the most one case may take; longer ones are skipped (default: 30)")
+    p.add_argument("--max-memory", metavar="SIZE",
+                   help="skip cases estimated to need more than SIZE, e.g. 512M or 4G "
+                        "(default: 80%% of the memory free)")
+    p.add_argument("--out", default="attnlab-out", help="output folder (default: ./attnlab-out)")
+    p.add_argument("--seed", type=int, help="random seed (default: 0)")
+    p.set_defaults(run=run)
+
+
+def parse_size(text: str) -> int:
+    """'512M' -> bytes (K, M, G, T are powers of 1024; a plain number is bytes)."""
+    m = SIZE.match(text)
+    if not m:
+        raise ValueError(f"--max-memory {text!r}: give a size such as 512M, 4G or 2GiB")
+    n = float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " ")
+    if n < 1:
+        raise ValueError(f"--max-memory {text!r} must be at least one byte")
+    return int(n)
+
+
+def run(args) -> int:
+    from rich.markup import escape
+
+    from attnlab.lab import bench
+    from attnlab.lab.results import write_json
+    from attnlab.report import bench as report
+    from attnlab.report.terminal import console, progress
+
+    from . import UsageError
+
+    impls = [s.strip() for item in (args.impl or []) for s in item.split(",") if s.strip()]
+    given = {"seq": tuple(args.seq) if args.seq else None, "impls": tuple(dict.fromkeys(impls)) or None,
+             "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
+             "device": args.device, "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,
+             "budget_s": args.budget, "mask": args.mask, "seed": args.seed}
+    try:
+        given["memory_limit_bytes"] = parse_size(args.max_memory) if args.max_memory else None
+        cfg = bench.BenchConfig(causal=args.causal, backward=args.backward,
+                                **{k: v for k, v in given.items() if v is not None})
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create output folder {out}: {e.strerror}") from None
+
+    names = cfg.impls or tuple(bench.known_impls())
+    note = " (each new flex shape is compiled first; that is not timed)" if "flex" in names else ""
+    console.print(f"attnlab bench: {', '.join(names)} at T = {', '.join(map(str, sorted(set(cfg.seq))))}{note}")
+    start = time.perf_counter()
+    with progress(len(set(cfg.seq)) * len(names), "cases") as advance:
+        result = bench.sweep(cfg, progress=advance)
+    seconds = time.perf_counter() - start
+
+    console.print(report.table(result))
+    for line in report.skip_lines(result):
+        console.print(f"  [yellow]{escape(line)}[/]")
+    m = result.machine
+    console.print(f"matmul peak: {result.matmul_gflops:.1f} GFLOP/s ({cfg.dtype}, {m['torch_threads']} threads, "
+                  f"{escape(str(m['cpu'] if cfg.device == 'cpu' else m['cuda']))})")
+    floor = m.get("memory_noise_floor_bytes")
+    console.print(f"peak memory: {m.get('memory_method') or 'not measurable on this platform'}"
+                  + (f"; noise floor {bench.fmt_bytes(floor)}" if floor else ""))
+    console.print("growth with T (least-squares slope of log cost against log T):")
+    for line in report.growth_lines(result):
+        console.print(f"  {escape(line)}")
+    console.print(escape(report.checklist_line(result)))
+    files = [write_json(result, out / "bench.json"), report.write_csv(result, out / "bench.csv"),
+             report.figure(result, out / "bench.png")]
+    for f in files:
+        console.print(f"wrote {f}")
+    if result.interrupted:
+        console.print(f"[yellow]interrupted after {seconds:.0f} s: the files hold what was measured[/]")
+        return 130
+    console.print(f"done in {seconds:.0f} s")
+    return 0

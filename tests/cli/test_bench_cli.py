@@ -1,0 +1,79 @@
+"""`attnlab bench` end to end, on tiny sizes, through a subprocess. Timings are not asserted."""
+
+import csv
+import json
+
+import pytest
+
+from attnlab.cli import main
+from attnlab.cli.bench import parse_size
+
+PNG = b"\x89PNG\r\n\x1a\n"
+TINY = ["--seq", "64", "128", "256", "--heads", "2", "--head-dim", "16", "--repeats", "2"]
+
+
+def test_bench_writes_table_json_csv_and_plot(run_cli, tmp_path):
+    r = run_cli("bench", *TINY, "--impl", "matrix", "--impl", "sdpa,matrix", "--out", "out")
+    print(r.stdout, r.stderr)
+    assert r.returncode == 0, r.stderr
+    for text in ("attnlab bench", "matmul peak:", "GFLOP/s", "noise floor", "growth with T", "matrix", "done in",
+                 "quadratic memory growth measured: matrix peak memory grows as T^"):
+        assert text in r.stdout
+    out = tmp_path / "out"
+    j = json.loads((out / "bench.json").read_text())
+    assert set(j) == {"machine", "versions", "config", "matmul_gflops", "results", "exponents"}
+    assert j["config"]["impls"] == ["matrix", "sdpa"] and j["config"]["seq"] == [64, 128, 256]
+    assert len(j["results"]) == 6 and set(j["exponents"]) == {"matrix", "sdpa"}
+    assert all(x["skipped"] is None and x["time_s"] > 0 and x["gflops"] > 0 and x["peak_bytes"] > 0
+               for x in j["results"])
+    assert 1.5 < j["exponents"]["matrix"]["memory"] < 2.5  # the L x S matrices, measured
+    rows = list(csv.DictReader((out / "bench.csv").read_text().splitlines()))
+    assert len(rows) == 6 and rows[0]["impl"] == "matrix" and rows[0]["seq"] == "64"
+    data = (out / "bench.png").read_bytes()
+    assert data.startswith(PNG) and len(data) > 20_000
+
+
+def test_bad_impl_end_to_end_is_one_line_exit_2(run_cli):
+    r = run_cli("bench", "--impl", "fast")
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "unknown impl 'fast'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_guard_prints_a_skip_line(capsys, tmp_path):
+    assert main(["bench", "--seq", "16", "32", "--heads", "1", "--head-dim", "8", "--repeats", "1",
+                 "--impl", "matrix", "--max-memory", "1K", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped matrix T=16: estimated" in out and "(--max-memory)" in out
+    assert "[ ] quadratic memory growth measured" in out
+    assert json.loads((tmp_path / "bench.json").read_text())["results"][0]["skipped"].startswith("estimated")
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--seq", "0", "16"], "seq must be"),
+    (["--impl", "fast,matrix"], "unknown impl 'fast'"),
+    (["--causal", "--mask", "causal"], "either causal or a mask"),
+    (["--max-memory", "lots"], "--max-memory 'lots'"),
+    (["--mask", "zigzag"], "unknown mask 'zigzag'"),
+    (["--dtype", "int8"], "dtype 'int8'"),
+    (["--budget", "-1"], "budget_s must be"),
+    (["--seq", "x"], "invalid int value"),
+])
+def test_bad_flags_are_one_line_and_exit_2(capsys, args, msg):
+    try:
+        code = main(["bench", *args])
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and msg in err
+
+
+def test_parse_size():
+    assert parse_size("512") == 512
+    assert parse_size("4K") == 4096
+    assert parse_size("1.5g") == int(1.5 * 2**30)
+    assert parse_size("2GiB") == 2 * 2**30
+    for bad in ("", "G", "-1M", "0"):
+        with pytest.raises(ValueError, match="--max-memory"):
+            parse_size(bad)
