@@ -1,0 +1,62 @@
+"""Generate text from a training checkpoint, one character at a time through the KV cache."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from attnlab.nn import GPT, GPTConfig
+
+from . import checkpoint as ckpt
+from .corpus import UNKNOWN
+
+
+@dataclass
+class SampleResult:
+    checkpoint: str
+    variant: str
+    step: int
+    prompt: str
+    text: str  # the continuation only
+    tokens: int
+    seconds: float
+    seed: int
+
+
+def load_model(path, impl: str | None = None) -> tuple[GPT, list[str], dict]:
+    """(model in eval mode, vocabulary, checkpoint metadata) from a checkpoint written by ``attnlab train``."""
+    state = ckpt.load(path)
+    fields = dict(state["model_config"])
+    if impl is not None:
+        fields["impl"] = impl
+    model = GPT(GPTConfig(**fields))
+    model.load_state_dict(state["model"])
+    model.eval()
+    meta = {k: state[k] for k in ("variant", "step", "corpus")}
+    return model, list(state["chars"]), meta
+
+
+def encode(prompt: str, chars: list[str]) -> torch.Tensor:
+    index = {c: i for i, c in enumerate(chars)}
+    unk = index.get(UNKNOWN)
+    missing = sorted({c for c in prompt if c not in index})
+    if missing and unk is None:
+        raise ValueError(f"prompt has characters the model never saw: {''.join(missing)!r}")
+    return torch.tensor([[index.get(c, unk) for c in prompt]], dtype=torch.int64)  # (1, T)
+
+
+def sample(path, prompt: str = "def ", tokens: int = 200, temperature: float = 0.8, top_k: int | None = None,
+           seed: int = 0, impl: str | None = None) -> SampleResult:
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError("prompt must be a non-empty string")
+    model, chars, meta = load_model(path, impl)
+    idx = encode(prompt, chars)
+    gen = torch.Generator().manual_seed(seed)
+    t0 = time.perf_counter()
+    out = model.generate(idx, tokens, temperature=temperature, top_k=top_k, generator=gen)  # (1, T + tokens)
+    seconds = time.perf_counter() - t0
+    text = "".join(chars[int(i)] for i in out[0, idx.shape[1]:])
+    return SampleResult(checkpoint=str(path), variant=meta["variant"], step=meta["step"], prompt=prompt, text=text,
+                        tokens=tokens, seconds=seconds, seed=seed)

@@ -1,0 +1,280 @@
+"""Train a tiny GPT and watch what the attention scale does to it.
+
+The lesson's claim: removing the 1/sqrt(d) scale destabilises training. Unscaled, the scores of a
+d-wide head have variance d, the softmax saturates (entropy near 0), its gradient vanishes, and
+the loss plateaus early. With 1/d the softmax starts nearly uniform instead.
+
+:func:`run` trains one model per *variant* -- the same seed, so the same initial weights; the
+same batches in the same order -- and logs every ``eval_every`` steps:
+
+* train and validation loss on fixed batches (the same for every variant and every log);
+* the gradient norm at that point, for all parameters and for each layer's query/key weights
+  (the part whose gradient flows through the softmax);
+* per layer, the softmax entropy and mean peak weight, from :func:`attnlab.nn.probe.probe`.
+
+Every log writes a checkpoint; Ctrl-C finishes the current step, writes one, and stops.
+``resume=True`` continues from the checkpoints and reproduces the uninterrupted run exactly.
+The second experiment, ``kind="tie-kv"``, trains the model with its value projection tied to its
+key projection against the untied one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from attnlab.nn import GPT, GPTConfig, probe
+from attnlab.nn.probe import uniform_causal_entropy
+
+from . import checkpoint as ckpt
+from . import corpus as corpora
+from .results import machine, versions
+from .stop import StopFlag, catch_interrupt
+
+SCALE_VARIANTS = {"sqrt": {"scale": "sqrt"}, "none": {"scale": "none"}, "inv": {"scale": "inv"}}
+TIE_KV_VARIANTS = {"untied": {"tie_kv": False}, "tied": {"tie_kv": True}}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 200
+    batch_size: int = 16
+    block_size: int = 64
+    n_layer: int = 2
+    n_head: int = 2  # head width d = d_model / n_head = 64
+    d_model: int = 128
+    position: str = "learned"
+    dropout: float = 0.0
+    lr: float = 3e-3
+    warmup: int = 20  # linear warm-up steps, then cosine decay to lr / 10
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 20
+    eval_batches: int = 4
+    probe_rows: int = 8  # sequences of the first validation batch given to the entropy probe
+    seed: int = 0
+    impl: str = "sdpa"
+    device: str = "cpu"
+    corpus: str | None = None  # a text file; None: Python's standard library
+    max_chars: int = 4_000_000
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "block_size", "eval_every", "eval_batches", "probe_rows", "max_chars"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        for name in ("lr", "grad_clip"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.warmup < 0 or self.weight_decay < 0:
+            raise ValueError("warmup and weight_decay must be >= 0")
+
+    def model(self, vocab_size: int, **variant) -> GPTConfig:
+        return GPTConfig(vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer, n_head=self.n_head,
+                         d_model=self.d_model, dropout=self.dropout, position=self.position, impl=self.impl,
+                         **variant)
+
+
+PRESETS = {
+    "tiny": TrainConfig(steps=30, batch_size=8, block_size=32, n_layer=1, n_head=2, d_model=32, eval_every=10,
+                        eval_batches=2, probe_rows=4, max_chars=200_000),
+    "default": TrainConfig(),
+    "large": TrainConfig(steps=2000, batch_size=32, block_size=128, n_layer=4, n_head=4, d_model=256, lr=1e-3,
+                         warmup=100, eval_every=100, max_chars=12_000_000),
+}
+
+
+@dataclass
+class VariantLog:
+    step: list[int] = field(default_factory=list)
+    train_loss: list[float] = field(default_factory=list)
+    val_loss: list[float] = field(default_factory=list)
+    grad_norm: list[float] = field(default_factory=list)
+    entropy: list[list[float]] = field(default_factory=list)  # [logged step][layer], nats
+    peak: list[list[float]] = field(default_factory=list)  # [logged step][layer], mean max weight
+    qk_grad_norm: list[list[float]] = field(default_factory=list)  # [logged step][layer]
+    params: int = 0
+    tokens: int = 0  # tokens trained on
+    train_seconds: float = 0.0  # time in training steps (logs and checkpoints excluded)
+    seconds: float = 0.0  # wall time, everything included
+    tokens_per_s: float = 0.0
+    diverged_at: int | None = None  # first step with a non-finite loss, if any
+
+
+@dataclass
+class TrainResult:
+    config: dict
+    versions: dict
+    machine: dict
+    variants: dict[str, VariantLog]
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+
+
+def batch(data: torch.Tensor, B: int, T: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """B random windows of T + 1 tokens: inputs (B, T) and next-token targets (B, T)."""
+    start = torch.randint(len(data) - T - 1, (B,), generator=gen).to(data.device)  # (B,)
+    rows = data[start[:, None] + torch.arange(T + 1, device=data.device)]  # (B, T + 1)
+    return rows[:, :-1], rows[:, 1:]
+
+
+def load_corpus(cfg: TrainConfig) -> corpora.Corpus:
+    c = corpora.from_file(cfg.corpus) if cfg.corpus else corpora.stdlib(cfg.max_chars)
+    for name, split in (("training", c.train), ("validation", c.val)):
+        if len(split) < cfg.block_size + 2:
+            raise ValueError(f"corpus {c.name} has {len(split)} {name} characters; block_size={cfg.block_size} "
+                             "needs more")
+    return c
+
+
+def _optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.Optimizer:
+    decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices and embeddings
+    rest = [p for p in model.parameters() if p.dim() < 2]  # biases and LayerNorm gains
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def _qk_grad_norms(model: GPT) -> list[float]:
+    out = []
+    for block in model.blocks:
+        a = block.attn
+        g = a.qkv.weight.grad[: (a.n_head + a.n_kv_head) * a.head_dim]  # the q and k rows
+        out.append(float(g.norm()))
+    return out
+
+
+def _measure(model: GPT, fixed: dict, log: VariantLog, step: int) -> None:
+    """One log entry at the current weights; uses no random numbers, so training is unaffected."""
+    model.eval()
+    with torch.no_grad():
+        tr = sum(float(model(x, y)[1]) for x, y in fixed["train"]) / len(fixed["train"])
+        va = sum(float(model(x, y)[1]) for x, y in fixed["val"]) / len(fixed["val"])
+    model.zero_grad(set_to_none=True)
+    x, y = fixed["train"][0]
+    model(x, y)[1].backward()
+    grads = [p.grad.norm() for p in model.parameters() if p.grad is not None]
+    gn, qk = float(torch.stack(grads).norm()), _qk_grad_norms(model)
+    model.zero_grad(set_to_none=True)
+    pr = probe(model, fixed["probe"])
+    model.train()
+    log.step.append(step)
+    log.train_loss.append(tr)
+    log.val_loss.append(va)
+    log.grad_norm.append(gn)
+    log.qk_grad_norm.append(qk)
+    log.entropy.append(pr.layer_entropy())
+    log.peak.append(pr.layer_peak())
+
+
+def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, path: Path, *,
+                  resume: bool = False, stop: StopFlag | None = None,
+                  on_step: Callable[[str, int, int, float, float], None] | None = None) -> VariantLog:
+    """Train one variant to ``cfg.steps``, logging and checkpointing to ``path``."""
+    device = torch.device(cfg.device)
+    mcfg = cfg.model(data.vocab_size, **variant)
+    meta = {"train_config": asdict(cfg), "model_config": mcfg.to_dict(), "variant": name}
+    torch.manual_seed(cfg.seed)  # the same initial weights for every variant of one shape
+    model = GPT(mcfg).to(device)
+    opt = _optimizer(model, cfg)
+    gen = torch.Generator().manual_seed(cfg.seed)  # the data order: the same for every variant
+    fixed_gen = torch.Generator().manual_seed(cfg.seed + 1)
+    train = data.train.to(device)
+    fixed = {s: [tuple(t.to(device) for t in batch(d.cpu(), cfg.batch_size, cfg.block_size, fixed_gen))
+                 for _ in range(cfg.eval_batches)] for s, d in (("train", data.train), ("val", data.val))}
+    fixed["probe"] = fixed["val"][0][0][: cfg.probe_rows]
+    log, start = VariantLog(params=model.num_params()), 0
+    if resume and path.is_file():
+        state = ckpt.load(path)
+        diff = ckpt.differences(state["train_config"], meta["train_config"], ignore=("steps",))
+        diff += ckpt.differences(state["model_config"], meta["model_config"])
+        if diff:
+            raise ValueError(f"checkpoint {path} was trained with other settings ({'; '.join(diff)}); "
+                             "pass the same flags to resume, or drop --resume")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        gen.set_state(state["data_rng"])
+        ckpt.set_rng_state(state["torch_rng"], device)
+        log, start = VariantLog(**state["log"]), state["step"]
+        if start > cfg.steps:
+            raise ValueError(f"checkpoint {path} is at step {start}, past steps={cfg.steps}")
+    else:
+        torch.manual_seed(cfg.seed)  # dropout's random stream starts from the seed too
+
+    def save(step: int) -> None:
+        ckpt.save(path, {**meta, "chars": list(data.chars), "corpus": data.describe(), "step": step,
+                         "model": model.state_dict(), "optimizer": opt.state_dict(), "data_rng": gen.get_state(),
+                         "torch_rng": ckpt.rng_state(device), "log": asdict(log)})
+
+    t0 = time.perf_counter()
+    step = start
+    if not log.step:  # a fresh run: measure the initial weights
+        _measure(model, fixed, log, 0)
+        save(0)
+    model.train()
+    while step < cfg.steps and log.diverged_at is None:
+        ts = time.perf_counter()
+        x, y = batch(train, cfg.batch_size, cfg.block_size, gen)
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(cfg, step)
+        opt.step()
+        step += 1
+        lv = loss.item()
+        log.tokens += x.numel()
+        log.train_seconds += time.perf_counter() - ts
+        log.tokens_per_s = log.tokens / log.train_seconds
+        if not math.isfinite(lv):
+            log.diverged_at = step - 1
+        if on_step is not None:
+            on_step(name, step, cfg.steps, lv, log.tokens_per_s)
+        if step % cfg.eval_every == 0 or step == cfg.steps or log.diverged_at is not None:
+            _measure(model, fixed, log, step)
+            log.seconds += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            save(step)
+        if stop is not None and stop.requested:
+            log.seconds += time.perf_counter() - t0
+            save(step)
+            raise KeyboardInterrupt(f"stopped at step {step} of {name}; checkpoint saved to {path}")
+    log.seconds += time.perf_counter() - t0
+    return log
+
+
+def run(cfg: TrainConfig, kind: str = "scale", variants: list[str] | None = None, out: str | Path = "attnlab-out",
+        *, resume: bool = False, data: corpora.Corpus | None = None,
+        on_step: Callable[[str, int, int, float, float], None] | None = None) -> TrainResult:
+    """Train every variant of experiment ``kind`` ("scale" or "tie-kv"); checkpoints go to ``out/checkpoints``."""
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
+    table = {"scale": SCALE_VARIANTS, "tie-kv": TIE_KV_VARIANTS}.get(kind)
+    if table is None:
+        raise ValueError(f"kind must be 'scale' or 'tie-kv', got {kind!r}")
+    names = list(table) if variants is None else list(variants)
+    unknown = [v for v in names if v not in table]
+    if unknown or not names:
+        raise ValueError(f"variants must be chosen from {', '.join(table)}, got {names!r}")
+    data = data if data is not None else load_corpus(cfg)
+    logs = {}
+    with catch_interrupt() as stop:
+        for name in names:
+            path = Path(out) / "checkpoints" / f"{kind}-{name}.pt"
+            logs[name] = train_variant(cfg, name, table[name], data, path, resume=resume, stop=stop, on_step=on_step)
+    mcfg = cfg.model(data.vocab_size)
+    config = {**asdict(cfg), "kind": kind, "head_dim": mcfg.head_dim, "vocab_size": data.vocab_size,
+              "corpus_info": data.describe(), "variants": {n: table[n] for n in names},
+              "uniform_entropy": uniform_causal_entropy(cfg.block_size)}
+    return TrainResult(config=config, versions=versions(), machine=machine(), variants=logs)
+

@@ -1,0 +1,88 @@
+"""What a training comparison showed, in numbers -- and whether the lesson's predictions held.
+
+The lesson predicts that without the 1/sqrt(d) scale
+
+1. the softmax saturates: entropy near 0 (peak weight near 1) from the start;
+2. its gradients vanish: the query and key weights stop learning;
+3. the loss plateaus early, above the scaled model's.
+
+:func:`summarise` reads those off a :class:`~attnlab.lab.train.TrainResult` with explicit,
+printed thresholds, so each verdict can be checked against the numbers beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class VariantSummary:
+    name: str
+    entropy_start: list[float]  # per layer, nats
+    entropy_end: list[float]
+    peak_start: list[float]
+    peak_end: list[float]
+    val_start: float
+    val_end: float
+    val_mid: float  # at the logged step nearest half-way
+    grad_norm_start: float
+    grad_norm_end: float
+    qk_grad_start: float  # mean over layers
+    qk_grad_end: float
+    tokens_per_s: float
+    seconds: float
+    diverged_at: int | None
+
+
+@dataclass
+class Prediction:
+    claim: str
+    holds: bool
+    evidence: str
+
+
+def _mean(xs) -> float:
+    return sum(xs) / len(xs)
+
+
+def summarise_variant(name: str, log) -> VariantSummary:
+    mid = min(range(len(log.step)), key=lambda i: abs(log.step[i] - log.step[-1] / 2))
+    return VariantSummary(
+        name=name, entropy_start=log.entropy[0], entropy_end=log.entropy[-1], peak_start=log.peak[0],
+        peak_end=log.peak[-1], val_start=log.val_loss[0], val_end=log.val_loss[-1], val_mid=log.val_loss[mid],
+        grad_norm_start=log.grad_norm[0], grad_norm_end=log.grad_norm[-1],
+        qk_grad_start=_mean(log.qk_grad_norm[0]), qk_grad_end=_mean(log.qk_grad_norm[-1]),
+        tokens_per_s=log.tokens_per_s, seconds=log.seconds, diverged_at=log.diverged_at)
+
+
+def summarise(result) -> tuple[dict[str, VariantSummary], list[Prediction]]:
+    """Per-variant summaries, and (when both 'sqrt' and 'none' ran) the lesson's predictions checked."""
+    s = {name: summarise_variant(name, log) for name, log in result.variants.items()}
+    preds: list[Prediction] = []
+    if "sqrt" not in s or "none" not in s:
+        return s, preds
+    a, b = s["sqrt"], s["none"]
+    uniform = result.config["uniform_entropy"]
+    e0 = _mean(b.entropy_start)
+    preds.append(Prediction(
+        "the unscaled softmax saturates (entropy toward 0)",
+        e0 < 0.25 * uniform and _mean(b.entropy_end) < 0.25 * uniform,
+        f"mean entropy {e0:.2f} -> {_mean(b.entropy_end):.2f} nats unscaled vs {_mean(a.entropy_start):.2f} -> "
+        f"{_mean(a.entropy_end):.2f} scaled (uniform {uniform:.2f}); rule: below a quarter of uniform throughout"))
+    preds.append(Prediction(
+        "its gradients vanish",
+        b.qk_grad_start < 0.5 * a.qk_grad_start,
+        f"query/key weight gradient at step 0: {b.qk_grad_start:.3g} unscaled vs {a.qk_grad_start:.3g} scaled "
+        f"(at the end {b.qk_grad_end:.3g} vs {a.qk_grad_end:.3g}); rule: below half the scaled one"))
+    gap = float("inf") if b.diverged_at is not None else b.val_end - a.val_end
+    preds.append(Prediction(
+        "the loss stays above the scaled model's",
+        gap > 0.02,
+        f"final validation loss {b.val_end:.3f} unscaled vs {a.val_end:.3f} scaled (gap {gap:+.3f}; half-way "
+        f"{b.val_mid - a.val_mid:+.3f}); rule: gap above 0.02"))
+    return s, preds
+
+
+def destabilised(preds: list[Prediction]) -> bool:
+    """The checklist verdict: saturation and a worse loss both measured."""
+    return len(preds) == 3 and preds[0].holds and preds[2].holds
