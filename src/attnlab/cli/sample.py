@@ -1,0 +1,49 @@
+"""`attnlab sample`: continue a prompt with a trained checkpoint, through the KV cache."""
+
+from __future__ import annotations
+
+import sys
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
+def add_parser(sub):
+    p = sub.add_parser("sample", help="generate text from a checkpoint written by `attnlab train`",
+                       description="Continue a prompt one character at a time: the prompt fills the KV cache "
+                                   "once, then every new character is a single query against it.")
+    p.add_argument("--ckpt", required=True, help="checkpoint, e.g. attnlab-out/checkpoints/scale-sqrt.pt")
+    p.add_argument("--prompt", default="def ", help="text to continue (default: 'def ')")
+    p.add_argument("--tokens", type=_positive, default=200, help="characters to generate (default: 200)")
+    p.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default: 0.8)")
+    p.add_argument("--top-k", type=_positive, default=None, help="sample only from the k likeliest characters")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--impl", default=None, help="form of attention to decode with (default: the one trained with)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from attnlab.lab import sample
+
+    from . import UsageError
+
+    if not args.temperature > 0:
+        raise UsageError(f"--temperature must be > 0, got {args.temperature}")
+    try:
+        r = sample.sample(args.ckpt, args.prompt, args.tokens, args.temperature, args.top_k, args.seed, args.impl)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    sys.stdout.write(r.prompt + r.text + "\n")
+    rate = r.tokens / r.seconds if r.seconds > 0 else float("inf")
+    print(f"[{r.tokens} characters from {r.variant} at step {r.step} in {r.seconds:.2f} s, {rate:,.0f} characters/s, "
+          f"through the KV cache]", file=sys.stderr)
+    return 0

@@ -1,0 +1,60 @@
+"""`attnlab train` and `attnlab sample` end to end on the tiny preset."""
+
+import json
+
+import pytest
+
+from attnlab.cli import main
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_train_writes_figure_json_checkpoints_then_sample_decodes(run_cli, tmp_path):
+    r = run_cli("train", "--preset", "tiny", "--steps", "8", "--eval-every", "4", "--out", "out")
+    print(r.stdout, r.stderr)
+    assert r.returncode == 0
+    assert "Removing the 1/sqrt(d) scale visibly destabilised training" in r.stdout
+    assert "final val loss" in r.stdout and "prediction:" in r.stdout
+    out = tmp_path / "out"
+    assert (out / "train.png").read_bytes().startswith(PNG)
+    j = json.loads((out / "train.json").read_text())
+    assert set(j) >= {"config", "versions", "variants"} and list(j["variants"]) == ["sqrt", "none", "inv"]
+    for v in j["variants"].values():
+        assert v["step"] == [0, 4, 8]
+        assert all(len(v[k]) == 3 for k in ("train_loss", "val_loss", "grad_norm", "entropy"))
+        assert len(v["entropy"][0]) == j["config"]["n_layer"]
+    ckpt = out / "checkpoints" / "scale-sqrt.pt"
+    s = run_cli("sample", "--ckpt", ckpt, "--prompt", "import ", "--tokens", "20")
+    assert s.returncode == 0, s.stderr
+    assert s.stdout.startswith("import ") and len(s.stdout) == len("import ") + 20 + 1
+    assert "KV cache" in s.stderr
+
+
+def test_tie_kv_ablation_reports_both_losses(run_cli, tmp_path):
+    r = run_cli("train", "--preset", "tiny", "--ablation", "tie-kv", "--steps", "4", "--eval-every", "2",
+                "--out", "out")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Tying the value projection to the key projection" in r.stdout
+    j = json.loads((tmp_path / "out" / "tie_kv.json").read_text())
+    assert list(j["variants"]) == ["untied", "tied"]
+    assert (tmp_path / "out" / "tie_kv.png").read_bytes().startswith(PNG)
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["train", "--scale", "half"], "invalid choice"),
+    (["train", "--steps", "0"], "positive integer"),
+    (["train", "--impl", "nope"], "unknown impl 'nope'"),
+    (["train", "--corpus", "no/such/file.txt"], "no such file"),
+    (["train", "--scale", "sqrt", "--ablation", "tie-kv"], "not allowed with"),
+    (["train", "--device", "tpu"], "--device"),
+    (["sample", "--ckpt", "missing.pt"], "does not exist"),
+    (["sample"], "--ckpt"),
+])
+def test_bad_flags_are_one_line_and_exit_2(args, msg, capsys):
+    try:
+        code = main(args)
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and msg in err and "Traceback" not in err
