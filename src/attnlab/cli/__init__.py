@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-COMMANDS = ["demo", "verify", "bench", "explore"]
+COMMANDS = ["demo", "verify", "bench", "explore", "train", "sample"]
 
 
 class UsageError(Exception):
