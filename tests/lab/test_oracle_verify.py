@@ -45,14 +45,16 @@ def test_tolerance_rule_numbers():
     assert not nan.passed
 
 
-def test_matrix_passes_quick_grid_in_every_dtype():
+@pytest.mark.parametrize("form", ["matrix", "flash"])
+def test_form_passes_quick_grid_in_every_dtype(form):
     cases = verify.default_cases(long=False)
-    r = verify.verify({"matrix": attnlab.forms()["matrix"].fn}, cases)
+    r = verify.verify({form: attnlab.forms()[form].fn}, cases)
     for row in r.rows:
         w = row.worst
         print(f"{row.case} [{row.dtype}] {row.status} {w.quantity} err={w.err:.2e} torch={w.torch_err:.2e}")
     assert r.passed, [(x.case, x.dtype, x.worst) for x in r.rows if x.status != "pass"]
-    assert len(r.rows) == len(cases) == 19 * 3
+    assert len(r.rows) == len(cases) == 29 * 3
+    assert {row.case for row in r.rows} >= {f"mask fn: {n}" for n in verify.MASK_FAMILIES}
 
 
 def test_loops_passes_shrunk_float64_grid():
@@ -71,6 +73,12 @@ def test_wrong_forms_fail_the_grid():
     assert status[("nan_rows", "basic")] == "pass"
     assert status[("nan_rows", "fully masked rows")] == "fail"
     assert not r.passed
+
+
+def test_dropout_cases_skip_forms_without_attnlab_dropout():
+    cases = [Case("dropout", dropout_p=0.3, L=8)]
+    r = verify.verify({"sdpa": attnlab.forms()["sdpa"].fn, "flash": attnlab.forms()["flash"].fn}, cases)
+    assert [row.status for row in r.rows] == ["skipped", "pass"]
 
 
 def test_a_form_that_raises_is_an_error_row_with_the_reason():

@@ -27,15 +27,16 @@ class Form:
     summary: str
     slow: bool = False  # True: explicit Python loops -- small sizes only
     max_work: int | None = None  # largest N*H*L*S a checker or benchmark should give it
+    shared_dropout: bool = True  # drops the same weights as every attnlab form for one seed (kernels.dropout)
 
 
 _REGISTRY: dict[str, Form] = {}
 
 
 def register(name: str, fn: Callable[..., torch.Tensor], summary: str, *, slow: bool = False,
-             max_work: int | None = None) -> None:
+             max_work: int | None = None, shared_dropout: bool = True) -> None:
     """Add a form under ``name`` (it must take SDPA's arguments)."""
-    _REGISTRY[name] = Form(name, fn, summary, slow, max_work)
+    _REGISTRY[name] = Form(name, fn, summary, slow, max_work, shared_dropout)
 
 
 def forms() -> dict[str, Form]:
@@ -66,12 +67,13 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
 
 
 def _register_builtin() -> None:
-    from . import loops, matrix, sdpa
+    from . import flash, loops, matrix, sdpa
 
     register("loops", loops.attention, "explicit Python loops over batch, head, query and key",
              slow=True, max_work=1_000)
     register("matrix", matrix.attention, "the four lines: scores, mask, softmax, weights @ v")
-    register("sdpa", sdpa.attention, "PyTorch's own F.scaled_dot_product_attention")
+    register("flash", flash.attention, "tiled online softmax, O(L) memory, FlashAttention-2 backward")
+    register("sdpa", sdpa.attention, "PyTorch's own F.scaled_dot_product_attention", shared_dropout=False)
 
 
 _register_builtin()

@@ -35,11 +35,13 @@ MaskFn = Callable[..., torch.Tensor]
 class BlockMap:
     """Per (query tile, key tile): EMPTY / PARTIAL / FULL, plus the elementwise masks of partial tiles.
 
-    ``kind`` has shape (Nb, Hb, nQ, nK) where Nb, Hb are 1 when the mask does not depend on the
-    batch / head index. ``partial[(nb, hb, qt, kt)]`` is the (Bq, Bk) bool mask of a partial tile.
+    ``kind`` has shape (nQ, nK); a tile is EMPTY or FULL only if it is so for every batch element
+    and head. ``partial[(qt, kt)]`` is the (Nb, Hb, Bq, Bk) bool mask of a partial tile, where Nb, Hb
+    are 1 when the mask does not depend on the batch / head index. Memory: only partial tiles are
+    stored -- for causal and sliding-window masks that is O(L), not O(L x S).
     """
 
-    kind: torch.Tensor  # (Nb, Hb, nQ, nK) int8
+    kind: torch.Tensor  # (nQ, nK) int8
     partial: dict
     block_q: int
     block_k: int
@@ -105,21 +107,20 @@ class Mask:
         if key in self._cache:
             return self._cache[key]
         nQ, nK = -(-L // block_q), -(-S // block_k)
-        kinds = None
+        kinds = torch.empty(nQ, nK, dtype=torch.int8)
         partial = {}
         for qt in range(nQ):
             q0, q1 = qt * block_q, min(L, (qt + 1) * block_q)
             for kt in range(nK):
                 k0, k1 = kt * block_k, min(S, (kt + 1) * block_k)
                 tile = self.evaluate(N, H, L, S, q0, q1, k0, k1, device)  # (Nb, Hb, bq, bk)
-                if kinds is None:
-                    kinds = torch.empty(tile.shape[0], tile.shape[1], nQ, nK, dtype=torch.int8)
-                anyv = tile.any(-1).any(-1)
-                allv = tile.all(-1).all(-1)
-                kind = torch.where(allv, FULL, torch.where(anyv, PARTIAL, EMPTY)).to(torch.int8)
-                kinds[:, :, qt, kt] = kind.cpu()
-                for nb, hb in (kind == PARTIAL).nonzero().tolist():
-                    partial[(nb, hb, qt, kt)] = tile[nb, hb].contiguous()
+                if bool(tile.all()):
+                    kinds[qt, kt] = FULL
+                elif bool(tile.any()):
+                    kinds[qt, kt] = PARTIAL
+                    partial[(qt, kt)] = tile.contiguous()
+                else:
+                    kinds[qt, kt] = EMPTY
         bm = BlockMap(kind=kinds, partial=partial, block_q=block_q, block_k=block_k)
         self._cache[key] = bm
         return bm

@@ -22,23 +22,24 @@ from attnlab.kernels._check import check
 
 
 def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
-              grad_out=None):
-    """Float64 attention. Returns ``out`` or, with ``grad_out``, ``(out, dq, dk, dv[, dmask])``."""
-    a = check(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa)
-    q = a.q.detach().double().cpu().requires_grad_(grad_out is not None)
-    k = a.k.detach().double().cpu().requires_grad_(grad_out is not None)
-    v = a.v.detach().double().cpu().requires_grad_(grad_out is not None)
-    mask = a.dense_mask()
-    float_mask = None
-    if mask is not None and mask.dtype != torch.bool:
-        float_mask = mask.detach().double().cpu().requires_grad_(grad_out is not None and mask.requires_grad)
-        mask = float_mask
-    elif mask is not None:
-        mask = mask.cpu()
+              grad_out=None, keep=None, dropout_p=0.0):
+    """Float64 attention. Returns ``out`` or, with ``grad_out``, ``(out, dq, dk, dv[, dmask])``.
 
+    ``keep`` (bool, broadcastable to (N, H, L, S)) applies dropout with a known keep-mask: the
+    surviving weights are scaled by 1 / (1 - dropout_p).
+    """
+    want = grad_out is not None
+    q, k, v = (t.detach().double().cpu().requires_grad_(want) for t in (query, key, value))
+    m = attn_mask
+    if isinstance(attn_mask, torch.Tensor):
+        m = attn_mask.detach().cpu()
+        if m.dtype != torch.bool:
+            m = m.double().requires_grad_(want and attn_mask.requires_grad)
+    a = check(q, k, v, m, 0.0, is_causal, scale, enable_gqa)
+    mask = a.dense_mask()
     G = a.groups
-    qg = q.view(a.N, a.Hkv, G, a.L, a.E)  # query heads in groups that share one key head
-    scores = torch.einsum("nkgle,nkse->nkgls", qg, k) * a.scale  # (N, Hkv, G, L, S)
+    qg = a.q.reshape(a.N, a.Hkv, G, a.L, a.E)  # query heads in groups that share one key head
+    scores = torch.einsum("nkgle,nkse->nkgls", qg, a.k) * a.scale  # (N, Hkv, G, L, S)
     scores = scores.reshape(a.N, a.H, a.L, a.S)
     if mask is not None:
         if mask.dtype == torch.bool:
@@ -48,20 +49,16 @@ def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, en
     dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # rows with no visible key
     weights = torch.softmax(torch.where(dead, torch.zeros_like(scores), scores), dim=-1)
     weights = torch.where(dead, torch.zeros_like(weights), weights)
-    out = torch.einsum("nkgls,nksv->nkglv", weights.view(a.N, a.Hkv, G, a.L, a.S), v)
+    if keep is not None:
+        weights = weights * keep.double() / (1.0 - dropout_p)
+    out = torch.einsum("nkgls,nksv->nkglv", weights.view(a.N, a.Hkv, G, a.L, a.S), a.v)
     out = out.reshape(a.N, a.H, a.L, a.Ev)
     if grad_out is None:
         return a.unflatten(out.detach())
     g = grad_out.detach().double().cpu().reshape(out.shape)
-    wrt = [q, k, v] + ([float_mask] if float_mask is not None and float_mask.requires_grad else [])
+    wrt = [q, k, v] + ([m] if isinstance(m, torch.Tensor) and m.requires_grad else [])
     grads = torch.autograd.grad(out, wrt, g)
-    dq = a.unflatten(grads[0])
-    dk = grads[1].reshape(key.shape)
-    dv = grads[2].reshape(value.shape)
-    result = [a.unflatten(out.detach()), dq, dk, dv]
-    if len(grads) == 4:
-        result.append(grads[3])
-    return tuple(result)
+    return (a.unflatten(out.detach()), *grads)
 
 
 def max_err(x: torch.Tensor, ref: torch.Tensor) -> float:

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab import kernels
+from attnlab.kernels import dropout
 from attnlab.kernels import masks as M
 
 from . import oracle
@@ -45,6 +46,7 @@ class Case:
     mask: str | None = None  # bool | float | broadcast | padding | dead-rows | lower-right | <mask family>
     dtype: str = "float32"
     grad_mask: bool = False  # float mask that requires grad (a learnable bias)
+    dropout_p: float = 0.0
 
     @property
     def work(self) -> int:
@@ -90,6 +92,13 @@ def default_cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), lo
         Case("GQA 6/2 causal", batch=(1,), H=6, Hkv=2, L=40, E=32, is_causal=True),
         Case("MQA 4/1 bool mask", batch=(1,), H=4, Hkv=1, L=40, E=32, mask="bool"),
     ]
+    base += [Case(f"mask fn: {name}", batch=(2,), H=2, L=61, E=32, mask=name) for name in MASK_FAMILIES]
+    base += [
+        Case("float mask, learnable bias", mask="float", grad_mask=True),
+        Case("float bias (H,1,S), learnable", mask="float-heads", grad_mask=True),
+        Case("dropout 0.2", dropout_p=0.2),
+        Case("dropout 0.5, GQA 6/2 causal", batch=(1,), H=6, Hkv=2, L=40, E=32, is_causal=True, dropout_p=0.5),
+    ]
     if long:
         base.append(Case("L=1025 causal", batch=(1,), H=2, L=1025, E=64, is_causal=True))
     return [Case(**{**c.__dict__, "dtype": dt}) for dt in dtypes for c in base]
@@ -111,6 +120,8 @@ def make_inputs(case: Case, seed: int):
         mask[..., 0] = True  # keep every row alive: dead rows are their own case
     elif case.mask == "float":
         mask = torch.randn(shape, generator=g).to(dt)
+    elif case.mask == "float-heads":
+        mask = torch.randn(case.H, 1, S, generator=g).to(dt)
     elif case.mask == "broadcast":
         mask = torch.rand(case.L, S, generator=g) > 0.5
         mask[:, -1] = True
@@ -136,18 +147,19 @@ def make_inputs(case: Case, seed: int):
     return q, k, v, mask, dense, grad_out
 
 
+MASK_FAMILIES = {  # name -> (S -> mask): every mask function of attnlab.masks, sized for a case
+    "causal": lambda S: M.causal(),
+    "causal_lower_right": lambda S: M.causal_lower_right(),
+    "sliding_window": lambda S: M.sliding_window(max(1, S // 5)),
+    "prefix_lm": lambda S: M.prefix_lm(S // 4),
+    "document & causal": lambda S: M.and_masks(M.document(torch.arange(S) * 4 // S), M.causal()),
+    "sliding_window | prefix_lm": lambda S: M.or_masks(M.sliding_window(4), M.prefix_lm(3)),
+}
+
+
 def mask_family(name: str, case: Case) -> M.Mask:
     """The mask functions of attnlab.masks, sized for a case."""
-    S = case.S or case.L
-    families = {
-        "causal": M.causal,
-        "causal_lower_right": M.causal_lower_right,
-        "sliding_window": lambda: M.sliding_window(max(1, S // 5)),
-        "prefix_lm": lambda: M.prefix_lm(S // 4),
-        "document": lambda: M.document(torch.arange(S) * 4 // S) & M.causal(),
-        "or_masks": lambda: M.or_masks(M.sliding_window(4), M.prefix_lm(3)),
-    }
-    return families[name]()
+    return MASK_FAMILIES[name](case.S or case.L)
 
 
 @dataclass
@@ -184,9 +196,9 @@ class VerifyResult:
         return out
 
 
-def _call(fn: Callable, q, k, v, mask, case: Case):
+def _call(fn: Callable, q, k, v, mask, case: Case, dropout_p: float = 0.0):
     """Call a form passing only non-default keywords (user functions may not take them all)."""
-    kw = {}
+    kw = {"dropout_p": dropout_p} if dropout_p > 0 else {}
     if mask is not None:
         kw["attn_mask"] = mask
     if case.is_causal:
@@ -197,22 +209,35 @@ def _call(fn: Callable, q, k, v, mask, case: Case):
 
 
 def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bool) -> Row:
-    """Run one case: oracle, PyTorch, the form; compare out, dq, dk, dv (and dmask)."""
+    """Run one case: oracle, PyTorch, the form; compare out, dq, dk, dv (and dmask).
+
+    Dropout cases: the form draws its seed from ``torch.manual_seed(seed)`` and the oracle applies
+    the keep-mask that seed gives (attnlab's counter-based dropout). PyTorch's dropout uses other
+    random numbers, so its column shows its error on the same inputs without dropout.
+    """
     q, k, v, mask, dense, grad_out = make_inputs(case, seed)
     gqa = case.Hkv is not None and case.Hkv != case.H
-    ref = oracle.reference(q, k, v, dense, case.is_causal, None, gqa, grad_out=grad_out)
+    keep = None
+    if case.dropout_p > 0:
+        torch.manual_seed(seed)
+        n = math.prod(case.batch)
+        keep = dropout.keep_mask(dropout.draw_seed(), case.dropout_p, n, case.H, torch.arange(case.L),
+                                 torch.arange(case.S or case.L))
+    ref = oracle.reference(q, k, v, dense, case.is_causal, None, gqa, grad_out=grad_out, keep=keep,
+                           dropout_p=case.dropout_p)
 
-    def run(f, m):
+    def run(f, m, p=0.0):
         qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
         mm = m.detach().clone().requires_grad_(True) if case.grad_mask and m is not None else m
-        out = _call(f, qq, kk, vv, mm, case)
+        torch.manual_seed(seed)
+        out = _call(f, qq, kk, vv, mm, case, p)
         wrt = [qq, kk, vv] + ([mm] if case.grad_mask else [])
         grads = torch.autograd.grad(out, wrt, grad_out, allow_unused=True)
         return (out, *grads)
 
     theirs = run(F.scaled_dot_product_attention, dense)
     try:
-        mine = run(fn, mask if accepts_masks else dense)
+        mine = run(fn, mask if accepts_masks else dense, case.dropout_p)
     except Exception as e:  # a form that cannot run a case fails it, with the reason
         return Row(name, case.name, case.dtype, "error", [], f"{type(e).__name__}: {e}")
     quantities = ["out", "dq", "dk", "dv"] + (["dmask"] if case.grad_mask else [])
@@ -236,6 +261,10 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
         form = registered.get(name)
         is_ours = form is not None and form.fn is fn
         for i, case in enumerate(cases):
+            if case.dropout_p > 0 and (form is None or not form.shared_dropout):
+                rows.append(Row(name, case.name, case.dtype, "skipped", [],
+                                "dropout is checked only for forms that use attnlab's dropout generator"))
+                continue
             if form is not None and form.max_work is not None:
                 case = case.shrunk(form.max_work)  # slow forms: the same case at smaller lengths
             if progress:

@@ -1,0 +1,237 @@
+"""Flash attention in plain PyTorch: tiled online softmax with O(L) memory and its own backward.
+
+The matrix form holds all L x S scores at once. This form never does. It walks the keys one tile
+at a time, and for every query row keeps three running numbers:
+
+* ``m``   -- the largest score seen so far (the running max),
+* ``l``   -- the sum of exp(score - m) so far (the running normaliser),
+* ``acc`` -- the sum of exp(score - m) * value so far (the unnormalised output).
+
+When a new tile brings a larger max, everything gathered so far was measured against the old max,
+so it is *rescaled* by exp(m_old - m_new) before the tile's own terms are added. After the last
+tile, ``acc / l`` is exactly softmax(scores) @ v -- the same numbers the matrix form computes, in
+a different order. The forward pass keeps only the output and, per row, the log-sum-exp
+``lse = m + log(l)``; the backward pass recomputes each tile's weights from it
+(``P = exp(s - lse)``) instead of storing them, following FlashAttention-2:
+
+    dV += P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dO * O)),   dQ += dS K,   dK += dS^T Q
+
+Masks given as functions (:mod:`attnlab.kernels.masks`) compile to a block map, so tiles that no
+query can see are skipped outright and tiles that every query sees need no elementwise mask.
+Grouped-query attention reads each key/value head once for all the query heads that share it
+(the query heads of a group become extra rows), never materialising repeated K and V.
+
+Papers: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness"
+(2022); Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning"
+(2023). The online softmax: Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import dropout
+from ._check import check
+from .masks import EMPTY, FULL, PARTIAL, Mask, causal
+
+DEFAULT_BLOCK_Q = 256
+DEFAULT_BLOCK_K = 512
+_CAUSAL = causal()  # one instance, so its compiled block maps are cached across calls
+
+
+class Tiles:
+    """What the mask says about tile (qt, kt): EMPTY, FULL or PARTIAL, and the mask of a partial tile.
+
+    Sources: nothing (every tile FULL), a mask function (its cached block map), or a dense tensor
+    (bool: sliced per tile, tiles with no visible key skipped; float: added per tile).
+    """
+
+    def __init__(self, N, H, L, S, block_q, block_k, mask_fn: Mask | None = None,
+                 dense: torch.Tensor | None = None, device="cpu"):
+        self.block_q, self.block_k = block_q, block_k
+        self.dense = dense
+        self.bm = mask_fn.block_map(N, H, L, S, block_q, block_k, device) if mask_fn is not None else None
+        self._kinds = self.bm.kind.tolist() if self.bm is not None else None
+
+    def kind(self, qt: int, kt: int, q0: int, q1: int, k0: int, k1: int) -> int:
+        if self._kinds is not None:
+            return self._kinds[qt][kt]
+        if self.dense is None or self.dense.dtype != torch.bool:
+            return FULL if self.dense is None else PARTIAL
+        t = _slice(self.dense, q0, q1, k0, k1)
+        return FULL if bool(t.all()) else (PARTIAL if bool(t.any()) else EMPTY)
+
+    def tile(self, qt: int, kt: int, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
+        """The (Nb, Hb, rows, cols) bool or float mask of a PARTIAL tile."""
+        if self.bm is not None:
+            return self.bm.partial[(qt, kt)]
+        return _slice(self.dense, q0, q1, k0, k1)
+
+
+def _slice(m: torch.Tensor, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
+    """Rows q0:q1 and columns k0:k1 of a 4-D mask whose row / column dims may broadcast (size 1)."""
+    rows = slice(q0, q1) if m.shape[-2] > 1 else slice(None)
+    cols = slice(k0, k1) if m.shape[-1] > 1 else slice(None)
+    return m[..., rows, cols]
+
+
+def _grouped(t: torch.Tensor, Hkv: int, G: int) -> torch.Tensor:
+    """(Nb, Hb, r, c) -> (Nb, Hb', G', r, c) to broadcast against scores viewed as (N, Hkv, G, r, c)."""
+    if t.shape[1] == 1:
+        return t[:, :, None]
+    return t.reshape(t.shape[0], Hkv, G, t.shape[2], t.shape[3])
+
+
+def _mask_scores(s5: torch.Tensor, tile: torch.Tensor, Hkv: int, G: int) -> None:
+    """In place on the (N, Hkv, G, r, c) scores: bool tile -> -inf where False; float tile -> added."""
+    t = _grouped(tile, Hkv, G)
+    if t.dtype == torch.bool:
+        s5.masked_fill_(~t, float("-inf"))
+    else:
+        s5.add_(t.to(s5.dtype))
+
+
+def _keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, like: torch.Tensor):
+    """The dropout keep-mask of one tile, scaled by 1/(1-p), laid out as (N, Hkv, G*rows, cols)."""
+    rows = torch.arange(row0 + q0, row0 + q1)
+    cols = torch.arange(col0 + k0, col0 + k1)
+    keep = dropout.keep_mask(seed, p, N, Hkv * G, rows, cols, like.device)
+    return keep.reshape(N, Hkv, G * (q1 - q0), k1 - k0).to(like.dtype) / (1.0 - p)
+
+
+def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0):
+    """Online-softmax forward. q5 (N, Hkv, G, L, E), k (N, Hkv, S, E), v (N, Hkv, S, Ev).
+
+    Returns ``out`` (N, Hkv, G, L, Ev) and ``lse`` (N, Hkv, G, L); rows with no visible key get
+    out = 0 and lse = -inf. ``row0`` / ``col0`` place this block in a larger problem (for dropout).
+    """
+    N, Hkv, G, L, E = q5.shape
+    S, Ev = k.shape[2], v.shape[3]
+    bq, bk = tiles.block_q, tiles.block_k
+    out = q5.new_empty(N, Hkv, G, L, Ev)
+    lse = q5.new_empty(N, Hkv, G, L, dtype=torch.float64)
+    kT = k.transpose(-2, -1)  # (N, Hkv, E, S)
+    for qt, q0 in enumerate(range(0, L, bq)):
+        q1 = min(L, q0 + bq)
+        r = q1 - q0
+        qi = (q5[:, :, :, q0:q1] * scale).reshape(N, Hkv, G * r, E)  # the scale folded into q once
+        m = q5.new_full((N, Hkv, G * r), float("-inf"))  # running max
+        l = q5.new_zeros(N, Hkv, G * r)  # running normaliser
+        acc = q5.new_zeros(N, Hkv, G * r, Ev)  # running unnormalised output
+        for kt, k0 in enumerate(range(0, S, bk)):
+            k1 = min(S, k0 + bk)
+            kind = tiles.kind(qt, kt, q0, q1, k0, k1)
+            if kind == EMPTY:
+                continue  # no query in this tile sees any key in it
+            s = torch.matmul(qi, kT[..., k0:k1])  # (N, Hkv, G*r, c) scores
+            if kind == PARTIAL:
+                _mask_scores(s.view(N, Hkv, G, r, k1 - k0), tiles.tile(qt, kt, q0, q1, k0, k1), Hkv, G)
+            m_new = torch.maximum(m, s.amax(dim=-1))
+            m_safe = torch.where(torch.isneginf(m_new), 0.0, m_new)  # rows with nothing visible yet
+            s.sub_(m_safe.unsqueeze(-1)).exp_()  # s is now exp(score - m): unnormalised weights
+            alpha = torch.exp(m - m_safe)  # rescale what was gathered against the old max
+            l.mul_(alpha).add_(s.sum(dim=-1))
+            if p > 0.0:
+                s.mul_(_keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, s))
+            acc.mul_(alpha.unsqueeze(-1)).add_(torch.matmul(s, v[:, :, k0:k1]))
+            m = m_new
+        out[:, :, :, q0:q1] = (acc / torch.where(l == 0, 1.0, l).unsqueeze(-1)).view(N, Hkv, G, r, Ev)
+        lse[:, :, :, q0:q1] = (m.double() + torch.log(l.double())).view(N, Hkv, G, r)
+    return out, lse
+
+
+def backward_tiles(q5, k, v, out, dout, lse, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0,
+                   bias_shape=None, D=None):
+    """FlashAttention-2 backward by recomputation. Returns dq5, dk, dv and (if ``bias_shape``) dbias.
+
+    ``lse`` may come from a larger problem (ring attention passes the global one), as may ``D``,
+    the per-row rowsum(dO * O); both default to this block's own.
+    """
+    N, Hkv, G, L, E = q5.shape
+    S, Ev = k.shape[2], v.shape[3]
+    H = Hkv * G
+    bq, bk = tiles.block_q, tiles.block_k
+    if D is None:
+        D = (dout.double() * out.double()).sum(dim=-1).to(out.dtype)  # (N, Hkv, G, L)
+    lse_safe = torch.where(torch.isneginf(lse), float("inf"), lse)  # dead rows: P = exp(-inf) = 0
+    dq5 = torch.zeros_like(q5)
+    dk = torch.zeros_like(k)
+    dv = torch.zeros_like(v)
+    dbias = q5.new_zeros(bias_shape) if bias_shape is not None else None
+    kT = k.transpose(-2, -1)
+    for qt, q0 in enumerate(range(0, L, bq)):
+        q1 = min(L, q0 + bq)
+        r = q1 - q0
+        qi = (q5[:, :, :, q0:q1] * scale).reshape(N, Hkv, G * r, E)
+        doi = dout[:, :, :, q0:q1].reshape(N, Hkv, G * r, Ev)
+        li = lse_safe[:, :, :, q0:q1].reshape(N, Hkv, G * r, 1)
+        Di = D[:, :, :, q0:q1].reshape(N, Hkv, G * r, 1)
+        dqi = torch.zeros_like(qi)
+        for kt, k0 in enumerate(range(0, S, bk)):
+            k1 = min(S, k0 + bk)
+            kind = tiles.kind(qt, kt, q0, q1, k0, k1)
+            if kind == EMPTY:
+                continue
+            c = k1 - k0
+            s = torch.matmul(qi, kT[..., k0:k1])
+            if kind == PARTIAL:
+                _mask_scores(s.view(N, Hkv, G, r, c), tiles.tile(qt, kt, q0, q1, k0, k1), Hkv, G)
+            P = s.sub_(li).exp_()  # the tile's weights, recomputed from the saved log-sum-exp
+            dP = torch.matmul(doi, v[:, :, k0:k1].transpose(-2, -1))  # (N, Hkv, G*r, c)
+            if p > 0.0:
+                keep = _keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, s)
+                dv[:, :, k0:k1] += torch.matmul((P * keep).transpose(-2, -1), doi)
+                dP.mul_(keep)
+            else:
+                dv[:, :, k0:k1] += torch.matmul(P.transpose(-2, -1), doi)
+            dS = dP.sub_(Di).mul_(P)  # dS = P * (dP - D)
+            if dbias is not None:
+                _add_bias_grad(dbias, dS.view(N, H, r, c), q0, q1, k0, k1)
+            dqi.add_(torch.matmul(dS, k[:, :, k0:k1]))
+            dk[:, :, k0:k1] += torch.matmul(dS.transpose(-2, -1), qi)  # qi holds q * scale
+        dq5[:, :, :, q0:q1] = (dqi * scale).view(N, Hkv, G, r, E)
+    return dq5, dk, dv, dbias
+
+
+def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, q0, q1, k0, k1) -> None:
+    """Add a tile's dS (N, H, r, c) to the gradient of a float mask, summed over its broadcast dims."""
+    dims = [d for d in range(4) if dbias.shape[d] == 1 and dS.shape[d] != 1]
+    g = dS.sum(dim=dims, keepdim=True) if dims else dS
+    _slice(dbias, q0, q1, k0, k1).add_(g)
+
+
+class _Flash(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q5, k, v, bias, tiles, scale, seed, p):
+        out, lse = forward_tiles(q5, k, v, scale, tiles, seed, p)
+        ctx.save_for_backward(q5, k, v, bias, out, lse)
+        ctx.cfg = (tiles, scale, seed, p)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q5, k, v, bias, out, lse = ctx.saved_tensors
+        tiles, scale, seed, p = ctx.cfg
+        want_bias = bias is not None and ctx.needs_input_grad[3]
+        dq, dk, dv, db = backward_tiles(q5, k, v, out, dout.contiguous(), lse, scale, tiles, seed, p,
+                                        bias_shape=bias.shape if want_bias else None)
+        return dq, dk, dv, db, None, None, None, None
+
+
+def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_BLOCK_K):
+    """The flash form. ``block_q`` / ``block_k``: tile sizes (any L, S; tiles need not divide them)."""
+    a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    for name, b in (("block_q", block_q), ("block_k", block_k)):
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ValueError(f"{name} must be a positive integer tile size, got {b!r}")
+    work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
+    q5 = a.q.to(work).reshape(a.N, a.Hkv, a.groups, a.L, a.E)  # query heads grouped by their key head
+    k, v = a.k.to(work).contiguous(), a.v.to(work).contiguous()
+    mask_fn = _CAUSAL if a.is_causal else a.mask
+    bias = a.attn_mask.to(work) if a.attn_mask is not None and a.attn_mask.dtype != torch.bool else None
+    dense = a.attn_mask if bias is None else bias
+    tiles = Tiles(a.N, a.H, a.L, a.S, min(block_q, a.L), min(block_k, a.S), mask_fn, dense, a.q.device)
+    seed = dropout.draw_seed() if a.dropout_p > 0 else 0
+    out5 = _Flash.apply(q5, k, v, bias, tiles, a.scale, seed, a.dropout_p)  # (N, Hkv, G, L, Ev)
+    return a.unflatten(out5.reshape(a.N, a.H, a.L, a.Ev).to(a.q.dtype))
