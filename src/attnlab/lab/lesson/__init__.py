@@ -1,0 +1,54 @@
+"""Everything the lesson page shows, gathered in one object: :func:`collect`.
+
+The page (``attnlab lesson``) is drawn by :mod:`attnlab.report.lesson` from the :class:`LessonData`
+returned here; nothing on it is computed by the page builder itself. It holds the walkthrough of one
+sentence through one head (from a trained checkpoint when ``attnlab train`` left one in the output
+folder, else a seeded model, labelled as such), the head view, and the results of ``demo``,
+``bench``, ``train`` and ``explore`` -- read from their JSON when present, otherwise quick runs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnlab.lab.results import machine, versions
+
+from . import sources, walkthrough
+from .sources import Part
+from .walkthrough import Walkthrough
+
+
+@dataclass
+class LessonData:
+    created: str  # when the page was built (UTC)
+    quick: bool
+    walkthrough: Walkthrough
+    demo: Part
+    bench: Part
+    train_scale: Part
+    train_tie_kv: Part
+    explore: dict[str, Part]
+    seconds: float
+    machine: dict
+    versions: dict
+
+
+def collect(out: str | Path, quick: bool = False, seed: int = 0, log=lambda msg: None) -> LessonData:
+    """Gather the page's data from ``out`` (reading results there) and quick runs; ``log`` hears each step."""
+    t0 = time.perf_counter()
+    out = Path(out)
+    ckpt = walkthrough.find_checkpoint(out)
+    log(f"walkthrough: {'checkpoint ' + str(ckpt) if ckpt else 'no checkpoint in ' + str(out) + ', a seeded model'}")
+    walk = walkthrough.trained(ckpt) if ckpt else walkthrough.seeded(seed)
+    log("demo")
+    demo = sources.demo(out, seed)
+    log("bench")
+    bench = sources.bench(out, quick)
+    log("train")
+    scale, tie = sources.train(out, quick)
+    log("explore")
+    explore = sources.explore(out, seed)
+    return LessonData(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), quick, walk, demo, bench, scale, tie,
+                      explore, time.perf_counter() - t0, machine(), versions())

@@ -1,0 +1,175 @@
+"""Where the lesson's numbers come from: the JSON the other commands wrote, or quick runs of our own.
+
+The page is built from results measured on this machine. For each part -- ``demo``, ``bench``,
+``train``, ``explore`` -- we read what the command wrote to the output folder. When it is not there
+we measure it now, smaller and faster, and every such part carries an ``origin`` of ``"quick run"``
+and a note the page shows next to it, so nobody mistakes a quick run for the full measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from attnlab.lab.results import to_dict
+
+
+@dataclass
+class Part:
+    name: str
+    origin: str  # "file" (written by the command), "quick run" (measured now, smaller) or "not measured"
+    note: str  # shown on the page next to the numbers
+    data: dict | None
+    pngs: dict[str, str] = field(default_factory=dict)  # figure name -> an existing PNG beside the JSON
+
+
+def _read(path: Path) -> dict | None:
+    """A JSON object from ``path``, or None when there is none; a broken file is an error naming it."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not readable JSON ({e}); remove it or run the command again") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} does not hold a JSON object")
+    return data
+
+
+def _pngs(out: Path, *names: str) -> dict[str, str]:
+    return {n: str(out / f"{n}.png") for n in names if (out / f"{n}.png").is_file()}
+
+
+def _from_file(out: Path, name: str, pngs=()) -> Part | None:
+    data = _read(out / f"{name}.json")
+    if data is None:
+        return None
+    return Part(name, "file", f"from {out / f'{name}.json'}", data, _pngs(out, *pngs))
+
+
+def demo(out: Path, seed: int) -> Part:
+    found = _from_file(out, "demo", ("attention_map", "scale_demo"))
+    if found:
+        return found
+    from attnlab.lab import demo as lab_demo
+
+    r = lab_demo.run(seed=seed)
+    return Part("demo", "quick run", f"quick run: demo.json was not in {out}, so the demo ran while this page was "
+                f"built ({r.seconds:.1f} s); `attnlab demo --out {out}` writes it", to_dict(r))
+
+
+def _time(fn, repeats: int) -> tuple[float, float, float]:
+    fn()  # warm-up
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts), min(ts), max(ts)
+
+
+def quick_bench(seqs: list[int], repeats: int, heads: int = 2, d: int = 64) -> dict:
+    """Forward time of every registered form at a few lengths (no memory): bench.json's shape, smaller."""
+    import attnlab
+
+    results = []
+    for name, form in attnlab.forms().items():
+        for T in seqs:
+            if form.max_work is not None and heads * T * T > form.max_work:
+                continue
+            g = torch.Generator().manual_seed(T)
+            q, k, v = (torch.randn(1, heads, T, d, generator=g) for _ in range(3))
+            med, lo, hi = _time(lambda name=name, q=q, k=k, v=v: attnlab.attention(q, k, v, impl=name), repeats)
+            flops = 4 * heads * T * T * d
+            results.append({"impl": name, "seq": T, "time_s": med, "time_min_s": lo, "time_max_s": hi,
+                            "gflops": flops / med / 1e9, "peak_bytes": None, "skipped": None})
+    exponents = {}
+    for name in {r["impl"] for r in results}:
+        pts = [(math.log(r["seq"]), math.log(r["time_s"])) for r in results if r["impl"] == name]
+        if len(pts) >= 2:
+            mx, my = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
+            slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+            exponents[name] = {"time": slope, "memory": None}
+    return {"config": {"seq": seqs, "batch": 1, "heads": heads, "head_dim": d, "dtype": "float32",
+                       "repeats": repeats, "backward": False, "causal": False},
+            "results": results, "exponents": exponents}
+
+
+def bench(out: Path, quick: bool) -> Part:
+    found = _from_file(out, "bench", ("bench",))
+    if found:
+        return found
+    seqs = [16, 64, 256] if quick else [16, 64, 256, 1024]
+    t0 = time.perf_counter()
+    data = quick_bench(seqs, repeats=5 if quick else 9)
+    return Part("bench", "quick run", f"quick run: bench.json was not in {out}, so forward times at lengths "
+                f"{', '.join(map(str, seqs))} (batch 1, 2 heads, d=64; no memory) were measured now in "
+                f"{time.perf_counter() - t0:.1f} s; `attnlab bench --out {out}` measures time and memory properly",
+                data)
+
+
+def _train_kind(data: dict) -> str | None:
+    names = set(data.get("variants") or {})
+    if {"tied", "untied"} <= names:
+        return "tie-kv"
+    if "sqrt" in names:
+        return "scale"
+    return None
+
+
+def train(out: Path, quick: bool) -> tuple[Part, Part]:
+    """The scale comparison and the tied key/value ablation: from their JSON, else a tiny training run.
+
+    ``attnlab train`` writes train.json (the scales) and tie_kv.json (the ablation); any train*.json or
+    tie_kv*.json is read and told apart by its variants.
+    """
+    found: dict[str, Part] = {}
+    for path in sorted(out.glob("train*.json")) + sorted(out.glob("tie_kv*.json")):
+        data = _read(path)
+        kind = _train_kind(data)
+        if kind and kind not in found:
+            found[kind] = Part(f"train {kind}", "file", f"from {path}", data,
+                               _pngs(out, path.stem) if kind == "scale" else {})
+    missing = [k for k in ("scale", "tie-kv") if k not in found]
+    for kind in missing:
+        cmd = "attnlab train" + (" --ablation tie-kv" if kind == "tie-kv" else "")
+        if quick:
+            found[kind] = Part(f"train {kind}", "not measured", f"not measured: no train.json for this experiment in "
+                               f"{out} and --quick skips training; run `{cmd} --out {out}` and build the page again",
+                               None)
+            continue
+        from attnlab.lab import train as lab_train
+
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            r = lab_train.run(lab_train.PRESETS["tiny"], kind=kind, out=tmp)
+        cfg = lab_train.PRESETS["tiny"]
+        found[kind] = Part(f"train {kind}", "quick run", f"quick run: a tiny model ({cfg.n_layer} layer, d_model "
+                           f"{cfg.d_model}) trained {cfg.steps} steps per variant while this page was built "
+                           f"({time.perf_counter() - t0:.0f} s); `{cmd} --out {out}` trains the real one",
+                           to_dict(r))
+    return found["scale"], found["tie-kv"]
+
+
+def explore(out: Path, seed: int) -> dict[str, Part]:
+    from attnlab.lab import explore as lab_explore
+
+    parts = {}
+    for name, e in lab_explore.EXPERIMENTS.items():
+        path = out / f"explore-{name}.json"
+        data = _read(path)
+        if data is not None:
+            result, origin, note = e.from_dict(data), "file", f"from {path}"
+        else:
+            result, origin, note = e.run(seed=seed), "computed now", "computed while this page was built"
+        d = to_dict(result)
+        d["finding"] = e.finding(result)
+        parts[name] = Part(name, origin, note, d, _pngs(out, f"explore-{name}"))
+    return parts

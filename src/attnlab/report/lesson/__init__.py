@@ -1,0 +1,97 @@
+"""The lesson page: one HTML file that works offline, built from results measured on this machine.
+
+:func:`build` takes the :class:`attnlab.lab.lesson.LessonData` that ``attnlab.lab.lesson.collect``
+gathered and writes a single file: the template ``page.html`` with the style sheet ``lesson.css``,
+the script ``lesson.js``, every figure (as base64 PNG) and the walkthrough's numbers (as JSON)
+written into it. Nothing is fetched when the page opens -- no fonts, no scripts, no images from
+anywhere -- so it reads the same on a train as on a desk.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from html import escape
+from importlib import resources
+from pathlib import Path
+
+from attnlab.lab.results import to_dict
+
+from . import figures, sections
+
+
+def _asset(name: str) -> str:
+    return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+
+
+def _data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def _image(existing: str | None, draw) -> str:
+    """The command's own PNG when it wrote one, else a figure drawn from the data."""
+    return _data_uri(Path(existing).read_bytes() if existing else draw())
+
+
+def images(data) -> dict[str, str]:
+    demo, bench, scale = data.demo, data.bench, data.train_scale
+    imgs = {"demo_map": _image(demo.pngs.get("attention_map"), lambda: figures.demo_map(demo.data)),
+            "demo_scale": _image(demo.pngs.get("scale_demo"), lambda: figures.demo_scale(demo.data)),
+            "bench": _image(bench.pngs.get("bench"), lambda: figures.bench(bench.data))}
+    if scale.data:
+        imgs["train"] = _image(next(iter(scale.pngs.values()), None), lambda: figures.train(scale.data))
+    for name, part in data.explore.items():
+        imgs[f"explore-{name}"] = _image(part.pngs.get(f"explore-{name}"),
+                                         lambda name=name, part=part: figures.explore(name, part.data))
+    return imgs
+
+
+def _script_json(obj) -> str:
+    """JSON that is safe inside <script>: no '</' can close the element early."""
+    return json.dumps(obj, separators=(",", ":")).replace("</", "<\\/")
+
+
+def render(data) -> str:
+    """The whole page as one string."""
+    imgs = images(data)
+    m = data.machine
+    where = (f"{m.get('cpu', '?')}, {m.get('cpu_count', '?')} cores, torch {data.versions.get('torch', '?')}, "
+             f"attnlab {data.versions.get('attnlab', '?')}")
+    fill = {
+        "css": _asset("lesson.css"),
+        "js": _asset("lesson.js"),
+        "data": _script_json({"walk": to_dict(data.walkthrough)}),
+        "created": escape(data.created),
+        "where": escape(where),
+        "quick_note": ('<p class="source quick-run"><strong>built with --quick</strong> — results that were not in the '
+                       'output folder were measured small and fast, or not at all; each part says which.</p>'
+                       if data.quick else ""),
+        "walk_label": escape(data.walkthrough.label),
+        "walk_kind": "trained" if data.walkthrough.source == "trained" else "seeded",
+        "demo": sections.demo(data.demo, imgs),
+        "bench": sections.bench(data.bench, imgs),
+        "train": sections.train(data.train_scale, data.train_tie_kv, imgs),
+        "explore": sections.explore(data.explore, imgs),
+        "questions": sections.questions(data),
+        "hard": sections.hard(data),
+        "test": sections.test(),
+        "n_questions": str(len(sections.QUIZ)),
+        "pass_mark": str(round(0.6 * len(sections.QUIZ))),
+    }
+    page = _asset("page.html")
+    wanted = set(re.findall(r"\{\{(\w+)\}\}", page))
+    if wanted != set(fill):
+        raise RuntimeError(f"page.html and the builder disagree: template wants {sorted(wanted - set(fill))}, "
+                           f"builder fills {sorted(set(fill) - wanted)} unused")
+    return re.sub(r"\{\{(\w+)\}\}", lambda mt: fill[mt.group(1)], page)
+
+
+def build(data, path: str | Path) -> Path:
+    """Write the page to ``path`` (atomically) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(render(data), encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,51 @@
+"""The handful of numbers the page's prose quotes, pulled out of the results (None where not measured)."""
+
+from __future__ import annotations
+
+
+def demo_peaks(demo: dict, d: int = 256) -> dict | None:
+    widths = demo.get("widths") or []
+    if d not in widths:
+        return None
+    i = widths.index(d)
+    return {name: vals[i] for name, vals in demo["peak"].items()} | {"uniform": 1 / demo["scale_T"], "d": d}
+
+
+def bench_times(bench: dict | None, key: str = "time_s") -> dict[str, dict[int, float]]:
+    """impl -> {seq: seconds} (``time_s`` the median, ``time_min_s`` the fastest), measured cases only."""
+    out: dict[str, dict[int, float]] = {}
+    for r in (bench or {}).get("results", []):
+        if r.get(key) and not r.get("skipped"):
+            out.setdefault(r["impl"], {})[int(r["seq"])] = float(r[key])
+    return out
+
+
+def ratio(bench: dict | None, impl: str, ref: str = "sdpa") -> tuple[float, int] | None:
+    """Fastest time(impl) / fastest time(ref) at the longest length where both were measured, and that length.
+
+    The fastest of the repeats, not the median: on a busy machine the median carries other programs' work.
+    """
+    t = bench_times(bench, "time_min_s")
+    common = sorted(set(t.get(impl, {})) & set(t.get(ref, {})))
+    if not common:
+        return None
+    T = common[-1]
+    return t[impl][T] / t[ref][T], T
+
+
+def final_val(train: dict | None) -> dict[str, float]:
+    return {n: v["val_loss"][-1] for n, v in (train or {}).get("variants", {}).items() if v.get("val_loss")}
+
+
+def entropy_ends(train: dict | None) -> dict[str, tuple[float, float]]:
+    """variant -> (mean entropy over layers at the first log, at the last)."""
+    out = {}
+    for n, v in (train or {}).get("variants", {}).items():
+        e = [x for x in v.get("entropy") or [] if x]
+        if e:
+            out[n] = (sum(e[0]) / len(e[0]), sum(e[-1]) / len(e[-1]))
+    return out
+
+
+def fmt_time(s: float) -> str:
+    return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} µs"

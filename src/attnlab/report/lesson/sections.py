@@ -1,0 +1,193 @@
+"""The page's prose sections as HTML, with this machine's numbers written in."""
+
+from __future__ import annotations
+
+from html import escape
+
+from . import numbers as num
+
+LABELS = {"sqrt": "1/√d", "none": "no scale", "inv": "1/d"}
+
+
+def badge(part) -> str:
+    kind = {"file": "measured", "computed now": "measured", "quick run": "quick run"}.get(part.origin, "not measured")
+    return f'<p class="source {kind.replace(" ", "-")}"><strong>{escape(kind)}</strong> — {escape(part.note)}</p>'
+
+
+def figure(src: str | None, alt: str, caption: str) -> str:
+    if not src:
+        return ""
+    return (f'<figure><img src="{src}" alt="{escape(alt)}" loading="eager">'
+            f"<figcaption>{escape(caption)}</figcaption></figure>")
+
+
+def demo(part, imgs) -> str:
+    d = part.data
+    rows = "".join(f"<tr><td>{escape(c['form'])}</td><td>{'yes' if c['causal'] else 'no'}</td>"
+                   f"<td>{c['max_err']:.2e}</td><td>{'OK' if c['ok'] else 'FAIL'}</td></tr>" for c in d["checks"])
+    p = num.demo_peaks(d)
+    peak = (f"<p>At head width d = {p['d']} the mean peak attention weight is <b>{p['none']:.2f}</b> unscaled, "
+            f"<b>{p['sqrt']:.2f}</b> with 1/√d and <b>{p['inv']:.3f}</b> with 1/d (uniform would be "
+            f"{p['uniform']:.3f}).</p>") if p else ""
+    return (f'<h3>demo: the hand-written forms against PyTorch</h3>{badge(part)}'
+            f'<table><thead><tr><th>form</th><th>causal</th><th>max |mine − F.sdpa|</th><th></th></tr></thead>'
+            f"<tbody>{rows}</tbody></table>{peak}<div class=\"figs\">"
+            + figure(imgs.get("demo_map"), "causal attention map", "One causal head: the upper triangle is zero.")
+            + figure(imgs.get("demo_scale"), "peak weight against head width",
+                     "Mean peak weight against head width for the three scales.") + "</div>")
+
+
+def bench(part, imgs) -> str:
+    t = num.bench_times(part.data)
+    seqs = sorted({s for v in t.values() for s in v})
+    head = "".join(f"<th>T = {s}</th>" for s in seqs)
+    body = "".join(f"<tr><td>{escape(i)}</td>" + "".join(f"<td>{num.fmt_time(v[s])}</td>" if s in v else "<td>—</td>"
+                                                          for s in seqs) + "</tr>" for i, v in sorted(t.items()))
+    exps = part.data.get("exponents") or {}
+    exp_txt = "; ".join(f"{escape(i)}: time ∝ T<sup>{e['time']:.2f}</sup>"
+                        + (f", memory ∝ T<sup>{e['memory']:.2f}</sup>" if e.get("memory") is not None else "")
+                        for i, e in sorted(exps.items()) if e.get("time") is not None)
+    return (f"<h3>bench: time against sequence length</h3>{badge(part)}"
+            f"<table><thead><tr><th>form</th>{head}</tr></thead><tbody>{body}</tbody></table>"
+            + (f"<p>Fitted growth: {exp_txt}.</p>" if exp_txt else "")
+            + figure(imgs.get("bench"), "time against length", "Time (and memory, when measured) against length."))
+
+
+def train(scale, tie, imgs) -> str:
+    out = f"<h3>train: the 1/√d ablation</h3>{badge(scale)}"
+    if scale.data:
+        fv, ent = num.final_val(scale.data), num.entropy_ends(scale.data)
+        rows = "".join(f"<tr><td>{LABELS.get(n, escape(n))}</td><td>{fv.get(n, float('nan')):.3f}</td>"
+                       f"<td>{ent[n][0]:.2f} → {ent[n][1]:.2f}</td></tr>" for n in fv if n in ent)
+        out += ("<table><thead><tr><th>scale</th><th>final validation loss</th><th>entropy, start → end (nats)</th>"
+                f"</tr></thead><tbody>{rows}</tbody></table>")
+        out += figure(imgs.get("train"), "loss and entropy curves", "Validation loss and softmax entropy per step.")
+    out += f"<h3>train: tying the value to the key</h3>{badge(tie)}"
+    if tie.data:
+        fv = num.final_val(tie.data)
+        out += "<ul>" + "".join(f"<li>{escape(n)}: final validation loss <b>{v:.3f}</b></li>" for n, v in fv.items())
+        out += "</ul>"
+    return out
+
+
+def explore(parts, imgs) -> str:
+    out = ""
+    for name, part in parts.items():
+        out += (f'<h3 id="explore-{name}">explore {escape(name)}</h3>{badge(part)}'
+                f'<p class="finding">{escape(part.data["finding"])}</p>'
+                + figure(imgs.get(f"explore-{name}"), name, f"attnlab explore {name}"))
+    return out
+
+
+def _qa(q: str, a: str) -> str:
+    return f'<div class="qa"><h3>{q}</h3><p>{a}</p></div>'
+
+
+def questions(data) -> str:
+    p = num.demo_peaks(data.demo.data)
+    inv = data.explore["inv-scale"].data
+    i = len(inv["widths"]) - 1
+    fv = num.final_val(data.train_scale.data)
+    why_sqrt = (f"A dot product of d unit-variance features has variance d. Unscaled, wide heads push the softmax onto "
+                f"one key and its gradient vanishes. On this machine, at d = {p['d']} the mean peak weight was "
+                f"{p['none']:.2f} without a scale and {p['sqrt']:.2f} with 1/√d; at d = {inv['widths'][i]} the "
+                f"softmax entropy was {inv['entropy']['none'][i]:.2f} nats unscaled, {inv['entropy']['sqrt'][i]:.2f} "
+                f"with 1/√d and {inv['entropy']['inv'][i]:.2f} with 1/d (uniform: {inv['max_entropy']:.2f}). "
+                "1/√d is the one scale that keeps the spread of the scores the same at every width.")
+    if fv:
+        why_sqrt += " Trained: final validation loss " + ", ".join(f"{LABELS.get(n, n)} {v:.3f}" for n, v in fv.items())
+        why_sqrt += "."
+    memory = ("No. The weights are recomputed from the current context on every forward pass and thrown away; nothing "
+              "is stored between calls except what is in the context itself. A KV cache keeps the keys and values "
+              "of the tokens so far, to avoid recomputing them, not to remember anything new. In the walkthrough "
+              f"above, '{escape(data.walkthrough.words[data.walkthrough.word_of[data.walkthrough.query]])}' spreads "
+              "its weight over the words it can see right now; change the sentence and the weights change.")
+    tie = num.final_val(data.train_tie_kv.data)
+    kv = ("The key is what a token advertises for matching; the value is what it hands over once matched. Tie them "
+          "and a token can only pass on the same thing it is found by. ")
+    if {"tied", "untied"} <= set(tie):
+        kv += (f"Measured here ({escape(data.train_tie_kv.origin)}): final validation loss {tie['untied']:.3f} "
+               f"untied against {tie['tied']:.3f} tied ({tie['tied'] - tie['untied']:+.3f}).")
+    else:
+        kv += f"The tied model has not been trained on this machine yet ({escape(data.train_tie_kv.note)})."
+    r_m, r_l = num.ratio(data.bench.data, "matrix"), num.ratio(data.bench.data, "loops")
+    yourself = ("Not for real work: use <code>torch.nn.functional.scaled_dot_product_attention</code>. Write it to "
+                "learn it, and check yours with <code>attnlab verify</code>. ")
+    if r_m:
+        yourself += (f"On this machine ({escape(data.bench.origin)}, fastest of the repeats) the four-line matrix form "
+                     f"took {r_m[0]:.2g}× as long as PyTorch's kernel at T = {r_m[1]}")
+        yourself += f", and the explicit loops {r_l[0]:.0f}× as long at T = {r_l[1]}." if r_l else "."
+    return "".join(_qa(q, a) for q, a in (
+        ("Why divide by the square root of the head width?", why_sqrt),
+        ("Is attention memory?", memory),
+        ("Why is the value separate from the key?", kv),
+        ("Do I need to write attention myself?", yourself)))
+
+
+def _reveal(i: int, q: str, a: str) -> str:
+    return (f'<details class="hard" id="hard-{i}"><summary>{q}</summary>'
+            f'<div class="answer"><p>{a}</p></div></details>')
+
+
+def hard(data) -> str:
+    inv = data.explore["inv-scale"].data
+    ent = num.entropy_ends(data.train_scale.data)
+    i = len(inv["widths"]) - 1
+    scale_a = (f"The scores of a d-wide head spread like √d, so the softmax saturates: one key takes almost all the "
+               f"weight, the entropy falls toward 0 and the gradient through the softmax vanishes. Measured here: at "
+               f"d = {inv['widths'][i]} the mean entropy of a softmax row over {inv['T']} keys is "
+               f"{inv['entropy']['none'][i]:.2f} nats unscaled against {inv['entropy']['sqrt'][i]:.2f} with 1/√d.")
+    if ent:
+        scale_a += " In training: " + "; ".join(f"{LABELS.get(n, escape(n))} {a:.2f} → {b:.2f} nats"
+                                               for n, (a, b) in ent.items()) + " (first log → last)."
+    nm, st, tr, on = (data.explore[k].data for k in ("no-mask", "same-token", "trust", "online-softmax"))
+    mean_future = sum(nm["future_mass"][:-1]) / (len(nm["future_mass"]) - 1)
+    maxes = " → ".join(f"{s['m_new']:.2f}" for s in on["steps"])
+    items = [
+        ("Remove the 1/√d scale: predict the failure.", scale_a),
+        ("Why mask with −∞ before the softmax instead of zeroing weights after it?",
+         f"Zeroing after the softmax leaves rows that no longer sum to 1, and the future still shaped the normaliser. "
+         f"With −∞ the future key gets exp(−∞) = 0 in the sum too. Without any mask, queries here put "
+         f"{mean_future:.0%} of their weight on later words."),
+        ("Flash attention never holds a whole row of scores. How can it take a softmax of the row?",
+         f"It keeps a running max and a running sum per query and rescales what it has summed when the max grows. "
+         f"Here the max went {maxes} over {len(on['steps'])} tiles and "
+         f"the result matched the full softmax to {on['weight_err']:.1e}."),
+        ("A word appears twice and the model has no position information. Can attention tell the copies apart?",
+         f"Not without a mask: queries, keys and outputs were identical (differences "
+         f"{st['without_positions']['out']:g}). RoPE separates them (output difference "
+         f"{st['with_rope']['out']:.3f}); so, oddly, does a causal mask "
+         f"({st['without_positions']['out_causal']:.3f}), because each copy sees a different prefix."),
+        ("Can a trusted instruction at the start protect the answer from text pasted after it?",
+         f"No: the later queries put {sum(tr['mass']['untrusted']) / len(tr['mass']['untrusted']):.0%} of their "
+         f"weight on the untrusted words, and changing only those words moved every later output (by at least "
+         f"{min(tr['change_causal'][tr['segments']['later'][0]:]):.3f}). Only a mask that hides them did not "
+         f"(change {max(tr['change_masked'][tr['segments']['later'][0]:]):g})."),
+    ]
+    return "".join(_reveal(i, q, a) for i, (q, a) in enumerate(items, 1))
+
+
+QUIZ = [
+    ("What does dividing the scores by √d keep the same as the head width d grows?",
+     ["the sum of each row of weights", "the variance of the scores", "the number of keys", "the size of the values"],
+     1),
+    ("In a causal (decoder) attention map, what is above the diagonal?",
+     ["the largest weights", "a copy of the lower triangle", "exactly zero", "negative weights"], 2),
+    ("What does each row of the softmax weights add up to?", ["1", "d", "√d", "the number of keys"], 0),
+    ("How can flash attention go through the keys one tile at a time?",
+     ["it approximates the softmax", "it drops small weights", "it skips the softmax",
+      "it keeps a running max and sum and rescales its partial sums when the max grows"], 3),
+    ("Untrusted text sits in the middle of a prompt. What stops it from changing the outputs after it?",
+     ["a mask that hides its keys from the later queries", "putting the trusted instruction first",
+      "the 1/√d scale", "separate value and key projections"], 0),
+]
+
+
+def test() -> str:
+    out = []
+    for qi, (q, options, right) in enumerate(QUIZ):
+        opts = "".join(f'<label><input type="radio" name="q{qi}" value="{oi}"> {escape(o)}</label>'
+                       for oi, o in enumerate(options))
+        out.append(f'<fieldset class="quiz-q" data-answer="{right}" id="quiz-q{qi}"><legend>{qi + 1}. {escape(q)}'
+                   f'</legend>{opts}<p class="quiz-feedback" aria-live="polite"></p></fieldset>')
+    return "".join(out)

@@ -1,0 +1,52 @@
+"""One lesson page, built once through the command line, for the page tests and the browser test."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+# Schema-true results as `attnlab bench` and `attnlab train` write them (issues 4 and 5), small and made up, so the
+# page's reading of those files is tested without spending minutes measuring.
+BENCH = {"machine": {}, "versions": {}, "config": {"seq": [128, 512]}, "matmul_gflops": 50.0,
+         "results": [{"impl": i, "seq": s, "time_s": t * s * s, "time_min_s": t * s * s * 0.9,
+                      "time_max_s": t * s * s * 1.1, "gflops": 1.0, "peak_bytes": m * s * s, "skipped": None}
+                     for i, t, m in (("matrix", 4e-8, 8), ("sdpa", 1e-8, 1), ("flash", 3e-8, 1)) for s in (128, 512)],
+         "exponents": {"matrix": {"time": 2.0, "memory": 2.0}, "sdpa": {"time": 1.9, "memory": 1.1}}}
+
+
+def _log(scale_entropy):
+    return {"step": [0, 10], "train_loss": [4.0, 3.0], "val_loss": [4.1, 3.2 + scale_entropy / 10],
+            "grad_norm": [1.0, 0.5], "entropy": [[2.0, 2.1], [scale_entropy, scale_entropy]]}
+
+
+TRAIN = {"config": {"kind": "scale"}, "versions": {},
+         "variants": {"sqrt": _log(1.9), "none": _log(0.2), "inv": _log(3.2)}}
+TIE = {"config": {"kind": "tie-kv"}, "versions": {}, "variants": {"untied": _log(1.9), "tied": _log(2.5)}}
+
+
+def tiny_checkpoint(path):
+    """A real checkpoint in `attnlab train`'s format (its model, its saver), with untrained weights."""
+    from attnlab.lab import checkpoint
+    from attnlab.nn.gpt import GPT, GPTConfig
+
+    chars = sorted(set("the animal did not cross the street because it was tired.,"))
+    cfg = GPTConfig(vocab_size=len(chars), block_size=64, n_layer=2, n_head=2, d_model=32)
+    torch.manual_seed(0)
+    checkpoint.save(path, {"model_config": cfg.to_dict(), "model": GPT(cfg).state_dict(), "chars": chars, "step": 0})
+
+
+@pytest.fixture(scope="session")
+def lesson(tmp_path_factory):
+    """(completed process, out folder) of `attnlab lesson --quick` on a folder with bench, train and a checkpoint."""
+    out = tmp_path_factory.mktemp("lesson") / "out"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "bench.json").write_text(json.dumps(BENCH))
+    (out / "train.json").write_text(json.dumps(TRAIN))
+    (out / "tie_kv.json").write_text(json.dumps(TIE))
+    tiny_checkpoint(out / "checkpoints" / "scale-sqrt.pt")
+    r = subprocess.run([sys.executable, "-m", "attnlab", "lesson", "--quick", "--out", str(out)], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "BROWSER": "true"})
+    return r, out

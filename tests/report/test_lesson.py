@@ -1,0 +1,94 @@
+"""The lesson page's data and HTML, without a browser."""
+
+import json
+import re
+
+import pytest
+import torch
+
+from attnlab.lab.lesson import sources, walkthrough
+from attnlab.report.lesson import numbers, sections
+
+from .conftest import BENCH, TRAIN, tiny_checkpoint
+
+
+def test_cli_builds_one_self_contained_page(lesson):
+    r, out = lesson
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "wrote" in r.stdout and "lesson.html" in r.stdout
+    assert "demo: quick run" in r.stdout and "bench: from" in r.stdout and "train scale: from" in r.stdout
+    html = (out / "lesson.html").read_text()
+    # nothing to fetch: every src/href is inline data or an anchor on the page
+    assert not re.findall(r"""(?:src|href)\s*=\s*["'](?!data:|#)""", html)
+    assert "http://" not in html and "https://" not in html
+    assert not re.search(r"""url\((?!["']?data:)""", html)
+    assert "{{" not in html.split('<script type="application/json"')[0]
+    data = json.loads(re.search(r'<script type="application/json" id="lesson-data">(.*?)</script>', html, re.S)[1])
+    w = data["walk"]
+    assert w["source"] == "trained" and "scale-sqrt.pt" in w["label"]
+    assert html.count("data:image/png;base64,") >= 8
+    assert "quick run" in html and "Questions people ask" in html
+    assert "1.900 → " not in html  # entropies are the mean over layers: start 2.05 -> end 1.90
+    assert "2.05 → 1.90" in html  # the scale table read train.json
+    assert "4.100" not in html and "3.390" in html  # final validation loss of sqrt = 3.2 + 0.19
+    assert "untied against 3.450 tied" in html  # the tie-kv answer read the ablation's JSON
+
+
+def test_cli_rejects_bad_output_folder_and_broken_json(run_cli, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    r = run_cli("lesson", "--out", "afile")
+    assert r.returncode == 2 and "is a file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "demo.json").write_text("{not json")
+    r = run_cli("lesson", "--quick", "--out", "bad")
+    assert r.returncode == 2 and "demo.json is not readable JSON" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_seeded_walkthrough_numbers_are_consistent():
+    w = walkthrough.seeded(seed=1)
+    T = len(w.tokens)
+    assert w.tokens[w.query] == "it" and w.source == "seeded" and "seeded" in w.label
+    weights, v, out = torch.tensor(w.weights), torch.tensor(w.v), torch.tensor(w.out)
+    assert torch.allclose(weights.sum(-1), torch.ones(T), atol=1e-3)
+    assert all(w.masked[i][j] is None for i in range(T) for j in range(i + 1, T))
+    assert all(weights[i, j] == 0 for i in range(T) for j in range(i + 1, T))
+    assert torch.allclose(weights @ v, out, atol=2e-3)  # 4 significant digits on the page
+    assert torch.allclose(torch.tensor(w.scaled), torch.tensor(w.scores) * w.scale, rtol=2e-3, atol=2e-3)
+    assert abs(sum(w.listens) - 1) < 1e-3 and w.listens[w.words.index("was")] == 0.0  # "was" comes after "it"
+    assert len(w.heads) == 2 and len(w.heads[0]) == 4 and len(w.head_entropy[1]) == 4
+
+
+def test_trained_walkthrough_reads_a_checkpoint_character_by_character(tmp_path):
+    tiny_checkpoint(tmp_path / "checkpoints" / "scale-sqrt.pt")
+    path = walkthrough.find_checkpoint(tmp_path)
+    w = walkthrough.trained(path)
+    assert "".join(w.tokens) == walkthrough.SENTENCE
+    assert w.tokens[w.query] == "t" and w.tokens[w.query - 1] == "i" and w.words[w.word_of[w.query]] == "it"
+    assert w.d_head == 16 and len(w.heads) == 2 and len(w.heads[0]) == 2
+    assert walkthrough.find_checkpoint(tmp_path / "nothing") is None
+    (tmp_path / "checkpoints" / "scale-sqrt.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="cannot be read"):
+        walkthrough.trained(path)
+
+
+def test_sources_read_classify_and_measure(tmp_path):
+    (tmp_path / "train-a.json").write_text(json.dumps(TRAIN))
+    scale, tie = sources.train(tmp_path, quick=True)
+    assert scale.origin == "file" and tie.origin == "not measured" and "--ablation tie-kv" in tie.note
+    (tmp_path / "bench.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="does not hold a JSON object"):
+        sources.bench(tmp_path, quick=True)
+    q = sources.quick_bench([8, 16], repeats=1)
+    impls = {r["impl"] for r in q["results"]}
+    assert {"matrix", "sdpa"} <= impls and all(r["time_s"] > 0 for r in q["results"])
+    assert "matrix" in q["exponents"]
+
+
+def test_numbers_quoted_in_the_prose():
+    assert numbers.ratio(BENCH, "matrix") == (pytest.approx(4.0), 512)
+    assert numbers.ratio(BENCH, "loops") is None
+    assert numbers.final_val(TRAIN)["none"] == pytest.approx(3.22)
+    assert numbers.entropy_ends(TRAIN)["inv"] == (pytest.approx(2.05), pytest.approx(3.2))
+    assert numbers.fmt_time(0.0123) == "12.3 ms" and numbers.fmt_time(2e-5) == "20 µs"
+    assert len(sections.QUIZ) == 5 and all(0 <= right < len(opts) for _, opts, right in sections.QUIZ)
+    assert len({right for _, _, right in sections.QUIZ}) > 1  # the right answer is not always in the same place
