@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 # torch is pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 (CPU) installs from local disk here.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test lint install install-dev clean
+.PHONY: demo test lint install install-dev browser clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,13 +25,20 @@ $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
+# The lesson page's browser test drives Debian's chromium (never a browser Playwright downloads).
+# Idempotent: nothing happens when /usr/bin/chromium is there; sudo only when not root.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@[ -x /usr/bin/chromium ] || ($(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
 demo: install
 	$(VENV)/bin/attnlab demo
 
 lint: install-dev
 	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
 
-test: install-dev lint
+test: install-dev browser lint
 	$(VENV)/bin/python -m pytest -q
 
 clean:
