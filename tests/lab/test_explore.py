@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnlab.lab import explore
-from attnlab.lab.explore import online_softmax, same_token, trust
+from attnlab.lab.explore import online_softmax, trust
 from attnlab.lab.results import to_dict
 
 
@@ -34,18 +34,6 @@ def test_same_token_identical_without_positions_different_with_rope(results):
     assert rope.query > 0.1 and rope.key > 0.1 and rope.out > 0.01
     assert rope.value == 0.0  # RoPE rotates queries and keys, never values
     assert plain.out_causal > 0.01  # a causal mask alone already tells the copies apart
-
-
-def test_rope_is_a_rotation_that_depends_only_on_relative_position():
-    g = torch.Generator().manual_seed(3)
-    q, k = torch.randn(6, 8, generator=g, dtype=torch.float64), torch.randn(6, 8, generator=g, dtype=torch.float64)
-    assert torch.allclose(same_token.rope(q).norm(dim=-1), q.norm(dim=-1))
-    # the same pair of vectors at positions (4, 1) and (5, 2) scores the same: only i - j matters
-    qq, kk = q[0].expand(6, 8), k[0].expand(6, 8)
-    s = same_token.rope(qq) @ same_token.rope(kk).T
-    assert abs(s[4, 1] - s[5, 2]) < 1e-12 and abs(s[4, 1] - s[4, 2]) > 1e-6
-    with pytest.raises(ValueError, match="even head width"):
-        same_token.rope(torch.zeros(3, 5))
 
 
 def test_inv_scale_under_sharpens_and_sqrt_holds_steady(results):

@@ -4,9 +4,10 @@ Queries, keys and values are computed from each token's vector alone. Put the sa
 positions and, with no position information, both copies get the same query, the same key and
 the same value -- and with no mask, the same output: attention is a function of a *set*. Rotary
 position embedding (RoPE, Su et al. 2021, arXiv:2104.09864) rotates each query and key by an
-angle proportional to its position, so the two copies now ask different questions. The values are
-not rotated. (A causal mask also breaks the tie: each copy sees a different prefix -- which is one
-reason decoders learn some sense of position even without any position embedding.)
+angle proportional to its position (here attnlab's own, :mod:`attnlab.nn.rope`), so the two copies
+now ask different questions. The values are not rotated. (A causal mask also breaks the tie: each
+copy sees a different prefix -- which is one reason decoders learn some sense of position even
+without any position embedding.)
 """
 
 from __future__ import annotations
@@ -17,25 +18,11 @@ import torch
 
 from attnlab.kernels import matrix
 from attnlab.lab.results import machine, versions
+from attnlab.nn import rope as rotary
 
 from ._common import embed, max_abs, projections
 
 WORDS = ["the", "cat", "saw", "the", "dog"]
-
-
-def rope(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """Rotate feature pairs (2i, 2i+1) of row t by the angle t * base^(-2i/d). x: (T, d), d even."""
-    T, d = x.shape
-    if d % 2:
-        raise ValueError(f"RoPE needs an even head width, got {d}")
-    freq = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)  # (d/2,)
-    angle = torch.arange(T, dtype=x.dtype)[:, None] * freq[None, :]  # (T, d/2)
-    cos, sin = torch.cos(angle), torch.sin(angle)
-    a, b = x[:, 0::2], x[:, 1::2]
-    out = torch.empty_like(x)
-    out[:, 0::2] = a * cos - b * sin
-    out[:, 1::2] = a * sin + b * cos
-    return out
 
 
 @dataclass
@@ -72,7 +59,8 @@ def run(seed: int = 0, d_model: int = 16, d_head: int = 8) -> SameTokenResult:
     wq, wk, wv = projections(d_model, d_head, seed + 1)
     q, k, v = x @ wq, x @ wk, x @ wv  # (T, d_head)
     plain = _diffs(q, k, v, i, j)
-    rotated = _diffs(rope(q), rope(k), v, i, j)
+    pos = torch.arange(len(WORDS))
+    rotated = _diffs(rotary.apply(q, pos), rotary.apply(k, pos), v, i, j)  # the values are not rotated
     return SameTokenResult(seed, list(WORDS), [i, j], d_head, plain, rotated, machine(), versions())
 
 
