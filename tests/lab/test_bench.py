@@ -12,7 +12,7 @@ import torch
 
 from attnlab import kernels
 from attnlab.kernels import sdpa
-from attnlab.lab import bench, flex, growth, memory
+from attnlab.lab import bench, flex, growth, memory, timing
 from attnlab.lab.flops import attention_flops, matmul_flops
 from attnlab.lab.results import to_dict
 from attnlab.report import bench as report
@@ -157,7 +157,7 @@ def test_failing_form_and_ctrl_c_keep_what_was_measured(monkeypatch):
     monkeypatch.setitem(kernels._REGISTRY, "ctrlc", kernels.Form("ctrlc", interrupted_at_32, ""))
     r = bench.sweep(bench.BenchConfig(impls=("brittle",), **{**TINY, "seq": (16, 32, 64)}))
     assert [x.skipped for x in r.results] == [None, "failed: ValueError: too long for me",
-                                              "failed at a shorter length: ValueError: too long for me"]
+                                              "not tried: failed at T=32"]
     r = bench.sweep(bench.BenchConfig(impls=("ctrlc", "matrix"), **{**TINY, "seq": (16, 32, 64)}))
     assert r.interrupted
     done = [(x.impl, x.seq) for x in r.results if x.skipped is None]
@@ -178,6 +178,11 @@ def test_flex_wrapper_refuses_what_flex_cannot_do():
         flex.attention(q[0], q[0], q[0])
 
 
-def test_matmul_peak_is_a_positive_rate():
-    g = bench.matmul_peak("float32", "cpu", n=128, repeats=2)
+def test_timing_counts_repeats_not_warmup_and_matmul_peak_is_a_rate():
+    calls = []
+    times = timing.time_calls(lambda: calls.append(1), warmup=2, repeats=3, before=lambda: calls.append(0))
+    assert len(times) == 3 and all(t >= 0 for t in times) and calls == [0, 1] * 5
+    with pytest.raises(ValueError, match="repeats"):
+        timing.time_calls(lambda: None, 1, 0)
+    g = timing.matmul_peak(torch.float32, "cpu", n=128, repeats=2)
     assert g > 0 and math.isfinite(g)

@@ -93,6 +93,10 @@ def run(args) -> int:
     for line in report.skip_lines(result):
         console.print(f"  [yellow]{escape(line)}[/]")
     m = result.machine
+    load, cpus = m.get("load_average"), m.get("cpu_count") or 1
+    if load is not None and load >= cpus:
+        console.print(f"[yellow]note: the machine was busy when this started (load {load:.1f} on {cpus} cores): "
+                      f"times are noisy, the short ones most; fewer --threads can steady them[/]")
     console.print(f"matmul peak: {result.matmul_gflops:.1f} GFLOP/s ({cfg.dtype}, {m['torch_threads']} threads, "
                   f"{escape(str(m['cpu'] if cfg.device == 'cpu' else m['cuda']))})")
     floor = m.get("memory_noise_floor_bytes")

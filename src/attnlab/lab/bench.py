@@ -2,11 +2,11 @@
 
 For each length T (queries = keys = T) and each form, on the same seeded inputs (B, H, T, d):
 
-* **time** -- a warm-up call (it loads code; it is where ``flex`` compiles), then repeated calls,
-  each timed alone; we keep the median and the min / max spread. A case gets up to ``repeats``
-  calls, fewer (never under 3) when its calls would not fit the time budget;
+* **time** -- warm-up, then repeated calls each timed alone (:mod:`attnlab.lab.timing`); we keep
+  the median and the min / max spread. A case gets up to ``repeats`` timed calls, fewer (never
+  under 3) when they would not fit the time budget. ``flex`` compiles during its warm-up;
 * **rate** -- FLOPs from :mod:`attnlab.lab.flops` divided by the median time, and set against the
-  machine's own matrix-multiply rate, measured once at the start (:func:`matmul_peak`);
+  machine's own matrix-multiply rate, measured once at the start;
 * **peak memory** -- measured around one more call by :mod:`attnlab.lab.memory`: the extra bytes
   the call needs over its inputs;
 * **growth** -- the slope of log(cost) against log(T) per form (:mod:`attnlab.lab.growth`).
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
@@ -34,8 +34,9 @@ from attnlab import kernels
 from attnlab.kernels import masks as M
 
 from . import flex, growth, memory
-from .flops import attention_flops, matmul_flops
+from .flops import attention_flops
 from .results import machine, versions
+from .timing import matmul_peak, time_calls
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
@@ -150,34 +151,6 @@ def make_mask(spec: str | None, T: int) -> M.Mask | None:
     raise ValueError(f"unknown mask {spec!r}; choose from {', '.join(MASKS)} (W, N, K positive integers)")
 
 
-def matmul_peak(dtype: str = "float32", device: str = "cpu", n: int | None = None, repeats: int = 5) -> float:
-    """This machine's matrix-multiply rate in GFLOP/s: the best of a few n x n products."""
-    n = n or (4096 if torch.device(device).type == "cuda" else 1024)
-    g = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(n, n, generator=g).to(DTYPES[dtype]).to(device) for _ in range(2))
-    times = time_calls(lambda: a @ b, 1, repeats, device)
-    return matmul_flops(n, n, n) / min(times) / 1e9
-
-
-def time_calls(call: Callable[[], object], warmup: int, repeats: int, device: str = "cpu",
-               before: Callable[[], None] | None = None) -> list[float]:
-    """Wall-clock seconds of ``repeats`` calls, each timed alone, after ``warmup`` untimed calls."""
-    cuda = torch.device(device).type == "cuda"
-    times = []
-    for i in range(warmup + repeats):
-        if before:
-            before()
-        if cuda:
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        call()
-        if cuda:
-            torch.cuda.synchronize(device)
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return times
-
-
 class _Case:
     """Seeded inputs for one length and the call that runs a form on them."""
 
@@ -224,12 +197,13 @@ def sweep(config: BenchConfig | None = None, progress: Callable[[str], None] | N
 def _sweep(cfg: BenchConfig, progress) -> BenchResult:
     info = machine()
     floor = memory.noise_floor(cfg.device)
-    info.update(memory_method=memory.method(cfg.device), memory_noise_floor_bytes=floor)
-    result = BenchResult(info, versions(), _config_dict(cfg), matmul_peak(cfg.dtype, cfg.device))
+    info.update(memory_method=memory.method(cfg.device), memory_noise_floor_bytes=floor,
+                load_average=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)  # others' work: noise
+    result = BenchResult(info, versions(), _config_dict(cfg), matmul_peak(DTYPES[cfg.dtype], cfg.device))
     registered = kernels.forms()
     forms = {n: registered[n] if n in registered else kernels.Form(n, flex.attention, flex.SUMMARY)
              for n in cfg.impls}
-    failed: dict[str, str] = {}
+    failed: dict[str, int] = {}  # form -> the length at which it raised
     todo = [(T, name) for T in cfg.seq for name in cfg.impls]
     try:
         for T, name in todo:
@@ -262,13 +236,13 @@ def _run_case(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult,
     if name == flex.NAME and flex.unavailable():
         return Row(name, T, skipped=f"unavailable: {flex.unavailable()}")
     if name in failed:
-        return Row(name, T, skipped=f"failed at a shorter length: {failed[name]}")
+        return Row(name, T, skipped=f"not tried: failed at T={failed[name]}")
     try:
         return _measure(cfg, form, T, result, floor)
     except Exception as e:  # a form that cannot run this case: say why, go on with the others
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        failed[name] = f"{type(e).__name__}: {msg}"[:160]
-        return Row(name, T, skipped=f"failed: {failed[name]}")
+        failed[name] = T
+        return Row(name, T, skipped=f"failed: {type(e).__name__}: {msg}"[:200])
 
 
 def _measure(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult, floor: int | None) -> Row:
