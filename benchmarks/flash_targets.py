@@ -1,0 +1,161 @@
+"""The flash form against PyTorch's fused CPU kernel: the performance targets, measured side by side.
+
+    .venv/bin/python benchmarks/flash_targets.py [--quick] [--out DIR] [--threads N]
+
+float32, batch 1, 8 heads, head dim 64. Every comparison runs both sides in one process,
+alternating calls (flash, PyTorch, flash, PyTorch, ...) so that a noisy machine slows both alike;
+the table reports the median of each side and their ratio. Peak memory is *measured* (the extra
+resident-set high-water mark of the call over its inputs, see attnlab.lab.memory), never computed.
+
+Targets:
+  forward            flash <= 1.25 x F.scaled_dot_product_attention at T = 2048, 4096, 8192, full and causal
+  forward + backward flash <= 1.6 x PyTorch at T = 4096, causal
+  memory             extra peak grows ~linearly with T and is within 2 x PyTorch's at T = 8192
+  sliding_window(512) at T = 8192: >= 5 x faster than PyTorch given the dense bool mask, and faster than
+                     torch.compile(flex_attention) with the same block mask where that compiles
+Writes DIR/flash_targets.json with every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import attnlab
+from attnlab import masks
+from attnlab.lab import flex, memory
+from attnlab.lab.growth import exponent
+from attnlab.lab.results import machine, versions
+
+B, H, D = 1, 8, 64
+
+
+def inputs(T, grad=False):
+    g = torch.Generator().manual_seed(T)
+    return [torch.randn(B, H, T, D, generator=g).requires_grad_(grad) for _ in range(3)]
+
+
+def side_by_side(a, b, repeats):
+    """Median seconds of a() and b(), calls alternated after one warm-up each."""
+    a()
+    b()
+    ta, tb = [], []
+    for _ in range(repeats):
+        for f, ts in ((a, ta), (b, tb)):
+            gc.collect()
+            t0 = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def fwd(fn, q, k, v, **kw):
+    with torch.no_grad():
+        return lambda: fn(q, k, v, **kw)
+
+
+def fwd_bwd(fn, q, k, v, **kw):
+    def run():
+        q.grad = k.grad = v.grad = None
+        fn(q, k, v, **kw).backward(go)
+
+    go = torch.randn(B, H, q.shape[2], D)
+    return run
+
+
+def flash(q, k, v, **kw):
+    return attnlab.attention(q, k, v, impl="flash", **kw)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="smaller lengths (a smoke run, not the targets)")
+    p.add_argument("--out", default="attnlab-out", help="folder for flash_targets.json")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    lengths = [256, 512, 1024] if args.quick else [2048, 4096, 8192]
+    rows, out = [], {"machine": machine(), "versions": versions(), "threads": args.threads,
+                     "config": {"batch": B, "heads": H, "head_dim": D, "dtype": "float32"}}
+
+    def record(what, T, t_flash, t_other, other, target):
+        ratio = t_flash / t_other
+        ok = ratio <= target if target >= 1 else t_other / t_flash >= 1 / target
+        rows.append({"what": what, "T": T, "flash_s": t_flash, "other": other, "other_s": t_other,
+                     "ratio": ratio, "target": target, "met": bool(ok)})
+        print(f"{what:<34} T={T:<5} flash {t_flash * 1e3:9.1f} ms  {other:<22} {t_other * 1e3:9.1f} ms  "
+              f"ratio {ratio:5.2f}  (target {'<=' if target >= 1 else '<='} {target})  {'met' if ok else 'MISSED'}",
+              flush=True)
+
+    for T in lengths:
+        q, k, v = inputs(T)
+        for causal in (False, True):
+            tf, ts = side_by_side(fwd(flash, q, k, v, is_causal=causal),
+                                  fwd(F.scaled_dot_product_attention, q, k, v, is_causal=causal), args.repeats)
+            record(f"forward {'causal' if causal else 'full'}", T, tf, ts, "F.sdpa", 1.25)
+
+    T = lengths[1]
+    q, k, v = inputs(T, grad=True)
+    tf, ts = side_by_side(fwd_bwd(flash, q, k, v, is_causal=True),
+                          fwd_bwd(F.scaled_dot_product_attention, q, k, v, is_causal=True), args.repeats)
+    record("forward + backward causal", T, tf, ts, "F.sdpa", 1.6)
+
+    mem = {"flash": {}, "sdpa": {}, "matrix": {}}
+    mem_lengths = [lengths[0] // 2, *lengths]
+    for T in mem_lengths:
+        q, k, v = inputs(T)
+        with torch.no_grad():
+            for name, fn in (("flash", flash), ("sdpa", F.scaled_dot_product_attention),
+                             ("matrix", lambda q, k, v: attnlab.attention(q, k, v, impl="matrix"))):
+                if name == "matrix" and T > 4096:
+                    continue  # two 8 x T x T float32 matrices: 4 GiB, measured up to 4096 only
+                fn(q, k, v)
+                mem[name][T] = memory.measure_peak(lambda fn=fn, q=q, k=k, v=v: fn(q, k, v))
+        print(f"extra peak memory T={T:<5} " + "  ".join(
+            f"{n} {mem[n][T] / 2**20:8.1f} MiB" for n in mem if mem[n].get(T) is not None), flush=True)
+    out["memory_bytes"] = mem
+    exps = {n: exponent(list(m), list(m.values())) for n, m in mem.items()
+            if len(m) >= 2 and all(x and x > 0 for x in m.values())}
+    out["memory_exponents"] = exps
+    T8 = mem_lengths[-1]
+    mem_ratio = mem["flash"][T8] / mem["sdpa"][T8]
+    print(f"memory growth exponents: {', '.join(f'{n} {e:.2f}' for n, e in exps.items())}; "
+          f"flash / sdpa extra peak at T={T8}: {mem_ratio:.2f} (target <= 2)", flush=True)
+    out["memory_ratio_at_max_T"] = mem_ratio
+
+    T = lengths[-1]
+    q, k, v = inputs(T)
+    sw = masks.sliding_window(512)
+    dense = sw.dense(1, 1, T, T)
+    tf, ts = side_by_side(fwd(flash, q, k, v, attn_mask=sw),
+                          fwd(F.scaled_dot_product_attention, q, k, v, attn_mask=dense), args.repeats)
+    record("sliding_window(512) vs dense mask", T, tf, ts, "F.sdpa + bool mask", 0.2)
+    why = flex.unavailable()
+    if why is None:
+        t0 = time.perf_counter()
+        flex.attention(q, k, v, attn_mask=sw)
+        out["flex_compile_s"] = time.perf_counter() - t0
+        tf, tx = side_by_side(fwd(flash, q, k, v, attn_mask=sw), fwd(flex.attention, q, k, v, attn_mask=sw),
+                              args.repeats)
+        record("sliding_window(512) vs flex", T, tf, tx, "compiled flex_attention", 1.0)
+    else:
+        print(f"flex_attention: not measured ({why})")
+        out["flex_unavailable"] = why
+    out["rows"] = rows
+    path = Path(args.out)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "flash_targets.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
+    print(f"wrote {path / 'flash_targets.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
