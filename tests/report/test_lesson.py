@@ -16,7 +16,8 @@ def test_cli_builds_one_self_contained_page(lesson):
     r, out = lesson
     assert r.returncode == 0, r.stdout + r.stderr
     assert "wrote" in r.stdout and "lesson.html" in r.stdout
-    assert "demo: quick run" in r.stdout and "bench: from" in r.stdout and "train scale: from" in r.stdout
+    assert "demo (quick run): demo.json was not in" in r.stdout
+    assert "bench: from" in r.stdout and "train scale: from" in r.stdout and "train tie-kv: from" in r.stdout
     html = (out / "lesson.html").read_text()
     # nothing to fetch: every src/href is inline data or an anchor on the page
     assert not re.findall(r"""(?:src|href)\s*=\s*["'](?!data:|#)""", html)

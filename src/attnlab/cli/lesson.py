@@ -36,7 +36,8 @@ def run(args) -> int:
     except ValueError as e:  # a broken results file or an unreadable checkpoint in the folder
         raise UsageError(str(e)) from None
     for part in (data.demo, data.bench, data.train_scale, data.train_tie_kv):
-        console.print(f"  {part.name}: {part.note}")
+        how = "" if part.origin == "file" else f" ({part.origin})"
+        console.print(f"  {part.name}{how}: {part.note}")
     path = build(data, out / "lesson.html")
     console.print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB, {data.seconds:.1f} s)")
     if args.open:

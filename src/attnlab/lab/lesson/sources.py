@@ -61,7 +61,7 @@ def demo(out: Path, seed: int) -> Part:
     from attnlab.lab import demo as lab_demo
 
     r = lab_demo.run(seed=seed)
-    return Part("demo", "quick run", f"quick run: demo.json was not in {out}, so the demo ran while this page was "
+    return Part("demo", "quick run", f"demo.json was not in {out}, so the demo ran while this page was "
                 f"built ({r.seconds:.1f} s); `attnlab demo --out {out}` writes it", to_dict(r))
 
 
@@ -109,7 +109,7 @@ def bench(out: Path, quick: bool) -> Part:
     seqs = [16, 64, 256] if quick else [16, 64, 256, 1024]
     t0 = time.perf_counter()
     data = quick_bench(seqs, repeats=5 if quick else 9)
-    return Part("bench", "quick run", f"quick run: bench.json was not in {out}, so forward times at lengths "
+    return Part("bench", "quick run", f"bench.json was not in {out}, so forward times at lengths "
                 f"{', '.join(map(str, seqs))} (batch 1, 2 heads, d=64; no memory) were measured now in "
                 f"{time.perf_counter() - t0:.1f} s; `attnlab bench --out {out}` measures time and memory properly",
                 data)
@@ -135,13 +135,12 @@ def train(out: Path, quick: bool) -> tuple[Part, Part]:
         data = _read(path)
         kind = _train_kind(data)
         if kind and kind not in found:
-            found[kind] = Part(f"train {kind}", "file", f"from {path}", data,
-                               _pngs(out, path.stem) if kind == "scale" else {})
+            found[kind] = Part(f"train {kind}", "file", f"from {path}", data, _pngs(out, path.stem))
     missing = [k for k in ("scale", "tie-kv") if k not in found]
     for kind in missing:
         cmd = "attnlab train" + (" --ablation tie-kv" if kind == "tie-kv" else "")
         if quick:
-            found[kind] = Part(f"train {kind}", "not measured", f"not measured: no train.json for this experiment in "
+            found[kind] = Part(f"train {kind}", "not measured", f"no train.json for this experiment in "
                                f"{out} and --quick skips training; run `{cmd} --out {out}` and build the page again",
                                None)
             continue
@@ -151,7 +150,7 @@ def train(out: Path, quick: bool) -> tuple[Part, Part]:
         with tempfile.TemporaryDirectory() as tmp:
             r = lab_train.run(lab_train.PRESETS["tiny"], kind=kind, out=tmp)
         cfg = lab_train.PRESETS["tiny"]
-        found[kind] = Part(f"train {kind}", "quick run", f"quick run: a tiny model ({cfg.n_layer} layer, d_model "
+        found[kind] = Part(f"train {kind}", "quick run", f"a tiny model ({cfg.n_layer} layer, d_model "
                            f"{cfg.d_model}) trained {cfg.steps} steps per variant while this page was built "
                            f"({time.perf_counter() - t0:.0f} s); `{cmd} --out {out}` trains the real one",
                            to_dict(r))

@@ -170,6 +170,7 @@ def trained(path: str | Path) -> Walkthrough:
         x = block(x)
     h, q, k, v, scale = first
     step = state.get("step", "?")
-    label = (f"the model trained by attnlab train ({Path(path).name}, step {step}, {cfg.n_layer} layers x "
+    trained_for = "its initial weights, not trained yet" if step == 0 else f"step {step}"
+    label = (f"the model from attnlab train ({Path(path).name}, {trained_for}, {cfg.n_layer} layers x "
              f"{cfg.n_head} heads, head width {cfg.head_dim}): layer 0, head 0, one token per character")
     return _build("trained", label, list(text), True, 0, 0, h, q, k, v, float(scale), heads)

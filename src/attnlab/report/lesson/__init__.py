@@ -41,6 +41,9 @@ def images(data) -> dict[str, str]:
             "bench": _image(bench.pngs.get("bench"), lambda: figures.bench(bench.data))}
     if scale.data:
         imgs["train"] = _image(next(iter(scale.pngs.values()), None), lambda: figures.train(scale.data))
+    tie = data.train_tie_kv
+    if tie.data:
+        imgs["tie_kv"] = _image(next(iter(tie.pngs.values()), None), lambda: figures.train(tie.data))
     for name, part in data.explore.items():
         imgs[f"explore-{name}"] = _image(part.pngs.get(f"explore-{name}"),
                                          lambda name=name, part=part: figures.explore(name, part.data))

@@ -63,7 +63,7 @@ def train(data: dict) -> bytes:
     for ax in (a1, a2):
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, title="scale")
+        ax.legend(fontsize=8, title="variant")
     fig.tight_layout()
     return _png(lambda f: (fig.savefig(f, format="png"), plt.close(fig)))
 

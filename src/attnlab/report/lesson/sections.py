@@ -66,7 +66,7 @@ def train(scale, tie, imgs) -> str:
     if tie.data:
         fv = num.final_val(tie.data)
         out += "<ul>" + "".join(f"<li>{escape(n)}: final validation loss <b>{v:.3f}</b></li>" for n, v in fv.items())
-        out += "</ul>"
+        out += "</ul>" + figure(imgs.get("tie_kv"), "tied against untied", "Keys and values tied against separate.")
     return out
 
 
