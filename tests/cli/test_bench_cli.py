@@ -77,3 +77,19 @@ def test_parse_size():
     for bad in ("", "G", "-1M", "0"):
         with pytest.raises(ValueError, match="--max-memory"):
             parse_size(bad)
+
+
+def test_help_states_the_config_defaults():
+    from attnlab.cli import build_parser
+    from attnlab.lab.bench import BenchConfig
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["bench"]
+    helps = {a.dest: a.help or "" for a in sub._actions}
+    d = BenchConfig()
+    assert f"default: {' '.join(map(str, d.seq))})" in helps["seq"]
+    for dest, field in [("batch", "batch"), ("heads", "heads"), ("head_dim", "head_dim"), ("dtype", "dtype"),
+                        ("device", "device"), ("repeats", "repeats"), ("warmup", "warmup"), ("budget", "budget_s"),
+                        ("seed", "seed")]:
+        value = getattr(d, field)
+        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        assert f"default: {shown})" in helps[dest], dest

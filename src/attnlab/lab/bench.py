@@ -73,7 +73,8 @@ class BenchConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
             raise ValueError(f"threads must be a positive integer, got {self.threads!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r}: choose from {', '.join(DTYPES)}")
@@ -84,9 +85,12 @@ class BenchConfig:
         if self.causal and self.mask:
             raise ValueError("give either causal or a mask, not both (--mask causal is the mask-function twin)")
         make_mask(self.mask, max(self.seq))
-        dev = torch.device(self.device)  # raises on a malformed name
-        if dev.type not in ("cpu", "cuda"):
-            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        try:
+            dev = torch.device(self.device)
+        except (RuntimeError, TypeError):
+            dev = None
+        if dev is None or dev.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda (or cuda:N), got {self.device!r}")
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device cuda asked for, but PyTorch sees no CUDA device on this machine")
         known = known_impls()
