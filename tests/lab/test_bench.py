@@ -148,9 +148,12 @@ def test_failing_form_and_ctrl_c_keep_what_was_measured(monkeypatch):
             raise ValueError("too long for me")
         return sdpa.attention(q, k, v, *args, **kw)
 
-    def interrupted_at_32(q, k, v, *args, **kw):
+    def interrupted_at_32(q, k, v, *args, **kw):  # as torch.compile does: Ctrl-C wrapped in its own error
         if q.shape[-2] >= 32:
-            raise KeyboardInterrupt
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as e:
+                raise RuntimeError("compilation failed") from e
         return sdpa.attention(q, k, v, *args, **kw)
 
     monkeypatch.setitem(kernels._REGISTRY, "brittle", kernels.Form("brittle", breaks_at_32, ""))

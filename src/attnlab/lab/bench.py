@@ -244,9 +244,21 @@ def _run_case(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult,
     try:
         return _measure(cfg, form, T, result, floor)
     except Exception as e:  # a form that cannot run this case: say why, go on with the others
+        if _caused_by_ctrl_c(e):  # e.g. torch.compile wraps a KeyboardInterrupt raised while it compiles
+            raise KeyboardInterrupt from e
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         failed[name] = T
         return Row(name, T, skipped=f"failed: {type(e).__name__}: {msg}"[:200])
+
+
+def _caused_by_ctrl_c(e: BaseException | None) -> bool:
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _measure(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult, floor: int | None) -> Row:
