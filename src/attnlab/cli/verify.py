@@ -47,7 +47,8 @@ def run(args) -> int:
     cases = verify.default_cases(dtypes, long=not args.quick)
     with progress(len(cases) * len(targets), "cases") as advance:
         result = verify.verify(targets, cases, seed=args.seed, progress=advance)
-    console.print(verify_table(result, args.show))
+    if args.show == "all" or not result.passed:
+        console.print(verify_table(result, args.show))
     c = result.counts()
     verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
     console.print(f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, "
