@@ -40,13 +40,19 @@ def tiny_checkpoint(path):
 
 @pytest.fixture(scope="session")
 def lesson(tmp_path_factory):
-    """(completed process, out folder) of `attnlab lesson --quick` on a folder with bench, train and a checkpoint."""
+    """(completed process, out folder) of `attnlab lesson --quick --open` on a folder with bench, train and a
+    checkpoint; the address --open passed to the browser is in out/../opened.txt."""
     out = tmp_path_factory.mktemp("lesson") / "out"
     (out / "checkpoints").mkdir(parents=True)
     (out / "bench.json").write_text(json.dumps(BENCH))
     (out / "train.json").write_text(json.dumps(TRAIN))
     (out / "tie_kv.json").write_text(json.dumps(TIE))
     tiny_checkpoint(out / "checkpoints" / "scale-sqrt.pt")
-    r = subprocess.run([sys.executable, "-m", "attnlab", "lesson", "--quick", "--out", str(out)], capture_output=True,
-                       text=True, timeout=300, env={**os.environ, "BROWSER": "true"})
+    # --open goes through Python's webbrowser, which honours $BROWSER: a script that notes the address it was given
+    opened = out.parent / "opened.txt"
+    recorder = out.parent / "record_url.py"
+    recorder.write_text(f"import sys\nopen({str(opened)!r}, 'w').write(sys.argv[1])\n")
+    r = subprocess.run([sys.executable, "-m", "attnlab", "lesson", "--quick", "--open", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "BROWSER": f"{sys.executable} {recorder} %s"})
     return r, out

@@ -19,6 +19,7 @@ def test_cli_builds_one_self_contained_page(lesson):
     assert "demo (quick run): demo.json was not in" in r.stdout
     assert "bench: from" in r.stdout and "train scale: from" in r.stdout and "train tie-kv: from" in r.stdout
     html = (out / "lesson.html").read_text()
+    assert (out.parent / "opened.txt").read_text() == (out / "lesson.html").resolve().as_uri()  # --open
     # nothing to fetch: every src/href is inline data or an anchor on the page
     assert not re.findall(r"""(?:src|href)\s*=\s*["'](?!data:|#)""", html)
     assert "http://" not in html and "https://" not in html
@@ -33,6 +34,8 @@ def test_cli_builds_one_self_contained_page(lesson):
     assert "2.05 → 1.90" in html  # the scale table read train.json
     assert "4.100" not in html and "3.390" in html  # final validation loss of sqrt = 3.2 + 0.19
     assert "untied against 3.450 tied" in html  # the tie-kv answer read the ablation's JSON
+    assert "Measured here (tie_kv.json)" in html and "(bench.json, fastest of the repeats)" in html
+    assert "took 4× as long as PyTorch" in html  # bench.json: matrix 4e-8 s·T² against sdpa's 1e-8
 
 
 def test_cli_rejects_bad_output_folder_and_broken_json(run_cli, tmp_path):

@@ -146,8 +146,11 @@ def test_lesson_page_in_chromium(browser, lesson, tmp_path):
     page.wait_for_timeout(300)  # the page redraws its heatmaps after a resize
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     shots = Path(os.environ.get("ATTNLAB_SCREENSHOTS", tmp_path))
+    page.evaluate("document.getElementById('walk').scrollIntoView()")
     page.screenshot(path=str(shots / "lesson-phone.png"))
     page.set_viewport_size({"width": 1280, "height": 900})
+    page.wait_for_timeout(300)
+    page.evaluate("document.getElementById('walk').scrollIntoView()")
     page.screenshot(path=str(shots / "lesson-desktop.png"))
 
     assert errors == []

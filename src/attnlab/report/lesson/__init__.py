@@ -71,7 +71,7 @@ def render(data) -> str:
                        'output folder were measured small and fast, or not at all; each part says which.</p>'
                        if data.quick else ""),
         "walk_label": escape(data.walkthrough.label),
-        "walk_kind": "trained" if data.walkthrough.source == "trained" else "seeded",
+        "walk_kind": "checkpoint" if data.walkthrough.source == "trained" else "seeded",
         "demo": sections.demo(data.demo, imgs),
         "bench": sections.bench(data.bench, imgs),
         "train": sections.train(data.train_scale, data.train_tie_kv, imgs),

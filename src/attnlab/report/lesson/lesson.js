@@ -65,8 +65,9 @@
     const state = { r: -1, c: -1 };
     const labW = o.compact ? 0 : 64;
     const avail = Math.max(120, Math.min(o.maxPx || 560, (parent.clientWidth || 560) - 4));
-    const cell = Math.max(2, Math.min(o.compact ? 40 : 26, Math.floor((avail - labW) / C)));
-    const w = labW + cell * C, h = cell * R;
+    const cell = Math.max(2, Math.min(o.compact ? 40 : 26, Math.floor((avail - labW) / C)));  // cell width
+    const ch = o.compact ? cell : Math.max(cell, 11);  // cell height: tall enough to label every row
+    const w = labW + cell * C, h = ch * R;
     const dpr = window.devicePixelRatio || 1;
     cv.width = Math.round(w * dpr); cv.height = Math.round(h * dpr);
     cv.style.width = `${w}px`; cv.style.height = `${h}px`;
@@ -77,27 +78,27 @@
       for (let r = 0; r < R; r++) for (let c = 0; c < C; c++) {
         const v = M[r][c];
         if (v === null) {
-          ctx.fillStyle = "#e4e6ea"; ctx.fillRect(labW + c * cell, r * cell, cell, cell);
-          if (cell >= 6) { ctx.strokeStyle = "#c3c8cf"; ctx.beginPath(); ctx.moveTo(labW + c * cell, (r + 1) * cell);
-            ctx.lineTo(labW + (c + 1) * cell, r * cell); ctx.stroke(); }
+          ctx.fillStyle = "#e4e6ea"; ctx.fillRect(labW + c * cell, r * ch, cell, ch);
+          if (cell >= 6) { ctx.strokeStyle = "#c3c8cf"; ctx.beginPath(); ctx.moveTo(labW + c * cell, (r + 1) * ch);
+            ctx.lineTo(labW + (c + 1) * cell, r * ch); ctx.stroke(); }
         } else {
           ctx.fillStyle = signed ? diverging(v / span) : viridis(v / span);
-          ctx.fillRect(labW + c * cell, r * cell, cell + 0.5, cell + 0.5);
+          ctx.fillRect(labW + c * cell, r * ch, cell + 0.5, ch + 0.5);
         }
       }
       if (labW) {
         ctx.fillStyle = "#1d2430"; ctx.textAlign = "right"; ctx.textBaseline = "middle";
-        ctx.font = `${Math.min(13, Math.max(7, cell - 2))}px system-ui, sans-serif`;
-        if (cell >= 7) for (let r = 0; r < R; r++) ctx.fillText(o.rows[r], labW - 4, r * cell + cell / 2);
+        ctx.font = `${Math.min(13, Math.max(8, ch - 2))}px system-ui, sans-serif`;
+        for (let r = 0; r < R; r++) ctx.fillText(o.rows[r], labW - 4, r * ch + ch / 2);
       }
       const hl = o.rowsAreTokens ? highlight() : -1;
       if (hl >= 0 && hl < R) {
         ctx.strokeStyle = "#e76f51"; ctx.lineWidth = 2;
-        ctx.strokeRect(labW + 1, hl * cell + 1, C * cell - 2, cell - 2);
+        ctx.strokeRect(labW + 1, hl * ch + 1, C * cell - 2, ch - 2);
       }
       if (state.r >= 0) {
         ctx.strokeStyle = "#000"; ctx.lineWidth = 2;
-        ctx.strokeRect(labW + state.c * cell + 1, state.r * cell + 1, cell - 2, cell - 2);
+        ctx.strokeRect(labW + state.c * cell + 1, state.r * ch + 1, cell - 2, ch - 2);
       }
     }
     function describe(r, c) {
@@ -108,7 +109,7 @@
     function show(r, c) { state.r = r; state.c = c; out.textContent = describe(r, c); draw(); }
     cv.addEventListener("mousemove", (e) => {
       const b = cv.getBoundingClientRect();
-      const c = Math.floor((e.clientX - b.left - labW) / cell), r = Math.floor((e.clientY - b.top) / cell);
+      const c = Math.floor((e.clientX - b.left - labW) / cell), r = Math.floor((e.clientY - b.top) / ch);
       if (r < 0 || c < 0 || r >= R || c >= C) { tip.hidden = true; return; }
       show(r, c);
       tip.textContent = describe(r, c);

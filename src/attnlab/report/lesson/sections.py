@@ -14,6 +14,13 @@ def badge(part) -> str:
     return f'<p class="source {kind.replace(" ", "-")}"><strong>{escape(kind)}</strong> — {escape(part.note)}</p>'
 
 
+def how(part) -> str:
+    """Where a part's numbers came from, in a few words: 'bench.json' or 'a quick run'."""
+    if part.origin == "file":
+        return part.note.removeprefix("from ").replace("\\", "/").rsplit("/", 1)[-1]
+    return "a quick run" if part.origin == "quick run" else part.origin
+
+
 def figure(src: str | None, alt: str, caption: str) -> str:
     if not src:
         return ""
@@ -106,7 +113,7 @@ def questions(data) -> str:
     kv = ("The key is what a token advertises for matching; the value is what it hands over once matched. Tie them "
           "and a token can only pass on the same thing it is found by. ")
     if {"tied", "untied"} <= set(tie):
-        kv += (f"Measured here ({escape(data.train_tie_kv.origin)}): final validation loss {tie['untied']:.3f} "
+        kv += (f"Measured here ({escape(how(data.train_tie_kv))}): final validation loss {tie['untied']:.3f} "
                f"untied against {tie['tied']:.3f} tied ({tie['tied'] - tie['untied']:+.3f}).")
     else:
         kv += f"The tied model has not been trained on this machine yet ({escape(data.train_tie_kv.note)})."
@@ -114,7 +121,7 @@ def questions(data) -> str:
     yourself = ("Not for real work: use <code>torch.nn.functional.scaled_dot_product_attention</code>. Write it to "
                 "learn it, and check yours with <code>attnlab verify</code>. ")
     if r_m:
-        yourself += (f"On this machine ({escape(data.bench.origin)}, fastest of the repeats) the four-line matrix form "
+        yourself += (f"On this machine ({escape(how(data.bench))}, fastest of the repeats) the four-line matrix form "
                      f"took {r_m[0]:.2g}× as long as PyTorch's kernel at T = {r_m[1]}")
         yourself += f", and the explicit loops {r_l[0]:.0f}× as long at T = {r_l[1]}." if r_l else "."
     return "".join(_qa(q, a) for q, a in (
