@@ -9,7 +9,7 @@ from attnlab.cli import main
 from attnlab.cli.bench import parse_size
 
 PNG = b"\x89PNG\r\n\x1a\n"
-TINY = ["--seq", "64", "128", "256", "--heads", "2", "--head-dim", "16", "--repeats", "2"]
+TINY = ["--seq", "64", "128", "256", "--heads", "2", "--head-dim", "16", "--repeats", "2", "--matmul-size", "256"]
 
 
 def test_bench_writes_table_json_csv_and_plot(run_cli, tmp_path):
@@ -41,8 +41,8 @@ def test_bad_impl_end_to_end_is_one_line_exit_2(run_cli):
 
 
 def test_guard_prints_a_skip_line(capsys, tmp_path):
-    assert main(["bench", "--seq", "16", "32", "--heads", "1", "--head-dim", "8", "--repeats", "1",
-                 "--impl", "matrix", "--max-memory", "1K", "--out", str(tmp_path)]) == 0
+    assert main(["bench", "--seq", "16", "32", "--heads", "1", "--head-dim", "8", "--repeats", "1", "--impl", "matrix",
+                 "--matmul-size", "64", "--max-memory", "1K", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "skipped matrix T=16: estimated" in out and "(--max-memory)" in out
     assert "[ ] quadratic memory growth measured" in out

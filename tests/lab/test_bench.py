@@ -17,7 +17,7 @@ from attnlab.lab.flops import attention_flops, matmul_flops
 from attnlab.lab.results import to_dict
 from attnlab.report import bench as report
 
-TINY = dict(seq=(16, 32), batch=1, heads=1, head_dim=8, repeats=1)
+TINY = dict(seq=(16, 32), batch=1, heads=1, head_dim=8, repeats=1, matmul_n=128)
 
 
 def test_growth_exponent_recovers_the_slope_of_synthetic_data():

@@ -38,6 +38,8 @@ def add_parser(sub):
     p.add_argument("--max-memory", metavar="SIZE",
                    help="skip cases estimated to need more than SIZE, e.g. 512M or 4G "
                         "(default: 80%% of the memory free)")
+    p.add_argument("--matmul-size", type=int, metavar="N",
+                   help="the machine's peak is the best N x N matmul (default: 2048 on a CPU, 8192 on a GPU)")
     p.add_argument("--out", default="attnlab-out", help="output folder (default: ./attnlab-out)")
     p.add_argument("--seed", type=int, help="random seed (default: 0)")
     p.set_defaults(run=run)
@@ -68,7 +70,7 @@ def run(args) -> int:
     given = {"seq": tuple(args.seq) if args.seq else None, "impls": tuple(dict.fromkeys(impls)) or None,
              "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
              "device": args.device, "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,
-             "budget_s": args.budget, "mask": args.mask, "seed": args.seed}
+             "budget_s": args.budget, "mask": args.mask, "seed": args.seed, "matmul_n": args.matmul_size}
     try:
         given["memory_limit_bytes"] = parse_size(args.max_memory) if args.max_memory else None
         cfg = bench.BenchConfig(causal=args.causal, backward=args.backward,

@@ -6,7 +6,8 @@ For each length T (queries = keys = T) and each form, on the same seeded inputs 
   the median and the min / max spread. A case gets up to ``repeats`` timed calls, fewer (never
   under 3) when they would not fit the time budget. ``flex`` compiles during its warm-up;
 * **rate** -- FLOPs from :mod:`attnlab.lab.flops` divided by the median time, and set against the
-  machine's own matrix-multiply rate, measured once at the start;
+  machine's own matrix-multiply rate (measured at the start and again at the end; the better of
+  the two is the machine's peak);
 * **peak memory** -- measured around one more call by :mod:`attnlab.lab.memory`: the extra bytes
   the call needs over its inputs;
 * **growth** -- the slope of log(cost) against log(T) per form (:mod:`attnlab.lab.growth`).
@@ -65,6 +66,7 @@ class BenchConfig:
     budget_s: float = 30.0  # the most one case (warm-up, repeats, memory call) may take
     memory_limit_bytes: int | None = None  # None: FREE_FRACTION of the memory free at each case
     seed: int = 0
+    matmul_n: int | None = None  # the peak is measured on n x n matmuls; None: 2048 on a CPU, 8192 on a GPU
 
     def __post_init__(self):
         if not self.seq or any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in self.seq):
@@ -73,9 +75,10 @@ class BenchConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
-            raise ValueError(f"threads must be a positive integer, got {self.threads!r}")
+        for name in ("threads", "matmul_n"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r}: choose from {', '.join(DTYPES)}")
         if not self.budget_s > 0:
@@ -203,7 +206,7 @@ def _sweep(cfg: BenchConfig, progress) -> BenchResult:
     floor = memory.noise_floor(cfg.device)
     info.update(memory_method=memory.method(cfg.device), memory_noise_floor_bytes=floor,
                 load_average=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)  # others' work: noise
-    result = BenchResult(info, versions(), _config_dict(cfg), matmul_peak(DTYPES[cfg.dtype], cfg.device))
+    result = BenchResult(info, versions(), _config_dict(cfg), _peak(cfg))
     registered = kernels.forms()
     forms = {n: registered[n] if n in registered else kernels.Form(n, flex.attention, flex.SUMMARY)
              for n in cfg.impls}
@@ -217,6 +220,8 @@ def _sweep(cfg: BenchConfig, progress) -> BenchResult:
     except KeyboardInterrupt:
         done = {(r.seq, r.impl) for r in result.results}
         result.results += [Row(name, T, skipped="interrupted") for T, name in todo if (T, name) not in done]
+    # the peak again: a busy moment during the first measurement would make every share too high
+    result.matmul_gflops = max(result.matmul_gflops, _peak(cfg))
     order = {n: i for i, n in enumerate(cfg.impls)}
     result.results.sort(key=lambda r: (order[r.impl], r.seq))
     for name in cfg.impls:
@@ -225,6 +230,11 @@ def _sweep(cfg: BenchConfig, progress) -> BenchResult:
         result.exponents[name] = {"time": growth.exponent([r.seq for r in rows], [r.time_s for r in rows]),
                                   "memory": growth.exponent([r.seq for r in mem], [r.peak_bytes for r in mem])}
     return result
+
+
+def _peak(cfg: BenchConfig) -> float:
+    n = cfg.matmul_n or (8192 if torch.device(cfg.device).type == "cuda" else 2048)
+    return matmul_peak(DTYPES[cfg.dtype], cfg.device, n=n, repeats=3)
 
 
 def _config_dict(cfg: BenchConfig) -> dict:
