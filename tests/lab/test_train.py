@@ -73,7 +73,8 @@ def test_resume_after_ctrl_c_reproduces_the_uninterrupted_run_exactly(data, tmp_
     assert steps_b == steps_a  # every step's loss, bit for bit
     for name in ("sqrt", "none"):
         la, lb = a.variants[name], b.variants[name]
-        for key in ("step", "train_loss", "val_loss", "grad_norm", "entropy", "peak", "qk_grad_norm"):
+        for key in ("step", "train_loss", "val_loss", "grad_norm", "entropy", "peak", "qk_grad_norm",
+                    "score_grad_norm"):
             assert getattr(la, key) == getattr(lb, key), (name, key)
 
     with pytest.raises(ValueError, match="lr"):

@@ -45,3 +45,23 @@ def test_probe_of_a_gpt_has_one_row_per_layer_and_head_and_restores_training_mod
     assert len(r.layer_entropy()) == 3 and model.training
     with pytest.raises(ValueError, match="MultiHeadAttention"):
         probe(torch.nn.Linear(2, 2), torch.zeros(1, 2))
+
+
+def test_score_gradient_vanishes_when_the_softmax_saturates():
+    """The explicit path equals the fast one, and d loss / d scores is tiny for a one-hot softmax."""
+    from attnlab.nn import MultiHeadAttention
+    from attnlab.nn.probe import score_grad_norms
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 12, 32, dtype=torch.float64)
+    norms = {}
+    for scale in (0.01, 1e5):
+        m = MultiHeadAttention(32, 4, 2, scale=scale).double()
+        fast = m(x)
+        m.keep_scores = True
+        assert (m(x) - fast).abs().max() < 1e-12
+        m.keep_scores = False
+        norms[scale] = score_grad_norms(m, lambda m=m: m(x).square().sum())[0]
+        assert m.scores is None and not m.keep_scores and m.qkv.weight.grad is not None
+    print("||d loss / d scores||: nearly uniform", norms[0.01], "saturated", norms[1e5])
+    assert norms[1e5] < 0.05 * norms[0.01]

@@ -108,7 +108,8 @@ def run(args) -> int:
     uniform = result.config["uniform_entropy"]
     t = Table(title=f"per variant (entropy in nats per layer; uniform attention = {uniform:.2f})")
     for col in ("variant", "entropy start -> end", "peak weight start -> end", "val loss start -> end",
-                "grad norm start -> end", "W_q,W_k grad start -> end", "tokens/s", "time"):
+                "grad norm start -> end", "W_q,W_k grad start -> end", "score grad start -> end", "tokens/s",
+                "time"):
         t.add_column(col)
     for s in summaries.values():
         t.add_row(s.name, f"{_fmt(s.entropy_start)} -> {_fmt(s.entropy_end)}",
@@ -116,6 +117,7 @@ def run(args) -> int:
                   f"{s.val_start:.3f} -> {s.val_end:.3f}" + (f" (diverged at {s.diverged_at})" if s.diverged_at
                                                              is not None else ""),
                   f"{s.grad_norm_start:.3g} -> {s.grad_norm_end:.3g}", f"{s.qk_grad_start:.3g} -> {s.qk_grad_end:.3g}",
+                  f"{s.score_grad_start:.3g} -> {s.score_grad_end:.3g}",
                   f"{s.tokens_per_s:,.0f}", f"{s.seconds:.0f} s")
     console.print(t)
     if preds:

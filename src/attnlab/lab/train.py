@@ -8,8 +8,8 @@ the loss plateaus early. With 1/d the softmax starts nearly uniform instead.
 same batches in the same order -- and logs every ``eval_every`` steps:
 
 * train and validation loss on fixed batches (the same for every variant and every log);
-* the gradient norm at that point, for all parameters and for each layer's query/key weights
-  (the part whose gradient flows through the softmax);
+* the gradient norm at that point: for all parameters, for each layer's query/key weights, and
+  with respect to each layer's scores (what flows back through the softmax);
 * per layer, the softmax entropy and mean peak weight, from :func:`attnlab.nn.probe.probe`.
 
 Every log writes a checkpoint; Ctrl-C finishes the current step, writes one, and stops.
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from attnlab.nn import GPT, GPTConfig, probe
-from attnlab.nn.probe import uniform_causal_entropy
+from attnlab.nn.probe import score_grad_norms, uniform_causal_entropy
 
 from . import checkpoint as ckpt
 from . import corpus as corpora
@@ -54,7 +54,7 @@ class TrainConfig:
     warmup: int = 20  # linear warm-up steps, then cosine decay to lr / 10
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    eval_every: int = 20
+    eval_every: int = 25
     eval_batches: int = 4
     probe_rows: int = 8  # sequences of the first validation batch given to the entropy probe
     seed: int = 0
@@ -71,8 +71,9 @@ class TrainConfig:
         for name in ("lr", "grad_clip"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if self.warmup < 0 or self.weight_decay < 0:
-            raise ValueError("warmup and weight_decay must be >= 0")
+        for name in ("warmup", "weight_decay"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
     def model(self, vocab_size: int, **variant) -> GPTConfig:
         return GPTConfig(vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer, n_head=self.n_head,
@@ -97,7 +98,8 @@ class VariantLog:
     grad_norm: list[float] = field(default_factory=list)
     entropy: list[list[float]] = field(default_factory=list)  # [logged step][layer], nats
     peak: list[list[float]] = field(default_factory=list)  # [logged step][layer], mean max weight
-    qk_grad_norm: list[list[float]] = field(default_factory=list)  # [logged step][layer]
+    qk_grad_norm: list[list[float]] = field(default_factory=list)  # [logged step][layer]: ||grad W_q, W_k||
+    score_grad_norm: list[list[float]] = field(default_factory=list)  # [logged step][layer]: through the softmax
     params: int = 0
     tokens: int = 0  # tokens trained on
     train_seconds: float = 0.0  # time in training steps (logs and checkpoints excluded)
@@ -161,7 +163,7 @@ def _measure(model: GPT, fixed: dict, log: VariantLog, step: int) -> None:
         va = sum(float(model(x, y)[1]) for x, y in fixed["val"]) / len(fixed["val"])
     model.zero_grad(set_to_none=True)
     x, y = fixed["train"][0]
-    model(x, y)[1].backward()
+    scores = score_grad_norms(model, lambda: model(x, y)[1])
     grads = [p.grad.norm() for p in model.parameters() if p.grad is not None]
     gn, qk = float(torch.stack(grads).norm()), _qk_grad_norms(model)
     model.zero_grad(set_to_none=True)
@@ -172,6 +174,7 @@ def _measure(model: GPT, fixed: dict, log: VariantLog, step: int) -> None:
     log.val_loss.append(va)
     log.grad_norm.append(gn)
     log.qk_grad_norm.append(qk)
+    log.score_grad_norm.append(scores)
     log.entropy.append(pr.layer_entropy())
     log.peak.append(pr.layer_peak())
 

@@ -29,6 +29,8 @@ class VariantSummary:
     grad_norm_end: float
     qk_grad_start: float  # mean over layers
     qk_grad_end: float
+    score_grad_start: float  # mean over layers of ||d loss / d scores||
+    score_grad_end: float
     tokens_per_s: float
     seconds: float
     diverged_at: int | None
@@ -52,6 +54,7 @@ def summarise_variant(name: str, log) -> VariantSummary:
         peak_end=log.peak[-1], val_start=log.val_loss[0], val_end=log.val_loss[-1], val_mid=log.val_loss[mid],
         grad_norm_start=log.grad_norm[0], grad_norm_end=log.grad_norm[-1],
         qk_grad_start=_mean(log.qk_grad_norm[0]), qk_grad_end=_mean(log.qk_grad_norm[-1]),
+        score_grad_start=_mean(log.score_grad_norm[0]), score_grad_end=_mean(log.score_grad_norm[-1]),
         tokens_per_s=log.tokens_per_s, seconds=log.seconds, diverged_at=log.diverged_at)
 
 
@@ -71,9 +74,11 @@ def summarise(result) -> tuple[dict[str, VariantSummary], list[Prediction]]:
         f"{_mean(a.entropy_end):.2f} scaled (uniform {uniform:.2f}); rule: below a quarter of uniform throughout"))
     preds.append(Prediction(
         "its gradients vanish",
-        b.qk_grad_start < 0.5 * a.qk_grad_start,
-        f"query/key weight gradient at step 0: {b.qk_grad_start:.3g} unscaled vs {a.qk_grad_start:.3g} scaled "
-        f"(at the end {b.qk_grad_end:.3g} vs {a.qk_grad_end:.3g}); rule: below half the scaled one"))
+        b.score_grad_start < 0.5 * a.score_grad_start,
+        f"gradient through the softmax (w.r.t. the scores) at step 0: {b.score_grad_start:.3g} unscaled vs "
+        f"{a.score_grad_start:.3g} scaled, at the end {b.score_grad_end:.3g} vs {a.score_grad_end:.3g}; but on "
+        f"the query/key weights {b.qk_grad_start:.3g} vs {a.qk_grad_start:.3g} at step 0 (no 1/sqrt(d) factor "
+        f"in the chain rule); rule: score gradient below half the scaled one"))
     gap = float("inf") if b.diverged_at is not None else b.val_end - a.val_end
     preds.append(Prediction(
         "the loss stays above the scaled model's",

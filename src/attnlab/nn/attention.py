@@ -117,6 +117,8 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(d_model, d_model + (1 if tie_kv else 2) * kv_width, bias=bias)  # fused q, k(, v)
         self.proj = nn.Linear(d_model, d_model, bias=bias)
         self.resid_drop = nn.Dropout(dropout)
+        self.keep_scores = False  # the probe's switch: compute explicitly and keep the scores (see forward)
+        self.scores: torch.Tensor | None = None
 
     def extra_repr(self) -> str:
         return (f"n_head={self.n_head}, n_kv_head={self.n_kv_head}, head_dim={self.head_dim}, rope={self.rope}, "
@@ -140,19 +142,34 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """(B, T, C) -> (B, T, C). With a cache, x holds the next T tokens after those already cached."""
-        B, T, C = x.shape if isinstance(x, torch.Tensor) and x.dim() == 3 else (0, 0, 0)
         past = len(cache) if cache is not None else 0
-        q, k, v = self.project(x, offset=past)
+        q, k, v = self.project(x, offset=past)  # checks x is (B, T, C)
+        B, T, C = x.shape
         mask, causal = None, True
         if cache is not None:
             k, v = cache.append(k, v)  # (B, Hkv, past + T, d)
             if past:  # new queries sit at the end of the keys: lower-right causal alignment
                 mask, causal = _LOWER_RIGHT, False
-        y = kernels.attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
-                              is_causal=causal, scale=self.scale, enable_gqa=self.n_kv_head != self.n_head,
-                              impl=self.impl)  # (B, H, T, d)
+        if self.keep_scores:
+            y = self._explicit(q, k, v, past)
+        else:
+            y = kernels.attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+                                  is_causal=causal, scale=self.scale, enable_gqa=self.n_kv_head != self.n_head,
+                                  impl=self.impl)  # (B, H, T, d)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C): the heads side by side
         return self.resid_drop(self.proj(y))
+
+    def _explicit(self, q, k, v, past: int) -> torch.Tensor:
+        """Attention written out, keeping the scores so a probe can read their gradient (no dropout)."""
+        groups = self.n_head // self.n_kv_head
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, S, d)
+        s = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, S): what the softmax sees
+        if s.requires_grad:
+            s.retain_grad()
+        self.scores = s
+        T, S = s.shape[-2:]
+        visible = torch.ones(T, S, dtype=torch.bool, device=s.device).tril(diagonal=S - T)  # lower-right causal
+        return torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1) @ v  # (B, H, T, d)
 
     @torch.no_grad()
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,10 @@ describe how peaked it is:
   the 1/sqrt(d) scale -- shows up as entropy near 0.
 * **peak weight** max_j w_j: 1/S when uniform, 1 when saturated.
 
+And one number for learning: :func:`score_grad_norms`, the size of the loss's gradient with
+respect to the scores s = scale * q . k, i.e. what flows back *through* the softmax. Its Jacobian
+diag(w) - w w^T is zero for a one-hot w: a saturated softmax passes (almost) no gradient.
+
 In a causal layer query i sees i + 1 keys, so its entropy is at most log(i + 1); averaged over the
 rows of a length-T sequence, uniform attention gives :func:`uniform_causal_entropy` (T).
 
@@ -18,6 +22,7 @@ trains with, so training can run on a fast form and still be probed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -94,3 +99,27 @@ def probe(model: nn.Module, *inputs, **kwargs) -> ProbeResult:
         raise ValueError(f"attention layers {missing} did not run in the model's forward")
     return ProbeResult(entropy=[found[i][0] for i in range(len(layers))],
                        peak=[found[i][1] for i in range(len(layers))])
+
+
+def score_grad_norms(model: nn.Module, loss_fn: Callable[[], torch.Tensor]) -> list[float]:
+    """||d loss / d scores|| for every :class:`MultiHeadAttention` in ``model``, in order.
+
+    ``loss_fn()`` runs the model and returns a scalar loss. For this one pass each layer computes
+    its attention explicitly and keeps its scores; gradients are left in the parameters' ``.grad``.
+    """
+    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    if not layers:
+        raise ValueError("model has no MultiHeadAttention layers to probe")
+    for m in layers:
+        m.keep_scores, m.scores = True, None
+    try:
+        loss_fn().backward()
+        norms = []
+        for i, m in enumerate(layers):
+            if m.scores is None or m.scores.grad is None:
+                raise ValueError(f"attention layer {i} did not take part in the loss")
+            norms.append(float(m.scores.grad.norm()))
+        return norms
+    finally:
+        for m in layers:
+            m.keep_scores, m.scores = False, None

@@ -23,7 +23,7 @@ def _plt():
 
 
 def figure(result, path: str | Path) -> Path:
-    """Three panels: loss (train dashed, validation solid), entropy per layer, query/key gradient norm."""
+    """Three panels: loss (train dashed, validation solid), entropy per layer, gradient through the softmax."""
     plt = _plt()
     cfg = result.config
     fig, (ax_loss, ax_ent, ax_grad) = plt.subplots(1, 3, figsize=(15, 4.4), dpi=110)
@@ -37,7 +37,7 @@ def figure(result, path: str | Path) -> Path:
             ls = LAYER_STYLES[layer % len(LAYER_STYLES)]
             ax_ent.plot(log.step, [e[layer] for e in log.entropy], color=colour, ls=ls,
                         label=f"{label}, layer {layer}" if n_layer > 1 else label)
-            ax_grad.plot(log.step, [g[layer] for g in log.qk_grad_norm], color=colour, ls=ls,
+            ax_grad.plot(log.step, [g[layer] for g in log.score_grad_norm], color=colour, ls=ls,
                          label=f"{label}, layer {layer}" if n_layer > 1 else label)
     ax_loss.set(xlabel="step", ylabel="cross-entropy (nats / character)", title="Loss")
     early = [log.val_loss[min(1, len(log.val_loss) - 1)] for log in result.variants.values()]
@@ -45,7 +45,7 @@ def figure(result, path: str | Path) -> Path:
     ax_ent.axhline(cfg["uniform_entropy"], color="grey", lw=0.8, ls=":")
     ax_ent.text(0, cfg["uniform_entropy"], " uniform attention", va="bottom", fontsize=8, color="grey")
     ax_ent.set(xlabel="step", ylabel="softmax entropy (nats)", title="Attention entropy per layer", ylim=(0, None))
-    ax_grad.set(xlabel="step", ylabel="||grad|| of W_q, W_k", title="Query/key gradient norm per layer",
+    ax_grad.set(xlabel="step", ylabel="||d loss / d scores||", title="Gradient through the softmax, per layer",
                 yscale="log")
     for ax in (ax_loss, ax_ent, ax_grad):
         ax.grid(alpha=0.3)
