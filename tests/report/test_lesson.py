@@ -82,6 +82,9 @@ def test_sources_read_classify_and_measure(tmp_path):
     (tmp_path / "bench.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match="does not hold a JSON object"):
         sources.bench(tmp_path, quick=True)
+    (tmp_path / "explore-trust.json").write_text('{"seed": 0}')
+    with pytest.raises(ValueError, match="explore-trust.json is not a result of `attnlab explore trust`"):
+        sources.explore(tmp_path, seed=0)
     q = sources.quick_bench([8, 16], repeats=1)
     impls = {r["impl"] for r in q["results"]}
     assert {"matrix", "sdpa"} <= impls and all(r["time_s"] > 0 for r in q["results"])

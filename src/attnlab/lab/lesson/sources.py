@@ -150,7 +150,8 @@ def train(out: Path, quick: bool) -> tuple[Part, Part]:
         with tempfile.TemporaryDirectory() as tmp:
             r = lab_train.run(lab_train.PRESETS["tiny"], kind=kind, out=tmp)
         cfg = lab_train.PRESETS["tiny"]
-        found[kind] = Part(f"train {kind}", "quick run", f"a tiny model ({cfg.n_layer} layer, d_model "
+        layers = f"{cfg.n_layer} layer{'s' if cfg.n_layer != 1 else ''}"
+        found[kind] = Part(f"train {kind}", "quick run", f"a tiny model ({layers}, d_model "
                            f"{cfg.d_model}) trained {cfg.steps} steps per variant while this page was built "
                            f"({time.perf_counter() - t0:.0f} s); `{cmd} --out {out}` trains the real one",
                            to_dict(r))
@@ -165,7 +166,11 @@ def explore(out: Path, seed: int) -> dict[str, Part]:
         path = out / f"explore-{name}.json"
         data = _read(path)
         if data is not None:
-            result, origin, note = e.from_dict(data), "file", f"from {path}"
+            try:
+                result = e.from_dict(data)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"{path} is not a result of `attnlab explore {name}` ({err}); run it again") from None
+            origin, note = "file", f"from {path}"
         else:
             result, origin, note = e.run(seed=seed), "computed now", "computed while this page was built"
         d = to_dict(result)

@@ -171,6 +171,7 @@ def trained(path: str | Path) -> Walkthrough:
     h, q, k, v, scale = first
     step = state.get("step", "?")
     trained_for = "its initial weights, not trained yet" if step == 0 else f"step {step}"
-    label = (f"the model from attnlab train ({Path(path).name}, {trained_for}, {cfg.n_layer} layers x "
+    layers = f"{cfg.n_layer} layer{'s' if cfg.n_layer != 1 else ''}"
+    label = (f"the model from attnlab train ({Path(path).name}, {trained_for}, {layers} x "
              f"{cfg.n_head} heads, head width {cfg.head_dim}): layer 0, head 0, one token per character")
     return _build("trained", label, list(text), True, 0, 0, h, q, k, v, float(scale), heads)
