@@ -27,13 +27,13 @@ TRAIN = {"config": {"kind": "scale"}, "versions": {},
 TIE = {"config": {"kind": "tie-kv"}, "versions": {}, "variants": {"untied": _log(1.9), "tied": _log(2.5)}}
 
 
-def tiny_checkpoint(path):
+def tiny_checkpoint(path, block_size=64):
     """A real checkpoint in `attnlab train`'s format (its model, its saver), with untrained weights."""
     from attnlab.lab import checkpoint
     from attnlab.nn.gpt import GPT, GPTConfig
 
     chars = sorted(set("the animal did not cross the street because it was tired.,"))
-    cfg = GPTConfig(vocab_size=len(chars), block_size=64, n_layer=2, n_head=2, d_model=32)
+    cfg = GPTConfig(vocab_size=len(chars), block_size=block_size, n_layer=2, n_head=2, d_model=32)
     torch.manual_seed(0)
     checkpoint.save(path, {"model_config": cfg.to_dict(), "model": GPT(cfg).state_dict(), "chars": chars, "step": 0})
 

@@ -70,6 +70,10 @@ def test_trained_walkthrough_reads_a_checkpoint_character_by_character(tmp_path)
     assert w.tokens[w.query] == "t" and w.tokens[w.query - 1] == "i" and w.words[w.word_of[w.query]] == "it"
     assert w.d_head == 16 and len(w.heads) == 2 and len(w.heads[0]) == 2
     assert walkthrough.find_checkpoint(tmp_path / "nothing") is None
+    short = tmp_path / "short" / "checkpoints" / "scale-sqrt.pt"
+    tiny_checkpoint(short, block_size=8)  # "d tired": "it" is out of reach
+    with pytest.raises(walkthrough.TooShort, match="reads at most 8 characters"):
+        walkthrough.trained(short)
     (tmp_path / "checkpoints" / "scale-sqrt.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="cannot be read"):
         walkthrough.trained(path)

@@ -41,7 +41,11 @@ def collect(out: str | Path, quick: bool = False, seed: int = 0, log=lambda msg:
     out = Path(out)
     ckpt = walkthrough.find_checkpoint(out)
     log(f"walkthrough: {'checkpoint ' + str(ckpt) if ckpt else 'no checkpoint in ' + str(out) + ', a seeded model'}")
-    walk = walkthrough.trained(ckpt) if ckpt else walkthrough.seeded(seed)
+    try:
+        walk = walkthrough.trained(ckpt) if ckpt else walkthrough.seeded(seed)
+    except walkthrough.TooShort as e:
+        log(f"walkthrough: {e}; a seeded model instead")
+        walk = walkthrough.seeded(seed, why=f" ({e})")
     log("demo")
     demo = sources.demo(out, seed)
     log("bench")

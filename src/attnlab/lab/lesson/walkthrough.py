@@ -27,6 +27,10 @@ SENTENCE = "the animal did not cross the street because it was tired"
 QUERY_WORD = "it"
 
 
+class TooShort(ValueError):
+    """The checkpoint's context is too short to read the sentence up to the query word."""
+
+
 @dataclass
 class Walkthrough:
     source: str  # "trained" or "seeded"
@@ -102,7 +106,7 @@ def _build(source, label, tokens, char_level, layer, head, x, q, k, v, scale, he
                        [[round(_entropy(h), 4) for h in layer_w] for layer_w in heads])
 
 
-def seeded(seed: int = 0, d_model: int = 32, n_head: int = 4, n_layer: int = 2) -> Walkthrough:
+def seeded(seed: int = 0, d_model: int = 32, n_head: int = 4, n_layer: int = 2, why: str = "") -> Walkthrough:
     """A word-level model with random weights from ``seed``: sinusoidal positions, pre-norm layers of n_head heads."""
     tokens = SENTENCE.split()
     T, d = len(tokens), d_model // n_head
@@ -124,7 +128,7 @@ def seeded(seed: int = 0, d_model: int = 32, n_head: int = 4, n_layer: int = 2) 
             first = (h, q[0], k[0], v[0])
         x = x + y.transpose(0, 1).reshape(T, d_model) @ wo
     h, q, k, v = first
-    return _build("seeded", f"a seeded model (random weights, seed {seed}, never trained): layer 0, head 0",
+    return _build("seeded", f"a seeded model (random weights, seed {seed}, never trained): layer 0, head 0{why}",
                   tokens, False, 0, 0, h, q, k, v, 1 / math.sqrt(d), heads)
 
 
@@ -153,6 +157,9 @@ def trained(path: str | Path) -> Walkthrough:
     model.eval()
     chars = list(state["chars"])
     text = SENTENCE[-cfg.block_size:]  # a model trained on short windows reads the last block_size characters
+    if QUERY_WORD not in text.split():
+        raise TooShort(f"the model in {path} reads at most {cfg.block_size} characters, too few to reach "
+                       f"'{QUERY_WORD}' in the sentence")
     missing = sorted({c for c in text if c not in chars})
     if missing:
         raise ValueError(f"checkpoint {path} has no token for {''.join(missing)!r}; it cannot read the sentence")
