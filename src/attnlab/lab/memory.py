@@ -22,6 +22,15 @@ size several times and takes four times the worst deviation, and never less than
 below the floor says "too small to tell", not a number. Run the call once before measuring it, so
 that loading code is not counted.
 
+What this counts is what the operating system sees, and that includes blocks the C allocator
+keeps after the program freed them. Tensors from about 128 KiB to 32 MiB come from the allocator's
+heap, and a freed one may stay resident while the next is placed elsewhere: the matrix form at
+T = 512 (8 MiB score matrices) then reads as about five matrices where three are alive at once.
+Tensors above 32 MiB always get their own pages and are counted exactly. To count live tensors
+exactly at every size, start Python with ``MALLOC_MMAP_THRESHOLD_=65536`` (every block of 64 KiB
+or more gets its own pages and goes back when freed); that costs time in page faults, so do it
+for memory runs, not for timing ones.
+
 **On CUDA** PyTorch's allocator keeps the count itself: ``torch.cuda.max_memory_allocated`` after
 ``torch.cuda.reset_peak_memory_stats``, minus what was allocated before. It is exact to the
 allocator's rounding, so the floor there is one 512-byte block.
@@ -89,7 +98,9 @@ def method(device="cpu") -> str | None:
         return "torch.cuda.max_memory_allocated"
     if _clear_refs_works():
         trim = " after malloc_trim" if _libc() is not None else ""
-        return f"process peak resident set (VmHWM reset by /proc/self/clear_refs){trim}"
+        exact = os.environ.get("MALLOC_MMAP_THRESHOLD_")
+        exact = f", MALLOC_MMAP_THRESHOLD_={exact}" if exact else ""
+        return f"process peak resident set (VmHWM reset by /proc/self/clear_refs){trim}{exact}"
     return None
 
 
