@@ -28,20 +28,21 @@ class Form:
     slow: bool = False  # True: explicit Python loops -- small sizes only
     max_work: int | None = None  # largest N*H*L*S a checker or benchmark should give it
     shared_dropout: bool = True  # drops the same weights as every attnlab form for one seed (kernels.dropout)
+    distributed: bool = False  # True: runs only across the ranks of a torch.distributed process group (ring)
 
 
 _REGISTRY: dict[str, Form] = {}
 
 
 def register(name: str, fn: Callable[..., torch.Tensor], summary: str, *, slow: bool = False,
-             max_work: int | None = None, shared_dropout: bool = True) -> None:
+             max_work: int | None = None, shared_dropout: bool = True, distributed: bool = False) -> None:
     """Add a form under ``name`` (it must take SDPA's arguments)."""
-    _REGISTRY[name] = Form(name, fn, summary, slow, max_work, shared_dropout)
+    _REGISTRY[name] = Form(name, fn, summary, slow, max_work, shared_dropout, distributed)
 
 
-def forms() -> dict[str, Form]:
-    """The registered forms, by name."""
-    return dict(_REGISTRY)
+def forms(distributed: bool = False) -> dict[str, Form]:
+    """The registered forms that run in one process, by name; ``distributed=True`` adds those that need a group."""
+    return {n: f for n, f in _REGISTRY.items() if distributed or not f.distributed}
 
 
 def get(name: str) -> Form:
@@ -67,13 +68,15 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
 
 
 def _register_builtin() -> None:
-    from . import flash, loops, matrix, sdpa
+    from . import flash, loops, matrix, ring, sdpa
 
     register("loops", loops.attention, "explicit Python loops over batch, head, query and key",
              slow=True, max_work=1_000)
     register("matrix", matrix.attention, "the four lines: scores, mask, softmax, weights @ v")
     register("flash", flash.attention, "tiled online softmax, O(L) memory, FlashAttention-2 backward")
     register("sdpa", sdpa.attention, "PyTorch's own F.scaled_dot_product_attention", shared_dropout=False)
+    register("ring", ring.attention, "flash tiles over a sequence sharded across torch.distributed ranks",
+             distributed=True)
 
 
 _register_builtin()

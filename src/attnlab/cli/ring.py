@@ -1,0 +1,67 @@
+"""`attnlab ring`: ring attention across local processes, checked against one process and measured."""
+
+from __future__ import annotations
+
+
+def add_parser(sub):
+    # Defaults left as None fall back to RingConfig's (attnlab.lab.ring), so they are written once.
+    p = sub.add_parser("ring", help="ring attention over N local processes: errors, per-rank memory and time, "
+                                    "work per rank",
+                       description="Start N processes (gloo on 127.0.0.1), split the sequence across them, run ring "
+                                   "attention and compare the gathered output (and gradients with --backward) with "
+                                   "single-process attention under the tolerance rule. Prints the max errors, each "
+                                   "rank's time per step and peak memory against single-process flash, and the "
+                                   "work per rank in both layouts.")
+    p.add_argument("--world", type=int, help="number of processes N (default: 2)")
+    p.add_argument("--seq", type=int, help="total sequence length T, split across the ranks (default: 2048)")
+    p.add_argument("--heads", type=int, help="query heads H (default: 4)")
+    p.add_argument("--kv-heads", type=int, help="key/value heads, fewer than H for grouped-query attention")
+    p.add_argument("--head-dim", type=int, help="head dimension d (default: 64)")
+    p.add_argument("--batch", type=int, help="batch size B (default: 1)")
+    p.add_argument("--causal", action="store_true", help="causal attention over the global positions")
+    p.add_argument("--layout", choices=["contiguous", "zigzag"], help="how the sequence is split (default: "
+                                                                      "contiguous)")
+    p.add_argument("--backward", action="store_true", help="forward + backward, and check dq, dk, dv too")
+    p.add_argument("--dtype", help="float32, float64, bfloat16 or float16 (default: float32)")
+    p.add_argument("--repeats", type=int, help="timed steps per rank (default: 3)")
+    p.add_argument("--no-measure", action="store_true", help="check only: no timing or memory")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="process-group timeout: a transfer that cannot finish fails after this (default: 30)")
+    p.add_argument("--seed", type=int, help="random seed (default: 0)")
+    p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    import dataclasses
+    import sys
+
+    from attnlab.lab import launch
+    from attnlab.lab import ring as lab
+    from attnlab.lab.results import write_json
+    from attnlab.report import ring as report
+    from attnlab.report.terminal import console
+
+    from . import UsageError
+
+    given = {"world": args.world, "seq": args.seq, "heads": args.heads, "kv_heads": args.kv_heads,
+             "head_dim": args.head_dim, "batch": args.batch, "layout": args.layout, "dtype": args.dtype,
+             "repeats": args.repeats, "pg_timeout_s": args.timeout, "seed": args.seed}
+    cfg = dataclasses.replace(lab.RingConfig(), causal=args.causal, backward=args.backward,
+                              measure=not args.no_measure, **{k: v for k, v in given.items() if v is not None})
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
+        result = lab.run(cfg)
+    except launch.LaunchError as e:
+        print(f"attnlab ring: failed: {e}", file=sys.stderr)
+        return 1
+    report.show(result, console)
+    if args.json:
+        try:
+            console.print(f"  wrote {write_json(result, args.json)}")
+        except OSError as e:
+            raise UsageError(f"cannot write {args.json}: {e.strerror}") from None
+    return 0 if result.passed else 1

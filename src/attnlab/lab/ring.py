@@ -1,0 +1,246 @@
+"""The ring attention experiment: W local processes, checked against one process, measured per rank.
+
+:func:`run` starts W ranks on this machine (:mod:`attnlab.lab.launch`: gloo over 127.0.0.1). Every
+rank builds the same full-length inputs from the seed, keeps its own shard, and runs ring attention
+(forward, and backward with ``backward=True``). The parent puts the shards back together and holds
+them to the project's tolerance rule against the float64 oracle: the error may be at most twice
+PyTorch's own on the same inputs, plus a rounding floor.
+
+It then measures what ring attention is for. Per rank: the time of one step (the slowest rank
+sets the pace), how much of it was spent waiting for a transfer, and the peak memory of the step,
+inputs included -- against single-process flash at the same total length, measured the same way.
+The work per rank is counted by the kernel itself for both layouts: under a causal mask the
+contiguous layout loads the last rank with most of it, the zigzag layout spreads it evenly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.kernels import flash
+from attnlab.kernels import ring as ring_kernel
+from attnlab.kernels.ring_layout import LAYOUTS, RingStats, check_divisible, check_layout, shard, unshard
+
+from . import launch, memory, oracle
+from .results import machine, versions
+from .timing import time_calls
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+QUANTITIES = ("out", "dq", "dk", "dv")
+
+
+@dataclass(frozen=True)
+class RingConfig:
+    world: int = 2
+    seq: int = 2048  # total sequence length T, split across the ranks
+    batch: int = 1
+    heads: int = 4
+    kv_heads: int | None = None  # None: as many as heads; fewer: grouped-query attention
+    head_dim: int = 64
+    causal: bool = False
+    layout: str = "contiguous"
+    backward: bool = False
+    dtype: str = "float32"
+    measure: bool = True  # time and peak memory per rank, and single-process flash for comparison
+    repeats: int = 3
+    warmup: int = 1
+    threads: int = 1  # torch threads per rank, and for the single-process comparison
+    seed: int = 0
+    pg_timeout_s: float = 30.0  # process-group timeout: a transfer that cannot finish fails after this
+    timeout_s: float = 600.0  # the whole launch
+
+    @property
+    def hkv(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    def validate(self) -> RingConfig:
+        for name in ("world", "seq", "batch", "heads", "head_dim", "repeats", "threads"):
+            x = getattr(self, name)
+            if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+                raise ValueError(f"{name} must be a positive integer, got {x!r}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if self.hkv < 1 or self.heads % self.hkv:
+            raise ValueError(f"kv_heads must divide heads (grouped-query attention), got {self.hkv} and {self.heads}")
+        check_layout(self.layout)
+        check_divisible(self.seq, self.world, self.layout)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if not (self.pg_timeout_s > 0 and self.timeout_s > 0):
+            raise ValueError(f"timeouts must be positive, got {self.pg_timeout_s} and {self.timeout_s}")
+        return self
+
+    def layouts(self) -> list[str]:
+        """The chosen layout, then the other one when the length splits for it too."""
+        other = [x for x in LAYOUTS if x != self.layout and self.seq % (self.world * (1 + (x == "zigzag"))) == 0]
+        return [self.layout, *other]
+
+
+@dataclass
+class LayoutCheck:
+    layout: str
+    comparisons: list[oracle.Comparison]  # out (and dq, dk, dv), gathered from every rank
+    work: list[dict]  # per rank, one forward: pairs / tiles computed and skipped, scores computed
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.comparisons)
+
+    @property
+    def imbalance(self) -> float:
+        """The busiest rank's scores over the mean: 1.0 is perfectly even."""
+        s = [w["scores"] for w in self.work]
+        return max(s) / statistics.mean(s)
+
+
+@dataclass
+class RankTiming:
+    rank: int
+    time_s: float  # median of one step (forward, or forward + backward)
+    time_min_s: float
+    time_max_s: float
+    compute_s: float  # of which in the flash tiles and merges (median)
+    wait_s: float  # of which blocked on a transfer (median)
+    peak_bytes: int | None  # the step's peak memory, this rank's inputs included
+
+
+@dataclass
+class RingResult:
+    config: dict
+    layouts: list[LayoutCheck]  # the chosen layout first
+    ranks: list[RankTiming] = field(default_factory=list)  # the chosen layout, when measured
+    flash_time_s: float | None = None  # single-process flash, same total length and threads
+    flash_peak_bytes: int | None = None
+    memory_method: str | None = None
+    noise_floor_bytes: int | None = None
+    seconds: float = 0.0
+    machine: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(x.passed for x in self.layouts)
+
+    @property
+    def ring_time_s(self) -> float | None:
+        """A step takes as long as its slowest rank."""
+        return max(r.time_s for r in self.ranks) if self.ranks else None
+
+    @property
+    def memory_ratio(self) -> float | None:
+        """The largest rank's peak over single-process flash's (1/W would be a perfect split)."""
+        peaks = [r.peak_bytes for r in self.ranks]
+        if not peaks or None in peaks or not self.flash_peak_bytes:
+            return None
+        return max(peaks) / self.flash_peak_bytes
+
+    @property
+    def overhead(self) -> float | None:
+        """Ring time over a perfect split of flash's time across min(W, CPUs) ranks, minus 1."""
+        if self.ring_time_s is None or not self.flash_time_s:
+            return None
+        lanes = min(self.config["world"], self.machine.get("cpu_count") or 1)
+        return self.ring_time_s / (self.flash_time_s / lanes) - 1.0
+
+
+def inputs(cfg: RingConfig) -> tuple[torch.Tensor, ...]:
+    """The full-length q, k, v and output gradient, the same in every process for one seed."""
+    g = torch.Generator().manual_seed(cfg.seed)
+    B, H, T, d = cfg.batch, cfg.heads, cfg.seq, cfg.head_dim
+    shapes = [(B, H, T, d), (B, cfg.hkv, T, d), (B, cfg.hkv, T, d), (B, H, T, d)]
+    return tuple(torch.randn(*s, generator=g).to(DTYPES[cfg.dtype]) for s in shapes)
+
+
+def _step(impl: str, cfg: RingConfig, tensors, stats: RingStats | None = None, **kw):
+    """One step on fresh copies of the inputs (so they count in its peak memory): forward (+ backward).
+
+    Returns out, dq, dk, dv and a copy of ``stats`` as the forward left it.
+    """
+    q, k, v = (t.clone().requires_grad_(cfg.backward) for t in tensors[:3])
+    fn = ring_kernel.attention if impl == "ring" else flash.attention
+    extra = {"stats": stats, **kw} if impl == "ring" else {}
+    out = fn(q, k, v, is_causal=cfg.causal, enable_gqa=cfg.hkv != cfg.heads, **extra)
+    forward = dataclasses.replace(stats) if stats is not None else None
+    if cfg.backward:
+        out.backward(tensors[3])
+    return out, q.grad, k.grad, v.grad, forward
+
+
+def rank_case(rank: int, world: int, cfg: RingConfig) -> dict:
+    """Inside one rank: ring attention in each layout, its output shards, its work, and (if asked) measurements."""
+    import torch.distributed as dist
+
+    full = inputs(cfg)
+    done = {}
+    for layout in cfg.layouts():
+        mine = [shard(t, rank, world, layout) for t in full]
+        out, dq, dk, dv, forward = _step("ring", cfg, mine, RingStats(), layout=layout)
+        work = dataclasses.asdict(forward)  # one forward's work (the backward walks the same pairs again)
+        done[layout] = {"out": out.detach(), "dq": dq, "dk": dk, "dv": dv, "work": work}
+        if layout == cfg.layout and cfg.measure:
+            log: list[RingStats] = []
+
+            def step(mine=mine, layout=layout, log=log):
+                log.append(RingStats())
+                return _step("ring", cfg, mine, log[-1], layout=layout)
+
+            times = time_calls(step, cfg.warmup, cfg.repeats, before=dist.barrier)
+            timed = log[-cfg.repeats:]
+            dist.barrier()
+            peak = memory.measure_peak(step)
+            done["timing"] = RankTiming(rank, statistics.median(times), min(times), max(times),
+                                        statistics.median(s.compute_s for s in timed),
+                                        statistics.median(s.wait_s for s in timed), peak)
+    return done
+
+
+def check_case(cfg: RingConfig, per_rank: list[dict]) -> list[LayoutCheck]:
+    """Gather each layout's shards and hold them to the tolerance rule against the float64 oracle."""
+    q, k, v, go = inputs(cfg)
+    gqa = cfg.hkv != cfg.heads
+    ref = oracle.reference(q, k, v, is_causal=cfg.causal, enable_gqa=gqa, grad_out=go if cfg.backward else None)
+    ref = ref if cfg.backward else (ref,)
+    tq, tk, tv = (t.clone().requires_grad_(cfg.backward) for t in (q, k, v))
+    theirs = F.scaled_dot_product_attention(tq, tk, tv, is_causal=cfg.causal, enable_gqa=gqa)
+    if cfg.backward:
+        theirs.backward(go)
+    theirs = (theirs, tq.grad, tk.grad, tv.grad)
+    checks = []
+    for layout in cfg.layouts():
+        names = QUANTITIES if cfg.backward else QUANTITIES[:1]
+        comps = [oracle.compare(n, unshard([r[layout][n] for r in per_rank], layout), theirs[i], ref[i],
+                                DTYPES[cfg.dtype]) for i, n in enumerate(names)]
+        checks.append(LayoutCheck(layout, comps, [r[layout]["work"] for r in per_rank]))
+    return checks
+
+
+def run(cfg: RingConfig) -> RingResult:
+    """Launch ``cfg.world`` ranks, check ring attention against one process, and measure it (see the module notes)."""
+    cfg.validate()
+    t0 = time.perf_counter()
+    per_rank = launch.results(launch.launch(rank_case, cfg.world, (cfg,), timeout_s=cfg.timeout_s,
+                                            pg_timeout_s=cfg.pg_timeout_s, threads=cfg.threads))
+    result = RingResult(dataclasses.asdict(cfg), check_case(cfg, per_rank), machine=machine(), versions=versions())
+    if cfg.measure:
+        result.ranks = [r["timing"] for r in per_rank]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(cfg.threads)  # like for like: each rank ran on this many threads
+        try:
+            full = inputs(cfg)
+            times = time_calls(lambda: _step("flash", cfg, full), cfg.warmup, cfg.repeats)
+            result.flash_time_s = statistics.median(times)
+            result.flash_peak_bytes = memory.measure_peak(lambda: _step("flash", cfg, full))
+            result.memory_method = memory.method()
+            result.noise_floor_bytes = memory.noise_floor()
+        finally:
+            torch.set_num_threads(threads)
+        result.machine["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    result.seconds = time.perf_counter() - t0
+    return result

@@ -1,0 +1,44 @@
+"""`attnlab ring` end to end (in this process; the ranks are its children), and its usage errors."""
+
+import json
+
+import pytest
+
+from attnlab.cli import main
+
+
+def test_ring_command_checks_measures_and_writes_json(tmp_path, capsys):
+    path = tmp_path / "ring.json"
+    code = main(["ring", "--world", "2", "--seq", "64", "--heads", "2", "--head-dim", "8", "--causal", "--layout",
+                 "zigzag", "--backward", "--repeats", "1", "--json", str(path)])
+    out = capsys.readouterr().out
+    print(out)
+    assert code == 0
+    for text in ("attnlab ring: 2 ranks (gloo on 127.0.0.1), T=64 (32 per rank)", "causal, zigzag layout",
+                 "forward + backward", "max error against the float64 oracle", "one step per rank",
+                 "flash, 1 process", "work per rank", "busiest / mean", "memory: the largest rank needs",
+                 "time: ring", "ALL PASS"):
+        assert text in out
+    j = json.loads(path.read_text())
+    assert [x["layout"] for x in j["layouts"]] == ["zigzag", "contiguous"]
+    assert all(c["passed"] for x in j["layouts"] for c in x["comparisons"])
+    assert [c["quantity"] for c in j["layouts"][0]["comparisons"]] == ["out", "dq", "dk", "dv"]
+    zig, cont = ([w["scores"] for w in x["work"]] for x in j["layouts"])
+    assert zig[0] == zig[1] and cont[0] < cont[1]  # causal: zigzag even, contiguous lopsided
+    assert len(j["ranks"]) == 2 and all(r["time_s"] > 0 for r in j["ranks"])
+    assert j["flash_time_s"] > 0 and j["config"]["world"] == 2 and "torch" in j["versions"]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--world", "4", "--seq", "30"], ["sequence length 30 is not divisible by the world size 4"]),
+    (["--world", "4", "--seq", "36", "--layout", "zigzag"], ["36", "2 x world size = 8 chunks"]),
+    (["--world", "0"], ["world must be a positive integer, got 0"]),
+    (["--heads", "4", "--kv-heads", "3"], ["kv_heads must divide heads", "3 and 4"]),
+    (["--dtype", "int8"], ["dtype must be one of"]),
+])
+def test_bad_arguments_are_one_line_and_exit_2(argv, words, capsys):
+    assert main(["ring", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("attnlab ring: error: ")
+    for w in words:
+        assert w in err
