@@ -9,11 +9,13 @@ from attnlab.cli import main
 from attnlab.cli.bench import parse_size
 
 PNG = b"\x89PNG\r\n\x1a\n"
-TINY = ["--seq", "64", "128", "256", "--heads", "2", "--head-dim", "16", "--repeats", "2", "--matmul-size", "256"]
+TINY = ["--seq", "256", "512", "1024", "--heads", "2", "--head-dim", "16", "--repeats", "2", "--matmul-size", "256"]
 
 
 def test_bench_writes_table_json_csv_and_plot(run_cli, tmp_path):
-    r = run_cli("bench", *TINY, "--impl", "matrix", "--impl", "sdpa,matrix", "--out", "out")
+    # every block of 64 KiB or more on its own pages: the resident peak counts live tensors exactly
+    r = run_cli("bench", *TINY, "--impl", "matrix", "--impl", "sdpa,matrix", "--out", "out",
+                env={"MALLOC_MMAP_THRESHOLD_": "65536"})
     print(r.stdout, r.stderr)
     assert r.returncode == 0, r.stderr
     for text in ("attnlab bench", "matmul peak:", "GFLOP/s", "noise floor", "growth with T", "matrix", "done in",
@@ -22,13 +24,14 @@ def test_bench_writes_table_json_csv_and_plot(run_cli, tmp_path):
     out = tmp_path / "out"
     j = json.loads((out / "bench.json").read_text())
     assert set(j) == {"machine", "versions", "config", "matmul_gflops", "results", "exponents"}
-    assert j["config"]["impls"] == ["matrix", "sdpa"] and j["config"]["seq"] == [64, 128, 256]
+    assert j["config"]["impls"] == ["matrix", "sdpa"] and j["config"]["seq"] == [256, 512, 1024]
     assert len(j["results"]) == 6 and set(j["exponents"]) == {"matrix", "sdpa"}
     assert all(x["skipped"] is None and x["time_s"] > 0 and x["gflops"] > 0 and x["peak_bytes"] > 0
                for x in j["results"])
-    assert 1.5 < j["exponents"]["matrix"]["memory"] < 2.5  # the L x S matrices, measured
+    assert "MALLOC_MMAP_THRESHOLD_=65536" in j["machine"]["memory_method"]
+    assert 1.75 < j["exponents"]["matrix"]["memory"] < 2.25  # three L x S matrices alive at once, measured
     rows = list(csv.DictReader((out / "bench.csv").read_text().splitlines()))
-    assert len(rows) == 6 and rows[0]["impl"] == "matrix" and rows[0]["seq"] == "64"
+    assert len(rows) == 6 and rows[0]["impl"] == "matrix" and rows[0]["seq"] == "256"
     data = (out / "bench.png").read_bytes()
     assert data.startswith(PNG) and len(data) > 20_000
 
