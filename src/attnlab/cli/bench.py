@@ -99,7 +99,9 @@ def run(args) -> int:
     if load is not None and load >= cpus:
         console.print(f"[yellow]note: the machine was busy when this started (load {load:.1f} on {cpus} cores): "
                       f"times are noisy, the short ones most; fewer --threads can steady them[/]")
-    console.print(f"matmul peak: {result.matmul_gflops:.1f} GFLOP/s ({cfg.dtype}, {m['torch_threads']} threads, "
+    half_on_cpu = cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16")
+    kind = f"best of {cfg.dtype} and float32" if half_on_cpu else cfg.dtype
+    console.print(f"matmul peak: {result.matmul_gflops:.1f} GFLOP/s ({kind}, {m['torch_threads']} threads, "
                   f"{escape(str(m['cpu'] if cfg.device == 'cpu' else m['cuda']))})")
     floor = m.get("memory_noise_floor_bytes")
     console.print(f"peak memory: {m.get('memory_method') or 'not measurable on this platform'}"

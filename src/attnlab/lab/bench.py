@@ -233,8 +233,12 @@ def _sweep(cfg: BenchConfig, progress) -> BenchResult:
 
 
 def _peak(cfg: BenchConfig) -> float:
-    n = cfg.matmul_n or (8192 if torch.device(cfg.device).type == "cuda" else 2048)
-    return matmul_peak(DTYPES[cfg.dtype], cfg.device, n=n, repeats=3)
+    """GFLOP/s of the best n x n matmul. Half precision on a CPU: the better of it and float32, since
+    many CPUs have no fast half-precision multiply and the forms then compute in float32."""
+    cuda = torch.device(cfg.device).type == "cuda"
+    n = cfg.matmul_n or (8192 if cuda else 2048)
+    dtypes = {DTYPES[cfg.dtype]} | ({torch.float32} if not cuda and cfg.dtype in ("bfloat16", "float16") else set())
+    return max(matmul_peak(dt, cfg.device, n=n, repeats=3) for dt in dtypes)
 
 
 def _config_dict(cfg: BenchConfig) -> dict:
