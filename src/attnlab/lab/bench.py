@@ -189,7 +189,10 @@ def fmt_bytes(n: float) -> str:
 
 
 def sweep(config: BenchConfig | None = None, progress: Callable[[str], None] | None = None) -> BenchResult:
-    """Measure every (form, length) of ``config``; Ctrl-C returns what was measured so far."""
+    """Measure every (form, length) of ``config``; Ctrl-C returns what was measured so far.
+
+    ``progress("matrix T=512")`` is called as each case starts.
+    """
     cfg = config or BenchConfig()
     cfg = replace(cfg, seq=tuple(sorted(set(cfg.seq))), impls=tuple(cfg.impls or known_impls()))
     old_threads = torch.get_num_threads()
@@ -214,9 +217,9 @@ def _sweep(cfg: BenchConfig, progress) -> BenchResult:
     todo = [(T, name) for T in cfg.seq for name in cfg.impls]
     try:
         for T, name in todo:
-            result.results.append(_run_case(cfg, forms[name], T, result, failed, floor))
-            if progress:
+            if progress:  # called as each case starts, with what it is
                 progress(f"{name} T={T}")
+            result.results.append(_run_case(cfg, forms[name], T, result, failed, floor))
     except KeyboardInterrupt:
         done = {(r.seq, r.impl) for r in result.results}
         result.results += [Row(name, T, skipped="interrupted") for T, name in todo if (T, name) not in done]
