@@ -98,10 +98,11 @@ def run(args) -> int:
     load, cpus = m.get("load_average"), m.get("cpu_count") or 1
     if load is not None and load >= cpus:
         console.print(f"[yellow]note: the machine was busy when this started (load {load:.1f} on {cpus} cores): "
-                      f"times are noisy, the short ones most; fewer --threads can steady them[/]")
+                      f"times are noisy, the short ones most; fewer --threads (e.g. 1) steadies them[/]")
     half_on_cpu = cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16")
     kind = f"best of {cfg.dtype} and float32" if half_on_cpu else cfg.dtype
-    console.print(f"matmul peak: {result.matmul_gflops:.1f} GFLOP/s ({kind}, {m['torch_threads']} threads, "
+    threads = f"{m['torch_threads']} thread" + ("" if m["torch_threads"] == 1 else "s")
+    console.print(f"matmul peak: {result.matmul_gflops:.1f} GFLOP/s ({kind}, {threads}, "
                   f"{escape(str(m['cpu'] if cfg.device == 'cpu' else m['cuda']))})")
     floor = m.get("memory_noise_floor_bytes")
     console.print(f"peak memory: {m.get('memory_method') or 'not measurable on this platform'}"
