@@ -42,3 +42,13 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, words, capsys):
     assert len(err.strip().splitlines()) == 1 and err.startswith("attnlab ring: error: ")
     for w in words:
         assert w in err
+
+
+def test_under_torchrun_the_world_is_torchruns(monkeypatch, capsys):
+    for name, value in (("TORCHELASTIC_RUN_ID", "test"), ("RANK", "0"), ("WORLD_SIZE", "3"), ("LOCAL_RANK", "0"),
+                        ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "1")):
+        monkeypatch.setenv(name, value)
+    assert main(["ring", "--world", "2"]) == 2
+    assert "--world 2, but torchrun started 3 processes (WORLD_SIZE)" in capsys.readouterr().err
+    assert main(["ring", "--seq", "64"]) == 2  # checked before joining any group
+    assert "sequence length 64 is not divisible by the world size 3" in capsys.readouterr().err

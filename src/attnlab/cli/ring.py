@@ -36,7 +36,7 @@ def run(args) -> int:
     import dataclasses
     import sys
 
-    from attnlab.lab import launch
+    from attnlab.lab import launch, ring_torchrun
     from attnlab.lab import ring as lab
     from attnlab.lab.results import write_json
     from attnlab.report import ring as report
@@ -47,17 +47,28 @@ def run(args) -> int:
     given = {"world": args.world, "seq": args.seq, "heads": args.heads, "kv_heads": args.kv_heads,
              "head_dim": args.head_dim, "batch": args.batch, "layout": args.layout, "dtype": args.dtype,
              "repeats": args.repeats, "pg_timeout_s": args.timeout, "seed": args.seed}
+    torchrun = ring_torchrun.under_torchrun()  # started by torchrun: join its group instead of starting one
+    if torchrun:
+        if args.world not in (None, ring_torchrun.world_size()):
+            raise UsageError(f"--world {args.world}, but torchrun started {ring_torchrun.world_size()} processes "
+                             "(WORLD_SIZE); leave --world out under torchrun")
+        given["world"] = ring_torchrun.world_size()
     cfg = dataclasses.replace(lab.RingConfig(), causal=args.causal, backward=args.backward,
                               measure=not args.no_measure, **{k: v for k, v in given.items() if v is not None})
     try:
         cfg.validate()
     except ValueError as e:
         raise UsageError(str(e)) from None
-    try:
-        result = lab.run(cfg)
-    except launch.LaunchError as e:
-        print(f"attnlab ring: failed: {e}", file=sys.stderr)
-        return 1
+    if torchrun:
+        result = ring_torchrun.run(cfg)
+        if result is None:  # not rank 0: rank 0 reports for everyone
+            return 0
+    else:
+        try:
+            result = lab.run(cfg)
+        except launch.LaunchError as e:
+            print(f"attnlab ring: failed: {e}", file=sys.stderr)
+            return 1
     report.show(result, console)
     if args.json:
         try:

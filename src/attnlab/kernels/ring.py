@@ -139,11 +139,12 @@ def _lost(plan: _Plan, e: Exception) -> RuntimeError:
 
 
 def _merge(out: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, lo: torch.Tensor) -> None:
-    """Fold a partial result (o, lo) over new keys into (out, lse), in place. Rows that saw nothing stay 0, -inf."""
+    """Fold a partial result (o, lo) over new keys into (out, lse), in place (o is used up). Rows that saw
+    nothing stay 0 with lse = -inf."""
     new = torch.logaddexp(lse, lo)
     base = torch.where(torch.isneginf(new), 0.0, new)  # exp(-inf - 0) = 0: no NaN from -inf - -inf
     out.mul_(torch.exp(lse - base).to(out.dtype).unsqueeze(-1))
-    out.add_(o * torch.exp(lo - base).to(out.dtype).unsqueeze(-1))
+    out.add_(o.mul_(torch.exp(lo - base).to(o.dtype).unsqueeze(-1)))
     lse.copy_(new)
 
 

@@ -52,6 +52,7 @@ class RingConfig:
     repeats: int = 3
     warmup: int = 1
     threads: int = 1  # torch threads per rank, and for the single-process comparison
+    device: str = "cpu"  # "cuda" under torchrun with GPUs: each rank on its own (LOCAL_RANK) device, NCCL
     seed: int = 0
     pg_timeout_s: float = 30.0  # process-group timeout: a transfer that cannot finish fails after this
     timeout_s: float = 600.0  # the whole launch
@@ -71,6 +72,8 @@ class RingConfig:
             raise ValueError(f"kv_heads must divide heads (grouped-query attention), got {self.hkv} and {self.heads}")
         check_layout(self.layout)
         check_divisible(self.seq, self.world, self.layout)
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if not (self.pg_timeout_s > 0 and self.timeout_s > 0):
@@ -115,6 +118,7 @@ class RankTiming:
 class RingResult:
     config: dict
     layouts: list[LayoutCheck]  # the chosen layout first
+    backend: str = "gloo on 127.0.0.1"  # how the ranks talked
     ranks: list[RankTiming] = field(default_factory=list)  # the chosen layout, when measured
     flash_time_s: float | None = None  # single-process flash, same total length and threads
     flash_peak_bytes: int | None = None
@@ -143,11 +147,16 @@ class RingResult:
 
     @property
     def overhead(self) -> float | None:
-        """Ring time over a perfect split of flash's time across min(W, CPUs) ranks, minus 1."""
+        """Ring time over a perfect split of flash's time across the ranks, minus 1."""
         if self.ring_time_s is None or not self.flash_time_s:
             return None
-        lanes = min(self.config["world"], self.machine.get("cpu_count") or 1)
-        return self.ring_time_s / (self.flash_time_s / lanes) - 1.0
+        return self.ring_time_s / (self.flash_time_s / self.lanes) - 1.0
+
+    @property
+    def lanes(self) -> int:
+        """How many ranks can really run at once: one per GPU, or one per CPU core when there are fewer cores."""
+        W = self.config["world"]
+        return W if self.config["device"] == "cuda" else min(W, self.machine.get("cpu_count") or 1)
 
 
 def inputs(cfg: RingConfig) -> tuple[torch.Tensor, ...]:
@@ -180,10 +189,11 @@ def rank_case(rank: int, world: int, cfg: RingConfig) -> dict:
     full = inputs(cfg)
     done = {}
     for layout in cfg.layouts():
-        mine = [shard(t, rank, world, layout) for t in full]
+        mine = [shard(t, rank, world, layout).to(cfg.device) for t in full]
         out, dq, dk, dv, forward = _step("ring", cfg, mine, RingStats(), layout=layout)
         work = dataclasses.asdict(forward)  # one forward's work (the backward walks the same pairs again)
-        done[layout] = {"out": out.detach(), "dq": dq, "dk": dk, "dv": dv, "work": work}
+        done[layout] = {"out": out.detach().cpu(), "work": work}
+        done[layout].update({n: g.cpu() for n, g in (("dq", dq), ("dk", dk), ("dv", dv)) if g is not None})
         if layout == cfg.layout and cfg.measure:
             log: list[RingStats] = []
 
@@ -191,10 +201,10 @@ def rank_case(rank: int, world: int, cfg: RingConfig) -> dict:
                 log.append(RingStats())
                 return _step("ring", cfg, mine, log[-1], layout=layout)
 
-            times = time_calls(step, cfg.warmup, cfg.repeats, before=dist.barrier)
+            times = time_calls(step, cfg.warmup, cfg.repeats, cfg.device, before=dist.barrier)
             timed = log[-cfg.repeats:]
             dist.barrier()
-            peak = memory.measure_peak(step)
+            peak = memory.measure_peak(step, cfg.device)
             done["timing"] = RankTiming(rank, statistics.median(times), min(times), max(times),
                                         statistics.median(s.compute_s for s in timed),
                                         statistics.median(s.wait_s for s in timed), peak)
@@ -227,18 +237,24 @@ def run(cfg: RingConfig) -> RingResult:
     t0 = time.perf_counter()
     per_rank = launch.results(launch.launch(rank_case, cfg.world, (cfg,), timeout_s=cfg.timeout_s,
                                             pg_timeout_s=cfg.pg_timeout_s, threads=cfg.threads))
-    result = RingResult(dataclasses.asdict(cfg), check_case(cfg, per_rank), machine=machine(), versions=versions())
+    return finish(cfg, per_rank, t0)
+
+
+def finish(cfg: RingConfig, per_rank: list[dict], t0: float, backend: str = "gloo on 127.0.0.1") -> RingResult:
+    """In one process, from every rank's :func:`rank_case`: the checks, and single-process flash to compare with."""
+    result = RingResult(dataclasses.asdict(cfg), check_case(cfg, per_rank), backend, machine=machine(),
+                        versions=versions())
     if cfg.measure:
         result.ranks = [r["timing"] for r in per_rank]
         threads = torch.get_num_threads()
         torch.set_num_threads(cfg.threads)  # like for like: each rank ran on this many threads
         try:
-            full = inputs(cfg)
-            times = time_calls(lambda: _step("flash", cfg, full), cfg.warmup, cfg.repeats)
+            full = [t.to(cfg.device) for t in inputs(cfg)]
+            times = time_calls(lambda: _step("flash", cfg, full), cfg.warmup, cfg.repeats, cfg.device)
             result.flash_time_s = statistics.median(times)
-            result.flash_peak_bytes = memory.measure_peak(lambda: _step("flash", cfg, full))
-            result.memory_method = memory.method()
-            result.noise_floor_bytes = memory.noise_floor()
+            result.flash_peak_bytes = memory.measure_peak(lambda: _step("flash", cfg, full), cfg.device)
+            result.memory_method = memory.method(cfg.device)
+            result.noise_floor_bytes = memory.noise_floor(cfg.device)
         finally:
             torch.set_num_threads(threads)
         result.machine["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None

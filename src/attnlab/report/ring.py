@@ -14,7 +14,7 @@ def _mib(b: int | None) -> str:
 def headline(r) -> str:
     c = r.config
     kv = f"{c['heads']}/{c['kv_heads']} (GQA)" if c["kv_heads"] not in (None, c["heads"]) else str(c["heads"])
-    return (f"attnlab ring: {c['world']} ranks (gloo on 127.0.0.1), T={c['seq']} ({c['seq'] // c['world']} per rank), "
+    return (f"attnlab ring: {c['world']} ranks ({r.backend}), T={c['seq']} ({c['seq'] // c['world']} per rank), "
             f"B={c['batch']}, H={kv}, d={c['head_dim']}, {'causal' if c['causal'] else 'not causal'}, "
             f"{c['layout']} layout, {'forward + backward' if c['backward'] else 'forward'}, {c['dtype']}")
 
@@ -63,11 +63,11 @@ def summary(r) -> list[str]:
         lines.append(f"memory: the largest rank needs {r.memory_ratio:.2f} x single-process flash's peak "
                      f"(1/W = {1 / W:.2f}); each rank also holds the key/value part arriving from its neighbour")
     if r.overhead is not None:
-        lanes = min(W, r.machine.get("cpu_count") or 1)
+        lanes, unit = r.lanes, "GPU" if r.config["device"] == "cuda" else "CPU"
         load = r.machine.get("load_average")
         lines.append(f"time: ring {r.ring_time_s * 1e3:.1f} ms per step vs flash {r.flash_time_s * 1e3:.1f} ms in one "
-                     f"process; a perfect split over {lanes} CPU(s) would take {r.flash_time_s / lanes * 1e3:.1f} ms: "
-                     f"overhead {r.overhead:+.0%}" + (f" (load average {load:.1f} while measuring)" if load else ""))
+                     f"process; a perfect split over {lanes} {unit}(s) would take {r.flash_time_s / lanes * 1e3:.1f} "
+                     f"ms: overhead {r.overhead:+.0%}" + (f" (load average {load:.1f} meanwhile)" if load else ""))
     return lines
 
 
