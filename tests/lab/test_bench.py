@@ -6,6 +6,7 @@ Timings are never asserted: on a shared machine they are noise. Memory is, withi
 import csv
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -187,5 +188,8 @@ def test_timing_counts_repeats_not_warmup_and_matmul_peak_is_a_rate():
     assert len(times) == 3 and all(t >= 0 for t in times) and calls == [0, 1] * 5
     with pytest.raises(ValueError, match="repeats"):
         timing.time_calls(lambda: None, 1, 0)
+    # a budget stops the timed calls early, but never before min_repeats of them
+    assert len(timing.time_calls(lambda: time.sleep(0.01), 0, 50, budget_s=0.05, min_repeats=3)) in range(3, 6)
+    assert len(timing.time_calls(lambda: time.sleep(0.01), 0, 10, budget_s=1e-6, min_repeats=2)) == 2
     g = timing.matmul_peak(torch.float32, "cpu", n=128, repeats=2)
     assert g > 0 and math.isfinite(g)

@@ -298,12 +298,9 @@ def _measure(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult, 
     if limit is not None and need > limit:
         where = "--max-memory" if cfg.memory_limit_bytes else f"{FREE_FRACTION:.0%} of the memory free now"
         return Row(name, T, skipped=f"estimated {fmt_bytes(need)} > {fmt_bytes(limit)} ({where})")
-    repeats = cfg.repeats
-    if per_call is not None:
-        repeats = min(cfg.repeats, max(min(3, cfg.repeats), int(cfg.budget_s / per_call) - cfg.warmup - 1))
     gc.collect()  # once per case: what earlier cases left in reference cycles goes now, not while timing
     case = _Case(cfg, form.fn, B, H, T)
-    times = time_calls(case, cfg.warmup, repeats, cfg.device, case.clear_grads)
+    times = time_calls(case, cfg.warmup, cfg.repeats, cfg.device, case.clear_grads, budget_s=cfg.budget_s)
     case.clear_grads()
     peak = memory.measure_peak(case, cfg.device, collect=False)
     med = statistics.median(times)

@@ -22,16 +22,21 @@ from .flops import matmul_flops
 
 
 def time_calls(call: Callable[[], object], warmup: int, repeats: int, device: str = "cpu",
-               before: Callable[[], None] | None = None) -> list[float]:
+               before: Callable[[], None] | None = None, budget_s: float | None = None,
+               min_repeats: int = 3) -> list[float]:
     """Wall-clock seconds of ``repeats`` calls, each timed alone, after ``warmup`` untimed calls.
 
-    ``before()`` runs ahead of every call, outside the clock (e.g. to clear gradients).
+    ``before()`` runs ahead of every call, outside the clock (e.g. to clear gradients). With
+    ``budget_s``, the timed calls stop early -- never before ``min_repeats`` of them -- once one more
+    would take their total past the budget.
     """
     if warmup < 0 or repeats < 1:
         raise ValueError(f"time_calls needs warmup >= 0 and repeats >= 1, got {warmup} and {repeats}")
     cuda = torch.device(device).type == "cuda"
-    times = []
+    times: list[float] = []
     for i in range(warmup + repeats):
+        if budget_s is not None and len(times) >= min_repeats and sum(times) + times[-1] > budget_s:
+            break
         if before:
             before()
         if cuda:
