@@ -30,11 +30,12 @@ def test_train_writes_figure_json_checkpoints_then_sample_decodes(run_cli, tmp_p
     assert "KV cache" in s.stderr
 
 
-def test_tie_kv_ablation_reports_both_losses(run_cli, tmp_path):
-    r = run_cli("train", "--preset", "tiny", "--ablation", "tie-kv", "--steps", "4", "--eval-every", "2",
-                "--out", "out")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "Tying the value projection to the key projection" in r.stdout
+def test_tie_kv_ablation_reports_both_losses(tmp_path, capsys):
+    code = main(["train", "--preset", "tiny", "--ablation", "tie-kv", "--steps", "4", "--eval-every", "2",
+                 "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Tying the value projection to the key projection" in out and "tied vs" in out
     j = json.loads((tmp_path / "out" / "tie_kv.json").read_text())
     assert list(j["variants"]) == ["untied", "tied"]
     assert (tmp_path / "out" / "tie_kv.png").read_bytes().startswith(PNG)

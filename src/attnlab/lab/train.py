@@ -42,7 +42,7 @@ TIE_KV_VARIANTS = {"untied": {"tie_kv": False}, "tied": {"tie_kv": True}}
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 200
+    steps: int = 150
     batch_size: int = 16
     block_size: int = 64
     n_layer: int = 2
@@ -85,8 +85,8 @@ PRESETS = {
     "tiny": TrainConfig(steps=30, batch_size=8, block_size=32, n_layer=1, n_head=2, d_model=32, eval_every=10,
                         eval_batches=2, probe_rows=4, max_chars=200_000),
     "default": TrainConfig(),
-    "large": TrainConfig(steps=2000, batch_size=32, block_size=128, n_layer=4, n_head=4, d_model=256, lr=1e-3,
-                         warmup=100, eval_every=100, max_chars=12_000_000),
+    "large": TrainConfig(steps=1000, batch_size=16, block_size=128, n_layer=4, n_head=4, d_model=256, lr=1e-3,
+                         warmup=50, eval_every=50, max_chars=12_000_000),
 }
 
 

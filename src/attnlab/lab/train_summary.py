@@ -73,12 +73,13 @@ def summarise(result) -> tuple[dict[str, VariantSummary], list[Prediction]]:
         f"mean entropy {e0:.2f} -> {_mean(b.entropy_end):.2f} nats unscaled vs {_mean(a.entropy_start):.2f} -> "
         f"{_mean(a.entropy_end):.2f} scaled (uniform {uniform:.2f}); rule: below a quarter of uniform throughout"))
     preds.append(Prediction(
-        "its gradients vanish",
-        b.score_grad_start < 0.5 * a.score_grad_start,
-        f"gradient through the softmax (w.r.t. the scores) at step 0: {b.score_grad_start:.3g} unscaled vs "
-        f"{a.score_grad_start:.3g} scaled, at the end {b.score_grad_end:.3g} vs {a.score_grad_end:.3g}; but on "
-        f"the query/key weights {b.qk_grad_start:.3g} vs {a.qk_grad_start:.3g} at step 0 (no 1/sqrt(d) factor "
-        f"in the chain rule); rule: score gradient below half the scaled one"))
+        "its gradients vanish (through the softmax)",
+        b.score_grad_end < 0.5 * a.score_grad_end,
+        f"||d loss / d scores|| {b.score_grad_start:.3g} -> {b.score_grad_end:.3g} unscaled vs "
+        f"{a.score_grad_start:.3g} -> {a.score_grad_end:.3g} scaled; on the query/key weights "
+        f"{b.qk_grad_start:.3g} -> {b.qk_grad_end:.3g} vs {a.qk_grad_start:.3g} -> {a.qk_grad_end:.3g} (without "
+        f"the scale, the chain rule loses no 1/sqrt(d) factor); rule: score gradient at the end below half the "
+        f"scaled one"))
     gap = float("inf") if b.diverged_at is not None else b.val_end - a.val_end
     preds.append(Prediction(
         "the loss stays above the scaled model's",
