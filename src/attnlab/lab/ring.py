@@ -8,13 +8,17 @@ PyTorch's own on the same inputs, plus a rounding floor.
 
 It then measures what ring attention is for. Per rank: the time of one step (the slowest rank
 sets the pace), how much of it was spent waiting for a transfer, and the peak memory of the step,
-inputs included -- against single-process flash at the same total length, measured the same way.
+inputs included -- against single-process flash at the same total length, measured the same way in
+a process of its own. On the CPU the peaks are taken with glibc's mmap threshold fixed
+(:func:`exact_heap`), so that they follow the live tensors rather than the heap's fragmentation.
 The work per rank is counted by the kernel itself for both layouts: under a causal mask the
 contiguous layout loads the last rank with most of it, the zigzag layout spreads it evenly.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
 import os
 import statistics
@@ -186,6 +190,7 @@ def rank_case(rank: int, world: int, cfg: RingConfig) -> dict:
     """Inside one rank: ring attention in each layout, its output shards, its work, and (if asked) measurements."""
     import torch.distributed as dist
 
+    exact_heap(cfg.device)  # measured peaks follow the tensors; undone before timing
     full = inputs(cfg)
     done = {}
     for layout in cfg.layouts():
@@ -194,21 +199,54 @@ def rank_case(rank: int, world: int, cfg: RingConfig) -> dict:
         work = dataclasses.asdict(forward)  # one forward's work (the backward walks the same pairs again)
         done[layout] = {"out": out.detach().cpu(), "work": work}
         done[layout].update({n: g.cpu() for n, g in (("dq", dq), ("dk", dk), ("dv", dv)) if g is not None})
-        if layout == cfg.layout and cfg.measure:
-            log: list[RingStats] = []
+    if cfg.measure:
+        mine = [shard(t, rank, world, cfg.layout).to(cfg.device) for t in full]
+        log: list[RingStats] = []
 
-            def step(mine=mine, layout=layout, log=log):
-                log.append(RingStats())
-                return _step("ring", cfg, mine, log[-1], layout=layout)
+        def step():
+            log.append(RingStats())
+            return _step("ring", cfg, mine, log[-1], layout=cfg.layout)
 
-            times = time_calls(step, cfg.warmup, cfg.repeats, cfg.device, before=dist.barrier)
-            timed = log[-cfg.repeats:]
-            dist.barrier()
-            peak = memory.measure_peak(step, cfg.device)
-            done["timing"] = RankTiming(rank, statistics.median(times), min(times), max(times),
-                                        statistics.median(s.compute_s for s in timed),
-                                        statistics.median(s.wait_s for s in timed), peak)
+        dist.barrier()
+        peak = memory.measure_peak(step, cfg.device)
+        exact_heap(cfg.device, exact=False)
+        times = time_calls(step, cfg.warmup, cfg.repeats, cfg.device, before=dist.barrier)
+        timed = log[-cfg.repeats:]
+        done["timing"] = RankTiming(rank, statistics.median(times), min(times), max(times),
+                                    statistics.median(s.compute_s for s in timed),
+                                    statistics.median(s.wait_s for s in timed), peak)
     return done
+
+
+def exact_heap(device: str, exact: bool = True) -> bool:
+    """Make the CPU's resident high-water mark follow the live tensors (glibc): True if it did.
+
+    By default glibc serves a freed large block's size from its heap from then on, and a fragmented
+    heap keeps pages resident that no tensor uses: peaks then depend on the order of allocations more
+    than on the tensors. A fixed mmap threshold of 64 KiB gives every larger block its own mapping,
+    returned when freed. It costs page faults, so the process switches back (``exact=False``: blocks
+    up to 32 MiB from the heap again) before it is timed.
+    """
+    if torch.device(device).type != "cpu":
+        return False  # CUDA's allocator counts exactly
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        return bool(libc.mallopt(-3, 64 * 1024 if exact else 32 * 2**20))  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError, TypeError):
+        return False
+
+
+def flash_case(rank: int, world: int, cfg: RingConfig) -> dict:
+    """Single-process flash at the full length, measured as a rank is: peak memory, then time per step."""
+    exact = exact_heap(cfg.device)
+    full = [t.to(cfg.device) for t in inputs(cfg)]
+    _step("flash", cfg, full)  # load the code paths once: first touches are not the step's memory
+    peak = memory.measure_peak(lambda: _step("flash", cfg, full), cfg.device)
+    method = (memory.method(cfg.device) or "") + (", every block of 64 KiB or more its own mapping" if exact else "")
+    floor = memory.noise_floor(cfg.device)
+    exact_heap(cfg.device, exact=False)
+    times = time_calls(lambda: _step("flash", cfg, full), cfg.warmup, cfg.repeats, cfg.device)
+    return {"time_s": statistics.median(times), "peak_bytes": peak, "method": method, "noise_floor_bytes": floor}
 
 
 def check_case(cfg: RingConfig, per_rank: list[dict]) -> list[LayoutCheck]:
@@ -235,28 +273,21 @@ def run(cfg: RingConfig) -> RingResult:
     """Launch ``cfg.world`` ranks, check ring attention against one process, and measure it (see the module notes)."""
     cfg.validate()
     t0 = time.perf_counter()
-    per_rank = launch.results(launch.launch(rank_case, cfg.world, (cfg,), timeout_s=cfg.timeout_s,
-                                            pg_timeout_s=cfg.pg_timeout_s, threads=cfg.threads))
-    return finish(cfg, per_rank, t0)
+    kw = dict(timeout_s=cfg.timeout_s, pg_timeout_s=cfg.pg_timeout_s, threads=cfg.threads)
+    per_rank = launch.results(launch.launch(rank_case, cfg.world, (cfg,), **kw))
+    single = launch.results(launch.launch(flash_case, 1, (cfg,), **kw))[0] if cfg.measure else None
+    return finish(cfg, per_rank, single, t0)
 
 
-def finish(cfg: RingConfig, per_rank: list[dict], t0: float, backend: str = "gloo on 127.0.0.1") -> RingResult:
-    """In one process, from every rank's :func:`rank_case`: the checks, and single-process flash to compare with."""
+def finish(cfg: RingConfig, per_rank: list[dict], single: dict | None, t0: float,
+           backend: str = "gloo on 127.0.0.1") -> RingResult:
+    """From every rank's :func:`rank_case` and :func:`flash_case`: the checks and the comparison."""
     result = RingResult(dataclasses.asdict(cfg), check_case(cfg, per_rank), backend, machine=machine(),
                         versions=versions())
-    if cfg.measure:
+    if single is not None:
         result.ranks = [r["timing"] for r in per_rank]
-        threads = torch.get_num_threads()
-        torch.set_num_threads(cfg.threads)  # like for like: each rank ran on this many threads
-        try:
-            full = [t.to(cfg.device) for t in inputs(cfg)]
-            times = time_calls(lambda: _step("flash", cfg, full), cfg.warmup, cfg.repeats, cfg.device)
-            result.flash_time_s = statistics.median(times)
-            result.flash_peak_bytes = memory.measure_peak(lambda: _step("flash", cfg, full), cfg.device)
-            result.memory_method = memory.method(cfg.device)
-            result.noise_floor_bytes = memory.noise_floor(cfg.device)
-        finally:
-            torch.set_num_threads(threads)
+        result.flash_time_s, result.flash_peak_bytes = single["time_s"], single["peak_bytes"]
+        result.memory_method, result.noise_floor_bytes = single["method"], single["noise_floor_bytes"]
         result.machine["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     result.seconds = time.perf_counter() - t0
     return result
