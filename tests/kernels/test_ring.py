@@ -98,6 +98,13 @@ def _probe(rank, world, cfgs):
                          block_k=2)
     out.backward(mine[3])
     found["dropout"] = [out.detach(), *(t.grad for t in mine[:3])]
+    if world == 4:  # a group of two of the four ranks: peers are found by their global rank
+        sub = dist.new_group([1, 3])
+        if rank in (1, 3):
+            mine = [ring.shard(t, (rank - 1) // 2, 2, "zigzag").requires_grad_() for t in (q, k, v)]
+            out = ring.attention(*mine, is_causal=True, enable_gqa=True, group=sub, layout="zigzag")
+            out.backward(ring.shard(go, (rank - 1) // 2, 2, "zigzag"))
+            found["sub"] = [out.detach(), *(t.grad for t in mine)]
     bad = torch.randn(1, 2, 4 if rank == world - 1 else 6, 8)  # the last rank's shard is shorter
     t0 = time.monotonic()
     try:
@@ -135,6 +142,12 @@ def _check_world(world, cfgs):
     for j, want in enumerate([exp, *(t.grad for t in a)]):
         got = ring.unshard([f["dropout"][j] for f in found], "zigzag")
         assert oracle.max_err(got, want) < 1e-12, j
+    if world == 4:
+        a = [t.clone().requires_grad_() for t in (q, k, v)]
+        exp = flash.attention(*a, is_causal=True, enable_gqa=True)
+        exp.backward(go)
+        for j, want in enumerate([exp, *(t.grad for t in a)]):
+            assert oracle.max_err(ring.unshard([found[1]["sub"][j], found[3]["sub"][j]], "zigzag"), want) < 1e-12
     for f in found:
         msg, took = f["mismatch"]
         assert f"query length L: {', '.join(f'rank {r} has 6' for r in range(world - 1))}, rank {world - 1} has 4" \

@@ -68,11 +68,14 @@ class _Plan:
         bq, bk = min(block_q, self.cq), min(block_k, self.ck)
         self.full = Tiles(N, H, self.cq, self.ck, bq, bk, device=device)
         self.diag = Tiles(N, H, self.cq, self.ck, bq, bk, mask_fn=_CAUSAL, device=device) if is_causal else None
-        self.work = {id(t): _work(t, self.cq, self.ck, N * H) for t in (self.full, self.diag) if t is not None}
+        self.work = {t: _work(t, self.cq, self.ck, N * H) for t in (self.full, self.diag) if t is not None}
 
     def peer(self, step: int) -> tuple[int, int, int]:
-        """(rank whose keys are held at this step, next rank, previous rank) -- as ranks of the group."""
-        return (self.rank - step) % self.world, (self.rank + 1) % self.world, (self.rank - 1) % self.world
+        """(group rank whose keys are held at this step, next rank, previous rank -- these two as global ranks)."""
+        nxt, prv = (self.rank + 1) % self.world, (self.rank - 1) % self.world
+        if self.group is not None:
+            nxt, prv = dist.get_global_rank(self.group, nxt), dist.get_global_rank(self.group, prv)
+        return (self.rank - step) % self.world, nxt, prv
 
     def pairs(self, src: int) -> list[tuple[slice, slice, Tiles, int, int]]:
         """(query rows, key columns, tiles, global row, global column) of each pair to compute with src's keys."""
@@ -82,12 +85,12 @@ class _Plan:
             for j, kc in enumerate(chunk_ids(src, self.world, self.layout)):
                 if self.causal and kc > qc:  # every key of the chunk lies after every query: nothing to see
                     if self.stats is not None:
-                        self.stats.add_skip(sum(self.work[id(self.full)][:2]))
+                        self.stats.add_skip(sum(self.work[self.full][:2]))
                     continue
                 tiles = self.diag if self.causal and kc == qc else self.full
                 todo.append((rows, slice(j * self.ck, (j + 1) * self.ck), tiles, qc * self.cq, kc * self.ck))
                 if self.stats is not None:
-                    self.stats.add_pair(self.work[id(tiles)])
+                    self.stats.add_pair(self.work[tiles])
         return todo
 
     def clock(self) -> float:
@@ -112,8 +115,7 @@ def _work(tiles: Tiles, L: int, S: int, NH: int) -> tuple[int, int, int]:
 
 def _exchange(send: torch.Tensor, recv: torch.Tensor, plan: _Plan, nxt: int, prv: int, tag: int) -> list:
     """Start sending ``send`` to the next rank and receiving ``recv`` from the previous one."""
-    ops = [dist.P2POp(dist.isend, send, group=plan.group, group_peer=nxt, tag=tag),
-           dist.P2POp(dist.irecv, recv, group=plan.group, group_peer=prv, tag=tag)]
+    ops = [dist.P2POp(dist.isend, send, nxt, plan.group, tag), dist.P2POp(dist.irecv, recv, prv, plan.group, tag)]
     try:
         return dist.batch_isend_irecv(ops)
     except RuntimeError as e:
