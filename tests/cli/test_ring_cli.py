@@ -1,10 +1,13 @@
-"""`attnlab ring` end to end (in this process; the ranks are its children), and its usage errors."""
+"""`attnlab ring` end to end (in this process; the ranks are its children), under torchrun, and its usage errors."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from attnlab.cli import main
+from attnlab.lab.launch import free_port
 
 
 def test_ring_command_checks_measures_and_writes_json(tmp_path, capsys):
@@ -52,3 +55,13 @@ def test_under_torchrun_the_world_is_torchruns(monkeypatch, capsys):
     assert "--world 2, but torchrun started 3 processes (WORLD_SIZE)" in capsys.readouterr().err
     assert main(["ring", "--seq", "64"]) == 2  # checked before joining any group
     assert "sequence length 64 is not divisible by the world size 3" in capsys.readouterr().err
+
+
+def test_under_torchrun_every_process_joins_and_rank_0_reports():
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",
+           f"--rdzv-endpoint=127.0.0.1:{free_port()}", "-m", "attnlab", "ring", "--seq", "32", "--heads", "2",
+           "--head-dim", "8", "--causal", "--layout", "zigzag", "--backward", "--no-measure", "--timeout", "20"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    print(r.stdout, r.stderr[-2000:])
+    assert r.returncode == 0
+    assert r.stdout.count("attnlab ring: 2 ranks (gloo via torchrun)") == 1 and "ALL PASS" in r.stdout

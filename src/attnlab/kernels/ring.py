@@ -3,9 +3,10 @@
 When one sequence no longer fits one machine, split it. Each of W ranks (processes, usually one
 per device) keeps its own part of the queries at home and its part of the keys and values; the
 key/value parts then travel around a ring -- rank r sends what it holds to rank r+1 and receives
-from rank r-1 -- so that after W steps every query has met every key. No rank ever holds more
-than two key/value parts (the one it computes with and the one arriving), so the memory per rank
-falls as 1/W.
+from rank r-1 -- so that after W steps every query has met every key. Besides its own shard a
+rank holds two key/value parts at a time, the one it computes with and the one arriving (in the
+backward pass two parts of their gradients as well), so its memory falls as 1/W -- with a constant
+about twice flash's, the price of overlapping the transfers with the arithmetic.
 
 Each step is one call of the flash form's tile loop (:func:`attnlab.kernels.flash.forward_tiles`),
 which returns a partial output and, per query row, the log-sum-exp of the scores it saw. Two
