@@ -11,7 +11,8 @@ def add_parser(sub):
                                    "attention and compare the gathered output (and gradients with --backward) with "
                                    "single-process attention under the tolerance rule. Prints the max errors, each "
                                    "rank's time per step and peak memory against single-process flash, and the "
-                                   "work per rank in both layouts.")
+                                   "work per rank in both layouts. Started by torchrun, each process joins "
+                                   "torchrun's group instead (NCCL on GPUs) and rank 0 reports.")
     p.add_argument("--world", type=int, help="number of processes N (default: 2)")
     p.add_argument("--seq", type=int, help="total sequence length T, split across the ranks (default: 2048)")
     p.add_argument("--heads", type=int, help="query heads H (default: 4)")

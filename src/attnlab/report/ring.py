@@ -11,6 +11,10 @@ def _mib(b: int | None) -> str:
     return "-" if b is None else f"{b / 2**20:.1f} MiB"
 
 
+def _count(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else str(n)
+
+
 def headline(r) -> str:
     c = r.config
     kv = f"{c['heads']}/{c['kv_heads']} (GQA)" if c["kv_heads"] not in (None, c["heads"]) else str(c["heads"])
@@ -51,7 +55,7 @@ def work_table(r) -> Table:
         t.add_column(f"rank {i}", justify="right")
     t.add_column("busiest / mean", justify="right")
     for x in r.layouts:
-        t.add_row(x.layout, *(f"{w['scores'] / 1e6:.2f}M  ({w['pairs_computed']}/{w['pairs_skipped']})"
+        t.add_row(x.layout, *(f"{_count(w['scores'])}  ({w['pairs_computed']}/{w['pairs_skipped']})"
                               for w in x.work), f"{x.imbalance:.2f}")
     return t
 
