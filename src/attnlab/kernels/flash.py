@@ -35,7 +35,10 @@ from ._check import check
 from .masks import EMPTY, FULL, PARTIAL, Mask, causal
 
 DEFAULT_BLOCK_Q = 256
-DEFAULT_BLOCK_K = 512
+DEFAULT_BLOCK_K = 256
+# exp(+-40) is comfortably inside float32's normal range (about e^-87 .. e^88), and so is a sum of
+# millions of such terms; rows whose scores provably stay within it need no running max.
+SAFE_LOGIT = 40.0
 _CAUSAL = causal()  # one instance, so its compiled block maps are cached across calls
 
 
@@ -50,6 +53,7 @@ class Tiles:
                  dense: torch.Tensor | None = None, device="cpu"):
         self.block_q, self.block_k = block_q, block_k
         self.dense = dense
+        self.has_bias = dense is not None and dense.dtype != torch.bool  # a float mask: scores unbounded
         self.bm = mask_fn.block_map(N, H, L, S, block_q, block_k, device) if mask_fn is not None else None
         self._kinds = self.bm.kind.tolist() if self.bm is not None else None
 
@@ -73,6 +77,14 @@ def _slice(m: torch.Tensor, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
     rows = slice(q0, q1) if m.shape[-2] > 1 else slice(None)
     cols = slice(k0, k1) if m.shape[-1] > 1 else slice(None)
     return m[..., rows, cols]
+
+
+def _tile(buf: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """A contiguous view of the first elements of a flat buffer, in the given shape."""
+    n = 1
+    for d in shape:
+        n *= d
+    return buf[:n].view(shape)
 
 
 def _grouped(t: torch.Tensor, Hkv: int, G: int) -> torch.Tensor:
@@ -111,32 +123,48 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0):
     out = q5.new_empty(N, Hkv, G, L, Ev)
     lse = q5.new_empty(N, Hkv, G, L, dtype=torch.float64)
     kT = k.transpose(-2, -1)  # (N, Hkv, E, S)
+    v3 = v.reshape(N * Hkv, S, Ev)
+    buf = q5.new_empty(N * Hkv * G * min(bq, L) * min(bk, S))  # one score tile, reused: no allocation per tile
+    k_norm = k.norm(dim=-1).amax(dim=-1, keepdim=True)  # (N, Hkv, 1): the longest key of each head
     for qt, q0 in enumerate(range(0, L, bq)):
         q1 = min(L, q0 + bq)
         r = q1 - q0
         qi = (q5[:, :, :, q0:q1] * scale).reshape(N, Hkv, G * r, E)  # the scale folded into q once
-        m = q5.new_full((N, Hkv, G * r), float("-inf"))  # running max
-        l = q5.new_zeros(N, Hkv, G * r)  # running normaliser
-        acc = q5.new_zeros(N, Hkv, G * r, Ev)  # running unnormalised output
+        # |q.k| <= |q| |k|: when no score of this row block can leave [-SAFE_LOGIT, SAFE_LOGIT], exp can
+        # neither overflow nor underflow, the running max is not needed, and the shift stays 0.
+        bounded = not tiles.has_bias and float((qi.norm(dim=-1) * k_norm).max()) <= SAFE_LOGIT
+        m = q5.new_full((N, Hkv, G * r), 0.0 if bounded else float("-inf"))  # running max (the shift)
+        l = q5.new_zeros(N * Hkv, G * r)  # running normaliser
+        acc = q5.new_zeros(N * Hkv, G * r, Ev)  # running unnormalised output
         for kt, k0 in enumerate(range(0, S, bk)):
             k1 = min(S, k0 + bk)
             kind = tiles.kind(qt, kt, q0, q1, k0, k1)
             if kind == EMPTY:
                 continue  # no query in this tile sees any key in it
-            s = torch.matmul(qi, kT[..., k0:k1])  # (N, Hkv, G*r, c) scores
+            s = torch.matmul(qi, kT[..., k0:k1], out=_tile(buf, (N, Hkv, G * r, k1 - k0)))  # scores
             if kind == PARTIAL:
                 _mask_scores(s.view(N, Hkv, G, r, k1 - k0), tiles.tile(qt, kt, q0, q1, k0, k1), Hkv, G)
-            m_new = torch.maximum(m, s.amax(dim=-1))
-            m_safe = torch.where(torch.isneginf(m_new), 0.0, m_new)  # rows with nothing visible yet
-            s.sub_(m_safe.unsqueeze(-1)).exp_()  # s is now exp(score - m): unnormalised weights
-            alpha = torch.exp(m - m_safe)  # rescale what was gathered against the old max
-            l.mul_(alpha).add_(s.sum(dim=-1))
+            if bounded:
+                s.exp_()  # unnormalised weights, shift 0
+            else:
+                m_new = torch.maximum(m, s.amax(dim=-1))
+                if kind == PARTIAL:  # a row may have seen nothing yet: keep exp(-inf - -inf) from making NaN
+                    m_new = torch.where(torch.isneginf(m_new), 0.0, m_new)
+                s.sub_(m_new.unsqueeze(-1)).exp_()  # s is now exp(score - m): unnormalised weights
+                alpha = torch.exp(m - m_new).view(N * Hkv, G * r)  # rescale what was gathered to the new max
+                l.mul_(alpha)
+                acc.mul_(alpha.unsqueeze(-1))
+                m = m_new
+            s3 = s.view(N * Hkv, G * r, k1 - k0)
+            l.add_(s3.sum(dim=-1))  # the normaliser counts the weights before dropout
             if p > 0.0:
                 s.mul_(_keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, s))
-            acc.mul_(alpha.unsqueeze(-1)).add_(torch.matmul(s, v[:, :, k0:k1]))
-            m = m_new
-        out[:, :, :, q0:q1] = (acc / torch.where(l == 0, 1.0, l).unsqueeze(-1)).view(N, Hkv, G, r, Ev)
-        lse[:, :, :, q0:q1] = (m.double() + torch.log(l.double())).view(N, Hkv, G, r)
+            acc.baddbmm_(s3, v3[:, k0:k1])  # acc += weights @ v
+        l = l.unsqueeze(-1)
+        o = acc / torch.where(l == 0, 1.0, l)  # rows with no visible key: 0, not 0/0
+        out[:, :, :, q0:q1] = o.view(N, Hkv, G, r, Ev)
+        m = torch.where(l.view(N, Hkv, G * r) == 0, float("-inf"), m)
+        lse[:, :, :, q0:q1] = (m.double() + torch.log(l.double()).view(N, Hkv, G * r)).view(N, Hkv, G, r)
     return out, lse
 
 
@@ -164,6 +192,8 @@ def backward_tiles(q5, k, v, out, dout, lse, scale, tiles: Tiles, seed=0, p=0.0,
     dv = torch.zeros_like(v)
     dbias = q5.new_zeros(bias_shape) if bias_shape is not None else None
     kT = k.transpose(-2, -1)
+    n_tile = N * Hkv * G * min(bq, L) * min(bk, S)
+    buf_s, buf_dp = q5.new_empty(n_tile), q5.new_empty(n_tile)  # two tiles, reused: no allocation per tile
     for qt, q0 in enumerate(range(0, L, bq)):
         q1 = min(L, q0 + bq)
         r = q1 - q0
@@ -179,11 +209,11 @@ def backward_tiles(q5, k, v, out, dout, lse, scale, tiles: Tiles, seed=0, p=0.0,
             if kind == EMPTY:
                 continue
             c = k1 - k0
-            s = torch.matmul(qi, kT[..., k0:k1])
+            s = torch.matmul(qi, kT[..., k0:k1], out=_tile(buf_s, (N, Hkv, G * r, c)))
             if kind == PARTIAL:
                 _mask_scores(s.view(N, Hkv, G, r, c), tiles.tile(qt, kt, q0, q1, k0, k1), Hkv, G)
             P = s.sub_(li).exp_()  # the tile's weights (times 1/c), recomputed from the saved log-sum-exp
-            dP = torch.matmul(doi, v[:, :, k0:k1].transpose(-2, -1))  # (N, Hkv, G*r, c)
+            dP = torch.matmul(doi, v[:, :, k0:k1].transpose(-2, -1), out=_tile(buf_dp, (N, Hkv, G * r, c)))
             if p > 0.0:
                 keep = _keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, s)
                 dv[:, :, k0:k1] += torch.matmul((P * keep).transpose(-2, -1), doi)
