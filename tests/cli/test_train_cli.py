@@ -1,6 +1,7 @@
 """`attnlab train` and `attnlab sample` end to end on the tiny preset."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -48,7 +49,9 @@ def test_tie_kv_ablation_reports_both_losses(tmp_path, capsys):
     (["train", "--corpus", "no/such/file.txt"], "no such file"),
     (["train", "--scale", "sqrt", "--ablation", "tie-kv"], "not allowed with"),
     (["train", "--device", "tpu"], "--device"),
+    (["train", "--impl", "ring"], "torch.distributed group"),
     (["sample", "--ckpt", "missing.pt"], "does not exist"),
+    (["sample", "--ckpt", "missing.pt", "--impl", "ring"], "torch.distributed group"),
     (["sample"], "--ckpt"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(args, msg, capsys):
@@ -59,3 +62,19 @@ def test_bad_flags_are_one_line_and_exit_2(args, msg, capsys):
     err = capsys.readouterr().err
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and msg in err and "Traceback" not in err
+
+
+def test_unreadable_checkpoint_and_unwritable_folder_are_one_line(tmp_path, capsys):
+    text = tmp_path / "notes.txt"
+    text.write_text("not a checkpoint\n" * 50)
+    assert main(["sample", "--ckpt", str(text)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "cannot be read" in err and "weights_only" not in err
+    for args in (["train", "--preset", "tiny"], ["explore", "no-mask"], ["lesson", "--quick"]):
+        assert main([*args, "--out", str(text / "sub")]) == 2, args  # a folder inside a file cannot be made
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "output folder" in err, err
+        if Path("/proc").is_dir():  # a folder that exists but takes no files (even for root)
+            assert main([*args, "--out", "/proc"]) == 2, args
+            err = capsys.readouterr().err
+            assert "cannot write to output folder /proc" in err, err

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 
 def add_parser(sub):
     p = sub.add_parser("explore", help="run one of the lesson's experiments (no name: list them)",
@@ -23,6 +21,7 @@ def run(args) -> int:
     from attnlab.report.terminal import console
 
     from . import UsageError
+    from ._folder import output_folder
 
     if args.name is None:
         console.print("[bold]attnlab explore NAME[/]  (or 'all'): the lesson's things to try")
@@ -31,11 +30,7 @@ def run(args) -> int:
         return 0
     if args.name != "all" and args.name not in explore.EXPERIMENTS:
         raise UsageError(f"unknown experiment {args.name!r}; choose one of: {', '.join(explore.EXPERIMENTS)}, all")
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot create output folder {out}: {e.strerror}") from None
+    out = output_folder(args.out)
     names = list(explore.EXPERIMENTS) if args.name == "all" else [args.name]
     for name in names:
         e = explore.get(name)

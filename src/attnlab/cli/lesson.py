@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 
 def add_parser(sub):
     p = sub.add_parser("lesson", help="build the interactive lesson page (one offline HTML file)",
@@ -23,14 +21,9 @@ def run(args) -> int:
     from attnlab.report.terminal import console
 
     from . import UsageError
+    from ._folder import output_folder
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file, not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot create output folder {out}: {e.strerror}") from None
+    out = output_folder(args.out)
     try:
         data = collect(out, quick=args.quick, seed=args.seed, log=lambda m: console.print(f"  {m}"))
     except ValueError as e:  # a broken results file or an unreadable checkpoint in the folder

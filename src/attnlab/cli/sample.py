@@ -38,6 +38,16 @@ def run(args) -> int:
 
     if not args.temperature > 0:
         raise UsageError(f"--temperature must be > 0, got {args.temperature}")
+    if args.impl is not None:
+        from attnlab import kernels
+
+        try:
+            form = kernels.get(args.impl)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        if form.distributed:
+            raise UsageError(f"--impl {args.impl} runs across the ranks of a torch.distributed group; sampling "
+                             f"runs in one process: choose one of {', '.join(kernels.forms())}")
     try:
         r = sample.sample(args.ckpt, args.prompt, args.tokens, args.temperature, args.top_k, args.seed, args.impl)
     except ValueError as e:

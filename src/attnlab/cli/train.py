@@ -44,9 +44,12 @@ def _config(args):
     changes = {k: v for k, v in given.items() if v is not None}
     if args.impl is not None:
         try:
-            kernels.get(args.impl)
+            form = kernels.get(args.impl)
         except ValueError as e:
             raise UsageError(str(e)) from None
+        if form.distributed:
+            raise UsageError(f"--impl {args.impl} runs across the ranks of a torch.distributed group; training here "
+                             f"runs in one process: choose one of {', '.join(kernels.forms())}")
     if args.device not in ("cpu", "cuda"):
         raise UsageError(f"--device must be cpu or cuda, got {args.device!r}")
     if args.device == "cuda":
@@ -75,15 +78,12 @@ def run(args) -> int:
     from attnlab.report.terminal import console
 
     from . import UsageError
+    from ._folder import output_folder
 
     cfg = _config(args)
     kind = "tie-kv" if args.ablation == "tie-kv" else "scale"
     variants = [args.scale] if args.scale else None
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot create output folder {out}: {e.strerror}") from None
+    out = output_folder(args.out)
     try:
         data = train.load_corpus(cfg)
     except ValueError as e:

@@ -36,8 +36,9 @@ def load(path: str | Path) -> dict:
         raise ValueError(f"checkpoint {path} does not exist")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a truncated or foreign file: torch raises many kinds
-        raise ValueError(f"checkpoint {path} cannot be read: {e}") from None
+    except Exception as e:  # a truncated or foreign file: torch raises many kinds, some with pages of advice
+        raise ValueError(f"checkpoint {path} cannot be read: it is not a file `attnlab train` wrote, or it is "
+                         f"damaged ({type(e).__name__})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path} is not an attnlab training checkpoint")
     return state
