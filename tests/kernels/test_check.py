@@ -8,7 +8,7 @@ import torch
 import attnlab
 from attnlab import masks
 
-FORMS = ["loops", "matrix", "sdpa"]
+FORMS = ["loops", "matrix", "flash", "sdpa"]
 
 
 def qkv(H=4, Hkv=4, L=5, S=6, E=8, Ev=8, batch=(2,), dtype=torch.float32):

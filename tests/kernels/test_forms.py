@@ -162,3 +162,20 @@ def test_matrix_equals_pytorch_on_random_shapes(N, Hkv, G, L, S, E, Ev, causal):
     out = attnlab.attention(q, k, v, is_causal=causal, enable_gqa=G > 1)
     exp = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=G > 1)
     assert oracle.max_err(out, exp) < 1e-12
+
+
+@pytest.mark.parametrize("form", ALL + ["flash"])
+def test_nan_is_not_mistaken_for_a_fully_masked_row(form):
+    """Only a row whose every score is -inf is "fully masked" (zeros); NaN scores stay NaN, as in PyTorch."""
+    q, k, v = make((1,), 2, 2, 5, 6, 8, 8)
+    m = torch.zeros(5, 6, dtype=torch.float64)
+    m[1] = float("nan")  # every score of row 1 is NaN
+    m[3] = float("-inf")  # row 3 sees no key
+    q[0, 0, 4] = float("inf")  # row 4 of head 0: scores of +-inf
+    out = attnlab.attention(q, k, v, attn_mask=m, impl=form)
+    exp = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    print(form, "NaN rows:", out.isnan().any(-1).tolist(), "PyTorch's:", exp.isnan().any(-1).tolist())
+    assert exp[0, :, 1].isnan().all() and exp[0, 0, 4].isnan().all()  # what PyTorch does
+    assert torch.equal(out.isnan(), exp.isnan())
+    assert torch.equal(out[:, :, 3], torch.zeros_like(out[:, :, 3]))
+    assert oracle.max_err(out.nan_to_num(), exp.nan_to_num()) < 1e-12

@@ -52,11 +52,10 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                     scores.append(s)
                     visible.append(j)
                 # 2. softmax, subtracting the max first so exp cannot overflow
-                finite = [float(s.detach()) for s in scores if math.isfinite(float(s.detach()))]
-                if not finite:  # every key masked: the output row is zeros, as in PyTorch
+                if all(float(s.detach()) == -math.inf for s in scores):  # every key masked: zeros, as PyTorch
                     outs.append(torch.zeros(a.Ev, dtype=work) + 0.0 * v[n, hk].sum())
                     continue
-                m = max(finite)
+                m = torch.stack(scores).detach().amax()  # a NaN score stays NaN, as in PyTorch
                 exps = [torch.exp(s - m) for s in scores]
                 total = sum(exps)
                 # 3. the weighted sum of values
