@@ -44,7 +44,8 @@ def test_verify_users_own_function_and_exit_code(run_cli, tmp_path):
 
 
 def test_bad_impl_is_one_line_exit_2(run_cli):
-    for spec, msg in [("nosuchmodule:fn", "cannot import module"), ("fast", "unknown impl 'fast'")]:
+    for spec, msg in [("nosuchmodule:fn", "cannot import module"), ("fast", "unknown impl 'fast'"),
+                      ("ring", "check it with `attnlab ring`")]:
         r = run_cli("verify", "--impl", spec)
         assert r.returncode == 2
         assert len(r.stderr.strip().splitlines()) == 1 and msg in r.stderr
@@ -56,3 +57,11 @@ def test_bad_flags_are_one_line_exit_2(run_cli):
         r = run_cli(*args)
         assert r.returncode == 2, args
         assert len(r.stderr.strip().splitlines()) == 1 and "error" in r.stderr
+
+
+def test_verify_json_that_cannot_be_written_is_one_line_exit_2_before_the_run(run_cli, tmp_path):
+    (tmp_path / "afile").write_text("")
+    r = run_cli("verify", "--impl", "matrix", "--dtype", "float64", "--quick", "--json", "afile/v.json")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "cannot write afile/v.json" in r.stderr
+    assert "Traceback" not in r.stderr and "passed" not in r.stdout  # refused before the grid ran

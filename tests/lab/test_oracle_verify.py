@@ -95,6 +95,8 @@ def test_load_function_errors():
     assert verify.load_function("torch.nn.functional:scaled_dot_product_attention")[1] is F.scaled_dot_product_attention
     for spec, msg in [("nosuchmod:f", "cannot import module 'nosuchmod'"), ("math:nope", "has no attribute 'nope'"),
                       ("math:pi", "names a float, not a function"), ("fast", "unknown impl 'fast'"),
-                      (":f", "must look like package.module:function")]:
+                      (":f", "must look like package.module:function"),
+                      ("ring", "runs only across the ranks of a torch.distributed process group; check it with "
+                               "`attnlab ring`")]:
         with pytest.raises(verify.LoadError, match=msg):
             verify.load_function(spec)

@@ -44,6 +44,12 @@ def run(args) -> int:
     if bad or not dtypes:
         raise UsageError(f"--dtype {args.dtype!r}: choose from {', '.join(verify.DTYPES)}")
 
+    if args.json:  # before the run, not after it: a folder that cannot be made is known now
+        try:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot write {args.json}: {e.strerror or e}") from None
+
     cases = verify.default_cases(dtypes, long=not args.quick)
     with progress(len(cases) * len(targets), "cases") as advance:
         result = verify.verify(targets, cases, seed=args.seed, progress=advance)
@@ -54,6 +60,9 @@ def run(args) -> int:
     console.print(f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, "
                   f"{c['skipped']} skipped, over {len(targets)} form(s): {', '.join(targets)}")
     if args.json:
-        write_json(result, Path(args.json))
+        try:
+            write_json(result, Path(args.json))
+        except OSError as e:
+            raise UsageError(f"cannot write {args.json}: {e.strerror or e}") from None
         console.print(f"wrote {args.json}")
     return 0 if result.passed else 1

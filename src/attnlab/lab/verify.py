@@ -281,9 +281,13 @@ def load_function(spec: str) -> tuple[str, Callable]:
     """``package.module:function`` -> (spec, function); a registered form name -> (name, form)."""
     if ":" not in spec:
         try:
-            return spec, kernels.get(spec).fn
+            form = kernels.get(spec)
         except ValueError as e:
             raise LoadError(f"{e}; or give your own function as package.module:function") from None
+        if form.distributed:
+            raise LoadError(f"form {spec!r} runs only across the ranks of a torch.distributed process group; "
+                            f"check it with `attnlab ring`, which holds it to the same tolerance rule")
+        return spec, form.fn
     mod_name, _, attr = spec.partition(":")
     if not mod_name or not attr:
         raise LoadError(f"--impl {spec!r} must look like package.module:function")
