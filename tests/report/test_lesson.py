@@ -74,6 +74,13 @@ def test_trained_walkthrough_reads_a_checkpoint_character_by_character(tmp_path)
     tiny_checkpoint(short, block_size=8)  # "d tired": "it" is out of reach
     with pytest.raises(walkthrough.TooShort, match="reads at most 8 characters"):
         walkthrough.trained(short)
+    odd = tmp_path / "odd" / "checkpoints" / "scale-sqrt.pt"  # a corpus without a "w": the sentence is unreadable
+    tiny_checkpoint(odd)
+    state = torch.load(odd, weights_only=True)
+    state["chars"] = [c if c != "w" else "W" for c in state["chars"]]
+    torch.save(state, odd)
+    with pytest.raises(walkthrough.CannotRead, match="no token for 'w'"):  # collect() falls back to a seeded head
+        walkthrough.trained(odd)
     (tmp_path / "checkpoints" / "scale-sqrt.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="cannot be read"):
         walkthrough.trained(path)
@@ -93,6 +100,14 @@ def test_sources_read_classify_and_measure(tmp_path):
     impls = {r["impl"] for r in q["results"]}
     assert {"matrix", "sdpa"} <= impls and all(r["time_s"] > 0 for r in q["results"])
     assert "matrix" in q["exponents"]
+
+
+def test_quick_bench_growth_is_said_to_be_short_lengths():
+    data = {"results": [{"impl": "matrix", "seq": s, "time_s": t} for s, t in ((16, 2e-3), (64, 4e-4))],
+            "exponents": {"matrix": {"time": -1.16, "memory": None}}}
+    quick = sections.bench(sources.Part("bench", "quick run", "now", data), {})
+    assert "T<sup>-1.16</sup>" in quick and "At lengths this short" in quick
+    assert "At lengths this short" not in sections.bench(sources.Part("bench", "file", "from bench.json", data), {})
 
 
 def test_numbers_quoted_in_the_prose():

@@ -43,7 +43,7 @@ def collect(out: str | Path, quick: bool = False, seed: int = 0, log=lambda msg:
     log(f"walkthrough: {'checkpoint ' + str(ckpt) if ckpt else 'no checkpoint in ' + str(out) + ', a seeded model'}")
     try:
         walk = walkthrough.trained(ckpt) if ckpt else walkthrough.seeded(seed)
-    except walkthrough.TooShort as e:
+    except walkthrough.CannotRead as e:  # too short a context, or characters it never saw
         log(f"walkthrough: {e}; a seeded model instead")
         walk = walkthrough.seeded(seed, why=f" ({e})")
     log("demo")

@@ -140,8 +140,9 @@ def train(out: Path, quick: bool) -> tuple[Part, Part]:
     for kind in missing:
         cmd = "attnlab train" + (" --ablation tie-kv" if kind == "tie-kv" else "")
         if quick:
-            found[kind] = Part(f"train {kind}", "not measured", f"no train.json for this experiment in "
-                               f"{out} and --quick skips training; run `{cmd} --out {out}` and build the page again",
+            found[kind] = Part(f"train {kind}", "not measured", f"no {'tie_kv' if kind == 'tie-kv' else 'train'}"
+                               f".json in {out} and --quick skips training; run `{cmd} --out {out}` and build the "
+                               "page again",
                                None)
             continue
         from attnlab.lab import train as lab_train

@@ -27,7 +27,11 @@ SENTENCE = "the animal did not cross the street because it was tired"
 QUERY_WORD = "it"
 
 
-class TooShort(ValueError):
+class CannotRead(ValueError):
+    """The checkpoint is fine but cannot read the sentence: the page falls back to a seeded head and says why."""
+
+
+class TooShort(CannotRead):
     """The checkpoint's context is too short to read the sentence up to the query word."""
 
 
@@ -162,7 +166,8 @@ def trained(path: str | Path) -> Walkthrough:
                        f"'{QUERY_WORD}' in the sentence")
     missing = sorted({c for c in text if c not in chars})
     if missing:
-        raise ValueError(f"checkpoint {path} has no token for {''.join(missing)!r}; it cannot read the sentence")
+        raise CannotRead(f"the model in {path} has no token for {''.join(missing)!r}, so it cannot read the "
+                         "sentence")
     idx = torch.tensor([[chars.index(c) for c in text]])  # (1, T)
     x = model.wte(idx)
     if model.wpe is not None:

@@ -44,6 +44,11 @@ def demo(part, imgs) -> str:
                      "Mean peak weight against head width for the three scales.") + "</div>")
 
 
+_SHORT = (" At lengths this short the fixed cost of each call is a large part of the time, so these exponents can "
+          "sit well below the 2 that a T × T score matrix implies (noise on a busy machine can even make one "
+          "negative); <code>attnlab bench</code> measures at lengths where the growth shows.")
+
+
 def bench(part, imgs) -> str:
     t = num.bench_times(part.data)
     seqs = sorted({s for v in t.values() for s in v})
@@ -56,7 +61,7 @@ def bench(part, imgs) -> str:
                         for i, e in sorted(exps.items()) if e.get("time") is not None)
     return (f"<h3>bench: time against sequence length</h3>{badge(part)}"
             f"<table><thead><tr><th>form</th>{head}</tr></thead><tbody>{body}</tbody></table>"
-            + (f"<p>Fitted growth: {exp_txt}.</p>" if exp_txt else "")
+            + (f"<p>Fitted growth: {exp_txt}.{_SHORT if part.origin == 'quick run' else ''}</p>" if exp_txt else "")
             + figure(imgs.get("bench"), "time against length", "Time (and memory, when measured) against length."))
 
 
