@@ -38,6 +38,8 @@ def test_ring_command_checks_measures_and_writes_json(tmp_path, capsys):
     (["--world", "0"], ["world must be a positive integer, got 0"]),
     (["--heads", "4", "--kv-heads", "3"], ["kv_heads must divide heads", "3 and 4"]),
     (["--dtype", "int8"], ["dtype must be one of"]),
+    (["--timeout", "inf"], ["timeout (the process group's) must be a positive, finite number of seconds, got inf"]),
+    (["--timeout", "0"], ["timeout (the process group's) must be a positive, finite number of seconds, got 0.0"]),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv, words, capsys):
     assert main(["ring", *argv]) == 2
@@ -65,3 +67,11 @@ def test_under_torchrun_every_process_joins_and_rank_0_reports():
     print(r.stdout, r.stderr[-2000:])
     assert r.returncode == 0
     assert r.stdout.count("attnlab ring: 2 ranks (gloo via torchrun)") == 1 and "ALL PASS" in r.stdout
+
+
+def test_json_that_cannot_be_written_is_refused_before_the_launch(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    assert main(["ring", "--seq", "64", "--no-measure", "--json", str(tmp_path / "afile" / "ring.json")]) == 2
+    captured = capsys.readouterr()
+    assert len(captured.err.strip().splitlines()) == 1 and "cannot write" in captured.err
+    assert "ALL PASS" not in captured.out  # nothing was launched

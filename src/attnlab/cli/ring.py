@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def add_parser(sub):
     # Defaults left as None fall back to RingConfig's (attnlab.lab.ring), so they are written once.
@@ -60,6 +62,11 @@ def run(args) -> int:
         cfg.validate()
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if args.json:  # before the run, not after it: a folder that cannot be made is known now
+        try:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot write {args.json}: {e.strerror or e}") from None
     if torchrun:
         result = ring_torchrun.run(cfg)
         if result is None:  # not rank 0: rank 0 reports for everyone

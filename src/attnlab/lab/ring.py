@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import dataclasses
+import math
 import os
 import statistics
 import time
@@ -80,8 +81,9 @@ class RingConfig:
             raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if not (self.pg_timeout_s > 0 and self.timeout_s > 0):
-            raise ValueError(f"timeouts must be positive, got {self.pg_timeout_s} and {self.timeout_s}")
+        for name, x in (("timeout (the process group's)", self.pg_timeout_s), ("launch timeout", self.timeout_s)):
+            if isinstance(x, bool) or not isinstance(x, int | float) or not (0 < x < math.inf):
+                raise ValueError(f"{name} must be a positive, finite number of seconds, got {x!r}")
         return self
 
     def layouts(self) -> list[str]:
