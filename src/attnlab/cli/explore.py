@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._folder import seed
+
 
 def add_parser(sub):
     p = sub.add_parser("explore", help="run one of the lesson's experiments (no name: list them)",
@@ -10,7 +12,7 @@ def add_parser(sub):
                                    "'all' runs every one.")
     p.add_argument("name", nargs="?", help="experiment to run, or 'all'")
     p.add_argument("--out", default="attnlab-out", help="output folder (default: ./attnlab-out)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--seed", type=seed, default=0, help="random seed (default: 0)")
     p.set_defaults(run=run)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._folder import seed
+
 
 def add_parser(sub):
     p = sub.add_parser("lesson", help="build the interactive lesson page (one offline HTML file)",
@@ -11,7 +13,7 @@ def add_parser(sub):
     p.add_argument("--out", default="attnlab-out", help="output folder, read and written (default: ./attnlab-out)")
     p.add_argument("--open", action="store_true", help="open the page in the default browser when it is built")
     p.add_argument("--quick", action="store_true", help="smallest quick runs for missing results; no training")
-    p.add_argument("--seed", type=int, default=0, help="random seed for the seeded head and quick runs (default: 0)")
+    p.add_argument("--seed", type=seed, default=0, help="random seed for the seeded head and quick runs (default: 0)")
     p.set_defaults(run=run)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from ._folder import seed
+
 
 def _positive(text: str) -> int:
     import argparse
@@ -26,7 +28,7 @@ def add_parser(sub):
     p.add_argument("--tokens", type=_positive, default=200, help="characters to generate (default: 200)")
     p.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default: 0.8)")
     p.add_argument("--top-k", type=_positive, default=None, help="sample only from the k likeliest characters")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--seed", type=seed, default=0, help="random seed (default: 0)")
     p.add_argument("--impl", default=None, help="form of attention to decode with (default: the one trained with)")
     p.set_defaults(run=run)
 

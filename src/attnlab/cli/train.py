@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ._folder import seed
 from .sample import _positive
 
 
@@ -27,7 +28,7 @@ def add_parser(sub):
     p.add_argument("--impl", default=None, help="form of attention to train with (default: sdpa)")
     p.add_argument("--corpus", default=None, help="a UTF-8 text file (default: Python's standard library source)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: 0)")
+    p.add_argument("--seed", type=seed, default=None, help="random seed (default: 0)")
     p.add_argument("--out", default="attnlab-out", help="output folder (default: ./attnlab-out)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --out/checkpoints")
     p.set_defaults(run=run)
