@@ -61,6 +61,7 @@ def test_guard_prints_a_skip_line(capsys, tmp_path):
     (["--dtype", "int8"], "dtype 'int8'"),
     (["--budget", "-1"], "budget_s must be"),
     (["--seq", "x"], "invalid int value"),
+    (["--seed", "99999999999999999999999"], "expected a seed from 0 to"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(capsys, args, msg):
     try:

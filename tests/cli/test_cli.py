@@ -53,7 +53,9 @@ def test_bad_impl_is_one_line_exit_2(run_cli):
 
 
 def test_bad_flags_are_one_line_exit_2(run_cli):
-    for args in (["verify", "--dtype", "int8"], ["demo", "--seed", "x"], ["nope"]):
+    big = "99999999999999999999999"  # past what torch's generator takes: was an OverflowError traceback
+    for args in (["verify", "--dtype", "int8"], ["demo", "--seed", "x"], ["nope"], ["demo", "--seed", big],
+                 ["verify", "--seed", big], ["ring", "--seed", big], ["demo", "--seed", "-1"]):
         r = run_cli(*args)
         assert r.returncode == 2, args
         assert len(r.stderr.strip().splitlines()) == 1 and "error" in r.stderr

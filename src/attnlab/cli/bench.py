@@ -6,6 +6,8 @@ import re
 import time
 from pathlib import Path
 
+from ._folder import seed
+
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
@@ -41,7 +43,7 @@ def add_parser(sub):
     p.add_argument("--matmul-size", type=int, metavar="N",
                    help="the machine's peak is the best N x N matmul (default: 2048 on a CPU, 8192 on a GPU)")
     p.add_argument("--out", default="attnlab-out", help="output folder (default: ./attnlab-out)")
-    p.add_argument("--seed", type=int, help="random seed (default: 0)")
+    p.add_argument("--seed", type=seed, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.set_defaults(run=run)
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ._folder import seed
+
 
 def add_parser(sub):
     p = sub.add_parser("demo", help="check the forms against PyTorch, draw an attention map and the scale demo",
                        description="The single-head lesson script: max|mine - F.sdpa| for the matrix and loops "
                                    "forms, a causal attention map, and softmax saturation against head width.")
     p.add_argument("--out", default="attnlab-out", help="output folder (default: ./attnlab-out)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--seed", type=seed, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.set_defaults(run=run)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ._folder import seed
+
 
 def add_parser(sub):
     # Defaults left as None fall back to RingConfig's (attnlab.lab.ring), so they are written once.
@@ -30,7 +32,7 @@ def add_parser(sub):
     p.add_argument("--no-measure", action="store_true", help="check only: no timing or memory")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="process-group timeout: a transfer that cannot finish fails after this (default: 30)")
-    p.add_argument("--seed", type=int, help="random seed (default: 0)")
+    p.add_argument("--seed", type=seed, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
     p.set_defaults(run=run)
 

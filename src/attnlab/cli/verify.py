@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ._folder import seed
+
 
 def add_parser(sub):
     p = sub.add_parser("verify", help="check forms of attention against a float64 oracle and PyTorch",
@@ -17,7 +19,7 @@ def add_parser(sub):
     p.add_argument("--quick", action="store_true", help="skip the long (L=1025) cases")
     p.add_argument("--show", choices=["all", "failures"], default="all", help="which rows to print")
     p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.set_defaults(run=run)
 
 
