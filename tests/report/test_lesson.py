@@ -1,6 +1,7 @@
 """The lesson page's data and HTML, without a browser."""
 
 import json
+import math
 import re
 
 import pytest
@@ -108,6 +109,17 @@ def test_quick_bench_growth_is_said_to_be_short_lengths():
     quick = sections.bench(sources.Part("bench", "quick run", "now", data), {})
     assert "T<sup>-1.16</sup>" in quick and "At lengths this short" in quick
     assert "At lengths this short" not in sections.bench(sources.Part("bench", "file", "from bench.json", data), {})
+
+
+def test_a_diverged_run_in_train_json_is_shown_not_a_crash():
+    diverged = json.loads(json.dumps(TRAIN))
+    v = diverged["variants"]["none"]  # NaN losses and entropies are written to JSON as null
+    v["val_loss"][-1], v["entropy"][-1] = None, [None, None]
+    assert math.isnan(numbers.final_val(diverged)["none"])
+    assert numbers.entropy_ends(diverged)["none"] == (pytest.approx(2.05), pytest.approx(2.05))
+    html = sections.train(sources.Part("train scale", "file", "from train.json", diverged),
+                          sources.Part("train tie-kv", "not measured", "none", None), {})
+    assert "<td>nan</td>" in html
 
 
 def test_numbers_quoted_in_the_prose():

@@ -34,14 +34,16 @@ def ratio(bench: dict | None, impl: str, ref: str = "sdpa") -> tuple[float, int]
 
 
 def final_val(train: dict | None) -> dict[str, float]:
-    return {n: v["val_loss"][-1] for n, v in (train or {}).get("variants", {}).items() if v.get("val_loss")}
+    """variant -> the last validation loss; NaN where the run diverged (its JSON holds null there)."""
+    last = {n: v["val_loss"][-1] for n, v in (train or {}).get("variants", {}).items() if v.get("val_loss")}
+    return {n: float("nan") if x is None else x for n, x in last.items()}
 
 
 def entropy_ends(train: dict | None) -> dict[str, tuple[float, float]]:
     """variant -> (mean entropy over layers at the first log, at the last)."""
     out = {}
     for n, v in (train or {}).get("variants", {}).items():
-        e = [x for x in v.get("entropy") or [] if x]
+        e = [x for x in v.get("entropy") or [] if x and None not in x]  # null: a log after the run diverged
         if e:
             out[n] = (sum(e[0]) / len(e[0]), sum(e[-1]) / len(e[-1]))
     return out
