@@ -82,6 +82,14 @@ def test_trained_walkthrough_reads_a_checkpoint_character_by_character(tmp_path)
     torch.save(state, odd)
     with pytest.raises(walkthrough.CannotRead, match="no token for 'w'"):  # collect() falls back to a seeded head
         walkthrough.trained(odd)
+    unscaled = tmp_path / "unscaled" / "checkpoints" / "scale-none.pt"  # only `attnlab train --scale none` ran
+    tiny_checkpoint(unscaled)
+    state = torch.load(unscaled, weights_only=True)
+    state["model_config"]["scale"] = "none"
+    torch.save(state, unscaled)
+    assert walkthrough.find_checkpoint(tmp_path / "unscaled") == unscaled
+    with pytest.raises(walkthrough.CannotRead, match="scale 'none'"):  # the page's "÷√d" step would be wrong
+        walkthrough.trained(unscaled)
     (tmp_path / "checkpoints" / "scale-sqrt.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="cannot be read"):
         walkthrough.trained(path)

@@ -141,7 +141,7 @@ def find_checkpoint(out: str | Path) -> Path | None:
     folder = Path(out) / "checkpoints"
     if not folder.is_dir():
         return None
-    for name in ("scale-sqrt.pt", "tie-kv-untied.pt"):
+    for name in ("scale-sqrt.pt", "tie-kv-untied.pt", "tie-kv-tied.pt"):  # the 1/sqrt(d) models first
         if (folder / name).is_file():
             return folder / name
     found = sorted(folder.glob("*.pt"))
@@ -160,6 +160,9 @@ def trained(path: str | Path) -> Walkthrough:
     model.load_state_dict(state["model"])
     model.eval()
     chars = list(state["chars"])
+    if cfg.scale != "sqrt":  # the walkthrough's "scale" step explains 1/sqrt(d)
+        raise CannotRead(f"the model in {path} was trained with scale {cfg.scale!r}, not the 1/sqrt(d) the "
+                         "walkthrough explains")
     text = SENTENCE[-cfg.block_size:]  # a model trained on short windows reads the last block_size characters
     if QUERY_WORD not in text.split():
         raise TooShort(f"the model in {path} reads at most {cfg.block_size} characters, too few to reach "
