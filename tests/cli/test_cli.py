@@ -67,3 +67,13 @@ def test_verify_json_that_cannot_be_written_is_one_line_exit_2_before_the_run(ru
     assert r.returncode == 2, r.stdout + r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "cannot write afile/v.json" in r.stderr
     assert "Traceback" not in r.stderr and "passed" not in r.stdout  # refused before the grid ran
+
+
+def test_an_output_folder_that_cannot_take_files_is_one_line_exit_2(run_cli, tmp_path):
+    (tmp_path / "afile").write_text("")
+    for args in (["demo", "--out", "/proc"], ["bench", "--out", "/proc", "--seq", "16", "--impl", "matrix"],
+                 ["demo", "--out", "afile"]):
+        r = run_cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+        assert "output folder /proc" in r.stderr or "afile is a file, not a folder" in r.stderr

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
-from ._folder import seed
+from ._folder import output_folder, seed
 
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
@@ -79,11 +78,7 @@ def run(args) -> int:
                                 **{k: v for k, v in given.items() if v is not None})
     except ValueError as e:
         raise UsageError(str(e)) from None
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot create output folder {out}: {e.strerror}") from None
+    out = output_folder(args.out)  # a folder that cannot take files is a usage error now, not after the run
 
     names = cfg.impls or tuple(bench.known_impls())
     note = " (each new flex shape is compiled first; that is not timed)" if "flex" in names else ""

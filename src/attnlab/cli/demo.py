@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ._folder import seed
+from ._folder import output_folder, seed
 
 
 def add_parser(sub):
@@ -22,13 +20,7 @@ def run(args) -> int:
     from attnlab.report import plots
     from attnlab.report.terminal import console
 
-    from . import UsageError
-
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"cannot create output folder {out}: {e.strerror}") from None
+    out = output_folder(args.out)  # a folder that cannot take files is a usage error now, not after the run
     r = demo.run(seed=args.seed)
     console.print(f"[bold]One head, T={r.T} tokens, d={r.d}, float32 (seed {r.seed})[/]")
     for c in r.checks:
