@@ -191,6 +191,14 @@ def test_block_map_matches_dense_mask_and_skips():
     assert len(bm.partial) == c["partial"] <= 3 * 8  # O(L) stored, not O(L x S)
 
 
+def test_block_map_cache_is_bounded():
+    m = masks.causal_lower_right()
+    for S in range(1, 80):  # decoding: one more key every step
+        m.block_map(1, 1, 1, S, 1, 16)
+    assert len(m._cache) <= 32
+    assert m.block_map(1, 1, 1, 79, 1, 16) is m.block_map(1, 1, 1, 79, 1, 16)
+
+
 def test_bad_tile_sizes():
     q, k, v = make(1, 1, 1, 4, 4, 4, 4)
     for bad in (0, -1, 2.5, True):

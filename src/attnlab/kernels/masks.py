@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
+_CACHE_SIZE = 32  # compiled block maps kept per mask (oldest dropped first)
 
 # fn(b, h, i, j, L, S) -> bool tensor; b, h, i, j are broadcastable index tensors.
 MaskFn = Callable[..., torch.Tensor]
@@ -122,6 +123,8 @@ class Mask:
                 else:
                     kinds[qt, kt] = EMPTY
         bm = BlockMap(kind=kinds, partial=partial, block_q=block_q, block_k=block_k)
+        if len(self._cache) >= _CACHE_SIZE:  # bounded: decoding token by token asks for a new S every step
+            self._cache.pop(next(iter(self._cache)))
         self._cache[key] = bm
         return bm
 
