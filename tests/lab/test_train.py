@@ -90,6 +90,14 @@ def test_variants_share_initial_weights_and_data_and_the_summary_reads_them(data
     summaries, preds = train_summary.summarise(r)
     assert set(summaries) == {"sqrt", "none", "inv"} and len(preds) == 3
     assert all(p.evidence for p in preds)
+    # "below a quarter of uniform throughout" is read at every log, not only the first and the last
+    none = r.variants["none"]
+    quarter = 0.25 * r.config["uniform_entropy"]
+    low, high = [quarter / 2] * TINY.n_layer, [quarter * 2] * TINY.n_layer
+    none.entropy = [low, low, low]
+    assert train_summary.summarise(r)[1][0].holds
+    none.entropy = [low, high, low]  # one log in the middle above the line: not "throughout"
+    assert not train_summary.summarise(r)[1][0].holds
 
 
 def test_bad_arguments():
