@@ -1,4 +1,5 @@
-"""Arguments several commands share: the output folder (created, checked writable before any work) and the seed."""
+"""Arguments several commands share: the output folder (created, checked writable before any work), the seed,
+and a form that runs in one process."""
 
 from __future__ import annotations
 
@@ -36,3 +37,19 @@ def seed(text: str) -> int:
     if not 0 <= n <= SEED_MAX:
         raise argparse.ArgumentTypeError(f"expected a seed from 0 to {SEED_MAX}, got {n}")
     return n
+
+
+def single_process_form(name: str, what: str):
+    """The registered form ``name`` for ``--impl``, or a UsageError (unknown, or needs a process group)."""
+    from attnlab import kernels
+
+    from . import UsageError
+
+    try:
+        form = kernels.get(name)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if form.distributed:
+        raise UsageError(f"--impl {name} runs across the ranks of a torch.distributed group; {what} "
+                         f"runs in one process: choose one of {', '.join(kernels.forms())}")
+    return form

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._folder import seed
+from ._folder import seed, single_process_form
 
 
 def _positive(text: str) -> int:
@@ -41,15 +41,7 @@ def run(args) -> int:
     if not args.temperature > 0:
         raise UsageError(f"--temperature must be > 0, got {args.temperature}")
     if args.impl is not None:
-        from attnlab import kernels
-
-        try:
-            form = kernels.get(args.impl)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        if form.distributed:
-            raise UsageError(f"--impl {args.impl} runs across the ranks of a torch.distributed group; sampling "
-                             f"runs in one process: choose one of {', '.join(kernels.forms())}")
+        single_process_form(args.impl, "sampling")
     try:
         r = sample.sample(args.ckpt, args.prompt, args.tokens, args.temperature, args.top_k, args.seed, args.impl)
     except ValueError as e:

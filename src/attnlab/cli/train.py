@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ._folder import seed
+from ._folder import seed, single_process_form
 from .sample import _positive
 
 
@@ -35,7 +35,6 @@ def add_parser(sub):
 
 
 def _config(args):
-    from attnlab import kernels
     from attnlab.lab.train import PRESETS
 
     from . import UsageError
@@ -44,13 +43,7 @@ def _config(args):
              "corpus": args.corpus, "device": args.device}
     changes = {k: v for k, v in given.items() if v is not None}
     if args.impl is not None:
-        try:
-            form = kernels.get(args.impl)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        if form.distributed:
-            raise UsageError(f"--impl {args.impl} runs across the ranks of a torch.distributed group; training here "
-                             f"runs in one process: choose one of {', '.join(kernels.forms())}")
+        single_process_form(args.impl, "training here")
     if args.device not in ("cpu", "cuda"):
         raise UsageError(f"--device must be cpu or cuda, got {args.device!r}")
     if args.device == "cuda":

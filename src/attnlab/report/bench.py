@@ -15,7 +15,7 @@ from rich.table import Table
 
 from attnlab.lab.bench import BenchResult, fmt_bytes
 
-from .plots import _plt
+from .plots import _plt, save
 
 COLUMNS = ["impl", "seq", "time_s", "time_min_s", "time_max_s", "gflops", "peak_bytes", "skipped"]
 QUADRATIC = (1.7, 2.3)  # a fitted memory slope in this range reads as "grows with the square of T"
@@ -146,11 +146,7 @@ def figure(result: BenchResult, path: str | Path) -> Path:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def _reference_slopes(ax, seqs: list[int]) -> None:

@@ -14,6 +14,16 @@ def _plt():
     return plt
 
 
+def save(fig, path: str | Path) -> Path:
+    """Write a figure (creating its folder) and free it."""
+    plt = _plt()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def attention_map(weights, path: str | Path, title: str = "Causal attention weights",
                   labels: list[str] | None = None) -> Path:
     """Heatmap of an (L, S) weight matrix: rows are queries, columns keys."""

@@ -5,21 +5,13 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+from .plots import _plt, save
 from .terminal import console
 
 COLOURS = {"sqrt": "tab:blue", "none": "tab:red", "inv": "tab:green", "untied": "tab:blue", "tied": "tab:orange"}
 LABELS = {"sqrt": "scale 1/sqrt(d)", "none": "no scale", "inv": "scale 1/d", "untied": "separate W_v",
           "tied": "W_v tied to W_k"}
 LAYER_STYLES = ["-", "--", ":", "-."]
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def figure(result, path: str | Path) -> Path:
@@ -54,11 +46,7 @@ def figure(result, path: str | Path) -> Path:
                  f"d={cfg['head_dim']}, T={cfg['block_size']}, batch {cfg['batch_size']}, seed {cfg['seed']}, "
                  f"corpus: {cfg['corpus_info']['name']}", fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 @contextmanager
