@@ -6,6 +6,13 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+OUT = "attnlab-out"  # every command writes here by default, and the lesson page reads the others' results here
+
+
+def add_out(p, help: str = "output folder") -> None:
+    """The ``--out`` flag every command that writes files shares."""
+    p.add_argument("--out", default=OUT, help=f"{help} (default: ./{OUT})")
+
 
 def output_folder(path) -> Path:
     """``path`` as a folder this process can write to, or a UsageError saying why not (one line)."""

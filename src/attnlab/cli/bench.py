@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 
-from ._folder import output_folder, seed
+from ._folder import add_out, output_folder, seed
 
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
@@ -41,7 +41,7 @@ def add_parser(sub):
                         "(default: 80%% of the memory free)")
     p.add_argument("--matmul-size", type=int, metavar="N",
                    help="the machine's peak is the best N x N matmul (default: 2048 on a CPU, 8192 on a GPU)")
-    p.add_argument("--out", default="attnlab-out", help="output folder (default: ./attnlab-out)")
+    add_out(p)
     p.add_argument("--seed", type=seed, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.set_defaults(run=run)
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from ._folder import output_folder, seed
+from ._folder import add_out, output_folder, seed
 
 
 def add_parser(sub):
     p = sub.add_parser("demo", help="check the forms against PyTorch, draw an attention map and the scale demo",
                        description="The single-head lesson script: max|mine - F.sdpa| for the matrix and loops "
                                    "forms, a causal attention map, and softmax saturation against head width.")
-    p.add_argument("--out", default="attnlab-out", help="output folder (default: ./attnlab-out)")
+    add_out(p)
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.set_defaults(run=run)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._folder import seed
+from ._folder import add_out, output_folder, seed
 
 
 def add_parser(sub):
@@ -11,7 +11,7 @@ def add_parser(sub):
                                    "and writes explore-NAME.png and explore-NAME.json. Without a name, list them; "
                                    "'all' runs every one.")
     p.add_argument("name", nargs="?", help="experiment to run, or 'all'")
-    p.add_argument("--out", default="attnlab-out", help="output folder (default: ./attnlab-out)")
+    add_out(p)
     p.add_argument("--seed", type=seed, default=0, help="random seed (default: 0)")
     p.set_defaults(run=run)
 
@@ -23,7 +23,6 @@ def run(args) -> int:
     from attnlab.report.terminal import console
 
     from . import UsageError
-    from ._folder import output_folder
 
     if args.name is None:
         console.print("[bold]attnlab explore NAME[/]  (or 'all'): the lesson's things to try")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._folder import seed
+from ._folder import add_out, output_folder, seed
 
 
 def add_parser(sub):
@@ -10,7 +10,7 @@ def add_parser(sub):
                        description="Build lesson.html in the output folder: the walkthrough of one sentence through "
                                    "one head, the head view, and the results of demo, bench, train and explore -- "
                                    "read from their JSON in the folder when present, otherwise quick runs.")
-    p.add_argument("--out", default="attnlab-out", help="output folder, read and written (default: ./attnlab-out)")
+    add_out(p, "output folder, read and written")
     p.add_argument("--open", action="store_true", help="open the page in the default browser when it is built")
     p.add_argument("--quick", action="store_true", help="smallest quick runs for missing results; no training")
     p.add_argument("--seed", type=seed, default=0, help="random seed for the seeded head and quick runs (default: 0)")
@@ -23,7 +23,6 @@ def run(args) -> int:
     from attnlab.report.terminal import console
 
     from . import UsageError
-    from ._folder import output_folder
 
     out = output_folder(args.out)
     try:

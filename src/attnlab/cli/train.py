@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ._folder import seed, single_process_form
+from ._folder import add_out, output_folder, seed, single_process_form
 from .sample import _positive
 
 
@@ -29,7 +29,7 @@ def add_parser(sub):
     p.add_argument("--corpus", default=None, help="a UTF-8 text file (default: Python's standard library source)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--seed", type=seed, default=None, help="random seed (default: 0)")
-    p.add_argument("--out", default="attnlab-out", help="output folder (default: ./attnlab-out)")
+    add_out(p)
     p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --out/checkpoints")
     p.set_defaults(run=run)
 
@@ -72,7 +72,6 @@ def run(args) -> int:
     from attnlab.report.terminal import console
 
     from . import UsageError
-    from ._folder import output_folder
 
     cfg = _config(args)
     kind = "tie-kv" if args.ablation == "tie-kv" else "scale"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .masks import Mask
+from .masks import Mask, causal
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -85,10 +85,8 @@ class Args:
         """
         if self.mask is not None:
             return self.mask.dense(self.N, self.H, self.L, self.S, device=self.q.device)
-        if self.is_causal:
-            i = torch.arange(self.L, device=self.q.device)[:, None]
-            j = torch.arange(self.S, device=self.q.device)[None, :]
-            return (j <= i)[None, None]  # (1, 1, L, S), upper-left aligned like PyTorch
+        if self.is_causal:  # upper-left aligned like PyTorch: (1, 1, L, S)
+            return causal().dense(self.N, self.H, self.L, self.S, device=self.q.device)
         return self.attn_mask
 
     def unflatten(self, out: torch.Tensor) -> torch.Tensor:

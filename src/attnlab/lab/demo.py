@@ -9,7 +9,6 @@ Unscaled, the scores spread further apart as heads get wider, the softmax satura
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
@@ -17,11 +16,12 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.kernels import loops, matrix
+from attnlab.nn.attention import SCALES, resolve_scale
+from attnlab.nn.probe import entropy
 
 from . import oracle
 from .results import machine, versions
 
-SCALES = {"sqrt": lambda d: 1.0 / math.sqrt(d), "none": lambda d: 1.0, "inv": lambda d: 1.0 / d}
 SCALE_LABELS = {"sqrt": "1/sqrt(d)", "none": "1 (no scale)", "inv": "1/d"}
 
 
@@ -55,13 +55,16 @@ class DemoResult:
         return {name: vals[i] for name, vals in self.peak.items()}
 
 
-def mean_peak_weight(d: int, scale: float, T: int = 64, trials: int = 16, seed: int = 0) -> float:
-    """Row max of softmax(q k^T * scale), averaged over rows and trials; q, k unit-variance, no mask."""
+def row_stats(d: int, scale: float, T: int = 64, trials: int = 16, seed: int = 0) -> tuple[float, float]:
+    """Mean peak weight (row max) and mean entropy (nats) of softmax(q k^T * scale) rows.
+
+    q and k are unit-variance, T tokens, no mask; averaged over rows and ``trials`` draws.
+    """
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(trials, T, d, generator=g)
     k = torch.randn(trials, T, d, generator=g)
     _, w = matrix.attention(q, k, k, scale=scale, return_weights=True)  # (trials, T, T)
-    return w.amax(dim=-1).mean().item()
+    return w.amax(dim=-1).mean().item(), entropy(w).mean().item()
 
 
 def run(seed: int = 0, T: int = 32, d: int = 64, map_T: int = 12, scale_T: int = 64) -> DemoResult:
@@ -81,7 +84,7 @@ def run(seed: int = 0, T: int = 32, d: int = 64, map_T: int = 12, scale_T: int =
     _, w = matrix.attention(qm, km, vm, is_causal=True, return_weights=True)
 
     widths = [2**p for p in range(2, 11)]  # 4 .. 1024
-    peak = {name: [mean_peak_weight(dd, f(dd), T=scale_T, seed=seed + dd) for dd in widths]
-            for name, f in SCALES.items()}
+    peak = {name: [row_stats(dd, resolve_scale(name, dd), T=scale_T, seed=seed + dd)[0] for dd in widths]
+            for name in SCALES}
     return DemoResult(seed, T, d, checks, w.tolist(), widths, peak, scale_T, time.perf_counter() - t0,
                       machine(), versions())

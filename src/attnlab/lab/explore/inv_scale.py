@@ -14,13 +14,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
-from attnlab.kernels import matrix
+from attnlab.lab.demo import SCALE_LABELS, row_stats
 from attnlab.lab.results import machine, versions
+from attnlab.nn.attention import SCALES, resolve_scale
 
-SCALES = {"sqrt": lambda d: 1.0 / math.sqrt(d), "none": lambda d: 1.0, "inv": lambda d: 1.0 / d}
-LABELS = {"sqrt": "1/sqrt(d)", "none": "1 (no scale)", "inv": "1/d"}
+LABELS = SCALE_LABELS
 
 
 @dataclass
@@ -40,23 +38,14 @@ class InvScaleResult:
         return {s: (self.peak[s][i], self.entropy[s][i]) for s in self.peak}
 
 
-def row_stats(d: int, scale: float, T: int, trials: int, seed: int) -> tuple[float, float]:
-    """Mean peak weight and mean entropy (nats) of softmax(q k^T * scale) rows; q, k unit-variance, no mask."""
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(trials, T, d, generator=g)
-    k = torch.randn(trials, T, d, generator=g)
-    _, w = matrix.attention(q, k, k, scale=scale, return_weights=True)  # (trials, T, T)
-    ent = -(w * torch.log(w.clamp_min(1e-30))).sum(-1)
-    return w.amax(-1).mean().item(), ent.mean().item()
-
-
 def run(seed: int = 0, T: int = 64, trials: int = 16) -> InvScaleResult:
     widths = [2**p for p in range(2, 11)]  # 4 .. 1024
     peak: dict[str, list[float]] = {s: [] for s in SCALES}
     entropy: dict[str, list[float]] = {s: [] for s in SCALES}
     for d in widths:
-        for name, f in SCALES.items():
-            p, e = row_stats(d, f(d), T, trials, seed + d)  # same q, k for the three scales at each width
+        for name in SCALES:
+            # the same q, k for the three scales at each width
+            p, e = row_stats(d, resolve_scale(name, d), T, trials, seed + d)
             peak[name].append(p)
             entropy[name].append(e)
     return InvScaleResult(seed, T, trials, widths, peak, entropy, math.log(T), machine(), versions())

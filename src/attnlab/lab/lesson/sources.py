@@ -9,7 +9,6 @@ and a note the page shows next to it, so nobody mistakes a quick run for the ful
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import tempfile
 import time
@@ -65,19 +64,12 @@ def demo(out: Path, seed: int) -> Part:
                 f"built ({r.seconds:.1f} s); `attnlab demo --out {out}` writes it", to_dict(r))
 
 
-def _time(fn, repeats: int) -> tuple[float, float, float]:
-    fn()  # warm-up
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts), min(ts), max(ts)
-
-
 def quick_bench(seqs: list[int], repeats: int, heads: int = 2, d: int = 64) -> dict:
     """Forward time of every registered form at a few lengths (no memory): bench.json's shape, smaller."""
     import attnlab
+    from attnlab.lab.flops import attention_flops
+    from attnlab.lab.growth import exponent
+    from attnlab.lab.timing import time_calls
 
     results = []
     for name, form in attnlab.forms().items():
@@ -86,16 +78,16 @@ def quick_bench(seqs: list[int], repeats: int, heads: int = 2, d: int = 64) -> d
                 continue
             g = torch.Generator().manual_seed(T)
             q, k, v = (torch.randn(1, heads, T, d, generator=g) for _ in range(3))
-            med, lo, hi = _time(lambda name=name, q=q, k=k, v=v: attnlab.attention(q, k, v, impl=name), repeats)
-            flops = 4 * heads * T * T * d
-            results.append({"impl": name, "seq": T, "time_s": med, "time_min_s": lo, "time_max_s": hi,
-                            "gflops": flops / med / 1e9, "peak_bytes": None, "skipped": None})
+            ts = time_calls(lambda name=name, q=q, k=k, v=v: attnlab.attention(q, k, v, impl=name), 1, repeats)
+            med = statistics.median(ts)
+            results.append({"impl": name, "seq": T, "time_s": med, "time_min_s": min(ts), "time_max_s": max(ts),
+                            "gflops": attention_flops(1, heads, T, T, d) / med / 1e9, "peak_bytes": None,
+                            "skipped": None})
     exponents = {}
     for name in {r["impl"] for r in results}:
-        pts = [(math.log(r["seq"]), math.log(r["time_s"])) for r in results if r["impl"] == name]
-        if len(pts) >= 2:
-            mx, my = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
-            slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+        rows = [r for r in results if r["impl"] == name]
+        slope = exponent([r["seq"] for r in rows], [r["time_s"] for r in rows])
+        if slope is not None:
             exponents[name] = {"time": slope, "memory": None}
     return {"config": {"seq": seqs, "batch": 1, "heads": heads, "head_dim": d, "dtype": "float32",
                        "repeats": repeats, "backward": False, "causal": False},

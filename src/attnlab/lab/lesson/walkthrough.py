@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.kernels import matrix
+from attnlab.nn.probe import entropy
 
 SENTENCE = "the animal did not cross the street because it was tired"
 QUERY_WORD = "it"
@@ -67,10 +68,6 @@ def _r(t: torch.Tensor) -> list:
     return [_r(x) for x in t] if t.dim() > 1 else [float(f"{v:.4g}") for v in t.tolist()]
 
 
-def _entropy(w: torch.Tensor) -> float:  # (T, T) causal weights -> mean row entropy
-    return float(-torch.special.xlogy(w, w).sum(-1).mean())
-
-
 def _words(tokens: list[str], char_level: bool) -> tuple[list[int], list[str]]:
     if not char_level:
         return list(range(len(tokens))), list(tokens)
@@ -107,7 +104,7 @@ def _build(source, label, tokens, char_level, layer, head, x, q, k, v, scale, he
     return Walkthrough(source, label, tokens, word_of, words, query, layer, head, x.shape[1], q.shape[1], scale,
                        _r(x), _r(q), _r(k), _r(v), _r(scores), _r(scaled), masked, _r(w), _r(out),
                        [round(m, 4) for m in listens], [[_r(h) for h in layer_w] for layer_w in heads],
-                       [[round(_entropy(h), 4) for h in layer_w] for layer_w in heads])
+                       [[round(float(entropy(h).mean()), 4) for h in layer_w] for layer_w in heads])
 
 
 def seeded(seed: int = 0, d_model: int = 32, n_head: int = 4, n_layer: int = 2, why: str = "") -> Walkthrough:
