@@ -33,6 +33,7 @@ from attnlab.nn.probe import score_grad_norms, uniform_causal_entropy
 
 from . import checkpoint as ckpt
 from . import corpus as corpora
+from .parallel import Grid
 from .results import machine, versions
 from .stop import StopFlag, catch_interrupt
 
@@ -155,15 +156,30 @@ def _qk_grad_norms(model: GPT) -> list[float]:
     return out
 
 
-def _measure(model: GPT, fixed: dict, log: VariantLog, step: int) -> None:
-    """One log entry at the current weights; uses no random numbers, so training is unaffected."""
+def _loss(model: GPT, grid: Grid, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The mean loss over this rank's part of the batch (x, y) (B, T)."""
+    x, y, part = grid.split(x, y)
+    return model(x, y, shard=part)[1]
+
+
+def _measure(model: GPT, net: torch.nn.Module, fixed: dict, log: VariantLog, step: int, grid: Grid) -> None:
+    """One log entry at the current weights; uses no random numbers, so training is unaffected.
+
+    Across ranks the losses and the gradient are taken over each rank's part of the fixed batches and
+    averaged (``net`` is the model under DDP); the entropy probe and the gradient through the softmax
+    need the explicit scores of whole sequences, and every rank computes them on the same data.
+    """
     model.eval()
     with torch.no_grad():
-        tr = sum(float(model(x, y)[1]) for x, y in fixed["train"]) / len(fixed["train"])
-        va = sum(float(model(x, y)[1]) for x, y in fixed["val"]) / len(fixed["val"])
+        tr = sum(float(_loss(model, grid, x, y)) for x, y in fixed["train"]) / len(fixed["train"])
+        va = sum(float(_loss(model, grid, x, y)) for x, y in fixed["val"]) / len(fixed["val"])
+    tr, va = grid.mean([tr, va], model.wte.weight.device)
     model.zero_grad(set_to_none=True)
     x, y = fixed["train"][0]
     scores = score_grad_norms(model, lambda: model(x, y)[1])
+    if grid.world > 1:  # the gradient of the batch's mean loss, from every rank's part
+        model.zero_grad(set_to_none=True)
+        _loss(net, grid, x, y).backward()
     grads = [p.grad.norm() for p in model.parameters() if p.grad is not None]
     gn, qk = float(torch.stack(grads).norm()), _qk_grad_norms(model)
     model.zero_grad(set_to_none=True)
@@ -181,13 +197,21 @@ def _measure(model: GPT, fixed: dict, log: VariantLog, step: int) -> None:
 
 def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, path: Path, *,
                   resume: bool = False, stop: StopFlag | None = None,
-                  on_step: Callable[[str, int, int, float, float], None] | None = None) -> VariantLog:
-    """Train one variant to ``cfg.steps``, logging and checkpointing to ``path``."""
+                  on_step: Callable[[str, int, int, float, float], None] | None = None,
+                  grid: Grid | None = None) -> VariantLog:
+    """Train one variant to ``cfg.steps``, logging and checkpointing to ``path``.
+
+    ``grid``: this process's place among several (:mod:`attnlab.lab.parallel`); every rank calls this
+    with the same arguments, and rank 0 alone writes the checkpoints.
+    """
+    grid = grid or Grid()
     device = torch.device(cfg.device)
     mcfg = cfg.model(data.vocab_size, **variant)
-    meta = {"train_config": asdict(cfg), "model_config": mcfg.to_dict(), "variant": name}
+    meta = {"train_config": asdict(cfg), "model_config": mcfg.to_dict(), "variant": name,
+            "grid": {"data_parallel": grid.dp, "context_parallel": grid.cp}}
     torch.manual_seed(cfg.seed)  # the same initial weights for every variant of one shape
     model = GPT(mcfg).to(device)
+    net = grid.wrap(model)  # the model under DistributedDataParallel when there are several ranks
     opt = _optimizer(model, cfg)
     gen = torch.Generator().manual_seed(cfg.seed)  # the data order: the same for every variant
     fixed_gen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -196,46 +220,44 @@ def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corp
                  for _ in range(cfg.eval_batches)] for s, d in (("train", data.train), ("val", data.val))}
     fixed["probe"] = fixed["val"][0][0][: cfg.probe_rows]
     log, start = VariantLog(params=model.num_params()), 0
-    if resume and path.is_file():
-        state = ckpt.load(path)
-        diff = ckpt.differences(state["train_config"], meta["train_config"], ignore=("steps",))
-        diff += ckpt.differences(state["model_config"], meta["model_config"])
-        if diff:
-            raise ValueError(f"checkpoint {path} was trained with other settings ({'; '.join(diff)}); "
-                             "pass the same flags to resume, or drop --resume")
+    state = _read_checkpoint(path, meta, grid, device) if resume else None
+    if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         gen.set_state(state["data_rng"])
-        ckpt.set_rng_state(state["torch_rng"], device)
+        ckpt.set_rng_state(state["rank_rng"][grid.rank] if "rank_rng" in state else state["torch_rng"], device)
         log, start = VariantLog(**state["log"]), state["step"]
         if start > cfg.steps:
             raise ValueError(f"checkpoint {path} is at step {start}, past steps={cfg.steps}")
     else:
-        torch.manual_seed(cfg.seed)  # dropout's random stream starts from the seed too
+        torch.manual_seed(cfg.seed + grid.rank)  # dropout's random stream starts from the seed (one per rank)
 
     def save(step: int) -> None:
-        ckpt.save(path, {**meta, "chars": list(data.chars), "corpus": data.describe(), "step": step,
-                         "model": model.state_dict(), "optimizer": opt.state_dict(), "data_rng": gen.get_state(),
-                         "torch_rng": ckpt.rng_state(device), "log": asdict(log)})
+        rngs = grid.gather(ckpt.rng_state(device), device)  # every rank's dropout stream, for an exact resume
+        if grid.writer:
+            ckpt.save(path, {**meta, "chars": list(data.chars), "corpus": data.describe(), "step": step,
+                             "model": model.state_dict(), "optimizer": opt.state_dict(),
+                             "data_rng": gen.get_state(), "torch_rng": rngs[0], "log": asdict(log),
+                             **({"rank_rng": rngs} if grid.world > 1 else {})})
 
     t0 = time.perf_counter()
     step = start
     if not log.step:  # a fresh run: measure the initial weights
-        _measure(model, fixed, log, 0)
+        _measure(model, net, fixed, log, 0, grid)
         save(0)
     model.train()
     while step < cfg.steps and log.diverged_at is None:
         ts = time.perf_counter()
-        x, y = batch(train, cfg.batch_size, cfg.block_size, gen)
-        _, loss = model(x, y)
+        x, y = batch(train, cfg.batch_size, cfg.block_size, gen)  # the global batch; each rank takes its part
+        loss = _loss(net, grid, x, y)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # under DDP: the gradients averaged over every rank
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, step)
         opt.step()
         step += 1
-        lv = loss.item()
+        lv = grid.mean([loss.item()], device)[0]  # the global batch's mean loss
         log.tokens += x.numel()
         log.train_seconds += time.perf_counter() - ts
         log.tokens_per_s = log.tokens / log.train_seconds
@@ -244,11 +266,11 @@ def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corp
         if on_step is not None:
             on_step(name, step, cfg.steps, lv, log.tokens_per_s)
         if step % cfg.eval_every == 0 or step == cfg.steps or log.diverged_at is not None:
-            _measure(model, fixed, log, step)
+            _measure(model, net, fixed, log, step, grid)
             log.seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
             save(step)
-        if stop is not None and stop.requested:
+        if grid.any(stop is not None and stop.requested, device):  # a Ctrl-C on one rank stops all at this step
             log.seconds += time.perf_counter() - t0
             save(step)
             raise KeyboardInterrupt(f"stopped at step {step} of {name}; checkpoint saved to {path}")
@@ -256,10 +278,32 @@ def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corp
     return log
 
 
+def _read_checkpoint(path: Path, meta: dict, grid: Grid, device: torch.device) -> dict | None:
+    """The checkpoint to resume from (None: none there yet), read on rank 0 and handed to every rank."""
+    found = None
+    if grid.writer and path.is_file():
+        try:
+            state = ckpt.load(path)
+            diff = ckpt.differences(state["train_config"], meta["train_config"], ignore=("steps",))
+            diff += ckpt.differences(state["model_config"], meta["model_config"])
+            diff += ckpt.differences(state.get("grid", {"data_parallel": 1, "context_parallel": 1}), meta["grid"])
+            found = ("error", f"checkpoint {path} was trained with other settings ({'; '.join(diff)}); pass the "
+                     "same flags to resume, or drop --resume") if diff else ("state", state)
+        except ValueError as e:
+            found = ("error", str(e))
+    found = grid.broadcast(found, device)  # an error on rank 0 stops every rank, not rank 0 alone
+    if found is not None and found[0] == "error":
+        raise ValueError(found[1])
+    return None if found is None else found[1]
+
+
 def run(cfg: TrainConfig, kind: str = "scale", variants: list[str] | None = None, out: str | Path = "attnlab-out",
         *, resume: bool = False, data: corpora.Corpus | None = None,
-        on_step: Callable[[str, int, int, float, float], None] | None = None) -> TrainResult:
-    """Train every variant of experiment ``kind`` ("scale" or "tie-kv"); checkpoints go to ``out/checkpoints``."""
+        on_step: Callable[[str, int, int, float, float], None] | None = None, grid: Grid | None = None) -> TrainResult:
+    """Train every variant of experiment ``kind`` ("scale" or "tie-kv"); checkpoints go to ``out/checkpoints``.
+
+    ``grid``: under several processes, every rank calls this (see :mod:`attnlab.lab.parallel`).
+    """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")
     table = {"scale": SCALE_VARIANTS, "tie-kv": TIE_KV_VARIANTS}.get(kind)
@@ -269,15 +313,19 @@ def run(cfg: TrainConfig, kind: str = "scale", variants: list[str] | None = None
     unknown = [v for v in names if v not in table]
     if unknown or not names:
         raise ValueError(f"variants must be chosen from {', '.join(table)}, got {names!r}")
+    grid = grid or Grid()
+    grid.check(cfg.batch_size, cfg.block_size)
     data = data if data is not None else load_corpus(cfg)
     logs = {}
     with catch_interrupt() as stop:
         for name in names:
             path = Path(out) / "checkpoints" / f"{kind}-{name}.pt"
-            logs[name] = train_variant(cfg, name, table[name], data, path, resume=resume, stop=stop, on_step=on_step)
+            logs[name] = train_variant(cfg, name, table[name], data, path, resume=resume, stop=stop, on_step=on_step,
+                                       grid=grid)
     mcfg = cfg.model(data.vocab_size)
     config = {**asdict(cfg), "kind": kind, "head_dim": mcfg.head_dim, "vocab_size": data.vocab_size,
               "corpus_info": data.describe(), "variants": {n: table[n] for n in names},
-              "uniform_entropy": uniform_causal_entropy(cfg.block_size)}
+              "uniform_entropy": uniform_causal_entropy(cfg.block_size),
+              "data_parallel": grid.dp, "context_parallel": grid.cp, "parallel": grid.describe()}
     return TrainResult(config=config, versions=versions(), machine=machine(), variants=logs)
 

@@ -38,6 +38,7 @@ from attnlab import kernels
 from attnlab.kernels import masks, matrix
 
 from . import rope as rotary
+from .shard import SeqShard
 
 SCALES = ("sqrt", "none", "inv")
 _LOWER_RIGHT = masks.causal_lower_right()
@@ -124,8 +125,10 @@ class MultiHeadAttention(nn.Module):
         return (f"n_head={self.n_head}, n_kv_head={self.n_kv_head}, head_dim={self.head_dim}, rope={self.rope}, "
                 f"tie_kv={self.tie_kv}, scale={self.scale_name!r}, impl={self.impl!r}")
 
-    def project(self, x: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q (B, H, T, d), k and v (B, Hkv, T, d) for tokens at positions offset .. offset + T - 1."""
+    def project(self, x: torch.Tensor, offset: int = 0,
+                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, H, T, d), k and v (B, Hkv, T, d) for tokens at positions offset .. offset + T - 1
+        (or at ``positions`` (T,), the global positions of a sequence shard)."""
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (B, T, {self.d_model}), got {shape}")
@@ -136,12 +139,18 @@ class MultiHeadAttention(nn.Module):
         k = parts[1].view(B, T, Hkv, d).transpose(1, 2)  # (B, Hkv, T, d)
         v = k if self.tie_kv else parts[2].view(B, T, Hkv, d).transpose(1, 2)  # (B, Hkv, T, d)
         if self.rope:
-            pos = torch.arange(offset, offset + T, device=x.device)
+            pos = torch.arange(offset, offset + T, device=x.device) if positions is None else positions
             q, k = rotary.apply(q, pos, self.rope_base), rotary.apply(k, pos, self.rope_base)
         return q, k, v
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """(B, T, C) -> (B, T, C). With a cache, x holds the next T tokens after those already cached."""
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, shard: SeqShard | None = None) -> torch.Tensor:
+        """(B, T, C) -> (B, T, C). With a cache, x holds the next T tokens after those already cached.
+
+        With a ``shard`` (:class:`attnlab.nn.shard.SeqShard`), x holds this rank's tokens of each sequence:
+        RoPE turns them by their global positions and attention is the ring form over the shard's group.
+        """
+        if shard is not None:
+            return self._ring(x, cache, shard)
         past = len(cache) if cache is not None else 0
         q, k, v = self.project(x, offset=past)  # checks x is (B, T, C)
         B, T, C = x.shape
@@ -158,6 +167,18 @@ class MultiHeadAttention(nn.Module):
                                   impl=self.impl)  # (B, H, T, d)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C): the heads side by side
         return self.resid_drop(self.proj(y))
+
+    def _ring(self, x: torch.Tensor, cache: KVCache | None, shard: SeqShard) -> torch.Tensor:
+        """Context parallel: this rank's tokens attend to every earlier token of the sequence, wherever it is held."""
+        if cache is not None or self.keep_scores:
+            raise ValueError("a sequence shard trains or scores whole sequences: it takes no KV cache and no "
+                             "score probe (run those in one process)")
+        q, k, v = self.project(x, positions=shard.positions.to(x.device))  # (B, H, T, d), (B, Hkv, T, d) x 2
+        B, T, C = x.shape
+        y = kernels.attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True,
+                              scale=self.scale, enable_gqa=self.n_kv_head != self.n_head, impl="ring",
+                              group=shard.group, layout=shard.layout)  # (B, H, T, d): this rank's queries
+        return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
     def _explicit(self, q, k, v, past: int) -> torch.Tensor:
         """Attention written out, keeping the scores so a probe can read their gradient (no dropout)."""

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import KVCache, MultiHeadAttention, resolve_scale
+from .shard import SeqShard
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cache: KVCache | None = None):  # (B, T, C) -> (B, T, C)
-        x = x + self.attn(self.ln_1(x), cache)
+    def forward(self, x, cache: KVCache | None = None, shard: SeqShard | None = None):  # (B, T, C) -> (B, T, C)
+        x = x + self.attn(self.ln_1(x), cache, shard)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -138,22 +139,32 @@ class GPT(nn.Module):
         return [KVCache() for _ in self.blocks]
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
-                caches: list[KVCache] | None = None):
-        """idx (B, T) -> (logits (B, T, V), mean cross-entropy against ``targets`` (B, T) or None)."""
+                caches: list[KVCache] | None = None, *, shard: SeqShard | None = None):
+        """idx (B, T) -> (logits (B, T, V), mean cross-entropy against ``targets`` (B, T) or None).
+
+        ``shard``: idx holds one rank's tokens of each sequence (context parallel, see
+        :mod:`attnlab.nn.shard`); the loss is then the mean over this rank's tokens.
+        """
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.is_floating_point():
             raise ValueError("idx must be an integer tensor of shape (B, T)")
         B, T = idx.shape
         past = len(caches[0]) if caches else 0
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(f"caches has {len(caches)} entries but the model has {len(self.blocks)} layers")
-        if past + T > self.cfg.block_size:
-            raise ValueError(f"sequence of {past + T} tokens is longer than block_size={self.cfg.block_size}")
+        if shard is not None:
+            if shard.positions.shape != (T,):
+                raise ValueError(f"shard has {len(shard.positions)} positions but idx holds {T} tokens per sequence")
+            pos = shard.positions.to(idx.device)
+        else:
+            pos = torch.arange(past, past + T, device=idx.device)
+        if T and int(pos.max()) >= self.cfg.block_size:
+            raise ValueError(f"sequence of {int(pos.max()) + 1} tokens is longer than block_size={self.cfg.block_size}")
         x = self.wte(idx)  # (B, T, C)
         if self.wpe is not None:
-            x = x + self.wpe(torch.arange(past, past + T, device=idx.device))  # (T, C) broadcast over B
+            x = x + self.wpe(pos)  # (T, C) broadcast over B
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
-            x = block(x, caches[i] if caches is not None else None)
+            x = block(x, caches[i] if caches is not None else None, shard)
         logits = self.ln_f(x) @ self.wte.weight.T  # (B, T, V): the tied output layer
         loss = None
         if targets is not None:
