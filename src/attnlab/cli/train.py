@@ -31,7 +31,107 @@ def add_parser(sub):
     p.add_argument("--seed", type=seed, default=None, help="random seed (default: 0)")
     add_out(p)
     p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --out/checkpoints")
+    p.add_argument("--procs", type=_positive, metavar="N",
+                   help="train in N local CPU processes (gloo on 127.0.0.1) under DistributedDataParallel, each "
+                        "with its share of the batch; under torchrun leave it out (torchrun says how many)")
+    p.add_argument("--context-parallel", type=_positive, metavar="N",
+                   help="split every sequence across N ranks (zigzag layout, ring attention); with more ranks "
+                        "than N, the rest is data parallel on a grid (ranks / N) x N")
+    p.add_argument("--timeout", type=_seconds, metavar="SECONDS", default=120.0,
+                   help="across ranks: a rank that stops answering ends the run after this (default: 120)")
     p.set_defaults(run=run)
+
+
+def _seconds(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < x < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, got {text}")
+    return x
+
+
+def _grid(args, cfg) -> tuple[int, int]:
+    """(ranks, context-parallel ranks) asked for, checked against the batch and the sequence length."""
+    from attnlab.lab import parallel
+
+    from . import UsageError
+
+    cp = args.context_parallel or 1
+    if parallel.under_torchrun():
+        world = parallel.world_size()
+        if args.procs not in (None, world):
+            raise UsageError(f"--procs {args.procs}, but torchrun started {world} processes (WORLD_SIZE); leave "
+                             "--procs out under torchrun")
+    else:
+        world = args.procs or cp
+        if world > 1 and cfg.device != "cpu":
+            raise UsageError("--procs starts CPU processes (gloo); on GPUs start one process per GPU with torchrun "
+                             "(see the README) and pass --device cuda")
+    if world % cp:
+        raise UsageError(f"--context-parallel {cp} does not divide the {world} ranks; use a divisor of {world}")
+    if cp > 1 and args.impl is not None:
+        raise UsageError(f"--context-parallel trains with ring attention across the ranks; --impl {args.impl} "
+                         "does not apply")
+    try:
+        parallel.Grid(0, world, cp).check(cfg.batch_size, cfg.block_size)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return world, cp
+
+
+def _parallel(args, cfg, world: int, cp: int) -> int:
+    """Train on ``world`` ranks: join torchrun's group, or start them here through the local launcher."""
+    import os
+
+    from attnlab.lab import launch, parallel
+    from attnlab.lab.stop import catch_interrupt
+
+    from . import UsageError
+
+    if parallel.under_torchrun():
+        try:
+            grid = parallel.join(cp, cfg.device, args.timeout)
+        except (RuntimeError, ValueError) as e:
+            raise UsageError(f"could not join torchrun's process group: {_first_line(e)}") from None
+        return _rank_run(args, grid)
+    threads = max(1, (os.cpu_count() or 1) // world)
+    with catch_interrupt():  # a first Ctrl-C reaches every rank: they save at the same step and stop; wait for them
+        outcomes = launch.launch(_rank, world, (args, cp), timeout_s=30 * 24 * 3600.0, pg_timeout_s=args.timeout,
+                                 threads=threads)
+    try:
+        return max(launch.results(outcomes))
+    except launch.LaunchError as e:
+        raise UsageError(f"training across {world} processes failed: {e}") from None
+
+
+def _rank(rank: int, world: int, args, cp: int) -> int:
+    """One rank started by the local launcher (its process group is already joined)."""
+    from attnlab.lab import parallel
+
+    return _rank_run(args, parallel.grid(cp))
+
+
+def _rank_run(args, grid) -> int:
+    """The training in one rank; rank 0 alone prints and writes."""
+    from attnlab.report.terminal import console
+
+    from . import UsageError
+
+    console.quiet = not grid.writer
+    try:
+        return run(args, grid)
+    except RuntimeError as e:  # a peer died or stopped answering (torch.distributed.DistBackendError is one)
+        raise UsageError(f"rank {grid.rank} of {grid.world}: {_first_line(e)}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _config(args):
@@ -63,7 +163,7 @@ def _fmt(xs) -> str:
     return "[" + ", ".join(f"{x:.2f}" for x in xs) + "]"
 
 
-def run(args) -> int:
+def run(args, grid=None) -> int:
     from rich.table import Table
 
     from attnlab.lab import train, train_summary
@@ -74,6 +174,11 @@ def run(args) -> int:
     from . import UsageError
 
     cfg = _config(args)
+    if grid is None:
+        world, cp = _grid(args, cfg)
+        if world > 1:
+            output_folder(args.out)  # checked before any rank starts
+            return _parallel(args, cfg, world, cp)
     kind = "tie-kv" if args.ablation == "tie-kv" else "scale"
     variants = [args.scale] if args.scale else None
     out = output_folder(args.out)
@@ -89,14 +194,19 @@ def run(args) -> int:
                   f"{cfg.batch_size}, impl {cfg.impl}, seed {cfg.seed}")
     console.print(f"  corpus: {info['name']} ({info['train_chars']:,} training characters in {info['train_files']} "
                   f"files, {info['val_chars']:,} validation in {info['val_files']}; vocabulary {info['vocab_size']})")
+    if grid is not None:
+        console.print(f"  ranks: {grid.describe()}; each holds {cfg.batch_size // grid.dp} sequences x "
+                      f"{cfg.block_size // grid.cp} tokens of every batch")
     try:
         with report.train_progress(cfg.steps, names) as on_step:
-            result = train.run(cfg, kind, variants, out, resume=args.resume, data=data, on_step=on_step)
+            result = train.run(cfg, kind, variants, out, resume=args.resume, data=data, on_step=on_step, grid=grid)
     except KeyboardInterrupt as e:
         console.print(f"[yellow]interrupted:[/] {e or 'stopped'}. Continue with the same flags and --resume.")
         return 130
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if grid is not None and not grid.writer:
+        return 0
 
     summaries, preds = train_summary.summarise(result)
     uniform = result.config["uniform_entropy"]
