@@ -97,7 +97,7 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
         try:
             grid = parallel.join(cp, cfg.device, args.timeout)
         except (RuntimeError, ValueError) as e:
-            raise UsageError(f"could not join torchrun's process group: {_first_line(e)}") from None
+            raise UsageError(f"could not join torchrun's process group: {type(e).__name__}: {_first_line(e)}") from None
         return _rank_run(args, grid)
     threads = max(1, (os.cpu_count() or 1) // world)
     with catch_interrupt():  # a first Ctrl-C reaches every rank: they save at the same step and stop; wait for them
@@ -126,12 +126,16 @@ def _rank_run(args, grid) -> int:
     try:
         return run(args, grid)
     except RuntimeError as e:  # a peer died or stopped answering (torch.distributed.DistBackendError is one)
-        raise UsageError(f"rank {grid.rank} of {grid.world}: {_first_line(e)}") from None
+        raise UsageError(f"rank {grid.rank} of {grid.world} lost another rank (it died, or did not answer within "
+                         f"--timeout {args.timeout:g} s): {_first_line(e)}") from None
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+    """The gist of a torch.distributed error: its first sentence, without gloo's source path."""
+    import re
+
+    text = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", str(e).strip())
+    return text.splitlines()[0].split(". ")[0] if text else type(e).__name__
 
 
 def _config(args):
