@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attnlab.kernels.ring_layout import unshard
-from attnlab.lab import corpus, launch, parallel, train
+from attnlab.lab import corpus, launch, parallel, train, train_step
 from attnlab.nn import GPT, GPTConfig
 from attnlab.nn.shard import SeqShard
 
@@ -162,3 +162,13 @@ def test_a_grid_that_does_not_split_the_batch_names_the_numbers():
         model(torch.zeros(1, 8, dtype=torch.long), shard=SeqShard(torch.arange(4)))
     with pytest.raises(ValueError, match="longer than block_size=16"):
         model(torch.zeros(1, 4, dtype=torch.long), shard=SeqShard(torch.arange(14, 18)))
+
+
+@pytest.mark.slow
+def test_context_parallel_lowers_each_ranks_peak_memory_at_a_long_context():
+    cfg = dataclasses.replace(TINY, block_size=1024, batch_size=2, n_layer=2, d_model=64, n_head=2)
+    r = train_step.run(cfg, 96, dp=1, cp=2, repeats=1)
+    one, peaks = r["one"].peak_bytes, [x.peak_bytes for x in r["ranks"]]
+    print(f"T=1024, one training step: per-rank peaks {[p / 2**20 for p in peaks]} MiB with 2 context-parallel ranks, "
+          f"{one / 2**20:.1f} MiB in one process ({max(peaks) / one:.2f}x)")
+    assert None not in peaks and max(peaks) < 0.8 * one  # each rank holds half of every sequence's activations
