@@ -44,7 +44,9 @@ def figure(result, path: str | Path) -> Path:
         ax.legend(fontsize=7)
     fig.suptitle(f"{cfg['n_layer']} layers, d_model={cfg['d_model']}, {cfg['n_head']} heads of width "
                  f"d={cfg['head_dim']}, T={cfg['block_size']}, batch {cfg['batch_size']}, seed {cfg['seed']}, "
-                 f"corpus: {cfg['corpus_info']['name']}", fontsize=10)
+                 f"corpus: {cfg['corpus_info']['name']}"
+                 + (f"; {cfg['parallel']}" if cfg.get("data_parallel", 1) * cfg.get("context_parallel", 1) > 1
+                    else ""), fontsize=10)
     fig.tight_layout()
     return save(fig, path)
 
