@@ -56,6 +56,9 @@ def test_procs_with_context_parallel_writes_once(run_cli, tmp_path):
     assert r.stdout.count("wrote out/train.json") == 1  # rank 0 alone reports and writes
     j = json.loads((tmp_path / "out" / "train.json").read_text())
     assert j["config"]["context_parallel"] == 2 and j["variants"]["sqrt"]["step"] == [0, 2, 4]
+    r = run_cli(*TINY, "--procs", "2", "--steps", "6", "--eval-every", "2", "--out", "out", "--resume")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr  # every rank refuses: said once
+    assert "other settings (context_parallel: 2 -> 1; data_parallel: 1 -> 2)" in r.stderr and "rank" not in r.stderr
 
 
 @pytest.mark.slow

@@ -106,6 +106,9 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
     try:
         return max(launch.results(outcomes))
     except launch.LaunchError as e:
+        errors = {o.error for o in e.outcomes}
+        if len(errors) == 1 and None not in errors:  # every rank refused the same thing (a checkpoint that differs)
+            raise UsageError(errors.pop().removeprefix("UsageError: ").rsplit(" (at ", 1)[0]) from None
         raise UsageError(f"training across {world} processes failed: {e}") from None
 
 
