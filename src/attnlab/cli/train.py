@@ -198,7 +198,7 @@ def run(args, grid=None) -> int:
     info = data.describe()
     console.print(f"[bold]attnlab train[/] ({kind}): {', '.join(names)} x {cfg.steps} steps; {cfg.n_layer} layers, "
                   f"d_model={cfg.d_model}, {cfg.n_head} heads of width d={d}, T={cfg.block_size}, batch "
-                  f"{cfg.batch_size}, impl {cfg.impl}, seed {cfg.seed}")
+                  f"{cfg.batch_size}, impl {'ring' if grid is not None and grid.cp > 1 else cfg.impl}, seed {cfg.seed}")
     console.print(f"  corpus: {info['name']} ({info['train_chars']:,} training characters in {info['train_files']} "
                   f"files, {info['val_chars']:,} validation in {info['val_files']}; vocabulary {info['vocab_size']})")
     if grid is not None:
