@@ -98,7 +98,11 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
             grid = parallel.join(cp, cfg.device, args.timeout)
         except (RuntimeError, ValueError) as e:
             raise UsageError(f"could not join torchrun's process group: {type(e).__name__}: {_first_line(e)}") from None
-        return _rank_run(args, grid)
+        code = _rank_run(args, grid)  # on a failure the process ends without waiting on peers that may be gone
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+        return code
     threads = max(1, (os.cpu_count() or 1) // world)
     with catch_interrupt():  # a first Ctrl-C reaches every rank: they save at the same step and stop; wait for them
         outcomes = launch.launch(_rank, world, (args, cp), timeout_s=30 * 24 * 3600.0, pg_timeout_s=args.timeout,
