@@ -65,7 +65,8 @@ class LaunchError(RuntimeError):
         self.first = bad[0] if bad else None
         msg = f"rank {self.first.rank} of {len(outcomes)}: {self.first.error}" if bad else "no rank failed"
         if len(bad) > 1:
-            msg += f" (then {len(bad) - 1} other rank{'s' if len(bad) > 2 else ''} failed or {'were' if len(bad) > 2 else 'was'} stopped)"
+            others = f"{len(bad) - 1} other rank" + ("s" if len(bad) > 2 else "")
+            msg += f" (then {others} failed or {'were' if len(bad) > 2 else 'was'} stopped)"
         super().__init__(msg)
 
 
@@ -103,7 +104,10 @@ def _rank_main(rank: int, world: int, port: int, target: Callable, args: tuple, 
     """Inside one rank: join the group, run ``target(rank, world, *args)``, leave the outcome in a file."""
     global _progress_file
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops every rank
-    log = os.open(Path(folder) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        log = os.open(Path(folder) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    except OSError:  # the launch is over (Ctrl-C while this rank was being started): nobody waits for it
+        os._exit(1)
     os.dup2(log, 1)  # what the rank and its libraries print (c10d warnings, C++ frames) goes to a file
     os.dup2(log, 2)
     _progress_file = Path(folder) / f"rank{rank}.progress"
@@ -137,8 +141,29 @@ def _context():
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(PRELOAD)  # used when the server starts (once per parent process)
+        _start_server_deaf()
         return ctx
     return mp.get_context("spawn")
+
+
+def _start_server_deaf() -> None:
+    """Start the fork server (and multiprocessing's resource tracker) with Ctrl-C ignored.
+
+    Ctrl-C sends SIGINT to every process of the terminal's foreground group. The server would die of
+    it with a traceback while it still imports torch; started with SIGINT ignored, it and every rank
+    forked from it inherit the ignoring, and the parent alone stops the ranks.
+    """
+    import threading
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()  # starts the processes and returns; it does not wait for the imports
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def launch(target: Callable, world: int, args: tuple = (), *, timeout_s: float = 120.0, pg_timeout_s: float = 30.0,

@@ -34,6 +34,8 @@ from .flops import attention_flops
 FREE_FRACTION = 0.8  # of the memory free now, the most a run may plan to use
 PROCESS_BYTES = 200 * 2**20  # a rank's own memory besides its tensors (torch's pages are shared with the forkserver)
 TILE = 256  # flash's default tile edge
+START_S = 3.0  # starting a launch's processes (each imports torch), on an idle machine
+CHECK_BYTES = 64 * 2**20  # the first calls of the oracle and of PyTorch's attention in this process load code
 PROBE_T = 1024  # the length at which this machine's rate is measured (smaller ones time overheads)
 
 
@@ -125,7 +127,9 @@ def estimate(cfg, rate: float | None = None, rate64: float | None = None) -> Est
         + 6 * (full // W) * work + 4 * (2 * B * Hkv * T * d // W) * work + tiles
     flash = PROCESS_BYTES + full * elem + 4 * T * B * H * d + 4 * full * work + tiles
     rows = max(1, oracle_rows.SLICE_BYTES // max(1, B * H * T * 8))
-    check = kept + 2 * full * elem + 3 * full * elem + 2 * full * 8 + 6 * min(rows, T) * B * H * T * 8 + 3 * full * 8
+    # this process: the gathered shards, the inputs and PyTorch's answer with its gradients, the oracle's
+    # float64 copies of inputs and answers, its slices of rows, and the float64 copies compare() makes
+    check = CHECK_BYTES + kept + 5 * full * elem + 5 * full * 8 + 6 * min(rows, T) * B * H * T * 8
     parent_holds = kept + full * elem
     ranks = W * rank + PROCESS_BYTES
     peak = max(ranks, flash + parent_holds, check)
@@ -138,8 +142,8 @@ def estimate(cfg, rate: float | None = None, rate64: float | None = None) -> Est
     def call_s(layout: str) -> float:  # the busiest rank, or the whole work over the cores when they are fewer
         return step * max(_busiest_share(W, layout, cfg.causal), 1 / cores) / (rate * cfg.threads)
 
-    ranks_s = sum(call_s(x) for x in layouts) + (calls - len(layouts)) * call_s(cfg.layout)
-    flash_s = (2 + cfg.warmup + cfg.repeats) * step / rate / cfg.threads if cfg.measure else 0.0
+    ranks_s = START_S + sum(call_s(x) for x in layouts) + (calls - len(layouts)) * call_s(cfg.layout)
+    flash_s = START_S + (2 + cfg.warmup + cfg.repeats) * step / rate / cfg.threads if cfg.measure else 0.0
     full_step = attention_flops(B, H, T, T, d, mode=mode)  # the oracle computes masked scores too
     check_s = full_step / rate64 + step / (rate * max(1, torch.get_num_threads()))
     return Estimate(int(rank), int(ranks), int(flash), int(check), int(peak), ranks_s, flash_s, check_s)
