@@ -55,6 +55,8 @@ def test_guard_prints_a_skip_line(capsys, tmp_path):
 @pytest.mark.parametrize("args, msg", [
     (["--seq", "0", "16"], "seq must be"),
     (["--impl", "fast,matrix"], "unknown impl 'fast'"),
+    (["--impl", ""], "--impl '': an empty form name; give one or more of loops, matrix"),
+    (["--impl", "flash,", "--impl", "matrix"], "--impl 'flash,' --impl 'matrix': an empty form name"),
     (["--causal", "--mask", "causal"], "either causal or a mask"),
     (["--max-memory", "lots"], "--max-memory 'lots'"),
     (["--mask", "zigzag"], "unknown mask 'zigzag'"),

@@ -67,7 +67,11 @@ def run(args) -> int:
 
     from . import UsageError
 
-    impls = [s.strip() for item in (args.impl or []) for s in item.split(",") if s.strip()]
+    impls = [s.strip() for item in (args.impl or []) for s in item.split(",")]
+    if "" in impls:  # an empty name must not quietly mean "every form"
+        given = " ".join(f"--impl {item!r}" for item in args.impl)
+        raise UsageError(f"{given}: an empty form name; give one or more of {', '.join(bench.known_impls())}, or "
+                         "leave --impl out to measure every form")
     given = {"seq": tuple(args.seq) if args.seq else None, "impls": tuple(dict.fromkeys(impls)) or None,
              "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
              "device": args.device, "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,

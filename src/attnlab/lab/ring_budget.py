@@ -72,7 +72,9 @@ def _size(b: float) -> str:
 def _duration(s: float) -> str:
     if s >= 7200:
         return f"{s / 3600:.3g} h"
-    return f"{s / 60:.3g} min" if s >= 120 else f"{s:.2g} s"
+    if s >= 120:
+        return f"{s / 60:.3g} min"
+    return f"{s:.0f} s" if s >= 10 else f"{s:.2g} s"
 
 
 def rates(cfg) -> tuple[float, float]:
