@@ -12,15 +12,13 @@ It then measures what ring attention is for. Per rank: the time of one step (the
 sets the pace), how much of it was spent waiting for a transfer, and the peak memory of the step,
 inputs included -- against single-process flash at the same total length, measured the same way in
 a process of its own. On the CPU the peaks are taken with glibc's mmap threshold fixed
-(:func:`exact_heap`), so that they follow the live tensors rather than the heap's fragmentation.
+(:func:`attnlab.lab.memory.exact_heap`), so that they follow the live tensors rather than the heap's fragmentation.
 The work per rank is counted by the kernel itself for both layouts: under a causal mask the
 contiguous layout loads the last rank with most of it, the zigzag layout spreads it evenly.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import dataclasses
 import math
 import os
@@ -196,7 +194,7 @@ def rank_case(rank: int, world: int, cfg: RingConfig) -> dict:
     """Inside one rank: ring attention in each layout, its output shards, its work, and (if asked) measurements."""
     import torch.distributed as dist
 
-    exact_heap(cfg.device)  # measured peaks follow the tensors; undone before timing
+    memory.exact_heap(cfg.device)  # measured peaks follow the tensors; undone before timing
     launch.progress("drawing the inputs")
     full = inputs(cfg)
     done = {}
@@ -219,7 +217,7 @@ def rank_case(rank: int, world: int, cfg: RingConfig) -> dict:
 
         dist.barrier()
         peak = memory.measure_peak(timed_step, cfg.device)
-        exact_heap(cfg.device, exact=False)
+        memory.exact_heap(cfg.device, exact=False)
         times = time_calls(timed_step, cfg.warmup, cfg.repeats, cfg.device, before=dist.barrier)
         timed = log[-cfg.repeats:]
         done["timing"] = RankTiming(rank, statistics.median(times), min(times), max(times),
@@ -228,27 +226,9 @@ def rank_case(rank: int, world: int, cfg: RingConfig) -> dict:
     return done
 
 
-def exact_heap(device: str, exact: bool = True) -> bool:
-    """Make the CPU's resident high-water mark follow the live tensors (glibc): True if it did.
-
-    By default glibc serves a freed large block's size from its heap from then on, and a fragmented
-    heap keeps pages resident that no tensor uses: peaks then depend on the order of allocations more
-    than on the tensors. A fixed mmap threshold of 64 KiB gives every larger block its own mapping,
-    returned when freed. It costs page faults, so the process switches back (``exact=False``: blocks
-    up to 32 MiB from the heap again) before it is timed.
-    """
-    if torch.device(device).type != "cpu":
-        return False  # CUDA's allocator counts exactly
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        return bool(libc.mallopt(-3, 64 * 1024 if exact else 32 * 2**20))  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError, TypeError):
-        return False
-
-
 def flash_case(rank: int, world: int, cfg: RingConfig) -> dict:
     """Single-process flash at the full length, measured as a rank is: peak memory, then time per step."""
-    exact = exact_heap(cfg.device)
+    exact = memory.exact_heap(cfg.device)
     full = [t.to(cfg.device) for t in inputs(cfg)]
     calls = [0]
 
@@ -261,7 +241,7 @@ def flash_case(rank: int, world: int, cfg: RingConfig) -> dict:
     peak = memory.measure_peak(step, cfg.device)
     method = (memory.method(cfg.device) or "") + (", every block of 64 KiB or more its own mapping" if exact else "")
     floor = memory.noise_floor(cfg.device)
-    exact_heap(cfg.device, exact=False)
+    memory.exact_heap(cfg.device, exact=False)
     times = time_calls(step, cfg.warmup, cfg.repeats, cfg.device)
     return {"time_s": statistics.median(times), "peak_bytes": peak, "method": method, "noise_floor_bytes": floor}
 
