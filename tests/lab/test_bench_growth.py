@@ -36,23 +36,25 @@ def test_the_matrix_forms_memory_reads_quadratic():
 
 
 def test_half_precision_peak_uses_a_size_that_takes_a_second_or_two():
-    cfg = bench.BenchConfig(dtype="float16")
     t0 = time.perf_counter()
-    n = bench.peak_size(cfg)
+    sizes = bench.peak_sizes(bench.BenchConfig(dtype="float16"))
+    n = sizes["float16"]
     a = torch.ones(n, n, dtype=torch.float16)
     t1 = time.perf_counter()
     a @ a
     one = time.perf_counter() - t1
-    print(f"n = {n}: chosen in {t1 - t0:.2f} s, one float16 product {one:.3f} s")
+    print(f"{sizes}: chosen in {t1 - t0:.2f} s, one float16 product {one:.3f} s")
+    assert list(sizes) == ["float16", "float32"] and sizes["float32"] == 2048  # float32 is never shrunk
     assert 256 <= n <= 2048 and n % 64 == 0
     assert one < 4 * bench.PEAK_PRODUCT_S  # about PEAK_PRODUCT_S; a busy machine gets some slack
-    assert bench.peak_size(bench.BenchConfig(matmul_n=300)) == 300  # a size given is a size kept
+    assert bench.peak_sizes(bench.BenchConfig(matmul_n=300)) == {"float32": 300}  # a size given is a size kept
+    assert bench.peak_sizes(bench.BenchConfig()) == {"float32": 2048}
 
 
 def test_bench_says_when_it_measures_the_peak(tmp_path, capsys):
     assert main(["bench", "--seq", "16", "32", "--impl", "matrix", "--heads", "1", "--head-dim", "8", "--repeats",
                  "1", "--matmul-size", "64", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "measuring this machine's matmul peak (float32, 64 x 64 products)" in out
+    assert "measuring this machine's matmul peak (float32 64 x 64 products)" in out
     assert "measuring the matmul peak again" in out and "(float32, 64 x 64," in out
     assert "over the longer half of the lengths" in out and "(T = 16, 32)" in out

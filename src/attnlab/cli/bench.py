@@ -104,8 +104,8 @@ def run(args) -> int:
     half_on_cpu = cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16")
     kind = f"best of {cfg.dtype} and float32" if half_on_cpu else cfg.dtype
     threads = f"{m['torch_threads']} thread" + ("" if m["torch_threads"] == 1 else "s")
-    n = m.get("matmul_n")
-    console.print(f"matmul peak: {result.matmul_gflops:.1f} GFLOP/s ({kind}, {n} x {n}, {threads}, "
+    sizes = ", ".join(f"{n} x {n}" for n in (m.get("matmul_sizes") or {}).values())
+    console.print(f"matmul peak: {result.matmul_gflops:.1f} GFLOP/s ({kind}, {sizes}, {threads}, "
                   f"{escape(str(m['cpu'] if cfg.device == 'cpu' else m['cuda']))})")
     floor = m.get("memory_noise_floor_bytes")
     console.print(f"peak memory: {m.get('memory_method') or 'not measurable on this platform'}"

@@ -220,11 +220,10 @@ def _sweep(cfg: BenchConfig, progress, say: Callable[[str], None]) -> BenchResul
     floor = memory.noise_floor(cfg.device)
     info.update(memory_method=memory.method(cfg.device), memory_noise_floor_bytes=floor,
                 load_average=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)  # others' work: noise
-    n = peak_size(cfg)
-    info["matmul_n"] = n
-    say(f"measuring this machine's matmul peak ({' and '.join(str(d).replace('torch.', '') for d in _peak_dtypes(cfg))}"
-        f", {n} x {n} products)")
-    result = BenchResult(info, versions(), _config_dict(cfg), _peak(cfg, n))
+    sizes = peak_sizes(cfg)
+    info["matmul_sizes"] = sizes
+    say(f"measuring this machine's matmul peak ({', '.join(f'{k} {n} x {n}' for k, n in sizes.items())} products)")
+    result = BenchResult(info, versions(), _config_dict(cfg), _peak(cfg, sizes))
     registered = kernels.forms()
     forms = {n: registered[n] if n in registered else kernels.Form(n, flex.attention, flex.SUMMARY)
              for n in cfg.impls}
@@ -240,7 +239,7 @@ def _sweep(cfg: BenchConfig, progress, say: Callable[[str], None]) -> BenchResul
         result.results += [Row(name, T, skipped="interrupted") for T, name in todo if (T, name) not in done]
     # the peak again: a busy moment during the first measurement would make every share too high
     say("measuring the matmul peak again")
-    result.matmul_gflops = max(result.matmul_gflops, _peak(cfg, n))
+    result.matmul_gflops = max(result.matmul_gflops, _peak(cfg, sizes))
     order = {n: i for i, n in enumerate(cfg.impls)}
     result.results.sort(key=lambda r: (order[r.impl], r.seq))
     for name in cfg.impls:
@@ -261,24 +260,27 @@ def _peak_dtypes(cfg: BenchConfig) -> list[torch.dtype]:
     return [DTYPES[cfg.dtype]] + ([torch.float32] if not cuda and cfg.dtype in ("bfloat16", "float16") else [])
 
 
-def peak_size(cfg: BenchConfig) -> int:
-    """n of the n x n products the peak is measured on: ``cfg.matmul_n``, or 8192 on a GPU, or on a CPU
-    2048 made smaller where one product would take longer than PEAK_PRODUCT_S (half precision on a CPU
-    without fast half-precision units: at 2048 its products took minutes)."""
-    if cfg.matmul_n:
-        return cfg.matmul_n
-    if torch.device(cfg.device).type == "cuda":
-        return 8192
-    n0 = 256
-    slowest = max(min(time_calls(lambda a=a: a @ a, 1, 2, cfg.device))
-                  for a in (torch.ones(n0, n0, dtype=dt) for dt in _peak_dtypes(cfg)))
-    n = n0 * (PEAK_PRODUCT_S / max(slowest, 1e-9)) ** (1 / 3)  # a product's time grows as n^3
-    return int(min(2048, max(n0, n // 64 * 64)))
+def peak_sizes(cfg: BenchConfig) -> dict[str, int]:
+    """n of the n x n products the peak is measured on, per dtype of :func:`_peak_dtypes`:
+    ``cfg.matmul_n``, or 8192 on a GPU, or on a CPU 2048 -- for half precision made smaller where one
+    product would take longer than PEAK_PRODUCT_S (on a CPU without fast half-precision units its
+    products at 2048 took minutes). float32 keeps 2048: a busy core must not shrink a fast product."""
+    names = [str(dt).removeprefix("torch.") for dt in _peak_dtypes(cfg)]
+    if cfg.matmul_n or torch.device(cfg.device).type == "cuda":
+        return dict.fromkeys(names, cfg.matmul_n or 8192)
+    sizes = dict.fromkeys(names, 2048)
+    if cfg.dtype in ("bfloat16", "float16"):
+        n0 = 256
+        a = torch.ones(n0, n0, dtype=DTYPES[cfg.dtype])
+        one = min(time_calls(lambda: a @ a, 1, 3, cfg.device))
+        n = n0 * (PEAK_PRODUCT_S / max(one, 1e-9)) ** (1 / 3)  # a product's time grows as n^3
+        sizes[cfg.dtype] = int(min(2048, max(n0, n // 64 * 64)))
+    return sizes
 
 
-def _peak(cfg: BenchConfig, n: int) -> float:
+def _peak(cfg: BenchConfig, sizes: dict[str, int]) -> float:
     """GFLOP/s of the best n x n matmul, the better of the dtypes of :func:`_peak_dtypes`."""
-    return max(matmul_peak(dt, cfg.device, n=n, repeats=3) for dt in _peak_dtypes(cfg))
+    return max(matmul_peak(DTYPES[name], cfg.device, n=n, repeats=3) for name, n in sizes.items())
 
 
 def _config_dict(cfg: BenchConfig) -> dict:
