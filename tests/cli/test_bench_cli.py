@@ -23,7 +23,7 @@ def test_bench_writes_table_json_csv_and_plot(run_cli, tmp_path):
         assert text in r.stdout
     out = tmp_path / "out"
     j = json.loads((out / "bench.json").read_text())
-    assert set(j) == {"machine", "versions", "config", "matmul_gflops", "results", "exponents"}
+    assert set(j) == {"machine", "versions", "config", "matmul_gflops", "results", "exponents", "fit_lengths"}
     assert j["config"]["impls"] == ["matrix", "sdpa"] and j["config"]["seq"] == [256, 512, 1024]
     assert len(j["results"]) == 6 and set(j["exponents"]) == {"matrix", "sdpa"}
     assert all(x["skipped"] is None and x["time_s"] > 0 and x["gflops"] > 0 and x["peak_bytes"] > 0
@@ -55,6 +55,8 @@ def test_guard_prints_a_skip_line(capsys, tmp_path):
 @pytest.mark.parametrize("args, msg", [
     (["--seq", "0", "16"], "seq must be"),
     (["--impl", "fast,matrix"], "unknown impl 'fast'"),
+    (["--impl", ""], "--impl '': an empty form name; give one or more of loops, matrix"),
+    (["--impl", "flash,", "--impl", "matrix"], "--impl 'flash,' --impl 'matrix': an empty form name"),
     (["--causal", "--mask", "causal"], "either causal or a mask"),
     (["--max-memory", "lots"], "--max-memory 'lots'"),
     (["--mask", "zigzag"], "unknown mask 'zigzag'"),

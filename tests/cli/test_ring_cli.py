@@ -1,12 +1,16 @@
 """`attnlab ring` end to end (in this process; the ranks are its children), under torchrun, and its usage errors."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from attnlab.cli import main
+from attnlab.lab import ring as lab_ring
 from attnlab.lab.launch import free_port
 
 
@@ -30,6 +34,8 @@ def test_ring_command_checks_measures_and_writes_json(tmp_path, capsys):
     assert zig[0] == zig[1] and cont[0] < cont[1]  # causal: zigzag even, contiguous lopsided
     assert len(j["ranks"]) == 2 and all(r["time_s"] > 0 for r in j["ranks"])
     assert j["flash_time_s"] > 0 and j["config"]["world"] == 2 and "torch" in j["versions"]
+    assert "estimated about" in out and "memory of the check in this process" in out
+    assert 0 < j["check_peak_bytes"] <= j["estimate"]["check_bytes"]  # the estimate errs on the side of caution
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -75,3 +81,69 @@ def test_json_that_cannot_be_written_is_refused_before_the_launch(tmp_path, caps
     captured = capsys.readouterr()
     assert len(captured.err.strip().splitlines()) == 1 and "cannot write" in captured.err
     assert "ALL PASS" not in captured.out  # nothing was launched
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--world", "4", "--seq", "1000000000"], ["T=1000000000 on 4 ranks needs about", "TiB", "more than the limit of",
+                                               "free now"]),
+    (["--world", "4", "--seq", "262144", "--heads", "1", "--head-dim", "16", "--causal", "--backward"],
+     ["would take about", "a launch is stopped after 10 min (--time-limit)"]),
+    (["--seq", "8192", "--backward", "--time-limit", "1"], ["a launch is stopped after 1 s (--time-limit)"]),
+])
+def test_what_will_not_fit_is_refused_before_the_launch(argv, words, capsys):
+    t0 = time.monotonic()
+    assert main(["ring", *argv]) == 2
+    err = capsys.readouterr().err
+    print(err, f"{time.monotonic() - t0:.1f} s")
+    assert len(err.strip().splitlines()) == 1 and err.startswith("attnlab ring: error: ")
+    for w in words:
+        assert w in err
+    assert time.monotonic() - t0 < 10  # an estimate, not a run
+
+
+def test_a_transfer_that_times_out_is_one_line_without_cpp_frames():
+    r = subprocess.run([sys.executable, "-m", "attnlab", "ring", "--world", "2", "--seq", "256", "--no-measure",
+                        "--timeout", "0.001"], capture_output=True, text=True, timeout=120)
+    print(r.stderr)
+    assert r.returncode == 1
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("attnlab ring: failed: rank ")
+    assert "timed out" in r.stderr.lower() and "1ms" in r.stderr  # where: joining the group, or a transfer
+    assert "frame #" not in r.stderr and len(r.stderr) < 600
+
+
+def test_ctrl_c_stops_every_rank_and_says_one_line():
+    p = subprocess.Popen([sys.executable, "-m", "attnlab", "ring", "--world", "2", "--seq", "4096", "--backward",
+                          "--causal"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)  # its own process group, as a terminal's foreground job
+    try:
+        out = ""
+        while "estimated" not in out:  # the ranks start right after the estimate
+            out += p.stdout.readline()
+            assert p.poll() is None, p.stderr.read()
+        time.sleep(4.0)
+        os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C does: every process of the group gets SIGINT
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    print(repr(err))
+    assert p.returncode == 130 and err == "attnlab ring: interrupted\n"
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:  # no rank, fork server or tracker left behind
+        try:
+            os.killpg(p.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("processes of the run outlived it")
+
+
+def test_progress_is_told_what_the_ranks_and_the_check_are_doing():
+    said = []
+    result = lab_ring.run(lab_ring.RingConfig(world=2, seq=64, heads=2, head_dim=8, causal=True, backward=True,
+                                              measure=False), said.append)
+    print(said)
+    assert result.passed and result.check_peak_bytes is not None
+    assert any(s.startswith(("2 ranks: ", "rank 0: ")) for s in said)
+    assert "checking: the float64 oracle, query rows 64 of 64" in said and "checking: PyTorch's own answer" in said

@@ -106,7 +106,7 @@ def test_sweep_result_json_schema_and_csv(tmp_path):
     r = bench.sweep(bench.BenchConfig(impls=("matrix", "sdpa"), mask="causal", **TINY), progress=seen.append)
     assert seen == ["matrix T=16", "sdpa T=16", "matrix T=32", "sdpa T=32"]
     j = json.loads(json.dumps(to_dict(r)))
-    assert set(j) == {"machine", "versions", "config", "matmul_gflops", "results", "exponents"}
+    assert set(j) == {"machine", "versions", "config", "matmul_gflops", "results", "exponents", "fit_lengths"}
     assert j["matmul_gflops"] > 0 and "torch" in j["versions"] and "memory_noise_floor_bytes" in j["machine"]
     assert j["config"]["seq"] == [16, 32] and j["config"]["mask"] == "causal" and "1/2" in j["config"]["flops"]
     assert [(x["impl"], x["seq"]) for x in j["results"]] == [("matrix", 16), ("matrix", 32), ("sdpa", 16),

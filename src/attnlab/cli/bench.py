@@ -40,7 +40,8 @@ def add_parser(sub):
                    help="skip cases estimated to need more than SIZE, e.g. 512M or 4G "
                         "(default: 80%% of the memory free)")
     p.add_argument("--matmul-size", type=int, metavar="N",
-                   help="the machine's peak is the best N x N matmul (default: 2048 on a CPU, 8192 on a GPU)")
+                   help="the machine's peak is the best N x N matmul (default: 8192 on a GPU; 2048 on a CPU, less "
+                        "where one product would take over a quarter of a second, as half precision often does)")
     add_out(p)
     p.add_argument("--seed", type=seed, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.set_defaults(run=run)
@@ -67,7 +68,11 @@ def run(args) -> int:
 
     from . import UsageError
 
-    impls = [s.strip() for item in (args.impl or []) for s in item.split(",") if s.strip()]
+    impls = [s.strip() for item in (args.impl or []) for s in item.split(",")]
+    if "" in impls:  # an empty name must not quietly mean "every form"
+        given = " ".join(f"--impl {item!r}" for item in args.impl)
+        raise UsageError(f"{given}: an empty form name; give one or more of {', '.join(bench.known_impls())}, or "
+                         "leave --impl out to measure every form")
     given = {"seq": tuple(args.seq) if args.seq else None, "impls": tuple(dict.fromkeys(impls)) or None,
              "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
              "device": args.device, "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,
@@ -85,7 +90,7 @@ def run(args) -> int:
     console.print(f"attnlab bench: {', '.join(names)} at T = {', '.join(map(str, sorted(set(cfg.seq))))}{note}")
     start = time.perf_counter()
     with progress(len(set(cfg.seq)) * len(names), "cases") as advance:
-        result = bench.sweep(cfg, progress=advance)
+        result = bench.sweep(cfg, progress=advance, say=lambda text: console.print(f"  {escape(text)}"))
     seconds = time.perf_counter() - start
 
     console.print(report.table(result))
@@ -99,12 +104,14 @@ def run(args) -> int:
     half_on_cpu = cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16")
     kind = f"best of {cfg.dtype} and float32" if half_on_cpu else cfg.dtype
     threads = f"{m['torch_threads']} thread" + ("" if m["torch_threads"] == 1 else "s")
-    console.print(f"matmul peak: {result.matmul_gflops:.1f} GFLOP/s ({kind}, {threads}, "
+    sizes = ", ".join(f"{n} x {n}" for n in (m.get("matmul_sizes") or {}).values())
+    console.print(f"matmul peak: {result.matmul_gflops:.1f} GFLOP/s ({kind}, {sizes}, {threads}, "
                   f"{escape(str(m['cpu'] if cfg.device == 'cpu' else m['cuda']))})")
     floor = m.get("memory_noise_floor_bytes")
     console.print(f"peak memory: {m.get('memory_method') or 'not measurable on this platform'}"
                   + (f"; noise floor {bench.fmt_bytes(floor)}" if floor else ""))
-    console.print("growth with T (least-squares slope of log cost against log T):")
+    console.print("growth with T (least-squares slope of log cost against log T, over the longer half of the lengths, "
+                  "where the part that grows with T dominates):")
     for line in report.growth_lines(result):
         console.print(f"  {escape(line)}")
     console.print(escape(report.checklist_line(result)))

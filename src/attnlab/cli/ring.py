@@ -32,6 +32,9 @@ def add_parser(sub):
     p.add_argument("--no-measure", action="store_true", help="check only: no timing or memory")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="process-group timeout: a transfer that cannot finish fails after this (default: 30)")
+    p.add_argument("--time-limit", type=float, metavar="SECONDS",
+                   help="each launch (the ranks, then single-process flash) is stopped after this; a run "
+                        "estimated to take longer is refused before it starts (default: 600)")
     p.add_argument("--seed", type=seed, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
     p.set_defaults(run=run)
@@ -40,8 +43,9 @@ def add_parser(sub):
 def run(args) -> int:
     import dataclasses
     import sys
+    import time
 
-    from attnlab.lab import launch, ring_torchrun
+    from attnlab.lab import launch, ring_budget, ring_torchrun
     from attnlab.lab import ring as lab
     from attnlab.lab.results import write_json
     from attnlab.report import ring as report
@@ -51,7 +55,7 @@ def run(args) -> int:
 
     given = {"world": args.world, "seq": args.seq, "heads": args.heads, "kv_heads": args.kv_heads,
              "head_dim": args.head_dim, "batch": args.batch, "layout": args.layout, "dtype": args.dtype,
-             "repeats": args.repeats, "pg_timeout_s": args.timeout, "seed": args.seed}
+             "repeats": args.repeats, "pg_timeout_s": args.timeout, "timeout_s": args.time_limit, "seed": args.seed}
     torchrun = ring_torchrun.under_torchrun()  # started by torchrun: join its group instead of starting one
     if torchrun:
         if args.world not in (None, ring_torchrun.world_size()):
@@ -74,8 +78,16 @@ def run(args) -> int:
         if result is None:  # not rank 0: rank 0 reports for everyone
             return 0
     else:
+        est = ring_budget.estimate(cfg)
+        why = ring_budget.refusal(cfg, est)
+        if why:
+            raise UsageError(why)
+        console.print(f"attnlab ring: {cfg.world} ranks at T={cfg.seq}: estimated {est.describe()}")
         try:
-            result = lab.run(cfg)
+            with console.status("starting the ranks") as status:
+                t0 = time.monotonic()
+                result = lab.run(cfg, lambda text: status.update(f"{text} ({time.monotonic() - t0:.0f} s)"),
+                                 dataclasses.asdict(est))
         except launch.LaunchError as e:
             print(f"attnlab ring: failed: {e}", file=sys.stderr)
             return 1

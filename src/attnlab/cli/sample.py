@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 from ._folder import seed, single_process_form
@@ -38,15 +39,29 @@ def run(args) -> int:
 
     from . import UsageError
 
-    if not args.temperature > 0:
-        raise UsageError(f"--temperature must be > 0, got {args.temperature}")
+    if not 0 < args.temperature < math.inf:
+        raise UsageError(f"--temperature must be a finite number > 0, got {args.temperature}")
     if args.impl is not None:
         single_process_form(args.impl, "sampling")
+
+    shown = []
+
+    def show(text: str) -> None:  # each character as it comes: Ctrl-C keeps what was written
+        if not shown:  # the prompt with the first character: a checkpoint or prompt that fails writes nothing
+            shown.append(sys.stdout.write(args.prompt))
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
     try:
-        r = sample.sample(args.ckpt, args.prompt, args.tokens, args.temperature, args.top_k, args.seed, args.impl)
+        r = sample.sample(args.ckpt, args.prompt, args.tokens, args.temperature, args.top_k, args.seed, args.impl,
+                          on_text=show)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    sys.stdout.write(r.prompt + r.text + "\n")
+    except KeyboardInterrupt:
+        if shown:
+            show("\n")
+        raise
+    show("\n")
     rate = r.tokens / r.seconds if r.seconds > 0 else float("inf")
     print(f"[{r.tokens} characters from {r.variant} at step {r.step} in {r.seconds:.2f} s, {rate:,.0f} characters/s, "
           f"through the KV cache]", file=sys.stderr)

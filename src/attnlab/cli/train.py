@@ -170,6 +170,29 @@ def _config(args):
         raise UsageError(str(e)) from None
 
 
+def _resume_from(out: Path, kind: str, names: list[str]) -> list[str]:
+    """For --resume: where each variant continues from, one line each; UsageError when there is no checkpoint."""
+    from attnlab.lab import checkpoint
+
+    from . import UsageError
+
+    folder = out / "checkpoints"
+    paths = {name: folder / f"{kind}-{name}.pt" for name in names}
+    if not any(p.is_file() for p in paths.values()):
+        raise UsageError(f"--resume: no checkpoint in {folder} (looked for {', '.join(p.name for p in paths.values())})"
+                         "; train without --resume first, or pass the --out of the run to continue")
+    lines = []
+    for name, p in paths.items():
+        if p.is_file():
+            try:
+                lines.append(f"  resuming {name} from step {checkpoint.load(p)['step']} ({p})")
+            except ValueError as e:
+                raise UsageError(str(e)) from None
+        else:
+            lines.append(f"  {name}: no checkpoint in {folder}, starts at step 0")
+    return lines
+
+
 def _fmt(xs) -> str:
     return "[" + ", ".join(f"{x:.2f}" for x in xs) + "]"
 
@@ -185,19 +208,19 @@ def run(args, grid=None) -> int:
     from . import UsageError
 
     cfg = _config(args)
+    kind = "tie-kv" if args.ablation == "tie-kv" else "scale"
+    variants = [args.scale] if args.scale else None
+    out = output_folder(args.out)  # checked before any rank starts
+    names = variants or list(train.SCALE_VARIANTS if kind == "scale" else train.TIE_KV_VARIANTS)
+    resuming = _resume_from(out, kind, names) if args.resume else []  # before the corpus: a missing one is quick
     if grid is None:
         world, cp = _grid(args, cfg)
         if world > 1:
-            output_folder(args.out)  # checked before any rank starts
             return _parallel(args, cfg, world, cp)
-    kind = "tie-kv" if args.ablation == "tie-kv" else "scale"
-    variants = [args.scale] if args.scale else None
-    out = output_folder(args.out)
     try:
         data = train.load_corpus(cfg)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    names = variants or list(train.SCALE_VARIANTS if kind == "scale" else train.TIE_KV_VARIANTS)
     d = cfg.d_model // cfg.n_head
     info = data.describe()
     console.print(f"[bold]attnlab train[/] ({kind}): {', '.join(names)} x {cfg.steps} steps; {cfg.n_layer} layers, "
@@ -208,6 +231,8 @@ def run(args, grid=None) -> int:
     if grid is not None:
         console.print(f"  ranks: {grid.describe()}; each holds {cfg.batch_size // grid.dp} sequences x "
                       f"{cfg.block_size // grid.cp} tokens of every batch")
+    for line in resuming:
+        console.print(line)
     try:
         with report.train_progress(cfg.steps, names) as on_step:
             result = train.run(cfg, kind, variants, out, resume=args.resume, data=data, on_step=on_step, grid=grid)

@@ -68,6 +68,9 @@ class Mask:
     @classmethod
     def from_mod(cls, mask_mod: Callable, name: str | None = None) -> Mask:
         """Wrap a FlexAttention-style ``mask_mod(b, h, q_idx, kv_idx) -> bool``."""
+        if not callable(mask_mod):
+            raise TypeError(f"mask_mod must be a function mask_mod(b, h, q_idx, kv_idx) -> bool tensor, got "
+                            f"{type(mask_mod).__name__} {mask_mod!r}")
         return cls(lambda b, h, i, j, L, S: mask_mod(b, h, i, j), name or getattr(mask_mod, "__name__", "custom"))
 
     def check_sizes(self, N: int, H: int, L: int, S: int) -> None:
@@ -104,6 +107,9 @@ class Mask:
 
     def block_map(self, N: int, H: int, L: int, S: int, block_q: int, block_k: int, device="cpu") -> BlockMap:
         """Compile (once per sizes) to a :class:`BlockMap`; never materialises L x S."""
+        for name, x in (("block_q", block_q), ("block_k", block_k)):
+            if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+                raise ValueError(f"{name} must be a positive integer tile size, got {x!r}")
         key = (N, H, L, S, block_q, block_k, str(device))
         if key in self._cache:
             return self._cache[key]

@@ -44,6 +44,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.
 MASKS = ("causal", "causal_lower_right", "sliding_window:W", "prefix_lm:N", "document:K")
 FREE_FRACTION = 0.8  # a case may use at most this share of the memory that is free when it starts
 PROBE = 16  # the tiny length at which a slow form is first timed
+PEAK_PRODUCT_S = 0.25  # the longest one product of the matmul-peak measurement should take (CPU, default size)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class BenchConfig:
     budget_s: float = 30.0  # the most one case (warm-up, repeats, memory call) may take
     memory_limit_bytes: int | None = None  # None: FREE_FRACTION of the memory free at each case
     seed: int = 0
-    matmul_n: int | None = None  # the peak is measured on n x n matmuls; None: 2048 on a CPU, 8192 on a GPU
+    matmul_n: int | None = None  # n x n matmuls for the peak; None: 8192 on a GPU, on a CPU 2048 or less (peak_size)
 
     def __post_init__(self):
         if not self.seq or any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in self.seq):
@@ -129,6 +130,7 @@ class BenchResult:
     matmul_gflops: float
     results: list[Row] = field(default_factory=list)
     exponents: dict = field(default_factory=dict)  # impl -> {"time": slope, "memory": slope}
+    fit_lengths: dict = field(default_factory=dict)  # impl -> {"time": [T, ...], "memory": [T, ...]}: the fit's points
 
     @property
     def interrupted(self) -> bool:
@@ -188,7 +190,8 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def sweep(config: BenchConfig | None = None, progress: Callable[[str], None] | None = None) -> BenchResult:
+def sweep(config: BenchConfig | None = None, progress: Callable[[str], None] | None = None,
+          say: Callable[[str], None] | None = None) -> BenchResult:
     """Measure every (form, length) of ``config``; Ctrl-C returns what was measured so far.
 
     ``progress("matrix T=512")`` is called as each case starts.
@@ -198,18 +201,29 @@ def sweep(config: BenchConfig | None = None, progress: Callable[[str], None] | N
     old_threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    # peaks follow the live tensors, not blocks the heap keeps: every block of 64 KiB or more gets its own
+    # mapping for the whole sweep (switched in the middle, the heap left before still shows in the peaks)
+    exact = memory.exact_heap(cfg.device)
     try:
-        return _sweep(cfg, progress)
+        result = _sweep(cfg, progress, say or (lambda text: None))
     finally:
         torch.set_num_threads(old_threads)
+        if exact:
+            memory.exact_heap(cfg.device, exact=False)
+    if exact and result.machine.get("memory_method"):
+        result.machine["memory_method"] += ", every block of 64 KiB or more its own mapping"
+    return result
 
 
-def _sweep(cfg: BenchConfig, progress) -> BenchResult:
+def _sweep(cfg: BenchConfig, progress, say: Callable[[str], None]) -> BenchResult:
     info = machine()
     floor = memory.noise_floor(cfg.device)
     info.update(memory_method=memory.method(cfg.device), memory_noise_floor_bytes=floor,
                 load_average=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)  # others' work: noise
-    result = BenchResult(info, versions(), _config_dict(cfg), _peak(cfg))
+    sizes = peak_sizes(cfg)
+    info["matmul_sizes"] = sizes
+    say(f"measuring this machine's matmul peak ({', '.join(f'{k} {n} x {n}' for k, n in sizes.items())} products)")
+    result = BenchResult(info, versions(), _config_dict(cfg), _peak(cfg, sizes))
     registered = kernels.forms()
     forms = {n: registered[n] if n in registered else kernels.Form(n, flex.attention, flex.SUMMARY)
              for n in cfg.impls}
@@ -224,24 +238,49 @@ def _sweep(cfg: BenchConfig, progress) -> BenchResult:
         done = {(r.seq, r.impl) for r in result.results}
         result.results += [Row(name, T, skipped="interrupted") for T, name in todo if (T, name) not in done]
     # the peak again: a busy moment during the first measurement would make every share too high
-    result.matmul_gflops = max(result.matmul_gflops, _peak(cfg))
+    say("measuring the matmul peak again")
+    result.matmul_gflops = max(result.matmul_gflops, _peak(cfg, sizes))
     order = {n: i for i, n in enumerate(cfg.impls)}
     result.results.sort(key=lambda r: (order[r.impl], r.seq))
     for name in cfg.impls:
         rows = [r for r in result.rows(name) if r.skipped is None]
         mem = [r for r in rows if r.peak_bytes is not None and r.peak_bytes >= (floor or 0)]
-        result.exponents[name] = {"time": growth.exponent([r.seq for r in rows], [r.time_s for r in rows]),
-                                  "memory": growth.exponent([r.seq for r in mem], [r.peak_bytes for r in mem])}
+        fits = {"time": growth.dominant([(r.seq, r.time_s) for r in rows]),
+                "memory": growth.dominant([(r.seq, r.peak_bytes) for r in mem])}
+        result.exponents[name] = {k: growth.exponent(*zip(*pts, strict=True)) if pts else None
+                                  for k, pts in fits.items()}
+        result.fit_lengths[name] = {k: [x for x, _ in pts] for k, pts in fits.items()}
     return result
 
 
-def _peak(cfg: BenchConfig) -> float:
-    """GFLOP/s of the best n x n matmul. Half precision on a CPU: the better of it and float32, since
-    many CPUs have no fast half-precision multiply and the forms then compute in float32."""
+def _peak_dtypes(cfg: BenchConfig) -> list[torch.dtype]:
+    """Half precision on a CPU: it and float32, since many CPUs have no fast half-precision multiply
+    and the forms then compute in float32."""
     cuda = torch.device(cfg.device).type == "cuda"
-    n = cfg.matmul_n or (8192 if cuda else 2048)
-    dtypes = {DTYPES[cfg.dtype]} | ({torch.float32} if not cuda and cfg.dtype in ("bfloat16", "float16") else set())
-    return max(matmul_peak(dt, cfg.device, n=n, repeats=3) for dt in dtypes)
+    return [DTYPES[cfg.dtype]] + ([torch.float32] if not cuda and cfg.dtype in ("bfloat16", "float16") else [])
+
+
+def peak_sizes(cfg: BenchConfig) -> dict[str, int]:
+    """n of the n x n products the peak is measured on, per dtype of :func:`_peak_dtypes`:
+    ``cfg.matmul_n``, or 8192 on a GPU, or on a CPU 2048 -- for half precision made smaller where one
+    product would take longer than PEAK_PRODUCT_S (on a CPU without fast half-precision units its
+    products at 2048 took minutes). float32 keeps 2048: a busy core must not shrink a fast product."""
+    names = [str(dt).removeprefix("torch.") for dt in _peak_dtypes(cfg)]
+    if cfg.matmul_n or torch.device(cfg.device).type == "cuda":
+        return dict.fromkeys(names, cfg.matmul_n or 8192)
+    sizes = dict.fromkeys(names, 2048)
+    if cfg.dtype in ("bfloat16", "float16"):
+        n0 = 256
+        a = torch.ones(n0, n0, dtype=DTYPES[cfg.dtype])
+        one = min(time_calls(lambda: a @ a, 1, 3, cfg.device))
+        n = n0 * (PEAK_PRODUCT_S / max(one, 1e-9)) ** (1 / 3)  # a product's time grows as n^3
+        sizes[cfg.dtype] = int(min(2048, max(n0, n // 64 * 64)))
+    return sizes
+
+
+def _peak(cfg: BenchConfig, sizes: dict[str, int]) -> float:
+    """GFLOP/s of the best n x n matmul, the better of the dtypes of :func:`_peak_dtypes`."""
+    return max(matmul_peak(DTYPES[name], cfg.device, n=n, repeats=3) for name, n in sizes.items())
 
 
 def _config_dict(cfg: BenchConfig) -> dict:

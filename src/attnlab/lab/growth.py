@@ -34,6 +34,21 @@ def exponent(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     return sxy / sxx
 
 
+def dominant(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points where the part of a cost that grows with T dominates: the longer half of the lengths.
+
+    A measured cost is ``fixed + c · T^p``: a call's own overhead, or memory the allocator keeps, is
+    the same at every length and flattens the slope at the short ones (the matrix form's memory read
+    T^1.7 over T = 128..2048 and T^2.00 over 1024..4096). Fitting over the longer half of the lengths
+    -- at least two, all of them when there are two -- reads ``p`` where ``c · T^p`` is the larger part.
+    It lessens the bias of a fixed part, it cannot remove it: measure without one where that is possible
+    (the benchmark gives every block its own mapping, so the heap keeps nothing in the peaks).
+    Points that are not positive and finite are left out first.
+    """
+    pts = sorted((x, y) for x, y in points if _positive(x) and _positive(y))
+    return pts[-max(2, (len(pts) + 1) // 2):]
+
+
 def extrapolate(points: Sequence[tuple[float, float]], x: float, *, lo: float = 1.0, hi: float = 2.0,
                 default: float = 2.0) -> float | None:
     """Estimate y at ``x`` from measured (x, y) points: from the largest x, along the fitted slope.

@@ -8,6 +8,11 @@ This is what ``torchrun`` does on one machine, cut down to what the lab needs, w
 * **every rank accounted for.** Each rank returns a result or an error message; a rank that exits
   without either (killed, ``os._exit``) is reported with its exit code.
 
+And two courtesies: a rank can say what it is doing (:func:`progress`), which the parent passes
+to ``on_progress`` while it waits; and the ranks' own output goes to files, not the terminal --
+Ctrl-C reaches only the parent, which stops every rank, and a failure is the first failing rank's
+reason in one line, not pages of tracebacks and C++ frames from every process.
+
 The ranks talk over gloo on the loopback address 127.0.0.1 on a free port. Processes are started
 with ``forkserver`` where the platform has it -- the server imports torch once and every rank is
 forked from it, which saves seconds per rank -- and with ``spawn`` elsewhere.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -29,6 +35,9 @@ from pathlib import Path
 import torch
 
 PRELOAD = ["torch", "torch.distributed", "attnlab.kernels.ring"]
+POLL_S = 0.02  # how often the parent looks at its ranks
+PROGRESS_S = 0.5  # how often it reads what they are doing
+_progress_file: Path | None = None  # inside a rank: where progress() writes
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,7 @@ class Outcome:
     exitcode: int | None  # None: still running at the deadline, then terminated
     result: object = None
     error: str | None = None
+    failed_s: float | None = None  # when the parent saw it fail, seconds after the start
 
     @property
     def ok(self) -> bool:
@@ -46,12 +56,35 @@ class Outcome:
 
 
 class LaunchError(RuntimeError):
-    """One or more ranks failed; the message has one line per failed rank."""
+    """One or more ranks failed. The message is the first failing rank's reason (the others usually
+    fail because of it: a peer that is gone breaks their transfers), and how many others failed."""
 
     def __init__(self, outcomes: list[Outcome]):
         self.outcomes = outcomes
-        lines = [f"rank {o.rank}: {o.error}" for o in outcomes if not o.ok]
-        super().__init__(f"{len(lines)} of {len(outcomes)} ranks failed -- " + "; ".join(lines))
+        bad = sorted((o for o in outcomes if not o.ok), key=lambda o: (o.failed_s is None, o.failed_s or 0, o.rank))
+        self.first = bad[0] if bad else None
+        msg = f"rank {self.first.rank} of {len(outcomes)}: {self.first.error}" if bad else "no rank failed"
+        if len(bad) > 1:
+            others = f"{len(bad) - 1} other rank" + ("s" if len(bad) > 2 else "")
+            msg += f" (then {others} failed or {'were' if len(bad) > 2 else 'was'} stopped)"
+        super().__init__(msg)
+
+
+def progress(text: str) -> None:
+    """Inside a rank started by :func:`launch`: say what it is doing now (elsewhere: nothing happens)."""
+    if _progress_file is None:
+        return
+    tmp = _progress_file.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, _progress_file)  # the parent never reads half a line
+
+
+def reason(e: BaseException) -> str:
+    """One line for an exception: its type and first line, without C++ frames, at most 300 characters."""
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    first = next((x for x in lines if not x.startswith(("Exception raised from", "frame #"))), "")
+    text = f"{type(e).__name__}: {first}" if first else type(e).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def free_port() -> int:
@@ -69,6 +102,16 @@ def _loopback_interface() -> str | None:
 def _rank_main(rank: int, world: int, port: int, target: Callable, args: tuple, pg_timeout_s: float,
                threads: int, folder: str) -> None:
     """Inside one rank: join the group, run ``target(rank, world, *args)``, leave the outcome in a file."""
+    global _progress_file
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops every rank
+    try:
+        log = os.open(Path(folder) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    except OSError:  # the launch is over (Ctrl-C while this rank was being started): nobody waits for it
+        os._exit(1)
+    os.dup2(log, 1)  # what the rank and its libraries print (c10d warnings, C++ frames) goes to a file
+    os.dup2(log, 2)
+    _progress_file = Path(folder) / f"rank{rank}.progress"
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     import torch.distributed as dist
 
     lo = _loopback_interface()
@@ -81,9 +124,10 @@ def _rank_main(rank: int, world: int, port: int, target: Callable, args: tuple, 
                                 timeout=timedelta(seconds=pg_timeout_s))
         result = target(rank, world, *args)
     except BaseException as e:  # noqa: BLE001 -- every failure becomes a message for the parent
+        traceback.print_exc()  # in full, to the rank's log
         last = traceback.extract_tb(e.__traceback__)[-1:]
         where = f" (at {Path(last[0].filename).name}:{last[0].lineno})" if last else ""
-        torch.save({"error": f"{type(e).__name__}: {e}{where}"}, path)
+        torch.save({"error": reason(e) + where}, path)
         os._exit(1)  # skip tearing down a group whose peers may be gone: that could wait
     torch.save({"result": result}, path)
     try:
@@ -97,18 +141,41 @@ def _context():
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(PRELOAD)  # used when the server starts (once per parent process)
+        _start_server_deaf()
         return ctx
     return mp.get_context("spawn")
 
 
+def _start_server_deaf() -> None:
+    """Start the fork server (and multiprocessing's resource tracker) with Ctrl-C ignored.
+
+    Ctrl-C sends SIGINT to every process of the terminal's foreground group. The server would die of
+    it with a traceback while it still imports torch; started with SIGINT ignored, it and every rank
+    forked from it inherit the ignoring, and the parent alone stops the ranks.
+    """
+    import threading
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()  # starts the processes and returns; it does not wait for the imports
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def launch(target: Callable, world: int, args: tuple = (), *, timeout_s: float = 120.0, pg_timeout_s: float = 30.0,
-           threads: int = 1) -> list[Outcome]:
+           threads: int = 1, on_progress: Callable[[dict[int, str]], None] | None = None) -> list[Outcome]:
     """Run ``target(rank, world, *args)`` in ``world`` processes; return each rank's :class:`Outcome`.
 
     ``target`` must be a module-level function (it is pickled by name) and return something
     ``torch.save`` can store. ``pg_timeout_s`` bounds every collective and transfer; ``timeout_s``
     bounds the whole launch. When a rank fails, the others get ``pg_timeout_s`` (plus a little) to
     end by themselves -- usually they fail at once on the broken connection -- before they are stopped.
+    ``on_progress({rank: text})`` is called about twice a second with what each rank last said
+    (:func:`progress`). A KeyboardInterrupt in the parent stops every rank, then propagates.
     """
     for name, x in (("world", world), ("threads", threads)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
@@ -121,41 +188,73 @@ def launch(target: Callable, world: int, args: tuple = (), *, timeout_s: float =
         port = free_port()
         procs = [ctx.Process(target=_rank_main, args=(r, world, port, target, args, pg_timeout_s, threads, folder))
                  for r in range(world)]
-        for p in procs:
-            p.start()
-        deadline = time.monotonic() + timeout_s
-        failed_at = None
-        while any(p.is_alive() for p in procs):
-            now = time.monotonic()
-            if failed_at is None and any(p.exitcode not in (None, 0) for p in procs):
-                failed_at = now
-            if now > deadline or (failed_at is not None and now > failed_at + pg_timeout_s + 5.0):
-                break
-            time.sleep(0.02)
-        stopped = [p.is_alive() for p in procs]
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(5.0)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        return [_outcome(r, p.exitcode, stopped[r], Path(folder) / f"rank{r}.pt", timeout_s)
+        start = time.monotonic()
+        failed: dict[int, float] = {}  # rank -> when it was seen to fail
+        try:
+            for p in procs:
+                p.start()
+            shown = 0.0
+            while any(p.is_alive() for p in procs):
+                now = time.monotonic()
+                failed.update({r: now - start for r, p in enumerate(procs) if p.exitcode not in (None, 0)
+                               and r not in failed})
+                if now - start > timeout_s or (failed and now - start > min(failed.values()) + pg_timeout_s + 5.0):
+                    break
+                if on_progress is not None and now - shown >= PROGRESS_S:
+                    shown = now
+                    on_progress(_progress(folder, world))
+                time.sleep(POLL_S)
+            stopped = [p.is_alive() for p in procs]
+        finally:  # also on Ctrl-C: no rank outlives the launch
+            _stop(procs)
+        now = time.monotonic() - start
+        failed.update({r: now for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in failed})
+        return [_outcome(r, p.exitcode, stopped[r], Path(folder) / f"rank{r}.pt", timeout_s, failed.get(r))
                 for r, p in enumerate(procs)]
 
 
-def _outcome(rank: int, code: int | None, stopped: bool, path: Path, timeout_s: float) -> Outcome:
-    saved = torch.load(path, weights_only=False) if path.exists() else {}
+def _stop(procs: list) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        if p.pid is None:
+            continue  # never started
+        p.join(5.0)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _progress(folder: str, world: int) -> dict[int, str]:
+    said = {}
+    for r in range(world):
+        try:
+            said[r] = (Path(folder) / f"rank{r}.progress").read_text()
+        except OSError:
+            said[r] = "starting"
+    return said
+
+
+def _outcome(rank: int, code: int | None, stopped: bool, path: Path, timeout_s: float,
+             failed_s: float | None = None) -> Outcome:
+    try:
+        saved = torch.load(path, weights_only=False) if path.exists() else {}
+    except Exception:  # noqa: BLE001 -- a rank killed while it saved
+        saved = {}
     if stopped:
         why = saved.get("error") or f"still running after the launch deadline ({timeout_s:g} s) or after " \
                                     "another rank failed, and was stopped"
-        return Outcome(rank, None, None, why)
+        return Outcome(rank, None, None, why, failed_s)
     if "error" in saved:
-        return Outcome(rank, code, None, saved["error"])
+        return Outcome(rank, code, None, saved["error"], failed_s)
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        hint = " (the system may have run out of memory)" if -code == signal.SIGKILL else ""
+        return Outcome(rank, code, None, f"killed by {name}{hint}", failed_s)
     if "result" not in saved:
-        return Outcome(rank, code, None, f"exited with code {code} without reporting a result")
-    return Outcome(rank, code, saved["result"], None if code == 0 else f"exited with code {code}")
+        return Outcome(rank, code, None, f"exited with code {code} without reporting a result", failed_s)
+    return Outcome(rank, code, saved["result"], None if code == 0 else f"exited with code {code}", failed_s)
 
 
 def results(outcomes: list[Outcome]) -> list:

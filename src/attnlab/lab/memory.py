@@ -169,3 +169,21 @@ def available_bytes(device="cpu") -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def exact_heap(device: str, exact: bool = True) -> bool:
+    """Make the CPU's resident high-water mark follow the live tensors (glibc): True if it did.
+
+    By default glibc serves a freed large block's size from its heap from then on, and a fragmented
+    heap keeps pages resident that no tensor uses: peaks then depend on the order of allocations more
+    than on the tensors. A fixed mmap threshold of 64 KiB gives every larger block its own mapping,
+    returned when freed. It costs page faults, so the process switches back (``exact=False``: blocks
+    up to 32 MiB from the heap again) before it is timed.
+    """
+    if torch.device(device).type != "cpu":
+        return False  # CUDA's allocator counts exactly
+    libc = _libc()
+    try:
+        return libc is not None and bool(libc.mallopt(-3, 64 * 1024 if exact else 32 * 2**20))  # M_MMAP_THRESHOLD
+    except (AttributeError, TypeError):
+        return False

@@ -4,21 +4,21 @@
 rank builds the same full-length inputs from the seed, keeps its own shard, and runs ring attention
 (forward, and backward with ``backward=True``). The parent puts the shards back together and holds
 them to the project's tolerance rule against the float64 oracle: the error may be at most twice
-PyTorch's own on the same inputs, plus a rounding floor.
+PyTorch's own on the same inputs, plus a rounding floor. The oracle is computed a slice of query
+rows at a time (:mod:`attnlab.lab.oracle_rows`), so every phase needs O(T) memory; before anything
+starts, :mod:`attnlab.lab.ring_budget` estimates memory and time and the CLI refuses what will not fit.
 
 It then measures what ring attention is for. Per rank: the time of one step (the slowest rank
 sets the pace), how much of it was spent waiting for a transfer, and the peak memory of the step,
 inputs included -- against single-process flash at the same total length, measured the same way in
 a process of its own. On the CPU the peaks are taken with glibc's mmap threshold fixed
-(:func:`exact_heap`), so that they follow the live tensors rather than the heap's fragmentation.
+(:func:`attnlab.lab.memory.exact_heap`), so that they follow the live tensors rather than the heap's fragmentation.
 The work per rank is counted by the kernel itself for both layouts: under a causal mask the
 contiguous layout loads the last rank with most of it, the zigzag layout spreads it evenly.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import dataclasses
 import math
 import os
@@ -33,7 +33,7 @@ from attnlab.kernels import flash
 from attnlab.kernels import ring as ring_kernel
 from attnlab.kernels.ring_layout import LAYOUTS, RingStats, check_divisible, check_layout, shard, unshard
 
-from . import launch, memory, oracle
+from . import launch, memory, oracle, oracle_rows
 from .results import machine, versions
 from .timing import time_calls
 
@@ -60,7 +60,7 @@ class RingConfig:
     device: str = "cpu"  # "cuda" under torchrun with GPUs: each rank on its own (LOCAL_RANK) device, NCCL
     seed: int = 0
     pg_timeout_s: float = 30.0  # process-group timeout: a transfer that cannot finish fails after this
-    timeout_s: float = 600.0  # the whole launch
+    timeout_s: float = 600.0  # each launch (the ranks, then single-process flash) is stopped after this
 
     @property
     def hkv(self) -> int:
@@ -130,6 +130,8 @@ class RingResult:
     flash_peak_bytes: int | None = None
     memory_method: str | None = None
     noise_floor_bytes: int | None = None
+    check_peak_bytes: int | None = None  # this process while it checks: the shards, PyTorch's answer, the oracle
+    estimate: dict | None = None  # ring_budget.Estimate made before the run, to hold against what was measured
     seconds: float = 0.0
     machine: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
@@ -192,10 +194,13 @@ def rank_case(rank: int, world: int, cfg: RingConfig) -> dict:
     """Inside one rank: ring attention in each layout, its output shards, its work, and (if asked) measurements."""
     import torch.distributed as dist
 
-    exact_heap(cfg.device)  # measured peaks follow the tensors; undone before timing
+    memory.exact_heap(cfg.device)  # measured peaks follow the tensors; undone before timing
+    launch.progress("drawing the inputs")
     full = inputs(cfg)
     done = {}
+    step = "forward + backward" if cfg.backward else "forward"
     for layout in cfg.layouts():
+        launch.progress(f"{layout} layout: {step}")
         mine = [shard(t, rank, world, layout).to(cfg.device) for t in full]
         out, dq, dk, dv, forward = _step("ring", cfg, mine, RingStats(), layout=layout)
         work = dataclasses.asdict(forward)  # one forward's work (the backward walks the same pairs again)
@@ -205,14 +210,15 @@ def rank_case(rank: int, world: int, cfg: RingConfig) -> dict:
         mine = [shard(t, rank, world, cfg.layout).to(cfg.device) for t in full]
         log: list[RingStats] = []
 
-        def step():
+        def timed_step():
             log.append(RingStats())
+            launch.progress(f"measuring: step {len(log)} of {cfg.warmup + cfg.repeats + 1}")
             return _step("ring", cfg, mine, log[-1], layout=cfg.layout)
 
         dist.barrier()
-        peak = memory.measure_peak(step, cfg.device)
-        exact_heap(cfg.device, exact=False)
-        times = time_calls(step, cfg.warmup, cfg.repeats, cfg.device, before=dist.barrier)
+        peak = memory.measure_peak(timed_step, cfg.device)
+        memory.exact_heap(cfg.device, exact=False)
+        times = time_calls(timed_step, cfg.warmup, cfg.repeats, cfg.device, before=dist.barrier)
         timed = log[-cfg.repeats:]
         done["timing"] = RankTiming(rank, statistics.median(times), min(times), max(times),
                                     statistics.median(s.compute_s for s in timed),
@@ -220,43 +226,43 @@ def rank_case(rank: int, world: int, cfg: RingConfig) -> dict:
     return done
 
 
-def exact_heap(device: str, exact: bool = True) -> bool:
-    """Make the CPU's resident high-water mark follow the live tensors (glibc): True if it did.
-
-    By default glibc serves a freed large block's size from its heap from then on, and a fragmented
-    heap keeps pages resident that no tensor uses: peaks then depend on the order of allocations more
-    than on the tensors. A fixed mmap threshold of 64 KiB gives every larger block its own mapping,
-    returned when freed. It costs page faults, so the process switches back (``exact=False``: blocks
-    up to 32 MiB from the heap again) before it is timed.
-    """
-    if torch.device(device).type != "cpu":
-        return False  # CUDA's allocator counts exactly
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        return bool(libc.mallopt(-3, 64 * 1024 if exact else 32 * 2**20))  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError, TypeError):
-        return False
-
-
 def flash_case(rank: int, world: int, cfg: RingConfig) -> dict:
     """Single-process flash at the full length, measured as a rank is: peak memory, then time per step."""
-    exact = exact_heap(cfg.device)
+    exact = memory.exact_heap(cfg.device)
     full = [t.to(cfg.device) for t in inputs(cfg)]
-    _step("flash", cfg, full)  # load the code paths once: first touches are not the step's memory
-    peak = memory.measure_peak(lambda: _step("flash", cfg, full), cfg.device)
+    calls = [0]
+
+    def step():
+        calls[0] += 1
+        launch.progress(f"step {calls[0]} of {cfg.warmup + cfg.repeats + 2}")
+        return _step("flash", cfg, full)
+
+    step()  # load the code paths once: first touches are not the step's memory
+    peak = memory.measure_peak(step, cfg.device)
     method = (memory.method(cfg.device) or "") + (", every block of 64 KiB or more its own mapping" if exact else "")
     floor = memory.noise_floor(cfg.device)
-    exact_heap(cfg.device, exact=False)
-    times = time_calls(lambda: _step("flash", cfg, full), cfg.warmup, cfg.repeats, cfg.device)
+    memory.exact_heap(cfg.device, exact=False)
+    times = time_calls(step, cfg.warmup, cfg.repeats, cfg.device)
     return {"time_s": statistics.median(times), "peak_bytes": peak, "method": method, "noise_floor_bytes": floor}
 
 
-def check_case(cfg: RingConfig, per_rank: list[dict]) -> list[LayoutCheck]:
-    """Gather each layout's shards and hold them to the tolerance rule against the float64 oracle."""
+def check_case(cfg: RingConfig, per_rank: list[dict], progress=None) -> list[LayoutCheck]:
+    """Gather each layout's shards and hold them to the tolerance rule against the float64 oracle.
+
+    ``progress(text)`` is told how far the oracle is.
+    """
     q, k, v, go = inputs(cfg)
     gqa = cfg.hkv != cfg.heads
-    ref = oracle.reference(q, k, v, is_causal=cfg.causal, enable_gqa=gqa, grad_out=go if cfg.backward else None)
+
+    def rows(done: int, total: int) -> None:
+        if progress is not None:
+            progress(f"checking: the float64 oracle, query rows {done:,} of {total:,}")
+
+    ref = oracle_rows.reference(q, k, v, is_causal=cfg.causal, enable_gqa=gqa, grad_out=go if cfg.backward else None,
+                                progress=rows)
     ref = ref if cfg.backward else (ref,)
+    if progress is not None:
+        progress("checking: PyTorch's own answer")
     tq, tk, tv = (t.clone().requires_grad_(cfg.backward) for t in (q, k, v))
     theirs = F.scaled_dot_product_attention(tq, tk, tv, is_causal=cfg.causal, enable_gqa=gqa)
     if cfg.backward:
@@ -271,21 +277,38 @@ def check_case(cfg: RingConfig, per_rank: list[dict]) -> list[LayoutCheck]:
     return checks
 
 
-def run(cfg: RingConfig) -> RingResult:
-    """Launch ``cfg.world`` ranks, check ring attention against one process, and measure it (see the module notes)."""
+def run(cfg: RingConfig, progress=None, estimate: dict | None = None) -> RingResult:
+    """Launch ``cfg.world`` ranks, check ring attention against one process, and measure it (see the module notes).
+
+    ``progress(text)``, if given, hears what is being done about twice a second; ``estimate`` (a
+    :class:`attnlab.lab.ring_budget.Estimate` as a dict) is kept in the result.
+    """
     cfg.validate()
     t0 = time.perf_counter()
+    say = progress or (lambda text: None)
     kw = dict(timeout_s=cfg.timeout_s, pg_timeout_s=cfg.pg_timeout_s, threads=cfg.threads)
-    per_rank = launch.results(launch.launch(rank_case, cfg.world, (cfg,), **kw))
-    single = launch.results(launch.launch(flash_case, 1, (cfg,), **kw))[0] if cfg.measure else None
-    return finish(cfg, per_rank, single, t0)
+
+    def ranks(said: dict[int, str]) -> None:
+        said = sorted(said.items())
+        same = len({t for _, t in said}) == 1
+        say(f"{len(said)} ranks: {said[0][1]}" if same else "; ".join(f"rank {r}: {t}" for r, t in said))
+
+    per_rank = launch.results(launch.launch(rank_case, cfg.world, (cfg,), **kw, on_progress=ranks))
+    single = None
+    if cfg.measure:
+        outcome = launch.launch(flash_case, 1, (cfg,), **kw, on_progress=lambda said: say(f"flash in one process: "
+                                                                                           f"{said[0]}"))
+        single = launch.results(outcome)[0]
+    return finish(cfg, per_rank, single, t0, progress=say, estimate=estimate)
 
 
 def finish(cfg: RingConfig, per_rank: list[dict], single: dict | None, t0: float,
-           backend: str = "gloo on 127.0.0.1") -> RingResult:
+           backend: str = "gloo on 127.0.0.1", progress=None, estimate: dict | None = None) -> RingResult:
     """From every rank's :func:`rank_case` and :func:`flash_case`: the checks and the comparison."""
-    result = RingResult(dataclasses.asdict(cfg), check_case(cfg, per_rank), backend, machine=machine(),
-                        versions=versions())
+    held: list = []
+    peak = memory.measure_peak(lambda: held.append(check_case(cfg, per_rank, progress)))
+    result = RingResult(dataclasses.asdict(cfg), held[0], backend, machine=machine(), versions=versions(),
+                        check_peak_bytes=peak, estimate=estimate)
     if single is not None:
         result.ranks = [r["timing"] for r in per_rank]
         result.flash_time_s, result.flash_peak_bytes = single["time_s"], single["peak_bytes"]

@@ -49,5 +49,5 @@ def run(cfg: ring.RingConfig) -> ring.RingResult | None:
         dist.destroy_process_group()
     if rank != 0:
         return None
-    single = ring.flash_case(0, 1, cfg) if cfg.measure else None  # this process exits next: see exact_heap
+    single = ring.flash_case(0, 1, cfg) if cfg.measure else None  # this process exits next: see memory.exact_heap
     return ring.finish(cfg, every, single, t0, f"{backend} via torchrun")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -48,14 +50,19 @@ def encode(prompt: str, chars: list[str]) -> torch.Tensor:
 
 
 def sample(path, prompt: str = "def ", tokens: int = 200, temperature: float = 0.8, top_k: int | None = None,
-           seed: int = 0, impl: str | None = None) -> SampleResult:
+           seed: int = 0, impl: str | None = None, on_text: Callable[[str], None] | None = None) -> SampleResult:
+    """Continue ``prompt`` by ``tokens`` characters; ``on_text(char)`` hears each one as soon as it is drawn."""
     if not isinstance(prompt, str) or not prompt:
         raise ValueError("prompt must be a non-empty string")
+    if not (isinstance(temperature, int | float) and 0 < temperature < math.inf):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
     model, chars, meta = load_model(path, impl)
     idx = encode(prompt, chars)
     gen = torch.Generator().manual_seed(seed)
+    stream = None if on_text is None else (lambda nxt: on_text(chars[int(nxt[0, 0])]))
     t0 = time.perf_counter()
-    out = model.generate(idx, tokens, temperature=temperature, top_k=top_k, generator=gen)  # (1, T + tokens)
+    out = model.generate(idx, tokens, temperature=temperature, top_k=top_k, generator=gen,
+                         on_token=stream)  # (1, T + tokens)
     seconds = time.perf_counter() - t0
     text = "".join(chars[int(i)] for i in out[0, idx.shape[1]:])
     return SampleResult(checkpoint=str(path), variant=meta["variant"], step=meta["step"], prompt=prompt, text=text,

@@ -173,16 +173,17 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+                 generator: torch.Generator | None = None, on_token=None) -> torch.Tensor:
         """Continue ``idx`` (B, T) by ``max_new_tokens`` sampled tokens through the KV cache.
 
         The prompt is run once (prefill), then each new token is one query against the cache.
         When the context reaches ``block_size`` the cache is rebuilt from the last half-block.
+        ``on_token(next)``, if given, gets each new (B, 1) token as soon as it is drawn.
         """
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        if not (isinstance(temperature, int | float) and 0 < temperature < math.inf):
+            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
         if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
         was_training = self.training
@@ -200,5 +201,7 @@ class GPT(nn.Module):
             nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)  # (B, 1)
             out = torch.cat([out, nxt], dim=1)
             step_in = nxt
+            if on_token is not None:
+                on_token(nxt)
         self.train(was_training)
         return out

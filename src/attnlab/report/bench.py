@@ -80,16 +80,21 @@ def growth_lines(result: BenchResult) -> list[str]:
     def p(x):
         return "-" if x is None else f"T^{x:.2f}"
 
+    def over(name, what):
+        seqs = result.fit_lengths.get(name, {}).get(what) or []
+        return f"(T = {', '.join(map(str, seqs))})" if seqs else ""
+
     lines = []
     for name, e in result.exponents.items():
-        lines.append(f"{name:<8} time {p(e['time']):<8} memory {p(e['memory'])}")
+        lines.append(f"{name:<8} time {p(e['time']):<8} {over(name, 'time'):<18} memory {p(e['memory']):<8} "
+                     f"{over(name, 'memory')}".rstrip())
     return lines
 
 
 def checklist_line(result: BenchResult, form: str = "matrix") -> str:
     """The lesson's checklist line, with the matrix form's fitted memory exponent."""
     e = result.exponents.get(form, {}).get("memory")
-    seqs = [r.seq for r in result.rows(form) if r.skipped is None]
+    seqs = result.fit_lengths.get(form, {}).get("memory") or [r.seq for r in result.rows(form) if r.skipped is None]
     if e is None:
         return f"[ ] quadratic memory growth measured: the {form} form's memory was not measured above the " \
                f"noise floor at two lengths"

@@ -66,6 +66,14 @@ def summary(r) -> list[str]:
     if r.memory_ratio is not None:
         lines.append(f"memory: the largest rank needs {r.memory_ratio:.2f} x single-process flash's peak "
                      f"(1/W = {1 / W:.2f}); each rank also holds the key/value part arriving from its neighbour")
+    est = r.estimate or {}
+    if r.check_peak_bytes is not None:
+        lines.append(f"memory of the check in this process (shards, PyTorch's answer, the float64 oracle a slice of "
+                     f"rows at a time): {_mib(r.check_peak_bytes)}" + (f", estimated {_mib(est['check_bytes'])} "
+                                                                        "before the run" if est else ""))
+    if est:
+        lines.append(f"time: estimated about {est['ranks_s'] + est['flash_s'] + est['check_s']:.0f} s before the run "
+                     f"(from this machine's rate on a small case), took {r.seconds:.0f} s")
     if r.overhead is not None:
         lanes, unit = r.lanes, "GPU" if r.config["device"] == "cuda" else "CPU"
         load = r.machine.get("load_average")
