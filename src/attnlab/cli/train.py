@@ -106,7 +106,7 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
     threads = max(1, (os.cpu_count() or 1) // world)
     with catch_interrupt():  # a first Ctrl-C reaches every rank: they save at the same step and stop; wait for them
         outcomes = launch.launch(_rank, world, (args, cp), timeout_s=30 * 24 * 3600.0, pg_timeout_s=args.timeout,
-                                 threads=threads)
+                                 threads=threads, show_rank0=True)
     try:
         return max(launch.results(outcomes))
     except launch.LaunchError as e:

@@ -100,7 +100,7 @@ def _loopback_interface() -> str | None:
 
 
 def _rank_main(rank: int, world: int, port: int, target: Callable, args: tuple, pg_timeout_s: float,
-               threads: int, folder: str) -> None:
+               threads: int, folder: str, show_rank0: bool = False) -> None:
     """Inside one rank: join the group, run ``target(rank, world, *args)``, leave the outcome in a file."""
     global _progress_file
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops every rank
@@ -108,8 +108,9 @@ def _rank_main(rank: int, world: int, port: int, target: Callable, args: tuple, 
         log = os.open(Path(folder) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     except OSError:  # the launch is over (Ctrl-C while this rank was being started): nobody waits for it
         os._exit(1)
-    os.dup2(log, 1)  # what the rank and its libraries print (c10d warnings, C++ frames) goes to a file
-    os.dup2(log, 2)
+    if not (show_rank0 and rank == 0):  # rank 0 may keep the terminal for what it reports as it goes
+        os.dup2(log, 1)
+    os.dup2(log, 2)  # what the rank and its libraries complain of (c10d warnings, C++ frames) goes to a file
     _progress_file = Path(folder) / f"rank{rank}.progress"
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     import torch.distributed as dist
@@ -167,7 +168,8 @@ def _start_server_deaf() -> None:
 
 
 def launch(target: Callable, world: int, args: tuple = (), *, timeout_s: float = 120.0, pg_timeout_s: float = 30.0,
-           threads: int = 1, on_progress: Callable[[dict[int, str]], None] | None = None) -> list[Outcome]:
+           threads: int = 1, on_progress: Callable[[dict[int, str]], None] | None = None,
+           show_rank0: bool = False) -> list[Outcome]:
     """Run ``target(rank, world, *args)`` in ``world`` processes; return each rank's :class:`Outcome`.
 
     ``target`` must be a module-level function (it is pickled by name) and return something
@@ -176,6 +178,8 @@ def launch(target: Callable, world: int, args: tuple = (), *, timeout_s: float =
     end by themselves -- usually they fail at once on the broken connection -- before they are stopped.
     ``on_progress({rank: text})`` is called about twice a second with what each rank last said
     (:func:`progress`). A KeyboardInterrupt in the parent stops every rank, then propagates.
+    ``show_rank0=True`` leaves rank 0's standard output on the terminal (a rank that reports as it
+    goes, as training does); its errors and every other rank's output still go to files.
     """
     for name, x in (("world", world), ("threads", threads)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
@@ -186,7 +190,8 @@ def launch(target: Callable, world: int, args: tuple = (), *, timeout_s: float =
     ctx = _context()
     with tempfile.TemporaryDirectory(prefix="attnlab-ring-") as folder:
         port = free_port()
-        procs = [ctx.Process(target=_rank_main, args=(r, world, port, target, args, pg_timeout_s, threads, folder))
+        procs = [ctx.Process(target=_rank_main, args=(r, world, port, target, args, pg_timeout_s, threads, folder,
+                                                            show_rank0))
                  for r in range(world)]
         start = time.monotonic()
         failed: dict[int, float] = {}  # rank -> when it was seen to fail

@@ -19,8 +19,8 @@ import time
 import torch
 
 from . import launch, memory
+from .memory import exact_heap
 from .parallel import Grid, grid
-from .ring import exact_heap
 from .train import TrainConfig, _loss, _optimizer
 
 
