@@ -22,9 +22,10 @@ def _log(scale_entropy):
             "grad_norm": [1.0, 0.5], "entropy": [[2.0, 2.1], [scale_entropy, scale_entropy]]}
 
 
-TRAIN = {"config": {"kind": "scale"}, "versions": {},
+TRAIN = {"config": {"kind": "scale"}, "versions": {}, "machine": {},
          "variants": {"sqrt": _log(1.9), "none": _log(0.2), "inv": _log(3.2)}}
-TIE = {"config": {"kind": "tie-kv"}, "versions": {}, "variants": {"untied": _log(1.9), "tied": _log(2.5)}}
+TIE = {"config": {"kind": "tie-kv"}, "versions": {}, "machine": {},
+       "variants": {"untied": _log(1.9), "tied": _log(2.5)}}
 
 
 def tiny_checkpoint(path, block_size=64):

@@ -45,7 +45,7 @@ def browser():
 def test_the_answers_here_match_the_page():
     from attnlab.report.lesson.sections import QUIZ
 
-    assert [right for _, _, right in QUIZ] == RIGHT
+    assert [right for _, _, right, _ in QUIZ] == RIGHT
 
 
 def test_lesson_page_in_chromium(browser, lesson, tmp_path):
