@@ -188,3 +188,72 @@ def test_numbers_quoted_in_the_prose():
     assert len(sections.QUIZ) == 5 and all(0 <= right < len(opts) and len(why) > 40
                                            for _, opts, right, why in sections.QUIZ)
     assert len({right for _, _, right, _ in sections.QUIZ}) > 1  # the right answer is not always in the same place
+
+
+def test_bench_table_says_memory_reasons_noise_and_growth():
+    data = json.loads(json.dumps(BENCH))
+    data["results"].append({"impl": "flash", "seq": 2048, "skipped": "estimated 9.1 s a call x 3 calls > budget 20 s"})
+    data["results"].append({"impl": "loops", "seq": 128, "time_s": 0.5, "time_min_s": 0.4, "time_max_s": 0.6,
+                            "gflops": 0.1, "peak_bytes": None, "skipped": None})
+    data["machine"] = {"load_average": 3.4, "cpu_count": 2}
+    data["exponents"]["flash"] = {"time": 4.97, "memory": 1.0}
+    html = sections.bench(sources.Part("bench", "file", "from bench.json", data), {})
+    assert "<th>T = 128</th>" in html and "<th>T = 2048</th>" in html
+    assert "128.0 KiB" in html  # matrix at T=128: 8 * 128^2 bytes of extra peak
+    assert html.count("skipped <sup>") == 5  # flash at 2048 and 4 cells the loops form never ran
+    assert "flash at T = 2048: estimated 9.1 s a call x 3 calls &gt; budget 20 s" in html
+    assert "loops at T = 512: not in this run" in html
+    assert "load 3.4 on 2 cores" in html and "flash T<sup>4.97</sup>" in html
+    assert "Doubling the context quadruples the matrix form's memory: measured T<sup>2.00</sup>" in html
+    quiet = json.loads(json.dumps(BENCH)) | {"machine": {"load_average": 0.5, "cpu_count": 2}}
+    assert "noisy" not in sections.bench(sources.Part("bench", "file", "from bench.json", quiet), {})
+
+
+def test_checklist_ticks_what_was_measured(tmp_path):
+    from types import SimpleNamespace
+
+    demo = {"checks": [{"form": "loops", "max_err": 3e-7}, {"form": "matrix", "max_err": 1e-7}]}
+    bench = json.loads(json.dumps(BENCH))
+    bench["results"] += [{"impl": "matrix", "seq": 2048, "time_s": 1.0, "peak_bytes": 8 * 2048**2}]
+    part = sources.Part
+    data = SimpleNamespace(demo=part("demo", "file", "from x/demo.json", demo),
+                           bench=part("bench", "file", "from x/bench.json", bench),
+                           train_scale=part("train scale", "file", "from x/train.json", TRAIN),
+                           train_tie_kv=part("train tie-kv", "not measured", "no tie_kv.json", None))
+    html = sections.checklist(data)
+    assert "4 of 5 done" in html and html.count('class="done"') == 4 and html.count('class="todo"') == 1
+    assert "largest difference 3.0e-07 (demo.json)" in html and "measured at 128, 512, 2048" in html
+    assert "measured T^2.00" in html and "run `attnlab train --ablation tie-kv`" in html
+    demo["checks"][0]["max_err"] = 2e-3
+    assert "3 of 5 done" in sections.checklist(data)
+
+
+DEMO = {"seed": 0, "T": 32, "d": 64}
+
+
+@pytest.mark.parametrize(("name", "edit", "field"), [
+    ("bench.json", lambda d: d["results"][1].update(seq="x"),
+     "results[1].seq should be an integer, got the string 'x'"),
+    ("train.json", lambda d: d["variants"]["sqrt"].update(val_loss="low"), "variants.sqrt.val_loss should be a list"),
+    ("tie_kv.json", lambda d: d.pop("machine"), "machine is missing"),
+    ("demo.json", lambda d: d.update(checks=[{"form": "loops"}]), "checks[0].causal is missing"),
+])
+def test_a_wrong_results_file_is_named_with_its_field(tmp_path, name, edit, field):
+    from .conftest import TIE
+
+    files = {"bench.json": BENCH, "train.json": TRAIN, "tie_kv.json": TIE, "demo.json": DEMO}
+    data = json.loads(json.dumps(files[name]))
+    edit(data)
+    (tmp_path / name).write_text(json.dumps(data))
+    read = {"bench.json": lambda: sources.bench(tmp_path, True), "demo.json": lambda: sources.demo(tmp_path, 0)}
+    with pytest.raises(ValueError) as e:
+        read.get(name, lambda: sources.train(tmp_path, True))()
+    assert str(e.value).startswith(str(tmp_path / name)) and field in str(e.value) and "run it again" in str(e.value)
+
+
+def test_cli_names_the_wrong_field_in_one_line(run_cli, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "demo.json").write_text(json.dumps(DEMO | {"checks": {"form": "loops"}}))
+    r = run_cli("lesson", "--quick", "--out", "out")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "demo.json: checks should be a list, got an object" in r.stderr
