@@ -223,7 +223,7 @@ def test_checklist_ticks_what_was_measured(tmp_path):
     html = sections.checklist(data)
     assert "4 of 5 done" in html and html.count('class="done"') == 4 and html.count('class="todo"') == 1
     assert "largest difference 3.0e-07 (demo.json)" in html and "measured at 128, 512, 2048" in html
-    assert "measured T^2.00" in html and "run `attnlab train --ablation tie-kv`" in html
+    assert "measured T^2.00" in html and "run <code>attnlab train --ablation tie-kv</code>" in html
     demo["checks"][0]["max_err"] = 2e-3
     assert "3 of 5 done" in sections.checklist(data)
 

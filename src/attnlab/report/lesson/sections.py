@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from attnlab.lab.bench import fmt_bytes
@@ -129,7 +130,7 @@ def checklist(data) -> str:
     p = p.get("memory") if isinstance(p, dict) else None
     fv, tie = num.final_val(data.train_scale.data), num.final_val(data.train_tie_kv.data)
     items = [
-        (bool(loops) and max(loops) <= 1e-4, "Your loops form matches PyTorch to 1e-4",
+        (bool(loops) and max(loops) <= 1e-4, "The loops form matches PyTorch to 1e-4",
          f"largest difference {max(loops):.1e} ({how(data.demo)})" if loops else "run `attnlab demo`"),
         (len(mem) == 3, "Memory measured at T = 128, 512 and 2048",
          f"measured at {', '.join(map(str, mem)) or 'none of them'} ({how(data.bench)})"),
@@ -142,8 +143,11 @@ def checklist(data) -> str:
          ", ".join(f"{n} {v:.3f}" for n, v in tie.items()) + f" ({how(data.train_tie_kv)})"
          if tie else "run `attnlab train --ablation tie-kv`"),
     ]
+    def code(text: str) -> str:  # `command` -> <code>command</code>
+        return re.sub("`([^`]*)`", r"<code>\1</code>", escape(text))
+
     lis = "".join(f'<li class="{"done" if ok else "todo"}"><span class="tick">{"✓" if ok else "✗"}</span> '
-                  f"<b>{escape(text)}</b> — {escape(detail)}</li>" for ok, text, detail in items)
+                  f"<b>{escape(text)}</b> — {code(detail)}</li>" for ok, text, detail in items)
     done = sum(1 for ok, _, _ in items if ok)
     return (f"<h3>The lab: you are done when</h3><p>{done} of {len(items)} done, from the results this page was "
             f'built from.</p><ul class="checklist">{lis}</ul>')

@@ -26,7 +26,8 @@ def plain_words() -> str:
             "a word is to affect another, it happens here, through a weight in a row of this softmax.</p>")
 
 
-def _matrix(m, digits: int = 3, names: list[str] | None = None) -> str:
+def _matrix(m, digits: int = 3, names: list[str] | None = None, keys: bool = False) -> str:
+    """An HTML table of ``m``; ``names`` label the rows, and with ``keys`` the columns too (query rows, key columns)."""
     def cell(v):
         if v is None:
             return '<td class="masked">−∞</td>'
@@ -34,7 +35,9 @@ def _matrix(m, digits: int = 3, names: list[str] | None = None) -> str:
 
     body = "".join("<tr>" + (f"<th>{escape(names[i])}</th>" if names else "") + "".join(cell(v) for v in row)
                    + "</tr>" for i, row in enumerate(m))
-    return f'<div class="matwrap"><table class="mat">{body}</table></div>'
+    head = ("<tr><th>query ↓ key →</th>" + "".join(f"<th>{escape(n)}</th>" for n in names) + "</tr>"
+            if keys and names else "")
+    return f'<div class="matwrap"><table class="mat">{head}{body}</table></div>'
 
 
 def worked(w) -> str:
@@ -51,12 +54,13 @@ def worked(w) -> str:
                                         (("Q", w.q), ("K", w.k), ("V", w.v))) + "</div>"),
         ("Scores: each query's dot product with each key. Row “sat”, column “the”: "
          f"{' + '.join(f'{int(a)}·{int(b)}' for a, b in zip(w.q[2], w.k[0], strict=True))} = {w.scores[2][0]:g}",
-         w.code["scores"], _matrix(w.scores, names=t)),
-        (f"Scale: d = 4, so multiply by 1/√4 = {w.scale:g}", w.code["scaled"], _matrix(w.scaled, names=t)),
-        ("Mask: a token may not look at later tokens", w.code["masked"], _matrix(w.masked, names=t)),
+         w.code["scores"], _matrix(w.scores, names=t, keys=True)),
+        (f"Scale: d = 4, so multiply by 1/√4 = {w.scale:g}", w.code["scaled"], _matrix(w.scaled, names=t, keys=True)),
+        ("Mask: a token may not look at later tokens", w.code["masked"], _matrix(w.masked, names=t, keys=True)),
         ("Exponentials: subtract each row's largest score, then e^x", w.code["exps"],
-         _matrix(exps, names=t) + "<p>Row sums: " + ", ".join(f"{s:.3f}" for s in w.sums) + "</p>"),
-        ("Softmax: divide each row by its sum, so it adds up to 1", w.code["weights"], _matrix(w.weights, names=t)),
+         _matrix(exps, names=t, keys=True) + "<p>Row sums: " + ", ".join(f"{s:.3f}" for s in w.sums) + "</p>"),
+        ("Softmax: divide each row by its sum, so it adds up to 1", w.code["weights"],
+         _matrix(w.weights, names=t, keys=True)),
         (f"Output: the weighted sum of the values. For “{t[last]}”: {terms} = "
          f"[{', '.join(f'{x:.3f}' for x in w.out[last])}]", w.code["out"], _matrix(w.out, names=t)),
     ]
