@@ -185,6 +185,7 @@ def test_numbers_quoted_in_the_prose():
     assert numbers.final_val(TRAIN)["none"] == pytest.approx(3.22)
     assert numbers.entropy_ends(TRAIN)["inv"] == (pytest.approx(2.05), pytest.approx(3.2))
     assert numbers.fmt_time(0.0123) == "12.3 ms" and numbers.fmt_time(2e-5) == "20 µs"
+    assert numbers.fmt_time(2.1) == "2.1 s"
     assert len(sections.QUIZ) == 5 and all(0 <= right < len(opts) and len(why) > 40
                                            for _, opts, right, why in sections.QUIZ)
     assert len({right for _, _, right, _ in sections.QUIZ}) > 1  # the right answer is not always in the same place
@@ -193,16 +194,14 @@ def test_numbers_quoted_in_the_prose():
 def test_bench_table_says_memory_reasons_noise_and_growth():
     data = json.loads(json.dumps(BENCH))
     data["results"].append({"impl": "flash", "seq": 2048, "skipped": "estimated 9.1 s a call x 3 calls > budget 20 s"})
-    data["results"].append({"impl": "loops", "seq": 128, "time_s": 0.5, "time_min_s": 0.4, "time_max_s": 0.6,
-                            "gflops": 0.1, "peak_bytes": None, "skipped": None})
     data["machine"] = {"load_average": 3.4, "cpu_count": 2}
     data["exponents"]["flash"] = {"time": 4.97, "memory": 1.0}
     html = sections.bench(sources.Part("bench", "file", "from bench.json", data), {})
     assert "<th>T = 128</th>" in html and "<th>T = 2048</th>" in html
     assert "128.0 KiB" in html  # matrix at T=128: 8 * 128^2 bytes of extra peak
-    assert html.count("skipped <sup>") == 5  # flash at 2048 and 4 cells the loops form never ran
+    assert html.count("skipped <sup>") == 6  # loops everywhere, and matrix, sdpa and flash at 2048
     assert "flash at T = 2048: estimated 9.1 s a call x 3 calls &gt; budget 20 s" in html
-    assert "loops at T = 512: not in this run" in html
+    assert "loops at T = 512: estimated 97.5 s a call" in html and "sdpa at T = 2048: not in this run" in html
     assert "load 3.4 on 2 cores" in html and "flash T<sup>4.97</sup>" in html
     assert "Doubling the context quadruples the matrix form's memory: measured T<sup>2.00</sup>" in html
     quiet = json.loads(json.dumps(BENCH)) | {"machine": {"load_average": 0.5, "cpu_count": 2}}

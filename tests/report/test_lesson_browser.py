@@ -209,6 +209,8 @@ def test_lesson_page_in_chromium(browser, lesson, tmp_path):
     assert "1/√4 = 0.5" in page.locator("#byhand").inner_text()
     assert page.locator("details.listing").count() == 2
     assert "you are done when" in page.locator("#results").inner_text()
+    assert page.locator("td.skipped").first.is_visible()  # an empty bench cell says why
+    assert "loops at T = 128: estimated 97.5 s a call" in page.locator("ol.reasons").inner_text()
     fig = page.locator("figure.zoom").first
     fig.locator("img").click()
     assert "big" in fig.get_attribute("class")

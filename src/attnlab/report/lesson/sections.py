@@ -84,7 +84,7 @@ def bench_table(data: dict) -> str:
             return f'<td>{num.fmt_time(r["time_s"])}<br><span class="mem">{mem}</span></td>'
         why = (r or {}).get("skipped") or "not in this run"
         n = reasons.setdefault(f"{impl} at T = {T}: {why}", len(reasons) + 1)
-        return f'<td class="skip">skipped <sup>{n}</sup></td>'
+        return f'<td class="skipped">skipped <sup>{n}</sup></td>'
 
     body = "".join(f"<tr><th>{escape(i)}</th>" + "".join(cell(i, T) for T in seqs) + "</tr>" for i in impls)
     notes = "".join(f"<li>{escape(text)}</li>" for text in reasons)
