@@ -75,7 +75,7 @@ def several_heads(cfg: dict, T: int) -> str:
     """Why several heads, with the split and the join written out in this model's shapes."""
     C, Hn = cfg["d_model"], cfg["n_head"]
     d = C // Hn
-    rows = [("x", f"({T}, {C})", "one row of C numbers per character"),
+    rows = [("x", f"({T}, {C})", f"one row of C numbers per character (T = {T} for the sentence)"),
             ("q, k, v = split(x @ W_qkv)", f"({T}, {C}) each", "one fused projection, cut in three"),
             ("q.view(T, H, d)", f"({T}, {Hn}, {d})", f"each row cut into H = {Hn} pieces of d = {d}"),
             (".transpose(0, 1)", f"({Hn}, {T}, {d})", "H separate small attentions, side by side"),
@@ -104,8 +104,9 @@ def heads_intro() -> str:
 
 def _listing(s, summary: str) -> str:
     first = ", ".join(str(n) for n in s.lines)
-    return (f'<details class="listing"><summary>{escape(summary)} <span class="where">{escape(s.file)}, from line '
-            f'{first}</span></summary><pre class="code">{escape(chr(10).join(s.code))}</pre></details>')
+    return (f'<details class="listing"><summary>{escape(summary)} <span class="where">{escape(s.file)}, starting at '
+            f'line{"s" if len(s.lines) > 1 else ""} {first}</span></summary>'
+            f'<pre class="code">{escape(chr(10).join(s.code))}</pre></details>')
 
 
 def code_blocks(code) -> str:
