@@ -256,3 +256,34 @@ def test_cli_names_the_wrong_field_in_one_line(run_cli, tmp_path):
     r = run_cli("lesson", "--quick", "--out", "out")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "demo.json: checks should be a list, got an object" in r.stderr
+
+
+def test_head_labels_follow_the_measurements():
+    from attnlab.lab.lesson import heads
+
+    tokens = list("the cat")
+    T = len(tokens)
+    prev = torch.zeros(T, T)
+    prev[0, 0] = 1
+    for i in range(1, T):
+        prev[i, i - 1], prev[i, i] = 0.8, 0.2  # 0.8 one step back
+    s = heads.head_stats(tokens, prev)
+    assert s.pattern == "previous" and s.previous == pytest.approx(0.8) and s.same == pytest.approx(0.2)
+    assert s.label == "previous-token head: 0.80 of its weight one step back"
+    assert s.word == "cat" and s.word_share == pytest.approx(1.0)  # the last "t": 0.8 on "a", 0.2 on itself
+    assert heads.head_stats(tokens, prev, query=4).word is None  # "c" puts 0.8 on the space: no word reaches 0.5
+    uniform = torch.tril(torch.ones(T, T))
+    uniform = uniform / uniform.sum(-1, keepdim=True)
+    u = heads.head_stats(tokens, uniform)
+    assert u.pattern == "broad" and "spreads its weight" in u.label
+    assert u.boundary == pytest.approx(sum(1 / (i + 1) for i in range(3, T)) / (T - 1))  # the space at 3
+    to_the = torch.zeros(T, T)
+    to_the[:, 0] = 1.0  # every query on "t" of "the": a first-token head, and "-> the" for the last query
+    f = heads.head_stats(tokens, to_the)
+    assert f.pattern == "first" and f.word == "the" and f.word_share == 1.0
+    word_of, ws = heads.words(["ĠThe", "Ġcat", "s", ",", "Ġsat"])  # word pieces: Ġ starts a word
+    assert ws == ["The", "cats", "sat"] and word_of == [0, 1, 1, -1, 2]
+    total, mean = heads.word_shares(list("a bb"), [0.1, 0.1, 0.4, 0.4])
+    assert total == [0.1, 0.8] and mean == [0.1, 0.4]  # per character, a long word does not win by length
+    with pytest.raises(ValueError, match="weights must be 7 x 7"):
+        heads.head_stats(tokens, torch.zeros(6, 6))
