@@ -154,10 +154,12 @@
   }
 
   // ---- the code behind each step -------------------------------------------------------------------------------
-  function code(parent, step) {
+  function code(parent, step) { // where it is, then the lines with their numbers
     const s = CODE.steps[step];
+    parent.appendChild(el("p", "code-where", `${s.file}:${s.lines.join(", ")} — the line${s.lines.length > 1 ? "s" : ""} ` +
+      "of attnlab's source that compute this step"));
     const pre = el("pre", "code");
-    pre.textContent = s.code.map((line, i) => `${s.file}:${s.lines[i]}  ${line}`).join("\n");
+    pre.textContent = s.code.map((line, i) => `${String(s.lines[i]).padStart(3)}  ${line}`).join("\n");
     parent.appendChild(pre);
   }
 
@@ -201,7 +203,7 @@
   const tokMap = (p, M, title, kind, extra) => heat(p, M, Object.assign({ title, kind, rows: rowsOf(), cols: colsOf(),
     rowName: "query", colName: "key", rowsAreTokens: true, onRow }, extra || {}));
   function compact(p) { // the selected query's row of X, Q and a few keys' K and V: readable, not a wall of numbers
-    const L = Hd(), g = Math.floor(S.head / L.groups), q = S.query, n = 6;
+    const L = Hd(), g = Math.floor(S.head / L.groups), q = S.query, n = window.innerWidth < 600 ? 3 : 6;
     const w = L.weights[S.head][q].map((v, j) => [v, j]).sort((a, b) => b[0] - a[0]).slice(0, 3).map((x) => x[1]);
     const keys = Array.from(new Set([q, ...w])).sort((a, b) => a - b);
     const vec = (r) => `[${Array.from(r).slice(0, n).map(fmt).join(", ")}${r.length > n ? `, … ${r.length - n} more` : ""}]`;
