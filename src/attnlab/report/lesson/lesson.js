@@ -156,8 +156,9 @@
   // ---- the code behind each step -------------------------------------------------------------------------------
   function code(parent, step) { // where it is, then the lines with their numbers
     const s = CODE.steps[step];
-    parent.appendChild(el("p", "code-where", `${s.file}:${s.lines.join(", ")} — the line${s.lines.length > 1 ? "s" : ""} ` +
-      "of attnlab's source that compute this step"));
+    const many = s.lines.length > 1;
+    parent.appendChild(el("p", "code-where", `${s.file}:${s.lines.join(", ")} — the line${many ? "s" : ""} of ` +
+      `attnlab's source that compute${many ? "" : "s"} this step`));
     const pre = el("pre", "code");
     pre.textContent = s.code.map((line, i) => `${String(s.lines[i]).padStart(3)}  ${line}`).join("\n");
     parent.appendChild(pre);
