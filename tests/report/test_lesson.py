@@ -1,14 +1,18 @@
 """The lesson page's data and HTML, without a browser."""
 
+import base64
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
 
-from attnlab.lab.lesson import sources, walkthrough
-from attnlab.report.lesson import numbers, sections
+import attnlab
+from attnlab.kernels import matrix
+from attnlab.lab.lesson import code, model, sources, walkthrough, worked
+from attnlab.report.lesson import numbers, sections, teach
 
 from .conftest import BENCH, TRAIN, tiny_checkpoint
 
@@ -21,14 +25,17 @@ def test_cli_builds_one_self_contained_page(lesson):
     assert "bench: from" in r.stdout and "train scale: from" in r.stdout and "train tie-kv: from" in r.stdout
     html = (out / "lesson.html").read_text()
     assert (out.parent / "opened.txt").read_text() == (out / "lesson.html").resolve().as_uri()  # --open
-    # nothing to fetch: every src/href is inline data or an anchor on the page
-    assert not re.findall(r"""(?:src|href)\s*=\s*["'](?!data:|#)""", html)
-    assert "http://" not in html and "https://" not in html
+    # nothing to fetch: every src is inline data, every href an anchor on the page or a reading-list link
+    assert not re.findall(r"""src\s*=\s*["'](?!data:)""", html)
+    links = re.findall(r"""href\s*=\s*["'](?!#)([^"']*)""", html)
+    assert sorted(links) == sorted(u for _, u in teach.READING)
+    assert html.count("https://") == len(teach.READING) and "http://" not in html  # nowhere else
     assert not re.search(r"""url\((?!["']?data:)""", html)
     assert "{{" not in html.split('<script type="application/json"')[0]
     data = json.loads(re.search(r'<script type="application/json" id="lesson-data">(.*?)</script>', html, re.S)[1])
-    w = data["walk"]
-    assert w["source"] == "trained" and "scale-sqrt.pt" in w["label"]
+    m = data["model"]
+    assert m["source"] == "trained" and "scale-sqrt.pt" in m["label"] and data["walk"]["text"] == walkthrough.SENTENCE
+    assert len(base64.b64decode(m["blob"])) == 4 * sum(math.prod(t["shape"]) for t in m["tensors"])
     assert html.count("data:image/png;base64,") >= 8
     assert "quick run" in html and "Questions people ask" in html
     assert "1.900 → " not in html  # entropies are the mean over layers: start 2.05 -> end 1.90
@@ -49,27 +56,35 @@ def test_cli_rejects_bad_output_folder_and_broken_json(run_cli, tmp_path):
     assert r.returncode == 2 and "demo.json is not readable JSON" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_seeded_walkthrough_numbers_are_consistent():
-    w = walkthrough.seeded(seed=1)
+def test_seeded_walkthrough_and_the_python_reference():
+    m, w = walkthrough.seeded(seed=1)
+    assert w.source == "seeded" and "seeded" in w.label and "never trained" in w.label
+    assert w.tokens[w.query] == "t" and w.tokens[w.query - 1] == "i" and w.words[w.word_of[w.query]] == "it"
+    ref = model.reference(m, w.text)
     T = len(w.tokens)
-    assert w.tokens[w.query] == "it" and w.source == "seeded" and "seeded" in w.label
-    weights, v, out = torch.tensor(w.weights), torch.tensor(w.v), torch.tensor(w.out)
-    assert torch.allclose(weights.sum(-1), torch.ones(T), atol=1e-3)
-    assert all(w.masked[i][j] is None for i in range(T) for j in range(i + 1, T))
-    assert all(weights[i, j] == 0 for i in range(T) for j in range(i + 1, T))
-    assert torch.allclose(weights @ v, out, atol=2e-3)  # 4 significant digits on the page
-    assert torch.allclose(torch.tensor(w.scaled), torch.tensor(w.scores) * w.scale, rtol=2e-3, atol=2e-3)
-    assert abs(sum(w.listens) - 1) < 1e-3 and w.listens[w.words.index("was")] == 0.0  # "was" comes after "it"
-    assert len(w.heads) == 2 and len(w.heads[0]) == 4 and len(w.head_entropy[1]) == 4
+    weights, probs = torch.tensor(ref["weights"]), torch.tensor(ref["probs"])  # (L, H, T, T), (T, V)
+    assert weights.shape == (2, 2, T, T) and probs.shape == (T, len(m.chars))
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 2, T), atol=1e-5)
+    assert torch.all(weights.triu(1) == 0)  # causal: the future gets exactly zero
+    assert torch.allclose(probs.sum(-1), torch.ones(T), atol=1e-5)
+    logits, _ = m.model(torch.tensor([[m.chars.index(c) for c in w.text]]))
+    assert torch.allclose(probs, torch.softmax(logits[0], -1))  # the reference is the model's own forward
+    assert abs(sum(w.listens) + sum(weights[0, 0, w.query, j].item() for j in range(T) if w.word_of[j] < 0) - 1) < 1e-3
+    assert w.listens[w.words.index("was")] == 0.0  # "was" comes after "it"
+    assert len(w.heads) == 2 and len(w.heads[0]) == 2 and w.heads[1][1].layer == 1
+    unscaled = torch.tensor(model.reference(m, w.text, scale="none")["weights"])
+    assert unscaled.amax(-1).mean() > weights.amax(-1).mean()  # no 1/sqrt(d): the softmax is sharper
+    with pytest.raises(ValueError, match="no token for 'é'"):
+        model.reference(m, "café")
 
 
 def test_trained_walkthrough_reads_a_checkpoint_character_by_character(tmp_path):
     tiny_checkpoint(tmp_path / "checkpoints" / "scale-sqrt.pt")
     path = walkthrough.find_checkpoint(tmp_path)
-    w = walkthrough.trained(path)
-    assert "".join(w.tokens) == walkthrough.SENTENCE
+    m, w = walkthrough.trained(path)
+    assert w.text == walkthrough.SENTENCE and "".join(w.tokens) == w.text and m.source == "trained"
     assert w.tokens[w.query] == "t" and w.tokens[w.query - 1] == "i" and w.words[w.word_of[w.query]] == "it"
-    assert w.d_head == 16 and len(w.heads) == 2 and len(w.heads[0]) == 2
+    assert m.model.cfg.head_dim == 16 and len(w.heads) == 2 and len(w.heads[0]) == 2
     assert walkthrough.find_checkpoint(tmp_path / "nothing") is None
     short = tmp_path / "short" / "checkpoints" / "scale-sqrt.pt"
     tiny_checkpoint(short, block_size=8)  # "d tired": "it" is out of reach
@@ -93,6 +108,40 @@ def test_trained_walkthrough_reads_a_checkpoint_character_by_character(tmp_path)
     (tmp_path / "checkpoints" / "scale-sqrt.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="cannot be read"):
         walkthrough.trained(path)
+
+
+def test_packed_weights_are_the_models_own():
+    m, _ = walkthrough.seeded(seed=0)
+    p = model.pack(m)
+    raw = torch.frombuffer(bytearray(base64.b64decode(p.blob)), dtype=torch.float32)
+    state = m.model.state_dict()
+    assert [t["name"] for t in p.tensors] == list(state)
+    for t in p.tensors:
+        n = math.prod(t["shape"])
+        assert torch.equal(raw[t["offset"]:t["offset"] + n].view(t["shape"]), state[t["name"]])
+    assert p.nbytes < 5 * 2**20 and p.chars == m.chars
+
+
+def test_worked_example_by_hand():
+    w = worked.run()
+    print(f"worked example: |hand - matrix form| {w.err_matrix:.1e}, |hand - F.sdpa| {w.err_torch:.1e}")
+    assert w.scores == [[2.0, 0.0, 2.0], [0.0, 2.0, 0.0], [1.0, 3.0, 4.0]]  # q_i . k_j, whole numbers
+    assert w.scale == 0.5 and w.scaled[2] == [0.5, 1.5, 2.0]
+    assert w.masked[0][1] is None and w.masked[0][2] is None and w.masked[1][2] is None
+    assert w.weights[0] == [1.0, 0.0, 0.0]  # the first token sees only itself
+    assert w.weights[1][0] == pytest.approx(1 / (1 + math.e)) and sum(w.weights[2]) == pytest.approx(1)
+    assert w.err_matrix < 1e-12 and w.err_torch < 1e-12
+
+
+def test_code_quotes_are_the_source_lines():
+    c = code.collect()
+    for step, s in c.steps.items():
+        src = (Path(attnlab.__file__).parent / s.file).read_text().splitlines()
+        assert [src[n - 1].strip() for n in s.lines] == s.code, step
+    assert any("safe_softmax" in line for line in c.steps["softmax"].code)
+    assert "def attention(" in c.loops.code[0] and any("def project" in line for line in c.module.code)
+    with pytest.raises(RuntimeError, match="no longer has it"):
+        code.quote(matrix, ["this line is not there"])
 
 
 def test_sources_read_classify_and_measure(tmp_path):
@@ -136,5 +185,105 @@ def test_numbers_quoted_in_the_prose():
     assert numbers.final_val(TRAIN)["none"] == pytest.approx(3.22)
     assert numbers.entropy_ends(TRAIN)["inv"] == (pytest.approx(2.05), pytest.approx(3.2))
     assert numbers.fmt_time(0.0123) == "12.3 ms" and numbers.fmt_time(2e-5) == "20 µs"
-    assert len(sections.QUIZ) == 5 and all(0 <= right < len(opts) for _, opts, right in sections.QUIZ)
-    assert len({right for _, _, right in sections.QUIZ}) > 1  # the right answer is not always in the same place
+    assert numbers.fmt_time(2.1) == "2.1 s"
+    assert len(sections.QUIZ) == 5 and all(0 <= right < len(opts) and len(why) > 40
+                                           for _, opts, right, why in sections.QUIZ)
+    assert len({right for _, _, right, _ in sections.QUIZ}) > 1  # the right answer is not always in the same place
+
+
+def test_bench_table_says_memory_reasons_noise_and_growth():
+    data = json.loads(json.dumps(BENCH))
+    data["results"].append({"impl": "flash", "seq": 2048, "skipped": "estimated 9.1 s a call x 3 calls > budget 20 s"})
+    data["machine"] = {"load_average": 3.4, "cpu_count": 2}
+    data["exponents"]["flash"] = {"time": 4.97, "memory": 1.0}
+    html = sections.bench(sources.Part("bench", "file", "from bench.json", data), {})
+    assert "<th>T = 128</th>" in html and "<th>T = 2048</th>" in html
+    assert "128.0 KiB" in html  # matrix at T=128: 8 * 128^2 bytes of extra peak
+    assert html.count("skipped <sup>") == 6  # loops everywhere, and matrix, sdpa and flash at 2048
+    assert "flash at T = 2048: estimated 9.1 s a call x 3 calls &gt; budget 20 s" in html
+    assert "loops at T = 512: estimated 97.5 s a call" in html and "sdpa at T = 2048: not in this run" in html
+    assert "load 3.4 on 2 cores" in html and "flash T<sup>4.97</sup>" in html
+    assert "Doubling the context quadruples the matrix form's memory: measured T<sup>2.00</sup>" in html
+    quiet = json.loads(json.dumps(BENCH)) | {"machine": {"load_average": 0.5, "cpu_count": 2}}
+    assert "noisy" not in sections.bench(sources.Part("bench", "file", "from bench.json", quiet), {})
+
+
+def test_checklist_ticks_what_was_measured(tmp_path):
+    from types import SimpleNamespace
+
+    demo = {"checks": [{"form": "loops", "max_err": 3e-7}, {"form": "matrix", "max_err": 1e-7}]}
+    bench = json.loads(json.dumps(BENCH))
+    bench["results"] += [{"impl": "matrix", "seq": 2048, "time_s": 1.0, "peak_bytes": 8 * 2048**2}]
+    part = sources.Part
+    data = SimpleNamespace(demo=part("demo", "file", "from x/demo.json", demo),
+                           bench=part("bench", "file", "from x/bench.json", bench),
+                           train_scale=part("train scale", "file", "from x/train.json", TRAIN),
+                           train_tie_kv=part("train tie-kv", "not measured", "no tie_kv.json", None))
+    html = sections.checklist(data)
+    assert "4 of 5 done" in html and html.count('class="done"') == 4 and html.count('class="todo"') == 1
+    assert "largest difference 3.0e-07 (demo.json)" in html and "measured at 128, 512, 2048" in html
+    assert "measured T^2.00" in html and "run <code>attnlab train --ablation tie-kv</code>" in html
+    demo["checks"][0]["max_err"] = 2e-3
+    assert "3 of 5 done" in sections.checklist(data)
+
+
+DEMO = {"seed": 0, "T": 32, "d": 64}
+
+
+@pytest.mark.parametrize(("name", "edit", "field"), [
+    ("bench.json", lambda d: d["results"][1].update(seq="x"),
+     "results[1].seq should be an integer, got the string 'x'"),
+    ("train.json", lambda d: d["variants"]["sqrt"].update(val_loss="low"), "variants.sqrt.val_loss should be a list"),
+    ("tie_kv.json", lambda d: d.pop("machine"), "machine is missing"),
+    ("demo.json", lambda d: d.update(checks=[{"form": "loops"}]), "checks[0].causal is missing"),
+])
+def test_a_wrong_results_file_is_named_with_its_field(tmp_path, name, edit, field):
+    from .conftest import TIE
+
+    files = {"bench.json": BENCH, "train.json": TRAIN, "tie_kv.json": TIE, "demo.json": DEMO}
+    data = json.loads(json.dumps(files[name]))
+    edit(data)
+    (tmp_path / name).write_text(json.dumps(data))
+    read = {"bench.json": lambda: sources.bench(tmp_path, True), "demo.json": lambda: sources.demo(tmp_path, 0)}
+    with pytest.raises(ValueError) as e:
+        read.get(name, lambda: sources.train(tmp_path, True))()
+    assert str(e.value).startswith(str(tmp_path / name)) and field in str(e.value) and "run it again" in str(e.value)
+
+
+def test_cli_names_the_wrong_field_in_one_line(run_cli, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "demo.json").write_text(json.dumps(DEMO | {"checks": {"form": "loops"}}))
+    r = run_cli("lesson", "--quick", "--out", "out")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "demo.json: checks should be a list, got an object" in r.stderr
+
+
+def test_head_labels_follow_the_measurements():
+    from attnlab.lab.lesson import heads
+
+    tokens = list("the cat")
+    T = len(tokens)
+    prev = torch.zeros(T, T)
+    prev[0, 0] = 1
+    for i in range(1, T):
+        prev[i, i - 1], prev[i, i] = 0.8, 0.2  # 0.8 one step back
+    s = heads.head_stats(tokens, prev)
+    assert s.pattern == "previous" and s.previous == pytest.approx(0.8) and s.same == pytest.approx(0.2)
+    assert s.label == "previous-token head: 0.80 of its weight one step back"
+    assert s.word == "cat" and s.word_share == pytest.approx(1.0)  # the last "t": 0.8 on "a", 0.2 on itself
+    assert heads.head_stats(tokens, prev, query=4).word is None  # "c" puts 0.8 on the space: no word reaches 0.5
+    uniform = torch.tril(torch.ones(T, T))
+    uniform = uniform / uniform.sum(-1, keepdim=True)
+    u = heads.head_stats(tokens, uniform)
+    assert u.pattern == "broad" and "spreads its weight" in u.label
+    assert u.boundary == pytest.approx(sum(1 / (i + 1) for i in range(3, T)) / (T - 1))  # the space at 3
+    to_the = torch.zeros(T, T)
+    to_the[:, 0] = 1.0  # every query on "t" of "the": a first-token head, and "-> the" for the last query
+    f = heads.head_stats(tokens, to_the)
+    assert f.pattern == "first" and f.word == "the" and f.word_share == 1.0
+    word_of, ws = heads.words(["ĠThe", "Ġcat", "s", ",", "Ġsat"])  # word pieces: Ġ starts a word
+    assert ws == ["The", "cats", "sat"] and word_of == [0, 1, 1, -1, 2]
+    total, mean = heads.word_shares(list("a bb"), [0.1, 0.1, 0.4, 0.4])
+    assert total == [0.1, 0.8] and mean == [0.1, 0.4]  # per character, a long word does not win by length
+    with pytest.raises(ValueError, match="weights must be 7 x 7"):
+        heads.head_stats(tokens, torch.zeros(6, 6))

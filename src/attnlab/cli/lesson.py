@@ -7,13 +7,14 @@ from ._folder import add_out, output_folder, seed
 
 def add_parser(sub):
     p = sub.add_parser("lesson", help="build the interactive lesson page (one offline HTML file)",
-                       description="Build lesson.html in the output folder: the walkthrough of one sentence through "
-                                   "one head, the head view, and the results of demo, bench, train and explore -- "
-                                   "read from their JSON in the folder when present, otherwise quick runs.")
+                       description="Build lesson.html in the output folder: the model from `attnlab train` (or a "
+                                   "seeded one) running live in the page on any text you type, every step of one "
+                                   "head with its code, the head view, and the results of demo, bench, train and "
+                                   "explore -- read from their JSON in the folder when present, otherwise quick runs.")
     add_out(p, "output folder, read and written")
     p.add_argument("--open", action="store_true", help="open the page in the default browser when it is built")
     p.add_argument("--quick", action="store_true", help="smallest quick runs for missing results; no training")
-    p.add_argument("--seed", type=seed, default=0, help="random seed for the seeded head and quick runs (default: 0)")
+    p.add_argument("--seed", type=seed, default=0, help="random seed for the seeded model and quick runs (default: 0)")
     p.set_defaults(run=run)
 
 

@@ -1,10 +1,11 @@
 """Everything the lesson page shows, gathered in one object: :func:`collect`.
 
 The page (``attnlab lesson``) is drawn by :mod:`attnlab.report.lesson` from the :class:`LessonData`
-returned here; nothing on it is computed by the page builder itself. It holds the walkthrough of one
-sentence through one head (from a trained checkpoint when ``attnlab train`` left one in the output
-folder, else a seeded model, labelled as such), the head view, and the results of ``demo``,
-``bench``, ``train`` and ``explore`` -- read from their JSON when present, otherwise quick runs.
+returned here; nothing on it is computed by the page builder itself. It holds the model the page
+runs live (the checkpoint ``attnlab train`` left in the output folder, else a seeded model, labelled
+as such), the walkthrough sentence and that model's heads measured on it, a worked example small
+enough to check by hand, the source lines each step quotes, and the results of ``demo``, ``bench``,
+``train`` and ``explore`` -- read from their JSON when present, otherwise quick runs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from attnlab.lab.results import machine, versions
 
-from . import sources, walkthrough
+from . import code, model, sources, walkthrough, worked
 from .sources import Part
 from .walkthrough import Walkthrough
 
@@ -25,6 +26,9 @@ class LessonData:
     created: str  # when the page was built (UTC)
     quick: bool
     walkthrough: Walkthrough
+    model: model.PagedModel
+    worked: worked.Worked
+    code: code.Code
     demo: Part
     bench: Part
     train_scale: Part
@@ -42,10 +46,13 @@ def collect(out: str | Path, quick: bool = False, seed: int = 0, log=lambda msg:
     ckpt = walkthrough.find_checkpoint(out)
     log(f"walkthrough: {'checkpoint ' + str(ckpt) if ckpt else 'no checkpoint in ' + str(out) + ', a seeded model'}")
     try:
-        walk = walkthrough.trained(ckpt) if ckpt else walkthrough.seeded(seed)
-    except walkthrough.CannotRead as e:  # too short a context, or characters it never saw
+        loaded, walk = walkthrough.trained(ckpt) if ckpt else walkthrough.seeded(seed)
+    except walkthrough.CannotRead as e:  # too short a context, characters it never saw, another scale
         log(f"walkthrough: {e}; a seeded model instead")
-        walk = walkthrough.seeded(seed, why=f" ({e})")
+        loaded, walk = walkthrough.seeded(seed, why=f" ({e})")
+    paged = model.pack(loaded)
+    log(f"live model: {sum(1 for _ in loaded.model.parameters())} tensors, {loaded.model.num_params():,} weights, "
+        f"{paged.nbytes / 2**20:.1f} MiB in the page")
     log("demo")
     demo = sources.demo(out, seed)
     log("bench")
@@ -54,5 +61,5 @@ def collect(out: str | Path, quick: bool = False, seed: int = 0, log=lambda msg:
     scale, tie = sources.train(out, quick)
     log("explore")
     explore = sources.explore(out, seed)
-    return LessonData(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), quick, walk, demo, bench, scale, tie,
-                      explore, time.perf_counter() - t0, machine(), versions())
+    return LessonData(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), quick, walk, paged, worked.run(),
+                      code.collect(), demo, bench, scale, tie, explore, time.perf_counter() - t0, machine(), versions())

@@ -12,12 +12,14 @@ import json
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from attnlab.lab.results import to_dict
+
+from . import read
 
 
 @dataclass
@@ -26,7 +28,6 @@ class Part:
     origin: str  # "file" (written by the command), "quick run" (measured now, smaller) or "not measured"
     note: str  # shown on the page next to the numbers
     data: dict | None
-    pngs: dict[str, str] = field(default_factory=dict)  # figure name -> an existing PNG beside the JSON
 
 
 def _read(path: Path) -> dict | None:
@@ -42,22 +43,25 @@ def _read(path: Path) -> dict | None:
     return data
 
 
-def _pngs(out: Path, *names: str) -> dict[str, str]:
-    return {n: str(out / f"{n}.png") for n in names if (out / f"{n}.png").is_file()}
+def _checked(path: Path, data: dict, cls, command: str) -> dict:
+    """``data`` after a round trip through its result class: every field there and of the right kind."""
+    return to_dict(read.result(cls, data, path, command))
 
 
-def _from_file(out: Path, name: str, pngs=()) -> Part | None:
-    data = _read(out / f"{name}.json")
+def _from_file(out: Path, name: str, cls, command: str) -> Part | None:
+    path = out / f"{name}.json"
+    data = _read(path)
     if data is None:
         return None
-    return Part(name, "file", f"from {out / f'{name}.json'}", data, _pngs(out, *pngs))
+    return Part(name, "file", f"from {path}", _checked(path, data, cls, command))
 
 
 def demo(out: Path, seed: int) -> Part:
-    found = _from_file(out, "demo", ("attention_map", "scale_demo"))
+    from attnlab.lab import demo as lab_demo
+
+    found = _from_file(out, "demo", lab_demo.DemoResult, "attnlab demo")
     if found:
         return found
-    from attnlab.lab import demo as lab_demo
 
     r = lab_demo.run(seed=seed)
     return Part("demo", "quick run", f"demo.json was not in {out}, so the demo ran while this page was "
@@ -95,7 +99,9 @@ def quick_bench(seqs: list[int], repeats: int, heads: int = 2, d: int = 64) -> d
 
 
 def bench(out: Path, quick: bool) -> Part:
-    found = _from_file(out, "bench", ("bench",))
+    from attnlab.lab.bench import BenchResult
+
+    found = _from_file(out, "bench", BenchResult, "attnlab bench")
     if found:
         return found
     seqs = [16, 64, 256] if quick else [16, 64, 256, 1024]
@@ -122,12 +128,16 @@ def train(out: Path, quick: bool) -> tuple[Part, Part]:
     ``attnlab train`` writes train.json (the scales) and tie_kv.json (the ablation); any train*.json or
     tie_kv*.json is read and told apart by its variants.
     """
+    from attnlab.lab.train import TrainResult
+
     found: dict[str, Part] = {}
     for path in sorted(out.glob("train*.json")) + sorted(out.glob("tie_kv*.json")):
         data = _read(path)
+        cmd = "attnlab train" + (" --ablation tie-kv" if path.name.startswith("tie_kv") else "")
+        data = _checked(path, data, TrainResult, cmd)
         kind = _train_kind(data)
         if kind and kind not in found:
-            found[kind] = Part(f"train {kind}", "file", f"from {path}", data, _pngs(out, path.stem))
+            found[kind] = Part(f"train {kind}", "file", f"from {path}", data)
     missing = [k for k in ("scale", "tie-kv") if k not in found]
     for kind in missing:
         cmd = "attnlab train" + (" --ablation tie-kv" if kind == "tie-kv" else "")
@@ -168,5 +178,5 @@ def explore(out: Path, seed: int) -> dict[str, Part]:
             result, origin, note = e.run(seed=seed), "computed now", "computed while this page was built"
         d = to_dict(result)
         d["finding"] = e.finding(result)
-        parts[name] = Part(name, origin, note, d, _pngs(out, f"explore-{name}"))
+        parts[name] = Part(name, origin, note, d)
     return parts

@@ -16,9 +16,10 @@ from html import escape
 from importlib import resources
 from pathlib import Path
 
+from attnlab.lab.lesson import heads
 from attnlab.lab.results import to_dict
 
-from . import figures, sections
+from . import figures, sections, teach
 
 
 def _asset(name: str) -> str:
@@ -29,24 +30,18 @@ def _data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def _image(existing: str | None, draw) -> str:
-    """The command's own PNG when it wrote one, else a figure drawn from the data."""
-    return _data_uri(Path(existing).read_bytes() if existing else draw())
-
-
 def images(data) -> dict[str, str]:
-    demo, bench, scale = data.demo, data.bench, data.train_scale
-    imgs = {"demo_map": _image(demo.pngs.get("attention_map"), lambda: figures.demo_map(demo.data)),
-            "demo_scale": _image(demo.pngs.get("scale_demo"), lambda: figures.demo_scale(demo.data)),
-            "bench": _image(bench.pngs.get("bench"), lambda: figures.bench(bench.data))}
+    """Every figure, drawn from its part's data at the page's size (see :mod:`.figures`)."""
+    demo, scale, tie = data.demo, data.train_scale, data.train_tie_kv
+    imgs = {"demo_map": _data_uri(figures.demo_map(demo.data)),
+            "demo_scale": _data_uri(figures.demo_scale(demo.data)),
+            "bench": _data_uri(figures.bench(data.bench.data))}
     if scale.data:
-        imgs["train"] = _image(next(iter(scale.pngs.values()), None), lambda: figures.train(scale.data))
-    tie = data.train_tie_kv
+        imgs["train"] = _data_uri(figures.train(scale.data))
     if tie.data:
-        imgs["tie_kv"] = _image(next(iter(tie.pngs.values()), None), lambda: figures.train(tie.data))
+        imgs["tie_kv"] = _data_uri(figures.train(tie.data))
     for name, part in data.explore.items():
-        imgs[f"explore-{name}"] = _image(part.pngs.get(f"explore-{name}"),
-                                         lambda name=name, part=part: figures.explore(name, part.data))
+        imgs[f"explore-{name}"] = _data_uri(figures.explore(name, part.data))
     return imgs
 
 
@@ -64,7 +59,11 @@ def render(data) -> str:
     fill = {
         "css": _asset("lesson.css"),
         "js": _asset("lesson.js"),
-        "data": _script_json({"walk": to_dict(data.walkthrough)}),
+        "model_js": _asset("model.js"),
+        "data": _script_json({"walk": {"text": data.walkthrough.text, "query": data.walkthrough.query,
+                                       "source": data.walkthrough.source},
+                              "model": to_dict(data.model), "code": to_dict(data.code),
+                              "heads": {"pattern_share": heads.PATTERN_SHARE, "word_share": heads.WORD_SHARE}}),
         "created": escape(data.created),
         "where": escape(where),
         "quick_note": ('<p class="source quick-run"><strong>built with --quick</strong> — results that were not in the '
@@ -72,6 +71,14 @@ def render(data) -> str:
                        if data.quick else ""),
         "walk_label": escape(data.walkthrough.label),
         "walk_kind": "checkpoint" if data.walkthrough.source == "trained" else "seeded",
+        "block_size": str(data.model.config["block_size"]),
+        "plain": teach.plain_words(),
+        "worked": teach.worked(data.worked),
+        "several": teach.several_heads(data.model.config, len(data.walkthrough.tokens)),
+        "code_blocks": teach.code_blocks(data.code),
+        "heads_intro": teach.heads_intro(),
+        "checklist": sections.checklist(data),
+        "reading": teach.reading(),
         "demo": sections.demo(data.demo, imgs),
         "bench": sections.bench(data.bench, imgs),
         "train": sections.train(data.train_scale, data.train_tie_kv, imgs),

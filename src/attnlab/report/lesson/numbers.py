@@ -50,4 +50,7 @@ def entropy_ends(train: dict | None) -> dict[str, tuple[float, float]]:
 
 
 def fmt_time(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3g} s"
     return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} µs"
+

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from html import escape
+
+from attnlab.lab.bench import fmt_bytes
 
 from . import numbers as num
 
@@ -24,8 +27,8 @@ def how(part) -> str:
 def figure(src: str | None, alt: str, caption: str) -> str:
     if not src:
         return ""
-    return (f'<figure><img src="{src}" alt="{escape(alt)}" loading="eager">'
-            f"<figcaption>{escape(caption)}</figcaption></figure>")
+    return (f'<figure class="zoom"><img src="{src}" alt="{escape(alt)}" title="click for full size">'
+            f"<figcaption>{escape(caption)} (click to enlarge)</figcaption></figure>")
 
 
 def demo(part, imgs) -> str:
@@ -49,20 +52,105 @@ _SHORT = (" At lengths this short the fixed cost of each call is a large part of
           "negative); <code>attnlab bench</code> measures at lengths where the growth shows.")
 
 
+def _busy(data: dict) -> str:
+    """Why these times may not be trusted, when bench recorded it: a loaded machine, a growth no exact form has."""
+    why = []
+    m = data.get("machine") or {}
+    load, cpus = m.get("load_average"), m.get("cpu_count") or 1
+    if load is not None and load >= cpus:
+        why.append(f"the machine was busy when bench started (load {load:.1f} on {cpus} cores)")
+    odd = [f"{escape(i)} T<sup>{e['time']:.2f}</sup>" for i, e in sorted((data.get("exponents") or {}).items())
+           if isinstance(e, dict) and e.get("time") is not None and not 0.5 <= e["time"] <= 3.5]
+    if odd:
+        why.append(f"some fitted time growths are not what any exact form can do ({', '.join(odd)}; 2 is expected)")
+    if not why:
+        return ""
+    return (f'<p class="source quick-run"><strong>noisy</strong> — {"; ".join(why)}: other programs\' work is in '
+            "these times. Run <code>attnlab bench --threads 1</code> on a quiet machine for numbers to quote.</p>")
+
+
+def bench_table(data: dict) -> str:
+    """Forms down, lengths across; each cell the median time and the extra peak memory, or why it is empty."""
+    rows = {(r["impl"], int(r["seq"])): r for r in data.get("results", [])}
+    seqs = sorted({s for _, s in rows})
+    impls = list(dict.fromkeys(i for i, _ in rows))
+    reasons: dict[str, int] = {}
+    quick = not any(r.get("peak_bytes") for r in rows.values())
+
+    def cell(impl, T):
+        r = rows.get((impl, T))
+        if r and r.get("time_s") and not r.get("skipped"):
+            mem = fmt_bytes(r["peak_bytes"]) if r.get("peak_bytes") is not None else "—"
+            return f'<td>{num.fmt_time(r["time_s"])}<br><span class="mem">{mem}</span></td>'
+        why = (r or {}).get("skipped") or "not in this run"
+        n = reasons.setdefault(f"{impl} at T = {T}: {why}", len(reasons) + 1)
+        return f'<td class="skipped">skipped <sup>{n}</sup></td>'
+
+    body = "".join(f"<tr><th>{escape(i)}</th>" + "".join(cell(i, T) for T in seqs) + "</tr>" for i in impls)
+    notes = "".join(f"<li>{escape(text)}</li>" for text in reasons)
+    mem_note = "memory was not measured (a quick run times only)" if quick else \
+        "memory: the extra peak above what was allocated before the call"
+    return (f'<table class="bench"><thead><tr><th>form</th>{"".join(f"<th>T = {T}</th>" for T in seqs)}</tr>'
+            f"</thead><tbody>{body}</tbody></table><p class=\"note\">Each cell: median forward time, then {mem_note}."
+            "</p>" + (f'<ol class="reasons">{notes}</ol>' if notes else ""))
+
+
+def quadratic(data: dict) -> str:
+    """The lab's sentence: how the matrix form's memory grows, as measured."""
+    e = (data.get("exponents") or {}).get("matrix") or {}
+    p, what = e.get("memory"), "memory"
+    if p is None:
+        p, what = e.get("time"), "time"
+    if p is None:
+        return ""
+    verb = "quadruples" if abs(p - 2) < 0.25 else f"multiplies by {2 ** p:.2f}"
+    return (f'<p class="key-fact">Doubling the context {verb} the matrix form\'s {what}: measured T<sup>{p:.2f}</sup>. '
+            "It holds the whole T × T matrix of scores; the flash form keeps a few tiles and grows like T.</p>")
+
+
 def bench(part, imgs) -> str:
-    t = num.bench_times(part.data)
-    seqs = sorted({s for v in t.values() for s in v})
-    head = "".join(f"<th>T = {s}</th>" for s in seqs)
-    body = "".join(f"<tr><td>{escape(i)}</td>" + "".join(f"<td>{num.fmt_time(v[s])}</td>" if s in v else "<td>—</td>"
-                                                          for s in seqs) + "</tr>" for i, v in sorted(t.items()))
     exps = part.data.get("exponents") or {}
     exp_txt = "; ".join(f"{escape(i)}: time ∝ T<sup>{e['time']:.2f}</sup>"
                         + (f", memory ∝ T<sup>{e['memory']:.2f}</sup>" if e.get("memory") is not None else "")
-                        for i, e in sorted(exps.items()) if e.get("time") is not None)
-    return (f"<h3>bench: time against sequence length</h3>{badge(part)}"
-            f"<table><thead><tr><th>form</th>{head}</tr></thead><tbody>{body}</tbody></table>"
+                        for i, e in sorted(exps.items()) if isinstance(e, dict) and e.get("time") is not None)
+    return (f"<h3>bench: time and memory against sequence length</h3>{badge(part)}{_busy(part.data)}"
+            + bench_table(part.data) + quadratic(part.data)
             + (f"<p>Fitted growth: {exp_txt}.{_SHORT if part.origin == 'quick run' else ''}</p>" if exp_txt else "")
-            + figure(imgs.get("bench"), "time against length", "Time (and memory, when measured) against length."))
+            + figure(imgs.get("bench"), "time and memory against length",
+                     "Time (and memory, when measured) against length, both axes logarithmic."))
+
+
+def checklist(data) -> str:
+    """The lab's "you are done when", each item ticked from what was measured."""
+    checks = (data.demo.data or {}).get("checks", [])
+    loops = [c["max_err"] for c in checks if c["form"] == "loops"]
+    rows = {(r["impl"], int(r["seq"])): r for r in (data.bench.data or {}).get("results", [])}
+    mem = [T for T in (128, 512, 2048) if (rows.get(("matrix", T)) or {}).get("peak_bytes") is not None]
+    p = ((data.bench.data or {}).get("exponents") or {}).get("matrix", {}) or {}
+    p = p.get("memory") if isinstance(p, dict) else None
+    fv, tie = num.final_val(data.train_scale.data), num.final_val(data.train_tie_kv.data)
+    items = [
+        (bool(loops) and max(loops) <= 1e-4, "The loops form matches PyTorch to 1e-4",
+         f"largest difference {max(loops):.1e} ({how(data.demo)})" if loops else "run `attnlab demo`"),
+        (len(mem) == 3, "Memory measured at T = 128, 512 and 2048",
+         f"measured at {', '.join(map(str, mem)) or 'none of them'} ({how(data.bench)})"),
+        (p is not None and abs(p - 2) < 0.25, "The matrix form's memory grows quadratically",
+         f"measured T^{p:.2f}" if p is not None else "no memory growth measured yet: run `attnlab bench`"),
+        ({"sqrt", "none"} <= set(fv) and data.train_scale.origin == "file", "The 1/√d ablation trained",
+         ", ".join(f"{LABELS.get(n, n)} {v:.3f}" for n, v in fv.items()) + f" ({how(data.train_scale)})"
+         if fv else "run `attnlab train`"),
+        ({"tied", "untied"} <= set(tie) and data.train_tie_kv.origin == "file", "The tied key/value ablation trained",
+         ", ".join(f"{n} {v:.3f}" for n, v in tie.items()) + f" ({how(data.train_tie_kv)})"
+         if tie else "run `attnlab train --ablation tie-kv`"),
+    ]
+    def code(text: str) -> str:  # `command` -> <code>command</code>
+        return re.sub("`([^`]*)`", r"<code>\1</code>", escape(text))
+
+    lis = "".join(f'<li class="{"done" if ok else "todo"}"><span class="tick">{"✓" if ok else "✗"}</span> '
+                  f"<b>{escape(text)}</b> — {code(detail)}</li>" for ok, text, detail in items)
+    done = sum(1 for ok, _, _ in items if ok)
+    return (f"<h3>The lab: you are done when</h3><p>{done} of {len(items)} done, from the results this page was "
+            f'built from.</p><ul class="checklist">{lis}</ul>')
 
 
 def train(scale, tie, imgs) -> str:
@@ -85,7 +173,11 @@ def train(scale, tie, imgs) -> str:
 def explore(parts, imgs) -> str:
     out = ""
     for name, part in parts.items():
-        out += (f'<h3 id="explore-{name}">explore {escape(name)}</h3>{badge(part)}'
+        quote = ('<blockquote class="key-fact">“Attention has no trust boundary.” To attention a trusted instruction, '
+                 "a pasted web page and the model's own answer are all just positions: every later query scores every "
+                 "earlier key the same way, and only a mask can keep a key out. The numbers:</blockquote>"
+                 if name == "trust" else "")
+        out += (f'<h3 id="explore-{name}">explore {escape(name)}</h3>{badge(part)}{quote}'
                 f'<p class="finding">{escape(part.data["finding"])}</p>'
                 + figure(imgs.get(f"explore-{name}"), name, f"attnlab explore {name}"))
     return out
@@ -179,27 +271,37 @@ def hard(data) -> str:
     return "".join(_reveal(i, q, a) for i, (q, a) in enumerate(items, 1))
 
 
-QUIZ = [
+QUIZ = [  # (question, options, the right one, why it is right)
     ("What does dividing the scores by √d keep the same as the head width d grows?",
      ["the sum of each row of weights", "the variance of the scores", "the number of keys", "the size of the values"],
-     1),
+     1, "A dot product of d unit-variance numbers has variance d; dividing by √d brings it back to 1, so the softmax "
+        "sees scores of the same spread at every width. The rows sum to 1 with or without the scale."),
     ("In a causal (decoder) attention map, what is above the diagonal?",
-     ["the largest weights", "a copy of the lower triangle", "exactly zero", "negative weights"], 2),
-    ("What does each row of the softmax weights add up to?", ["1", "d", "√d", "the number of keys"], 0),
+     ["the largest weights", "a copy of the lower triangle", "exactly zero", "negative weights"], 2,
+     "Those cells are keys after the query. The mask sets their scores to −∞ and e^−∞ = 0, so their weights are "
+     "exactly zero, not small: the model cannot see the future."),
+    ("What does each row of the softmax weights add up to?", ["1", "d", "√d", "the number of keys"], 0,
+     "The softmax divides each exponential by the row's sum, so a row is a set of shares: how much one query listens "
+     "to each key, 100 % in all."),
     ("How can flash attention go through the keys one tile at a time?",
      ["it approximates the softmax", "it drops small weights", "it skips the softmax",
-      "it keeps a running max and sum and rescales its partial sums when the max grows"], 3),
+      "it keeps a running max and sum and rescales its partial sums when the max grows"], 3,
+     "exp(s − m) for a new, larger max m is the old value times exp(m_old − m), so the partial sums can be corrected "
+     "exactly: the result is the full softmax, to rounding, without holding a whole row."),
     ("Untrusted text sits in the middle of a prompt. What stops it from changing the outputs after it?",
      ["a mask that hides its keys from the later queries", "putting the trusted instruction first",
-      "the 1/√d scale", "separate value and key projections"], 0),
+      "the 1/√d scale", "separate value and key projections"], 0,
+     "Attention has no trust boundary: every later query scores every earlier key alike. Only a mask that removes "
+     "those keys keeps their values out of the later outputs (the trust experiment above measures it)."),
 ]
 
 
 def test() -> str:
     out = []
-    for qi, (q, options, right) in enumerate(QUIZ):
+    for qi, (q, options, right, why) in enumerate(QUIZ):
         opts = "".join(f'<label><input type="radio" name="q{qi}" value="{oi}"> {escape(o)}</label>'
                        for oi, o in enumerate(options))
-        out.append(f'<fieldset class="quiz-q" data-answer="{right}" id="quiz-q{qi}"><legend>{qi + 1}. {escape(q)}'
-                   f'</legend>{opts}<p class="quiz-feedback" aria-live="polite"></p></fieldset>')
+        out.append(f'<fieldset class="quiz-q" data-answer="{right}" data-why="{escape(why)}" id="quiz-q{qi}">'
+                   f"<legend>{qi + 1}. {escape(q)}</legend>{opts}"
+                   '<p class="quiz-feedback" aria-live="polite"></p></fieldset>')
     return "".join(out)
