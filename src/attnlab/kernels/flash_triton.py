@@ -1,0 +1,311 @@
+"""The triton form: FlashAttention-2 on a GPU, the flash form's tiles as Triton kernels.
+
+Same arguments and semantics as every form (``F.scaled_dot_product_attention``'s), for what it
+supports: ``is_causal`` (upper-left) and every mask of :mod:`attnlab.masks`, bool and float mask
+tensors, L != S and lengths that are not a multiple of the tile, GQA (each key/value head read by
+its group of query heads, never repeated in memory), head dims up to 256, ``scale``, float16 /
+bfloat16 / float32, rows with no visible key -> 0. Not supported, each with an error that names
+the forms that are: dropout, float64, the gradient of a float mask, score modifiers.
+
+This file is the host side: it checks the arguments, turns the mask into what the kernels read,
+picks tile sizes and launches the kernels of :mod:`attnlab.kernels.triton_kernels` (imported on
+the first call, so ``import attnlab`` never imports Triton). How a mask reaches the kernels:
+
+* causal, causal_lower_right, sliding_window, prefix_lm and document masks (and their ``&``) are
+  *rules*: the kernel computes from a few integers which key tiles a query tile can see (the rest
+  are never visited) and which of those are FULL (no elementwise work);
+* any other mask function compiles to its block map: a per-row list of non-EMPTY tiles, and the
+  stored masks of the PARTIAL ones;
+* a mask tensor is read elementwise, in every tile.
+
+It runs on CUDA tensors. On a CPU it runs under Triton's interpreter (``TRITON_INTERPRET=1`` set
+before the first call), which executes the same kernels with numpy: correct, and slow -- small
+sizes only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+
+import torch
+
+from . import Unsupported
+from ._check import check
+from .masks import EMPTY, PARTIAL, Mask
+
+OTHER_FORMS = "flash, matrix, loops or sdpa"
+MAX_HEAD_DIM = 256
+INTERPRETER_MAX_WORK = 150_000  # N*H*L*S the CPU interpreter is given by verify (a few seconds a case)
+
+
+def interpreting() -> bool:
+    """True when Triton will run kernels in its CPU interpreter (TRITON_INTERPRET, read as Triton reads it)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on")
+
+
+def max_work() -> int | None:
+    """The largest problem verify and the lesson should give this form: small under the interpreter."""
+    return INTERPRETER_MAX_WORK if interpreting() else None
+
+
+def unavailable(device: torch.device) -> str | None:
+    """Why the form cannot run on ``device`` in this process; None when it can."""
+    if importlib.util.find_spec("triton") is None:
+        return "Triton is not installed (pip install triton, or the dev extras: pip install -e '.[dev]')"
+    if device.type == "cuda":
+        return None if torch.cuda.is_available() else "CUDA is not available on this machine"
+    if device.type == "cpu":
+        return None if interpreting() else ("it runs on CUDA; on a CPU only under Triton's interpreter: "
+                                           "set TRITON_INTERPRET=1 before starting (small sizes only)")
+    return f"it runs on CUDA (or on a CPU under TRITON_INTERPRET=1), not on {device.type}"
+
+
+def _kernels():
+    """The Triton kernels, imported on first use (Triton reads TRITON_INTERPRET when they are defined)."""
+    from . import triton_kernels
+    return triton_kernels
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A mask the kernels evaluate themselves: ((j <= i + off) & (j > i + off - window)) | (j < prefix),
+    and doc[i] == doc[j]; ``off`` None means no causal part (then no window or prefix either)."""
+
+    off: int | None = None
+    window: int | None = None
+    prefix: int | None = None
+    doc: torch.Tensor | None = None  # (Nd, S) document ids, Nd in {1, N}
+
+
+def _leaves(mask: Mask):
+    """The masks that ``mask`` is the ``&`` of, as rules; None if any is not a rule (or it is an ``|``)."""
+    rule = getattr(mask, "rule", None)
+    if rule is None or rule[0] == "or":
+        return None
+    if rule[0] != "and":
+        return [rule]
+    out = []
+    for m in rule[1]:
+        sub = _leaves(m)
+        if sub is None:
+            return None
+        out += sub
+    return out
+
+
+def rule_of(mask: Mask, L: int, S: int) -> Rule | None:
+    """The kernel rule for a mask function, or None when it must go through its block map."""
+    leaves = _leaves(mask)
+    if leaves is None:
+        return None
+    off = window = prefix = doc = None
+    for kind, *arg in leaves:
+        if kind == "document":
+            if doc is not None:
+                return None
+            doc = arg[0]
+            continue
+        if prefix is not None or (kind == "prefix_lm" and off is not None):
+            return None  # a prefix is an OR with the causal part: it combines with a document only
+        o = S - L if kind == "causal_lower_right" else 0
+        if off is not None and off != o:
+            return None
+        off = o
+        if kind == "sliding_window":
+            window = arg[0] if window is None else min(window, arg[0])
+        elif kind == "prefix_lm":
+            prefix = arg[0]
+    return Rule(off, window, prefix, doc)
+
+
+def _spans(doc: torch.Tensor, block: int, n: int) -> torch.Tensor:
+    """(Nd, tiles, 2): per tile of ``block`` positions, the span [lo, hi) of positions sharing a document
+    with any of them (a superset when a document is not contiguous: the kernel still checks ids)."""
+    rows = []
+    pos = torch.arange(n)
+    for ids in doc.cpu():
+        uniq, inv = torch.unique(ids, return_inverse=True)
+        first = torch.full((len(uniq),), n).scatter_reduce(0, inv, pos, "amin")
+        last = torch.full((len(uniq),), -1).scatter_reduce(0, inv, pos, "amax")
+        pad = -(-n // block) * block - n
+        lo = torch.nn.functional.pad(first[inv], (0, pad), value=n).view(-1, block).amin(1)
+        hi = torch.nn.functional.pad(last[inv] + 1, (0, pad), value=0).view(-1, block).amax(1)
+        rows.append(torch.stack([lo, hi], 1))
+    return torch.stack(rows).to(torch.int32)
+
+
+def _tile_lists(mask: Mask, N, H, L, S, bq, bk, transpose: bool, device):
+    """A mask function's block map as kernel tables: per row tile the non-EMPTY tiles of the other axis
+    (LIST), the index of each one's stored mask in PACK (PIDX, -1 for FULL), and their number (COUNT)."""
+    bm = mask.block_map(N, H, L, S, bq, bk, device)
+    kinds = bm.kind.long()
+    keys = sorted(k for k in bm.partial)
+    nb = max([bm.partial[k].shape[0] for k in keys] or [1])
+    hb = max([bm.partial[k].shape[1] for k in keys] or [1])
+    pack = torch.zeros(max(1, len(keys)), nb, hb, bq, bk, dtype=torch.uint8)
+    where = torch.full(kinds.shape, -1, dtype=torch.int32)
+    for n, (qt, kt) in enumerate(keys):
+        t = bm.partial[(qt, kt)]
+        pack[n, :, :, : t.shape[2], : t.shape[3]] = t.expand(nb, hb, -1, -1).cpu()
+        where[qt, kt] = n
+    if transpose:
+        kinds, where = kinds.T, where.T
+    order = torch.argsort((kinds == EMPTY).to(torch.int8), dim=1, stable=True)  # non-EMPTY first, in order
+    count = (kinds != EMPTY).sum(1).to(torch.int32)
+    width = max(1, int(count.max()))
+    lists = order[:, :width].to(torch.int32).contiguous()
+    pidx = where.gather(1, order)[:, :width].contiguous()
+    pidx = torch.where(kinds.gather(1, order)[:, :width] == PARTIAL, pidx, -1)
+    strides = (nb * hb * bq * bk, hb * bq * bk if nb > 1 else 0, bq * bk if hb > 1 else 0)
+    return [x.to(device) for x in (lists, pidx, count, pack)], width, strides
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the kernels see one call's mask (built once per call, used by all launches)."""
+
+    N: int
+    H: int
+    G: int
+    L: int
+    S: int
+    rule: Rule | None
+    mask_fn: Mask | None  # a mask function without a rule: through its block map
+    dense: torch.Tensor | None  # a mask tensor expanded to (N, H, L, S): uint8 (bool) or float
+
+    def args(self, bq: int, bk: int, transpose: bool, dummy: torch.Tensor):
+        """The kernels' mask arguments for tiles of bq queries x bk keys (row tiles are keys if transpose)."""
+        r = self.rule or Rule()
+        doc = r.doc.to(device=dummy.device, dtype=torch.int32).contiguous() if r.doc is not None else dummy
+        span = dummy
+        if r.doc is not None:
+            span = _spans(r.doc, bk if transpose else bq, self.S).to(dummy.device)
+        dense = self.dense if self.dense is not None else dummy
+        ms = self.dense.stride() if self.dense is not None else (0, 0, 0, 0)
+        lists, width, ps = [dummy] * 4, 1, (0, 0, 0)
+        if self.mask_fn is not None:
+            lists, width, ps = _tile_lists(self.mask_fn, self.N, self.H, self.L, self.S, bq, bk, transpose,
+                                           dummy.device)
+        args = (r.off or 0, r.window or 0, r.prefix or 0, doc, doc.shape[-1] if doc.dim() == 2 and
+                doc.shape[0] > 1 else 0, dense, *ms, span, span.shape[1] * 2 if span.dim() == 3 and
+                span.shape[0] > 1 else 0, lists[0], lists[1], lists[2], width, lists[3], *ps)
+        flags = dict(CAUSAL=r.off is not None, WINDOW=r.window is not None, PREFIX=r.prefix is not None,
+                     DOCS=r.doc is not None, DENSE=0 if self.dense is None else
+                     (1 if self.dense.dtype == torch.uint8 else 2), TILES=self.mask_fn is not None)
+        return args, flags
+
+
+def _blocks(E: int, block_q: int | None, block_k: int | None, device: torch.device):
+    """Tile sizes (query rows, key rows) of the forward, the dK/dV and the dQ kernels.
+
+    On a GPU, after Triton's tutorial for Hopper: the forward holds 128 queries against 64 keys at
+    a time; the dK/dV kernel a key tile of 128 against query tiles of 32, the dQ kernel the mirror
+    image; head dim 256 halves them to fit shared memory. The interpreter uses 32 x 32 tiles.
+    """
+    if block_q is not None or block_k is not None:
+        bq, bk = block_q or block_k, block_k or block_q
+        return (bq, bk), (bq, bk), (bq, bk)
+    if device.type != "cuda":
+        return (32, 32), (32, 32), (32, 32)
+    if E <= 128:
+        return (128, 64), (32, 128), (128, 32)
+    return (64, 32), (32, 64), (64, 32)
+
+
+def _dot_precision(q: torch.Tensor) -> str:
+    """float32: full float32 products ("ieee", not TF32's 10-bit mantissa, which would fail the tolerance
+    rule); half types: the tensor cores' native dot; bfloat16 in the interpreter: upcast (its dot misreads it)."""
+    if q.dtype == torch.float32:
+        return "ieee"
+    return "upcast" if q.device.type != "cuda" and q.dtype == torch.bfloat16 else "tf32"
+
+
+def _pow2(n: int) -> int:
+    return max(16, 1 << (n - 1).bit_length())
+
+
+class _TritonFlash(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, plan: Plan, scale: float, blocks):
+        kern = _kernels()
+        N, H, L, E = q.shape
+        S, Ev = k.shape[2], v.shape[3]
+        dummy = torch.zeros(2, dtype=torch.int32, device=q.device)
+        o = q.new_empty(N, H, L, Ev)
+        lse = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # base 2; +inf for rows that see nothing
+        (bq, bk), _, _ = blocks
+        margs, flags = plan.args(bq, bk, False, dummy)
+        prec = _dot_precision(q)
+        kern._fwd[(triton_cdiv(L, bq), N * H)](
+            q, k, v, o, lse, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, *margs,
+            BLOCK_M=bq, BLOCK_N=bk, BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=prec, **flags)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.cfg = (plan, scale, blocks)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        kern = _kernels()
+        q, k, v, o, lse = ctx.saved_tensors
+        plan, scale, (_, (bq1, bk1), (bq2, bk2)) = ctx.cfg
+        do = do.contiguous()
+        N, H, L, E = q.shape
+        Hkv, S, Ev = k.shape[1], k.shape[2], v.shape[3]
+        dummy = torch.zeros(2, dtype=torch.int32, device=q.device)
+        D = torch.empty(N, H, L, dtype=torch.float32, device=q.device)
+        kern._bwd_pre[(triton_cdiv(L, 64), N * H)](o, do, D, L, Ev, BLOCK_M=64, BLOCK_EV=_pow2(Ev))
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        prec = _dot_precision(q)
+        common = dict(BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=prec)
+        margs, flags = plan.args(bq1, bk1, True, dummy)
+        kern._bwd_dkdv[(triton_cdiv(S, bk1), N * Hkv)](
+            q, k, v, do, lse, D, dk, dv, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, scale, *margs,
+            BLOCK_M=bq1, BLOCK_N=bk1, **common, **flags)
+        margs, flags = plan.args(bq2, bk2, False, dummy)
+        kern._bwd_dq[(triton_cdiv(L, bq2), N * H)](
+            q, k, v, do, lse, D, dq, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, scale, *margs,
+            BLOCK_M=bq2, BLOCK_N=bk2, **common, **flags)
+        return dq, dk, dv, None, None, None
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False, *, block_q: int | None = None, block_k: int | None = None, score_mod=None):
+    """The triton form. ``block_q`` / ``block_k``: tile sizes, powers of two from 16 to 256 (default:
+    chosen per device and head dim). ``score_mod`` is reserved for score modifiers (not supported yet)."""
+    a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    why = unavailable(a.q.device)
+    if why is not None:
+        raise RuntimeError(f"the triton form cannot run on {a.q.device}: {why}")
+    if score_mod is not None:
+        raise Unsupported(f"score_mod={score_mod!r}: the triton form has no score modifiers; use flash or matrix")
+    if a.q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise Unsupported(f"query has dtype {a.q.dtype}; the triton form computes float16, bfloat16 and float32 "
+                          f"(for {a.q.dtype} use {OTHER_FORMS})")
+    if a.dropout_p > 0:
+        raise Unsupported(f"dropout_p={a.dropout_p}: the triton form has no dropout; use {OTHER_FORMS}")
+    if max(a.E, a.Ev) > MAX_HEAD_DIM:
+        raise Unsupported(f"head dims E={a.E}, Ev={a.Ev}: the triton form takes head dims up to {MAX_HEAD_DIM}; "
+                          f"use {OTHER_FORMS}")
+    for name, b in (("block_q", block_q), ("block_k", block_k)):
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 16 or b > 256 or b & (b - 1)):
+            raise ValueError(f"{name} must be a power of two from 16 to 256 (a Triton tile), got {b!r}")
+    dense = None
+    if a.attn_mask is not None:
+        m = a.attn_mask
+        if m.dtype != torch.bool and m.requires_grad and torch.is_grad_enabled():
+            raise Unsupported(f"attn_mask of dtype {m.dtype} requires grad: the triton form does not compute "
+                              f"the gradient of a float mask; use {OTHER_FORMS}")
+        m = m.detach().view(torch.uint8) if m.dtype == torch.bool else m.detach()
+        dense = m.expand(a.N, a.H, a.L, a.S)
+    mask_fn = a.mask
+    rule = Rule(off=0) if a.is_causal else (rule_of(mask_fn, a.L, a.S) if mask_fn is not None else None)
+    plan = Plan(a.N, a.H, a.groups, a.L, a.S, rule, mask_fn if rule is None else None, dense)
+    blocks = _blocks(max(a.E, a.Ev), block_q, block_k, a.q.device)
+    out = _TritonFlash.apply(a.q.contiguous(), a.k.contiguous(), a.v.contiguous(), plan, a.scale, blocks)
+    return a.unflatten(out)

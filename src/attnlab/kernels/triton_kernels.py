@@ -1,0 +1,358 @@
+"""FlashAttention-2 as Triton kernels: the flash form's loop, one program per query tile on a GPU.
+
+The plain-PyTorch flash form (:mod:`attnlab.kernels.flash`) walks the key tiles in a Python loop
+and keeps, for every query row, three running numbers: ``m`` (the running max), ``l`` (the running
+normaliser) and ``acc`` (the unnormalised output). These kernels do the same, with one Triton
+program per (query tile, batch x head), so thousands of tiles run at once:
+
+* ``_fwd``       -- the online softmax over key tiles; writes the output and, per row, the log-sum-exp.
+* ``_bwd_pre``   -- the pre-pass ``D = rowsum(dO * O)``.
+* ``_bwd_dkdv``  -- one program per key tile: ``dV += P^T dO`` and ``dK += dS^T Q`` over the query tiles
+  (and over the query heads of a GQA group), so no two programs write the same dK / dV: no atomics.
+* ``_bwd_dq``    -- one program per query tile: ``dQ += dS K`` over the key tiles.
+
+Scores live in base 2 (``exp2`` is the GPU's native exponential): ``s = q.k * scale * log2(e)``
+and the saved log-sum-exp is ``m + log2(l)``. Tiles are skipped, computed whole, or masked
+elementwise by :func:`_tile_range` / :func:`_needs_mask` / :func:`_visible`, from the mask's rule
+(causal with an offset, sliding window, prefix, document ids), a stored block map, or a dense mask.
+
+Written against Triton 3.6's language (plain pointers, no tensor descriptors), so the same file runs
+on the GPU machine's Triton 3.6 and under Triton 3.8's CPU interpreter (``TRITON_INTERPRET=1``).
+This module imports Triton; :mod:`attnlab.kernels.flash_triton` imports it only when the form runs.
+
+Papers: Dao, "FlashAttention-2" (2023); Triton's fused-attention tutorial (06-fused-attention.py).
+"""
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634  # scores are kept in base 2: exp(x) = exp2(x * log2(e))
+
+
+def _autotune(key):
+    """A small autotune list for Hopper (H100 / H200): the block sizes are fixed by the host (a block
+    map is built per block size), so only warps and pipeline stages are tuned -- 4 or 8 warps (the
+    bigger tiles of head dim 128 want 8), 2 to 4 stages (Hopper's shared memory holds 3-4 stages of
+    a 128 x 64 bf16 tile pair). The interpreter runs the first config only: it has no clock to tune."""
+    from triton import knobs
+    if knobs.runtime.interpret:
+        return lambda fn: fn
+    configs = [triton.Config({}, num_warps=w, num_stages=s) for w, s in ((4, 2), (4, 3), (8, 3), (8, 4))]
+    return triton.autotune(configs=configs, key=key)
+
+
+@triton.jit
+def _dot(a, b, DOT_PREC: tl.constexpr):
+    """a @ b accumulated in float32. "upcast": operands cast to float32 first -- the interpreter's dot
+    misreads bfloat16 (Triton 3.8); the products of bfloat16 numbers are exact in float32 anyway."""
+    if DOT_PREC == "upcast":
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision=DOT_PREC)
+
+
+@triton.jit
+def _tile_range(row0, row1, n_other, off, window, prefix, RANGE, r_base,
+                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, HAS_RANGE: tl.constexpr,
+                TRANSPOSE: tl.constexpr):
+    """The span [lo, hi) of the other axis that rows row0..row1-1 can see (keys for a query tile,
+    queries for a key tile when TRANSPOSE): everything outside it is EMPTY and never visited."""
+    lo = row0 * 0
+    hi = lo + n_other
+    if TRANSPOSE:  # rows are keys j, the span is queries i; visible: j <= i + off and j > i + off - window
+        if CAUSAL:
+            lo = tl.maximum(row0 - off, 0)
+            if PREFIX:
+                lo = tl.where(row0 < prefix, 0, lo)
+        if WINDOW:
+            hi = tl.minimum(row1 - 1 - off + window, n_other)
+    else:  # rows are queries i, the span is keys j
+        if CAUSAL:
+            hi = tl.minimum(tl.maximum(row1 + off, 0), n_other)
+            if PREFIX:
+                hi = tl.maximum(hi, tl.minimum(prefix, n_other))
+        if WINDOW:
+            lo = tl.maximum(row0 + off - window + 1, 0)
+    if HAS_RANGE:  # a per-tile span from the host (document ids)
+        lo = tl.maximum(lo, tl.load(RANGE + r_base))
+        hi = tl.minimum(hi, tl.load(RANGE + r_base + 1))
+    return lo, hi
+
+
+@triton.jit
+def _needs_mask(q0, q1, k0, k1, L, S, off, window, prefix, pidx,
+                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, ELEMENTWISE: tl.constexpr,
+                TILES: tl.constexpr):
+    """False when every query q0..q1-1 sees every key k0..k1-1 (a FULL tile: no elementwise work)."""
+    need = (k1 > S) | ELEMENTWISE  # padded query rows need no mask: nothing of them is stored
+    if CAUSAL:
+        full = k1 - 1 <= q0 + off  # the first query already sees the last key
+        if WINDOW:
+            full = full & (k0 > q1 - 1 + off - window)  # and the last query still sees the first key
+        if PREFIX:
+            full = full | (k1 <= prefix)
+        need = need | (~full)
+    if TILES:
+        need = need | (pidx >= 0)
+    return need
+
+
+@triton.jit
+def _visible(i, j, b, h, L, S, off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
+             PACK, pidx, p_st, p_sn, p_sh, t_q0, t_k0,
+             CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
+             DENSE: tl.constexpr, TILES: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Which (query i, key j) pairs are visible; i and j are index tensors that broadcast to a tile."""
+    vis = (i < L) & (j < S)
+    if CAUSAL:
+        rule = j <= i + off
+        if WINDOW:
+            rule = rule & (j > i + off - window)
+        if PREFIX:
+            rule = rule | (j < prefix)
+        vis = vis & rule
+    if DOCS:
+        di = tl.load(DOC + b * doc_sb + i, mask=i < L, other=-1)
+        dj = tl.load(DOC + b * doc_sb + j, mask=j < S, other=-2)
+        vis = vis & (di == dj)
+    if DENSE == 1:  # a bool mask tensor, strides 0 where it broadcasts
+        keep = tl.load(MASK + b * m_sb + h * m_sh + i * m_sl + j * m_ss, mask=(i < L) & (j < S), other=0)
+        vis = vis & (keep != 0)
+    if TILES:  # the stored mask of a PARTIAL tile of the block map (pidx < 0: a FULL tile)
+        inside = (pidx >= 0) & (i < L) & (j < S)
+        ptr = PACK + pidx.to(tl.int64) * p_st + b * p_sn + h * p_sh + (i - t_q0) * BLOCK_K + (j - t_k0)
+        keep = tl.load(ptr, mask=inside, other=1)
+        vis = vis & (keep != 0)
+    return vis
+
+
+@triton.jit
+def _bias(i, j, b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE: tl.constexpr):
+    """A float mask's values (added to the scores), in base 2."""
+    if DENSE == 2:
+        x = tl.load(MASK + b * m_sb + h * m_sh + i * m_sl + j * m_ss, mask=(i < L) & (j < S), other=0.0)
+        return x.to(tl.float32) * 1.4426950408889634
+    else:
+        return 0.0
+
+
+@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
+@triton.jit
+def _fwd(Q, K, V, O, LSE, H, G, L, S, E, EV, qk_scale,
+         off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
+         RANGE, r_sb, LIST, PIDX, COUNT, n_list, PACK, p_st, p_sn, p_sh,
+         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+         CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
+         DENSE: tl.constexpr, TILES: tl.constexpr, DOT_PREC: tl.constexpr):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)  # batch * H + query head
+    b = bh // H
+    h = bh % H
+    hk = b * (H // G) + h // G  # the key/value head this query head shares (GQA): read, never repeated
+    q0 = pid_m * BLOCK_M
+    offs_m = q0 + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    q_ptr = Q + (bh.to(tl.int64) * L) * E
+    k_ptr = K + (hk.to(tl.int64) * S) * E
+    v_ptr = V + (hk.to(tl.int64) * S) * EV
+    q = tl.load(q_ptr + offs_m[:, None] * E + offs_e[None, :], mask=(offs_m[:, None] < L) & (offs_e[None, :] < E),
+                other=0.0)  # (BLOCK_M, BLOCK_E), head dim padded with zeros
+    # --- the three running numbers of every row, as in the flash form ---
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max
+    l = tl.zeros([BLOCK_M], tl.float32)  # running normaliser
+    acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)  # running unnormalised output
+    # --- which key tiles to visit: a span from the mask's rule, or the block map's list of non-EMPTY tiles ---
+    lo, hi = _tile_range(q0, q0 + BLOCK_M, S, off, window, prefix, RANGE, b * r_sb + pid_m * 2,
+                         CAUSAL, WINDOW, PREFIX, DOCS, False)
+    t_lo = lo // BLOCK_N
+    t_hi = tl.cdiv(hi, BLOCK_N)
+    if TILES:
+        t_lo = 0
+        t_hi = tl.load(COUNT + pid_m)
+    for t in range(t_lo, t_hi):
+        pidx = -1
+        kt = t
+        if TILES:
+            kt = tl.load(LIST + pid_m * n_list + t)
+            pidx = tl.load(PIDX + pid_m * n_list + t)
+        k0 = kt * BLOCK_N
+        offs_n = k0 + tl.arange(0, BLOCK_N)
+        k = tl.load(k_ptr + offs_n[:, None] * E + offs_e[None, :],
+                    mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
+        v = tl.load(v_ptr + offs_n[:, None] * EV + offs_ev[None, :],
+                    mask=(offs_n[:, None] < S) & (offs_ev[None, :] < EV), other=0.0)
+        # --- scores of the tile, base 2 ---
+        s = _dot(q, tl.trans(k), DOT_PREC) * qk_scale  # (BLOCK_M, BLOCK_N)
+        s += _bias(offs_m[:, None], offs_n[None, :], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
+        # --- mask: only a PARTIAL tile does elementwise work ---
+        if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
+                       CAUSAL, WINDOW, PREFIX, DOCS or DENSE > 0, TILES):
+            vis = _visible(offs_m[:, None], offs_n[None, :], b, h, L, S, off, window, prefix, DOC, doc_sb,
+                           MASK, m_sb, m_sh, m_sl, m_ss, PACK, pidx, p_st, p_sn, p_sh, q0, k0,
+                           CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES, BLOCK_M, BLOCK_N)
+            s = tl.where(vis, s, float("-inf"))
+        # --- online softmax: rescale what was gathered to the new max, then add the tile ---
+        m_new = tl.maximum(m, tl.max(s, 1))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen nothing yet: 0, not -inf - -inf
+        p = tl.math.exp2(s - shift[:, None])  # unnormalised weights
+        alpha = tl.math.exp2(m - shift)  # rescale what was gathered to the new max
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_PREC)  # acc += weights @ v
+        m = m_new
+    # --- finish: acc / l; rows with no visible key give 0 and a log-sum-exp of +inf (P = 0 in backward) ---
+    dead = l == 0.0
+    out = acc / tl.where(dead, 1.0, l)[:, None]
+    lse = tl.where(dead, float("inf"), m + tl.math.log2(tl.where(dead, 1.0, l)))
+    o_ptr = O + (bh.to(tl.int64) * L) * EV
+    tl.store(o_ptr + offs_m[:, None] * EV + offs_ev[None, :], out.to(O.dtype.element_ty),
+             mask=(offs_m[:, None] < L) & (offs_ev[None, :] < EV))
+    tl.store(LSE + bh.to(tl.int64) * L + offs_m, lse, mask=offs_m < L)
+
+
+@triton.jit
+def _bwd_pre(O, DO, D, L, EV, BLOCK_M: tl.constexpr, BLOCK_EV: tl.constexpr):
+    """D = rowsum(dO * O), per query row, in float32."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    inside = (offs_m[:, None] < L) & (offs_ev[None, :] < EV)
+    base = (bh.to(tl.int64) * L) * EV + offs_m[:, None] * EV + offs_ev[None, :]
+    o = tl.load(O + base, mask=inside, other=0.0).to(tl.float32)
+    do = tl.load(DO + base, mask=inside, other=0.0).to(tl.float32)
+    tl.store(D + bh.to(tl.int64) * L + offs_m, tl.sum(o * do, 1), mask=offs_m < L)
+
+
+@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
+@triton.jit
+def _bwd_dkdv(Q, K, V, DO, LSE, D, DK, DV, H, G, L, S, E, EV, qk_scale, scale,
+              off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
+              RANGE, r_sb, LIST, PIDX, COUNT, n_list, PACK, p_st, p_sn, p_sh,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+              CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
+              DENSE: tl.constexpr, TILES: tl.constexpr, DOT_PREC: tl.constexpr):
+    """One key tile: dK and dV summed over every query tile and every query head of its group."""
+    pid_n = tl.program_id(0)
+    bhk = tl.program_id(1)  # batch * Hkv + key head
+    Hkv = H // G
+    b = bhk // Hkv
+    k0 = pid_n * BLOCK_N
+    offs_n = k0 + tl.arange(0, BLOCK_N)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    kv_in = offs_n[:, None] < S
+    k = tl.load(K + (bhk.to(tl.int64) * S) * E + offs_n[:, None] * E + offs_e[None, :],
+                mask=kv_in & (offs_e[None, :] < E), other=0.0)
+    v = tl.load(V + (bhk.to(tl.int64) * S) * EV + offs_n[:, None] * EV + offs_ev[None, :],
+                mask=kv_in & (offs_ev[None, :] < EV), other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)
+    lo, hi = _tile_range(k0, k0 + BLOCK_N, L, off, window, prefix, RANGE, b * r_sb + pid_n * 2,
+                         CAUSAL, WINDOW, PREFIX, DOCS, True)
+    t_lo = lo // BLOCK_M
+    t_hi = tl.cdiv(hi, BLOCK_M)
+    if TILES:
+        t_lo = 0
+        t_hi = tl.load(COUNT + pid_n)
+    for g in range(0, G):
+        h = (bhk % Hkv) * G + g
+        bh = b * H + h
+        q_ptr = Q + (bh.to(tl.int64) * L) * E
+        do_ptr = DO + (bh.to(tl.int64) * L) * EV
+        for t in range(t_lo, t_hi):
+            pidx = -1
+            qt = t
+            if TILES:
+                qt = tl.load(LIST + pid_n * n_list + t)
+                pidx = tl.load(PIDX + pid_n * n_list + t)
+            q0 = qt * BLOCK_M
+            offs_m = q0 + tl.arange(0, BLOCK_M)
+            q_in = offs_m[:, None] < L
+            q = tl.load(q_ptr + offs_m[:, None] * E + offs_e[None, :], mask=q_in & (offs_e[None, :] < E), other=0.0)
+            do = tl.load(do_ptr + offs_m[:, None] * EV + offs_ev[None, :], mask=q_in & (offs_ev[None, :] < EV),
+                         other=0.0)
+            lse = tl.load(LSE + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=float("inf"))
+            Di = tl.load(D + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
+            # --- the tile's weights, transposed (keys x queries), recomputed from the log-sum-exp ---
+            sT = _dot(k, tl.trans(q), DOT_PREC) * qk_scale
+            sT += _bias(offs_m[None, :], offs_n[:, None], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
+            if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
+                           CAUSAL, WINDOW, PREFIX, DOCS or DENSE > 0, TILES):
+                vis = _visible(offs_m[None, :], offs_n[:, None], b, h, L, S, off, window, prefix, DOC, doc_sb,
+                               MASK, m_sb, m_sh, m_sl, m_ss, PACK, pidx, p_st, p_sn, p_sh, q0, k0,
+                               CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES, BLOCK_M, BLOCK_N)
+                sT = tl.where(vis, sT, float("-inf"))
+            pT = tl.math.exp2(sT - lse[None, :])  # (BLOCK_N, BLOCK_M)
+            dv += _dot(pT.to(do.dtype), do, DOT_PREC)  # dV += P^T dO
+            dpT = _dot(v, tl.trans(do), DOT_PREC)  # dP^T = V dO^T
+            dsT = pT * (dpT - Di[None, :])  # dS = P * (dP - D)
+            dk += _dot(dsT.to(q.dtype), q, DOT_PREC)  # dK += dS^T Q
+    out_in = kv_in & (offs_e[None, :] < E)
+    tl.store(DK + (bhk.to(tl.int64) * S) * E + offs_n[:, None] * E + offs_e[None, :],
+             (dk * scale).to(DK.dtype.element_ty), mask=out_in)
+    tl.store(DV + (bhk.to(tl.int64) * S) * EV + offs_n[:, None] * EV + offs_ev[None, :],
+             dv.to(DV.dtype.element_ty), mask=kv_in & (offs_ev[None, :] < EV))
+
+
+@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
+@triton.jit
+def _bwd_dq(Q, K, V, DO, LSE, D, DQ, H, G, L, S, E, EV, qk_scale, scale,
+            off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
+            RANGE, r_sb, LIST, PIDX, COUNT, n_list, PACK, p_st, p_sn, p_sh,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+            CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
+            DENSE: tl.constexpr, TILES: tl.constexpr, DOT_PREC: tl.constexpr):
+    """One query tile: dQ summed over its key tiles."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = b * (H // G) + h // G
+    q0 = pid_m * BLOCK_M
+    offs_m = q0 + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    q_in = offs_m[:, None] < L
+    q = tl.load(Q + (bh.to(tl.int64) * L) * E + offs_m[:, None] * E + offs_e[None, :],
+                mask=q_in & (offs_e[None, :] < E), other=0.0)
+    do = tl.load(DO + (bh.to(tl.int64) * L) * EV + offs_m[:, None] * EV + offs_ev[None, :],
+                 mask=q_in & (offs_ev[None, :] < EV), other=0.0)
+    lse = tl.load(LSE + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=float("inf"))
+    Di = tl.load(D + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
+    k_ptr = K + (hk.to(tl.int64) * S) * E
+    v_ptr = V + (hk.to(tl.int64) * S) * EV
+    dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
+    lo, hi = _tile_range(q0, q0 + BLOCK_M, S, off, window, prefix, RANGE, b * r_sb + pid_m * 2,
+                         CAUSAL, WINDOW, PREFIX, DOCS, False)
+    t_lo = lo // BLOCK_N
+    t_hi = tl.cdiv(hi, BLOCK_N)
+    if TILES:
+        t_lo = 0
+        t_hi = tl.load(COUNT + pid_m)
+    for t in range(t_lo, t_hi):
+        pidx = -1
+        kt = t
+        if TILES:
+            kt = tl.load(LIST + pid_m * n_list + t)
+            pidx = tl.load(PIDX + pid_m * n_list + t)
+        k0 = kt * BLOCK_N
+        offs_n = k0 + tl.arange(0, BLOCK_N)
+        k = tl.load(k_ptr + offs_n[:, None] * E + offs_e[None, :],
+                    mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
+        v = tl.load(v_ptr + offs_n[:, None] * EV + offs_ev[None, :],
+                    mask=(offs_n[:, None] < S) & (offs_ev[None, :] < EV), other=0.0)
+        s = _dot(q, tl.trans(k), DOT_PREC) * qk_scale
+        s += _bias(offs_m[:, None], offs_n[None, :], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
+        if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
+                       CAUSAL, WINDOW, PREFIX, DOCS or DENSE > 0, TILES):
+            vis = _visible(offs_m[:, None], offs_n[None, :], b, h, L, S, off, window, prefix, DOC, doc_sb,
+                           MASK, m_sb, m_sh, m_sl, m_ss, PACK, pidx, p_st, p_sn, p_sh, q0, k0,
+                           CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES, BLOCK_M, BLOCK_N)
+            s = tl.where(vis, s, float("-inf"))
+        p = tl.math.exp2(s - lse[:, None])  # the tile's weights, recomputed
+        dp = _dot(do, tl.trans(v), DOT_PREC)  # dP = dO V^T
+        ds = p * (dp - Di[:, None])  # dS = P * (dP - D)
+        dq += _dot(ds.to(k.dtype), k, DOT_PREC)  # dQ += dS K
+    tl.store(DQ + (bh.to(tl.int64) * L) * E + offs_m[:, None] * E + offs_e[None, :],
+             (dq * scale).to(DQ.dtype.element_ty), mask=q_in & (offs_e[None, :] < E))
