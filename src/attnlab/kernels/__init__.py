@@ -89,7 +89,8 @@ def _register_builtin() -> None:
     register("flash", flash.attention, "tiled online softmax, O(L) memory, FlashAttention-2 backward")
     register("sdpa", sdpa.attention, "PyTorch's own F.scaled_dot_product_attention", shared_dropout=False)
     register("triton", flash_triton.attention, "FlashAttention-2 as Triton GPU kernels (CPU: Triton's interpreter)",
-             max_work=flash_triton.max_work(), shared_dropout=False, unavailable=flash_triton.unavailable)
+             slow=flash_triton.interpreting(), max_work=flash_triton.max_work(), shared_dropout=False,
+             unavailable=flash_triton.unavailable)
     register("ring", ring.attention, "flash tiles over a sequence sharded across torch.distributed ranks",
              distributed=True)
 

@@ -216,10 +216,12 @@ def _blocks(E: int, block_q: int | None, block_k: int | None, device: torch.devi
 
 def _dot_precision(q: torch.Tensor) -> str:
     """float32: full float32 products ("ieee", not TF32's 10-bit mantissa, which would fail the tolerance
-    rule); half types: the tensor cores' native dot; bfloat16 in the interpreter: upcast (its dot misreads it)."""
+    rule); half types on a GPU: the tensor cores' native dot, with the weights P and dS rounded to the
+    half type as in FlashAttention; half types in the interpreter: "upcast", everything in float32 (its
+    dot misreads bfloat16, and the CPU's PyTorch that the tolerance rule compares with keeps P in float32)."""
     if q.dtype == torch.float32:
         return "ieee"
-    return "upcast" if q.device.type != "cuda" and q.dtype == torch.bfloat16 else "tf32"
+    return "tf32" if q.device.type == "cuda" else "upcast"
 
 
 def _pow2(n: int) -> int:
@@ -234,21 +236,22 @@ class _TritonFlash(torch.autograd.Function):
         S, Ev = k.shape[2], v.shape[3]
         dummy = torch.zeros(2, dtype=torch.int32, device=q.device)
         o = q.new_empty(N, H, L, Ev)
-        lse = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # base 2; +inf for rows that see nothing
+        m = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # running max, base 2 (+inf: sees nothing)
+        inv_l = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # 1 / normaliser (0: sees nothing)
         (bq, bk), _, _ = blocks
         margs, flags = plan.args(bq, bk, False, dummy)
         prec = _dot_precision(q)
         kern._fwd[(triton_cdiv(L, bq), N * H)](
-            q, k, v, o, lse, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, *margs,
+            q, k, v, o, m, inv_l, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, *margs,
             BLOCK_M=bq, BLOCK_N=bk, BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=prec, **flags)
-        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.save_for_backward(q, k, v, o, m, inv_l)
         ctx.cfg = (plan, scale, blocks)
         return o
 
     @staticmethod
     def backward(ctx, do):
         kern = _kernels()
-        q, k, v, o, lse = ctx.saved_tensors
+        q, k, v, o, m, inv_l = ctx.saved_tensors
         plan, scale, (_, (bq1, bk1), (bq2, bk2)) = ctx.cfg
         do = do.contiguous()
         N, H, L, E = q.shape
@@ -261,11 +264,11 @@ class _TritonFlash(torch.autograd.Function):
         common = dict(BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=prec)
         margs, flags = plan.args(bq1, bk1, True, dummy)
         kern._bwd_dkdv[(triton_cdiv(S, bk1), N * Hkv)](
-            q, k, v, do, lse, D, dk, dv, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, scale, *margs,
+            q, k, v, do, m, inv_l, D, dk, dv, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, scale, *margs,
             BLOCK_M=bq1, BLOCK_N=bk1, **common, **flags)
         margs, flags = plan.args(bq2, bk2, False, dummy)
         kern._bwd_dq[(triton_cdiv(L, bq2), N * H)](
-            q, k, v, do, lse, D, dq, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, scale, *margs,
+            q, k, v, do, m, inv_l, D, dq, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, scale, *margs,
             BLOCK_M=bq2, BLOCK_N=bk2, **common, **flags)
         return dq, dk, dv, None, None, None
 

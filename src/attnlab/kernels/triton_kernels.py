@@ -5,14 +5,14 @@ and keeps, for every query row, three running numbers: ``m`` (the running max), 
 normaliser) and ``acc`` (the unnormalised output). These kernels do the same, with one Triton
 program per (query tile, batch x head), so thousands of tiles run at once:
 
-* ``_fwd``       -- the online softmax over key tiles; writes the output and, per row, the log-sum-exp.
+* ``_fwd``       -- the online softmax over key tiles; writes the output and, per row, m and 1/l.
 * ``_bwd_pre``   -- the pre-pass ``D = rowsum(dO * O)``.
 * ``_bwd_dkdv``  -- one program per key tile: ``dV += P^T dO`` and ``dK += dS^T Q`` over the query tiles
   (and over the query heads of a GQA group), so no two programs write the same dK / dV: no atomics.
 * ``_bwd_dq``    -- one program per query tile: ``dQ += dS K`` over the key tiles.
 
 Scores live in base 2 (``exp2`` is the GPU's native exponential): ``s = q.k * scale * log2(e)``
-and the saved log-sum-exp is ``m + log2(l)``. Tiles are skipped, computed whole, or masked
+and each row saves its ``m`` and ``1/l`` for the backward. Tiles are skipped, computed whole, or masked
 elementwise by :func:`_tile_range` / :func:`_needs_mask` / :func:`_visible`, from the mask's rule
 (causal with an offset, sliding window, prefix, document ids), a stored block map, or a dense mask.
 
@@ -43,12 +43,23 @@ def _autotune(key):
 
 @triton.jit
 def _dot(a, b, DOT_PREC: tl.constexpr):
-    """a @ b accumulated in float32. "upcast": operands cast to float32 first -- the interpreter's dot
-    misreads bfloat16 (Triton 3.8); the products of bfloat16 numbers are exact in float32 anyway."""
+    """a @ b accumulated in float32. "upcast" (the interpreter, half types): operands cast to float32
+    first -- the interpreter's dot misreads bfloat16 (Triton 3.8), and a tensor core's products of
+    half-precision numbers are exact in float32 anyway."""
     if DOT_PREC == "upcast":
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     else:
         return tl.dot(a, b, input_precision=DOT_PREC)
+
+
+@triton.jit
+def _operand(x, dtype, DOT_PREC: tl.constexpr):
+    """Weights (P, dS) as a dot operand: rounded to the inputs' dtype for the tensor cores, as
+    FlashAttention does; kept in float32 where the dot runs in float32 anyway (the interpreter)."""
+    if DOT_PREC == "upcast":
+        return x
+    else:
+        return x.to(dtype)
 
 
 @triton.jit
@@ -138,7 +149,7 @@ def _bias(i, j, b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE: tl.constexpr):
 
 @_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
 @triton.jit
-def _fwd(Q, K, V, O, LSE, H, G, L, S, E, EV, qk_scale,
+def _fwd(Q, K, V, O, M, IL, H, G, L, S, E, EV, qk_scale,
          off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
          RANGE, r_sb, LIST, PIDX, COUNT, n_list, PACK, p_st, p_sn, p_sh,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
@@ -198,16 +209,19 @@ def _fwd(Q, K, V, O, LSE, H, G, L, S, E, EV, qk_scale,
         p = tl.math.exp2(s - shift[:, None])  # unnormalised weights
         alpha = tl.math.exp2(m - shift)  # rescale what was gathered to the new max
         l = l * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, DOT_PREC)  # acc += weights @ v
+        acc = acc * alpha[:, None] + _dot(_operand(p, v.dtype, DOT_PREC), v, DOT_PREC)  # acc += weights @ v
         m = m_new
-    # --- finish: acc / l; rows with no visible key give 0 and a log-sum-exp of +inf (P = 0 in backward) ---
+    # --- finish: acc / l. Saved per row for the backward: m and 1/l, so that P = exp2(s - m) / l is
+    # recomputed as the forward made it (a single log-sum-exp in float32 would lose |lse| ulps in exp).
+    # Rows with no visible key give 0 and save m = +inf, 1/l = 0: P = 0 in the backward ---
     dead = l == 0.0
-    out = acc / tl.where(dead, 1.0, l)[:, None]
-    lse = tl.where(dead, float("inf"), m + tl.math.log2(tl.where(dead, 1.0, l)))
+    inv_l = tl.where(dead, 0.0, 1.0 / tl.where(dead, 1.0, l))
+    out = acc * inv_l[:, None]
     o_ptr = O + (bh.to(tl.int64) * L) * EV
     tl.store(o_ptr + offs_m[:, None] * EV + offs_ev[None, :], out.to(O.dtype.element_ty),
              mask=(offs_m[:, None] < L) & (offs_ev[None, :] < EV))
-    tl.store(LSE + bh.to(tl.int64) * L + offs_m, lse, mask=offs_m < L)
+    tl.store(M + bh.to(tl.int64) * L + offs_m, tl.where(dead, float("inf"), m), mask=offs_m < L)
+    tl.store(IL + bh.to(tl.int64) * L + offs_m, inv_l, mask=offs_m < L)
 
 
 @triton.jit
@@ -226,7 +240,7 @@ def _bwd_pre(O, DO, D, L, EV, BLOCK_M: tl.constexpr, BLOCK_EV: tl.constexpr):
 
 @_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
 @triton.jit
-def _bwd_dkdv(Q, K, V, DO, LSE, D, DK, DV, H, G, L, S, E, EV, qk_scale, scale,
+def _bwd_dkdv(Q, K, V, DO, M, IL, D, DK, DV, H, G, L, S, E, EV, qk_scale, scale,
               off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
               RANGE, r_sb, LIST, PIDX, COUNT, n_list, PACK, p_st, p_sn, p_sh,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
@@ -272,9 +286,10 @@ def _bwd_dkdv(Q, K, V, DO, LSE, D, DK, DV, H, G, L, S, E, EV, qk_scale, scale,
             q = tl.load(q_ptr + offs_m[:, None] * E + offs_e[None, :], mask=q_in & (offs_e[None, :] < E), other=0.0)
             do = tl.load(do_ptr + offs_m[:, None] * EV + offs_ev[None, :], mask=q_in & (offs_ev[None, :] < EV),
                          other=0.0)
-            lse = tl.load(LSE + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=float("inf"))
+            m = tl.load(M + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=float("inf"))
+            inv_l = tl.load(IL + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
             Di = tl.load(D + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
-            # --- the tile's weights, transposed (keys x queries), recomputed from the log-sum-exp ---
+            # --- the tile's weights, transposed (keys x queries), recomputed from the saved m and 1/l ---
             sT = _dot(k, tl.trans(q), DOT_PREC) * qk_scale
             sT += _bias(offs_m[None, :], offs_n[:, None], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
             if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
@@ -283,11 +298,11 @@ def _bwd_dkdv(Q, K, V, DO, LSE, D, DK, DV, H, G, L, S, E, EV, qk_scale, scale,
                                MASK, m_sb, m_sh, m_sl, m_ss, PACK, pidx, p_st, p_sn, p_sh, q0, k0,
                                CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES, BLOCK_M, BLOCK_N)
                 sT = tl.where(vis, sT, float("-inf"))
-            pT = tl.math.exp2(sT - lse[None, :])  # (BLOCK_N, BLOCK_M)
-            dv += _dot(pT.to(do.dtype), do, DOT_PREC)  # dV += P^T dO
+            pT = tl.math.exp2(sT - m[None, :]) * inv_l[None, :]  # (BLOCK_N, BLOCK_M), recomputed
+            dv += _dot(_operand(pT, do.dtype, DOT_PREC), do, DOT_PREC)  # dV += P^T dO
             dpT = _dot(v, tl.trans(do), DOT_PREC)  # dP^T = V dO^T
             dsT = pT * (dpT - Di[None, :])  # dS = P * (dP - D)
-            dk += _dot(dsT.to(q.dtype), q, DOT_PREC)  # dK += dS^T Q
+            dk += _dot(_operand(dsT, q.dtype, DOT_PREC), q, DOT_PREC)  # dK += dS^T Q
     out_in = kv_in & (offs_e[None, :] < E)
     tl.store(DK + (bhk.to(tl.int64) * S) * E + offs_n[:, None] * E + offs_e[None, :],
              (dk * scale).to(DK.dtype.element_ty), mask=out_in)
@@ -297,7 +312,7 @@ def _bwd_dkdv(Q, K, V, DO, LSE, D, DK, DV, H, G, L, S, E, EV, qk_scale, scale,
 
 @_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
 @triton.jit
-def _bwd_dq(Q, K, V, DO, LSE, D, DQ, H, G, L, S, E, EV, qk_scale, scale,
+def _bwd_dq(Q, K, V, DO, M, IL, D, DQ, H, G, L, S, E, EV, qk_scale, scale,
             off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
             RANGE, r_sb, LIST, PIDX, COUNT, n_list, PACK, p_st, p_sn, p_sh,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
@@ -318,7 +333,8 @@ def _bwd_dq(Q, K, V, DO, LSE, D, DQ, H, G, L, S, E, EV, qk_scale, scale,
                 mask=q_in & (offs_e[None, :] < E), other=0.0)
     do = tl.load(DO + (bh.to(tl.int64) * L) * EV + offs_m[:, None] * EV + offs_ev[None, :],
                  mask=q_in & (offs_ev[None, :] < EV), other=0.0)
-    lse = tl.load(LSE + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=float("inf"))
+    m = tl.load(M + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=float("inf"))
+    inv_l = tl.load(IL + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
     Di = tl.load(D + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
     k_ptr = K + (hk.to(tl.int64) * S) * E
     v_ptr = V + (hk.to(tl.int64) * S) * EV
@@ -350,9 +366,9 @@ def _bwd_dq(Q, K, V, DO, LSE, D, DQ, H, G, L, S, E, EV, qk_scale, scale,
                            MASK, m_sb, m_sh, m_sl, m_ss, PACK, pidx, p_st, p_sn, p_sh, q0, k0,
                            CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES, BLOCK_M, BLOCK_N)
             s = tl.where(vis, s, float("-inf"))
-        p = tl.math.exp2(s - lse[:, None])  # the tile's weights, recomputed
+        p = tl.math.exp2(s - m[:, None]) * inv_l[:, None]  # the tile's weights, recomputed
         dp = _dot(do, tl.trans(v), DOT_PREC)  # dP = dO V^T
         ds = p * (dp - Di[:, None])  # dS = P * (dP - D)
-        dq += _dot(ds.to(k.dtype), k, DOT_PREC)  # dQ += dS K
+        dq += _dot(_operand(ds, k.dtype, DOT_PREC), k, DOT_PREC)  # dQ += dS K
     tl.store(DQ + (bh.to(tl.int64) * L) * E + offs_m[:, None] * E + offs_e[None, :],
              (dq * scale).to(DQ.dtype.element_ty), mask=q_in & (offs_e[None, :] < E))
