@@ -224,6 +224,13 @@ def _dot_precision(q: torch.Tensor) -> str:
     return "tf32" if q.device.type == "cuda" else "upcast"
 
 
+def _store_dtype(q: torch.Tensor) -> torch.dtype:
+    """What the kernels write: the inputs' dtype, except bfloat16 in the interpreter, which truncates
+    float32 -> bfloat16 instead of rounding to nearest (Triton 3.8): there the kernels write float32 and
+    PyTorch rounds, as a GPU's conversion does."""
+    return torch.float32 if q.device.type != "cuda" and q.dtype == torch.bfloat16 else q.dtype
+
+
 def _pow2(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
@@ -235,7 +242,7 @@ class _TritonFlash(torch.autograd.Function):
         N, H, L, E = q.shape
         S, Ev = k.shape[2], v.shape[3]
         dummy = torch.zeros(2, dtype=torch.int32, device=q.device)
-        o = q.new_empty(N, H, L, Ev)
+        o = q.new_empty(N, H, L, Ev, dtype=_store_dtype(q))
         m = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # running max, base 2 (+inf: sees nothing)
         inv_l = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # 1 / normaliser (0: sees nothing)
         (bq, bk), _, _ = blocks
@@ -244,6 +251,7 @@ class _TritonFlash(torch.autograd.Function):
         kern._fwd[(triton_cdiv(L, bq), N * H)](
             q, k, v, o, m, inv_l, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, *margs,
             BLOCK_M=bq, BLOCK_N=bk, BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=prec, **flags)
+        o = o.to(q.dtype)
         ctx.save_for_backward(q, k, v, o, m, inv_l)
         ctx.cfg = (plan, scale, blocks)
         return o
@@ -259,7 +267,8 @@ class _TritonFlash(torch.autograd.Function):
         dummy = torch.zeros(2, dtype=torch.int32, device=q.device)
         D = torch.empty(N, H, L, dtype=torch.float32, device=q.device)
         kern._bwd_pre[(triton_cdiv(L, 64), N * H)](o, do, D, L, Ev, BLOCK_M=64, BLOCK_EV=_pow2(Ev))
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        store = _store_dtype(q)
+        dq, dk, dv = (torch.empty_like(x, dtype=store) for x in (q, k, v))
         prec = _dot_precision(q)
         common = dict(BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=prec)
         margs, flags = plan.args(bq1, bk1, True, dummy)
@@ -270,7 +279,7 @@ class _TritonFlash(torch.autograd.Function):
         kern._bwd_dq[(triton_cdiv(L, bq2), N * H)](
             q, k, v, do, m, inv_l, D, dq, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, scale, *margs,
             BLOCK_M=bq2, BLOCK_N=bk2, **common, **flags)
-        return dq, dk, dv, None, None, None
+        return dq.to(q.dtype), dk.to(q.dtype), dv.to(q.dtype), None, None, None
 
 
 def triton_cdiv(a: int, b: int) -> int:
