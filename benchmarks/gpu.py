@@ -251,7 +251,7 @@ def speed(S, device, repeats, budget) -> list[dict]:
                             row["skipped"] = why[:200]
                         rows.append(row)
                         print(f"  d={d:<4} T={T:<6} {mode:<17} {'causal' if causal else 'full':<7} {name:<16} " + (
-                            f"{row['tflops']:8.2f} TFLOP/s  {sec * 1e3:9.3f} ms" if sec is not None
+                            f"{row['tflops']:8.3g} TFLOP/s  {sec * 1e3:9.3f} ms" if sec is not None
                             else f"skipped: {row['skipped'][:90]}"), flush=True)
                 del q, k, v, go
                 gc.collect()

@@ -104,3 +104,17 @@ def test_gpu_benchmark_dry_run(tmp_path):
     assert {"triton", "sdpa-flash", "flash (PyTorch)", "matrix"} <= measured
     assert any(r["impl"] == "triton" and "seconds" in r for r in out["window"])
     assert (tmp_path / "gpu.png").stat().st_size > 10_000
+
+
+def test_docs_show_the_source_as_it_is():
+    """docs/triton.md copies three loop bodies; each must still be a run of lines of the file it names."""
+    import re
+
+    text = (ROOT / "docs/triton.md").read_text()
+    blocks = re.findall(r"<!-- source: (\S+) -->\n```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 3
+    for path, block in blocks:
+        src = [line.strip() for line in (ROOT / path).read_text().splitlines()]
+        want = [line.strip() for line in block.strip("\n").splitlines()]
+        assert any(src[i:i + len(want)] == want for i in range(len(src))), (
+            f"docs/triton.md: the block from {path} no longer matches it; copy it again")

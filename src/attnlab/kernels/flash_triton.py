@@ -68,6 +68,15 @@ def _kernels():
     return triton_kernels
 
 
+def _interpreted(device: torch.device) -> bool:
+    """Whether the kernels run in the interpreter; an error if they were defined for a GPU and given CPU tensors."""
+    interp = _kernels().INTERPRETED
+    if device.type != "cuda" and not interp:
+        raise RuntimeError("the triton form's kernels were defined for a GPU (TRITON_INTERPRET was not set when "
+                           "they were first used), so they cannot take CPU tensors; set it before starting Python")
+    return interp
+
+
 @dataclass(frozen=True)
 class Rule:
     """A mask the kernels evaluate themselves: ((j <= i + off) & (j > i + off - window)) | (j < prefix),
@@ -197,7 +206,7 @@ class Plan:
         return args, flags
 
 
-def _blocks(E: int, block_q: int | None, block_k: int | None, device: torch.device):
+def _blocks(E: int, block_q: int | None, block_k: int | None, interp: bool):
     """Tile sizes (query rows, key rows) of the forward, the dK/dV and the dQ kernels.
 
     On a GPU, after Triton's tutorial for Hopper: the forward holds 128 queries against 64 keys at
@@ -207,7 +216,7 @@ def _blocks(E: int, block_q: int | None, block_k: int | None, device: torch.devi
     if block_q is not None or block_k is not None:
         bq, bk = block_q or block_k, block_k or block_q
         return (bq, bk), (bq, bk), (bq, bk)
-    if device.type != "cuda":
+    if interp:
         return (32, 32), (32, 32), (32, 32)
     if E <= 128:
         return (128, 64), (32, 128), (128, 32)
@@ -221,14 +230,14 @@ def _dot_precision(q: torch.Tensor) -> str:
     dot misreads bfloat16, and the CPU's PyTorch that the tolerance rule compares with keeps P in float32)."""
     if q.dtype == torch.float32:
         return "ieee"
-    return "tf32" if q.device.type == "cuda" else "upcast"
+    return "upcast" if _kernels().INTERPRETED else "tf32"
 
 
 def _store_dtype(q: torch.Tensor) -> torch.dtype:
     """What the kernels write: the inputs' dtype, except bfloat16 in the interpreter, which truncates
     float32 -> bfloat16 instead of rounding to nearest (Triton 3.8): there the kernels write float32 and
     PyTorch rounds, as a GPU's conversion does."""
-    return torch.float32 if q.device.type != "cuda" and q.dtype == torch.bfloat16 else q.dtype
+    return torch.float32 if _kernels().INTERPRETED and q.dtype == torch.bfloat16 else q.dtype
 
 
 def _pow2(n: int) -> int:
@@ -318,6 +327,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     mask_fn = a.mask
     rule = Rule(off=0) if a.is_causal else (rule_of(mask_fn, a.L, a.S) if mask_fn is not None else None)
     plan = Plan(a.N, a.H, a.groups, a.L, a.S, rule, mask_fn if rule is None else None, dense)
-    blocks = _blocks(max(a.E, a.Ev), block_q, block_k, a.q.device)
+    interp = _interpreted(a.q.device)
+    blocks = _blocks(max(a.E, a.Ev), block_q, block_k, interp)
     out = _TritonFlash.apply(a.q.contiguous(), a.k.contiguous(), a.v.contiguous(), plan, a.scale, blocks)
     return a.unflatten(out)

@@ -26,7 +26,10 @@ Papers: Dao, "FlashAttention-2" (2023); Triton's fused-attention tutorial (06-fu
 import triton
 import triton.language as tl
 
+from .flash_triton import interpreting
+
 LOG2E = 1.4426950408889634  # scores are kept in base 2: exp(x) = exp2(x * log2(e))
+INTERPRETED = interpreting()  # Triton decides when a kernel is defined, i.e. now: interpreter or GPU
 
 
 def _autotune(key):
@@ -34,8 +37,7 @@ def _autotune(key):
     map is built per block size), so only warps and pipeline stages are tuned -- 4 or 8 warps (the
     bigger tiles of head dim 128 want 8), 2 to 4 stages (Hopper's shared memory holds 3-4 stages of
     a 128 x 64 bf16 tile pair). The interpreter runs the first config only: it has no clock to tune."""
-    from triton import knobs
-    if knobs.runtime.interpret:
+    if INTERPRETED:
         return lambda fn: fn
     configs = [triton.Config({}, num_warps=w, num_stages=s) for w, s in ((4, 2), (4, 3), (8, 3), (8, 4))]
     return triton.autotune(configs=configs, key=key)
@@ -138,13 +140,12 @@ def _visible(i, j, b, h, L, S, off, window, prefix, DOC, doc_sb, MASK, m_sb, m_s
 
 
 @triton.jit
-def _bias(i, j, b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE: tl.constexpr):
-    """A float mask's values (added to the scores), in base 2."""
+def _add_bias(s, i, j, b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE: tl.constexpr):
+    """Scores plus a float mask's values (in base 2); without a float mask, the scores untouched."""
     if DENSE == 2:
         x = tl.load(MASK + b * m_sb + h * m_sh + i * m_sl + j * m_ss, mask=(i < L) & (j < S), other=0.0)
-        return x.to(tl.float32) * 1.4426950408889634
-    else:
-        return 0.0
+        s = s + x.to(tl.float32) * 1.4426950408889634
+    return s
 
 
 @_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
@@ -195,7 +196,7 @@ def _fwd(Q, K, V, O, M, IL, H, G, L, S, E, EV, qk_scale,
                     mask=(offs_n[:, None] < S) & (offs_ev[None, :] < EV), other=0.0)
         # --- scores of the tile, base 2 ---
         s = _dot(q, tl.trans(k), DOT_PREC) * qk_scale  # (BLOCK_M, BLOCK_N)
-        s += _bias(offs_m[:, None], offs_n[None, :], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
+        s = _add_bias(s, offs_m[:, None], offs_n[None, :], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
         # --- mask: only a PARTIAL tile does elementwise work ---
         if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
                        CAUSAL, WINDOW, PREFIX, DOCS or DENSE > 0, TILES):
@@ -291,7 +292,7 @@ def _bwd_dkdv(Q, K, V, DO, M, IL, D, DK, DV, H, G, L, S, E, EV, qk_scale, scale,
             Di = tl.load(D + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
             # --- the tile's weights, transposed (keys x queries), recomputed from the saved m and 1/l ---
             sT = _dot(k, tl.trans(q), DOT_PREC) * qk_scale
-            sT += _bias(offs_m[None, :], offs_n[:, None], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
+            sT = _add_bias(sT, offs_m[None, :], offs_n[:, None], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
             if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
                            CAUSAL, WINDOW, PREFIX, DOCS or DENSE > 0, TILES):
                 vis = _visible(offs_m[None, :], offs_n[:, None], b, h, L, S, off, window, prefix, DOC, doc_sb,
@@ -359,7 +360,7 @@ def _bwd_dq(Q, K, V, DO, M, IL, D, DQ, H, G, L, S, E, EV, qk_scale, scale,
         v = tl.load(v_ptr + offs_n[:, None] * EV + offs_ev[None, :],
                     mask=(offs_n[:, None] < S) & (offs_ev[None, :] < EV), other=0.0)
         s = _dot(q, tl.trans(k), DOT_PREC) * qk_scale
-        s += _bias(offs_m[:, None], offs_n[None, :], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
+        s = _add_bias(s, offs_m[:, None], offs_n[None, :], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
         if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
                        CAUSAL, WINDOW, PREFIX, DOCS or DENSE > 0, TILES):
             vis = _visible(offs_m[:, None], offs_n[None, :], b, h, L, S, off, window, prefix, DOC, doc_sb,
