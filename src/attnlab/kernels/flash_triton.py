@@ -313,6 +313,9 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     if max(a.E, a.Ev) > MAX_HEAD_DIM:
         raise Unsupported(f"head dims E={a.E}, Ev={a.Ev}: the triton form takes head dims up to {MAX_HEAD_DIM}; "
                           f"use {OTHER_FORMS}")
+    if a.N * max(a.H, a.Hkv) > 65535:  # CUDA's second grid axis, one program per (batch, head)
+        raise Unsupported(f"batch x heads = {a.N} x {a.H} > 65535 programs on the triton form's second grid axis; "
+                          f"split the batch, or use {OTHER_FORMS}")
     for name, b in (("block_q", block_q), ("block_k", block_k)):
         if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 16 or b > 256 or b & (b - 1)):
             raise ValueError(f"{name} must be a power of two from 16 to 256 (a Triton tile), got {b!r}")

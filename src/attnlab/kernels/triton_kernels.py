@@ -148,6 +148,73 @@ def _add_bias(s, i, j, b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE: tl.const
     return s
 
 
+@triton.jit
+def _load_pair(X, Y, head, n, offs, offs_e, offs_ev, E, EV):
+    """Rows ``offs`` of head ``head`` of two (heads, n, E) / (heads, n, EV) tensors, zero-padded: (R, E), (R, EV)."""
+    inside = offs[:, None] < n
+    x = tl.load(X + (head.to(tl.int64) * n) * E + offs[:, None] * E + offs_e[None, :],
+                mask=inside & (offs_e[None, :] < E), other=0.0)
+    y = tl.load(Y + (head.to(tl.int64) * n) * EV + offs[:, None] * EV + offs_ev[None, :],
+                mask=inside & (offs_ev[None, :] < EV), other=0.0)
+    return x, y
+
+
+@triton.jit
+def _row_stats(M, IL, D, bh, L, offs_m):
+    """What the forward and the pre-pass saved per query row: m, 1/l and D (rows past L: P = 0, D = 0)."""
+    m = tl.load(M + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=float("inf"))
+    inv_l = tl.load(IL + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
+    Di = tl.load(D + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
+    return m, inv_l, Di
+
+
+@triton.jit
+def _span(row0, pid, b, n_other, off, window, prefix, RANGE, r_sb, COUNT,
+          CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
+          TILES: tl.constexpr, TRANSPOSE: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_OTHER: tl.constexpr):
+    """The loop bounds [t_lo, t_hi) over the other axis' tiles for row tile ``pid``: a span of tiles from
+    the mask's rule, or (a block map) an index into the row's list of non-EMPTY tiles."""
+    lo, hi = _tile_range(row0, row0 + BLOCK_ROWS, n_other, off, window, prefix, RANGE, b * r_sb + pid * 2,
+                         CAUSAL, WINDOW, PREFIX, DOCS, TRANSPOSE)
+    t_lo = lo // BLOCK_OTHER
+    t_hi = tl.cdiv(hi, BLOCK_OTHER)
+    if TILES:
+        t_lo = 0
+        t_hi = tl.load(COUNT + pid)
+    return t_lo, t_hi
+
+
+@triton.jit
+def _key_tile(q, k_ptr, v_ptr, t, pid_m, q0, offs_m, offs_e, offs_ev, b, h, L, S, E, EV, qk_scale,
+              off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss, LIST, PIDX, n_list, PACK, p_st, p_sn,
+              p_sh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+              PREFIX: tl.constexpr, DOCS: tl.constexpr, DENSE: tl.constexpr, TILES: tl.constexpr,
+              DOT_PREC: tl.constexpr):
+    """Step t of a query tile's loop over key tiles: the tile's keys k, values v and masked scores s (base 2)."""
+    pidx = -1
+    kt = t
+    if TILES:
+        kt = tl.load(LIST + pid_m * n_list + t)
+        pidx = tl.load(PIDX + pid_m * n_list + t)
+    k0 = kt * BLOCK_N
+    offs_n = k0 + tl.arange(0, BLOCK_N)
+    k = tl.load(k_ptr + offs_n[:, None] * E + offs_e[None, :],
+                mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
+    v = tl.load(v_ptr + offs_n[:, None] * EV + offs_ev[None, :],
+                mask=(offs_n[:, None] < S) & (offs_ev[None, :] < EV), other=0.0)
+    # --- scores of the tile, base 2 ---
+    s = _dot(q, tl.trans(k), DOT_PREC) * qk_scale  # (BLOCK_M, BLOCK_N)
+    s = _add_bias(s, offs_m[:, None], offs_n[None, :], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
+    # --- mask: only a PARTIAL tile does elementwise work ---
+    if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
+                   CAUSAL, WINDOW, PREFIX, DOCS or DENSE > 0, TILES):
+        vis = _visible(offs_m[:, None], offs_n[None, :], b, h, L, S, off, window, prefix, DOC, doc_sb,
+                       MASK, m_sb, m_sh, m_sl, m_ss, PACK, pidx, p_st, p_sn, p_sh, q0, k0,
+                       CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES, BLOCK_M, BLOCK_N)
+        s = tl.where(vis, s, float("-inf"))
+    return s, k, v
+
+
 @_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
 @triton.jit
 def _fwd(Q, K, V, O, M, IL, H, G, L, S, E, EV, qk_scale,
@@ -175,35 +242,13 @@ def _fwd(Q, K, V, O, M, IL, H, G, L, S, E, EV, qk_scale,
     l = tl.zeros([BLOCK_M], tl.float32)  # running normaliser
     acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)  # running unnormalised output
     # --- which key tiles to visit: a span from the mask's rule, or the block map's list of non-EMPTY tiles ---
-    lo, hi = _tile_range(q0, q0 + BLOCK_M, S, off, window, prefix, RANGE, b * r_sb + pid_m * 2,
-                         CAUSAL, WINDOW, PREFIX, DOCS, False)
-    t_lo = lo // BLOCK_N
-    t_hi = tl.cdiv(hi, BLOCK_N)
-    if TILES:
-        t_lo = 0
-        t_hi = tl.load(COUNT + pid_m)
+    t_lo, t_hi = _span(q0, pid_m, b, S, off, window, prefix, RANGE, r_sb, COUNT,
+                       CAUSAL, WINDOW, PREFIX, DOCS, TILES, False, BLOCK_M, BLOCK_N)
     for t in range(t_lo, t_hi):
-        pidx = -1
-        kt = t
-        if TILES:
-            kt = tl.load(LIST + pid_m * n_list + t)
-            pidx = tl.load(PIDX + pid_m * n_list + t)
-        k0 = kt * BLOCK_N
-        offs_n = k0 + tl.arange(0, BLOCK_N)
-        k = tl.load(k_ptr + offs_n[:, None] * E + offs_e[None, :],
-                    mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
-        v = tl.load(v_ptr + offs_n[:, None] * EV + offs_ev[None, :],
-                    mask=(offs_n[:, None] < S) & (offs_ev[None, :] < EV), other=0.0)
-        # --- scores of the tile, base 2 ---
-        s = _dot(q, tl.trans(k), DOT_PREC) * qk_scale  # (BLOCK_M, BLOCK_N)
-        s = _add_bias(s, offs_m[:, None], offs_n[None, :], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
-        # --- mask: only a PARTIAL tile does elementwise work ---
-        if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
-                       CAUSAL, WINDOW, PREFIX, DOCS or DENSE > 0, TILES):
-            vis = _visible(offs_m[:, None], offs_n[None, :], b, h, L, S, off, window, prefix, DOC, doc_sb,
-                           MASK, m_sb, m_sh, m_sl, m_ss, PACK, pidx, p_st, p_sn, p_sh, q0, k0,
-                           CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES, BLOCK_M, BLOCK_N)
-            s = tl.where(vis, s, float("-inf"))
+        s, k, v = _key_tile(q, k_ptr, v_ptr, t, pid_m, q0, offs_m, offs_e, offs_ev, b, h, L, S, E, EV, qk_scale,
+                            off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss, LIST, PIDX, n_list,
+                            PACK, p_st, p_sn, p_sh, BLOCK_M, BLOCK_N, CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES,
+                            DOT_PREC)
         # --- online softmax: rescale what was gathered to the new max, then add the tile ---
         m_new = tl.maximum(m, tl.max(s, 1))
         shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen nothing yet: 0, not -inf - -inf
@@ -257,24 +302,14 @@ def _bwd_dkdv(Q, K, V, DO, M, IL, D, DK, DV, H, G, L, S, E, EV, qk_scale, scale,
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
     kv_in = offs_n[:, None] < S
-    k = tl.load(K + (bhk.to(tl.int64) * S) * E + offs_n[:, None] * E + offs_e[None, :],
-                mask=kv_in & (offs_e[None, :] < E), other=0.0)
-    v = tl.load(V + (bhk.to(tl.int64) * S) * EV + offs_n[:, None] * EV + offs_ev[None, :],
-                mask=kv_in & (offs_ev[None, :] < EV), other=0.0)
+    k, v = _load_pair(K, V, bhk, S, offs_n, offs_e, offs_ev, E, EV)
     dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)
-    lo, hi = _tile_range(k0, k0 + BLOCK_N, L, off, window, prefix, RANGE, b * r_sb + pid_n * 2,
-                         CAUSAL, WINDOW, PREFIX, DOCS, True)
-    t_lo = lo // BLOCK_M
-    t_hi = tl.cdiv(hi, BLOCK_M)
-    if TILES:
-        t_lo = 0
-        t_hi = tl.load(COUNT + pid_n)
+    t_lo, t_hi = _span(k0, pid_n, b, L, off, window, prefix, RANGE, r_sb, COUNT,
+                       CAUSAL, WINDOW, PREFIX, DOCS, TILES, True, BLOCK_N, BLOCK_M)
     for g in range(0, G):
         h = (bhk % Hkv) * G + g
         bh = b * H + h
-        q_ptr = Q + (bh.to(tl.int64) * L) * E
-        do_ptr = DO + (bh.to(tl.int64) * L) * EV
         for t in range(t_lo, t_hi):
             pidx = -1
             qt = t
@@ -283,13 +318,8 @@ def _bwd_dkdv(Q, K, V, DO, M, IL, D, DK, DV, H, G, L, S, E, EV, qk_scale, scale,
                 pidx = tl.load(PIDX + pid_n * n_list + t)
             q0 = qt * BLOCK_M
             offs_m = q0 + tl.arange(0, BLOCK_M)
-            q_in = offs_m[:, None] < L
-            q = tl.load(q_ptr + offs_m[:, None] * E + offs_e[None, :], mask=q_in & (offs_e[None, :] < E), other=0.0)
-            do = tl.load(do_ptr + offs_m[:, None] * EV + offs_ev[None, :], mask=q_in & (offs_ev[None, :] < EV),
-                         other=0.0)
-            m = tl.load(M + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=float("inf"))
-            inv_l = tl.load(IL + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
-            Di = tl.load(D + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
+            q, do = _load_pair(Q, DO, bh, L, offs_m, offs_e, offs_ev, E, EV)
+            m, inv_l, Di = _row_stats(M, IL, D, bh, L, offs_m)
             # --- the tile's weights, transposed (keys x queries), recomputed from the saved m and 1/l ---
             sT = _dot(k, tl.trans(q), DOT_PREC) * qk_scale
             sT = _add_bias(sT, offs_m[None, :], offs_n[:, None], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
@@ -330,43 +360,18 @@ def _bwd_dq(Q, K, V, DO, M, IL, D, DQ, H, G, L, S, E, EV, qk_scale, scale,
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
     q_in = offs_m[:, None] < L
-    q = tl.load(Q + (bh.to(tl.int64) * L) * E + offs_m[:, None] * E + offs_e[None, :],
-                mask=q_in & (offs_e[None, :] < E), other=0.0)
-    do = tl.load(DO + (bh.to(tl.int64) * L) * EV + offs_m[:, None] * EV + offs_ev[None, :],
-                 mask=q_in & (offs_ev[None, :] < EV), other=0.0)
-    m = tl.load(M + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=float("inf"))
-    inv_l = tl.load(IL + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
-    Di = tl.load(D + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
+    q, do = _load_pair(Q, DO, bh, L, offs_m, offs_e, offs_ev, E, EV)
+    m, inv_l, Di = _row_stats(M, IL, D, bh, L, offs_m)
     k_ptr = K + (hk.to(tl.int64) * S) * E
     v_ptr = V + (hk.to(tl.int64) * S) * EV
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
-    lo, hi = _tile_range(q0, q0 + BLOCK_M, S, off, window, prefix, RANGE, b * r_sb + pid_m * 2,
-                         CAUSAL, WINDOW, PREFIX, DOCS, False)
-    t_lo = lo // BLOCK_N
-    t_hi = tl.cdiv(hi, BLOCK_N)
-    if TILES:
-        t_lo = 0
-        t_hi = tl.load(COUNT + pid_m)
+    t_lo, t_hi = _span(q0, pid_m, b, S, off, window, prefix, RANGE, r_sb, COUNT,
+                       CAUSAL, WINDOW, PREFIX, DOCS, TILES, False, BLOCK_M, BLOCK_N)
     for t in range(t_lo, t_hi):
-        pidx = -1
-        kt = t
-        if TILES:
-            kt = tl.load(LIST + pid_m * n_list + t)
-            pidx = tl.load(PIDX + pid_m * n_list + t)
-        k0 = kt * BLOCK_N
-        offs_n = k0 + tl.arange(0, BLOCK_N)
-        k = tl.load(k_ptr + offs_n[:, None] * E + offs_e[None, :],
-                    mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
-        v = tl.load(v_ptr + offs_n[:, None] * EV + offs_ev[None, :],
-                    mask=(offs_n[:, None] < S) & (offs_ev[None, :] < EV), other=0.0)
-        s = _dot(q, tl.trans(k), DOT_PREC) * qk_scale
-        s = _add_bias(s, offs_m[:, None], offs_n[None, :], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
-        if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
-                       CAUSAL, WINDOW, PREFIX, DOCS or DENSE > 0, TILES):
-            vis = _visible(offs_m[:, None], offs_n[None, :], b, h, L, S, off, window, prefix, DOC, doc_sb,
-                           MASK, m_sb, m_sh, m_sl, m_ss, PACK, pidx, p_st, p_sn, p_sh, q0, k0,
-                           CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES, BLOCK_M, BLOCK_N)
-            s = tl.where(vis, s, float("-inf"))
+        s, k, v = _key_tile(q, k_ptr, v_ptr, t, pid_m, q0, offs_m, offs_e, offs_ev, b, h, L, S, E, EV, qk_scale,
+                            off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss, LIST, PIDX, n_list,
+                            PACK, p_st, p_sn, p_sh, BLOCK_M, BLOCK_N, CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES,
+                            DOT_PREC)
         p = tl.math.exp2(s - m[:, None]) * inv_l[:, None]  # the tile's weights, recomputed
         dp = _dot(do, tl.trans(v), DOT_PREC)  # dP = dO V^T
         ds = p * (dp - Di[:, None])  # dS = P * (dP - D)
