@@ -206,19 +206,20 @@ class Plan:
         return args, flags
 
 
-def _blocks(E: int, block_q: int | None, block_k: int | None, interp: bool):
+def _blocks(E: int, block_q: int | None, block_k: int | None, interp: bool, wide: bool = False):
     """Tile sizes (query rows, key rows) of the forward, the dK/dV and the dQ kernels.
 
     On a GPU, after Triton's tutorial for Hopper: the forward holds 128 queries against 64 keys at
     a time; the dK/dV kernel a key tile of 128 against query tiles of 32, the dQ kernel the mirror
-    image; head dim 256 halves them to fit shared memory. The interpreter uses 32 x 32 tiles.
+    image. Head dim 256, or 4-byte float32 elements (``wide``), halve them to fit shared memory
+    (float32 at 128 x 64 needs 225 KiB of the 227 a Hopper block may have). The interpreter uses 32 x 32.
     """
     if block_q is not None or block_k is not None:
         bq, bk = block_q or block_k, block_k or block_q
         return (bq, bk), (bq, bk), (bq, bk)
     if interp:
         return (32, 32), (32, 32), (32, 32)
-    if E <= 128:
+    if E <= 128 and not wide:
         return (128, 64), (32, 128), (128, 32)
     return (64, 32), (32, 64), (64, 32)
 
@@ -331,6 +332,6 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     rule = Rule(off=0) if a.is_causal else (rule_of(mask_fn, a.L, a.S) if mask_fn is not None else None)
     plan = Plan(a.N, a.H, a.groups, a.L, a.S, rule, mask_fn if rule is None else None, dense)
     interp = _interpreted(a.q.device)
-    blocks = _blocks(max(a.E, a.Ev), block_q, block_k, interp)
+    blocks = _blocks(max(a.E, a.Ev), block_q, block_k, interp, wide=a.q.dtype == torch.float32)
     out = _TritonFlash.apply(a.q.contiguous(), a.k.contiguous(), a.v.contiguous(), plan, a.scale, blocks)
     return a.unflatten(out)
