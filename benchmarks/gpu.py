@@ -27,6 +27,7 @@ import gc
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
 
     gpu = not args.dry_run
     if gpu and not torch.cuda.is_available():
-        print("benchmarks/gpu.py: no CUDA device here; run it on a GPU, or try --dry-run")
+        print("benchmarks/gpu.py: no CUDA device here; run it on a GPU, or try --dry-run", file=sys.stderr)
         return 2
     S = {k: v[0 if gpu else 1] for k, v in SIZES.items()}
     device = "cuda" if gpu else "cpu"
