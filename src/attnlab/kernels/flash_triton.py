@@ -185,24 +185,26 @@ class Plan:
     dense: torch.Tensor | None  # a mask tensor expanded to (N, H, L, S): uint8 (bool) or float
 
     def args(self, bq: int, bk: int, transpose: bool, dummy: torch.Tensor):
-        """The kernels' mask arguments for tiles of bq queries x bk keys (row tiles are keys if transpose)."""
+        """The kernels' mask arguments for tiles of bq queries x bk keys (row tiles are keys if transpose),
+        in their order (``off`` .. ``p_sh``), and the constexpr flags that say which of them are used.
+        ``dummy`` stands in for a table the mask does not need."""
         r = self.rule or Rule()
-        doc = r.doc.to(device=dummy.device, dtype=torch.int32).contiguous() if r.doc is not None else dummy
-        span = dummy
-        if r.doc is not None:
+        doc, doc_sb, span, span_sb = dummy, 0, dummy, 0
+        if r.doc is not None:  # (Nd, S) ids and, per row tile, the span of positions sharing a document
+            doc = r.doc.to(device=dummy.device, dtype=torch.int32).contiguous()
             span = _spans(r.doc, bk if transpose else bq, self.S).to(dummy.device)
+            doc_sb, span_sb = (doc.shape[1], span.shape[1] * 2) if doc.shape[0] > 1 else (0, 0)
         dense = self.dense if self.dense is not None else dummy
-        ms = self.dense.stride() if self.dense is not None else (0, 0, 0, 0)
-        lists, width, ps = [dummy] * 4, 1, (0, 0, 0)
+        dense_strides = self.dense.stride() if self.dense is not None else (0, 0, 0, 0)
+        (lists, pidx, count, pack), width, pack_strides = [dummy] * 4, 1, (0, 0, 0)
         if self.mask_fn is not None:
-            lists, width, ps = _tile_lists(self.mask_fn, self.N, self.H, self.L, self.S, bq, bk, transpose,
-                                           dummy.device)
-        args = (r.off or 0, r.window or 0, r.prefix or 0, doc, doc.shape[-1] if doc.dim() == 2 and
-                doc.shape[0] > 1 else 0, dense, *ms, span, span.shape[1] * 2 if span.dim() == 3 and
-                span.shape[0] > 1 else 0, lists[0], lists[1], lists[2], width, lists[3], *ps)
+            (lists, pidx, count, pack), width, pack_strides = _tile_lists(
+                self.mask_fn, self.N, self.H, self.L, self.S, bq, bk, transpose, dummy.device)
+        args = (r.off or 0, r.window or 0, r.prefix or 0, doc, doc_sb, dense, *dense_strides, span, span_sb,
+                lists, pidx, count, width, pack, *pack_strides)
         flags = dict(CAUSAL=r.off is not None, WINDOW=r.window is not None, PREFIX=r.prefix is not None,
-                     DOCS=r.doc is not None, DENSE=0 if self.dense is None else
-                     (1 if self.dense.dtype == torch.uint8 else 2), TILES=self.mask_fn is not None)
+                     DOCS=r.doc is not None, TILES=self.mask_fn is not None,
+                     DENSE=0 if self.dense is None else (1 if self.dense.dtype == torch.uint8 else 2))
         return args, flags
 
 
