@@ -117,6 +117,7 @@ def window_mod(b, h, i, j):
     return (j <= i) & (j > i - 8)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the NaN rows, on purpose
 @pytest.mark.parametrize("mask", [masks.sliding_window(8), masks.Mask.from_mod(window_mod)], ids=["rule", "block map"])
 def test_empty_tiles_are_never_read(mask):
     """Key tile 0 (keys 0..15) is NaN. Queries 32..63 see keys > 24 only, so for their tiles it is EMPTY: a
