@@ -327,25 +327,30 @@ def figure(out, path):
 
     dims = sorted({r["d"] for r in out["speed"]})
     panels = [(m, c) for m in ("forward", "forward+backward") for c in (False, True)]
-    fig, axes = plt.subplots(len(dims), len(panels), figsize=(4.2 * len(panels), 3.4 * len(dims)), squeeze=False)
+    fig, axes = plt.subplots(len(dims), len(panels), figsize=(4.2 * len(panels), 3.4 * len(dims) + 0.5),
+                             squeeze=False)
+    shown = set()
     for i, d in enumerate(dims):
         for j, (mode, causal) in enumerate(panels):
             ax = axes[i][j]
             for name in IMPLS:
                 pts = sorted((r["T"], r["tflops"]) for r in out["speed"] if r["impl"] == name and r["d"] == d
                              and r["mode"] == mode and r["causal"] == causal and "tflops" in r)
-                if pts:
-                    ax.plot(*zip(*pts, strict=True), marker="o", lw=2.2 if name == "triton" else 1.2, label=name)
+                if pts:  # one colour per line in every panel, whichever lines a panel has
+                    ax.plot(*zip(*pts, strict=True), marker="o", lw=2.2 if name == "triton" else 1.2,
+                            color=f"C{IMPLS.index(name)}", label=name)
+                    shown.add(name)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_title(f"d={d}, {mode}, {'causal' if causal else 'full'}", fontsize=9)
             ax.set_xlabel("T (queries = keys)")
             ax.set_ylabel("TFLOP/s")
             ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    handles = [plt.Line2D([], [], color=f"C{i}", marker="o", label=n) for i, n in enumerate(IMPLS) if n in shown]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8)
     where = out["gpu"] or "CPU, Triton interpreter (dry run: the code path, not the speed)"
     fig.suptitle(f"Attention TFLOP/s, bfloat16 -- {where}", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
