@@ -16,7 +16,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import attnlab  # noqa: E402
 from attnlab import kernels, masks  # noqa: E402
-from attnlab.kernels import flash_triton  # noqa: E402
+from attnlab.kernels import triton_masks  # noqa: E402
 from attnlab.lab import oracle  # noqa: E402
 
 torch.set_num_threads(1)
@@ -139,15 +139,15 @@ def test_empty_tiles_are_never_read(mask):
 
 def test_rules_recognised():
     """Masks the kernel evaluates itself, and the ones that go through their block map."""
-    r = flash_triton.rule_of(masks.sliding_window(9) & masks.causal(), 50, 50)
+    r = triton_masks.rule_of(masks.sliding_window(9) & masks.causal(), 50, 50)
     assert (r.off, r.window, r.prefix, r.doc) == (0, 9, None, None)
-    assert flash_triton.rule_of(masks.causal_lower_right(), 10, 30).off == 20
-    assert flash_triton.rule_of(masks.prefix_lm(4), 9, 9).prefix == 4
-    assert flash_triton.rule_of(masks.document(torch.arange(8)) & masks.causal(), 8, 8).doc is not None
-    assert flash_triton.rule_of(masks.prefix_lm(4) & masks.causal(), 9, 9) is None  # an OR inside an AND
-    assert flash_triton.rule_of(masks.causal() | masks.prefix_lm(2), 9, 9) is None
-    assert flash_triton.rule_of(masks.causal_lower_right() & masks.causal(), 5, 9) is None  # two alignments
-    assert flash_triton.rule_of(masks.Mask.from_mod(odd_mask), 9, 9) is None
+    assert triton_masks.rule_of(masks.causal_lower_right(), 10, 30).off == 20
+    assert triton_masks.rule_of(masks.prefix_lm(4), 9, 9).prefix == 4
+    assert triton_masks.rule_of(masks.document(torch.arange(8)) & masks.causal(), 8, 8).doc is not None
+    assert triton_masks.rule_of(masks.prefix_lm(4) & masks.causal(), 9, 9) is None  # an OR inside an AND
+    assert triton_masks.rule_of(masks.causal() | masks.prefix_lm(2), 9, 9) is None
+    assert triton_masks.rule_of(masks.causal_lower_right() & masks.causal(), 5, 9) is None  # two alignments
+    assert triton_masks.rule_of(masks.Mask.from_mod(odd_mask), 9, 9) is None
 
 
 def test_unsupported_inputs_name_the_forms_that_take_them():
