@@ -291,7 +291,7 @@ def window(S, device, repeats, budget) -> list[dict]:
 
 
 def targets(out, d, T_min) -> list[dict]:
-    """The issue's targets, from the measured rows: triton's share of the fastest SDPA backend, worst case."""
+    """The targets (module docstring) from the measured rows: triton's share of the fastest SDPA backend."""
     res = []
     for mode, target in (("forward", 0.70), ("forward+backward", 0.55)):
         for causal in (False, True):
