@@ -46,8 +46,9 @@ def seed(text: str) -> int:
     return n
 
 
-def single_process_form(name: str, what: str):
-    """The registered form ``name`` for ``--impl``, or a UsageError (unknown, or needs a process group)."""
+def single_process_form(name: str, what: str, device: str | None = None):
+    """The registered form ``name`` for ``--impl``, or a UsageError (unknown, needs a process group, or
+    cannot run on ``device``)."""
     from attnlab import kernels
 
     from . import UsageError
@@ -59,4 +60,7 @@ def single_process_form(name: str, what: str):
     if form.distributed:
         raise UsageError(f"--impl {name} runs across the ranks of a torch.distributed group; {what} "
                          f"runs in one process: choose one of {', '.join(kernels.forms())}")
+    why = form.why_not(device) if device in ("cpu", "cuda") else None
+    if why is not None:
+        raise UsageError(f"--impl {name} cannot run on {device} here: {why}")
     return form

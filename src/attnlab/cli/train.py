@@ -154,7 +154,7 @@ def _config(args):
              "corpus": args.corpus, "device": args.device}
     changes = {k: v for k, v in given.items() if v is not None}
     if args.impl is not None:
-        single_process_form(args.impl, "training here")
+        single_process_form(args.impl, "training here", args.device)
     if args.device not in ("cpu", "cuda"):
         raise UsageError(f"--device must be cpu or cuda, got {args.device!r}")
     if args.device == "cuda":

@@ -18,6 +18,11 @@ from dataclasses import dataclass
 import torch
 
 
+class Unsupported(ValueError):
+    """An input that a form does not handle (e.g. dropout in the triton form); the message names the
+    forms that do. ``attnlab verify`` reports such a case as skipped, with the message, not as failed."""
+
+
 @dataclass(frozen=True)
 class Form:
     """A registered form of attention."""
@@ -29,20 +34,28 @@ class Form:
     max_work: int | None = None  # largest N*H*L*S a checker or benchmark should give it
     shared_dropout: bool = True  # drops the same weights as every attnlab form for one seed (kernels.dropout)
     distributed: bool = False  # True: runs only across the ranks of a torch.distributed process group (ring)
+    unavailable: Callable[[torch.device], str | None] | None = None  # why it cannot run on a device (None: it can)
+
+    def why_not(self, device="cpu") -> str | None:
+        """None when the form runs on ``device`` in this process, else the reason it does not."""
+        return self.unavailable(torch.device(device)) if self.unavailable is not None else None
 
 
 _REGISTRY: dict[str, Form] = {}
 
 
 def register(name: str, fn: Callable[..., torch.Tensor], summary: str, *, slow: bool = False,
-             max_work: int | None = None, shared_dropout: bool = True, distributed: bool = False) -> None:
+             max_work: int | None = None, shared_dropout: bool = True, distributed: bool = False,
+             unavailable: Callable[[torch.device], str | None] | None = None) -> None:
     """Add a form under ``name`` (it must take SDPA's arguments)."""
-    _REGISTRY[name] = Form(name, fn, summary, slow, max_work, shared_dropout, distributed)
+    _REGISTRY[name] = Form(name, fn, summary, slow, max_work, shared_dropout, distributed, unavailable)
 
 
-def forms(distributed: bool = False) -> dict[str, Form]:
-    """The registered forms that run in one process, by name; ``distributed=True`` adds those that need a group."""
-    return {n: f for n, f in _REGISTRY.items() if distributed or not f.distributed}
+def forms(distributed: bool = False, device="cpu") -> dict[str, Form]:
+    """The registered forms that run in one process on ``device`` (None: whatever the device), by name;
+    ``distributed=True`` adds those that need a group."""
+    return {n: f for n, f in _REGISTRY.items()
+            if (distributed or not f.distributed) and (device is None or f.why_not(device) is None)}
 
 
 def get(name: str) -> Form:
@@ -68,13 +81,16 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
 
 
 def _register_builtin() -> None:
-    from . import flash, loops, matrix, ring, sdpa
+    from . import flash, flash_triton, loops, matrix, ring, sdpa
 
     register("loops", loops.attention, "explicit Python loops over batch, head, query and key",
              slow=True, max_work=1_000)
     register("matrix", matrix.attention, "the four lines: scores, mask, softmax, weights @ v")
     register("flash", flash.attention, "tiled online softmax, O(L) memory, FlashAttention-2 backward")
     register("sdpa", sdpa.attention, "PyTorch's own F.scaled_dot_product_attention", shared_dropout=False)
+    register("triton", flash_triton.attention, "FlashAttention-2 as Triton GPU kernels (CPU: Triton's interpreter)",
+             slow=flash_triton.interpreting(), max_work=flash_triton.max_work(), shared_dropout=False,
+             unavailable=flash_triton.unavailable)
     register("ring", ring.attention, "flash tiles over a sequence sharded across torch.distributed ranks",
              distributed=True)
 

@@ -56,10 +56,15 @@ class BlockMap:
 class Mask:
     """A mask function. Call :meth:`dense` for the tensor, :meth:`block_map` for the tile map."""
 
-    def __init__(self, fn: MaskFn, name: str, check_sizes: Callable[..., None] | None = None):
+    def __init__(self, fn: MaskFn, name: str, check_sizes: Callable[..., None] | None = None,
+                 rule: tuple | None = None):
         self._fn = fn
         self.name = name
         self._check_sizes = check_sizes
+        # What the mask is, for a kernel that evaluates it itself instead of calling fn: ("causal",),
+        # ("causal_lower_right",), ("sliding_window", w), ("prefix_lm", n), ("document", ids),
+        # ("and" | "or", masks); None for a mask_mod of your own.
+        self.rule = rule
         self._cache: dict = {}
 
     def __repr__(self) -> str:
@@ -137,7 +142,7 @@ class Mask:
 
 def causal() -> Mask:
     """Key j is visible to query i when j <= i (upper-left aligned, like ``is_causal=True``)."""
-    return Mask(lambda b, h, i, j, L, S: j <= i, "causal")
+    return Mask(lambda b, h, i, j, L, S: j <= i, "causal", rule=("causal",))
 
 
 def causal_lower_right() -> Mask:
@@ -147,21 +152,22 @@ def causal_lower_right() -> Mask:
     cached key. PyTorch's ``is_causal=True`` aligns upper-left, so a single query (L=1) would see
     only the first key (pytorch/pytorch#144858).
     """
-    return Mask(lambda b, h, i, j, L, S: j <= i + (S - L), "causal_lower_right")
+    return Mask(lambda b, h, i, j, L, S: j <= i + (S - L), "causal_lower_right", rule=("causal_lower_right",))
 
 
 def sliding_window(window: int) -> Mask:
     """Key j visible to query i when i - window < j <= i: the last ``window`` tokens, itself included."""
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"sliding_window needs a positive integer window, got {window!r}")
-    return Mask(lambda b, h, i, j, L, S: (j <= i) & (j > i - window), f"sliding_window({window})")
+    return Mask(lambda b, h, i, j, L, S: (j <= i) & (j > i - window), f"sliding_window({window})",
+                rule=("sliding_window", window))
 
 
 def prefix_lm(n: int) -> Mask:
     """The first ``n`` keys are visible to every query; the rest causally (j <= i)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"prefix_lm needs a non-negative integer prefix length, got {n!r}")
-    return Mask(lambda b, h, i, j, L, S: (j < n) | (j <= i), f"prefix_lm({n})")
+    return Mask(lambda b, h, i, j, L, S: (j < n) | (j <= i), f"prefix_lm({n})", rule=("prefix_lm", n))
 
 
 def document(doc_ids: torch.Tensor) -> Mask:
@@ -189,7 +195,7 @@ def document(doc_ids: torch.Tensor) -> Mask:
         if ids.shape[0] not in (1, N):
             raise ValueError(f"document mask has ids for {ids.shape[0]} batch rows but the batch has N={N}")
 
-    return Mask(fn, "document", check_sizes)
+    return Mask(fn, "document", check_sizes, rule=("document", ids))
 
 
 def _combine(masks, op, word) -> Mask:
@@ -206,7 +212,7 @@ def _combine(masks, op, word) -> Mask:
         for m in masks:
             m.check_sizes(**sizes)
 
-    return Mask(fn, f" {word} ".join(m.name for m in masks), check_sizes)
+    return Mask(fn, f" {word} ".join(m.name for m in masks), check_sizes, rule=(word, tuple(masks)))
 
 
 def and_masks(*masks: Mask) -> Mask:

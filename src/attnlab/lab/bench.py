@@ -142,7 +142,7 @@ class BenchResult:
 
 def known_impls() -> list[str]:
     """Every registered form (a form registered later shows up here too), plus flex."""
-    names = list(kernels.forms())
+    names = list(kernels.forms(device=None))  # a form that cannot run on the device is a skipped row, with why
     return names + ([flex.NAME] if flex.NAME not in names else [])
 
 
@@ -224,7 +224,7 @@ def _sweep(cfg: BenchConfig, progress, say: Callable[[str], None]) -> BenchResul
     info["matmul_sizes"] = sizes
     say(f"measuring this machine's matmul peak ({', '.join(f'{k} {n} x {n}' for k, n in sizes.items())} products)")
     result = BenchResult(info, versions(), _config_dict(cfg), _peak(cfg, sizes))
-    registered = kernels.forms()
+    registered = kernels.forms(device=None)
     forms = {n: registered[n] if n in registered else kernels.Form(n, flex.attention, flex.SUMMARY)
              for n in cfg.impls}
     failed: dict[str, int] = {}  # form -> the length at which it raised
@@ -297,6 +297,9 @@ def _run_case(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult,
         return Row(name, T, skipped=f"unavailable: {flex.unavailable()}")
     if name in failed:
         return Row(name, T, skipped=f"not tried: failed at T={failed[name]}")
+    why = form.why_not(cfg.device)
+    if why is not None:
+        return Row(name, T, skipped=f"unavailable: {why}")
     try:
         return _measure(cfg, form, T, result, floor)
     except Exception as e:  # a form that cannot run this case: say why, go on with the others

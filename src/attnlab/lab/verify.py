@@ -238,6 +238,8 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
     theirs = run(F.scaled_dot_product_attention, dense)
     try:
         mine = run(fn, mask if accepts_masks else dense, case.dropout_p)
+    except kernels.Unsupported as e:  # an input the form says it does not take: skipped, with the reason
+        return Row(name, case.name, case.dtype, "skipped", [], str(e))
     except Exception as e:  # a form that cannot run a case fails it, with the reason
         return Row(name, case.name, case.dtype, "error", [], f"{type(e).__name__}: {e}")
     quantities = ["out", "dq", "dk", "dv"] + (["dmask"] if case.grad_mask else [])
@@ -255,7 +257,7 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
            progress: Callable[[str], None] | None = None) -> VerifyResult:
     """Check each named function over the cases. ``targets`` maps a label to a function."""
     cases = default_cases() if cases is None else cases
-    registered = kernels.forms()
+    registered = kernels.forms(device=None)
     rows = []
     for name, fn in targets.items():
         form = registered.get(name)
@@ -287,6 +289,9 @@ def load_function(spec: str) -> tuple[str, Callable]:
         if form.distributed:
             raise LoadError(f"form {spec!r} runs only across the ranks of a torch.distributed process group; "
                             f"check it with `attnlab ring`, which holds it to the same tolerance rule")
+        why = form.why_not("cpu")  # the oracle's cases are CPU tensors
+        if why is not None:
+            raise LoadError(f"form {spec!r} cannot be checked here: {why}")
         return spec, form.fn
     mod_name, _, attr = spec.partition(":")
     if not mod_name or not attr:

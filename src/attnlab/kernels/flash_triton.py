@@ -1,0 +1,200 @@
+"""The triton form: FlashAttention-2 on a GPU, the flash form's tiles as Triton kernels.
+
+Same arguments and semantics as every form (``F.scaled_dot_product_attention``'s), for what it
+supports: ``is_causal`` (upper-left) and every mask of :mod:`attnlab.masks`, bool and float mask
+tensors, L != S and lengths that are not a multiple of the tile, GQA (each key/value head read by
+its group of query heads, never repeated in memory), head dims up to 256, ``scale``, float16 /
+bfloat16 / float32, rows with no visible key -> 0. Not supported, each with an error that names
+the forms that are: dropout, float64, the gradient of a float mask, score modifiers.
+
+This file is the host side: it checks the arguments, picks tile sizes and launches the kernels
+of :mod:`attnlab.kernels.triton_kernels` (imported on the first call, so ``import attnlab`` never
+imports Triton); :mod:`attnlab.kernels.triton_masks` turns the mask into what the kernels read.
+
+It runs on CUDA tensors. On a CPU it runs under Triton's interpreter (``TRITON_INTERPRET=1`` set
+before the first call), which executes the same kernels with numpy: correct, and slow -- small
+sizes only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+from . import Unsupported
+from ._check import check
+from .triton_masks import Plan, Rule, rule_of
+
+OTHER_FORMS = "flash, matrix, loops or sdpa"
+MAX_HEAD_DIM = 256
+INTERPRETER_MAX_WORK = 150_000  # N*H*L*S the CPU interpreter is given by verify (a few seconds a case)
+
+
+def interpreting() -> bool:
+    """True when Triton will run kernels in its CPU interpreter (TRITON_INTERPRET, read as Triton reads it)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on")
+
+
+def max_work() -> int | None:
+    """The largest problem verify and the lesson should give this form: small under the interpreter."""
+    return INTERPRETER_MAX_WORK if interpreting() else None
+
+
+def unavailable(device: torch.device) -> str | None:
+    """Why the form cannot run on ``device`` in this process; None when it can."""
+    if importlib.util.find_spec("triton") is None:
+        return "Triton is not installed (pip install triton, or the dev extras: pip install -e '.[dev]')"
+    if device.type == "cuda":
+        return None if torch.cuda.is_available() else "CUDA is not available on this machine"
+    if device.type == "cpu":
+        return None if interpreting() else ("it runs on CUDA; on a CPU only under Triton's interpreter: "
+                                           "set TRITON_INTERPRET=1 before starting (small sizes only)")
+    return f"it runs on CUDA (or on a CPU under TRITON_INTERPRET=1), not on {device.type}"
+
+
+def _kernels():
+    """The Triton kernels, imported on first use (Triton reads TRITON_INTERPRET when they are defined)."""
+    from . import triton_kernels
+    return triton_kernels
+
+
+def _interpreted(device: torch.device) -> bool:
+    """Whether the kernels run in the interpreter; an error if they were defined for a GPU and given CPU tensors."""
+    interp = _kernels().INTERPRETED
+    if device.type != "cuda" and not interp:
+        raise RuntimeError("the triton form's kernels were defined for a GPU (TRITON_INTERPRET was not set when "
+                           "they were first used), so they cannot take CPU tensors; set it before starting Python")
+    return interp
+
+
+def _blocks(E: int, block_q: int | None, block_k: int | None, interp: bool, wide: bool = False):
+    """Tile sizes (query rows, key rows) of the forward, the dK/dV and the dQ kernels.
+
+    On a GPU, after Triton's tutorial for Hopper: the forward holds 128 queries against 64 keys at
+    a time; the dK/dV kernel a key tile of 128 against query tiles of 32, the dQ kernel the mirror
+    image. Head dim 256, or 4-byte float32 elements (``wide``), halve them to fit shared memory
+    (float32 at 128 x 64 needs 225 KiB of the 227 a Hopper block may have). The interpreter uses 32 x 32.
+    """
+    if block_q is not None or block_k is not None:
+        bq, bk = block_q or block_k, block_k or block_q
+        return (bq, bk), (bq, bk), (bq, bk)
+    if interp:
+        return (32, 32), (32, 32), (32, 32)
+    if E <= 128 and not wide:
+        return (128, 64), (32, 128), (128, 32)
+    return (64, 32), (32, 64), (64, 32)
+
+
+def _dot_precision(q: torch.Tensor) -> str:
+    """float32: full float32 products ("ieee", not TF32's 10-bit mantissa, which would fail the tolerance
+    rule); half types on a GPU: the tensor cores' native dot, with the weights P and dS rounded to the
+    half type as in FlashAttention; half types in the interpreter: "upcast", everything in float32 (its
+    dot misreads bfloat16, and the CPU's PyTorch that the tolerance rule compares with keeps P in float32)."""
+    if q.dtype == torch.float32:
+        return "ieee"
+    return "upcast" if _kernels().INTERPRETED else "tf32"
+
+
+def _store_dtype(q: torch.Tensor) -> torch.dtype:
+    """What the kernels write: the inputs' dtype, except bfloat16 in the interpreter, which truncates
+    float32 -> bfloat16 instead of rounding to nearest (Triton 3.8): there the kernels write float32 and
+    PyTorch rounds, as a GPU's conversion does."""
+    return torch.float32 if _kernels().INTERPRETED and q.dtype == torch.bfloat16 else q.dtype
+
+
+def _pow2(n: int) -> int:
+    return max(16, 1 << (n - 1).bit_length())
+
+
+class _TritonFlash(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, plan: Plan, scale: float, blocks):
+        kern = _kernels()
+        N, H, L, E = q.shape
+        S, Ev = k.shape[2], v.shape[3]
+        dummy = torch.zeros(2, dtype=torch.int32, device=q.device)
+        o = q.new_empty(N, H, L, Ev, dtype=_store_dtype(q))
+        m = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # running max, base 2 (+inf: sees nothing)
+        inv_l = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # 1 / normaliser (0: sees nothing)
+        (bq, bk), _, _ = blocks
+        margs, flags = plan.args(bq, bk, False, dummy)
+        prec = _dot_precision(q)
+        kern._fwd[(triton_cdiv(L, bq), N * H)](
+            q, k, v, o, m, inv_l, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, *margs,
+            BLOCK_M=bq, BLOCK_N=bk, BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=prec, **flags)
+        o = o.to(q.dtype)
+        ctx.save_for_backward(q, k, v, o, m, inv_l)
+        ctx.cfg = (plan, scale, blocks)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        kern = _kernels()
+        q, k, v, o, m, inv_l = ctx.saved_tensors
+        plan, scale, (_, (bq1, bk1), (bq2, bk2)) = ctx.cfg
+        do = do.contiguous()
+        N, H, L, E = q.shape
+        Hkv, S, Ev = k.shape[1], k.shape[2], v.shape[3]
+        dummy = torch.zeros(2, dtype=torch.int32, device=q.device)
+        D = torch.empty(N, H, L, dtype=torch.float32, device=q.device)
+        kern._bwd_pre[(triton_cdiv(L, 64), N * H)](o, do, D, L, Ev, BLOCK_M=64, BLOCK_EV=_pow2(Ev))
+        store = _store_dtype(q)
+        dq, dk, dv = (torch.empty_like(x, dtype=store) for x in (q, k, v))
+        prec = _dot_precision(q)
+        common = dict(BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=prec)
+        margs, flags = plan.args(bq1, bk1, True, dummy)
+        kern._bwd_dkdv[(triton_cdiv(S, bk1), N * Hkv)](
+            q, k, v, do, m, inv_l, D, dk, dv, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, scale, *margs,
+            BLOCK_M=bq1, BLOCK_N=bk1, **common, **flags)
+        margs, flags = plan.args(bq2, bk2, False, dummy)
+        kern._bwd_dq[(triton_cdiv(L, bq2), N * H)](
+            q, k, v, do, m, inv_l, D, dq, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, scale, *margs,
+            BLOCK_M=bq2, BLOCK_N=bk2, **common, **flags)
+        return dq.to(q.dtype), dk.to(q.dtype), dv.to(q.dtype), None, None, None
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+              enable_gqa=False, *, block_q: int | None = None, block_k: int | None = None, score_mod=None):
+    """The triton form. ``block_q`` / ``block_k``: tile sizes, powers of two from 16 to 256 (default:
+    chosen per device and head dim). ``score_mod`` is reserved for score modifiers (not supported yet)."""
+    a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    why = unavailable(a.q.device)
+    if why is not None:
+        raise RuntimeError(f"the triton form cannot run on {a.q.device}: {why}")
+    if score_mod is not None:
+        raise Unsupported(f"score_mod={score_mod!r}: the triton form has no score modifiers; use flash or matrix")
+    if a.q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise Unsupported(f"query has dtype {a.q.dtype}; the triton form computes float16, bfloat16 and float32 "
+                          f"(for {a.q.dtype} use {OTHER_FORMS})")
+    if a.dropout_p > 0:
+        raise Unsupported(f"dropout_p={a.dropout_p}: the triton form has no dropout; use {OTHER_FORMS}")
+    if max(a.E, a.Ev) > MAX_HEAD_DIM:
+        raise Unsupported(f"head dims E={a.E}, Ev={a.Ev}: the triton form takes head dims up to {MAX_HEAD_DIM}; "
+                          f"use {OTHER_FORMS}")
+    if a.N * max(a.H, a.Hkv) > 65535:  # CUDA's second grid axis, one program per (batch, head)
+        raise Unsupported(f"batch x heads = {a.N} x {a.H} > 65535 programs on the triton form's second grid axis; "
+                          f"split the batch, or use {OTHER_FORMS}")
+    for name, b in (("block_q", block_q), ("block_k", block_k)):
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 16 or b > 256 or b & (b - 1)):
+            raise ValueError(f"{name} must be a power of two from 16 to 256 (a Triton tile), got {b!r}")
+    dense = None
+    if a.attn_mask is not None:
+        m = a.attn_mask
+        if m.dtype != torch.bool and m.requires_grad and torch.is_grad_enabled():
+            raise Unsupported(f"attn_mask of dtype {m.dtype} requires grad: the triton form does not compute "
+                              f"the gradient of a float mask; use {OTHER_FORMS}")
+        m = m.detach().view(torch.uint8) if m.dtype == torch.bool else m.detach()
+        dense = m.expand(a.N, a.H, a.L, a.S)
+    mask_fn = a.mask
+    rule = Rule(off=0) if a.is_causal else (rule_of(mask_fn, a.L, a.S) if mask_fn is not None else None)
+    plan = Plan(a.N, a.H, a.groups, a.L, a.S, rule, mask_fn if rule is None else None, dense)
+    interp = _interpreted(a.q.device)
+    blocks = _blocks(max(a.E, a.Ev), block_q, block_k, interp, wide=a.q.dtype == torch.float32)
+    out = _TritonFlash.apply(a.q.contiguous(), a.k.contiguous(), a.v.contiguous(), plan, a.scale, blocks)
+    return a.unflatten(out)

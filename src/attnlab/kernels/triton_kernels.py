@@ -1,0 +1,380 @@
+"""FlashAttention-2 as Triton kernels: the flash form's loop, one program per query tile on a GPU.
+
+The plain-PyTorch flash form (:mod:`attnlab.kernels.flash`) walks the key tiles in a Python loop
+and keeps, for every query row, three running numbers: ``m`` (the running max), ``l`` (the running
+normaliser) and ``acc`` (the unnormalised output). These kernels do the same, with one Triton
+program per (query tile, batch x head), so thousands of tiles run at once:
+
+* ``_fwd``       -- the online softmax over key tiles; writes the output and, per row, m and 1/l.
+* ``_bwd_pre``   -- the pre-pass ``D = rowsum(dO * O)``.
+* ``_bwd_dkdv``  -- one program per key tile: ``dV += P^T dO`` and ``dK += dS^T Q`` over the query tiles
+  (and over the query heads of a GQA group), so no two programs write the same dK / dV: no atomics.
+* ``_bwd_dq``    -- one program per query tile: ``dQ += dS K`` over the key tiles.
+
+Scores live in base 2 (``exp2`` is the GPU's native exponential): ``s = q.k * scale * log2(e)``
+and each row saves its ``m`` and ``1/l`` for the backward. Tiles are skipped, computed whole, or masked
+elementwise by :func:`_tile_range` / :func:`_needs_mask` / :func:`_visible`, from the mask's rule
+(causal with an offset, sliding window, prefix, document ids), a stored block map, or a dense mask.
+
+Written against Triton 3.6's language (plain pointers, no tensor descriptors), so the same file runs
+on the GPU machine's Triton 3.6 and under Triton 3.8's CPU interpreter (``TRITON_INTERPRET=1``).
+This module imports Triton; :mod:`attnlab.kernels.flash_triton` imports it only when the form runs.
+
+Papers: Dao, "FlashAttention-2" (2023); Triton's fused-attention tutorial (06-fused-attention.py).
+"""
+
+import triton
+import triton.language as tl
+
+from .flash_triton import interpreting
+
+LOG2E = 1.4426950408889634  # scores are kept in base 2: exp(x) = exp2(x * log2(e))
+INTERPRETED = interpreting()  # Triton decides when a kernel is defined, i.e. now: interpreter or GPU
+
+
+def _autotune(key):
+    """A small autotune list for Hopper (H100 / H200): the block sizes are fixed by the host (a block
+    map is built per block size), so only warps and pipeline stages are tuned -- 4 or 8 warps (the
+    bigger tiles of head dim 128 want 8), 2 to 4 stages (Hopper's shared memory holds 3-4 stages of
+    a 128 x 64 bf16 tile pair). The interpreter runs the first config only: it has no clock to tune."""
+    if INTERPRETED:
+        return lambda fn: fn
+    configs = [triton.Config({}, num_warps=w, num_stages=s) for w, s in ((4, 2), (4, 3), (8, 3), (8, 4))]
+    return triton.autotune(configs=configs, key=key)
+
+
+@triton.jit
+def _dot(a, b, DOT_PREC: tl.constexpr):
+    """a @ b accumulated in float32. "upcast" (the interpreter, half types): operands cast to float32
+    first -- the interpreter's dot misreads bfloat16 (Triton 3.8), and a tensor core's products of
+    half-precision numbers are exact in float32 anyway."""
+    if DOT_PREC == "upcast":
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision=DOT_PREC)
+
+
+@triton.jit
+def _operand(x, dtype, DOT_PREC: tl.constexpr):
+    """Weights (P, dS) as a dot operand: rounded to the inputs' dtype for the tensor cores, as
+    FlashAttention does; kept in float32 where the dot runs in float32 anyway (the interpreter)."""
+    if DOT_PREC == "upcast":
+        return x
+    else:
+        return x.to(dtype)
+
+
+@triton.jit
+def _tile_range(row0, row1, n_other, off, window, prefix, RANGE, r_base,
+                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, HAS_RANGE: tl.constexpr,
+                TRANSPOSE: tl.constexpr):
+    """The span [lo, hi) of the other axis that rows row0..row1-1 can see (keys for a query tile,
+    queries for a key tile when TRANSPOSE): everything outside it is EMPTY and never visited."""
+    lo = row0 * 0
+    hi = lo + n_other
+    if TRANSPOSE:  # rows are keys j, the span is queries i; visible: j <= i + off and j > i + off - window
+        if CAUSAL:
+            lo = tl.maximum(row0 - off, 0)
+            if PREFIX:
+                lo = tl.where(row0 < prefix, 0, lo)
+        if WINDOW:
+            hi = tl.minimum(row1 - 1 - off + window, n_other)
+    else:  # rows are queries i, the span is keys j
+        if CAUSAL:
+            hi = tl.minimum(tl.maximum(row1 + off, 0), n_other)
+            if PREFIX:
+                hi = tl.maximum(hi, tl.minimum(prefix, n_other))
+        if WINDOW:
+            lo = tl.maximum(row0 + off - window + 1, 0)
+    if HAS_RANGE:  # a per-tile span from the host (document ids)
+        lo = tl.maximum(lo, tl.load(RANGE + r_base))
+        hi = tl.minimum(hi, tl.load(RANGE + r_base + 1))
+    return lo, hi
+
+
+@triton.jit
+def _needs_mask(q0, q1, k0, k1, L, S, off, window, prefix, pidx,
+                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, ELEMENTWISE: tl.constexpr,
+                TILES: tl.constexpr):
+    """False when every query q0..q1-1 sees every key k0..k1-1 (a FULL tile: no elementwise work)."""
+    need = (k1 > S) | ELEMENTWISE  # padded query rows need no mask: nothing of them is stored
+    if CAUSAL:
+        full = k1 - 1 <= q0 + off  # the first query already sees the last key
+        if WINDOW:
+            full = full & (k0 > q1 - 1 + off - window)  # and the last query still sees the first key
+        if PREFIX:
+            full = full | (k1 <= prefix)
+        need = need | (~full)
+    if TILES:
+        need = need | (pidx >= 0)
+    return need
+
+
+@triton.jit
+def _visible(i, j, b, h, L, S, off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
+             PACK, pidx, p_st, p_sn, p_sh, t_q0, t_k0,
+             CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
+             DENSE: tl.constexpr, TILES: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Which (query i, key j) pairs are visible; i and j are index tensors that broadcast to a tile."""
+    vis = (i < L) & (j < S)
+    if CAUSAL:
+        rule = j <= i + off
+        if WINDOW:
+            rule = rule & (j > i + off - window)
+        if PREFIX:
+            rule = rule | (j < prefix)
+        vis = vis & rule
+    if DOCS:
+        di = tl.load(DOC + b * doc_sb + i, mask=i < L, other=-1)
+        dj = tl.load(DOC + b * doc_sb + j, mask=j < S, other=-2)
+        vis = vis & (di == dj)
+    if DENSE == 1:  # a bool mask tensor, strides 0 where it broadcasts
+        keep = tl.load(MASK + b * m_sb + h * m_sh + i * m_sl + j * m_ss, mask=(i < L) & (j < S), other=0)
+        vis = vis & (keep != 0)
+    if TILES:  # the stored mask of a PARTIAL tile of the block map (pidx < 0: a FULL tile)
+        inside = (pidx >= 0) & (i < L) & (j < S)
+        ptr = PACK + pidx.to(tl.int64) * p_st + b * p_sn + h * p_sh + (i - t_q0) * BLOCK_K + (j - t_k0)
+        keep = tl.load(ptr, mask=inside, other=1)
+        vis = vis & (keep != 0)
+    return vis
+
+
+@triton.jit
+def _add_bias(s, i, j, b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE: tl.constexpr):
+    """Scores plus a float mask's values (in base 2); without a float mask, the scores untouched."""
+    if DENSE == 2:
+        x = tl.load(MASK + b * m_sb + h * m_sh + i * m_sl + j * m_ss, mask=(i < L) & (j < S), other=0.0)
+        s = s + x.to(tl.float32) * 1.4426950408889634
+    return s
+
+
+@triton.jit
+def _load_pair(X, Y, head, n, offs, offs_e, offs_ev, E, EV):
+    """Rows ``offs`` of head ``head`` of two (heads, n, E) / (heads, n, EV) tensors, zero-padded: (R, E), (R, EV)."""
+    inside = offs[:, None] < n
+    x = tl.load(X + (head.to(tl.int64) * n) * E + offs[:, None] * E + offs_e[None, :],
+                mask=inside & (offs_e[None, :] < E), other=0.0)
+    y = tl.load(Y + (head.to(tl.int64) * n) * EV + offs[:, None] * EV + offs_ev[None, :],
+                mask=inside & (offs_ev[None, :] < EV), other=0.0)
+    return x, y
+
+
+@triton.jit
+def _row_stats(M, IL, D, bh, L, offs_m):
+    """What the forward and the pre-pass saved per query row: m, 1/l and D (rows past L: P = 0, D = 0)."""
+    m = tl.load(M + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=float("inf"))
+    inv_l = tl.load(IL + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
+    Di = tl.load(D + bh.to(tl.int64) * L + offs_m, mask=offs_m < L, other=0.0)
+    return m, inv_l, Di
+
+
+@triton.jit
+def _span(row0, pid, b, n_other, off, window, prefix, RANGE, r_sb, COUNT,
+          CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
+          TILES: tl.constexpr, TRANSPOSE: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_OTHER: tl.constexpr):
+    """The loop bounds [t_lo, t_hi) over the other axis' tiles for row tile ``pid``: a span of tiles from
+    the mask's rule, or (a block map) an index into the row's list of non-EMPTY tiles."""
+    lo, hi = _tile_range(row0, row0 + BLOCK_ROWS, n_other, off, window, prefix, RANGE, b * r_sb + pid * 2,
+                         CAUSAL, WINDOW, PREFIX, DOCS, TRANSPOSE)
+    t_lo = lo // BLOCK_OTHER
+    t_hi = tl.cdiv(hi, BLOCK_OTHER)
+    if TILES:
+        t_lo = 0
+        t_hi = tl.load(COUNT + pid)
+    return t_lo, t_hi
+
+
+@triton.jit
+def _key_tile(q, k_ptr, v_ptr, t, pid_m, q0, offs_m, offs_e, offs_ev, b, h, L, S, E, EV, qk_scale,
+              off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss, LIST, PIDX, n_list, PACK, p_st, p_sn,
+              p_sh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+              PREFIX: tl.constexpr, DOCS: tl.constexpr, DENSE: tl.constexpr, TILES: tl.constexpr,
+              DOT_PREC: tl.constexpr):
+    """Step t of a query tile's loop over key tiles: the tile's keys k, values v and masked scores s (base 2)."""
+    pidx = -1
+    kt = t
+    if TILES:
+        kt = tl.load(LIST + pid_m * n_list + t)
+        pidx = tl.load(PIDX + pid_m * n_list + t)
+    k0 = kt * BLOCK_N
+    offs_n = k0 + tl.arange(0, BLOCK_N)
+    k = tl.load(k_ptr + offs_n[:, None] * E + offs_e[None, :],
+                mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
+    v = tl.load(v_ptr + offs_n[:, None] * EV + offs_ev[None, :],
+                mask=(offs_n[:, None] < S) & (offs_ev[None, :] < EV), other=0.0)
+    # --- scores of the tile, base 2 ---
+    s = _dot(q, tl.trans(k), DOT_PREC) * qk_scale  # (BLOCK_M, BLOCK_N)
+    s = _add_bias(s, offs_m[:, None], offs_n[None, :], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
+    # --- mask: only a PARTIAL tile does elementwise work ---
+    if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
+                   CAUSAL, WINDOW, PREFIX, DOCS or DENSE > 0, TILES):
+        vis = _visible(offs_m[:, None], offs_n[None, :], b, h, L, S, off, window, prefix, DOC, doc_sb,
+                       MASK, m_sb, m_sh, m_sl, m_ss, PACK, pidx, p_st, p_sn, p_sh, q0, k0,
+                       CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES, BLOCK_M, BLOCK_N)
+        s = tl.where(vis, s, float("-inf"))
+    return s, k, v
+
+
+@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
+@triton.jit
+def _fwd(Q, K, V, O, M, IL, H, G, L, S, E, EV, qk_scale,
+         off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
+         RANGE, r_sb, LIST, PIDX, COUNT, n_list, PACK, p_st, p_sn, p_sh,
+         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+         CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
+         DENSE: tl.constexpr, TILES: tl.constexpr, DOT_PREC: tl.constexpr):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)  # batch * H + query head
+    b = bh // H
+    h = bh % H
+    hk = b * (H // G) + h // G  # the key/value head this query head shares (GQA): read, never repeated
+    q0 = pid_m * BLOCK_M
+    offs_m = q0 + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    q_ptr = Q + (bh.to(tl.int64) * L) * E
+    k_ptr = K + (hk.to(tl.int64) * S) * E
+    v_ptr = V + (hk.to(tl.int64) * S) * EV
+    q = tl.load(q_ptr + offs_m[:, None] * E + offs_e[None, :], mask=(offs_m[:, None] < L) & (offs_e[None, :] < E),
+                other=0.0)  # (BLOCK_M, BLOCK_E), head dim padded with zeros
+    # --- the three running numbers of every row, as in the flash form ---
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max
+    l = tl.zeros([BLOCK_M], tl.float32)  # running normaliser
+    acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)  # running unnormalised output
+    # --- which key tiles to visit: a span from the mask's rule, or the block map's list of non-EMPTY tiles ---
+    t_lo, t_hi = _span(q0, pid_m, b, S, off, window, prefix, RANGE, r_sb, COUNT,
+                       CAUSAL, WINDOW, PREFIX, DOCS, TILES, False, BLOCK_M, BLOCK_N)
+    for t in range(t_lo, t_hi):
+        s, k, v = _key_tile(q, k_ptr, v_ptr, t, pid_m, q0, offs_m, offs_e, offs_ev, b, h, L, S, E, EV, qk_scale,
+                            off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss, LIST, PIDX, n_list,
+                            PACK, p_st, p_sn, p_sh, BLOCK_M, BLOCK_N, CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES,
+                            DOT_PREC)
+        # --- online softmax: rescale what was gathered to the new max, then add the tile ---
+        m_new = tl.maximum(m, tl.max(s, 1))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen nothing yet: 0, not -inf - -inf
+        p = tl.math.exp2(s - shift[:, None])  # unnormalised weights
+        alpha = tl.math.exp2(m - shift)  # rescale what was gathered to the new max
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + _dot(_operand(p, v.dtype, DOT_PREC), v, DOT_PREC)  # acc += weights @ v
+        m = m_new
+    # --- finish: acc / l. Saved per row for the backward: m and 1/l, so that P = exp2(s - m) / l is
+    # recomputed as the forward made it (a single log-sum-exp in float32 would lose |lse| ulps in exp).
+    # Rows with no visible key give 0 and save m = +inf, 1/l = 0: P = 0 in the backward ---
+    dead = l == 0.0
+    inv_l = tl.where(dead, 0.0, 1.0 / tl.where(dead, 1.0, l))
+    out = acc * inv_l[:, None]
+    o_ptr = O + (bh.to(tl.int64) * L) * EV
+    tl.store(o_ptr + offs_m[:, None] * EV + offs_ev[None, :], out.to(O.dtype.element_ty),
+             mask=(offs_m[:, None] < L) & (offs_ev[None, :] < EV))
+    tl.store(M + bh.to(tl.int64) * L + offs_m, tl.where(dead, float("inf"), m), mask=offs_m < L)
+    tl.store(IL + bh.to(tl.int64) * L + offs_m, inv_l, mask=offs_m < L)
+
+
+@triton.jit
+def _bwd_pre(O, DO, D, L, EV, BLOCK_M: tl.constexpr, BLOCK_EV: tl.constexpr):
+    """D = rowsum(dO * O), per query row, in float32."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    inside = (offs_m[:, None] < L) & (offs_ev[None, :] < EV)
+    base = (bh.to(tl.int64) * L) * EV + offs_m[:, None] * EV + offs_ev[None, :]
+    o = tl.load(O + base, mask=inside, other=0.0).to(tl.float32)
+    do = tl.load(DO + base, mask=inside, other=0.0).to(tl.float32)
+    tl.store(D + bh.to(tl.int64) * L + offs_m, tl.sum(o * do, 1), mask=offs_m < L)
+
+
+@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
+@triton.jit
+def _bwd_dkdv(Q, K, V, DO, M, IL, D, DK, DV, H, G, L, S, E, EV, qk_scale, scale,
+              off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
+              RANGE, r_sb, LIST, PIDX, COUNT, n_list, PACK, p_st, p_sn, p_sh,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+              CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
+              DENSE: tl.constexpr, TILES: tl.constexpr, DOT_PREC: tl.constexpr):
+    """One key tile: dK and dV summed over every query tile and every query head of its group."""
+    pid_n = tl.program_id(0)
+    bhk = tl.program_id(1)  # batch * Hkv + key head
+    Hkv = H // G
+    b = bhk // Hkv
+    k0 = pid_n * BLOCK_N
+    offs_n = k0 + tl.arange(0, BLOCK_N)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    kv_in = offs_n[:, None] < S
+    k, v = _load_pair(K, V, bhk, S, offs_n, offs_e, offs_ev, E, EV)
+    dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)
+    t_lo, t_hi = _span(k0, pid_n, b, L, off, window, prefix, RANGE, r_sb, COUNT,
+                       CAUSAL, WINDOW, PREFIX, DOCS, TILES, True, BLOCK_N, BLOCK_M)
+    for g in range(0, G):
+        h = (bhk % Hkv) * G + g
+        bh = b * H + h
+        for t in range(t_lo, t_hi):
+            pidx = -1
+            qt = t
+            if TILES:
+                qt = tl.load(LIST + pid_n * n_list + t)
+                pidx = tl.load(PIDX + pid_n * n_list + t)
+            q0 = qt * BLOCK_M
+            offs_m = q0 + tl.arange(0, BLOCK_M)
+            q, do = _load_pair(Q, DO, bh, L, offs_m, offs_e, offs_ev, E, EV)
+            m, inv_l, Di = _row_stats(M, IL, D, bh, L, offs_m)
+            # --- the tile's weights, transposed (keys x queries), recomputed from the saved m and 1/l ---
+            sT = _dot(k, tl.trans(q), DOT_PREC) * qk_scale
+            sT = _add_bias(sT, offs_m[None, :], offs_n[:, None], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
+            if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
+                           CAUSAL, WINDOW, PREFIX, DOCS or DENSE > 0, TILES):
+                vis = _visible(offs_m[None, :], offs_n[:, None], b, h, L, S, off, window, prefix, DOC, doc_sb,
+                               MASK, m_sb, m_sh, m_sl, m_ss, PACK, pidx, p_st, p_sn, p_sh, q0, k0,
+                               CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES, BLOCK_M, BLOCK_N)
+                sT = tl.where(vis, sT, float("-inf"))
+            pT = tl.math.exp2(sT - m[None, :]) * inv_l[None, :]  # (BLOCK_N, BLOCK_M), recomputed
+            dv += _dot(_operand(pT, do.dtype, DOT_PREC), do, DOT_PREC)  # dV += P^T dO
+            dpT = _dot(v, tl.trans(do), DOT_PREC)  # dP^T = V dO^T
+            dsT = pT * (dpT - Di[None, :])  # dS = P * (dP - D)
+            dk += _dot(_operand(dsT, q.dtype, DOT_PREC), q, DOT_PREC)  # dK += dS^T Q
+    out_in = kv_in & (offs_e[None, :] < E)
+    tl.store(DK + (bhk.to(tl.int64) * S) * E + offs_n[:, None] * E + offs_e[None, :],
+             (dk * scale).to(DK.dtype.element_ty), mask=out_in)
+    tl.store(DV + (bhk.to(tl.int64) * S) * EV + offs_n[:, None] * EV + offs_ev[None, :],
+             dv.to(DV.dtype.element_ty), mask=kv_in & (offs_ev[None, :] < EV))
+
+
+@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
+@triton.jit
+def _bwd_dq(Q, K, V, DO, M, IL, D, DQ, H, G, L, S, E, EV, qk_scale, scale,
+            off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
+            RANGE, r_sb, LIST, PIDX, COUNT, n_list, PACK, p_st, p_sn, p_sh,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
+            CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
+            DENSE: tl.constexpr, TILES: tl.constexpr, DOT_PREC: tl.constexpr):
+    """One query tile: dQ summed over its key tiles."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = b * (H // G) + h // G
+    q0 = pid_m * BLOCK_M
+    offs_m = q0 + tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_E)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    q_in = offs_m[:, None] < L
+    q, do = _load_pair(Q, DO, bh, L, offs_m, offs_e, offs_ev, E, EV)
+    m, inv_l, Di = _row_stats(M, IL, D, bh, L, offs_m)
+    k_ptr = K + (hk.to(tl.int64) * S) * E
+    v_ptr = V + (hk.to(tl.int64) * S) * EV
+    dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
+    t_lo, t_hi = _span(q0, pid_m, b, S, off, window, prefix, RANGE, r_sb, COUNT,
+                       CAUSAL, WINDOW, PREFIX, DOCS, TILES, False, BLOCK_M, BLOCK_N)
+    for t in range(t_lo, t_hi):
+        s, k, v = _key_tile(q, k_ptr, v_ptr, t, pid_m, q0, offs_m, offs_e, offs_ev, b, h, L, S, E, EV, qk_scale,
+                            off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss, LIST, PIDX, n_list,
+                            PACK, p_st, p_sn, p_sh, BLOCK_M, BLOCK_N, CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES,
+                            DOT_PREC)
+        p = tl.math.exp2(s - m[:, None]) * inv_l[:, None]  # the tile's weights, recomputed
+        dp = _dot(do, tl.trans(v), DOT_PREC)  # dP = dO V^T
+        ds = p * (dp - Di[:, None])  # dS = P * (dP - D)
+        dq += _dot(_operand(ds, k.dtype, DOT_PREC), k, DOT_PREC)  # dQ += dS K
+    tl.store(DQ + (bh.to(tl.int64) * L) * E + offs_m[:, None] * E + offs_e[None, :],
+             (dq * scale).to(DQ.dtype.element_ty), mask=q_in & (offs_e[None, :] < E))
