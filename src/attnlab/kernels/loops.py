@@ -8,8 +8,8 @@ It is slow by design -- millions of tiny Python operations where the matrix form
 matrix multiply -- so use it on small sizes only (a few thousand query-key pairs). It exists so
 you can read the arithmetic line by line and check it against the faster forms.
 
-A score modifier (``score_mod=``, see :mod:`attnlab.mods`) changes each scaled score before the
-mask, one score at a time.
+A score modifier (``score_mod=``, see :mod:`attnlab.mods`) changes the scaled scores of a row
+before the mask.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
               enable_gqa=False, *, score_mod=None):
     a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     mod = check_score_mod(score_mod)
-    idx = [torch.tensor(x).view(1, 1, 1, 1) for x in range(max(a.N, a.H, a.L, a.S))] if mod is not None else []
+    idx = [torch.tensor(x).view(1, 1, 1, 1) for x in range(max(a.N, a.H, a.L))] if mod is not None else []
+    keys = torch.arange(a.S).view(1, 1, 1, a.S)
     work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
     q, k, v = a.q.to(work), a.k.to(work), a.v.to(work)
     mask = a.dense_mask()
@@ -45,11 +46,13 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
             outs = []
             for i in range(a.L):
                 # 1. one score per key: the dot product of query i with key j, scaled
+                modded = None
+                if mod is not None:  # a score modifier sees row i's scaled scores, with their indices
+                    raw = torch.stack([(q[n, h, i] * k[n, hk, j]).sum() * a.scale for j in range(a.S)])
+                    modded = mod.apply(raw.view(1, 1, 1, a.S), idx[n], idx[h], idx[i], keys).view(a.S)
                 scores, visible = [], []
                 for j in range(a.S):
-                    s = (q[n, h, i] * k[n, hk, j]).sum() * a.scale
-                    if mod is not None:  # the score modifier sees one score and its four indices
-                        s = mod.apply(s.view(1, 1, 1, 1), idx[n], idx[h], idx[i], idx[j]).view(())
+                    s = (q[n, h, i] * k[n, hk, j]).sum() * a.scale if modded is None else modded[j]
                     if mask is not None:
                         if mask.dtype == torch.bool:
                             if not mask[n, h, i, j]:
