@@ -7,7 +7,9 @@ oracle, which applies the same modifier built on float64 copies of those tensors
 PyTorch's ``F.scaled_dot_product_attention`` takes no score modifier, so the tolerance rule's
 "PyTorch's own error" is measured on PyTorch's plain operations in the input dtype (matmul, the
 modifier, masked_fill, softmax, matmul): what a user would write without attnlab, as
-FlexAttention's own tests do.
+FlexAttention's own tests do. There are two equally natural orders -- scale the scores, or fold
+the scale into q first, as PyTorch's own math kernel does -- and their errors differ by chance from
+seed to seed; the rule takes the larger of the two, per quantity, as PyTorch's error.
 """
 
 from __future__ import annotations
@@ -74,14 +76,20 @@ def takes_score_mod(fn: Callable) -> bool:
 
 
 def eager(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
-          *, score_mod=None):
-    """PyTorch's plain operations in the input dtype, with a score modifier: the rule's "PyTorch" side."""
+          *, score_mod=None, fold_scale=False):
+    """PyTorch's plain operations in the input dtype, with a score modifier: the rule's "PyTorch" side.
+
+    ``fold_scale=True`` multiplies q by the scale before the matmul instead of the scores after it.
+    """
     H, Hkv, L, S = query.shape[-3], key.shape[-3], query.shape[-2], key.shape[-2]
     if enable_gqa and Hkv != H:
         key = key.repeat_interleave(H // Hkv, dim=-3)
         value = value.repeat_interleave(H // Hkv, dim=-3)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = query @ key.transpose(-2, -1) * scale  # (..., H, L, S)
+    if fold_scale:
+        scores = (query * scale) @ key.transpose(-2, -1)  # (..., H, L, S)
+    else:
+        scores = query @ key.transpose(-2, -1) * scale
     lead = scores.shape[:-3]
     s4 = scores.reshape(-1, H, L, S)
     if score_mod is not None:
@@ -95,3 +103,8 @@ def eager(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
         else:
             scores = scores + attn_mask
     return torch.softmax(scores, dim=-1) @ value
+
+
+def eager_folded(*args, **kwargs):
+    """:func:`eager` with the scale folded into q."""
+    return eager(*args, **kwargs, fold_scale=True)
