@@ -9,7 +9,9 @@ PyTorch's ``F.scaled_dot_product_attention`` takes no score modifier, so the tol
 modifier, masked_fill, softmax, matmul): what a user would write without attnlab, as
 FlexAttention's own tests do. There are two equally natural orders -- scale the scores, or fold
 the scale into q first, as PyTorch's own math kernel does -- and their errors differ by chance from
-seed to seed; the rule takes the larger of the two, per quantity, as PyTorch's error.
+seed to seed; the rule takes the larger of the two, per quantity, as PyTorch's error. A modifier
+that only adds a bias (ALiBi, relative bias) is also given to SDPA itself as a float mask, and
+SDPA's error counts too.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def _relative_bias(H, g, dt):
 def _alibi_softcap(H, g, dt):
     return [], lambda ts: mods.compose(mods.alibi(H), mods.softcap(CAP))
 
+
+ADDITIVE = {"alibi", "alibi slopes", "relative_bias"}  # score + bias: SDPA can take the bias as a float mask
 
 MOD_FAMILIES: dict[str, Callable] = {
     "softcap": _softcap,
@@ -103,6 +107,22 @@ def eager(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
         else:
             scores = scores + attn_mask
     return torch.softmax(scores, dim=-1) @ value
+
+
+def sdpa_bias(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
+              *, score_mod=None):
+    """An additive modifier as PyTorch's SDPA sees it: its bias (the modifier applied to zero scores) as a
+    float mask, the case's mask folded in; gradients reach the modifier's tensors through the bias."""
+    H, L, S = query.shape[-3], query.shape[-2], key.shape[-2]
+    lead = query.shape[:-3]
+    zeros = torch.zeros(math.prod(lead), H, L, S, dtype=query.dtype)
+    bias = mods.apply_dense(mods.as_mod(score_mod), zeros).reshape(*lead, H, L, S)
+    if is_causal:
+        attn_mask, is_causal = torch.ones(L, S, dtype=torch.bool).tril(), False
+    if attn_mask is not None:
+        bias = bias.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else bias + attn_mask
+    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=bias, scale=scale,
+                                                            enable_gqa=enable_gqa)
 
 
 def eager_folded(*args, **kwargs):

@@ -258,9 +258,11 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
 
     theirs = run(mod_cases.eager if case.mod else F.scaled_dot_product_attention, dense)
     if case.mod:  # PyTorch's error: the larger of its two natural orders, per quantity (see mod_cases)
-        other = run(mod_cases.eager_folded, dense)
-        theirs = [max(t, o, key=lambda x, r=r: oracle.max_err(x, r))
-                  for t, o, r in zip(theirs, other, ref, strict=True)]
+        others = [run(mod_cases.eager_folded, dense)]
+        if case.mod in mod_cases.ADDITIVE:
+            others.append(run(mod_cases.sdpa_bias, dense))
+        theirs = [max(ts, key=lambda x, r=r: oracle.max_err(x, r))
+                  for *ts, r in zip(theirs, *others, ref, strict=True)]
     try:
         mine = run(fn, mask if accepts_masks else dense, case.dropout_p)
     except Exception as e:  # a form that cannot run a case fails it, with the reason

@@ -7,7 +7,7 @@
 transformers runs every attention layer through a function it looks up by name (its
 ``AttentionInterface``). :func:`register` adds one such function per single-process form:
 ``"attnlab"`` for the flash form and ``"attnlab_<form>"`` for the others (``attnlab_matrix``,
-``attnlab_loops``, ``attnlab_sdpa``, ...). The flash form is plain ``"attnlab"`` because transformers
+``attnlab_loops``, ...). The flash form is plain ``"attnlab"`` because transformers
 treats any name containing "flash" as a FlashAttention kernel to fetch from its hub, and fails with
 "Could not find the currently requested flash attention implementation".
 
@@ -18,7 +18,7 @@ sliding window or packed-sequence boundaries -- or no mask at all, when plain ca
 hands GQA to the form (``enable_gqa``), the model's ``scaling``, its attention dropout, and Gemma 2's
 soft-capping as a score modifier (:func:`attnlab.mods.softcap`), and returns (B, L, H, d) as
 transformers expects. What a form cannot do (soft-capping in ``sdpa``, attention sinks) is a
-clear error, not a silent wrong answer.
+clear error, not a silent wrong answer. (The sdpa form is PyTorch's own: transformers has it as "sdpa".)
 
 transformers is an optional extra: ``pip install 'attnlab[hf]'``.
 """
@@ -56,8 +56,12 @@ def impl_name(form: str) -> str:
 
 
 def names() -> dict[str, str]:
-    """transformers name -> attnlab form, for every form that runs in one process."""
-    return {impl_name(n): n for n in kernels.forms()}
+    """transformers name -> attnlab form, for every form that runs in one process but ``sdpa``.
+
+    The sdpa form is PyTorch's own, which transformers already has as "sdpa" (and transformers
+    reads any name containing "sdpa" as its own implementation).
+    """
+    return {impl_name(n): n for n in kernels.forms() if n != "sdpa"}
 
 
 def attention_forward(form: str) -> Callable:
