@@ -17,8 +17,9 @@ sliding window or packed-sequence boundaries -- or no mask at all, when plain ca
 (``is_causal``) says the same. The function then makes the same choices PyTorch's SDPA path does,
 hands GQA to the form (``enable_gqa``), the model's ``scaling``, its attention dropout, and Gemma 2's
 soft-capping as a score modifier (:func:`attnlab.mods.softcap`), and returns (B, L, H, d) as
-transformers expects. What a form cannot do (soft-capping in ``sdpa``, attention sinks) is a
-clear error, not a silent wrong answer. (The sdpa form is PyTorch's own: transformers has it as "sdpa".)
+transformers expects (with the weights, for ``output_attentions=True``, from the matrix form).
+What a form cannot do (soft-capping without score modifiers, attention sinks) is a clear error,
+not a silent wrong answer. The sdpa form is PyTorch's own, which transformers has as "sdpa".
 
 transformers is an optional extra: ``pip install 'attnlab[hf]'``.
 """
@@ -101,9 +102,12 @@ def attention_forward(form: str) -> Callable:
                 raise NotImplementedError(f"this model soft-caps its attention scores (softcap={softcap}) and form "
                                           f"{form!r} has no score modifiers; use one of: {able}")
             extra["score_mod"] = _softcap(float(softcap))
+        if form == "matrix":  # the one form that holds the weights: hand them over (output_attentions=True)
+            extra["return_weights"] = True
         out = f.fn(query, key, value, attention_mask, float(dropout or 0.0), causal, scaling,
                    key.shape[1] != query.shape[1], **extra)  # (B, H, L, d)
-        return out.transpose(1, 2).contiguous(), None
+        out, weights = out if isinstance(out, tuple) else (out, None)
+        return out.transpose(1, 2).contiguous(), weights
 
     forward.__name__ = f"attnlab_{form}_attention_forward"
     return forward
