@@ -140,3 +140,26 @@ def test_without_transformers_the_message_names_the_extra(run_cli, tmp_path):
     r = run_cli("verify", "--model", "x", env={"PYTHONPATH": str(fake)})
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "pip install 'attnlab[hf]'" in r.stderr
+
+
+def test_adapter_against_transformers_sdpa_function_directly():
+    """The layer function itself: a T5-style position_bias with a bool mask, GQA, the model's scaling."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    g = torch.Generator().manual_seed(0)
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal = 2, True
+    q = torch.randn(2, 4, 6, 8, generator=g)
+    k, v = torch.randn(2, 2, 9, 8, generator=g), torch.randn(2, 2, 9, 8, generator=g)
+    mask = torch.rand(2, 1, 6, 9, generator=g) > 0.3
+    mask[..., 0] = True
+    bias = torch.randn(1, 4, 6, 9, generator=g)
+    want, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.3, position_bias=bias)
+    for form in ("flash", "matrix", "loops"):
+        got, weights = attnlab.hf.attention_forward(form)(module, q, k, v, mask, scaling=0.3, position_bias=bias)
+        err = (got - want).abs().max().item()
+        print(f"{form}: {err:.2e}")
+        assert got.shape == (2, 6, 4, 8) and err < 1e-5
+        assert (weights is not None) == (form == "matrix")
+    with pytest.raises(NotImplementedError, match="attention sinks"):
+        attnlab.hf.attention_forward("flash")(module, q, k, v, None, s_aux=torch.zeros(4))

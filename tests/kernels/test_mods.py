@@ -91,7 +91,7 @@ def test_bad_modifiers_are_named(impl):
                                                               "squash"), **kw)
     with pytest.raises(TypeError, match="score modifier to_f32 returned dtype torch.float32"):
         attnlab.attention(q, k, v, score_mod=mods.Mod.from_fn(lambda s, b, h, i, j: s.float(), "to_f32"), **kw)
-    with pytest.raises(ValueError, match="alibi\\(2\\) holds 2 heads but the attention has at least"):
+    with pytest.raises(ValueError, match=r"score modifier alibi holds 2 heads but the attention has at least [34]"):
         attnlab.attention(q, k, v, score_mod=mods.alibi(2), **kw)
 
 
