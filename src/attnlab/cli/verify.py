@@ -30,7 +30,6 @@ def add_parser(sub):
 def run(args) -> int:
     from attnlab import kernels
     from attnlab.lab import verify
-    from attnlab.lab.results import write_json
     from attnlab.report.terminal import console, progress, verify_table
 
     from . import UsageError
@@ -52,11 +51,7 @@ def run(args) -> int:
     if bad or not dtypes:
         raise UsageError(f"--dtype {args.dtype!r}: choose from {', '.join(verify.DTYPES)}")
 
-    if args.json:  # before the run, not after it: a folder that cannot be made is known now
-        try:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"cannot write {args.json}: {e.strerror or e}") from None
+    json_folder(args.json)  # before the run, not after it: a folder that cannot be made is known now
 
     cases = verify.default_cases(dtypes, long=not args.quick)
     with progress(len(cases) * len(targets), "cases") as advance:
@@ -67,13 +62,34 @@ def run(args) -> int:
     verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
     console.print(f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, "
                   f"{c['skipped']} skipped, over {len(targets)} form(s): {', '.join(targets)}")
-    if args.json:
-        try:
-            write_json(result, Path(args.json))
-        except OSError as e:
-            raise UsageError(f"cannot write {args.json}: {e.strerror or e}") from None
-        console.print(f"wrote {args.json}")
+    save_json(result, args.json)
     return 0 if result.passed else 1
+
+
+def json_folder(path: str | None) -> None:
+    """Make the folder of ``--json PATH`` now; one that cannot be made is a usage error."""
+    from . import UsageError
+
+    if path:
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def save_json(result, path: str | None) -> None:
+    """Write ``result`` to ``--json PATH`` (if given) and say so."""
+    from attnlab.lab.results import write_json
+    from attnlab.report.terminal import console
+
+    from . import UsageError
+
+    if path:
+        try:
+            write_json(result, Path(path))
+        except OSError as e:
+            raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+        console.print(f"wrote {path}")
 
 
 def run_model(args, specs: list[str]) -> int:
@@ -87,7 +103,6 @@ def run_model(args, specs: list[str]) -> int:
     except hf.MissingExtra as e:
         raise UsageError(str(e)) from None
     from attnlab.lab import hf_check
-    from attnlab.lab.results import write_json
     from attnlab.report.hf import model_table
     from attnlab.report.terminal import console, progress
 
@@ -96,11 +111,7 @@ def run_model(args, specs: list[str]) -> int:
     if bad:
         raise UsageError(f"--impl {', '.join(bad)}: --model runs registered single-process forms other than sdpa "
                          f"({', '.join(known)})")
-    if args.json:
-        try:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"cannot write {args.json}: {e.strerror or e}") from None
+    json_folder(args.json)
     console.print(f"attnlab verify --model {args.model}: {', '.join(specs)} (logits, {hf_check.NEW_TOKENS} greedy "
                   f"tokens, gradients)")
     try:
@@ -113,10 +124,5 @@ def run_model(args, specs: list[str]) -> int:
     c = sum(r.status == "pass" for r in result.rows)
     verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
     console.print(f"{verdict}: {c} of {len(result.rows)} form(s) pass on {args.model}")
-    if args.json:
-        try:
-            write_json(result, Path(args.json))
-        except OSError as e:
-            raise UsageError(f"cannot write {args.json}: {e.strerror or e}") from None
-        console.print(f"wrote {args.json}")
+    save_json(result, args.json)
     return 0 if result.passed else 1
