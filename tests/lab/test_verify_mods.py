@@ -5,11 +5,12 @@ import torch.nn.functional as F
 import attnlab
 from attnlab.lab import mod_cases, verify
 
-MOD_CASES = [c for c in verify.default_cases(["float32"], long=False) if c.mod]
+MOD_CASES = [c for c in verify.default_cases(["float32", "float64"], long=False) if c.mod]
 
 
 def test_mod_cases_cover_every_family_and_learnable_tensors():
     assert {c.mod for c in MOD_CASES} == set(mod_cases.MOD_FAMILIES)
+    assert {c.dtype for c in MOD_CASES if c.mod in mod_cases.FLOAT64_ONLY} == {"float64"}
     r = verify.verify({"flash": attnlab.forms()["flash"].fn}, MOD_CASES)
     for row in r.rows:
         print(row.case, [(c.quantity, f"{c.err:.2e}", f"{c.allowed:.2e}") for c in row.comparisons])

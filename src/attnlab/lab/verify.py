@@ -103,14 +103,17 @@ def default_cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), lo
     base += [
         Case("score_mod softcap(2), causal", is_causal=True, mod="softcap"),
         Case("score_mod alibi, GQA 6/2 causal", batch=(1,), H=6, Hkv=2, L=40, E=32, is_causal=True, mod="alibi"),
-        Case("score_mod alibi slopes, learnable, padding", mask="padding", mod="alibi slopes"),
         Case("score_mod relative_bias, learnable, L<S", batch=(1,), H=2, L=33, S=97, mod="relative_bias"),
         Case("score_mod alibi then softcap, sliding window", batch=(2,), H=2, L=61, mask="sliding_window",
              mod="alibi then softcap"),
     ]
     if long:
         base.append(Case("L=1025 causal", batch=(1,), H=2, L=1025, E=64, is_causal=True))
-    return [Case(**{**c.__dict__, "dtype": dt}) for dt in dtypes for c in base]
+    cases = [Case(**{**c.__dict__, "dtype": dt}) for dt in dtypes for c in base]
+    if "float64" in dtypes:  # learnable ALiBi slopes: float64 only (see mod_cases.FLOAT64_ONLY)
+        cases.append(Case("score_mod alibi slopes, learnable, padding", mask="padding", mod="alibi slopes",
+                          dtype="float64"))
+    return cases
 
 
 def make_inputs(case: Case, seed: int):
