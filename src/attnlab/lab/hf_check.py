@@ -167,6 +167,9 @@ def check_model(name_or_path: str, forms: list[str], *, seed: int = 0,
         start = time.perf_counter()
         try:
             model.set_attn_implementation(impl)
+            if model.config._attn_implementation != impl:  # transformers only warns: the form would not run
+                raise RuntimeError(f"{type(model).__name__} does not let transformers switch its attention "
+                                   f"implementation (it does not use transformers' AttentionInterface)")
             with torch.no_grad():
                 logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
             comp_l = oracle.compare("logits", logits[valid], ref_logits[valid], logits64[valid], torch.float32)
