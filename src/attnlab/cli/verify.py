@@ -23,7 +23,8 @@ def add_parser(sub):
     p.add_argument("--model", metavar="NAME_OR_PATH",
                    help="instead of the grid: run each form inside this Hugging Face causal LM (a hub name or a "
                         "local folder) and compare logits, 16 greedy tokens and gradients with the model's own "
-                        "attention (needs pip install 'attnlab[hf]')")
+                        "attention in float32; --dtype, --quick and --show do not apply (needs pip install "
+                        "'attnlab[hf]')")
     p.set_defaults(run=run)
 
 
