@@ -3,12 +3,13 @@
     import attnlab
     out = attnlab.attention(q, k, v, is_causal=True, impl="matrix")   # PyTorch's SDPA signature
 
-Forms: ``attnlab.forms()``. Masks as functions: ``attnlab.masks``.
+Forms: ``attnlab.forms()``. Masks as functions: ``attnlab.masks``. Score modifiers
+(soft-capping, ALiBi, a learned relative bias): ``attnlab.mods``, passed as ``score_mod=``.
 """
 
-from . import masks
+from . import masks, mods
 from .kernels import Form, attention, forms, register
 
 __version__ = "0.1.0"
 
-__all__ = ["Form", "attention", "forms", "masks", "register", "__version__"]
+__all__ = ["Form", "attention", "forms", "masks", "mods", "register", "__version__"]

@@ -26,9 +26,9 @@ def test_demo_writes_figures_and_json(run_cli, tmp_path):
 def test_verify_passes_for_a_registered_form(run_cli, tmp_path):
     r = run_cli("verify", "--impl", "matrix", "--dtype", "float32", "--quick", "--json", "v.json")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "ALL PASS" in r.stdout and "29 passed, 0 failed" in r.stdout
+    assert "ALL PASS" in r.stdout and "33 passed, 0 failed" in r.stdout
     j = json.loads((tmp_path / "v.json").read_text())
-    assert len(j["rows"]) == 29 and j["rows"][0]["comparisons"][0]["quantity"] == "out"
+    assert len(j["rows"]) == 33 and j["rows"][0]["comparisons"][0]["quantity"] == "out"
 
 
 def test_verify_users_own_function_and_exit_code(run_cli, tmp_path):

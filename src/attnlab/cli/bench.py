@@ -26,6 +26,8 @@ def add_parser(sub):
     p.add_argument("--causal", action="store_true", help="is_causal=True")
     p.add_argument("--mask", metavar="NAME", help="a mask function: causal, causal_lower_right, "
                                                   "sliding_window:W, prefix_lm:N or document:K")
+    p.add_argument("--mod", metavar="NAME", help="a score modifier: softcap:CAP (e.g. softcap:30) or alibi; forms "
+                                                 "without score modifiers are skipped, flex compiles the same one")
     p.add_argument("--batch", type=int, help="batch size B (default: 1)")
     p.add_argument("--heads", type=int, help="heads H (default: 8)")
     p.add_argument("--head-dim", type=int, help="head dimension d (default: 64)")
@@ -76,7 +78,8 @@ def run(args) -> int:
     given = {"seq": tuple(args.seq) if args.seq else None, "impls": tuple(dict.fromkeys(impls)) or None,
              "batch": args.batch, "heads": args.heads, "head_dim": args.head_dim, "dtype": args.dtype,
              "device": args.device, "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,
-             "budget_s": args.budget, "mask": args.mask, "seed": args.seed, "matmul_n": args.matmul_size}
+             "budget_s": args.budget, "mask": args.mask, "mod": args.mod, "seed": args.seed,
+             "matmul_n": args.matmul_size}
     try:
         given["memory_limit_bytes"] = parse_size(args.max_memory) if args.max_memory else None
         cfg = bench.BenchConfig(causal=args.causal, backward=args.backward,

@@ -20,13 +20,17 @@ def add_parser(sub):
     p.add_argument("--show", choices=["all", "failures"], default="all", help="which rows to print")
     p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
+    p.add_argument("--model", metavar="NAME_OR_PATH",
+                   help="instead of the grid: run each form inside this Hugging Face causal LM (a hub name or a "
+                        "local folder) and compare logits, 16 greedy tokens and gradients with the model's own "
+                        "attention in float32; --dtype, --quick and --show do not apply (needs pip install "
+                        "'attnlab[hf]')")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     from attnlab import kernels
     from attnlab.lab import verify
-    from attnlab.lab.results import write_json
     from attnlab.report.terminal import console, progress, verify_table
 
     from . import UsageError
@@ -34,6 +38,8 @@ def run(args) -> int:
     specs = [s.strip() for item in (args.impl or []) for s in item.split(",") if s.strip()]
     if not specs:
         specs = [n for n in kernels.forms() if n != "sdpa"]
+    if args.model:
+        return run_model(args, specs)
     targets = {}
     for spec in specs:
         try:
@@ -46,11 +52,7 @@ def run(args) -> int:
     if bad or not dtypes:
         raise UsageError(f"--dtype {args.dtype!r}: choose from {', '.join(verify.DTYPES)}")
 
-    if args.json:  # before the run, not after it: a folder that cannot be made is known now
-        try:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"cannot write {args.json}: {e.strerror or e}") from None
+    json_folder(args.json)  # before the run, not after it: a folder that cannot be made is known now
 
     cases = verify.default_cases(dtypes, long=not args.quick)
     with progress(len(cases) * len(targets), "cases") as advance:
@@ -61,10 +63,67 @@ def run(args) -> int:
     verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
     console.print(f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, "
                   f"{c['skipped']} skipped, over {len(targets)} form(s): {', '.join(targets)}")
-    if args.json:
+    save_json(result, args.json)
+    return 0 if result.passed else 1
+
+
+def json_folder(path: str | None) -> None:
+    """Make the folder of ``--json PATH`` now; one that cannot be made is a usage error."""
+    from . import UsageError
+
+    if path:
         try:
-            write_json(result, Path(args.json))
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise UsageError(f"cannot write {args.json}: {e.strerror or e}") from None
-        console.print(f"wrote {args.json}")
+            raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def save_json(result, path: str | None) -> None:
+    """Write ``result`` to ``--json PATH`` (if given) and say so."""
+    from attnlab.lab.results import write_json
+    from attnlab.report.terminal import console
+
+    from . import UsageError
+
+    if path:
+        try:
+            write_json(result, Path(path))
+        except OSError as e:
+            raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+        console.print(f"wrote {path}")
+
+
+def run_model(args, specs: list[str]) -> int:
+    """`verify --model`: the three checks of attnlab.lab.hf_check, one table row per form."""
+    from attnlab.nn import hf
+
+    from . import UsageError
+
+    try:
+        hf.require("transformers")
+    except hf.MissingExtra as e:
+        raise UsageError(str(e)) from None
+    from attnlab.lab import hf_check
+    from attnlab.report.hf import model_table
+    from attnlab.report.terminal import console, progress
+
+    known = hf.names().values()
+    bad = [s for s in specs if s not in known]
+    if bad:
+        raise UsageError(f"--impl {', '.join(bad)}: --model runs registered single-process forms other than sdpa "
+                         f"({', '.join(known)})")
+    json_folder(args.json)
+    console.print(f"attnlab verify --model {args.model}: {', '.join(specs)} (logits, {hf_check.NEW_TOKENS} greedy "
+                  f"tokens, gradients)")
+    try:
+        with progress(len(specs), "forms") as advance:
+            result = hf_check.check_model(args.model, specs, seed=args.seed, progress=advance)
+    except (OSError, ValueError) as e:  # no such model, or not a causal LM transformers can load
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UsageError(f"cannot load a causal LM from {args.model!r}: {first}") from None
+    console.print(model_table(result))
+    c = sum(r.status == "pass" for r in result.rows)
+    verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
+    console.print(f"{verdict}: {c} of {len(result.rows)} form(s) pass on {args.model}")
+    save_json(result, args.json)
     return 0 if result.passed else 1

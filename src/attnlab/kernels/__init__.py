@@ -34,6 +34,7 @@ class Form:
     max_work: int | None = None  # largest N*H*L*S a checker or benchmark should give it
     shared_dropout: bool = True  # drops the same weights as every attnlab form for one seed (kernels.dropout)
     distributed: bool = False  # True: runs only across the ranks of a torch.distributed process group (ring)
+    score_mod: bool = False  # True: takes score_mod= (attnlab.mods), forward and backward
     unavailable: Callable[[torch.device], str | None] | None = None  # why it cannot run on a device (None: it can)
 
     def why_not(self, device="cpu") -> str | None:
@@ -46,9 +47,9 @@ _REGISTRY: dict[str, Form] = {}
 
 def register(name: str, fn: Callable[..., torch.Tensor], summary: str, *, slow: bool = False,
              max_work: int | None = None, shared_dropout: bool = True, distributed: bool = False,
-             unavailable: Callable[[torch.device], str | None] | None = None) -> None:
-    """Add a form under ``name`` (it must take SDPA's arguments)."""
-    _REGISTRY[name] = Form(name, fn, summary, slow, max_work, shared_dropout, distributed, unavailable)
+             score_mod: bool = False, unavailable: Callable[[torch.device], str | None] | None = None) -> None:
+    """Add a form under ``name`` (it must take SDPA's arguments; ``score_mod=True`` if it takes score_mod=)."""
+    _REGISTRY[name] = Form(name, fn, summary, slow, max_work, shared_dropout, distributed, score_mod, unavailable)
 
 
 def forms(distributed: bool = False, device="cpu") -> dict[str, Form]:
@@ -76,17 +77,24 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     is added to the scores; either broadcasts. ``is_causal=True`` is aligned upper-left as in
     PyTorch; for lower-right (KV-cache decoding) pass ``attn_mask=attnlab.masks.causal_lower_right()``.
     Rows whose every key is masked give zeros. Extra keywords go to the form (e.g. tile sizes).
+    ``score_mod=`` (:mod:`attnlab.mods`) changes each scaled score before the mask, in the forms
+    that support it (loops, matrix, flash).
     """
-    return get(impl).fn(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, **kwargs)
+    form = get(impl)
+    if kwargs.get("score_mod") is not None and not form.score_mod:
+        with_mods = ", ".join(n for n, f in _REGISTRY.items() if f.score_mod)
+        raise Unsupported(f"form {impl!r} takes no score_mod; forms that do: {with_mods}")
+    return form.fn(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, **kwargs)
 
 
 def _register_builtin() -> None:
     from . import flash, flash_triton, loops, matrix, ring, sdpa
 
     register("loops", loops.attention, "explicit Python loops over batch, head, query and key",
-             slow=True, max_work=1_000)
-    register("matrix", matrix.attention, "the four lines: scores, mask, softmax, weights @ v")
-    register("flash", flash.attention, "tiled online softmax, O(L) memory, FlashAttention-2 backward")
+             slow=True, max_work=1_000, score_mod=True)
+    register("matrix", matrix.attention, "the four lines: scores, mask, softmax, weights @ v", score_mod=True)
+    register("flash", flash.attention, "tiled online softmax, O(L) memory, FlashAttention-2 backward",
+             score_mod=True)
     register("sdpa", sdpa.attention, "PyTorch's own F.scaled_dot_product_attention", shared_dropout=False)
     register("triton", flash_triton.attention, "FlashAttention-2 as Triton GPU kernels (CPU: Triton's interpreter)",
              slow=flash_triton.interpreting(), max_work=flash_triton.max_work(), shared_dropout=False,

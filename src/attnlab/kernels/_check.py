@@ -99,6 +99,17 @@ def _shape(t: torch.Tensor) -> str:
     return "(" + ", ".join(str(s) for s in t.shape) + ")"
 
 
+def check_score_mod(score_mod):
+    """``score_mod=``: None, an :class:`attnlab.mods.Mod`, or a function (score, b, h, q_idx, kv_idx) -> score.
+
+    Returns a Mod or None; anything not callable is a TypeError naming ``score_mod``. What the
+    modifier returns (shape, dtype) is checked each time it runs (:meth:`Mod.apply`).
+    """
+    from .mods import as_mod
+
+    return as_mod(score_mod)
+
+
 def check(
     query,
     key,

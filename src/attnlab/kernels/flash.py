@@ -21,6 +21,11 @@ query can see are skipped outright and tiles that every query sees need no eleme
 Grouped-query attention reads each key/value head once for all the query heads that share it
 (the query heads of a group become extra rows), never materialising repeated K and V.
 
+A score modifier (:mod:`attnlab.mods`) is applied to each tile's scores before the mask. The
+backward pass applies the chain rule inside the tile: it recomputes the tile's raw scores, runs
+the modifier under autograd, and pulls dS back through it to the raw scores and to any tensor the
+modifier holds (a bias table, ALiBi slopes) -- one tile at a time, never L x S.
+
 Papers: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness"
 (2022); Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning"
 (2023). The online softmax: Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018).
@@ -31,8 +36,9 @@ from __future__ import annotations
 import torch
 
 from . import dropout
-from ._check import check
+from ._check import check, check_score_mod
 from .masks import EMPTY, FULL, PARTIAL, Mask, causal
+from .mods import Mod, indices
 
 DEFAULT_BLOCK_Q = 256
 DEFAULT_BLOCK_K = 256
@@ -111,11 +117,19 @@ def _keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, like: torch.Tensor):
     return keep.reshape(N, Hkv, G * (q1 - q0), k1 - k0).to(like.dtype) / (1.0 - p)
 
 
-def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0):
+def _modify(mod: Mod, s: torch.Tensor, G: int, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
+    """Apply a score modifier to a tile's scores (N, Hkv, G*r, c), seen as (N, H, r, c) with H = Hkv*G."""
+    N, Hkv, _, c = s.shape
+    s4 = s.view(N, Hkv * G, q1 - q0, c)  # query head h = hk * G + g: the order of the caller's heads
+    return mod.apply(s4, *indices(N, Hkv * G, q0, q1, k0, k1, s.device)).view(N, Hkv, -1, c)
+
+
+def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0, mod: Mod | None = None):
     """Online-softmax forward. q5 (N, Hkv, G, L, E), k (N, Hkv, S, E), v (N, Hkv, S, Ev).
 
     Returns ``out`` (N, Hkv, G, L, Ev) and ``lse`` (N, Hkv, G, L); rows with no visible key get
-    out = 0 and lse = -inf. ``row0`` / ``col0`` place this block in a larger problem (for dropout).
+    out = 0 and lse = -inf. ``row0`` / ``col0`` place this block in a larger problem (for dropout and
+    the positions a score modifier ``mod`` sees).
     """
     N, Hkv, G, L, E = q5.shape
     S, Ev = k.shape[2], v.shape[3]
@@ -132,7 +146,7 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0):
         qi = (q5[:, :, :, q0:q1] * scale).reshape(N, Hkv, G * r, E)  # the scale folded into q once
         # |q.k| <= |q| |k|: when no score of this row block can leave [-SAFE_LOGIT, SAFE_LOGIT], exp can
         # neither overflow nor underflow, the running max is not needed, and the shift stays 0.
-        bounded = not tiles.has_bias and float((qi.norm(dim=-1) * k_norm).max()) <= SAFE_LOGIT
+        bounded = not tiles.has_bias and mod is None and float((qi.norm(dim=-1) * k_norm).max()) <= SAFE_LOGIT
         m = q5.new_full((N, Hkv, G * r), 0.0 if bounded else float("-inf"))  # running max (the shift)
         l = q5.new_zeros(N * Hkv, G * r)  # running normaliser
         acc = q5.new_zeros(N * Hkv, G * r, Ev)  # running unnormalised output
@@ -142,6 +156,8 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0):
             if kind == EMPTY:
                 continue  # no query in this tile sees any key in it
             s = torch.matmul(qi, kT[..., k0:k1], out=_tile(buf, (N, Hkv, G * r, k1 - k0)))  # scores
+            if mod is not None:
+                s = _modify(mod, s, G, row0 + q0, row0 + q1, col0 + k0, col0 + k1)
             if kind == PARTIAL:
                 _mask_scores(s.view(N, Hkv, G, r, k1 - k0), tiles.tile(qt, kt, q0, q1, k0, k1), Hkv, G)
             if bounded:
@@ -169,11 +185,13 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0):
 
 
 def backward_tiles(q5, k, v, out, dout, lse, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0,
-                   bias_shape=None, D=None):
+                   bias_shape=None, D=None, mod: Mod | None = None, mod_params=()):
     """FlashAttention-2 backward by recomputation. Returns dq5, dk, dv and (if ``bias_shape``) dbias.
 
     ``lse`` may come from a larger problem (ring attention passes the global one), as may ``D``,
-    the per-row rowsum(dO * O); both default to this block's own.
+    the per-row rowsum(dO * O); both default to this block's own. With a score modifier ``mod``,
+    dS is pulled back through it tile by tile, and the gradients of the tensors in ``mod_params``
+    are returned as a fifth item (a list).
     """
     N, Hkv, G, L, E = q5.shape
     S, Ev = k.shape[2], v.shape[3]
@@ -191,6 +209,7 @@ def backward_tiles(q5, k, v, out, dout, lse, scale, tiles: Tiles, seed=0, p=0.0,
     dk = torch.zeros_like(k)
     dv = torch.zeros_like(v)
     dbias = q5.new_zeros(bias_shape) if bias_shape is not None else None
+    dparams = [None] * len(mod_params)
     kT = k.transpose(-2, -1)
     n_tile = N * Hkv * G * min(bq, L) * min(bk, S)
     buf_s, buf_dp = q5.new_empty(n_tile), q5.new_empty(n_tile)  # two tiles, reused: no allocation per tile
@@ -210,6 +229,11 @@ def backward_tiles(q5, k, v, out, dout, lse, scale, tiles: Tiles, seed=0, p=0.0,
                 continue
             c = k1 - k0
             s = torch.matmul(qi, kT[..., k0:k1], out=_tile(buf_s, (N, Hkv, G * r, c)))
+            if mod is not None:  # the modified scores, with the graph that leads back to the raw ones
+                raw = s.detach().requires_grad_(True)
+                with torch.enable_grad():
+                    modded = _modify(mod, raw, G, row0 + q0, row0 + q1, col0 + k0, col0 + k1)
+                s = modded.detach().clone()
             if kind == PARTIAL:
                 _mask_scores(s.view(N, Hkv, G, r, c), tiles.tile(qt, kt, q0, q1, k0, k1), Hkv, G)
             P = s.sub_(li).exp_()  # the tile's weights (times 1/c), recomputed from the saved log-sum-exp
@@ -223,10 +247,28 @@ def backward_tiles(q5, k, v, out, dout, lse, scale, tiles: Tiles, seed=0, p=0.0,
             dS = dP.sub_(Di).mul_(P)  # dS = P * (dP - D)
             if dbias is not None:
                 _add_bias_grad(dbias, dS.view(N, H, r, c), q0, q1, k0, k1)
+            if mod is not None:  # chain rule through the modifier: dS to the raw scores and its tensors
+                dS, dparams = _through_mod(modded, raw, mod_params, dS, dparams)
             dqi.add_(torch.matmul(dS, k[:, :, k0:k1]))
             dk[:, :, k0:k1] += torch.matmul(dS.transpose(-2, -1), qi)  # qi holds q * scale
         dq5[:, :, :, q0:q1] = (dqi * scale).view(N, Hkv, G, r, E)
+    if mod is not None:
+        return dq5, dk, dv, dbias, dparams
     return dq5, dk, dv, dbias
+
+
+def _through_mod(modded, raw, params, dS, dparams):
+    """Backpropagate dS (w.r.t. the modified scores) through the modifier: d raw scores, and add to d params."""
+    want = [t for t in params if t is not None]
+    grads = torch.autograd.grad(modded, [raw, *want], dS, allow_unused=True)
+    it = iter(grads[1:])
+    for i, t in enumerate(params):
+        if t is None:
+            continue
+        g = next(it)
+        if g is not None:
+            dparams[i] = g if dparams[i] is None else dparams[i] + g
+    return grads[0], dparams
 
 
 def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, q0, q1, k0, k1) -> None:
@@ -238,26 +280,35 @@ def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, q0, q1, k0, k1) -> Non
 
 class _Flash(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q5, k, v, bias, tiles, scale, seed, p):
-        out, lse = forward_tiles(q5, k, v, scale, tiles, seed, p)
+    def forward(ctx, q5, k, v, bias, tiles, scale, seed, p, mod=None, *mod_params):
+        out, lse = forward_tiles(q5, k, v, scale, tiles, seed, p, mod=mod)
         ctx.save_for_backward(q5, k, v, bias, out, lse)
-        ctx.cfg = (tiles, scale, seed, p)
+        ctx.cfg = (tiles, scale, seed, p, mod)
+        ctx.mod_params = mod_params  # the modifier reads these itself; kept here for the chain rule
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q5, k, v, bias, out, lse = ctx.saved_tensors
-        tiles, scale, seed, p = ctx.cfg
+        tiles, scale, seed, p, mod = ctx.cfg
         want_bias = bias is not None and ctx.needs_input_grad[3]
-        dq, dk, dv, db = backward_tiles(q5, k, v, out, dout.contiguous(), lse, scale, tiles, seed, p,
-                                        bias_shape=bias.shape if want_bias else None)
-        return dq, dk, dv, db, None, None, None, None
+        want = [t if ctx.needs_input_grad[9 + i] else None for i, t in enumerate(ctx.mod_params)]
+        grads = backward_tiles(q5, k, v, out, dout.contiguous(), lse, scale, tiles, seed, p,
+                               bias_shape=bias.shape if want_bias else None, mod=mod, mod_params=want)
+        dparams = grads[4] if mod is not None else []
+        return (*grads[:4], None, None, None, None, None, *dparams)
 
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-              enable_gqa=False, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_BLOCK_K):
-    """The flash form. ``block_q`` / ``block_k``: tile sizes (any L, S; tiles need not divide them)."""
+              enable_gqa=False, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_BLOCK_K,
+              score_mod=None):
+    """The flash form. ``block_q`` / ``block_k``: tile sizes (any L, S; tiles need not divide them).
+
+    ``score_mod(score, b, h, q_idx, kv_idx)`` (:mod:`attnlab.mods`) changes each tile's scaled scores
+    before the mask; gradients reach q, k, v and the tensors the modifier holds.
+    """
     a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    mod = check_score_mod(score_mod)
     for name, b in (("block_q", block_q), ("block_k", block_k)):
         if isinstance(b, bool) or not isinstance(b, int) or b < 1:
             raise ValueError(f"{name} must be a positive integer tile size, got {b!r}")
@@ -269,5 +320,6 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     dense = a.attn_mask if bias is None else bias
     tiles = Tiles(a.N, a.H, a.L, a.S, min(block_q, a.L), min(block_k, a.S), mask_fn, dense, a.q.device)
     seed = dropout.draw_seed() if a.dropout_p > 0 else 0
-    out5 = _Flash.apply(q5, k, v, bias, tiles, a.scale, seed, a.dropout_p)  # (N, Hkv, G, L, Ev)
+    params = mod.params if mod is not None else ()
+    out5 = _Flash.apply(q5, k, v, bias, tiles, a.scale, seed, a.dropout_p, mod, *params)  # (N, Hkv, G, L, Ev)
     return a.unflatten(out5.reshape(a.N, a.H, a.L, a.Ev).to(a.q.dtype))

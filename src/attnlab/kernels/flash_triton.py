@@ -162,7 +162,8 @@ def triton_cdiv(a: int, b: int) -> int:
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False, *, block_q: int | None = None, block_k: int | None = None, score_mod=None):
     """The triton form. ``block_q`` / ``block_k``: tile sizes, powers of two from 16 to 256 (default:
-    chosen per device and head dim). ``score_mod`` is reserved for score modifiers (not supported yet)."""
+    chosen per device and head dim). ``score_mod`` is refused: the kernels have no score modifiers
+    (the flash form has them)."""
     a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     why = unavailable(a.q.device)
     if why is not None:

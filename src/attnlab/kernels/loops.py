@@ -7,6 +7,9 @@ score first so ``exp`` cannot overflow), then add up the values weighted by thos
 It is slow by design -- millions of tiny Python operations where the matrix form does one
 matrix multiply -- so use it on small sizes only (a few thousand query-key pairs). It exists so
 you can read the arithmetic line by line and check it against the faster forms.
+
+A score modifier (``score_mod=``, see :mod:`attnlab.mods`) changes the scaled scores of a row
+before the mask.
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ import math
 import torch
 
 from . import dropout
-from ._check import check
+from ._check import check, check_score_mod
 
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-              enable_gqa=False):
+              enable_gqa=False, *, score_mod=None):
     a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    mod = check_score_mod(score_mod)
+    idx = [torch.tensor(x).view(1, 1, 1, 1) for x in range(max(a.N, a.H, a.L))] if mod is not None else []
+    keys = torch.arange(a.S).view(1, 1, 1, a.S)
     work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
     q, k, v = a.q.to(work), a.k.to(work), a.v.to(work)
     mask = a.dense_mask()
@@ -40,9 +46,13 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
             outs = []
             for i in range(a.L):
                 # 1. one score per key: the dot product of query i with key j, scaled
+                modded = None
+                if mod is not None:  # a score modifier sees row i's scaled scores, with their indices
+                    raw = torch.stack([(q[n, h, i] * k[n, hk, j]).sum() * a.scale for j in range(a.S)])
+                    modded = mod.apply(raw.view(1, 1, 1, a.S), idx[n], idx[h], idx[i], keys).view(a.S)
                 scores, visible = [], []
                 for j in range(a.S):
-                    s = (q[n, h, i] * k[n, hk, j]).sum() * a.scale
+                    s = (q[n, h, i] * k[n, hk, j]).sum() * a.scale if modded is None else modded[j]
                     if mask is not None:
                         if mask.dtype == torch.bool:
                             if not mask[n, h, i, j]:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from . import dropout
-from ._check import check
+from ._check import check, check_score_mod
+from .mods import apply_dense
 
 
 def safe_softmax(scores: torch.Tensor) -> torch.Tensor:
@@ -42,9 +43,13 @@ def apply_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-              enable_gqa=False, *, return_weights: bool = False):
-    """The matrix form. With ``return_weights=True`` returns ``(out, weights)``; weights (..., H, L, S)."""
+              enable_gqa=False, *, return_weights: bool = False, score_mod=None):
+    """The matrix form. With ``return_weights=True`` returns ``(out, weights)``; weights (..., H, L, S).
+
+    ``score_mod(score, b, h, q_idx, kv_idx)`` (:mod:`attnlab.mods`) changes the scaled scores before the mask.
+    """
     a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    mod = check_score_mod(score_mod)
     work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
     q, k, v = a.q.to(work), a.k.to(work), a.v.to(work)
     if a.groups > 1:  # GQA: each key/value head serves `groups` consecutive query heads
@@ -52,6 +57,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         v = v.repeat_interleave(a.groups, dim=1)
 
     scores = (q @ k.transpose(-2, -1)) * a.scale  # (N, H, L, S)
+    scores = apply_dense(mod, scores)  # a score modifier, if any: before the mask, as in FlexAttention
     scores = apply_mask(scores, a.dense_mask())
     weights = safe_softmax(scores)
     if a.dropout_p > 0.0:

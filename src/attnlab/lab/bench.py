@@ -33,6 +33,7 @@ import torch
 
 from attnlab import kernels
 from attnlab.kernels import masks as M
+from attnlab.kernels import mods
 
 from . import flex, growth, memory
 from .flops import attention_flops
@@ -42,6 +43,7 @@ from .timing import matmul_peak, time_calls
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
 MASKS = ("causal", "causal_lower_right", "sliding_window:W", "prefix_lm:N", "document:K")
+MODS = ("softcap:CAP", "alibi")
 FREE_FRACTION = 0.8  # a case may use at most this share of the memory that is free when it starts
 PROBE = 16  # the tiny length at which a slow form is first timed
 PEAK_PRODUCT_S = 0.25  # the longest one product of the matmul-peak measurement should take (CPU, default size)
@@ -59,6 +61,7 @@ class BenchConfig:
     dtype: str = "float32"
     causal: bool = False
     mask: str | None = None  # one of MASKS, e.g. "sliding_window:256"
+    mod: str | None = None  # a score modifier, one of MODS: "softcap:30", "alibi"
     backward: bool = False  # time forward + backward together
     device: str = "cpu"
     threads: int | None = None  # torch intra-op threads; None keeps PyTorch's choice
@@ -89,6 +92,7 @@ class BenchConfig:
         if self.causal and self.mask:
             raise ValueError("give either causal or a mask, not both (--mask causal is the mask-function twin)")
         make_mask(self.mask, max(self.seq))
+        make_mod(self.mod, self.heads)
         try:
             dev = torch.device(self.device)
         except (RuntimeError, TypeError):
@@ -160,6 +164,21 @@ def make_mask(spec: str | None, T: int) -> M.Mask | None:
     raise ValueError(f"unknown mask {spec!r}; choose from {', '.join(MASKS)} (W, N, K positive integers)")
 
 
+def make_mod(spec: str | None, heads: int) -> mods.Mod | None:
+    """A score modifier from a name: softcap:CAP (a positive number) or alibi (the geometric slopes)."""
+    if spec is None:
+        return None
+    name, _, arg = spec.partition(":")
+    if name == "alibi" and not arg:
+        return mods.alibi(heads)
+    if name == "softcap":
+        try:
+            return mods.softcap(float(arg))
+        except ValueError:
+            pass
+    raise ValueError(f"unknown score modifier {spec!r}; choose from {', '.join(MODS)} (CAP a positive number)")
+
+
 class _Case:
     """Seeded inputs for one length and the call that runs a form on them."""
 
@@ -171,12 +190,14 @@ class _Case:
         for t in (self.q, self.k, self.v):
             t.requires_grad_(cfg.backward)
         self.fn, self.mask, self.causal, self.backward = fn, make_mask(cfg.mask, T), cfg.causal, cfg.backward
+        mod = make_mod(cfg.mod, H)  # one per case: flex compiles it once, in the warm-up
+        self.kw = {"score_mod": mod} if mod is not None else {}
 
     def clear_grads(self):
         self.q.grad = self.k.grad = self.v.grad = None
 
     def __call__(self):
-        out = self.fn(self.q, self.k, self.v, self.mask, 0.0, self.causal)  # (B, H, T, d)
+        out = self.fn(self.q, self.k, self.v, self.mask, 0.0, self.causal, **self.kw)  # (B, H, T, d)
         if self.backward:
             out.backward(self.grad_out)
         return out
@@ -300,6 +321,8 @@ def _run_case(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult,
     why = form.why_not(cfg.device)
     if why is not None:
         return Row(name, T, skipped=f"unavailable: {why}")
+    if cfg.mod and name != flex.NAME and not form.score_mod:
+        return Row(name, T, skipped=f"takes no score modifier (--mod {cfg.mod})")
     try:
         return _measure(cfg, form, T, result, floor)
     except Exception as e:  # a form that cannot run this case: say why, go on with the others

@@ -20,6 +20,7 @@ from functools import lru_cache
 import torch
 
 from attnlab.kernels import masks as M
+from attnlab.kernels import mods
 
 NAME = "flex"
 SUMMARY = "PyTorch's flex_attention, compiled by torch.compile"
@@ -62,8 +63,12 @@ def _block_mask(mask: M.Mask, N: int, H: int, L: int, S: int, device):
 
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-              enable_gqa=False):
-    """FlexAttention with SDPA's arguments; q, k, v of shape (N, H, L, E) / (N, Hkv, S, E)."""
+              enable_gqa=False, *, score_mod=None):
+    """FlexAttention with SDPA's arguments; q, k, v of shape (N, H, L, E) / (N, Hkv, S, E).
+
+    ``score_mod``: an :class:`attnlab.mods.Mod` (or a plain function): FlexAttention compiles the same
+    function into its kernel.
+    """
     reason = unavailable()
     if reason:
         raise RuntimeError(reason)
@@ -82,4 +87,5 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     if mask is not None:
         mask.check_sizes(N=N, H=H, L=L, S=S)
         block_mask = _block_mask(mask, N, H, L, S, query.device)
-    return _compiled()(query, key, value, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
+    fn = score_mod.fn if isinstance(score_mod, mods.Mod) else score_mod
+    return _compiled()(query, key, value, score_mod=fn, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)

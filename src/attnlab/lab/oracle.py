@@ -18,15 +18,18 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.kernels._check import check
+from attnlab.kernels._check import check, check_score_mod
+from attnlab.kernels.mods import apply_dense
 
 
 def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
-              grad_out=None, keep=None, dropout_p=0.0):
-    """Float64 attention. Returns ``out`` or, with ``grad_out``, ``(out, dq, dk, dv[, dmask])``.
+              grad_out=None, keep=None, dropout_p=0.0, score_mod=None):
+    """Float64 attention. Returns ``out`` or, with ``grad_out``, ``(out, dq, dk, dv[, dmask][, dparams...])``.
 
     ``keep`` (bool, broadcastable to (N, H, L, S)) applies dropout with a known keep-mask: the
-    surviving weights are scaled by 1 / (1 - dropout_p).
+    surviving weights are scaled by 1 / (1 - dropout_p). ``score_mod`` (an :class:`attnlab.mods.Mod`,
+    best built on float64 tensors) is applied to the scaled scores before the mask; with ``grad_out``
+    the gradients of its params that require grad come last.
     """
     want = grad_out is not None
     q, k, v = (t.detach().double().cpu().requires_grad_(want) for t in (query, key, value))
@@ -41,6 +44,8 @@ def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, en
     qg = a.q.reshape(a.N, a.Hkv, G, a.L, a.E)  # query heads in groups that share one key head
     scores = torch.einsum("nkgle,nkse->nkgls", qg, a.k) * a.scale  # (N, Hkv, G, L, S)
     scores = scores.reshape(a.N, a.H, a.L, a.S)
+    mod = check_score_mod(score_mod)
+    scores = apply_dense(mod, scores)  # the score modifier, if any, before the mask
     if mask is not None:
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
@@ -57,6 +62,7 @@ def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, en
         return a.unflatten(out.detach())
     g = grad_out.detach().double().cpu().reshape(out.shape)
     wrt = [q, k, v] + ([m] if isinstance(m, torch.Tensor) and m.requires_grad else [])
+    wrt += [t for t in (mod.params if mod is not None else ()) if t.requires_grad]
     grads = torch.autograd.grad(out, wrt, g)
     return (a.unflatten(out.detach()), *grads)
 

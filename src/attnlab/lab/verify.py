@@ -24,7 +24,7 @@ from attnlab import kernels
 from attnlab.kernels import dropout
 from attnlab.kernels import masks as M
 
-from . import oracle
+from . import mod_cases, oracle
 from .results import machine, versions
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
@@ -47,6 +47,7 @@ class Case:
     dtype: str = "float32"
     grad_mask: bool = False  # float mask that requires grad (a learnable bias)
     dropout_p: float = 0.0
+    mod: str | None = None  # a score modifier family of attnlab.lab.mod_cases (score_mod=)
 
     @property
     def work(self) -> int:
@@ -99,9 +100,20 @@ def default_cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), lo
         Case("dropout 0.2", dropout_p=0.2),
         Case("dropout 0.5, GQA 6/2 causal", batch=(1,), H=6, Hkv=2, L=40, E=32, is_causal=True, dropout_p=0.5),
     ]
+    base += [
+        Case("score_mod softcap(2), causal", is_causal=True, mod="softcap"),
+        Case("score_mod alibi, GQA 6/2 causal", batch=(1,), H=6, Hkv=2, L=40, E=32, is_causal=True, mod="alibi"),
+        Case("score_mod relative_bias, learnable, L<S", batch=(1,), H=2, L=33, S=97, mod="relative_bias"),
+        Case("score_mod alibi then softcap, sliding window", batch=(2,), H=2, L=61, mask="sliding_window",
+             mod="alibi then softcap"),
+    ]
     if long:
         base.append(Case("L=1025 causal", batch=(1,), H=2, L=1025, E=64, is_causal=True))
-    return [Case(**{**c.__dict__, "dtype": dt}) for dt in dtypes for c in base]
+    cases = [Case(**{**c.__dict__, "dtype": dt}) for dt in dtypes for c in base]
+    if "float64" in dtypes:  # learnable ALiBi slopes: float64 only (see mod_cases.FLOAT64_ONLY)
+        cases.append(Case("score_mod alibi slopes, learnable, padding", mask="padding", mod="alibi slopes",
+                          dtype="float64"))
+    return cases
 
 
 def make_inputs(case: Case, seed: int):
@@ -196,9 +208,11 @@ class VerifyResult:
         return out
 
 
-def _call(fn: Callable, q, k, v, mask, case: Case, dropout_p: float = 0.0):
+def _call(fn: Callable, q, k, v, mask, case: Case, dropout_p: float = 0.0, score_mod=None):
     """Call a form passing only non-default keywords (user functions may not take them all)."""
     kw = {"dropout_p": dropout_p} if dropout_p > 0 else {}
+    if score_mod is not None:
+        kw["score_mod"] = score_mod
     if mask is not None:
         kw["attn_mask"] = mask
     if case.is_causal:
@@ -223,19 +237,35 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
         n = math.prod(case.batch)
         keep = dropout.keep_mask(dropout.draw_seed(), case.dropout_p, n, case.H, torch.arange(case.L),
                                  torch.arange(case.S or case.L))
+    mod_tensors, build_mod = mod_cases.make(case.mod, case.H, seed, DTYPES[case.dtype]) if case.mod else ([], None)
+
+    def fresh_mod(dtype=None):  # the case's modifier on its own copies of the tensors it holds
+        if build_mod is None:
+            return None, []
+        ts = [t.detach().clone().to(dtype or t.dtype).requires_grad_(True) for t in mod_tensors]
+        return build_mod(ts), ts
+
+    mod64, _ = fresh_mod(torch.float64)
     ref = oracle.reference(q, k, v, dense, case.is_causal, None, gqa, grad_out=grad_out, keep=keep,
-                           dropout_p=case.dropout_p)
+                           dropout_p=case.dropout_p, score_mod=mod64)
 
     def run(f, m, p=0.0):
         qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
         mm = m.detach().clone().requires_grad_(True) if case.grad_mask and m is not None else m
+        mod, ts = fresh_mod()
         torch.manual_seed(seed)
-        out = _call(f, qq, kk, vv, mm, case, p)
-        wrt = [qq, kk, vv] + ([mm] if case.grad_mask else [])
+        out = _call(f, qq, kk, vv, mm, case, p, mod)
+        wrt = [qq, kk, vv] + ([mm] if case.grad_mask else []) + ts
         grads = torch.autograd.grad(out, wrt, grad_out, allow_unused=True)
         return (out, *grads)
 
-    theirs = run(F.scaled_dot_product_attention, dense)
+    theirs = run(mod_cases.eager if case.mod else F.scaled_dot_product_attention, dense)
+    if case.mod:  # PyTorch's error: the larger of its two natural orders, per quantity (see mod_cases)
+        others = [run(mod_cases.eager_folded, dense)]
+        if case.mod in mod_cases.ADDITIVE:
+            others.append(run(mod_cases.sdpa_bias, dense))
+        theirs = [max(ts, key=lambda x, r=r: oracle.max_err(x, r))
+                  for *ts, r in zip(theirs, *others, ref, strict=True)]
     try:
         mine = run(fn, mask if accepts_masks else dense, case.dropout_p)
     except kernels.Unsupported as e:  # an input the form says it does not take: skipped, with the reason
@@ -243,6 +273,7 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
     except Exception as e:  # a form that cannot run a case fails it, with the reason
         return Row(name, case.name, case.dtype, "error", [], f"{type(e).__name__}: {e}")
     quantities = ["out", "dq", "dk", "dv"] + (["dmask"] if case.grad_mask else [])
+    quantities += mod_cases.PARAM_NAMES.get(case.mod, [])
     comps = []
     for qname, m_, t_, r_ in zip(quantities, mine, theirs, ref, strict=False):
         if m_ is None:
@@ -266,6 +297,9 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
             if case.dropout_p > 0 and (form is None or not form.shared_dropout):
                 rows.append(Row(name, case.name, case.dtype, "skipped", [],
                                 "dropout is checked only for forms that use attnlab's dropout generator"))
+                continue
+            if case.mod and not (form.score_mod if form is not None else mod_cases.takes_score_mod(fn)):
+                rows.append(Row(name, case.name, case.dtype, "skipped", [], "takes no score_mod= keyword"))
                 continue
             if form is not None and form.max_work is not None:
                 case = case.shrunk(form.max_work)  # slow forms: the same case at smaller lengths

@@ -44,7 +44,7 @@ def table(result: BenchResult) -> Table:
     c = result.config
     shape = f"B={c['batch']} H={c['heads']} d={c['head_dim']} {c['dtype']} on {c['device']}"
     what = ("forward + backward" if c["backward"] else "forward") + (", causal" if c["causal"] else "") + \
-        (f", mask {c['mask']}" if c["mask"] else "")
+        (f", mask {c['mask']}" if c["mask"] else "") + (f", score_mod {c['mod']}" if c.get("mod") else "")
     t = Table(title=f"attnlab bench: {what}, {shape}")
     for col in ("form", "T", "time (median)", "min - max", "GFLOP/s", "of matmul peak", "extra peak memory"):
         t.add_column(col, justify="left" if col == "form" else "right")

@@ -1,0 +1,226 @@
+"""Score modifiers: change each score before the mask and the softmax, in FlexAttention's convention.
+
+A mask says *whether* query i may look at key j. A score modifier says *how much more or less* it
+wants to: it takes the scaled score ``s = q_i . k_j * scale`` and returns a new one,
+
+    score_mod(score, b, h, q_idx, kv_idx) -> score
+
+where ``b``, ``h``, ``q_idx``, ``kv_idx`` are index tensors that broadcast against ``score`` (batch,
+head, query position, key position). Real models use three:
+
+* :func:`softcap` -- ``cap * tanh(s / cap)`` keeps every logit inside (-cap, cap) (Gemma 2);
+* :func:`alibi` -- adds ``slope_h * (j - i)``: a penalty that grows with distance, one slope per head,
+  instead of position embeddings (Press et al., "Train Short, Test Long", 2021);
+* :func:`relative_bias` -- adds a learned number per head and *bucket* of the distance j - i
+  (exact for near keys, logarithmic for far ones), as T5 does (Raffel et al., 2019).
+
+:meth:`Mod.from_fn` wraps any FlexAttention-style function, :func:`compose` chains modifiers. A
+modifier that holds tensors (a bias table, ALiBi slopes given as a tensor) lists them in
+``params``: every form passes gradients to them, and the flash form does so tile by tile.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+ModFn = Callable[..., torch.Tensor]  # (score, b, h, q_idx, kv_idx) -> score
+
+
+class Mod:
+    """A score modifier: a function of (score, b, h, q_idx, kv_idx) and the tensors it holds."""
+
+    def __init__(self, fn: ModFn, name: str, params: Sequence[torch.Tensor] = ()):
+        if not callable(fn):
+            raise TypeError(f"score_mod must be callable as fn(score, b, h, q_idx, kv_idx), got {type(fn).__name__}")
+        for p in params:
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"score modifier {name}: params must be tensors, got {type(p).__name__}")
+        self.fn = fn
+        self.name = name
+        self.params = tuple(params)
+
+    def __repr__(self) -> str:
+        return f"Mod({self.name})"
+
+    @classmethod
+    def from_fn(cls, fn: ModFn, name: str | None = None, params: Sequence[torch.Tensor] = ()) -> Mod:
+        """Wrap a FlexAttention-style ``score_mod``. List in ``params`` the tensors it reads that need gradients."""
+        if isinstance(fn, Mod):
+            return fn
+        return cls(fn, name or getattr(fn, "__name__", "custom"), params)
+
+    def __call__(self, score, b, h, q_idx, kv_idx) -> torch.Tensor:
+        return self.fn(score, b, h, q_idx, kv_idx)
+
+    def apply(self, score: torch.Tensor, b, h, q_idx, kv_idx) -> torch.Tensor:
+        """Call the modifier and check that it returned a score tensor of the same shape and dtype."""
+        out = self.fn(score, b, h, q_idx, kv_idx)
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"score modifier {self.name} returned {type(out).__name__}, not a tensor")
+        if out.shape != score.shape:
+            raise ValueError(f"score modifier {self.name} returned shape {tuple(out.shape)} for scores of shape "
+                             f"{tuple(score.shape)}; it must return one score per input score")
+        if out.dtype != score.dtype:
+            raise TypeError(f"score modifier {self.name} returned dtype {out.dtype} for scores of dtype "
+                            f"{score.dtype}; cast what it adds to score.dtype")
+        return out
+
+
+def as_mod(score_mod) -> Mod | None:
+    """None, a :class:`Mod`, or a plain callable (wrapped) -> a Mod or None; anything else is a TypeError."""
+    if score_mod is None or isinstance(score_mod, Mod):
+        return score_mod
+    if not callable(score_mod):
+        raise TypeError(f"score_mod must be None, an attnlab.mods.Mod or a function "
+                        f"(score, b, h, q_idx, kv_idx) -> score, got {type(score_mod).__name__}")
+    return Mod.from_fn(score_mod)
+
+
+def indices(N: int, H: int, q0: int, q1: int, k0: int, k1: int, device) -> tuple[torch.Tensor, ...]:
+    """b (N,1,1,1), h (1,H,1,1), q_idx (1,1,r,1), kv_idx (1,1,1,c): the index tensors of a block of scores."""
+    return (torch.arange(N, device=device).view(N, 1, 1, 1),
+            torch.arange(H, device=device).view(1, H, 1, 1),
+            torch.arange(q0, q1, device=device).view(1, 1, -1, 1),
+            torch.arange(k0, k1, device=device).view(1, 1, 1, -1))
+
+
+def apply_dense(mod: Mod | None, scores: torch.Tensor) -> torch.Tensor:
+    """Apply ``mod`` to a whole (N, H, L, S) score matrix (the matrix form and the oracle)."""
+    if mod is None:
+        return scores
+    N, H, L, S = scores.shape
+    return mod.apply(scores, *indices(N, H, 0, L, 0, S, scores.device))
+
+
+def softcap(cap: float) -> Mod:
+    """``cap * tanh(score / cap)``: every score squashed into (-cap, cap); Gemma 2 uses 50 (30 for the logits)."""
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap <= 0:
+        raise ValueError(f"softcap needs a positive, finite cap, got {cap!r}")
+    c = float(cap)
+
+    def fn(score, b, h, q_idx, kv_idx):
+        return torch.tanh(score / c) * c
+
+    return Mod(fn, f"softcap({c:g})")
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """The geometric slopes of ALiBi: for 8 heads 1/2, 1/4, ..., 1/256.
+
+    For a head count that is not a power of two, the paper takes the slopes of the next lower power
+    of two and fills up with every other slope of twice that many heads.
+    """
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"alibi needs a positive integer num_heads, got {num_heads!r}")
+
+    def powers(n):
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    p = 2 ** math.floor(math.log2(num_heads))
+    slopes = powers(p) + powers(2 * p)[0::2][: num_heads - p]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+def alibi(num_heads: int | None = None, *, slopes: torch.Tensor | None = None) -> Mod:
+    """ALiBi: ``score + slope_h * (kv_idx - q_idx)``, a linear penalty on distance, one slope per head.
+
+    ``alibi(8)`` uses the paper's geometric slopes; ``alibi(slopes=t)`` any (H,) tensor (learnable if
+    it requires grad: it is then one of the modifier's ``params``).
+    """
+    if (num_heads is None) == (slopes is None):
+        raise ValueError("alibi takes either num_heads or slopes=, not both and not neither")
+    if slopes is None:
+        t, params = alibi_slopes(num_heads), ()
+    else:
+        if not isinstance(slopes, torch.Tensor) or slopes.dim() != 1 or not slopes.is_floating_point():
+            raise ValueError(f"alibi slopes must be a 1-d float tensor (one per head), got "
+                             f"{tuple(slopes.shape) if isinstance(slopes, torch.Tensor) else type(slopes).__name__}")
+        t, params = slopes, (slopes,)
+    H = t.shape[0]
+
+    def fn(score, b, h, q_idx, kv_idx):
+        _heads("alibi", H, score, h)
+        return score + t.to(score.device, score.dtype)[h] * (kv_idx - q_idx).to(score.dtype)
+
+    return Mod(fn, f"alibi({H})", params)
+
+
+def t5_bucket(rel: torch.Tensor, num_buckets: int, max_distance: int, bidirectional: bool) -> torch.Tensor:
+    """T5's buckets for relative positions ``rel = kv_idx - q_idx``: exact when near, log-spaced when far."""
+    bucket = torch.zeros_like(rel)
+    n = num_buckets
+    if bidirectional:
+        n //= 2
+        bucket = bucket + (rel > 0).long() * n
+        rel = rel.abs()
+    else:
+        rel = -torch.clamp(rel, max=0)  # only the past counts; future keys share bucket 0
+    exact = n // 2
+    is_small = rel < exact
+    far = exact + (torch.log(rel.clamp(min=1).float() / exact) / math.log(max_distance / exact)
+                   * (n - exact)).long()
+    far = torch.clamp(far, max=n - 1)
+    return bucket + torch.where(is_small, rel, far)
+
+
+def relative_bias(table: torch.Tensor, num_buckets: int | None = None, max_distance: int = 128,
+                  bidirectional: bool = True) -> Mod:
+    """T5-style learned relative bias: ``score + table[h, bucket(kv_idx - q_idx)]``.
+
+    ``table`` is an (H, num_buckets) tensor, usually a learnable parameter (its gradient is computed by
+    every form). ``bidirectional=False`` is T5's decoder: future keys all share one bucket.
+    """
+    if not isinstance(table, torch.Tensor) or table.dim() != 2 or not table.is_floating_point():
+        raise ValueError(f"relative_bias needs a float table of shape (H, num_buckets), got "
+                         f"{tuple(table.shape) if isinstance(table, torch.Tensor) else type(table).__name__}")
+    H, nb = table.shape
+    num_buckets = nb if num_buckets is None else num_buckets
+    if num_buckets != nb:
+        raise ValueError(f"relative_bias: table has {nb} buckets but num_buckets={num_buckets}")
+    min_buckets = 4 if bidirectional else 2
+    if num_buckets < min_buckets:
+        raise ValueError(f"relative_bias needs at least {min_buckets} buckets, got {num_buckets}")
+    exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
+    if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance <= exact:
+        raise ValueError(f"relative_bias: max_distance must be an integer above {exact}, got {max_distance!r}")
+
+    def fn(score, b, h, q_idx, kv_idx):
+        _heads("relative_bias", H, score, h)
+        bucket = t5_bucket(kv_idx - q_idx, num_buckets, max_distance, bidirectional)  # (1, 1, r, c)
+        return score + table.to(score.device, score.dtype)[h, bucket]
+
+    return Mod(fn, f"relative_bias({H}x{num_buckets})", (table,))
+
+
+def compose(*mods) -> Mod:
+    """Apply modifiers one after another: ``compose(alibi(8), softcap(30))`` adds ALiBi, then caps."""
+    ms = [as_mod(m) for m in mods]
+    if not ms or any(m is None for m in ms):
+        raise TypeError("compose takes one or more score modifiers")
+
+    def fn(score, b, h, q_idx, kv_idx):
+        for m in ms:
+            score = m.apply(score, b, h, q_idx, kv_idx)
+        return score
+
+    params = tuple(p for m in ms for p in m.params)
+    return Mod(fn, " then ".join(m.name for m in ms), params)
+
+
+def _heads(name: str, H: int, score: torch.Tensor, h: torch.Tensor) -> None:
+    """A per-head modifier must have a slope / table row for every head it is asked about."""
+    top = int(h.max()) + 1 if h.numel() and not _tracing() else 0
+    if top > H:
+        raise ValueError(f"score modifier {name} holds {H} heads but the attention has at least {top} "
+                         f"(scores of shape {tuple(score.shape)})")
+
+
+def _tracing() -> bool:
+    try:
+        return torch.compiler.is_compiling()
+    except AttributeError:  # older PyTorch
+        return False

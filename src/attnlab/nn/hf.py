@@ -1,0 +1,129 @@
+"""attnlab's forms inside Hugging Face transformers models: one call registers them all.
+
+    import attnlab.hf
+    attnlab.hf.register()
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="attnlab")   # the flash form
+
+transformers runs every attention layer through a function it looks up by name (its
+``AttentionInterface``). :func:`register` adds one such function per single-process form:
+``"attnlab"`` for the flash form and ``"attnlab_<form>"`` for the others (``attnlab_matrix``,
+``attnlab_loops``, ...). The flash form is plain ``"attnlab"`` because transformers
+treats any name containing "flash" as a FlashAttention kernel to fetch from its hub, and fails with
+"Could not find the currently requested flash attention implementation".
+
+Each name also gets transformers' SDPA mask builder, so a layer receives what the ``sdpa``
+implementation receives: a bool mask (True = attend) that already holds padding, causality, a
+sliding window or packed-sequence boundaries -- or no mask at all, when plain causal attention
+(``is_causal``) says the same. The function then makes the same choices PyTorch's SDPA path does,
+hands GQA to the form (``enable_gqa``), the model's ``scaling``, its attention dropout, and Gemma 2's
+soft-capping as a score modifier (:func:`attnlab.mods.softcap`), and returns (B, L, H, d) as
+transformers expects (with the weights, for ``output_attentions=True``, from the matrix form).
+What a form cannot do (soft-capping without score modifiers, attention sinks) is a clear error,
+not a silent wrong answer. The sdpa form is PyTorch's own, which transformers has as "sdpa".
+
+transformers is an optional extra: ``pip install 'attnlab[hf]'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from attnlab import kernels
+from attnlab.kernels.mods import softcap as _softcap
+
+EXTRA = "pip install 'attnlab[hf]'"
+
+
+class MissingExtra(ImportError):
+    """transformers (or tokenizers) is not installed; the message says which extra to install."""
+
+
+def require(module: str = "transformers"):
+    """Import an optional dependency, or raise :class:`MissingExtra` naming the extra."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise MissingExtra(f"{module} is not installed ({e}); install it with {EXTRA}") from None
+
+
+def impl_name(form: str) -> str:
+    """The transformers name of a form: "attnlab" for flash, "attnlab_<form>" otherwise, never with "flash" in it."""
+    rest = form.replace("flash", "").strip("_")
+    return "attnlab" + (f"_{rest}" if rest else "")
+
+
+def names() -> dict[str, str]:
+    """transformers name -> attnlab form, for every form that runs in one process but ``sdpa``.
+
+    The sdpa form is PyTorch's own, which transformers already has as "sdpa" (and transformers
+    reads any name containing "sdpa" as its own implementation).
+    """
+    return {impl_name(n): n for n in kernels.forms() if n != "sdpa"}
+
+
+def attention_forward(form: str) -> Callable:
+    """The function transformers calls for each attention layer, computing with attnlab form ``form``."""
+    f = kernels.get(form)
+
+    def forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                is_causal: bool | None = None, softcap: float | None = None, **kwargs):
+        # query (B, H, L, d), key / value (B, Hkv, S, d); transformers wants (B, L, H, d) back
+        for unsupported in ("s_aux", "sinks"):
+            if kwargs.get(unsupported) is not None:
+                raise NotImplementedError(f"attention sinks ({unsupported}) are not supported by attnlab's forms; "
+                                          f"load this model with attn_implementation='eager' or 'sdpa'")
+        L, S = query.shape[2], key.shape[2]
+        if attention_mask is not None:
+            attention_mask = attention_mask[:, :, :, :S]
+            if attention_mask.dtype != torch.bool and attention_mask.dtype != query.dtype:
+                attention_mask = attention_mask.to(query.dtype)
+        bias = kwargs.get("position_bias")
+        if bias is not None:  # T5-style models hand a float bias: it adds to the mask
+            bias = bias[:, :, :, :S].to(query.dtype)
+            if attention_mask is not None and attention_mask.dtype == torch.bool:
+                attention_mask = bias.masked_fill(~attention_mask, float("-inf"))
+            else:
+                attention_mask = bias if attention_mask is None else bias + attention_mask
+        # as transformers' sdpa path: causal only with no mask and more than one query; a single
+        # decoding query sees every cached key (no mask needed)
+        causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+        causal = bool(L > 1 and attention_mask is None and causal)
+        if causal and S > L:  # prefill into an empty static cache: the keys past L are empty slots
+            key, value = key[:, :, :L], value[:, :, :L]
+        extra = {}
+        if softcap is not None:
+            if not f.score_mod:
+                able = ", ".join(impl_name(n) for n, x in kernels.forms().items() if x.score_mod)
+                raise NotImplementedError(f"this model soft-caps its attention scores (softcap={softcap}) and form "
+                                          f"{form!r} has no score modifiers; use one of: {able}")
+            extra["score_mod"] = _softcap(float(softcap))
+        if form == "matrix":  # the one form that holds the weights: hand them over (output_attentions=True)
+            extra["return_weights"] = True
+        out = f.fn(query, key, value, attention_mask, float(dropout or 0.0), causal, scaling,
+                   key.shape[1] != query.shape[1], **extra)  # (B, H, L, d)
+        out, weights = out if isinstance(out, tuple) else (out, None)
+        return out.transpose(1, 2).contiguous(), weights
+
+    forward.__name__ = f"attnlab_{form}_attention_forward"
+    return forward
+
+
+def register() -> dict[str, str]:
+    """Register every single-process form with transformers. Returns {transformers name: form}.
+
+    Calling it again re-registers (a form registered since is added). Needs ``attnlab[hf]``.
+    """
+    require("transformers")
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    mapping = names()
+    for name, form in mapping.items():
+        AttentionInterface.register(name, attention_forward(form))
+        AttentionMaskInterface.register(name, sdpa_mask)  # the same bool masks the sdpa implementation gets
+    return mapping

@@ -1,0 +1,29 @@
+"""The table of `attnlab verify --model`: one row per form, the three checks on a real model."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+
+from .terminal import fmt
+
+
+def model_table(result) -> Table:
+    """Per form: logits error / PyTorch's / limit, whether generation matched, gradient error / limit, verdict."""
+    t = Table(title=f"attnlab verify --model {escape(result.model)} ({result.model_type}): each form against "
+                    f"transformers' '{result.reference}', max error against the float64 model "
+                    f"(limit = 2 x {result.reference}'s + floor)")
+    for col in ("form", "transformers name", "logits error", f"{result.reference}'s error", "limit",
+                f"{result.new_tokens} greedy tokens", "grad error", f"{result.reference}'s error ", "limit ",
+                "time", "result"):
+        t.add_column(col, justify="left" if col in ("form", "transformers name", "result") else "right")
+    for r in result.rows:
+        style = {"pass": "green", "fail": "red", "error": "red"}[r.status]
+        verdict = f"[{style}]{r.status.upper()}[/]" + (f" {escape(r.detail)}" if r.detail else "")
+        if r.logits is None:
+            t.add_row(r.form, r.impl, "-", "-", "-", "-", "-", "-", "-", f"{r.seconds:.1f} s", verdict)
+            continue
+        gen = "identical" if r.generation_match else f"[red]differ from token {r.first_difference}[/]"
+        t.add_row(r.form, r.impl, fmt(r.logits.err), fmt(r.logits.torch_err), fmt(r.logits.allowed), gen,
+                  fmt(r.grads.err), fmt(r.grads.torch_err), fmt(r.grads.allowed), f"{r.seconds:.1f} s", verdict)
+    return t

@@ -1,0 +1,46 @@
+"""Tiny random causal LMs built from configs (no downloads), saved to a folder for `verify --model PATH`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+VOCAB = 96
+
+
+def config(kind: str):
+    import transformers as T
+
+    common = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, intermediate_size=48,
+                  max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    if kind == "gpt2":
+        return T.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=128, pad_token_id=0,
+                            bos_token_id=1, eos_token_id=2, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+    if kind == "llama":  # GQA: 4 query heads share 2 key/value heads
+        return T.LlamaConfig(num_attention_heads=4, num_key_value_heads=2, **common)
+    if kind == "mistral":  # a sliding window shorter than the prompts
+        return T.MistralConfig(num_attention_heads=4, num_key_value_heads=2, sliding_window=5, **common)
+    if kind == "gemma2":  # soft-capped attention scores, sliding window on alternate layers, GQA
+        return T.Gemma2Config(num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=6,
+                              attn_logit_softcapping=0.5, final_logit_softcapping=30.0,
+                              query_pre_attn_scalar=8, **common)
+    raise ValueError(kind)
+
+
+KINDS = ("gpt2", "llama", "mistral", "gemma2")
+
+
+def build(kind: str, folder: Path, seed: int = 0) -> Path:
+    """A randomly initialised model of ``kind`` saved under ``folder / kind``."""
+    import transformers as T
+
+    torch.manual_seed(seed)
+    model = T.AutoModelForCausalLM.from_config(config(kind))
+    with torch.no_grad():  # larger weights than the init: sharper attention, so a wrong mask shows
+        for name, p in model.named_parameters():
+            if any(s in name for s in ("q_proj", "k_proj", "c_attn")):
+                p.mul_(4.0)
+    path = Path(folder) / kind
+    model.save_pretrained(path)
+    return path

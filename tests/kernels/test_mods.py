@@ -1,0 +1,114 @@
+"""Score modifiers: gradcheck in float64 for each built-in on loops, matrix and flash; bad input."""
+
+import pytest
+import torch
+
+import attnlab
+from attnlab import mods
+
+FORMS = {"loops": {}, "matrix": {}, "flash": {"block_q": 2, "block_k": 3}}  # small tiles: several per row
+
+
+def _inputs(seed=0, H=4, Hkv=2, L=4, S=5, E=3):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, H, L, E, generator=g, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, Hkv, S, E, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, Hkv, S, E, generator=g, dtype=torch.float64, requires_grad=True)
+    return q, k, v, g
+
+
+def _builtins(H, g):
+    table = torch.randn(H, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    slopes = torch.rand(H, generator=g, dtype=torch.float64, requires_grad=True)
+    return {
+        "softcap": mods.softcap(1.5),
+        "alibi": mods.alibi(H),
+        "alibi slopes": mods.alibi(slopes=slopes),
+        "relative_bias": mods.relative_bias(table, max_distance=16),
+        "relative_bias causal then softcap": mods.compose(
+            mods.relative_bias(table, max_distance=16, bidirectional=False), mods.softcap(2.0)),
+    }
+
+
+@pytest.mark.parametrize("impl", list(FORMS))
+@pytest.mark.parametrize("name", ["softcap", "alibi", "alibi slopes", "relative_bias",
+                                  "relative_bias causal then softcap"])
+def test_gradcheck_each_builtin_each_form(impl, name):
+    q, k, v, g = _inputs()
+    mod = _builtins(4, g)[name]
+
+    def f(q, k, v, *params):  # params are the modifier's own tensors: gradcheck perturbs them in place
+        return attnlab.attention(q, k, v, is_causal=True, enable_gqa=True, impl=impl, score_mod=mod, **FORMS[impl])
+
+    assert torch.autograd.gradcheck(f, (q, k, v, *mod.params))
+
+
+@pytest.mark.parametrize("impl", ["loops", "flash"])
+def test_forms_agree_with_matrix_under_a_float_mask(impl):
+    q, k, v, g = _inputs(seed=3, L=5, S=7)
+    bias = torch.randn(1, 4, 5, 7, generator=g, dtype=torch.float64)
+    mod = mods.compose(mods.alibi(4), mods.softcap(1.0))
+    want = attnlab.attention(q, k, v, bias, enable_gqa=True, impl="matrix", score_mod=mod)
+    got = attnlab.attention(q, k, v, bias, enable_gqa=True, impl=impl, score_mod=mod, **FORMS[impl])
+    err = (got - want).abs().max().item()
+    print(f"{impl} vs matrix: {err:.2e}")
+    assert err < 1e-12
+
+
+def test_modifier_applies_before_the_mask_as_flex_does():
+    """softcap of a masked (-inf) score would be -cap, not -inf: the mask must come after the modifier."""
+    q, k, v, _ = _inputs(H=2, Hkv=2)
+    out = attnlab.attention(q, k, v, is_causal=True, impl="matrix", score_mod=mods.softcap(0.5))
+    first = v[:, :, 0]  # query 0 sees only key 0
+    assert torch.allclose(out[:, :, 0], first)
+
+
+def test_alibi_slopes_are_the_papers():
+    assert torch.allclose(mods.alibi_slopes(8), torch.tensor([2.0 ** -(i + 1) for i in range(8)], dtype=torch.float64))
+    s6 = mods.alibi_slopes(6)  # not a power of two: 4 slopes of 4 heads, then every other of 8
+    assert torch.allclose(s6[:4], mods.alibi_slopes(4)) and torch.allclose(s6[4:], mods.alibi_slopes(8)[0::2][:2])
+
+
+def test_t5_buckets_match_transformers():
+    T = pytest.importorskip("transformers")
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    rel = torch.arange(-200, 200).view(1, -1)
+    for bidirectional in (True, False):
+        want = T5Attention._relative_position_bucket(rel, bidirectional=bidirectional, num_buckets=32, max_distance=128)
+        got = mods.t5_bucket(rel, 32, 128, bidirectional)
+        assert torch.equal(got, want), T.__version__
+
+
+@pytest.mark.parametrize("impl", list(FORMS))
+def test_bad_modifiers_are_named(impl):
+    q, k, v, _ = _inputs()
+    kw = dict(enable_gqa=True, impl=impl, **FORMS[impl])
+    with pytest.raises(TypeError, match="score_mod must be"):
+        attnlab.attention(q, k, v, score_mod=3, **kw)
+    with pytest.raises(ValueError, match=r"score modifier squash returned shape \(1, .*\) for scores of shape"):
+        attnlab.attention(q, k, v, score_mod=mods.Mod.from_fn(lambda s, b, h, i, j: s.sum(-1, keepdim=True),
+                                                              "squash"), **kw)
+    with pytest.raises(TypeError, match="score modifier to_f32 returned dtype torch.float32"):
+        attnlab.attention(q, k, v, score_mod=mods.Mod.from_fn(lambda s, b, h, i, j: s.float(), "to_f32"), **kw)
+    with pytest.raises(ValueError, match=r"score modifier alibi holds 2 heads but the attention has at least [34]"):
+        attnlab.attention(q, k, v, score_mod=mods.alibi(2), **kw)
+
+
+def test_sdpa_form_refuses_a_modifier_and_names_the_forms_that_take_one():
+    q, k, v, _ = _inputs(H=2, Hkv=2)
+    with pytest.raises(ValueError, match="form 'sdpa' takes no score_mod; forms that do: loops, matrix, flash"):
+        attnlab.attention(q, k, v, impl="sdpa", score_mod=mods.softcap(1.0))
+
+
+def test_builtin_arguments_are_checked():
+    with pytest.raises(ValueError, match="softcap needs a positive"):
+        mods.softcap(0)
+    with pytest.raises(ValueError, match="either num_heads or slopes"):
+        mods.alibi()
+    with pytest.raises(ValueError, match="table of shape"):
+        mods.relative_bias(torch.zeros(8))
+    with pytest.raises(ValueError, match="max_distance"):
+        mods.relative_bias(torch.zeros(2, 8), max_distance=1)
+    with pytest.raises(TypeError, match="compose takes one or more"):
+        mods.compose()
