@@ -82,7 +82,7 @@ def growth_lines(result: BenchResult) -> list[str]:
 
     def over(name, what):
         seqs = result.fit_lengths.get(name, {}).get(what) or []
-        return f"(T = {', '.join(map(str, seqs))})" if seqs else ""
+        return f"(T = {', '.join(map(str, seqs))})" if result.exponents[name][what] is not None else ""
 
     lines = []
     for name, e in result.exponents.items():
