@@ -41,7 +41,7 @@ def run(args) -> int:
         except verify.LoadError as e:
             raise UsageError(str(e)) from None
         targets[name] = fn
-    dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    dtypes = list(dict.fromkeys(d.strip() for d in args.dtype.split(",") if d.strip()))  # each once
     bad = [d for d in dtypes if d not in verify.DTYPES]
     if bad or not dtypes:
         raise UsageError(f"--dtype {args.dtype!r}: choose from {', '.join(verify.DTYPES)}")

@@ -108,7 +108,7 @@ def _keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, like: torch.Tensor):
     rows = torch.arange(row0 + q0, row0 + q1)
     cols = torch.arange(col0 + k0, col0 + k1)
     keep = dropout.keep_mask(seed, p, N, Hkv * G, rows, cols, like.device)
-    return keep.reshape(N, Hkv, G * (q1 - q0), k1 - k0).to(like.dtype) / (1.0 - p)
+    return keep.reshape(N, Hkv, G * (q1 - q0), k1 - k0).to(like.dtype) * dropout.factor(p)
 
 
 def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0):

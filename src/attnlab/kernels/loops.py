@@ -63,7 +63,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                 for e, j in zip(exps, visible, strict=True):
                     w = e / total
                     if keep is not None:
-                        w = w * keep[i, j] / (1.0 - a.dropout_p)
+                        w = w * keep[i, j] * dropout.factor(a.dropout_p)
                     o = o + w * v[n, hk, j]
                 outs.append(o)
             heads.append(torch.stack(outs))  # (L, Ev)

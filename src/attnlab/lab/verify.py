@@ -212,8 +212,9 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
     """Run one case: oracle, PyTorch, the form; compare out, dq, dk, dv (and dmask).
 
     Dropout cases: the form draws its seed from ``torch.manual_seed(seed)`` and the oracle applies
-    the keep-mask that seed gives (attnlab's counter-based dropout). PyTorch's dropout uses other
-    random numbers, so its column shows its error on the same inputs without dropout.
+    the keep-mask that seed gives (attnlab's counter-based dropout), so a form that ignores
+    ``dropout_p`` or drops other weights fails. PyTorch's dropout uses other random numbers, so its
+    column shows its error on the same inputs without dropout, against the oracle without dropout.
     """
     q, k, v, mask, dense, grad_out = make_inputs(case, seed)
     gqa = case.Hkv is not None and case.Hkv != case.H
@@ -225,6 +226,11 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
                                  torch.arange(case.S or case.L))
     ref = oracle.reference(q, k, v, dense, case.is_causal, None, gqa, grad_out=grad_out, keep=keep,
                            dropout_p=case.dropout_p)
+    # PyTorch runs without dropout (its dropout draws other random numbers): its error is measured
+    # against the oracle without dropout, the form's against the oracle with the form's keep-mask.
+    ref0 = ref if keep is None else oracle.reference(q, k, v, dense, case.is_causal, None, gqa, grad_out=grad_out)
+    budget = oracle.rounding_floor(q, k, v, dense, case.is_causal, None, gqa, grad_out=grad_out, keep=keep,
+                                   dropout_p=case.dropout_p)
 
     def run(f, m, p=0.0):
         qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
@@ -242,11 +248,11 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
         return Row(name, case.name, case.dtype, "error", [], f"{type(e).__name__}: {e}")
     quantities = ["out", "dq", "dk", "dv"] + (["dmask"] if case.grad_mask else [])
     comps = []
-    for qname, m_, t_, r_ in zip(quantities, mine, theirs, ref, strict=False):
+    for qname, m_, t_, r_, r0 in zip(quantities, mine, theirs, ref, ref0, strict=False):
         if m_ is None:
             comps.append(oracle.Comparison(qname, math.inf, math.inf, 0.0, 0.0, False))
             continue
-        comps.append(oracle.compare(qname, m_, t_, r_, DTYPES[case.dtype]))
+        comps.append(oracle.compare(qname, m_, t_, r_, DTYPES[case.dtype], budget[qname], theirs_ref=r0))
     ok = all(c.passed for c in comps)
     return Row(name, case.name, case.dtype, "pass" if ok else "fail", comps)
 
