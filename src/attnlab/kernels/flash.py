@@ -111,17 +111,20 @@ def _keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, like: torch.Tensor):
     return keep.reshape(N, Hkv, G * (q1 - q0), k1 - k0).to(like.dtype) * dropout.factor(p)
 
 
-def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0):
+def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0, keep_norm=False):
     """Online-softmax forward. q5 (N, Hkv, G, L, E), k (N, Hkv, S, E), v (N, Hkv, S, Ev).
 
     Returns ``out`` (N, Hkv, G, L, Ev) and ``lse`` (N, Hkv, G, L); rows with no visible key get
     out = 0 and lse = -inf. ``row0`` / ``col0`` place this block in a larger problem (for dropout).
+    ``keep_norm=True`` also returns ``(m, l)`` (N, Hkv, G, L) in the working dtype, each row's final
+    shift and normaliser, so that backward can rebuild the weights exactly as forward divided them.
     """
     N, Hkv, G, L, E = q5.shape
     S, Ev = k.shape[2], v.shape[3]
     bq, bk = tiles.block_q, tiles.block_k
     out = q5.new_empty(N, Hkv, G, L, Ev)
     lse = q5.new_empty(N, Hkv, G, L, dtype=torch.float64)
+    m_all, l_all = (q5.new_empty(N, Hkv, G, L) for _ in range(2)) if keep_norm else (None, None)
     kT = k.transpose(-2, -1)  # (N, Hkv, E, S)
     v3 = v.reshape(N * Hkv, S, Ev)
     buf = q5.new_empty(N * Hkv * G * min(bq, L) * min(bk, S))  # one score tile, reused: no allocation per tile
@@ -163,35 +166,47 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0):
         l = l.unsqueeze(-1)
         o = acc / torch.where(l == 0, 1.0, l)  # rows with no visible key: 0, not 0/0
         out[:, :, :, q0:q1] = o.view(N, Hkv, G, r, Ev)
+        if keep_norm:  # dead rows: shift 0 and normaliser 1, so that backward's exp(-inf - 0) / 1 = 0
+            m_all[:, :, :, q0:q1] = torch.where(torch.isneginf(m), 0.0, m).view(N, Hkv, G, r)
+            l_all[:, :, :, q0:q1] = torch.where(l == 0, 1.0, l).view(N, Hkv, G, r)
         m = torch.where(l.view(N, Hkv, G * r) == 0, float("-inf"), m)
         lse[:, :, :, q0:q1] = (m.double() + torch.log(l.double()).view(N, Hkv, G * r)).view(N, Hkv, G, r)
+    if keep_norm:
+        return out, lse, (m_all, l_all)
     return out, lse
 
 
 def backward_tiles(q5, k, v, out, dout, lse, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0,
-                   bias_shape=None, D=None):
+                   bias_shape=None, D=None, norm=None):
     """FlashAttention-2 backward by recomputation. Returns dq5, dk, dv and (if ``bias_shape``) dbias.
 
     ``lse`` may come from a larger problem (ring attention passes the global one), as may ``D``,
     the per-row rowsum(dO * O); both default to this block's own.
+
+    dS = P * (dP - D) must cancel exactly where the true gradient is zero (a row that sees one key:
+    P = 1, dP = D). So with ``norm`` = forward's ``(m, l)`` the weights are rebuilt exactly as forward
+    made them, P = exp(s - m) / l (a lone key's weight is e / e = 1, not exp(s - lse) = 1 +- ulp), and
+    D is not taken from the saved output but summed, in a first pass over the row block's key tiles,
+    as rowsum(P * dP) from the very P and dP the second pass uses (equal to rowsum(dO * O) in exact
+    arithmetic): the two round alike and cancel.
     """
     N, Hkv, G, L, E = q5.shape
     S, Ev = k.shape[2], v.shape[3]
     H = Hkv * G
     bq, bk = tiles.block_q, tiles.block_k
-    if D is None:
-        D = (dout.double() * out.double()).sum(dim=-1).to(out.dtype)  # (N, Hkv, G, L)
     # lse is float64; subtracting a float64 column from float32 scores would run the whole tile in
     # float64 (30x slower). Split it: hi (the working dtype) is subtracted from the scores, and the
     # remainder becomes a per-row factor c = exp(hi - lse) ~ 1, folded into dO and D, which are small.
-    hi = torch.where(torch.isneginf(lse), float("inf"), lse).to(q5.dtype)  # dead rows: P = exp(-inf) = 0
-    corr = torch.exp(hi.double() - lse).to(q5.dtype)
-    corr = torch.where(torch.isfinite(corr), corr, 1.0)
+    if norm is not None:  # this block's own shift and normaliser: no correction factor needed
+        hi, corr = norm[0], torch.ones_like(norm[0])
+    else:
+        hi = torch.where(torch.isneginf(lse), float("inf"), lse).to(q5.dtype)  # dead rows: P = exp(-inf) = 0
+        corr = torch.exp(hi.double() - lse).to(q5.dtype)
+        corr = torch.where(torch.isfinite(corr), corr, 1.0)
     dq5 = torch.zeros_like(q5)
     dk = torch.zeros_like(k)
     dv = torch.zeros_like(v)
     dbias = q5.new_zeros(bias_shape) if bias_shape is not None else None
-    kT = k.transpose(-2, -1)
     n_tile = N * Hkv * G * min(bq, L) * min(bk, S)
     buf_s, buf_dp = q5.new_empty(n_tile), q5.new_empty(n_tile)  # two tiles, reused: no allocation per tile
     for qt, q0 in enumerate(range(0, L, bq)):
@@ -201,32 +216,53 @@ def backward_tiles(q5, k, v, out, dout, lse, scale, tiles: Tiles, seed=0, p=0.0,
         ci = corr[:, :, :, q0:q1].reshape(N, Hkv, G * r, 1)
         doi = dout[:, :, :, q0:q1].reshape(N, Hkv, G * r, Ev) * ci  # c * dO
         li = hi[:, :, :, q0:q1].reshape(N, Hkv, G * r, 1)
-        Di = D[:, :, :, q0:q1].reshape(N, Hkv, G * r, 1) * ci  # c * D
+        ni = norm[1][:, :, :, q0:q1].reshape(N, Hkv, G * r, 1) if norm is not None else None
+        rows_args = (qi, k, v, doi, li, ni, tiles, qt, q0, q1, buf_s, buf_dp, seed, p, row0, col0)
+        if D is None:  # c * D, from the same P and dP as below, so that dP - D cancels where it should
+            Di = q5.new_zeros(N, Hkv, G * r, 1)
+            for _, _, P, dP, _ in _key_tiles(*rows_args):
+                Di.add_(P.mul_(dP).sum(dim=-1, keepdim=True))  # P is rebuilt in the second pass
+        else:
+            Di = D[:, :, :, q0:q1].reshape(N, Hkv, G * r, 1) * ci  # c * D
         dqi = torch.zeros_like(qi)
-        for kt, k0 in enumerate(range(0, S, bk)):
-            k1 = min(S, k0 + bk)
-            kind = tiles.kind(qt, kt, q0, q1, k0, k1)
-            if kind == EMPTY:
-                continue
-            c = k1 - k0
-            s = torch.matmul(qi, kT[..., k0:k1], out=_tile(buf_s, (N, Hkv, G * r, c)))
-            if kind == PARTIAL:
-                _mask_scores(s.view(N, Hkv, G, r, c), tiles.tile(qt, kt, q0, q1, k0, k1), Hkv, G)
-            P = s.sub_(li).exp_()  # the tile's weights (times 1/c), recomputed from the saved log-sum-exp
-            dP = torch.matmul(doi, v[:, :, k0:k1].transpose(-2, -1), out=_tile(buf_dp, (N, Hkv, G * r, c)))
-            if p > 0.0:
-                keep = _keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, s)
-                dv[:, :, k0:k1] += torch.matmul((P * keep).transpose(-2, -1), doi)
-                dP.mul_(keep)
-            else:
-                dv[:, :, k0:k1] += torch.matmul(P.transpose(-2, -1), doi)
+        for k0, k1, P, dP, keep in _key_tiles(*rows_args):
+            dv[:, :, k0:k1] += torch.matmul((P if keep is None else P * keep).transpose(-2, -1), doi)
             dS = dP.sub_(Di).mul_(P)  # dS = P * (dP - D)
             if dbias is not None:
-                _add_bias_grad(dbias, dS.view(N, H, r, c), q0, q1, k0, k1)
+                _add_bias_grad(dbias, dS.view(N, H, r, k1 - k0), q0, q1, k0, k1)
             dqi.add_(torch.matmul(dS, k[:, :, k0:k1]))
             dk[:, :, k0:k1] += torch.matmul(dS.transpose(-2, -1), qi)  # qi holds q * scale
         dq5[:, :, :, q0:q1] = (dqi * scale).view(N, Hkv, G, r, E)
     return dq5, dk, dv, dbias
+
+
+def _key_tiles(qi, k, v, doi, li, ni, tiles, qt, q0, q1, buf_s, buf_dp, seed, p, row0, col0):
+    """Each visible key tile of one row block: (k0, k1, P, dP, keep), weights rebuilt, dP = c dO V^T.
+
+    ``qi`` (N, Hkv, G*r, E) holds q * scale; ``li`` / ``ni`` (N, Hkv, G*r, 1) the shift and (or None)
+    the normaliser to rebuild P with. P and dP live in the two reused buffers: use them before the next.
+    """
+    N, Hkv, R, _ = qi.shape
+    G, r = R // (q1 - q0), q1 - q0
+    S, bk = k.shape[2], tiles.block_k
+    kT = k.transpose(-2, -1)
+    for kt, k0 in enumerate(range(0, S, bk)):
+        k1 = min(S, k0 + bk)
+        kind = tiles.kind(qt, kt, q0, q1, k0, k1)
+        if kind == EMPTY:
+            continue
+        c = k1 - k0
+        s = torch.matmul(qi, kT[..., k0:k1], out=_tile(buf_s, (N, Hkv, R, c)))
+        if kind == PARTIAL:
+            _mask_scores(s.view(N, Hkv, G, r, c), tiles.tile(qt, kt, q0, q1, k0, k1), Hkv, G)
+        P = s.sub_(li).exp_()  # the tile's weights (times 1/c), recomputed from the saved log-sum-exp
+        if ni is not None:
+            P.div_(ni)  # exp(s - m) / l, divided as forward divided: a lone key's weight is exactly 1
+        dP = torch.matmul(doi, v[:, :, k0:k1].transpose(-2, -1), out=_tile(buf_dp, (N, Hkv, R, c)))
+        keep = _keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, s) if p > 0.0 else None
+        if keep is not None:
+            dP.mul_(keep)
+        yield k0, k1, P, dP, keep
 
 
 def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, q0, q1, k0, k1) -> None:
@@ -239,18 +275,18 @@ def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, q0, q1, k0, k1) -> Non
 class _Flash(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q5, k, v, bias, tiles, scale, seed, p):
-        out, lse = forward_tiles(q5, k, v, scale, tiles, seed, p)
-        ctx.save_for_backward(q5, k, v, bias, out, lse)
+        out, lse, (m, l) = forward_tiles(q5, k, v, scale, tiles, seed, p, keep_norm=True)
+        ctx.save_for_backward(q5, k, v, bias, out, lse, m, l)
         ctx.cfg = (tiles, scale, seed, p)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q5, k, v, bias, out, lse = ctx.saved_tensors
+        q5, k, v, bias, out, lse, m, l = ctx.saved_tensors
         tiles, scale, seed, p = ctx.cfg
         want_bias = bias is not None and ctx.needs_input_grad[3]
         dq, dk, dv, db = backward_tiles(q5, k, v, out, dout.contiguous(), lse, scale, tiles, seed, p,
-                                        bias_shape=bias.shape if want_bias else None)
+                                        bias_shape=bias.shape if want_bias else None, norm=(m, l))
         return dq, dk, dv, db, None, None, None, None
 
 
