@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from . import dropout
-from ._check import check
+from ._check import check, empty_output
 from .masks import EMPTY, FULL, PARTIAL, Mask, causal
 
 DEFAULT_BLOCK_Q = 256
@@ -46,12 +46,15 @@ class Tiles:
     """What the mask says about tile (qt, kt): EMPTY, FULL or PARTIAL, and the mask of a partial tile.
 
     Sources: nothing (every tile FULL), a mask function (its cached block map), or a dense tensor
-    (bool: sliced per tile, tiles with no visible key skipped; float: added per tile).
+    (bool: sliced per tile, tiles with no visible key skipped; float: added per tile). With
+    ``skip_empty=False`` a dense mask's hidden tiles are computed anyway (weight 0), so that a NaN in
+    a hidden value still turns the output NaN, as 0 * NaN does in PyTorch.
     """
 
     def __init__(self, N, H, L, S, block_q, block_k, mask_fn: Mask | None = None,
-                 dense: torch.Tensor | None = None, device="cpu"):
+                 dense: torch.Tensor | None = None, device="cpu", skip_empty: bool = True):
         self.block_q, self.block_k = block_q, block_k
+        self.skip_empty = skip_empty
         self.dense = dense
         self.has_bias = dense is not None and dense.dtype != torch.bool  # a float mask: scores unbounded
         self.bm = mask_fn.block_map(N, H, L, S, block_q, block_k, device) if mask_fn is not None else None
@@ -63,7 +66,7 @@ class Tiles:
         if self.dense is None or self.dense.dtype != torch.bool:
             return FULL if self.dense is None else PARTIAL
         t = _slice(self.dense, q0, q1, k0, k1)
-        return FULL if bool(t.all()) else (PARTIAL if bool(t.any()) else EMPTY)
+        return FULL if bool(t.all()) else (PARTIAL if not self.skip_empty or bool(t.any()) else EMPTY)
 
     def tile(self, qt: int, kt: int, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
         """The (Nb, Hb, rows, cols) bool or float mask of a PARTIAL tile."""
@@ -297,13 +300,16 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     for name, b in (("block_q", block_q), ("block_k", block_k)):
         if isinstance(b, bool) or not isinstance(b, int) or b < 1:
             raise ValueError(f"{name} must be a positive integer tile size, got {b!r}")
+    if a.trivial:  # an empty dim: nothing to attend to
+        return a.unflatten(empty_output(a))
     work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
     q5 = a.q.to(work).reshape(a.N, a.Hkv, a.groups, a.L, a.E)  # query heads grouped by their key head
     k, v = a.k.to(work).contiguous(), a.v.to(work).contiguous()
     mask_fn = _CAUSAL if a.is_causal else a.mask
     bias = a.attn_mask.to(work) if a.attn_mask is not None and a.attn_mask.dtype != torch.bool else None
     dense = a.attn_mask if bias is None else bias
-    tiles = Tiles(a.N, a.H, a.L, a.S, min(block_q, a.L), min(block_k, a.S), mask_fn, dense, a.q.device)
+    skip = dense is None or bool(torch.isfinite(v).all())  # hidden NaN values must still reach the output
+    tiles = Tiles(a.N, a.H, a.L, a.S, min(block_q, a.L), min(block_k, a.S), mask_fn, dense, a.q.device, skip)
     seed = dropout.draw_seed() if a.dropout_p > 0 else 0
     out5 = _Flash.apply(q5, k, v, bias, tiles, a.scale, seed, a.dropout_p)  # (N, Hkv, G, L, Ev)
     return a.unflatten(out5.reshape(a.N, a.H, a.L, a.Ev).to(a.q.dtype))

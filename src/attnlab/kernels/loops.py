@@ -16,12 +16,14 @@ import math
 import torch
 
 from . import dropout
-from ._check import check
+from ._check import check, empty_output
 
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False):
     a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if a.trivial:  # an empty dim: nothing to attend to
+        return a.unflatten(empty_output(a))
     work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
     q, k, v = a.q.to(work), a.k.to(work), a.v.to(work)
     mask = a.dense_mask()
@@ -40,27 +42,26 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
             outs = []
             for i in range(a.L):
                 # 1. one score per key: the dot product of query i with key j, scaled
-                scores, visible = [], []
+                scores = []
                 for j in range(a.S):
                     s = (q[n, h, i] * k[n, hk, j]).sum() * a.scale
                     if mask is not None:
                         if mask.dtype == torch.bool:
                             if not mask[n, h, i, j]:
-                                continue  # key j is masked out: it takes no part
+                                s = torch.full_like(s, -math.inf)  # key j is masked out: its weight will be 0
                         else:
                             s = s + mask[n, h, i, j].to(work)
                     scores.append(s)
-                    visible.append(j)
                 # 2. softmax, subtracting the max first so exp cannot overflow
                 if all(float(s.detach()) == -math.inf for s in scores):  # every key masked: zeros, as PyTorch
-                    outs.append(torch.zeros(a.Ev, dtype=work) + 0.0 * v[n, hk].sum())
+                    outs.append(0.0 * v[n, hk].sum(dim=0))  # 0 * v: a NaN in v still shows, as in PyTorch
                     continue
                 m = torch.stack(scores).detach().amax()  # a NaN score stays NaN, as in PyTorch
                 exps = [torch.exp(s - m) for s in scores]
                 total = sum(exps)
                 # 3. the weighted sum of values
                 o = torch.zeros(a.Ev, dtype=work)
-                for e, j in zip(exps, visible, strict=True):
+                for j, e in enumerate(exps):  # a masked key adds 0 * v[j]: a NaN there stays NaN, as in PyTorch
                     w = e / total
                     if keep is not None:
                         w = w * keep[i, j] * dropout.factor(a.dropout_p)

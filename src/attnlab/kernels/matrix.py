@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import dropout
-from ._check import check
+from ._check import check, empty_output
 
 
 def safe_softmax(scores: torch.Tensor) -> torch.Tensor:
@@ -45,6 +45,9 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
               enable_gqa=False, *, return_weights: bool = False):
     """The matrix form. With ``return_weights=True`` returns ``(out, weights)``; weights (..., H, L, S)."""
     a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if a.trivial:  # an empty dim: nothing to attend to
+        out = a.unflatten(empty_output(a))
+        return (out, a.unflatten(a.q.new_zeros(a.N, a.H, a.L, a.S))) if return_weights else out
     work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
     q, k, v = a.q.to(work), a.k.to(work), a.v.to(work)
     if a.groups > 1:  # GQA: each key/value head serves `groups` consecutive query heads
