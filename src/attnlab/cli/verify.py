@@ -20,7 +20,28 @@ def add_parser(sub):
     p.add_argument("--show", choices=["all", "failures"], default="all", help="which rows to print")
     p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
+    p.add_argument("--no-dropout", action="store_true",
+                   help="skip the dropout cases, for a function without dropout (said in the summary); by default "
+                        "a function must honour dropout_p: each weight dropped with probability p, the rest scaled "
+                        "by 1/(1-p), the same weights for the same torch.manual_seed")
+    p.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS",
+                   help="for your own functions: seconds a case may take at the basic case's size (2x4x64x64), "
+                        "more in proportion to N*H*L*S; a case past it is a FAIL row and that function's "
+                        "remaining cases are skipped (default: 10)")
     p.set_defaults(run=run)
+
+
+def _seconds(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        x = float(text)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return x
 
 
 def run(args) -> int:
@@ -54,13 +75,15 @@ def run(args) -> int:
 
     cases = verify.default_cases(dtypes, long=not args.quick)
     with progress(len(cases) * len(targets), "cases") as advance:
-        result = verify.verify(targets, cases, seed=args.seed, progress=advance)
+        result = verify.verify(targets, cases, seed=args.seed, progress=advance, check_dropout=not args.no_dropout,
+                               timeout=args.timeout)
     if args.show == "all" or not result.passed:
         console.print(verify_table(result, args.show))
     c = result.counts()
     verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
     console.print(f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, "
-                  f"{c['skipped']} skipped, over {len(targets)} form(s): {', '.join(targets)}")
+                  f"{c['skipped']} skipped, over {len(targets)} form(s): {', '.join(targets)}"
+                  + (" (dropout not checked: --no-dropout)" if args.no_dropout else ""))
     if args.json:
         try:
             write_json(result, Path(args.json))

@@ -7,13 +7,20 @@ with the float64 oracle under the tolerance rule of :mod:`attnlab.lab.oracle`: a
 PyTorch's own error on the same inputs, plus a rounding floor.
 
 Any function with PyTorch's SDPA signature can be checked; :func:`load_function` loads one from
-``package.module:function``.
+``package.module:function`` (the current directory is importable, as under ``python -m``). Its
+dropout is checked too: with v = I the output *is* the weights after dropout, which says which
+weights the function dropped under a seed; the oracle then applies that keep-mask (see
+:func:`probe_keep`). Each case runs under a watchdog, so a function that hangs is a FAIL row.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
+import os
+import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -208,22 +215,60 @@ def _call(fn: Callable, q, k, v, mask, case: Case, dropout_p: float = 0.0):
     return fn(q, k, v, **kw)
 
 
-def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bool) -> Row:
+def probe_keep(fn: Callable, case: Case, q, k, mask, dense, seed: int) -> tuple[torch.Tensor | None, str]:
+    """Which weights ``fn`` drops for this case and seed: (keep (N, H, L, S) bool, "") or (None, why not).
+
+    Called with v = I (Ev = S), attention returns its weights after dropout, Pd = keep * P / (1 - p).
+    A weight counts as kept when Pd is over half of P (P from the oracle; whether the survivors were
+    scaled is for the comparison that follows). The share dropped must be p within six standard
+    deviations of a binomial draw, or the function is not doing dropout.
+    """
+    S, Hkv, p = case.S or case.L, case.Hkv or case.H, case.dropout_p
+    eye = torch.eye(S).to(q.dtype).expand(*case.batch, Hkv, S, S).clone()
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        Pd = _call(fn, q, k, eye, mask, case, p)
+    gqa = case.Hkv is not None and case.Hkv != case.H
+    P = oracle.reference(q, k, eye, dense, case.is_causal, None, gqa)
+    n = math.prod(case.batch)
+    P, Pd = P.reshape(n, case.H, case.L, S), Pd.detach().double().reshape(n, case.H, case.L, S)
+    keep = (Pd.abs() > 0.5 * P) | (P == 0)
+    live = P > 1e-12
+    total = int(live.sum())
+    dropped = int((live & ~keep).sum())
+    sd = math.sqrt(p * (1 - p) / max(1, total))
+    if total and abs(dropped / total - p) > 6 * sd + 1.0 / total:
+        return None, (f"dropped {dropped / total:.1%} of the weights with dropout_p={p} (expected about {p:.0%}, "
+                      f"within {6 * sd:.1%}); a function without dropout can say so with --no-dropout")
+    return keep, ""
+
+
+def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bool,
+               shared_dropout: bool = True) -> Row:
     """Run one case: oracle, PyTorch, the form; compare out, dq, dk, dv (and dmask).
 
     Dropout cases: the form draws its seed from ``torch.manual_seed(seed)`` and the oracle applies
-    the keep-mask that seed gives (attnlab's counter-based dropout), so a form that ignores
-    ``dropout_p`` or drops other weights fails. PyTorch's dropout uses other random numbers, so its
-    column shows its error on the same inputs without dropout, against the oracle without dropout.
+    the keep-mask that seed gives: attnlab's counter-based dropout for attnlab's forms
+    (``shared_dropout``), else the mask :func:`probe_keep` reads from the function itself. A form
+    that ignores ``dropout_p``, drops the wrong share, or does not scale the survivors fails.
+    PyTorch's dropout uses other random numbers, so its column shows its error on the same inputs
+    without dropout, against the oracle without dropout.
     """
     q, k, v, mask, dense, grad_out = make_inputs(case, seed)
     gqa = case.Hkv is not None and case.Hkv != case.H
     keep = None
-    if case.dropout_p > 0:
+    if case.dropout_p > 0 and shared_dropout:
         torch.manual_seed(seed)
         n = math.prod(case.batch)
         keep = dropout.keep_mask(dropout.draw_seed(), case.dropout_p, n, case.H, torch.arange(case.L),
                                  torch.arange(case.S or case.L))
+    elif case.dropout_p > 0:
+        try:
+            keep, why = probe_keep(fn, case, q, k, mask if accepts_masks else dense, dense, seed)
+        except Exception as e:  # as below: a function that cannot run a case fails it, with the reason
+            return Row(name, case.name, case.dtype, "error", [], f"{type(e).__name__}: {e}")
+        if keep is None:
+            return Row(name, case.name, case.dtype, "fail", [], why)
     ref = oracle.reference(q, k, v, dense, case.is_causal, None, gqa, grad_out=grad_out, keep=keep,
                            dropout_p=case.dropout_p)
     # PyTorch runs without dropout (its dropout draws other random numbers): its error is measured
@@ -257,25 +302,77 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
     return Row(name, case.name, case.dtype, "pass" if ok else "fail", comps)
 
 
+def case_limit(case: Case, timeout: float) -> float:
+    """Seconds one case may take: ``timeout`` for the basic case's size (N*H*L*S = 32768), more in proportion."""
+    return timeout * max(1.0, case.work / Case("basic").work)
+
+
+def _watched(run: Callable[[], Row], limit: float) -> Row | None:
+    """``run()`` in a daemon thread; its Row, or None when it has not returned after ``limit`` seconds.
+
+    A hung Python call cannot be stopped from outside, so the thread is left behind (a daemon: it
+    does not keep the process alive) and the caller runs nothing more of that function.
+    """
+    box: dict = {}
+
+    def work():
+        try:
+            box["row"] = run()
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=work, name="attnlab-verify-case", daemon=True)
+    t.start()
+    t.join(limit)
+    if t.is_alive():
+        return None
+    if "error" in box:
+        raise box["error"]
+    return box["row"]
+
+
 def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, seed: int = 0,
-           progress: Callable[[str], None] | None = None) -> VerifyResult:
-    """Check each named function over the cases. ``targets`` maps a label to a function."""
+           progress: Callable[[str], None] | None = None, check_dropout: bool = True,
+           timeout: float | None = 10.0) -> VerifyResult:
+    """Check each named function over the cases. ``targets`` maps a label to a function.
+
+    ``check_dropout=False`` skips the dropout cases (for functions without dropout). ``timeout``:
+    seconds per case at the basic case's size (:func:`case_limit`) for functions that are not
+    attnlab's registered forms; a case past it is a FAIL row and the function's remaining cases are
+    not run. ``None``: no watchdog.
+    """
     cases = default_cases() if cases is None else cases
     registered = kernels.forms()
     rows = []
     for name, fn in targets.items():
         form = registered.get(name)
         is_ours = form is not None and form.fn is fn
+        shared = is_ours and form.shared_dropout
+        hung = None
         for i, case in enumerate(cases):
-            if case.dropout_p > 0 and (form is None or not form.shared_dropout):
-                rows.append(Row(name, case.name, case.dtype, "skipped", [],
-                                "dropout is checked only for forms that use attnlab's dropout generator"))
+            if case.dropout_p > 0 and not check_dropout:
+                rows.append(Row(name, case.name, case.dtype, "skipped", [], "dropout not checked (--no-dropout)"))
+                continue
+            if hung is not None:
+                rows.append(Row(name, case.name, case.dtype, "skipped", [], f"not run: {hung} timed out"))
                 continue
             if form is not None and form.max_work is not None:
                 case = case.shrunk(form.max_work)  # slow forms: the same case at smaller lengths
             if progress:
                 progress(f"{name}: {case.label}")
-            rows.append(check_case(name, fn, case, seed + i, accepts_masks=is_ours))
+
+            run = functools.partial(check_case, name, fn, case, seed + i, is_ours, shared)
+            if timeout is None or form is not None:  # attnlab's own forms run without a watchdog
+                rows.append(run())
+                continue
+            limit = case_limit(case, timeout)
+            row = _watched(run, limit)
+            if row is None:
+                hung = f"case {case.label!r}"
+                row = Row(name, case.name, case.dtype, "fail", [],
+                          f"timed out: no answer after {limit:.1f} s (--timeout {timeout:g} s at the basic "
+                          f"case's size); the function's remaining cases were not run")
+            rows.append(row)
     return VerifyResult(rows, machine(), versions())
 
 
@@ -297,6 +394,8 @@ def load_function(spec: str) -> tuple[str, Callable]:
     mod_name, _, attr = spec.partition(":")
     if not mod_name or not attr:
         raise LoadError(f"--impl {spec!r} must look like package.module:function")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` does: the current directory first
+        sys.path.insert(0, os.getcwd())
     try:
         mod = importlib.import_module(mod_name)
     except Exception as e:
