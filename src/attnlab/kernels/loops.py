@@ -54,7 +54,8 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                     scores.append(s)
                 # 2. softmax, subtracting the max first so exp cannot overflow
                 if all(float(s.detach()) == -math.inf for s in scores):  # every key masked: zeros, as PyTorch
-                    outs.append(0.0 * v[n, hk].sum(dim=0))  # 0 * v: a NaN in v still shows, as in PyTorch
+                    # 0 * v: a NaN in v still shows, as in PyTorch; the empty sums tie q and k in with zero gradients
+                    outs.append(0.0 * v[n, hk].sum(dim=0) + q[n, h, i, :0].sum() + k[n, hk, :, :0].sum())
                     continue
                 m = torch.stack(scores).detach().amax()  # a NaN score stays NaN, as in PyTorch
                 exps = [torch.exp(s - m) for s in scores]

@@ -173,6 +173,8 @@ def compare(quantity: str, mine: torch.Tensor, theirs: torch.Tensor, ref: torch.
     if mine.shape != ref.shape:
         return Comparison(quantity, float("inf"), float("inf"), terr, 0.0, False)
     err = max_err(mine, ref)
-    allowed = 2.0 * terr + rounding + floor(ref, dtype)
+    # PyTorch answering NaN where the oracle is finite (2.13's CPU kernel, is_causal with scale < 0) gives no
+    # error to scale: the limit is then the rounding floor alone.
+    allowed = (2.0 * terr if math.isfinite(terr) else 0.0) + rounding + floor(ref, dtype)
     ok = bool(err <= allowed) and bool(torch.isfinite(mine.detach()).all())
     return Comparison(quantity, err, mean_err(mine, ref), terr, allowed, ok)

@@ -54,6 +54,7 @@ class Case:
     dtype: str = "float32"
     grad_mask: bool = False  # float mask that requires grad (a learnable bias)
     dropout_p: float = 0.0
+    scale: float | None = None  # None: 1/sqrt(E)
 
     @property
     def work(self) -> int:
@@ -164,6 +165,38 @@ MASK_FAMILIES = {  # name -> (S -> mask): every mask function of attnlab.masks, 
 }
 
 
+MASK_KINDS = ("bool", "float", "float-heads", "broadcast", "padding", "dead-rows", "lower-right", *MASK_FAMILIES)
+
+
+def random_cases(n: int, seed: int, dtypes=("float32", "float64"), max_len: int = 24, max_dim: int = 40,
+                 max_batch: int = 3) -> list[Case]:
+    """``n`` seeded random cases: 0-2 batch dims, GQA/MQA, L != S, E != Ev, odd sizes, every mask kind,
+    causal, a learnable bias, any scale (negative too), dropout, in the given dtypes."""
+    g = torch.Generator().manual_seed(seed)
+
+    def pick(seq):
+        return seq[int(torch.randint(len(seq), (), generator=g))]
+
+    def num(lo, hi):
+        return int(torch.randint(lo, hi + 1, (), generator=g))
+
+    out = []
+    for i in range(n):
+        Hkv = num(1, 3)
+        H = Hkv * pick((1, 1, 2, 3))
+        L, S = num(1, max_len), pick((None, num(1, max_len)))
+        mask = pick((None, None, *MASK_KINDS))
+        causal = mask is None and num(0, 2) == 0
+        S = None if mask == "document & causal" else S  # document ids index queries and keys alike
+        scale = pick((None, None, None, round(float(torch.randn((), generator=g)), 3)))
+        out.append(Case(f"random #{i}", batch=tuple(num(1, max_batch) for _ in range(num(0, 2))), H=H,
+                        Hkv=Hkv if Hkv != H else None, L=L, S=S, E=num(1, max_dim), Ev=pick((None, num(1, max_dim))),
+                        is_causal=causal, mask=mask, dtype=pick(dtypes),
+                        grad_mask=mask in ("float", "float-heads") and num(0, 1) == 1,
+                        dropout_p=pick((0.0,) * 7 + (0.3,)), scale=scale))
+    return out
+
+
 def mask_family(name: str, case: Case) -> M.Mask:
     """The mask functions of attnlab.masks, sized for a case."""
     return MASK_FAMILIES[name](case.S or case.L)
@@ -212,6 +245,8 @@ def _call(fn: Callable, q, k, v, mask, case: Case, dropout_p: float = 0.0):
         kw["is_causal"] = True
     if case.Hkv is not None and case.Hkv != case.H:
         kw["enable_gqa"] = True
+    if case.scale is not None:
+        kw["scale"] = case.scale
     return fn(q, k, v, **kw)
 
 
@@ -229,7 +264,7 @@ def probe_keep(fn: Callable, case: Case, q, k, mask, dense, seed: int) -> tuple[
     with torch.no_grad():
         Pd = _call(fn, q, k, eye, mask, case, p)
     gqa = case.Hkv is not None and case.Hkv != case.H
-    P = oracle.reference(q, k, eye, dense, case.is_causal, None, gqa)
+    P = oracle.reference(q, k, eye, dense, case.is_causal, case.scale, gqa)
     n = math.prod(case.batch)
     P, Pd = P.reshape(n, case.H, case.L, S), Pd.detach().double().reshape(n, case.H, case.L, S)
     keep = (Pd.abs() > 0.5 * P) | (P == 0)
@@ -255,7 +290,6 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
     without dropout, against the oracle without dropout.
     """
     q, k, v, mask, dense, grad_out = make_inputs(case, seed)
-    gqa = case.Hkv is not None and case.Hkv != case.H
     keep = None
     if case.dropout_p > 0 and shared_dropout:
         torch.manual_seed(seed)
@@ -269,26 +303,56 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
             return Row(name, case.name, case.dtype, "error", [], f"{type(e).__name__}: {e}")
         if keep is None:
             return Row(name, case.name, case.dtype, "fail", [], why)
-    ref = oracle.reference(q, k, v, dense, case.is_causal, None, gqa, grad_out=grad_out, keep=keep,
+    expected = _expect(case, seed, (q, k, v, dense, grad_out), keep)
+    return _judge(name, fn, case, seed, (q, k, v, mask if accepts_masks else dense, grad_out), expected)
+
+
+def check_forms(fns: dict[str, Callable], case: Case, seed: int) -> list[Row]:
+    """:func:`check_case` for several of attnlab's forms at once, sharing the oracle and PyTorch's run."""
+    q, k, v, mask, dense, grad_out = make_inputs(case, seed)
+    keep = None
+    if case.dropout_p > 0:
+        torch.manual_seed(seed)
+        keep = dropout.keep_mask(dropout.draw_seed(), case.dropout_p, math.prod(case.batch), case.H,
+                                 torch.arange(case.L), torch.arange(case.S or case.L))
+    expected = _expect(case, seed, (q, k, v, dense, grad_out), keep)
+    return [_judge(name, fn, case, seed, (q, k, v, mask, grad_out), expected) for name, fn in fns.items()]
+
+
+def _run(f: Callable, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0):
+    """Call ``f`` on fresh leaves after ``torch.manual_seed(seed)``; returns (out, dq, dk, dv[, dmask])."""
+    qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    mm = m.detach().clone().requires_grad_(True) if case.grad_mask and m is not None else m
+    torch.manual_seed(seed)
+    out = _call(f, qq, kk, vv, mm, case, p)
+    wrt = [qq, kk, vv] + ([mm] if case.grad_mask else [])
+    grads = torch.autograd.grad(out, wrt, grad_out, allow_unused=True)
+    return (out, *grads)
+
+
+def _expect(case: Case, seed: int, inputs, keep):
+    """What a form is judged by: the oracle (with the keep-mask), the oracle without dropout, the
+    rounding floors, and PyTorch's answer (without dropout)."""
+    q, k, v, dense, grad_out = inputs
+    gqa = case.Hkv is not None and case.Hkv != case.H
+    ref = oracle.reference(q, k, v, dense, case.is_causal, case.scale, gqa, grad_out=grad_out, keep=keep,
                            dropout_p=case.dropout_p)
     # PyTorch runs without dropout (its dropout draws other random numbers): its error is measured
     # against the oracle without dropout, the form's against the oracle with the form's keep-mask.
-    ref0 = ref if keep is None else oracle.reference(q, k, v, dense, case.is_causal, None, gqa, grad_out=grad_out)
-    budget = oracle.rounding_floor(q, k, v, dense, case.is_causal, None, gqa, grad_out=grad_out, keep=keep,
+    ref0 = ref if keep is None else oracle.reference(q, k, v, dense, case.is_causal, case.scale, gqa,
+                                                     grad_out=grad_out)
+    budget = oracle.rounding_floor(q, k, v, dense, case.is_causal, case.scale, gqa, grad_out=grad_out, keep=keep,
                                    dropout_p=case.dropout_p)
+    theirs = _run(F.scaled_dot_product_attention, case, seed, q, k, v, dense, grad_out)
+    return ref, ref0, budget, theirs
 
-    def run(f, m, p=0.0):
-        qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-        mm = m.detach().clone().requires_grad_(True) if case.grad_mask and m is not None else m
-        torch.manual_seed(seed)
-        out = _call(f, qq, kk, vv, mm, case, p)
-        wrt = [qq, kk, vv] + ([mm] if case.grad_mask else [])
-        grads = torch.autograd.grad(out, wrt, grad_out, allow_unused=True)
-        return (out, *grads)
 
-    theirs = run(F.scaled_dot_product_attention, dense)
+def _judge(name: str, fn: Callable, case: Case, seed: int, inputs, expected) -> Row:
+    """Run ``fn`` on the case and hold out, dq, dk, dv (and dmask) to the tolerance rule."""
+    ref, ref0, budget, theirs = expected
+    q, k, v, m, grad_out = inputs
     try:
-        mine = run(fn, mask if accepts_masks else dense, case.dropout_p)
+        mine = _run(fn, case, seed, q, k, v, m, grad_out, case.dropout_p)
     except Exception as e:  # a form that cannot run a case fails it, with the reason
         return Row(name, case.name, case.dtype, "error", [], f"{type(e).__name__}: {e}")
     quantities = ["out", "dq", "dk", "dv"] + (["dmask"] if case.grad_mask else [])
