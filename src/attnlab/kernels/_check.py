@@ -235,10 +235,12 @@ def _broadcast(query, key, value, enable_gqa, shapes):
     """
     rank = max(3, query.dim(), key.dim(), value.dim())
     query, key, value = (t.reshape((1,) * (rank - t.dim()) + tuple(t.shape)) for t in (query, key, value))
-    try:
-        batch = tuple(torch.broadcast_shapes(query.shape[:-3], key.shape[:-3], value.shape[:-3]))
-    except RuntimeError:
-        raise ValueError(f"batch dims do not broadcast: {shapes}") from None
+    batch = []
+    for sizes in zip(query.shape[:-3], key.shape[:-3], value.shape[:-3], strict=True):  # (torch's helper is slow)
+        grown = {n for n in sizes if n != 1}
+        if len(grown) > 1:
+            raise ValueError(f"batch dims do not broadcast: {shapes}")
+        batch.append(grown.pop() if grown else 1)
     Hk, Hv = key.shape[-3], value.shape[-3]
     if Hk != Hv and 1 not in (Hk, Hv):
         raise ValueError(f"key has {Hk} heads but value has {Hv}; they must match ({shapes})")

@@ -90,6 +90,8 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
 
     First-order error propagation in float64, with u = ``torch.finfo(dtype).eps`` and every sum of
     n products allowed ``u * sqrt(n) * sum|product|`` (the probabilistic bound of Higham & Mary).
+    Sums over a row's scores are bounded with norms (|q_i . k_j| <= |q_i| |k_j|), so that every
+    error is a per-row number times the weights P, and the budget costs four products with P.
     """
     dtype = dtype or query.dtype
     u = torch.finfo(dtype).eps
@@ -99,33 +101,37 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
         G, sc = a.groups, abs(a.scale)
         q, k, v = a.q.detach(), a.k.detach(), a.v.detach()
         kx, vx = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)  # (N, H, S, .)
-        drop = Pd / torch.where(P == 0, 1.0, P)  # keep / (1 - p), or 1
+        drop = _dropout.factor(dropout_p) if keep is not None else 1.0
         L, S, E, Ev = a.L, a.S, a.E, a.Ev
-        # scores: s = scale * q.k (E products), then the mask is added and exp taken (relative u)
-        s_err = u * (math.sqrt(E) * sc * (q.abs() @ kx.abs().transpose(-2, -1)) + 1.0)
-        s_err = torch.where(P > 0, s_err, 0.0)
-        # softmax: P_ij moves by P_ij * (its score's error + the row's mean score error), plus the sum of S terms
-        dP_soft = P * (s_err + (P * s_err).sum(-1, keepdim=True) + u * math.sqrt(S))
-        dPd = dP_soft * drop
-        fl = {"out": (u * math.sqrt(S) * (Pd @ vx.abs()) + dPd @ vx.abs()).max()}
+        if P.numel() == 0:
+            return {"out": 0.0, "dq": 0.0, "dk": 0.0, "dv": 0.0, "dmask": 0.0}
+        # scores s = scale * q.k, E products, then the mask added and exp taken (relative u): per row,
+        # the largest error over the row's keys. P_ij then moves by at most P_ij * rel_i.
+        k_len = kx.norm(dim=-1).amax(dim=-1, keepdim=True).unsqueeze(-1)  # (N, H, 1, 1)
+        s_err = u * (math.sqrt(E) * sc * q.norm(dim=-1, keepdim=True) * k_len + 1.0)  # (N, H, L, 1)
+        rel = 2.0 * s_err + u * math.sqrt(S)
+        Pv = Pd @ vx.abs()  # (N, H, L, Ev): the sum of |products| that makes the output
+        o_err = (u * math.sqrt(S) + rel) * Pv
+        fl = {"out": o_err.max()}
         if grad_out is not None:
             dO = grad_out.detach().double().cpu().reshape(O.shape)
-            dv = u * math.sqrt(L) * (Pd.transpose(-2, -1) @ dO.abs()) + dPd.transpose(-2, -1) @ dO.abs()
-            dP = (dO @ vx.transpose(-2, -1)) * drop  # (N, H, L, S)
-            D = (dO * O).sum(-1, keepdim=True)
-            o_err = u * math.sqrt(S) * (Pd @ vx.abs()) + dPd @ vx.abs()
-            dP_err = u * math.sqrt(Ev) * (dO.abs() @ vx.abs().transpose(-2, -1)) * drop
-            D_err = u * math.sqrt(Ev) * (dO.abs() * O.abs()).sum(-1, keepdim=True) + (dO.abs() * o_err).sum(
-                -1, keepdim=True)
-            dS = P * (dP - D)
-            dS_err = P * (dP_err + D_err) + dP_soft * (dP - D).abs() + u * dS.abs()
-            dq = sc * (dS_err @ kx.abs() + u * math.sqrt(S) * (dS.abs() @ kx.abs()))
-            dk = sc * (dS_err.transpose(-2, -1) @ q.abs() + u * math.sqrt(L) * (dS.abs().transpose(-2, -1) @ q.abs()))
+            dO_len = dO.norm(dim=-1, keepdim=True)  # (N, H, L, 1)
+            v_len = vx.norm(dim=-1).amax(dim=-1, keepdim=True).unsqueeze(-1) * drop  # (N, H, 1, 1)
+            O_len = O.norm(dim=-1, keepdim=True)
+            # dP = dO.v (Ev products) and D = dO.O (Ev products, O carrying its own error): per row
+            gap = dO_len * (v_len + O_len)  # |dP - D| <= |dO| (|v| + |O|)
+            dS_rel = (u * math.sqrt(Ev) * gap + (dO.abs() * o_err).sum(-1, keepdim=True) + rel * gap
+                      + u * gap)  # dS_ij's error <= P_ij * dS_rel_i
+            dS_mag = gap  # |dS_ij| <= P_ij * gap_i
+            Pk = P @ kx.abs()  # (N, H, L, E)
+            dq = sc * (dS_rel + u * math.sqrt(S) * dS_mag) * Pk
+            dk = sc * (P.transpose(-2, -1) @ ((dS_rel + u * math.sqrt(L) * dS_mag) * q.abs()))
+            dv = Pd.transpose(-2, -1) @ ((u * math.sqrt(L) + rel) * dO.abs())
             fl["dq"] = dq.max()
             fl["dk"] = dk.max() * G  # the G query heads of a group add into one key head
             fl["dv"] = dv.max() * G
-            fl["dmask"] = dS_err.max() * max(1, a.N * a.H * L * S // max(1, _numel(attn_mask)))
-    return {n: float(x) if torch.is_tensor(x) and x.numel() else 0.0 for n, x in fl.items()}
+            fl["dmask"] = (P * dS_rel).max() * max(1, a.N * a.H * L * S // max(1, _numel(attn_mask)))
+    return {n: float(x) for n, x in fl.items()}
 
 
 def _numel(m) -> int:
