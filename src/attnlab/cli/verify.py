@@ -25,7 +25,28 @@ def add_parser(sub):
                         "local folder) and compare logits, 16 greedy tokens and gradients with the model's own "
                         "attention in float32; --dtype, --quick and --show do not apply (needs pip install "
                         "'attnlab[hf]')")
+    p.add_argument("--no-dropout", action="store_true",
+                   help="skip the dropout cases, for a function without dropout (said in the summary); by default "
+                        "a function must honour dropout_p: each weight dropped with probability p, the rest scaled "
+                        "by 1/(1-p), the same weights for the same torch.manual_seed")
+    p.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS",
+                   help="for your own functions: seconds a case may take at the basic case's size (2x4x64x64), "
+                        "more in proportion to N*H*L*S; a case past it is a FAIL row and that function's "
+                        "remaining cases are skipped (default: 10)")
     p.set_defaults(run=run)
+
+
+def _seconds(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        x = float(text)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return x
 
 
 def run(args) -> int:
@@ -47,7 +68,7 @@ def run(args) -> int:
         except verify.LoadError as e:
             raise UsageError(str(e)) from None
         targets[name] = fn
-    dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    dtypes = list(dict.fromkeys(d.strip() for d in args.dtype.split(",") if d.strip()))  # each once
     bad = [d for d in dtypes if d not in verify.DTYPES]
     if bad or not dtypes:
         raise UsageError(f"--dtype {args.dtype!r}: choose from {', '.join(verify.DTYPES)}")
@@ -56,13 +77,15 @@ def run(args) -> int:
 
     cases = verify.default_cases(dtypes, long=not args.quick)
     with progress(len(cases) * len(targets), "cases") as advance:
-        result = verify.verify(targets, cases, seed=args.seed, progress=advance)
+        result = verify.verify(targets, cases, seed=args.seed, progress=advance, check_dropout=not args.no_dropout,
+                               timeout=args.timeout)
     if args.show == "all" or not result.passed:
         console.print(verify_table(result, args.show))
     c = result.counts()
     verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
     console.print(f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, "
-                  f"{c['skipped']} skipped, over {len(targets)} form(s): {', '.join(targets)}")
+                  f"{c['skipped']} skipped, over {len(targets)} form(s): {', '.join(targets)}"
+                  + (" (dropout not checked: --no-dropout)" if args.no_dropout else ""))
     save_json(result, args.json)
     return 0 if result.passed else 1
 

@@ -11,7 +11,13 @@ in which
 * a tensor ``attn_mask`` is 4-D and broadcastable to ``(N, H, L, S)``;
 * a mask *function* (see :mod:`attnlab.kernels.masks`) is kept as it is, so the flash form can
   skip whole tiles; forms that want a dense mask call :meth:`Args.dense_mask`;
-* ``scale`` is a float (default ``1/sqrt(E)``).
+* ``scale`` is a float (default ``1/sqrt(E)``), ``dropout_p`` a float in [0, 1].
+
+As in PyTorch, query, key and value broadcast against each other over their leading dims (a
+query of rank 2 or 3 with a key of rank 4; a batch of 1 against a batch of 2; one key head
+against many query heads), empty dims give empty (or, with no key, zero) outputs, and
+``is_causal=True`` with an ``attn_mask`` keeps the keys both allow. The one argument PyTorch
+accepts and attnlab refuses is a NaN or infinite ``scale`` (see :func:`_scale`).
 
 No ``assert`` guards user input anywhere in attnlab: this module is where input meets code.
 """
@@ -24,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .masks import Mask, causal
+from .masks import Mask, and_masks, causal
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -75,7 +81,7 @@ class Args:
     @property
     def groups(self) -> int:
         """How many query heads share one key/value head (1 without GQA)."""
-        return self.H // self.Hkv
+        return self.H // self.Hkv if self.Hkv else 1
 
     def dense_mask(self) -> torch.Tensor | None:
         """One mask tensor that means the same as ``attn_mask`` / ``mask`` / ``is_causal``.
@@ -88,6 +94,11 @@ class Args:
         if self.is_causal:  # upper-left aligned like PyTorch: (1, 1, L, S)
             return causal().dense(self.N, self.H, self.L, self.S, device=self.q.device)
         return self.attn_mask
+
+    @property
+    def trivial(self) -> bool:
+        """True when no score reaches the output: N, H, L, S or Ev is 0 (see :func:`empty_output`)."""
+        return self.N * self.H * self.L * self.S * self.Ev == 0
 
     def unflatten(self, out: torch.Tensor) -> torch.Tensor:
         """(N, H, L, Ev) -> the caller's leading dims + (H, L, Ev)."""
@@ -131,8 +142,6 @@ def check(
             )
         if t.dim() < 2:
             raise ValueError(f"{name} must have at least 2 dims (..., L, E), got shape {_shape(t)}")
-        if 0 in t.shape:
-            raise ValueError(f"{name} has an empty dimension: shape {_shape(t)}")
     if not (query.dtype == key.dtype == value.dtype):
         raise TypeError(
             f"query, key and value must have one dtype, got {query.dtype}, {key.dtype} and {value.dtype}"
@@ -141,14 +150,7 @@ def check(
         raise ValueError(
             f"query, key and value must be on one device, got {query.device}, {key.device} and {value.device}"
         )
-    if not (query.dim() == key.dim() == value.dim()):
-        raise ValueError(
-            f"query, key and value must have the same number of dims, got query {_shape(query)}, "
-            f"key {_shape(key)}, value {_shape(value)}"
-        )
     shapes = f"query {_shape(query)}, key {_shape(key)}, value {_shape(value)}"
-    if not (query.shape[:-3] == key.shape[:-3] == value.shape[:-3]):
-        raise ValueError(f"batch dims differ: {shapes}")
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
             f"query has feature dim E={query.shape[-1]} but key has E={key.shape[-1]}; they must match ({shapes})"
@@ -157,41 +159,20 @@ def check(
         raise ValueError(
             f"key has {key.shape[-2]} positions but value has {value.shape[-2]}; they must match ({shapes})"
         )
-
-    squeeze_heads = query.dim() == 2
-    if squeeze_heads:  # (L, E): a single head with no batch
-        query, key, value = query[None], key[None], value[None]
-    H, Hkv = query.shape[-3], key.shape[-3]
-    if value.shape[-3] != Hkv:
-        raise ValueError(f"key has {Hkv} heads but value has {value.shape[-3]}; they must match ({shapes})")
     if not isinstance(enable_gqa, bool):
         raise TypeError(f"enable_gqa must be a bool, got {type(enable_gqa).__name__}")
-    if Hkv != H:
-        if not enable_gqa:
-            raise ValueError(
-                f"key has {Hkv} heads but query has {H}; pass enable_gqa=True or give key {H} heads ({shapes})"
-            )
-        if H % Hkv != 0:
-            raise ValueError(
-                f"enable_gqa=True needs query heads to be a multiple of key heads, "
-                f"got query {H} and key {Hkv} heads ({shapes})"
-            )
+    squeeze_heads = query.dim() == key.dim() == value.dim() == 2
+    if squeeze_heads:  # (L, E): a single head with no batch
+        query, key, value = query[None], key[None], value[None]
+    query, key, value = _broadcast(query, key, value, enable_gqa, shapes)
+    H, Hkv = query.shape[-3], key.shape[-3]
 
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
 
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
-        raise TypeError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
-    if not (0.0 <= float(dropout_p) < 1.0):
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
-
+    dropout_p = _dropout_p(dropout_p)
     E = query.shape[-1]
-    if scale is None:
-        scale = 1.0 / math.sqrt(E)
-    elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise TypeError(f"scale must be a positive number or None, got {scale!r}")
-    elif not math.isfinite(float(scale)) or float(scale) <= 0.0:
-        raise ValueError(f"scale must be a positive, finite number, got {scale}")
+    scale = _scale(scale, E)
 
     batch_shape = tuple(query.shape[:-3])
     N = math.prod(batch_shape)
@@ -203,12 +184,14 @@ def check(
     mask_fn = None
     dense = None
     if isinstance(attn_mask, Mask):
-        if is_causal:
-            raise ValueError("is_causal=True cannot be combined with attn_mask; put causality in the mask instead")
-        mask_fn = attn_mask
+        mask_fn = and_masks(attn_mask, causal()) if is_causal else attn_mask  # PyTorch keeps what both allow
         mask_fn.check_sizes(N=N, H=H, L=L, S=S)
+        is_causal = False
     elif attn_mask is not None:
-        dense = _check_mask_tensor(attn_mask, query, batch_shape, H, L, S, N, is_causal, squeeze_heads)
+        dense = _check_mask_tensor(attn_mask, query, batch_shape, H, L, S, N, squeeze_heads)
+        if is_causal:  # PyTorch keeps the keys both allow: the mask, and upper-left causality
+            dense = _with_causal(dense, L, S)
+            is_causal = False
 
     return Args(
         q=q,
@@ -224,15 +207,10 @@ def check(
     )
 
 
-def _check_mask_tensor(m, query, batch_shape, H, L, S, N, is_causal, squeeze_heads) -> torch.Tensor:
+def _check_mask_tensor(m, query, batch_shape, H, L, S, N, squeeze_heads) -> torch.Tensor:
     if not isinstance(m, torch.Tensor):
         raise TypeError(
             f"attn_mask must be a torch.Tensor, an attnlab mask (attnlab.masks) or None, got {type(m).__name__}"
-        )
-    if is_causal:
-        raise ValueError(
-            f"is_causal=True cannot be combined with attn_mask (shape {_shape(m)}); "
-            "pass one or the other, or use attnlab.masks to combine them"
         )
     if m.dtype != torch.bool and m.dtype != query.dtype:
         raise TypeError(
@@ -257,3 +235,90 @@ def _check_mask_tensor(m, query, batch_shape, H, L, S, N, is_causal, squeeze_hea
     if all(s == 1 for s in lead):
         return m.reshape(1, *m.shape[-3:])
     return m.expand(*batch_shape, *m.shape[-3:]).reshape(N, *m.shape[-3:])
+
+
+def _broadcast(query, key, value, enable_gqa, shapes):
+    """Broadcast q, k, v over their leading dims as PyTorch does; returns them, each of one rank >= 3.
+
+    Dims before the head dim broadcast (size 1 against n). Heads: key and value broadcast against
+    each other; one key head serves every query head (as PyTorch's broadcasting does, GQA or not);
+    one query head against n key heads becomes n; other counts need ``enable_gqa=True`` and a multiple.
+    """
+    rank = max(3, query.dim(), key.dim(), value.dim())
+    query, key, value = (t.reshape((1,) * (rank - t.dim()) + tuple(t.shape)) for t in (query, key, value))
+    batch = []
+    for sizes in zip(query.shape[:-3], key.shape[:-3], value.shape[:-3], strict=True):  # (torch's helper is slow)
+        grown = {n for n in sizes if n != 1}
+        if len(grown) > 1:
+            raise ValueError(f"batch dims do not broadcast: {shapes}")
+        batch.append(grown.pop() if grown else 1)
+    Hk, Hv = key.shape[-3], value.shape[-3]
+    if Hk != Hv and 1 not in (Hk, Hv):
+        raise ValueError(f"key has {Hk} heads but value has {Hv}; they must match ({shapes})")
+    Hkv = max(Hk, Hv) if 0 not in (Hk, Hv) else 0
+    H = query.shape[-3]
+    if H == 1 and Hkv > 1 and not enable_gqa:
+        H = Hkv  # one query head against many key heads: broadcast, as PyTorch does
+    if Hkv != H and Hkv != 1:
+        if not enable_gqa:
+            raise ValueError(
+                f"key has {Hkv} heads but query has {H}; pass enable_gqa=True or give key {H} heads ({shapes})"
+            )
+        if Hkv == 0 or H % Hkv != 0:
+            raise ValueError(
+                f"enable_gqa=True needs query heads to be a multiple of key heads, "
+                f"got query {H} and key {Hkv} heads ({shapes})"
+            )
+    query = query.expand(*batch, H, *query.shape[-2:])
+    key = key.expand(*batch, Hkv, *key.shape[-2:])
+    value = value.expand(*batch, Hkv, *value.shape[-2:])
+    return query, key, value
+
+
+def _dropout_p(p) -> float:
+    """dropout_p as a float in [0, 1]: a number or a one-element tensor, as PyTorch takes it."""
+    if isinstance(p, torch.Tensor) and p.numel() == 1 and not p.dtype.is_complex and p.dtype != torch.bool:
+        p = p.item()
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise TypeError(f"dropout_p must be a number in [0, 1], got {p!r}")
+    if not (0.0 <= float(p) <= 1.0):
+        raise ValueError(f"dropout_p must be in [0, 1], got {p}")
+    return float(p)
+
+
+def _scale(scale, E: int) -> float:
+    """scale as a float: None -> 1/sqrt(E); any finite real (negative and 0 too), or a one-element tensor.
+
+    PyTorch also accepts NaN and +-inf and answers NaN, or zeros for NaN on its fused CPU kernel: no
+    softmax is defined there, so attnlab says so instead of returning either.
+    """
+    if scale is None:
+        return 1.0 / math.sqrt(E) if E > 0 else 1.0  # E = 0: every score is 0 whatever the scale
+    if isinstance(scale, torch.Tensor) and scale.numel() == 1 and scale.dtype.is_floating_point:
+        scale = scale.item()
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a number or None, got {scale!r}")
+    if not math.isfinite(float(scale)):
+        raise ValueError(
+            f"scale must be a finite number, got {scale}: PyTorch accepts it and returns NaN (or zeros), "
+            "but every score is then infinite or NaN and no softmax is defined, so attnlab refuses it"
+        )
+    return float(scale)
+
+
+def _with_causal(m: torch.Tensor, L: int, S: int) -> torch.Tensor:
+    """A 4-D mask tensor with upper-left causality added: bool AND, float -inf where causality hides."""
+    keep = torch.ones(L, S, dtype=torch.bool, device=m.device).tril()
+    if m.dtype == torch.bool:
+        return m & keep
+    return m.masked_fill(~keep, float("-inf"))
+
+
+def empty_output(a: Args) -> torch.Tensor:
+    """The answer when no score reaches the output (``a.trivial``): zeros (N, H, L, Ev), as PyTorch gives.
+
+    Tied to q, k and v through empty slices, so backward gives each its zero gradient of the right
+    shape, and a NaN anywhere in the inputs cannot leak into the zeros.
+    """
+    out = a.q.new_zeros(a.N, a.H, a.L, a.Ev)
+    return out + a.q[..., :0].sum() + a.k[..., :0].sum() + a.v[..., :0].sum()

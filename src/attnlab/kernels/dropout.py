@@ -45,10 +45,15 @@ def keep_mask(seed: int, p: float, N: int, H: int, rows: torch.Tensor, cols: tor
     return u >= int(p * 2**32)
 
 
+def factor(p: float) -> float:
+    """What a surviving weight is multiplied by: 1 / (1 - p); 0 when p = 1 (every weight dropped)."""
+    return 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
+
+
 def apply(weights: torch.Tensor, seed: int, p: float, row0: int = 0, col0: int = 0) -> torch.Tensor:
     """Dropout on a (N, H, R, C) block of weights whose top-left element is (row0, col0)."""
     if p == 0.0:
         return weights
     N, H, R, C = weights.shape
     keep = keep_mask(seed, p, N, H, torch.arange(row0, row0 + R), torch.arange(col0, col0 + C), weights.device)
-    return weights * keep / (1.0 - p)
+    return weights * keep * factor(p)

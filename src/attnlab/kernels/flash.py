@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from . import dropout
-from ._check import check, check_score_mod
+from ._check import check, check_score_mod, empty_output
 from .masks import EMPTY, FULL, PARTIAL, Mask, causal
 from .mods import Mod, indices
 
@@ -52,12 +52,15 @@ class Tiles:
     """What the mask says about tile (qt, kt): EMPTY, FULL or PARTIAL, and the mask of a partial tile.
 
     Sources: nothing (every tile FULL), a mask function (its cached block map), or a dense tensor
-    (bool: sliced per tile, tiles with no visible key skipped; float: added per tile).
+    (bool: sliced per tile, tiles with no visible key skipped; float: added per tile). With
+    ``skip_empty=False`` a dense mask's hidden tiles are computed anyway (weight 0), so that a NaN in
+    a hidden value still turns the output NaN, as 0 * NaN does in PyTorch.
     """
 
     def __init__(self, N, H, L, S, block_q, block_k, mask_fn: Mask | None = None,
-                 dense: torch.Tensor | None = None, device="cpu"):
+                 dense: torch.Tensor | None = None, device="cpu", skip_empty: bool = True):
         self.block_q, self.block_k = block_q, block_k
+        self.skip_empty = skip_empty
         self.dense = dense
         self.has_bias = dense is not None and dense.dtype != torch.bool  # a float mask: scores unbounded
         self.bm = mask_fn.block_map(N, H, L, S, block_q, block_k, device) if mask_fn is not None else None
@@ -69,7 +72,7 @@ class Tiles:
         if self.dense is None or self.dense.dtype != torch.bool:
             return FULL if self.dense is None else PARTIAL
         t = _slice(self.dense, q0, q1, k0, k1)
-        return FULL if bool(t.all()) else (PARTIAL if bool(t.any()) else EMPTY)
+        return FULL if bool(t.all()) else (PARTIAL if not self.skip_empty or bool(t.any()) else EMPTY)
 
     def tile(self, qt: int, kt: int, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
         """The (Nb, Hb, rows, cols) bool or float mask of a PARTIAL tile."""
@@ -114,7 +117,7 @@ def _keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, like: torch.Tensor):
     rows = torch.arange(row0 + q0, row0 + q1)
     cols = torch.arange(col0 + k0, col0 + k1)
     keep = dropout.keep_mask(seed, p, N, Hkv * G, rows, cols, like.device)
-    return keep.reshape(N, Hkv, G * (q1 - q0), k1 - k0).to(like.dtype) / (1.0 - p)
+    return keep.reshape(N, Hkv, G * (q1 - q0), k1 - k0).to(like.dtype) * dropout.factor(p)
 
 
 def _modify(mod: Mod, s: torch.Tensor, G: int, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
@@ -124,18 +127,22 @@ def _modify(mod: Mod, s: torch.Tensor, G: int, q0: int, q1: int, k0: int, k1: in
     return mod.apply(s4, *indices(N, Hkv * G, q0, q1, k0, k1, s.device)).view(N, Hkv, -1, c)
 
 
-def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0, mod: Mod | None = None):
+def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0, mod: Mod | None = None,
+                  keep_norm=False):
     """Online-softmax forward. q5 (N, Hkv, G, L, E), k (N, Hkv, S, E), v (N, Hkv, S, Ev).
 
     Returns ``out`` (N, Hkv, G, L, Ev) and ``lse`` (N, Hkv, G, L); rows with no visible key get
     out = 0 and lse = -inf. ``row0`` / ``col0`` place this block in a larger problem (for dropout and
     the positions a score modifier ``mod`` sees).
+    ``keep_norm=True`` also returns ``(m, l)`` (N, Hkv, G, L) in the working dtype, each row's final
+    shift and normaliser, so that backward can rebuild the weights exactly as forward divided them.
     """
     N, Hkv, G, L, E = q5.shape
     S, Ev = k.shape[2], v.shape[3]
     bq, bk = tiles.block_q, tiles.block_k
     out = q5.new_empty(N, Hkv, G, L, Ev)
     lse = q5.new_empty(N, Hkv, G, L, dtype=torch.float64)
+    m_all, l_all = (q5.new_empty(N, Hkv, G, L) for _ in range(2)) if keep_norm else (None, None)
     kT = k.transpose(-2, -1)  # (N, Hkv, E, S)
     v3 = v.reshape(N * Hkv, S, Ev)
     buf = q5.new_empty(N * Hkv * G * min(bq, L) * min(bk, S))  # one score tile, reused: no allocation per tile
@@ -179,38 +186,50 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0, 
         l = l.unsqueeze(-1)
         o = acc / torch.where(l == 0, 1.0, l)  # rows with no visible key: 0, not 0/0
         out[:, :, :, q0:q1] = o.view(N, Hkv, G, r, Ev)
+        if keep_norm:  # dead rows: shift 0 and normaliser 1, so that backward's exp(-inf - 0) / 1 = 0
+            m_all[:, :, :, q0:q1] = torch.where(torch.isneginf(m), 0.0, m).view(N, Hkv, G, r)
+            l_all[:, :, :, q0:q1] = torch.where(l == 0, 1.0, l).view(N, Hkv, G, r)
         m = torch.where(l.view(N, Hkv, G * r) == 0, float("-inf"), m)
         lse[:, :, :, q0:q1] = (m.double() + torch.log(l.double()).view(N, Hkv, G * r)).view(N, Hkv, G, r)
+    if keep_norm:
+        return out, lse, (m_all, l_all)
     return out, lse
 
 
 def backward_tiles(q5, k, v, out, dout, lse, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0,
-                   bias_shape=None, D=None, mod: Mod | None = None, mod_params=()):
+                   bias_shape=None, D=None, norm=None, mod: Mod | None = None, mod_params=()):
     """FlashAttention-2 backward by recomputation. Returns dq5, dk, dv and (if ``bias_shape``) dbias.
 
     ``lse`` may come from a larger problem (ring attention passes the global one), as may ``D``,
     the per-row rowsum(dO * O); both default to this block's own. With a score modifier ``mod``,
     dS is pulled back through it tile by tile, and the gradients of the tensors in ``mod_params``
     are returned as a fifth item (a list).
+
+    dS = P * (dP - D) must cancel exactly where the true gradient is zero (a row that sees one key:
+    P = 1, dP = D). So with ``norm`` = forward's ``(m, l)`` the weights are rebuilt exactly as forward
+    made them, P = exp(s - m) / l (a lone key's weight is e / e = 1, not exp(s - lse) = 1 +- ulp), and
+    D is not taken from the saved output but summed, in a first pass over the row block's key tiles,
+    as rowsum(P * dP) from the very P and dP the second pass uses (equal to rowsum(dO * O) in exact
+    arithmetic): the two round alike and cancel.
     """
     N, Hkv, G, L, E = q5.shape
     S, Ev = k.shape[2], v.shape[3]
     H = Hkv * G
     bq, bk = tiles.block_q, tiles.block_k
-    if D is None:
-        D = (dout.double() * out.double()).sum(dim=-1).to(out.dtype)  # (N, Hkv, G, L)
     # lse is float64; subtracting a float64 column from float32 scores would run the whole tile in
     # float64 (30x slower). Split it: hi (the working dtype) is subtracted from the scores, and the
     # remainder becomes a per-row factor c = exp(hi - lse) ~ 1, folded into dO and D, which are small.
-    hi = torch.where(torch.isneginf(lse), float("inf"), lse).to(q5.dtype)  # dead rows: P = exp(-inf) = 0
-    corr = torch.exp(hi.double() - lse).to(q5.dtype)
-    corr = torch.where(torch.isfinite(corr), corr, 1.0)
+    if norm is not None:  # this block's own shift and normaliser: no correction factor needed
+        hi, corr = norm[0], torch.ones_like(norm[0])
+    else:
+        hi = torch.where(torch.isneginf(lse), float("inf"), lse).to(q5.dtype)  # dead rows: P = exp(-inf) = 0
+        corr = torch.exp(hi.double() - lse).to(q5.dtype)
+        corr = torch.where(torch.isfinite(corr), corr, 1.0)
     dq5 = torch.zeros_like(q5)
     dk = torch.zeros_like(k)
     dv = torch.zeros_like(v)
     dbias = q5.new_zeros(bias_shape) if bias_shape is not None else None
     dparams = [None] * len(mod_params)
-    kT = k.transpose(-2, -1)
     n_tile = N * Hkv * G * min(bq, L) * min(bk, S)
     buf_s, buf_dp = q5.new_empty(n_tile), q5.new_empty(n_tile)  # two tiles, reused: no allocation per tile
     for qt, q0 in enumerate(range(0, L, bq)):
@@ -220,35 +239,22 @@ def backward_tiles(q5, k, v, out, dout, lse, scale, tiles: Tiles, seed=0, p=0.0,
         ci = corr[:, :, :, q0:q1].reshape(N, Hkv, G * r, 1)
         doi = dout[:, :, :, q0:q1].reshape(N, Hkv, G * r, Ev) * ci  # c * dO
         li = hi[:, :, :, q0:q1].reshape(N, Hkv, G * r, 1)
-        Di = D[:, :, :, q0:q1].reshape(N, Hkv, G * r, 1) * ci  # c * D
+        ni = norm[1][:, :, :, q0:q1].reshape(N, Hkv, G * r, 1) if norm is not None else None
+        rows_args = (qi, k, v, doi, li, ni, tiles, qt, q0, q1, buf_s, buf_dp, seed, p, row0, col0, mod)
+        if D is None:  # c * D, from the same P and dP as below, so that dP - D cancels where it should
+            Di = q5.new_zeros(N, Hkv, G * r, 1)
+            for _, _, P, dP, _, _ in _key_tiles(*rows_args):
+                Di.add_(P.mul_(dP).sum(dim=-1, keepdim=True))  # P is rebuilt in the second pass
+        else:
+            Di = D[:, :, :, q0:q1].reshape(N, Hkv, G * r, 1) * ci  # c * D
         dqi = torch.zeros_like(qi)
-        for kt, k0 in enumerate(range(0, S, bk)):
-            k1 = min(S, k0 + bk)
-            kind = tiles.kind(qt, kt, q0, q1, k0, k1)
-            if kind == EMPTY:
-                continue
-            c = k1 - k0
-            s = torch.matmul(qi, kT[..., k0:k1], out=_tile(buf_s, (N, Hkv, G * r, c)))
-            if mod is not None:  # the modified scores, with the graph that leads back to the raw ones
-                raw = s.detach().requires_grad_(True)
-                with torch.enable_grad():
-                    modded = _modify(mod, raw, G, row0 + q0, row0 + q1, col0 + k0, col0 + k1)
-                s = modded.detach().clone()
-            if kind == PARTIAL:
-                _mask_scores(s.view(N, Hkv, G, r, c), tiles.tile(qt, kt, q0, q1, k0, k1), Hkv, G)
-            P = s.sub_(li).exp_()  # the tile's weights (times 1/c), recomputed from the saved log-sum-exp
-            dP = torch.matmul(doi, v[:, :, k0:k1].transpose(-2, -1), out=_tile(buf_dp, (N, Hkv, G * r, c)))
-            if p > 0.0:
-                keep = _keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, s)
-                dv[:, :, k0:k1] += torch.matmul((P * keep).transpose(-2, -1), doi)
-                dP.mul_(keep)
-            else:
-                dv[:, :, k0:k1] += torch.matmul(P.transpose(-2, -1), doi)
+        for k0, k1, P, dP, keep, through in _key_tiles(*rows_args):
+            dv[:, :, k0:k1] += torch.matmul((P if keep is None else P * keep).transpose(-2, -1), doi)
             dS = dP.sub_(Di).mul_(P)  # dS = P * (dP - D)
             if dbias is not None:
-                _add_bias_grad(dbias, dS.view(N, H, r, c), q0, q1, k0, k1)
-            if mod is not None:  # chain rule through the modifier: dS to the raw scores and its tensors
-                dS, dparams = _through_mod(modded, raw, mod_params, dS, dparams)
+                _add_bias_grad(dbias, dS.view(N, H, r, k1 - k0), q0, q1, k0, k1)
+            if through is not None:  # chain rule through the modifier: dS to the raw scores and its tensors
+                dS, dparams = _through_mod(*through, mod_params, dS, dparams)
             dqi.add_(torch.matmul(dS, k[:, :, k0:k1]))
             dk[:, :, k0:k1] += torch.matmul(dS.transpose(-2, -1), qi)  # qi holds q * scale
         dq5[:, :, :, q0:q1] = (dqi * scale).view(N, Hkv, G, r, E)
@@ -271,6 +277,44 @@ def _through_mod(modded, raw, params, dS, dparams):
     return grads[0], dparams
 
 
+def _key_tiles(qi, k, v, doi, li, ni, tiles, qt, q0, q1, buf_s, buf_dp, seed, p, row0, col0, mod=None):
+    """Each visible key tile of one row block: (k0, k1, P, dP, keep, through), weights rebuilt, dP = c dO V^T.
+
+    ``qi`` (N, Hkv, G*r, E) holds q * scale; ``li`` / ``ni`` (N, Hkv, G*r, 1) the shift and (or None)
+    the normaliser to rebuild P with. P and dP live in the two reused buffers: use them before the next.
+    With a score modifier ``mod``, ``through`` is (modified scores, raw scores) with the graph between
+    them, for the chain rule; else None.
+    """
+    N, Hkv, R, _ = qi.shape
+    G, r = R // (q1 - q0), q1 - q0
+    S, bk = k.shape[2], tiles.block_k
+    kT = k.transpose(-2, -1)
+    for kt, k0 in enumerate(range(0, S, bk)):
+        k1 = min(S, k0 + bk)
+        kind = tiles.kind(qt, kt, q0, q1, k0, k1)
+        if kind == EMPTY:
+            continue
+        c = k1 - k0
+        s = torch.matmul(qi, kT[..., k0:k1], out=_tile(buf_s, (N, Hkv, R, c)))
+        through = None
+        if mod is not None:  # the modified scores, with the graph that leads back to the raw ones
+            raw = s.detach().requires_grad_(True)
+            with torch.enable_grad():
+                modded = _modify(mod, raw, G, row0 + q0, row0 + q1, col0 + k0, col0 + k1)
+            s = modded.detach().clone()
+            through = (modded, raw)
+        if kind == PARTIAL:
+            _mask_scores(s.view(N, Hkv, G, r, c), tiles.tile(qt, kt, q0, q1, k0, k1), Hkv, G)
+        P = s.sub_(li).exp_()  # the tile's weights (times 1/c), recomputed from the saved log-sum-exp
+        if ni is not None:
+            P.div_(ni)  # exp(s - m) / l, divided as forward divided: a lone key's weight is exactly 1
+        dP = torch.matmul(doi, v[:, :, k0:k1].transpose(-2, -1), out=_tile(buf_dp, (N, Hkv, R, c)))
+        keep = _keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, s) if p > 0.0 else None
+        if keep is not None:
+            dP.mul_(keep)
+        yield k0, k1, P, dP, keep, through
+
+
 def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, q0, q1, k0, k1) -> None:
     """Add a tile's dS (N, H, r, c) to the gradient of a float mask, summed over its broadcast dims."""
     dims = [d for d in range(4) if dbias.shape[d] == 1 and dS.shape[d] != 1]
@@ -281,20 +325,20 @@ def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, q0, q1, k0, k1) -> Non
 class _Flash(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q5, k, v, bias, tiles, scale, seed, p, mod=None, *mod_params):
-        out, lse = forward_tiles(q5, k, v, scale, tiles, seed, p, mod=mod)
-        ctx.save_for_backward(q5, k, v, bias, out, lse)
+        out, lse, (m, l) = forward_tiles(q5, k, v, scale, tiles, seed, p, mod=mod, keep_norm=True)
+        ctx.save_for_backward(q5, k, v, bias, out, lse, m, l)
         ctx.cfg = (tiles, scale, seed, p, mod)
         ctx.mod_params = mod_params  # the modifier reads these itself; kept here for the chain rule
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q5, k, v, bias, out, lse = ctx.saved_tensors
+        q5, k, v, bias, out, lse, m, l = ctx.saved_tensors
         tiles, scale, seed, p, mod = ctx.cfg
         want_bias = bias is not None and ctx.needs_input_grad[3]
         want = [t if ctx.needs_input_grad[9 + i] else None for i, t in enumerate(ctx.mod_params)]
         grads = backward_tiles(q5, k, v, out, dout.contiguous(), lse, scale, tiles, seed, p,
-                               bias_shape=bias.shape if want_bias else None, mod=mod, mod_params=want)
+                               bias_shape=bias.shape if want_bias else None, norm=(m, l), mod=mod, mod_params=want)
         dparams = grads[4] if mod is not None else []
         return (*grads[:4], None, None, None, None, None, *dparams)
 
@@ -312,13 +356,16 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     for name, b in (("block_q", block_q), ("block_k", block_k)):
         if isinstance(b, bool) or not isinstance(b, int) or b < 1:
             raise ValueError(f"{name} must be a positive integer tile size, got {b!r}")
+    if a.trivial:  # an empty dim: nothing to attend to
+        return a.unflatten(empty_output(a))
     work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
     q5 = a.q.to(work).reshape(a.N, a.Hkv, a.groups, a.L, a.E)  # query heads grouped by their key head
     k, v = a.k.to(work).contiguous(), a.v.to(work).contiguous()
     mask_fn = _CAUSAL if a.is_causal else a.mask
     bias = a.attn_mask.to(work) if a.attn_mask is not None and a.attn_mask.dtype != torch.bool else None
     dense = a.attn_mask if bias is None else bias
-    tiles = Tiles(a.N, a.H, a.L, a.S, min(block_q, a.L), min(block_k, a.S), mask_fn, dense, a.q.device)
+    skip = dense is None or bool(torch.isfinite(v).all())  # hidden NaN values must still reach the output
+    tiles = Tiles(a.N, a.H, a.L, a.S, min(block_q, a.L), min(block_k, a.S), mask_fn, dense, a.q.device, skip)
     seed = dropout.draw_seed() if a.dropout_p > 0 else 0
     params = mod.params if mod is not None else ()
     out5 = _Flash.apply(q5, k, v, bias, tiles, a.scale, seed, a.dropout_p, mod, *params)  # (N, Hkv, G, L, Ev)

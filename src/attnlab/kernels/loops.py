@@ -19,13 +19,15 @@ import math
 import torch
 
 from . import dropout
-from ._check import check, check_score_mod
+from ._check import check, check_score_mod, empty_output
 
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False, *, score_mod=None):
     a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     mod = check_score_mod(score_mod)
+    if a.trivial:  # an empty dim: nothing to attend to
+        return a.unflatten(empty_output(a))
     idx = [torch.tensor(x).view(1, 1, 1, 1) for x in range(max(a.N, a.H, a.L))] if mod is not None else []
     keys = torch.arange(a.S).view(1, 1, 1, a.S)
     work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
@@ -50,30 +52,30 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                 if mod is not None:  # a score modifier sees row i's scaled scores, with their indices
                     raw = torch.stack([(q[n, h, i] * k[n, hk, j]).sum() * a.scale for j in range(a.S)])
                     modded = mod.apply(raw.view(1, 1, 1, a.S), idx[n], idx[h], idx[i], keys).view(a.S)
-                scores, visible = [], []
+                scores = []
                 for j in range(a.S):
                     s = (q[n, h, i] * k[n, hk, j]).sum() * a.scale if modded is None else modded[j]
                     if mask is not None:
                         if mask.dtype == torch.bool:
                             if not mask[n, h, i, j]:
-                                continue  # key j is masked out: it takes no part
+                                s = torch.full_like(s, -math.inf)  # key j is masked out: its weight will be 0
                         else:
                             s = s + mask[n, h, i, j].to(work)
                     scores.append(s)
-                    visible.append(j)
                 # 2. softmax, subtracting the max first so exp cannot overflow
                 if all(float(s.detach()) == -math.inf for s in scores):  # every key masked: zeros, as PyTorch
-                    outs.append(torch.zeros(a.Ev, dtype=work) + 0.0 * v[n, hk].sum())
+                    # 0 * v: a NaN in v still shows, as in PyTorch; the empty sums tie q and k in with zero gradients
+                    outs.append(0.0 * v[n, hk].sum(dim=0) + q[n, h, i, :0].sum() + k[n, hk, :, :0].sum())
                     continue
                 m = torch.stack(scores).detach().amax()  # a NaN score stays NaN, as in PyTorch
                 exps = [torch.exp(s - m) for s in scores]
                 total = sum(exps)
                 # 3. the weighted sum of values
                 o = torch.zeros(a.Ev, dtype=work)
-                for e, j in zip(exps, visible, strict=True):
+                for j, e in enumerate(exps):  # a masked key adds 0 * v[j]: a NaN there stays NaN, as in PyTorch
                     w = e / total
                     if keep is not None:
-                        w = w * keep[i, j] / (1.0 - a.dropout_p)
+                        w = w * keep[i, j] * dropout.factor(a.dropout_p)
                     o = o + w * v[n, hk, j]
                 outs.append(o)
             heads.append(torch.stack(outs))  # (L, Ev)

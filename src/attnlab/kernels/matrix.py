@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import dropout
-from ._check import check, check_score_mod
+from ._check import check, check_score_mod, empty_output
 from .mods import apply_dense
 
 
@@ -50,6 +50,9 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     """
     a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     mod = check_score_mod(score_mod)
+    if a.trivial:  # an empty dim: nothing to attend to
+        out = a.unflatten(empty_output(a))
+        return (out, a.unflatten(a.q.new_zeros(a.N, a.H, a.L, a.S))) if return_weights else out
     work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
     q, k, v = a.q.to(work), a.k.to(work), a.v.to(work)
     if a.groups > 1:  # GQA: each key/value head serves `groups` consecutive query heads

@@ -7,13 +7,20 @@ with the float64 oracle under the tolerance rule of :mod:`attnlab.lab.oracle`: a
 PyTorch's own error on the same inputs, plus a rounding floor.
 
 Any function with PyTorch's SDPA signature can be checked; :func:`load_function` loads one from
-``package.module:function``.
+``package.module:function`` (the current directory is importable, as under ``python -m``). Its
+dropout is checked too: with v = I the output *is* the weights after dropout, which says which
+weights the function dropped under a seed; the oracle then applies that keep-mask (see
+:func:`probe_keep`). Each case runs under a watchdog, so a function that hangs is a FAIL row.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
+import os
+import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -48,6 +55,7 @@ class Case:
     grad_mask: bool = False  # float mask that requires grad (a learnable bias)
     dropout_p: float = 0.0
     mod: str | None = None  # a score modifier family of attnlab.lab.mod_cases (score_mod=)
+    scale: float | None = None  # None: 1/sqrt(E)
 
     @property
     def work(self) -> int:
@@ -169,6 +177,38 @@ MASK_FAMILIES = {  # name -> (S -> mask): every mask function of attnlab.masks, 
 }
 
 
+MASK_KINDS = ("bool", "float", "float-heads", "broadcast", "padding", "dead-rows", "lower-right", *MASK_FAMILIES)
+
+
+def random_cases(n: int, seed: int, dtypes=("float32", "float64"), max_len: int = 24, max_dim: int = 40,
+                 max_batch: int = 3) -> list[Case]:
+    """``n`` seeded random cases: 0-2 batch dims, GQA/MQA, L != S, E != Ev, odd sizes, every mask kind,
+    causal, a learnable bias, any scale (negative too), dropout, in the given dtypes."""
+    g = torch.Generator().manual_seed(seed)
+
+    def pick(seq):
+        return seq[int(torch.randint(len(seq), (), generator=g))]
+
+    def num(lo, hi):
+        return int(torch.randint(lo, hi + 1, (), generator=g))
+
+    out = []
+    for i in range(n):
+        Hkv = num(1, 3)
+        H = Hkv * pick((1, 1, 2, 3))
+        L, S = num(1, max_len), pick((None, num(1, max_len)))
+        mask = pick((None, None, *MASK_KINDS))
+        causal = mask is None and num(0, 2) == 0
+        S = None if mask == "document & causal" else S  # document ids index queries and keys alike
+        scale = pick((None, None, None, round(float(torch.randn((), generator=g)), 3)))
+        out.append(Case(f"random #{i}", batch=tuple(num(1, max_batch) for _ in range(num(0, 2))), H=H,
+                        Hkv=Hkv if Hkv != H else None, L=L, S=S, E=num(1, max_dim), Ev=pick((None, num(1, max_dim))),
+                        is_causal=causal, mask=mask, dtype=pick(dtypes),
+                        grad_mask=mask in ("float", "float-heads") and num(0, 1) == 1,
+                        dropout_p=pick((0.0,) * 7 + (0.3,)), scale=scale))
+    return out
+
+
 def mask_family(name: str, case: Case) -> M.Mask:
     """The mask functions of attnlab.masks, sized for a case."""
     return MASK_FAMILIES[name](case.S or case.L)
@@ -219,55 +259,138 @@ def _call(fn: Callable, q, k, v, mask, case: Case, dropout_p: float = 0.0, score
         kw["is_causal"] = True
     if case.Hkv is not None and case.Hkv != case.H:
         kw["enable_gqa"] = True
+    if case.scale is not None:
+        kw["scale"] = case.scale
     return fn(q, k, v, **kw)
 
 
-def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bool) -> Row:
+def probe_keep(fn: Callable, case: Case, q, k, mask, dense, seed: int) -> tuple[torch.Tensor | None, str]:
+    """Which weights ``fn`` drops for this case and seed: (keep (N, H, L, S) bool, "") or (None, why not).
+
+    Called with v = I (Ev = S), attention returns its weights after dropout, Pd = keep * P / (1 - p).
+    A weight counts as kept when Pd is over half of P (P from the oracle; whether the survivors were
+    scaled is for the comparison that follows). The share dropped must be p within six standard
+    deviations of a binomial draw, or the function is not doing dropout.
+    """
+    S, Hkv, p = case.S or case.L, case.Hkv or case.H, case.dropout_p
+    eye = torch.eye(S).to(q.dtype).expand(*case.batch, Hkv, S, S).clone()
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        Pd = _call(fn, q, k, eye, mask, case, p)
+    gqa = case.Hkv is not None and case.Hkv != case.H
+    P = oracle.reference(q, k, eye, dense, case.is_causal, case.scale, gqa)
+    n = math.prod(case.batch)
+    P, Pd = P.reshape(n, case.H, case.L, S), Pd.detach().double().reshape(n, case.H, case.L, S)
+    keep = (Pd.abs() > 0.5 * P) | (P == 0)
+    live = P > 1e-12
+    total = int(live.sum())
+    dropped = int((live & ~keep).sum())
+    sd = math.sqrt(p * (1 - p) / max(1, total))
+    if total and abs(dropped / total - p) > 6 * sd + 1.0 / total:
+        return None, (f"dropped {dropped / total:.1%} of the weights with dropout_p={p} (expected about {p:.0%}, "
+                      f"within {6 * sd:.1%}); a function without dropout can say so with --no-dropout")
+    return keep, ""
+
+
+def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bool,
+               shared_dropout: bool = True) -> Row:
     """Run one case: oracle, PyTorch, the form; compare out, dq, dk, dv (and dmask).
 
     Dropout cases: the form draws its seed from ``torch.manual_seed(seed)`` and the oracle applies
-    the keep-mask that seed gives (attnlab's counter-based dropout). PyTorch's dropout uses other
-    random numbers, so its column shows its error on the same inputs without dropout.
+    the keep-mask that seed gives: attnlab's counter-based dropout for attnlab's forms
+    (``shared_dropout``), else the mask :func:`probe_keep` reads from the function itself. A form
+    that ignores ``dropout_p``, drops the wrong share, or does not scale the survivors fails.
+    PyTorch's dropout uses other random numbers, so its column shows its error on the same inputs
+    without dropout, against the oracle without dropout.
     """
     q, k, v, mask, dense, grad_out = make_inputs(case, seed)
-    gqa = case.Hkv is not None and case.Hkv != case.H
     keep = None
-    if case.dropout_p > 0:
+    if case.dropout_p > 0 and shared_dropout:
         torch.manual_seed(seed)
         n = math.prod(case.batch)
         keep = dropout.keep_mask(dropout.draw_seed(), case.dropout_p, n, case.H, torch.arange(case.L),
                                  torch.arange(case.S or case.L))
-    mod_tensors, build_mod = mod_cases.make(case.mod, case.H, seed, DTYPES[case.dtype]) if case.mod else ([], None)
+    elif case.dropout_p > 0:
+        try:
+            keep, why = probe_keep(fn, case, q, k, mask if accepts_masks else dense, dense, seed)
+        except Exception as e:  # as below: a function that cannot run a case fails it, with the reason
+            return Row(name, case.name, case.dtype, "error", [], f"{type(e).__name__}: {e}")
+        if keep is None:
+            return Row(name, case.name, case.dtype, "fail", [], why)
+    expected = _expect(case, seed, (q, k, v, dense, grad_out), keep)
+    return _judge(name, fn, case, seed, (q, k, v, mask if accepts_masks else dense, grad_out), expected)
 
-    def fresh_mod(dtype=None):  # the case's modifier on its own copies of the tensors it holds
-        if build_mod is None:
-            return None, []
-        ts = [t.detach().clone().to(dtype or t.dtype).requires_grad_(True) for t in mod_tensors]
-        return build_mod(ts), ts
 
-    mod64, _ = fresh_mod(torch.float64)
-    ref = oracle.reference(q, k, v, dense, case.is_causal, None, gqa, grad_out=grad_out, keep=keep,
-                           dropout_p=case.dropout_p, score_mod=mod64)
-
-    def run(f, m, p=0.0):
-        qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-        mm = m.detach().clone().requires_grad_(True) if case.grad_mask and m is not None else m
-        mod, ts = fresh_mod()
+def check_forms(fns: dict[str, Callable], case: Case, seed: int) -> list[Row]:
+    """:func:`check_case` for several of attnlab's forms at once, sharing the oracle and PyTorch's run."""
+    q, k, v, mask, dense, grad_out = make_inputs(case, seed)
+    keep = None
+    if case.dropout_p > 0:
         torch.manual_seed(seed)
-        out = _call(f, qq, kk, vv, mm, case, p, mod)
-        wrt = [qq, kk, vv] + ([mm] if case.grad_mask else []) + ts
-        grads = torch.autograd.grad(out, wrt, grad_out, allow_unused=True)
-        return (out, *grads)
+        keep = dropout.keep_mask(dropout.draw_seed(), case.dropout_p, math.prod(case.batch), case.H,
+                                 torch.arange(case.L), torch.arange(case.S or case.L))
+    expected = _expect(case, seed, (q, k, v, dense, grad_out), keep)
+    return [_judge(name, fn, case, seed, (q, k, v, mask, grad_out), expected) for name, fn in fns.items()]
 
-    theirs = run(mod_cases.eager if case.mod else F.scaled_dot_product_attention, dense)
-    if case.mod:  # PyTorch's error: the larger of its two natural orders, per quantity (see mod_cases)
-        others = [run(mod_cases.eager_folded, dense)]
+
+def _modifier(case: Case, seed: int) -> Callable:
+    """The case's score modifier: ``fresh(dtype=None) -> (Mod or None, the tensors it holds)``, each call
+    on its own copies of those tensors (leaves whose gradients are compared like dq, dk, dv)."""
+    tensors, build = mod_cases.make(case.mod, case.H, seed, DTYPES[case.dtype]) if case.mod else ([], None)
+
+    def fresh(dtype=None):
+        if build is None:
+            return None, []
+        ts = [t.detach().clone().to(dtype or t.dtype).requires_grad_(True) for t in tensors]
+        return build(ts), ts
+
+    return fresh
+
+
+def _run(f: Callable, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=None):
+    """Call ``f`` on fresh leaves after ``torch.manual_seed(seed)``; returns (out, dq, dk, dv[, dmask][, dparams])."""
+    qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    mm = m.detach().clone().requires_grad_(True) if case.grad_mask and m is not None else m
+    mod, ts = fresh() if fresh is not None else (None, [])
+    torch.manual_seed(seed)
+    out = _call(f, qq, kk, vv, mm, case, p, mod)
+    wrt = [qq, kk, vv] + ([mm] if case.grad_mask else []) + ts
+    grads = torch.autograd.grad(out, wrt, grad_out, allow_unused=True)
+    return (out, *grads)
+
+
+def _expect(case: Case, seed: int, inputs, keep):
+    """What a form is judged by: the oracle (with the keep-mask), the oracle without dropout, the
+    rounding floors, PyTorch's answer (without dropout) and the case's score modifier maker."""
+    q, k, v, dense, grad_out = inputs
+    gqa = case.Hkv is not None and case.Hkv != case.H
+    fresh = _modifier(case, seed)
+    mod64, _ = fresh(torch.float64)
+    ref = oracle.reference(q, k, v, dense, case.is_causal, case.scale, gqa, grad_out=grad_out, keep=keep,
+                           dropout_p=case.dropout_p, score_mod=mod64)
+    # PyTorch runs without dropout (its dropout draws other random numbers): its error is measured
+    # against the oracle without dropout, the form's against the oracle with the form's keep-mask.
+    ref0 = ref if keep is None else oracle.reference(q, k, v, dense, case.is_causal, case.scale, gqa,
+                                                     grad_out=grad_out, score_mod=mod64)
+    budget = oracle.rounding_floor(q, k, v, dense, case.is_causal, case.scale, gqa, grad_out=grad_out, keep=keep,
+                                   dropout_p=case.dropout_p, score_mod=mod64)
+    theirs = _run(mod_cases.eager if case.mod else F.scaled_dot_product_attention, case, seed, q, k, v, dense,
+                  grad_out, fresh=fresh)
+    if case.mod:  # PyTorch's error: the larger of its natural orders, per quantity (see mod_cases)
+        others = [_run(mod_cases.eager_folded, case, seed, q, k, v, dense, grad_out, fresh=fresh)]
         if case.mod in mod_cases.ADDITIVE:
-            others.append(run(mod_cases.sdpa_bias, dense))
+            others.append(_run(mod_cases.sdpa_bias, case, seed, q, k, v, dense, grad_out, fresh=fresh))
         theirs = [max(ts, key=lambda x, r=r: oracle.max_err(x, r))
                   for *ts, r in zip(theirs, *others, ref, strict=True)]
+    return ref, ref0, budget, theirs, fresh
+
+
+def _judge(name: str, fn: Callable, case: Case, seed: int, inputs, expected) -> Row:
+    """Run ``fn`` on the case and hold out, dq, dk, dv (and dmask, and a modifier's tensors) to the tolerance rule."""
+    ref, ref0, budget, theirs, fresh = expected
+    q, k, v, m, grad_out = inputs
     try:
-        mine = run(fn, mask if accepts_masks else dense, case.dropout_p)
+        mine = _run(fn, case, seed, q, k, v, m, grad_out, case.dropout_p, fresh=fresh)
     except kernels.Unsupported as e:  # an input the form says it does not take: skipped, with the reason
         return Row(name, case.name, case.dtype, "skipped", [], str(e))
     except Exception as e:  # a form that cannot run a case fails it, with the reason
@@ -275,28 +398,69 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
     quantities = ["out", "dq", "dk", "dv"] + (["dmask"] if case.grad_mask else [])
     quantities += mod_cases.PARAM_NAMES.get(case.mod, [])
     comps = []
-    for qname, m_, t_, r_ in zip(quantities, mine, theirs, ref, strict=False):
+    for qname, m_, t_, r_, r0 in zip(quantities, mine, theirs, ref, ref0, strict=False):
         if m_ is None:
             comps.append(oracle.Comparison(qname, math.inf, math.inf, 0.0, 0.0, False))
             continue
-        comps.append(oracle.compare(qname, m_, t_, r_, DTYPES[case.dtype]))
+        comps.append(oracle.compare(qname, m_, t_, r_, DTYPES[case.dtype], budget.get(qname, 0.0),
+                                    theirs_ref=r0))
     ok = all(c.passed for c in comps)
     return Row(name, case.name, case.dtype, "pass" if ok else "fail", comps)
 
 
+def case_limit(case: Case, timeout: float) -> float:
+    """Seconds one case may take: ``timeout`` for the basic case's size (N*H*L*S = 32768), more in proportion."""
+    return timeout * max(1.0, case.work / Case("basic").work)
+
+
+def _watched(run: Callable[[], Row], limit: float) -> Row | None:
+    """``run()`` in a daemon thread; its Row, or None when it has not returned after ``limit`` seconds.
+
+    A hung Python call cannot be stopped from outside, so the thread is left behind (a daemon: it
+    does not keep the process alive) and the caller runs nothing more of that function.
+    """
+    box: dict = {}
+
+    def work():
+        try:
+            box["row"] = run()
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=work, name="attnlab-verify-case", daemon=True)
+    t.start()
+    t.join(limit)
+    if t.is_alive():
+        return None
+    if "error" in box:
+        raise box["error"]
+    return box["row"]
+
+
 def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, seed: int = 0,
-           progress: Callable[[str], None] | None = None) -> VerifyResult:
-    """Check each named function over the cases. ``targets`` maps a label to a function."""
+           progress: Callable[[str], None] | None = None, check_dropout: bool = True,
+           timeout: float | None = 10.0) -> VerifyResult:
+    """Check each named function over the cases. ``targets`` maps a label to a function.
+
+    ``check_dropout=False`` skips the dropout cases (for functions without dropout). ``timeout``:
+    seconds per case at the basic case's size (:func:`case_limit`) for functions that are not
+    attnlab's registered forms; a case past it is a FAIL row and the function's remaining cases are
+    not run. ``None``: no watchdog.
+    """
     cases = default_cases() if cases is None else cases
     registered = kernels.forms(device=None)
     rows = []
     for name, fn in targets.items():
         form = registered.get(name)
         is_ours = form is not None and form.fn is fn
+        shared = is_ours and form.shared_dropout
+        hung = None
         for i, case in enumerate(cases):
-            if case.dropout_p > 0 and (form is None or not form.shared_dropout):
-                rows.append(Row(name, case.name, case.dtype, "skipped", [],
-                                "dropout is checked only for forms that use attnlab's dropout generator"))
+            if case.dropout_p > 0 and not check_dropout:
+                rows.append(Row(name, case.name, case.dtype, "skipped", [], "dropout not checked (--no-dropout)"))
+                continue
+            if hung is not None:
+                rows.append(Row(name, case.name, case.dtype, "skipped", [], f"not run: {hung} timed out"))
                 continue
             if case.mod and not (form.score_mod if form is not None else mod_cases.takes_score_mod(fn)):
                 rows.append(Row(name, case.name, case.dtype, "skipped", [], "takes no score_mod= keyword"))
@@ -305,7 +469,19 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
                 case = case.shrunk(form.max_work)  # slow forms: the same case at smaller lengths
             if progress:
                 progress(f"{name}: {case.label}")
-            rows.append(check_case(name, fn, case, seed + i, accepts_masks=is_ours))
+
+            run = functools.partial(check_case, name, fn, case, seed + i, is_ours, shared)
+            if timeout is None or form is not None:  # attnlab's own forms run without a watchdog
+                rows.append(run())
+                continue
+            limit = case_limit(case, timeout)
+            row = _watched(run, limit)
+            if row is None:
+                hung = f"case {case.label!r}"
+                row = Row(name, case.name, case.dtype, "fail", [],
+                          f"timed out: no answer after {limit:.1f} s (--timeout {timeout:g} s at the basic "
+                          f"case's size); the function's remaining cases were not run")
+            rows.append(row)
     return VerifyResult(rows, machine(), versions())
 
 
@@ -330,6 +506,8 @@ def load_function(spec: str) -> tuple[str, Callable]:
     mod_name, _, attr = spec.partition(":")
     if not mod_name or not attr:
         raise LoadError(f"--impl {spec!r} must look like package.module:function")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` does: the current directory first
+        sys.path.insert(0, os.getcwd())
     try:
         mod = importlib.import_module(mod_name)
     except Exception as e:

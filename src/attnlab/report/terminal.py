@@ -6,6 +6,7 @@ import sys
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -36,16 +37,17 @@ def progress(total: int, what: str):
 
 def verify_table(result, show: str = "all") -> Table:
     """One row per (form, case): worst quantity, its error, PyTorch's error, the limit, the verdict."""
-    t = Table(title="attnlab verify: max error against the float64 oracle (limit = 2 x PyTorch's + floor)")
+    t = Table(title="attnlab verify: max error against the float64 oracle (limit = 2 x PyTorch's + rounding floor)")
     for col in ("form", "case", "dtype", "worst", "error", "PyTorch's error", "limit", "result"):
-        t.add_column(col, justify="right" if col in ("error", "PyTorch's error", "limit") else "left")
+        t.add_column(col, justify="right" if col in ("error", "PyTorch's error", "limit") else "left",
+                     overflow="fold", min_width=24 if col == "result" else None)  # long reasons wrap, never cut
     for r in result.rows:
         if show == "failures" and r.status in ("pass", "skipped"):
             continue
         w = r.worst
         style = {"pass": "green", "fail": "red", "error": "red", "skipped": "yellow"}[r.status]
         if w is None:
-            t.add_row(r.form, r.case, r.dtype, "-", "-", "-", "-", f"[{style}]{r.status.upper()}[/] {r.detail}")
+            t.add_row(r.form, r.case, r.dtype, "-", "-", "-", "-", f"[{style}]{r.status.upper()}[/] {escape(r.detail)}")
         else:
             t.add_row(r.form, r.case, r.dtype, w.quantity, fmt(w.err), fmt(w.torch_err), fmt(w.allowed),
                       f"[{style}]{r.status.upper()}[/]")
