@@ -136,3 +136,14 @@ def test_flash_computes_tiles_a_dense_mask_hides_when_a_value_is_nan():
     got = attnlab.attention(q, k, v, attn_mask=m, impl="flash", block_q=2, block_k=2)
     print(want[0, 0, :, 0], got[0, 0, :, 0])
     assert torch.equal(got.isnan(), want.isnan()) and bool(want[0, 0, :, 0].isnan().all())
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_causal_with_a_negative_scale_is_the_softmax_where_pytorch_answers_nan(form):
+    q, k, v = r(1, 2, 6, 4), r(1, 2, 7, 4), r(1, 2, 7, 4)
+    m = torch.ones(6, 7, dtype=torch.bool).tril()
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=-0.7)  # the same mask, spelled out
+    assert F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=-0.7).isnan().all()  # PyTorch 2.13, CPU
+    got = attnlab.forms()[form].fn(q, k, v, is_causal=True, scale=-0.7)
+    print(form, (got - want).abs().max().item())
+    assert (got - want).abs().max().item() < 1e-12

@@ -449,39 +449,44 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
     """
     cases = default_cases() if cases is None else cases
     registered = kernels.forms(device=None)
-    rows = []
-    for name, fn in targets.items():
-        form = registered.get(name)
-        is_ours = form is not None and form.fn is fn
-        shared = is_ours and form.shared_dropout
-        hung = None
-        for i, case in enumerate(cases):
+    rows: dict[str, list[Row]] = {name: [] for name in targets}
+    hung: dict[str, str | None] = {name: None for name in targets}
+    for i, case in enumerate(cases):
+        shared: dict[Case, dict[str, Callable]] = {}  # attnlab's forms on one case share the oracle's work
+        for name, fn in targets.items():
             if case.dropout_p > 0 and not check_dropout:
-                rows.append(Row(name, case.name, case.dtype, "skipped", [], "dropout not checked (--no-dropout)"))
+                rows[name].append(Row(name, case.name, case.dtype, "skipped", [], "dropout not checked (--no-dropout)"))
                 continue
-            if hung is not None:
-                rows.append(Row(name, case.name, case.dtype, "skipped", [], f"not run: {hung} timed out"))
+            if hung[name] is not None:
+                rows[name].append(Row(name, case.name, case.dtype, "skipped", [], f"not run: {hung[name]} timed out"))
                 continue
+            form = registered.get(name)
+            is_ours = form is not None and form.fn is fn
             if case.mod and not (form.score_mod if form is not None else mod_cases.takes_score_mod(fn)):
-                rows.append(Row(name, case.name, case.dtype, "skipped", [], "takes no score_mod= keyword"))
+                rows[name].append(Row(name, case.name, case.dtype, "skipped", [], "takes no score_mod= keyword"))
                 continue
-            if form is not None and form.max_work is not None:
-                case = case.shrunk(form.max_work)  # slow forms: the same case at smaller lengths
+            c = case.shrunk(form.max_work) if form is not None and form.max_work is not None else case
             if progress:
-                progress(f"{name}: {case.label}")
-
-            run = functools.partial(check_case, name, fn, case, seed + i, is_ours, shared)
-            if timeout is None or form is not None:  # attnlab's own forms run without a watchdog
-                rows.append(run())
+                progress(f"{name}: {c.label}")
+            if is_ours and form.shared_dropout:
+                shared.setdefault(c, {})[name] = fn
                 continue
-            limit = case_limit(case, timeout)
+            run = functools.partial(check_case, name, fn, c, seed + i, is_ours, False)
+            if timeout is None or form is not None:  # attnlab's own forms run without a watchdog
+                rows[name].append(run())
+                continue
+            limit = case_limit(c, timeout)
             row = _watched(run, limit)
             if row is None:
-                hung = f"case {case.label!r}"
-                row = Row(name, case.name, case.dtype, "fail", [],
+                hung[name] = f"case {c.label!r}"
+                row = Row(name, c.name, c.dtype, "fail", [],
                           f"timed out: no answer after {limit:.1f} s (--timeout {timeout:g} s at the basic "
                           f"case's size); the function's remaining cases were not run")
-            rows.append(row)
+            rows[name].append(row)
+        for c, fns in shared.items():
+            for row in check_forms(fns, c, seed + i):
+                rows[row.form].append(row)
+    rows = [row for name in targets for row in rows[name]]
     return VerifyResult(rows, machine(), versions())
 
 
