@@ -89,7 +89,9 @@ def test_it_animal_head_equals_an_independent_measurement(built):
     assert (h["query_token"], h["key_tokens"]) == (query, key)
     assert abs(h["best_weight"] - float(listens[layer, head])) < 1e-3 and diff < 1e-3
     worst = 0.0  # the statistics on the page against head_stats on the eager weights
-    tokens = h["tokens"]
+    pairs = enumerate(zip(h["tokens"], spans, strict=True))
+    tokens = [(" " if i and a > spans[i - 1][1] else "") + t for i, (t, (a, _)) in pairs]  # where words start
+    assert tokens == first["marked"]
     for li, layer_stats in enumerate(first["stats"]):
         for hi, s in enumerate(layer_stats):
             ref = heads.head_stats(tokens, att[li, hi], query, li, hi)

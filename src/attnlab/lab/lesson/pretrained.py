@@ -27,6 +27,7 @@ from .walkthrough import SENTENCE
 @dataclass
 class TextHeads:
     heads: hf_heads.ModelHeads  # tokens, weights and the "it" -> "animal" measurement (None when not in the text)
+    marked: list[str]  # the tokens with a leading space where the text has one before them: where words start
     query: int  # the query the statistics' "-> word" is measured for: "it" when present, else the last token
     stats: list[list[heads.HeadStats]]  # [layer][head]
 
@@ -50,6 +51,20 @@ def slug(name_or_path: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "model"
 
 
+def marked(tokens: list[str], spans: list[tuple[int, int]]) -> list[str]:
+    """Each token with " " in front when a gap (a space the tokenizer dropped) separates it from the one before.
+
+    Tokenizers that split on spaces (and GPT-2's, whose offsets leave out the space of "Ġanimal") give tokens
+    without their space; :func:`attnlab.lab.lesson.heads.words` needs it to tell a new word from a piece.
+    """
+    out, end = [], None
+    for tok, (a, b) in zip(tokens, spans, strict=True):
+        out.append((" " if end is not None and b > a and a > end and not tok.startswith(heads.PIECE_MARKS) else "")
+                   + tok)
+        end = b if b > a else end
+    return out
+
+
 def collect_model(name_or_path: str, text: str | None = None, log=lambda msg: None) -> ModelLesson:
     """Load the model once and measure it on the lesson sentence and ``text``; ``log`` hears each step.
 
@@ -68,7 +83,8 @@ def collect_model(name_or_path: str, text: str | None = None, log=lambda msg: No
         log(f"measuring every head on {t!r}")
         mh = hf_heads.model_heads(name_or_path, t, loaded=loaded, need_words=False)
         query = mh.query_token if mh.query_token is not None else len(mh.tokens) - 1
-        measured.append(TextHeads(mh, query, heads.all_heads(mh.tokens, mh.weights, query)))
+        toks = marked(mh.tokens, mh.spans)
+        measured.append(TextHeads(mh, toks, query, heads.all_heads(toks, mh.weights, query)))
     first = measured[0].heads
     return ModelLesson(str(name_or_path), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), len(first.weights),
                        len(first.weights[0]), measured, time.perf_counter() - t0, machine(),

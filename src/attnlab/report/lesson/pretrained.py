@@ -19,7 +19,7 @@ from . import _asset, _fill, _script_json, _write
 
 def _text(th) -> dict:
     mh = th.heads
-    word_of, words = heads.words(mh.tokens)
+    word_of, words = heads.words(th.marked)
     piece = [i > 0 and w >= 0 and word_of[i - 1] == w for i, w in enumerate(word_of)]
     return {"text": mh.text, "tokens": mh.tokens, "words": words, "word_of": word_of, "piece": piece,
             "weights": mh.weights, "stats": to_dict(th.stats), "stats_query": th.query, "query": th.query,
