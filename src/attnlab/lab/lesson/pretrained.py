@@ -44,11 +44,15 @@ class ModelLesson:
     versions: dict = field(default_factory=dict)
 
 
+def short(name_or_path: str) -> str:
+    """A hub name as it is; a local folder by its own name."""
+    path = Path(name_or_path)
+    return path.resolve().name if path.exists() else str(name_or_path)
+
+
 def slug(name_or_path: str) -> str:
     """A file-name-safe short name of a model: ``openai-community/gpt2`` -> ``openai-community-gpt2``."""
-    path = Path(name_or_path)
-    name = path.resolve().name if path.exists() else str(name_or_path)
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "model"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", short(name_or_path)).strip("-.") or "model"
 
 
 def marked(tokens: list[str], spans: list[tuple[int, int]]) -> list[str]:

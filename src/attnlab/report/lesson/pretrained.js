@@ -22,14 +22,16 @@
     render();
   }
 
-  // a heatmap on a canvas: rows are queries, columns keys; masked (future) cells grey
+  // a heatmap on a canvas: rows are queries, columns keys; masked (future) cells grey; with opts.labels, each row's
+  // token on its left and a readout of the cell under the pointer
   function heat(box, M, opts) {
     const T = M.length, fig = el("figure", "heat");
     if (opts.title) fig.appendChild(el("figcaption", "", opts.title));
-    const maxPx = Math.min(opts.maxPx, box.clientWidth || opts.maxPx);
-    const cell = Math.max(2, Math.floor(maxPx / T)), c = el("canvas");
+    const gutter = opts.labels ? Math.min(90, 8 + 7 * Math.max(...opts.labels.map((t) => t.length + 3))) : 0;
+    const maxPx = Math.min(opts.maxPx, (box.clientWidth || opts.maxPx) - gutter);
+    const cell = Math.max(2, Math.floor(maxPx / T)), c = el("canvas"), W = gutter + cell * T, H = cell * T;
     const dpr = window.devicePixelRatio || 1;
-    c.width = cell * T * dpr; c.height = cell * T * dpr; c.style.width = `${cell * T}px`; c.style.height = `${cell * T}px`;
+    c.width = W * dpr; c.height = H * dpr; c.style.width = `${W}px`; c.style.height = `${H}px`;
     c.setAttribute("role", "img");
     c.setAttribute("aria-label", opts.title || "attention weights");
     const g = c.getContext("2d"); g.scale(dpr, dpr);
@@ -38,12 +40,29 @@
         const v = Math.max(0, Math.min(1, M[i][j])), l = 97 - 62 * Math.sqrt(v);
         g.fillStyle = `hsl(197, 64%, ${l}%)`;
       }
-      g.fillRect(j * cell, i * cell, cell, cell);
+      g.fillRect(gutter + j * cell, i * cell, cell, cell);
     }
-    if (opts.query !== undefined) { g.strokeStyle = "#e76f51"; g.lineWidth = 2; g.strokeRect(1, opts.query * cell + 1, cell * T - 2, cell - 2); }
-    if (opts.click) c.addEventListener("click", (e) => { const r = c.getBoundingClientRect();
-      opts.click(Math.min(T - 1, Math.floor((e.clientY - r.top) / (r.height / T)))); });
-    fig.appendChild(c); box.appendChild(fig);
+    if (opts.labels && cell >= 9) {
+      g.fillStyle = "#1d2430"; g.textAlign = "right"; g.textBaseline = "middle";
+      g.font = `${Math.min(13, cell - 1)}px system-ui, sans-serif`;
+      opts.labels.forEach((t, i) => g.fillText(`${i} ${t}`, gutter - 4, i * cell + cell / 2, gutter - 6));
+    }
+    if (opts.query !== undefined) {
+      g.strokeStyle = "#e76f51"; g.lineWidth = 2; g.strokeRect(gutter + 1, opts.query * cell + 1, cell * T - 2, cell - 2);
+    }
+    const at = (e) => { const r = c.getBoundingClientRect(), x = e.clientX - r.left - gutter * (r.width / W);
+      return [Math.min(T - 1, Math.floor((e.clientY - r.top) / (r.height / T))), Math.floor(x / (cell * r.width / W))]; };
+    if (opts.click) c.addEventListener("click", (e) => opts.click(at(e)[0]));
+    fig.appendChild(c);
+    if (opts.labels) {
+      const read = el("p", "hint", "Point at a cell to read it.");
+      c.addEventListener("mousemove", (e) => { const [i, j] = at(e);
+        read.textContent = j < 0 || j >= T ? `row ${i} ${show(opts.labels[i])}` : j > i ?
+          `${show(opts.labels[i])} cannot see ${show(opts.labels[j])}: masked` :
+          `${show(opts.labels[i])} → ${show(opts.labels[j])}: ${M[i][j].toFixed(3)}`; });
+      fig.appendChild(read);
+    }
+    box.appendChild(fig);
   }
 
   function bars(box, items) {
@@ -70,7 +89,7 @@
     $("tokcount").textContent = `${c.tokens.length} tokens for ${c.text.length} characters; ${c.words.length} words.`;
     const hb = $("heat"); hb.innerHTML = "";
     heat(hb, M, { title: `layer ${S.layer}, head ${S.head}: ${c.tokens.length}×${c.tokens.length} weights (click a row)`,
-      maxPx: 420, query: S.query, click: (q) => { S.query = q; render(); } });
+      maxPx: 480, query: S.query, labels: c.tokens, click: (q) => { S.query = q; render(); } });
     $("row-h").textContent = `What ${show(c.tokens[S.query])} (token ${S.query}) listens to`;
     const order = row.map((v, j) => [v, j]).filter((x) => x[1] <= S.query).sort((a, b) => b[0] - a[0]).slice(0, 8);
     bars($("bars"), order.map(([v, j]) => [`${j} ${show(c.tokens[j])}`, v]));

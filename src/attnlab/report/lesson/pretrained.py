@@ -12,6 +12,7 @@ from html import escape
 from pathlib import Path
 
 from attnlab.lab.lesson import heads
+from attnlab.lab.lesson.pretrained import short
 from attnlab.lab.results import to_dict
 
 from . import _asset, _fill, _script_json, _write
@@ -35,7 +36,7 @@ def render(lesson) -> str:
             "query_word": first.query_word, "key_word": first.key_word, "word_share": heads.WORD_SHARE,
             "texts": [_text(t) for t in lesson.texts]}
     fill = {"css": _asset("lesson.css"), "js": _asset("pretrained.js"), "data": _script_json(data),
-            "model": escape(lesson.model), "created": escape(lesson.created),
+            "model": escape(lesson.model), "name": escape(short(lesson.model)), "created": escape(lesson.created),
             "where": escape(f"{m.get('cpu', '?')}, {m.get('cpu_count', '?')} cores"),
             "shape": f"{lesson.n_layer} layers × {lesson.n_head} heads", "n_heads": str(lesson.n_layer * lesson.n_head),
             "and_text": " and your text" if len(lesson.texts) > 1 else "",
