@@ -114,6 +114,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, built):
     (blocker / "transformers.py").write_text("raise ImportError('No module named transformers')\n")
     no_tf = {**os.environ, "PYTHONPATH": str(blocker)}
     cases = [(["--model", str(empty)], "is not a saved model"),
+             (["--model", str(tmp_path / "nope")], "no such folder"),
              (["--model", str(t5)], "is not a causal language model (its type, 't5'"),
              (["--model", str(model_dir), "--text", "   "], "--text"),
              (["--model", str(model_dir), "--text", "\u0301"], "to no tokens"),

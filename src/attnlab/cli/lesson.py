@@ -64,6 +64,9 @@ def run_model(args, out) -> int:
         raise UsageError(str(e)) from None
     transformers.utils.logging.disable_progress_bar()  # this command says what it loads; stderr keeps errors only
     transformers.utils.logging.set_verbosity_error()
+    import huggingface_hub  # installed with transformers; its retries offline would fill stderr
+
+    huggingface_hub.utils.logging.set_verbosity_error()
     try:
         lesson = collect_model(args.model, args.text, log=lambda m: console.print(f"  {m}"))
     except (OSError, ValueError) as e:  # no such model, not a causal LM, text the tokenizer maps to nothing

@@ -76,6 +76,8 @@ def load(name_or_path: str, impl: str = "matrix"):
     if impl not in ("matrix", "eager"):
         raise ValueError(f"impl must be 'matrix' or 'eager' (the forms that keep the weights), got {impl!r}")
     path = Path(name_or_path)
+    if not path.exists() and (str(name_or_path).startswith((".", "/", "~")) or str(name_or_path).count("/") > 1):
+        raise ValueError(f"{name_or_path}: no such folder (and not a hub name, which reads owner/name)")
     if path.is_file() or (path.is_dir() and not (path / "config.json").exists()):
         raise ValueError(f"{name_or_path} is not a saved model (a folder with config.json, or a hub name)")
     hf.register()

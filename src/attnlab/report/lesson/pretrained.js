@@ -93,7 +93,9 @@
     $("row-h").textContent = `What ${show(c.tokens[S.query])} (token ${S.query}) listens to`;
     const order = row.map((v, j) => [v, j]).filter((x) => x[1] <= S.query).sort((a, b) => b[0] - a[0]).slice(0, 8);
     bars($("bars"), order.map(([v, j]) => [`${j} ${show(c.tokens[j])}`, v]));
-    const byWord = c.words.map((w, k) => [w, row.reduce((s, v, j) => s + (c.word_of[j] === k ? v : 0), 0)]);
+    const pieces = c.words.map((_, k) => c.word_of.filter((x) => x === k).length);
+    const byWord = c.words.map((w, k) => [pieces[k] > 1 ? `${w} (${pieces[k]} tokens)` : w,
+      row.reduce((s, v, j) => s + (c.word_of[j] === k ? v : 0), 0)]);
     bars($("wordbars"), byWord.filter((x) => x[1] > 0).sort((a, b) => b[1] - a[1]).slice(0, 6));
     const qs = c.stats_query === S.query ? (st.word ? ` From ${show(c.tokens[S.query])} it puts ${st.word_share.toFixed(2)} ` +
       `of its weight on “${st.word}”.` : ` No word gets ${D.word_share} of the weight of ${show(c.tokens[S.query])} ` +
@@ -113,7 +115,8 @@
     const pieces = c.key_tokens.map((i) => show(c.tokens[i])).join(" + ");
     $("found-text").textContent = `Layer ${c.best_layer}, head ${c.best_head} puts ${c.best_weight.toFixed(3)} of the ` +
       `weight of ${show(c.tokens[c.query_token])} (token ${c.query_token}) on “${D.key_word}” (${pieces}) — the most ` +
-      `of all ${D.n_layer * D.n_head} heads.` + (c.best_weight < D.word_share ? ` That is under ${D.word_share}: even ` +
+      `of all ${D.n_layer * D.n_head} heads. Spread evenly over the ${c.query_token + 1} tokens it can see, it would ` +
+      `put ${(c.key_tokens.length / (c.query_token + 1)).toFixed(3)} there.` + (c.best_weight < D.word_share ? ` That is under ${D.word_share}: even ` +
       "this head gives most of its weight elsewhere." : "");
     const head = el("tr"); head.appendChild(el("th", "", "layer \\ head"));
     for (let h = 0; h < D.n_head; h++) head.appendChild(el("th", "", String(h)));
