@@ -126,3 +126,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, built):
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
         assert says in r.stderr and r.stderr.startswith("attnlab lesson: error:")
+
+
+def test_words_start_after_a_dropped_space_or_a_special_token():
+    from attnlab.lab.lesson.pretrained import marked
+
+    text = "the animal ran"  # "<s>" as Llama's tokenizer adds it (an empty span), GPT-2-like offsets without spaces
+    tokens, spans = ["<s>", "the", "an", "imal", "ran"], [(0, 0), (0, 3), (4, 6), (6, 10), (11, 14)]
+    assert [text[a:b] for a, b in spans[1:]] == tokens[1:]
+    m = marked(tokens, spans)
+    assert m == ["<s>", " the", " an", "imal", " ran"]
+    assert heads.words(m)[1] == ["<s>", "the", "animal", "ran"]
+    assert marked([" it", "Ġwas"], [(0, 3), (4, 7)]) == [" it", "Ġwas"]  # a mark of its own is kept as it is

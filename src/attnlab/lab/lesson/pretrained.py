@@ -60,11 +60,13 @@ def marked(tokens: list[str], spans: list[tuple[int, int]]) -> list[str]:
 
     Tokenizers that split on spaces (and GPT-2's, whose offsets leave out the space of "Ġanimal") give tokens
     without their space; :func:`attnlab.lab.lesson.heads.words` needs it to tell a new word from a piece.
+    A special token (``<s>``, an empty span) is a word of its own: the token after it starts a new one.
     """
-    out, end = [], None
+    out, end, special = [], None, False
     for tok, (a, b) in zip(tokens, spans, strict=True):
-        out.append((" " if end is not None and b > a and a > end and not tok.startswith(heads.PIECE_MARKS) else "")
-                   + tok)
+        starts = (special or (end is not None and a > end)) and b > a and not tok.startswith(heads.PIECE_MARKS)
+        out.append((" " if starts else "") + tok)
+        special = b <= a
         end = b if b > a else end
     return out
 
