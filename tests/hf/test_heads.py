@@ -6,35 +6,15 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-import transformers as T  # noqa: E402
-
 from attnlab.lab import hf_heads  # noqa: E402
 from attnlab.lab.results import write_json  # noqa: E402
 
-CORPUS = ["the cat sat on the mat because it was tired", "a dog did not run across the road",
-          "the street was wide and the night was long", "because it rained the cat did not cross",
-          "an ant and a mammal met at the corner"] * 20
-
-
-def _tokenizer(vocab_size: int):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    tk = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tk.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]"]))
-    return T.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]")
+from . import tiny  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("heads-model")
-    tok = _tokenizer(60)  # small: words it rarely saw ("animal") come out in pieces
-    torch.manual_seed(0)
-    cfg = T.LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, intermediate_size=48, pad_token_id=0)
-    T.AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return tiny.with_tokenizer(tmp_path_factory.mktemp("heads-model"))
 
 
 def test_heads_on_the_lesson_sentence_found_by_measurement(model_dir, tmp_path):

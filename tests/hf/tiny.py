@@ -1,4 +1,5 @@
-"""Tiny random causal LMs built from configs (no downloads), saved to a folder for `verify --model PATH`."""
+"""Tiny random causal LMs built from configs (no downloads), saved to a folder for `verify --model PATH`, and a
+word-piece tokenizer trained here, offline, to save beside one (for the head view and `lesson --model`)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,35 @@ def build(kind: str, folder: Path, seed: int = 0) -> Path:
     path = Path(folder) / kind
     model.save_pretrained(path)
     return path
+
+
+CORPUS = ["the cat sat on the mat because it was tired", "a dog did not run across the road",
+          "the street was wide and the night was long", "because it rained the cat did not cross",
+          "an ant and a mammal met at the corner"] * 20
+
+
+def tokenizer(vocab_size: int = 60):
+    """A BPE tokenizer trained on :data:`CORPUS`; small, so words it rarely saw ("animal") come out in pieces.
+
+    It strips accents, so a text of combining accents alone ("\\u0301") is mapped to no tokens at all."""
+    import transformers as T
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    tk = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tk.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents()])  # as uncased BERT's
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tk.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]"]))
+    return T.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]")
+
+
+def with_tokenizer(folder: Path, seed: int = 0) -> Path:
+    """A random Llama-style model (GQA: 4 query heads, 2 key/value heads) and :func:`tokenizer`, saved in ``folder``."""
+    import transformers as T
+
+    tok = tokenizer()
+    torch.manual_seed(seed)
+    cfg = T.LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, intermediate_size=48, pad_token_id=0)
+    T.AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return Path(folder)

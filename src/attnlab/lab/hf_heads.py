@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -44,12 +45,12 @@ class ModelHeads:
     spans: list[tuple[int, int]]  # (start, end) character offsets of each token in the text
     query_word: str
     key_word: str
-    query_token: int  # the token standing for the query word: its last piece
+    query_token: int | None  # the token standing for the query word: its last piece (None: words not in the text)
     key_tokens: list[int]  # every piece of the key word
     listens: list[list[float]]  # [layer][head]: weight from the query token on the key word's tokens
-    best_layer: int
-    best_head: int
-    best_weight: float
+    best_layer: int | None
+    best_head: int | None
+    best_weight: float | None
     entropy: list[list[float]]  # [layer][head] mean row entropy (nats)
     peak: list[list[float]]  # [layer][head] mean max weight
     weights: list[list[list[list[float]]]]  # [layer][head] (T, T)
@@ -69,46 +70,75 @@ def _overlapping(spans, lo: int, hi: int) -> list[int]:
     return [i for i, (a, b) in enumerate(spans) if a < hi and b > lo and b > a]
 
 
-def model_heads(name_or_path: str, text: str = SENTENCE, *, query_word: str = QUERY_WORD,
-                key_word: str = KEY_WORD, impl: str = "matrix") -> ModelHeads:
-    """Run the model on ``text`` and measure its heads (see the module docstring).
-
-    ``impl``: ``"matrix"`` (attnlab's matrix form inside the model) or ``"eager"`` (transformers' own).
-    """
+def load(name_or_path: str, impl: str = "matrix"):
+    """(tokenizer, model, attention implementation) of a causal LM, ready for :func:`model_heads`."""
     transformers = hf.require("transformers")
     if impl not in ("matrix", "eager"):
         raise ValueError(f"impl must be 'matrix' or 'eager' (the forms that keep the weights), got {impl!r}")
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("text must be a non-empty string")
-    key_lo, key_hi = word_span(text, key_word)
-    q_lo, q_hi = word_span(text, query_word, key_hi)  # "it" after "animal": what it may refer back to
+    path = Path(name_or_path)
+    if not path.exists() and (str(name_or_path).startswith((".", "/", "~")) or str(name_or_path).count("/") > 1):
+        raise ValueError(f"{name_or_path}: no such folder (and not a hub name, which reads owner/name)")
+    if path.is_file() or (path.is_dir() and not (path / "config.json").exists()):
+        raise ValueError(f"{name_or_path} is not a saved model (a folder with config.json, or a hub name)")
     hf.register()
     attn = "attnlab_matrix" if impl == "matrix" else "eager"
     tok = transformers.AutoTokenizer.from_pretrained(name_or_path)
     if not getattr(tok, "is_fast", False):
         raise ValueError(f"the tokenizer of {name_or_path!r} is not a fast tokenizer; the head view needs its "
                          f"character offsets")
-    model = transformers.AutoModelForCausalLM.from_pretrained(name_or_path, attn_implementation=attn).eval()
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(name_or_path, attn_implementation=attn).eval()
+    except ValueError as e:
+        if "Unrecognized configuration class" not in str(e):
+            raise
+        kind = transformers.AutoConfig.from_pretrained(name_or_path).model_type
+        raise ValueError(f"{name_or_path} is not a causal language model (its type, {kind!r}, has no "
+                         f"AutoModelForCausalLM class)") from None
+    return tok, model, attn
+
+
+def model_heads(name_or_path: str, text: str = SENTENCE, *, query_word: str = QUERY_WORD,
+                key_word: str = KEY_WORD, impl: str = "matrix", loaded=None, need_words: bool = True) -> ModelHeads:
+    """Run the model on ``text`` and measure its heads (see the module docstring).
+
+    ``impl``: ``"matrix"`` (attnlab's matrix form inside the model) or ``"eager"`` (transformers' own).
+    ``loaded``: what :func:`load` returned, to run one model on several texts. ``need_words=False``: a text
+    without the two words still gets its weights and statistics, with the measurement fields None.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("text must be a non-empty string")
+    try:
+        key_lo, key_hi = word_span(text, key_word)
+        q_lo, q_hi = word_span(text, query_word, key_hi)  # "it" after "animal": what it may refer back to
+    except WordNotFound:
+        if need_words:
+            raise
+        key_lo = key_hi = q_lo = q_hi = None
+    tok, model, attn = loaded if loaded is not None else load(name_or_path, impl)
     enc = tok(text, return_offsets_mapping=True, return_tensors="pt")
-    spans = [tuple(int(x) for x in s) for s in enc["offset_mapping"][0]]
     ids = enc["input_ids"]
+    if ids.shape[-1] == 0:
+        raise ValueError(f"the model's tokenizer maps the text {text!r} to no tokens")
+    spans = [tuple(int(x) for x in s) for s in enc["offset_mapping"][0]]
     names = tok.convert_ids_to_tokens(ids[0].tolist())
     tokens = [text[a:b] if b > a else names[i] for i, (a, b) in enumerate(spans)]
-    key_tokens = _overlapping(spans, key_lo, key_hi)
-    query_token = _overlapping(spans, q_lo, q_hi)[-1]
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=enc.get("attention_mask"), output_attentions=True)
     if not out.attentions or out.attentions[0] is None:
         raise ValueError(f"{name_or_path!r} returned no attention weights with attn_implementation={attn!r}")
     att = torch.stack([a[0].double() for a in out.attentions])  # (layers, H, T, T)
-    listens = att[:, :, query_token][..., key_tokens].sum(dim=-1)  # (layers, H)
-    best = int(listens.argmax())
-    layer, head = divmod(best, listens.shape[1])
+    query_token, key_tokens, listens, layer, head, weight = None, [], [], None, None, None
+    if key_lo is not None:
+        key_tokens = _overlapping(spans, key_lo, key_hi)
+        query_token = _overlapping(spans, q_lo, q_hi)[-1]
+        listened = att[:, :, query_token][..., key_tokens].sum(dim=-1)  # (layers, H)
+        layer, head = divmod(int(listened.argmax()), listened.shape[1])
+        listens, weight = listened.tolist(), float(listened[layer, head])
     stats = [head_stats(a[None]) for a in att]
     return ModelHeads(
         model=str(name_or_path), text=text, impl=attn, tokens=tokens, spans=spans, query_word=query_word,
-        key_word=key_word, query_token=query_token, key_tokens=key_tokens, listens=listens.tolist(),
-        best_layer=layer, best_head=head, best_weight=float(listens[layer, head]),
+        key_word=key_word, query_token=query_token, key_tokens=key_tokens, listens=listens,
+        best_layer=layer, best_head=head, best_weight=weight,
         entropy=[e for e, _ in stats], peak=[p for _, p in stats],
         weights=[[[[float(f"{w:.4g}") for w in row] for row in h] for h in a.tolist()] for a in att],
         machine=machine(), versions=versions())

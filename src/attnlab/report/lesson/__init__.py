@@ -89,19 +89,27 @@ def render(data) -> str:
         "n_questions": str(len(sections.QUIZ)),
         "pass_mark": str(round(0.6 * len(sections.QUIZ))),
     }
-    page = _asset("page.html")
+    return _fill(_asset("page.html"), fill)
+
+
+def _fill(page: str, fill: dict[str, str]) -> str:
+    """The template with every {{name}} replaced; the template and ``fill`` must name the same things."""
     wanted = set(re.findall(r"\{\{(\w+)\}\}", page))
     if wanted != set(fill):
-        raise RuntimeError(f"page.html and the builder disagree: template wants {sorted(wanted - set(fill))}, "
+        raise RuntimeError(f"a page template and its builder disagree: template wants {sorted(wanted - set(fill))}, "
                            f"builder fills {sorted(set(fill) - wanted)} unused")
     return re.sub(r"\{\{(\w+)\}\}", lambda mt: fill[mt.group(1)], page)
 
 
 def build(data, path: str | Path) -> Path:
     """Write the page to ``path`` (atomically) and return the path."""
+    return _write(render(data), path)
+
+
+def _write(page: str, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(render(data), encoding="utf-8")
+    tmp.write_text(page, encoding="utf-8")
     tmp.replace(path)
     return path
