@@ -38,7 +38,7 @@ CASES = {  # name: (N, H, Hkv, L, S, E, Ev), mask
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_bands_equal_the_float64_matrix_form(name, small_bands, path):
+def test_bands_equal_the_float64_matrix_form(name, small_bands, path):  # noqa: F811
     size, mask = CASES[name]
     N, H, Hkv, L, S, E, Ev = size
     plan = flash_band.plan(mask, N, H, L, S, 4)

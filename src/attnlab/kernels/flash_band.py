@@ -66,7 +66,7 @@ def _build(mask, N, H, L, S, bq, device):
         seen = mask.evaluate(N, H, L, S, q0, q1, 0, S, device).reshape(-1, S).any(dim=0).nonzero()
         lo.append(int(seen[0]) if len(seen) else 0)
         hi.append(int(seen[-1]) + 1 if len(seen) else 0)
-    widths = [h - l for l, h in zip(lo, hi)]
+    widths = [h - l for l, h in zip(lo, hi, strict=True)]
     if sum(widths) * bq > MAX_FRACTION * L * S:
         return None
     heads, pad = N * H, max(max(widths), 1)
@@ -77,7 +77,7 @@ def _build(mask, N, H, L, S, bq, device):
             W = max(W, widths[t1])
             t1 += 1
         starts = [hi[i] - W for i in range(t, t1)]  # each band ends at its last visible key
-        steps = {b - a for a, b in zip(starts, starts[1:])}
+        steps = {b - a for a, b in zip(starts, starts[1:], strict=False)}
         j = torch.tensor(starts, device=device)[:, None] + torch.arange(W, device=device)  # (nb, W)
         i = torch.arange(t * bq, t1 * bq, device=device).clamp(max=L - 1).view(1, 1, t1 - t, bq, 1)
         b = torch.arange(N, device=device).view(N, 1, 1, 1, 1)
@@ -132,7 +132,7 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float):
         kb, vb = _band(kp, b), _band(vp, b)
         s = torch.matmul(qb.reshape(N, Hkv, nb, G * bq, E), kb.transpose(-2, -1))  # (N, Hkv, nb, G*bq, W)
         s6 = s.view(N, Hkv, nb, G, bq, W)
-        for (c0, c1), m in zip(b.cols, b.masks):  # only the columns some row does not see
+        for (c0, c1), m in zip(b.cols, b.masks, strict=True):  # only the columns some row does not see
             s6[..., c0:c1].masked_fill_(~_heads(m, Hkv, G), float("-inf"))
         bound = (qb.norm(dim=-1).amax(dim=(2, 3, 4)) * k_norm).max()
         if float(bound) <= safe_logit:  # no score can leave the safe range: exp needs no shift
