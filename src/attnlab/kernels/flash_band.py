@@ -39,7 +39,7 @@ class Batch:
     starts: tuple  # per tile: its first key, counted from the front of the padded keys
     step: int | None  # the common difference of ``starts``, when they are evenly spaced (a strided view)
     cols: tuple  # (c0, c1) runs of columns that some row does not see: only they are masked
-    masks: tuple  # per run: (Nb, Hb, nb, bq, c1 - c0) bool, True where the row sees the key
+    hidden: tuple  # per run: (Nb, Hb, nb, bq, c1 - c0) bool, True where the row does not see the key
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def _build(mask, N, H, L, S, bq, device):
         m = m.expand(-1, -1, t1 - t, bq, W)
         cols = _runs((~m).flatten(0, 3).any(dim=0).tolist())
         batches.append(Batch(t, t1, W, tuple(s + pad for s in starts), _step(steps),
-                             tuple(cols), tuple(m[..., c0:c1].contiguous() for c0, c1 in cols)))
+                             tuple(cols), tuple((~m[..., c0:c1]).contiguous() for c0, c1 in cols)))
         t = t1
     return Plan(bq, pad, tuple(batches))
 
@@ -120,34 +120,34 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float):
     qs = q5 * scale  # the scale folded into q once
     if nq * bq != L:  # pad the last tile's rows; the plan's mask hides nothing there, they are dropped
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
-    out = q5.new_empty(N, Hkv, G, nq * bq, Ev)
-    lse = q5.new_empty(N, Hkv, G, nq * bq, dtype=torch.float64)
-    k_norm = k.norm(dim=-1).amax(dim=-1)  # (N, Hkv): the longest key of each head
-    kp = torch.cat([k.new_zeros(N, Hkv, p.pad, E), k], dim=2)  # bands may start before key 0: masked there
+    qs = qs.view(N, Hkv, G, nq, bq, E).transpose(2, 3).reshape(N, Hkv, nq, G * bq, E)  # tile-major rows
+    # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], exp needs no shift
+    bounded = float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()) <= safe_logit
+    out = q5.new_empty(N, Hkv, nq, G * bq, Ev)
+    l_all = q5.new_empty(N, Hkv, nq, G * bq, 1)  # per row: the sum of its weights
+    m_all = q5.new_zeros(N, Hkv, nq, G * bq, 1)  # per row: the shift (0 when bounded)
+    kp = torch.cat([k.new_zeros(N, Hkv, p.pad, E), k], dim=2)  # bands may start before key 0: hidden there
     vp = torch.cat([v.new_zeros(N, Hkv, p.pad, Ev), v], dim=2)
+    tiny = torch.finfo(q5.dtype).tiny
     for b in p.batches:
         nb, W = b.t1 - b.t0, b.W
-        rows = slice(b.t0 * bq, b.t1 * bq)
-        qb = qs[:, :, :, rows].reshape(N, Hkv, G, nb, bq, E).transpose(2, 3)  # (N, Hkv, nb, G, bq, E)
-        kb, vb = _band(kp, b), _band(vp, b)
-        s = torch.matmul(qb.reshape(N, Hkv, nb, G * bq, E), kb.transpose(-2, -1))  # (N, Hkv, nb, G*bq, W)
+        s = torch.matmul(qs[:, :, b.t0:b.t1], _band(kp, b).transpose(-2, -1))  # (N, Hkv, nb, G*bq, W)
         s6 = s.view(N, Hkv, nb, G, bq, W)
-        for (c0, c1), m in zip(b.cols, b.masks, strict=True):  # only the columns some row does not see
-            s6[..., c0:c1].masked_fill_(~_heads(m, Hkv, G), float("-inf"))
-        bound = (qb.norm(dim=-1).amax(dim=(2, 3, 4)) * k_norm).max()
-        if float(bound) <= safe_logit:  # no score can leave the safe range: exp needs no shift
-            m = s.new_zeros(N, Hkv, nb, G * bq, 1)
-        else:
+        for (c0, c1), hidden in zip(b.cols, b.hidden, strict=True):  # only the columns some row does not see
+            s6[..., c0:c1].masked_fill_(_heads(hidden, Hkv, G), float("-inf"))
+        if not bounded:
             m = s.amax(dim=-1, keepdim=True)
-            m = torch.where(torch.isneginf(m), 0.0, m)  # a row that sees nothing: exp(-inf) = 0, not NaN
+            m.masked_fill_(torch.isneginf(m), 0.0)  # a row that sees nothing: exp(-inf) = 0, not NaN
             s.sub_(m)
-        s.exp_()
-        l = s.sum(dim=-1, keepdim=True)
-        o = torch.matmul(s, vb).div_(torch.where(l == 0, 1.0, l))  # rows with no visible key: 0, not 0/0
-        out[:, :, :, rows] = o.view(N, Hkv, nb, G, bq, Ev).transpose(2, 3).reshape(N, Hkv, G, nb * bq, Ev)
-        row_lse = torch.where(l == 0, float("-inf"), m.double() + torch.log(l.double()))
-        lse[:, :, :, rows] = row_lse.view(N, Hkv, nb, G, bq).transpose(2, 3).reshape(N, Hkv, G, nb * bq)
-    return out[:, :, :, :L], lse[:, :, :, :L]
+            m_all[:, :, b.t0:b.t1] = m
+        l = s.exp_().sum(dim=-1, keepdim=True)
+        l_all[:, :, b.t0:b.t1] = l
+        # rows with no visible key have weights and output 0: divided by tiny, still 0, not 0/0
+        out[:, :, b.t0:b.t1] = torch.matmul(s, _band(vp, b)).div_(l.clamp_(min=tiny))
+    out = out.view(N, Hkv, nq, G, bq, Ev).transpose(2, 3).reshape(N, Hkv, G, nq * bq, Ev)[:, :, :, :L]
+    lse = torch.where(l_all == 0, float("-inf"), m_all.double() + torch.log(l_all.double()))
+    lse = lse.view(N, Hkv, nq, G, bq).transpose(2, 3).reshape(N, Hkv, G, nq * bq)[:, :, :, :L]
+    return out, lse
 
 
 def _band(x: torch.Tensor, b: Batch) -> torch.Tensor:
