@@ -11,9 +11,12 @@ Targets:
   forward            flash <= 1.25 x F.scaled_dot_product_attention at T = 2048, 4096, 8192, full and causal
   forward + backward flash <= 1.6 x PyTorch at T = 4096, causal
   memory             extra peak grows ~linearly with T and is within 2 x PyTorch's at T = 8192
-  sliding_window(512) at T = 8192: >= 5 x faster than PyTorch given the dense bool mask, and faster than
-                     torch.compile(flex_attention) with the same block mask where that compiles
-Writes DIR/flash_targets.json with every number.
+  sliding_window(512) at T = 8192: >= 5 x faster than PyTorch given the dense bool mask
+  sparse masks       at T = 8192, sliding_window(256 / 512 / 1024) and packed documents: faster than
+                     torch.compile(flex_attention) with the same block mask where that compiles (also
+                     shown: the flash form walking its tiles, bands=False, as it did before bands)
+Writes DIR/flash_targets.json with every number, the processor, the load average before and after,
+and the block size of flex's block mask: the flex comparison depends on the processor.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -74,6 +78,13 @@ def flash(q, k, v, **kw):
     return attnlab.attention(q, k, v, impl="flash", **kw)
 
 
+def documents(T):
+    """Packed documents of uneven lengths (1/16 .. 1/4 of T), one id per position."""
+    lengths = [T // 16, T // 8, 3 * T // 32, 3 * T // 16, T // 32, T // 4, T // 8]
+    lengths.append(T - sum(lengths))
+    return masks.document(torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)]))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller lengths (a smoke run, not the targets)")
@@ -84,7 +95,10 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     lengths = [256, 512, 1024] if args.quick else [2048, 4096, 8192]
     rows, out = [], {"machine": machine(), "versions": versions(), "threads": args.threads,
-                     "config": {"batch": B, "heads": H, "head_dim": D, "dtype": "float32"}}
+                     "config": {"batch": B, "heads": H, "head_dim": D, "dtype": "float32"},
+                     "load_average_before": os.getloadavg()}
+    print(f"{out['machine']['cpu']}, {args.threads} threads, load average {out['load_average_before'][0]:.1f}",
+          flush=True)
 
     def record(what, T, t_flash, t_other, other, target):
         ratio = t_flash / t_other
@@ -143,13 +157,19 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         flex.attention(q, k, v, attn_mask=sw)
         out["flex_compile_s"] = time.perf_counter() - t0
-        tf, tx = side_by_side(fwd(flash, q, k, v, attn_mask=sw), fwd(flex.attention, q, k, v, attn_mask=sw),
-                              args.repeats)
-        record("sliding_window(512) vs flex", T, tf, tx, "compiled flex_attention", 1.0)
+        out["flex_block_size"] = list(flex.block_size(sw, B, H, T, T, q.device))
+        tiles = fwd(flash, q, k, v, attn_mask=sw, bands=False)
+        tf, tx = side_by_side(tiles, fwd(flex.attention, q, k, v, attn_mask=sw), args.repeats)
+        record("sliding_window(512), tiles vs flex", T, tf, tx, "compiled flex_attention", 1.0)
+        for mask in (masks.sliding_window(256), sw, masks.sliding_window(1024), documents(T)):
+            tf, tx = side_by_side(fwd(flash, q, k, v, attn_mask=mask), fwd(flex.attention, q, k, v, attn_mask=mask),
+                                  args.repeats)
+            record(f"{mask.name} vs flex", T, tf, tx, "compiled flex_attention", 1.0)
     else:
         print(f"flex_attention: not measured ({why})")
         out["flex_unavailable"] = why
     out["rows"] = rows
+    out["load_average_after"] = os.getloadavg()
     path = Path(args.out)
     path.mkdir(parents=True, exist_ok=True)
     (path / "flash_targets.json").write_text(json.dumps(out, indent=2, default=str) + "\n")

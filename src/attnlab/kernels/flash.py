@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from . import dropout
+from . import dropout, flash_band
 from ._check import check, check_score_mod, empty_output
 from .masks import EMPTY, FULL, PARTIAL, Mask, causal
 from .mods import Mod, indices
@@ -65,6 +65,7 @@ class Tiles:
         self.has_bias = dense is not None and dense.dtype != torch.bool  # a float mask: scores unbounded
         self.bm = mask_fn.block_map(N, H, L, S, block_q, block_k, device) if mask_fn is not None else None
         self._kinds = self.bm.kind.tolist() if self.bm is not None else None
+        self.band = None  # a flash_band.Plan, when the forward may run as bands instead of tiles
 
     def kind(self, qt: int, kt: int, q0: int, q1: int, k0: int, k1: int) -> int:
         if self._kinds is not None:
@@ -325,7 +326,10 @@ def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, q0, q1, k0, k1) -> Non
 class _Flash(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q5, k, v, bias, tiles, scale, seed, p, mod=None, *mod_params):
-        out, lse, (m, l) = forward_tiles(q5, k, v, scale, tiles, seed, p, mod=mod, keep_norm=True)
+        if tiles.band is not None and p == 0.0 and mod is None:
+            out, lse, (m, l) = flash_band.forward(q5, k, v, scale, tiles.band, SAFE_LOGIT)
+        else:
+            out, lse, (m, l) = forward_tiles(q5, k, v, scale, tiles, seed, p, mod=mod, keep_norm=True)
         ctx.save_for_backward(q5, k, v, bias, out, lse, m, l)
         ctx.cfg = (tiles, scale, seed, p, mod)
         ctx.mod_params = mod_params  # the modifier reads these itself; kept here for the chain rule
@@ -345,8 +349,11 @@ class _Flash(torch.autograd.Function):
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_BLOCK_K,
-              score_mod=None):
+              score_mod=None, bands: bool = True):
     """The flash form. ``block_q`` / ``block_k``: tile sizes (any L, S; tiles need not divide them).
+
+    ``bands``: with a sparse mask function (a sliding window, documents), run the forward as one
+    contiguous key band per query tile (:mod:`attnlab.kernels.flash_band`); False walks the tiles.
 
     ``score_mod(score, b, h, q_idx, kv_idx)`` (:mod:`attnlab.mods`) changes each tile's scaled scores
     before the mask; gradients reach q, k, v and the tensors the modifier holds.
@@ -366,6 +373,8 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     dense = a.attn_mask if bias is None else bias
     skip = dense is None or bool(torch.isfinite(v).all())  # hidden NaN values must still reach the output
     tiles = Tiles(a.N, a.H, a.L, a.S, min(block_q, a.L), min(block_k, a.S), mask_fn, dense, a.q.device, skip)
+    if bands and mask_fn is not None and dense is None and mod is None and a.dropout_p == 0:
+        tiles.band = flash_band.plan(mask_fn, a.N, a.H, a.L, a.S, flash_band.BAND_BLOCK_Q, a.q.device)
     seed = dropout.draw_seed() if a.dropout_p > 0 else 0
     params = mod.params if mod is not None else ()
     out5 = _Flash.apply(q5, k, v, bias, tiles, a.scale, seed, a.dropout_p, mod, *params)  # (N, Hkv, G, L, Ev)

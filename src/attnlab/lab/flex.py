@@ -62,6 +62,11 @@ def _block_mask(mask: M.Mask, N: int, H: int, L: int, S: int, device):
     return built[key]
 
 
+def block_size(mask: M.Mask, N: int, H: int, L: int, S: int, device="cpu") -> tuple:
+    """The (query, key) block size of the block mask flex uses for this mask and these sizes."""
+    return tuple(int(x) for x in _block_mask(mask, N, H, L, S, device).BLOCK_SIZE)
+
+
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False, *, score_mod=None):
     """FlexAttention with SDPA's arguments; q, k, v of shape (N, H, L, E) / (N, Hkv, S, E).

@@ -1,0 +1,174 @@
+"""The flash forward for sparse masks: each query tile against one contiguous band of keys.
+
+A sliding window or a document mask lets a query tile see a short run of keys. Walking that run
+tile by tile (256 x 256) costs a dozen small tensor operations per tile, and a band narrower than
+a tile wastes most of it. Here each query tile of ``BAND_BLOCK_Q`` rows gets the one key range
+``[start, start + W)`` that covers every key any of its rows sees; several query tiles are stacked
+into one batch, their keys and values gathered (a copy of W rows each, small beside the W x rows
+scores), and the whole batch is one matmul, one masked fill, one exp, one sum and one matmul.
+The range holds every visible key, so each row's softmax is complete in one step: no running max,
+no rescaling. Memory: one batch of scores, at most ``BATCH_SCORES`` numbers, whatever L and S are.
+
+The plan (ranges, batches and the bool mask of each batch) depends only on the mask and the sizes,
+so it is built once and cached, like the block map. It is used only when it does less work than
+the tiles: the bands must cover at most ``MAX_FRACTION`` of L x S (never for full or causal).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from .masks import Mask
+
+BAND_BLOCK_Q = 64  # query rows per band: the band is (rows + window) wide, so fewer rows waste less
+BATCH_SCORES = 1 << 22  # scores per batch of bands (16 MiB in float32), whatever the sequence length
+MAX_FRACTION = 0.4  # use bands only when they cover at most this share of all L x S scores
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # mask -> {sizes: Plan or None}
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Query tiles ``t0:t1`` (rows t0*bq : t1*bq), each against the W keys ``start + arange(W)``."""
+
+    t0: int
+    t1: int
+    W: int
+    starts: tuple  # per tile: its first key, counted from the front of the padded keys
+    step: int | None  # the common difference of ``starts``, when they are evenly spaced (a strided view)
+    cols: tuple  # (c0, c1) runs of columns that some row does not see: only they are masked
+    hidden: tuple  # per run: (Nb, Hb, nb, bq, c1 - c0) bool, True where the row does not see the key
+
+
+@dataclass(frozen=True)
+class Plan:
+    block_q: int
+    pad: int  # zero keys put in front of k and v, so that a band may start before key 0
+    batches: tuple
+
+
+def plan(mask: Mask, N: int, H: int, L: int, S: int, rows: int, device="cpu") -> Plan | None:
+    """The band plan for a mask and sizes, or None when the bands would not save work. Cached."""
+    built = _PLANS.setdefault(mask, {})
+    key = (N, H, L, S, rows, str(device))
+    if key not in built:
+        built[key] = _build(mask, N, H, L, S, rows, device)
+    return built[key]
+
+
+def _build(mask, N, H, L, S, bq, device):
+    nq = -(-L // bq)
+    lo, hi = [], []
+    for t in range(nq):  # the first and last visible key of each query tile, over every row, batch, head
+        q0, q1 = t * bq, min(L, (t + 1) * bq)
+        seen = mask.evaluate(N, H, L, S, q0, q1, 0, S, device).reshape(-1, S).any(dim=0).nonzero()
+        lo.append(int(seen[0]) if len(seen) else 0)
+        hi.append(int(seen[-1]) + 1 if len(seen) else 0)
+    widths = [h - l for l, h in zip(lo, hi, strict=True)]
+    if sum(widths) * bq > MAX_FRACTION * L * S:
+        return None
+    heads, pad = N * H, max(max(widths), 1)
+    batches, t = [], 0
+    while t < nq:  # consecutive tiles, as many as fit the budget at the widest band among them
+        t1, W = t + 1, max(widths[t], 1)
+        while t1 < nq and heads * bq * (t1 + 1 - t) * max(W, widths[t1]) <= BATCH_SCORES:
+            W = max(W, widths[t1])
+            t1 += 1
+        starts = [hi[i] - W for i in range(t, t1)]  # each band ends at its last visible key
+        steps = {b - a for a, b in zip(starts, starts[1:], strict=False)}
+        j = torch.tensor(starts, device=device)[:, None] + torch.arange(W, device=device)  # (nb, W)
+        i = torch.arange(t * bq, t1 * bq, device=device).clamp(max=L - 1).view(1, 1, t1 - t, bq, 1)
+        b = torch.arange(N, device=device).view(N, 1, 1, 1, 1)
+        h = torch.arange(H, device=device).view(1, H, 1, 1, 1)
+        m = torch.as_tensor(mask(b, h, i, j.clamp(min=0).view(1, 1, t1 - t, 1, W), L, S), device=device)
+        m = m.reshape((1,) * (5 - m.dim()) + tuple(m.shape)) & (j >= 0).view(1, 1, t1 - t, 1, W)
+        m = m.expand(-1, -1, t1 - t, bq, W)
+        cols = _runs((~m).flatten(0, 3).any(dim=0).tolist())
+        batches.append(Batch(t, t1, W, tuple(s + pad for s in starts), _step(steps),
+                             tuple(cols), tuple((~m[..., c0:c1]).contiguous() for c0, c1 in cols)))
+        t = t1
+    return Plan(bq, pad, tuple(batches))
+
+
+def _step(steps: set) -> int | None:
+    """The common difference of a batch's band starts (0 for a single band), or None when uneven."""
+    if len(steps) > 1:
+        return None
+    return steps.pop() if steps else 0
+
+
+def _runs(flags: list) -> list:
+    """The (start, end) of each run of True in a list of flags."""
+    runs, start = [], None
+    for c, f in enumerate([*flags, False]):
+        if f and start is None:
+            start = c
+        elif not f and start is not None:
+            runs.append((start, c))
+            start = None
+    return runs
+
+
+def forward(q5, k, v, scale, p: Plan, safe_logit: float):
+    """Out (N, Hkv, G, L, Ev), lse (N, Hkv, G, L) and each row's (shift, normaliser), as
+    :func:`attnlab.kernels.flash.forward_tiles` with ``keep_norm=True`` gives them (dead rows: 0 and 1)."""
+    N, Hkv, G, L, E = q5.shape
+    Ev = v.shape[3]
+    bq = p.block_q
+    nq = -(-L // bq)
+    qs = q5 * scale  # the scale folded into q once
+    if nq * bq != L:  # pad the last tile's rows; the plan's mask hides nothing there, they are dropped
+        qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
+    qs = qs.view(N, Hkv, G, nq, bq, E).transpose(2, 3).reshape(N, Hkv, nq, G * bq, E)  # tile-major rows
+    # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], exp needs no shift
+    bounded = float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()) <= safe_logit
+    out = q5.new_empty(N, Hkv, nq, G * bq, Ev)
+    l_all = q5.new_empty(N, Hkv, nq, G * bq, 1)  # per row: the sum of its weights
+    m_all = q5.new_zeros(N, Hkv, nq, G * bq, 1)  # per row: the shift (0 when bounded)
+    kp = torch.cat([k.new_zeros(N, Hkv, p.pad, E), k], dim=2)  # bands may start before key 0: hidden there
+    vp = torch.cat([v.new_zeros(N, Hkv, p.pad, Ev), v], dim=2)
+    tiny = torch.finfo(q5.dtype).tiny
+    for b in p.batches:
+        nb, W = b.t1 - b.t0, b.W
+        s = torch.matmul(qs[:, :, b.t0:b.t1], _band(kp, b).transpose(-2, -1))  # (N, Hkv, nb, G*bq, W)
+        s6 = s.view(N, Hkv, nb, G, bq, W)
+        for (c0, c1), hidden in zip(b.cols, b.hidden, strict=True):  # only the columns some row does not see
+            s6[..., c0:c1].masked_fill_(_heads(hidden, Hkv, G), float("-inf"))
+        if not bounded:
+            m = s.amax(dim=-1, keepdim=True)
+            m.masked_fill_(torch.isneginf(m), 0.0)  # a row that sees nothing: exp(-inf) = 0, not NaN
+            s.sub_(m)
+            m_all[:, :, b.t0:b.t1] = m
+        l = s.exp_().sum(dim=-1, keepdim=True)
+        l_all[:, :, b.t0:b.t1] = l
+        # rows with no visible key have weights and output 0: divided by tiny, still 0, not 0/0
+        out[:, :, b.t0:b.t1] = torch.matmul(s, _band(vp, b)).div_(l.clamp_(min=tiny))
+    out = out.view(N, Hkv, nq, G, bq, Ev).transpose(2, 3).reshape(N, Hkv, G, nq * bq, Ev)[:, :, :, :L]
+
+    def rows(x):  # (N, Hkv, nq, G*bq, 1) in tile-major rows -> (N, Hkv, G, L)
+        return x.view(N, Hkv, nq, G, bq).transpose(2, 3).reshape(N, Hkv, G, nq * bq)[:, :, :, :L]
+
+    lse = rows(torch.where(l_all == 0, float("-inf"), m_all.double() + torch.log(l_all.double())))
+    return out, lse, (rows(m_all), rows(torch.where(l_all == 0, 1.0, l_all)))
+
+
+def _band(x: torch.Tensor, b: Batch) -> torch.Tensor:
+    """The keys (or values) of a batch's bands, (N, Hkv, nb, W, E): a strided view when evenly spaced."""
+    N, Hkv, _, E = x.shape
+    nb = b.t1 - b.t0
+    if b.step is not None and b.step >= 0 and x.is_contiguous():
+        st = x.stride()
+        return x.as_strided((N, Hkv, nb, b.W, E), (st[0], st[1], b.step * st[2], st[2], st[3]),
+                            x.storage_offset() + b.starts[0] * st[2])
+    idx = (torch.tensor(b.starts, device=x.device)[:, None] + torch.arange(b.W, device=x.device)).reshape(-1)
+    return x.index_select(2, idx).view(N, Hkv, nb, b.W, E)
+
+
+def _heads(mask: torch.Tensor, Hkv: int, G: int) -> torch.Tensor:
+    """(Nb, Hb, nb, bq, W) -> broadcastable to scores seen as (N, Hkv, nb, G, bq, W)."""
+    Nb, Hb, nb, bq, W = mask.shape
+    if Hb == 1:
+        return mask[:, :, :, None]
+    return mask.view(Nb, Hkv, G, nb, bq, W).transpose(2, 3)

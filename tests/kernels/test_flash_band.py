@@ -1,0 +1,102 @@
+"""The band forward of the flash form: equal to the float64 matrix form for sparse masks, in every shape."""
+
+import pytest
+import torch
+
+import attnlab
+from attnlab import masks
+from attnlab.kernels import flash_band
+from attnlab.lab import oracle
+
+from .test_flash import both, make, path  # noqa: F401  (path: the bounded / online-max fixture)
+
+
+@pytest.fixture
+def small_bands(monkeypatch):
+    """Bands of 4 query rows and batches of a few hundred scores, so that small problems use them."""
+    monkeypatch.setattr(flash_band, "BAND_BLOCK_Q", 4)
+    monkeypatch.setattr(flash_band, "BATCH_SCORES", 600)
+
+
+def ids(*lengths):
+    return torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)])
+
+
+CASES = {  # name: (N, H, Hkv, L, S, E, Ev), mask
+    "window-odd": ((2, 4, 4, 37, 37, 16, 8), masks.sliding_window(5)),
+    "window-gqa": ((1, 6, 2, 41, 41, 8, 8), masks.sliding_window(3)),
+    "window-L<S": ((2, 2, 1, 13, 45, 8, 6),  # aligned to the bottom right, as when decoding with a cache
+                   masks.Mask.from_mod(lambda b, h, i, j: (j <= i + 32) & (j > i + 25), "window lower right")),
+    "window-L>S": ((1, 2, 2, 45, 13, 8, 8), masks.sliding_window(4)),
+    "documents": ((2, 2, 2, 43, 43, 8, 8), masks.document(ids(9, 13, 3, 18))),
+    "documents-causal-gqa": ((1, 4, 2, 43, 43, 8, 8), masks.document(ids(20, 5, 18)) & masks.causal()),
+    "documents-per-batch": ((2, 2, 2, 40, 40, 8, 8),
+                            masks.document(torch.stack([ids(5, 6, 8, 6, 7, 8), ids(7, 4, 9, 5, 6, 9)]))),
+    "per-head": ((1, 4, 2, 33, 33, 8, 8),
+                 masks.Mask.from_mod(lambda b, h, i, j: (j <= i) & (j > i - 2 - h), "window per head")),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bands_equal_the_float64_matrix_form(name, small_bands, path):  # noqa: F811
+    size, mask = CASES[name]
+    N, H, Hkv, L, S, E, Ev = size
+    plan = flash_band.plan(mask, N, H, L, S, 4)
+    assert plan is not None, "the band plan must be used here, or this test checks the tiles"
+    assert len(plan.batches) > 1
+    errs = both(size, 8, 6, attn_mask=mask)  # backward on the tiles, from the band forward's lse
+    assert max(errs.values()) < 1e-12
+
+
+def test_bands_take_views_and_gathers(small_bands):
+    """A sliding window's bands are evenly spaced (strided views); documents' are not (gathered)."""
+    window = flash_band.plan(masks.sliding_window(5), 1, 1, 64, 64, 4)
+    docs = flash_band.plan(masks.document(ids(9, 10, 6, 12, 8, 7, 12)), 1, 1, 64, 64, 4)
+    assert any(b.step is not None and b.t1 - b.t0 > 1 for b in window.batches)
+    assert any(b.step is None for b in docs.batches)
+    # a window's inner columns are seen by every row: only its two edges are masked
+    assert all(sum(c1 - c0 for c0, c1 in b.cols) < b.W for b in window.batches)
+
+
+def test_bands_float32_against_pytorch_and_oracle(small_bands):
+    q, k, v = make(1, 4, 2, 61, 61, 32, 32, dtype=torch.float32, seed=3)
+    mask = masks.document(ids(17, 30, 14)) & masks.sliding_window(9)
+    dense = mask.dense(1, 4, 61, 61)
+    ref = oracle.reference(q, k, v, attn_mask=dense, enable_gqa=True)
+    torch_out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=dense, enable_gqa=True)
+    c = oracle.compare("out", attnlab.attention(q, k, v, attn_mask=mask, enable_gqa=True, impl="flash"),
+                       torch_out, ref, torch.float32)
+    print(c)
+    assert c.passed
+
+
+def test_rows_that_see_nothing_are_zero(small_bands):
+    q, k, v = (t.requires_grad_() for t in make(1, 2, 2, 20, 40, 8, 8))
+    mask = masks.Mask.from_mod(lambda b, h, i, j: (j >= 2 * i) & (j < 2 * i + 3) & (i % 5 != 0), "stride")
+    assert flash_band.plan(mask, 1, 2, 20, 40, 4) is not None
+    out = attnlab.attention(q, k, v, attn_mask=mask, impl="flash")
+    ref = attnlab.attention(q, k, v, attn_mask=mask.dense(1, 2, 20, 40), impl="matrix")
+    print("max |bands - matrix| with hidden rows:", oracle.max_err(out, ref))
+    assert torch.equal(out[:, :, ::5], torch.zeros_like(out[:, :, ::5]))
+    assert oracle.max_err(out, ref) < 1e-12
+    out.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_dense_masks_keep_the_tiles():
+    """Full and causal attention would gain nothing from bands: no plan, the tile loop runs."""
+    assert flash_band.plan(masks.causal(), 1, 1, 512, 512, 64) is None
+    assert flash_band.plan(masks.prefix_lm(10), 1, 1, 512, 512, 64) is None
+    assert flash_band.plan(masks.sliding_window(64), 1, 1, 1024, 1024, 64) is not None
+
+
+@pytest.mark.parametrize("kw", [{"score_mod": attnlab.mods.softcap(5.0)}, {"dropout_p": 0.3}])
+def test_modifiers_and_dropout_walk_the_tiles(small_bands, kw):
+    """The band forward has no modifier or dropout; those calls give what bands=False gives."""
+    q, k, v = make(1, 2, 2, 30, 30, 8, 8)
+    mask = masks.sliding_window(4)
+    outs = []
+    for bands in (True, False):
+        torch.manual_seed(0)
+        outs.append(attnlab.attention(q, k, v, attn_mask=mask, impl="flash", bands=bands, **kw))
+    assert torch.equal(outs[0], outs[1])
