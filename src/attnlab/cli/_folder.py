@@ -46,6 +46,21 @@ def seed(text: str) -> int:
     return n
 
 
+def seconds(text: str) -> float:
+    """argparse type: a positive, finite number of seconds (--timeout and the like)."""
+    import argparse
+    import math
+
+    try:
+        x = float(text)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}: give a positive, "
+                                         "finite number of seconds")
+    return x
+
+
 def single_process_form(name: str, what: str, device: str | None = None):
     """The registered form ``name`` for ``--impl``, or a UsageError (unknown, needs a process group, or
     cannot run on ``device``)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ._folder import add_out, output_folder, seed, single_process_form
+from ._folder import add_out, output_folder, seconds, seed, single_process_form
 from .sample import _positive
 
 
@@ -37,22 +37,10 @@ def add_parser(sub):
     p.add_argument("--context-parallel", type=_positive, metavar="N",
                    help="split every sequence across N ranks (zigzag layout, ring attention); with more ranks "
                         "than N, the rest is data parallel on a grid (ranks / N) x N")
-    p.add_argument("--timeout", type=_seconds, metavar="SECONDS", default=120.0,
+    p.add_argument("--timeout", type=seconds, metavar="SECONDS", default=120.0,
                    help="across ranks: a rank that stops answering ends the run after this (default: 120)")
     p.set_defaults(run=run)
 
-
-def _seconds(text: str) -> float:
-    import argparse
-    import math
-
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < x < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, got {text}")
-    return x
 
 
 def _grid(args, cfg) -> tuple[int, int]:

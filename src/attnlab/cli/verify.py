@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._folder import seed
+from ._folder import seconds, seed
 
 
 def add_parser(sub):
@@ -29,24 +29,12 @@ def add_parser(sub):
                    help="skip the dropout cases, for a function without dropout (said in the summary); by default "
                         "a function must honour dropout_p: each weight dropped with probability p, the rest scaled "
                         "by 1/(1-p), the same weights for the same torch.manual_seed")
-    p.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS",
                    help="for your own functions: seconds a case may take at the basic case's size (2x4x64x64), "
                         "more in proportion to N*H*L*S; a case past it is a FAIL row and that function's "
                         "remaining cases are skipped (default: 10)")
     p.set_defaults(run=run)
 
-
-def _seconds(text: str) -> float:
-    import argparse
-    import math
-
-    try:
-        x = float(text)
-    except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and x > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return x
 
 
 def run(args) -> int:
