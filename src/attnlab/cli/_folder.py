@@ -1,5 +1,5 @@
-"""Arguments several commands share: the output folder (created, checked writable before any work), the seed,
-and a form that runs in one process."""
+"""Where commands write: the ``--out`` folder (created and checked writable before any work) and the
+``--json PATH`` file (its folder made before the run, the result written after it)."""
 
 from __future__ import annotations
 
@@ -30,52 +30,28 @@ def output_folder(path) -> Path:
     return out
 
 
-SEED_MAX = 2**32 - 1  # torch takes up to 2**64 - 1, but experiments derive seeds from seed + n
+def json_folder(path: str | None) -> None:
+    """Make the folder of ``--json PATH`` (if given) now, before the run; one that cannot be made is a usage
+    error."""
+    from . import UsageError
+
+    if path:
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
 
 
-def seed(text: str) -> int:
-    """argparse type: a seed from 0 to 2**32 - 1 (torch fails on larger ones with an overflow deep inside)."""
-    import argparse
-
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
-    if not 0 <= n <= SEED_MAX:
-        raise argparse.ArgumentTypeError(f"expected a seed from 0 to {SEED_MAX}, got {n}")
-    return n
-
-
-def seconds(text: str) -> float:
-    """argparse type: a positive, finite number of seconds (--timeout and the like)."""
-    import argparse
-    import math
-
-    try:
-        x = float(text)
-    except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and x > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}: give a positive, "
-                                         "finite number of seconds")
-    return x
-
-
-def single_process_form(name: str, what: str, device: str | None = None):
-    """The registered form ``name`` for ``--impl``, or a UsageError (unknown, needs a process group, or
-    cannot run on ``device``)."""
-    from attnlab import kernels
+def save_json(result, path: str | None, indent: str = "") -> None:
+    """Write ``result`` to ``--json PATH`` (if given) and say so."""
+    from attnlab.lab.results import write_json
+    from attnlab.report.terminal import console
 
     from . import UsageError
 
-    try:
-        form = kernels.get(name)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    if form.distributed:
-        raise UsageError(f"--impl {name} runs across the ranks of a torch.distributed group; {what} "
-                         f"runs in one process: choose one of {', '.join(kernels.forms())}")
-    why = form.why_not(device) if device in ("cpu", "cuda") else None
-    if why is not None:
-        raise UsageError(f"--impl {name} cannot run on {device} here: {why}")
-    return form
+    if path:
+        try:
+            write_json(result, Path(path))
+        except OSError as e:
+            raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+        console.print(f"{indent}wrote {path}")

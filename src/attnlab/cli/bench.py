@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 import time
 
-from ._folder import add_out, output_folder, seed
+from ._args import seed
+from ._folder import add_out, output_folder
 
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
@@ -68,6 +69,33 @@ def run(args) -> int:
     from attnlab.report import bench as report
     from attnlab.report.terminal import console, progress
 
+    cfg = _config(args)
+    out = output_folder(args.out)  # a folder that cannot take files is a usage error now, not after the run
+
+    names = cfg.impls or tuple(bench.known_impls())
+    note = " (each new flex shape is compiled first; that is not timed)" if "flex" in names else ""
+    console.print(f"attnlab bench: {', '.join(names)} at T = {', '.join(map(str, sorted(set(cfg.seq))))}{note}")
+    start = time.perf_counter()
+    with progress(len(set(cfg.seq)) * len(names), "cases") as advance:
+        result = bench.sweep(cfg, progress=advance, say=lambda text: console.print(f"  {escape(text)}"))
+    seconds = time.perf_counter() - start
+
+    report.show(result, console)
+    files = [write_json(result, out / "bench.json"), report.write_csv(result, out / "bench.csv"),
+             report.figure(result, out / "bench.png")]
+    for f in files:
+        console.print(f"wrote {f}")
+    if result.interrupted:
+        console.print(f"[yellow]interrupted after {seconds:.0f} s: the files hold what was measured[/]")
+        return 130
+    console.print(f"done in {seconds:.0f} s")
+    return 0
+
+
+def _config(args):
+    """The BenchConfig the flags ask for (flags left out keep BenchConfig's defaults), or a UsageError."""
+    from attnlab.lab import bench
+
     from . import UsageError
 
     impls = [s.strip() for item in (args.impl or []) for s in item.split(",")]
@@ -82,48 +110,7 @@ def run(args) -> int:
              "matmul_n": args.matmul_size}
     try:
         given["memory_limit_bytes"] = parse_size(args.max_memory) if args.max_memory else None
-        cfg = bench.BenchConfig(causal=args.causal, backward=args.backward,
-                                **{k: v for k, v in given.items() if v is not None})
+        return bench.BenchConfig(causal=args.causal, backward=args.backward,
+                                 **{k: v for k, v in given.items() if v is not None})
     except ValueError as e:
         raise UsageError(str(e)) from None
-    out = output_folder(args.out)  # a folder that cannot take files is a usage error now, not after the run
-
-    names = cfg.impls or tuple(bench.known_impls())
-    note = " (each new flex shape is compiled first; that is not timed)" if "flex" in names else ""
-    console.print(f"attnlab bench: {', '.join(names)} at T = {', '.join(map(str, sorted(set(cfg.seq))))}{note}")
-    start = time.perf_counter()
-    with progress(len(set(cfg.seq)) * len(names), "cases") as advance:
-        result = bench.sweep(cfg, progress=advance, say=lambda text: console.print(f"  {escape(text)}"))
-    seconds = time.perf_counter() - start
-
-    console.print(report.table(result))
-    for line in report.skip_lines(result):
-        console.print(f"  [yellow]{escape(line)}[/]")
-    m = result.machine
-    load, cpus = m.get("load_average"), m.get("cpu_count") or 1
-    if load is not None and load >= cpus:
-        console.print(f"[yellow]note: the machine was busy when this started (load {load:.1f} on {cpus} cores): "
-                      f"times are noisy, the short ones most; fewer --threads (e.g. 1) steadies them[/]")
-    half_on_cpu = cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16")
-    kind = f"best of {cfg.dtype} and float32" if half_on_cpu else cfg.dtype
-    threads = f"{m['torch_threads']} thread" + ("" if m["torch_threads"] == 1 else "s")
-    sizes = ", ".join(f"{n} x {n}" for n in (m.get("matmul_sizes") or {}).values())
-    console.print(f"matmul peak: {result.matmul_gflops:.1f} GFLOP/s ({kind}, {sizes}, {threads}, "
-                  f"{escape(str(m['cpu'] if cfg.device == 'cpu' else m['cuda']))})")
-    floor = m.get("memory_noise_floor_bytes")
-    console.print(f"peak memory: {m.get('memory_method') or 'not measurable on this platform'}"
-                  + (f"; noise floor {bench.fmt_bytes(floor)}" if floor else ""))
-    console.print("growth with T (least-squares slope of log cost against log T, over the longer half of the lengths, "
-                  "where the part that grows with T dominates):")
-    for line in report.growth_lines(result):
-        console.print(f"  {escape(line)}")
-    console.print(escape(report.checklist_line(result)))
-    files = [write_json(result, out / "bench.json"), report.write_csv(result, out / "bench.csv"),
-             report.figure(result, out / "bench.png")]
-    for f in files:
-        console.print(f"wrote {f}")
-    if result.interrupted:
-        console.print(f"[yellow]interrupted after {seconds:.0f} s: the files hold what was measured[/]")
-        return 130
-    console.print(f"done in {seconds:.0f} s")
-    return 0

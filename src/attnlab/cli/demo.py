@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ._folder import add_out, output_folder, seed
+from ._args import seed
+from ._folder import add_out, output_folder
 
 
 def add_parser(sub):

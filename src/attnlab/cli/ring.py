@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ._folder import seed
+from ._args import seed
+from ._folder import json_folder, save_json
 
 
 def add_parser(sub):
@@ -41,23 +40,38 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    import dataclasses
-    import sys
-    import time
-
-    from attnlab.lab import launch, ring_budget, ring_torchrun
-    from attnlab.lab import ring as lab
-    from attnlab.lab.results import write_json
+    from attnlab.lab import ring_torchrun
     from attnlab.report import ring as report
     from attnlab.report.terminal import console
+
+    cfg = _config(args)
+    json_folder(args.json)  # before the run, not after it: a folder that cannot be made is known now
+    if ring_torchrun.under_torchrun():
+        result = ring_torchrun.run(cfg)
+        if result is None:  # not rank 0: rank 0 reports for everyone
+            return 0
+    else:
+        result = _run_here(cfg)
+        if result is None:
+            return 1
+    report.show(result, console)
+    save_json(result, args.json, indent="  ")
+    return 0 if result.passed else 1
+
+
+def _config(args):
+    """The RingConfig the flags ask for; under torchrun, with its number of processes."""
+    import dataclasses
+
+    from attnlab.lab import ring as lab
+    from attnlab.lab import ring_torchrun
 
     from . import UsageError
 
     given = {"world": args.world, "seq": args.seq, "heads": args.heads, "kv_heads": args.kv_heads,
              "head_dim": args.head_dim, "batch": args.batch, "layout": args.layout, "dtype": args.dtype,
              "repeats": args.repeats, "pg_timeout_s": args.timeout, "timeout_s": args.time_limit, "seed": args.seed}
-    torchrun = ring_torchrun.under_torchrun()  # started by torchrun: join its group instead of starting one
-    if torchrun:
+    if ring_torchrun.under_torchrun():  # started by torchrun: join its group instead of starting one
         if args.world not in (None, ring_torchrun.world_size()):
             raise UsageError(f"--world {args.world}, but torchrun started {ring_torchrun.world_size()} processes "
                              "(WORLD_SIZE); leave --world out under torchrun")
@@ -68,33 +82,32 @@ def run(args) -> int:
         cfg.validate()
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if args.json:  # before the run, not after it: a folder that cannot be made is known now
-        try:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"cannot write {args.json}: {e.strerror or e}") from None
-    if torchrun:
-        result = ring_torchrun.run(cfg)
-        if result is None:  # not rank 0: rank 0 reports for everyone
-            return 0
-    else:
-        est = ring_budget.estimate(cfg)
-        why = ring_budget.refusal(cfg, est)
-        if why:
-            raise UsageError(why)
-        console.print(f"attnlab ring: {cfg.world} ranks at T={cfg.seq}: estimated {est.describe()}")
-        try:
-            with console.status("starting the ranks") as status:
-                t0 = time.monotonic()
-                result = lab.run(cfg, lambda text: status.update(f"{text} ({time.monotonic() - t0:.0f} s)"),
-                                 dataclasses.asdict(est))
-        except launch.LaunchError as e:
-            print(f"attnlab ring: failed: {e}", file=sys.stderr)
-            return 1
-    report.show(result, console)
-    if args.json:
-        try:
-            console.print(f"  wrote {write_json(result, args.json)}")
-        except OSError as e:
-            raise UsageError(f"cannot write {args.json}: {e.strerror}") from None
-    return 0 if result.passed else 1
+    return cfg
+
+
+def _run_here(cfg):
+    """Start the ranks on this machine, after the time estimate allows it; None when the launch failed (said on
+    stderr)."""
+    import dataclasses
+    import sys
+    import time
+
+    from attnlab.lab import launch, ring_budget
+    from attnlab.lab import ring as lab
+    from attnlab.report.terminal import console
+
+    from . import UsageError
+
+    est = ring_budget.estimate(cfg)
+    why = ring_budget.refusal(cfg, est)
+    if why:
+        raise UsageError(why)
+    console.print(f"attnlab ring: {cfg.world} ranks at T={cfg.seq}: estimated {est.describe()}")
+    try:
+        with console.status("starting the ranks") as status:
+            t0 = time.monotonic()
+            return lab.run(cfg, lambda text: status.update(f"{text} ({time.monotonic() - t0:.0f} s)"),
+                           dataclasses.asdict(est))
+    except launch.LaunchError as e:
+        print(f"attnlab ring: failed: {e}", file=sys.stderr)
+        return None

@@ -5,19 +5,7 @@ from __future__ import annotations
 import math
 import sys
 
-from ._folder import seed, single_process_form
-
-
-def _positive(text: str) -> int:
-    import argparse
-
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
-    return n
+from ._args import positive, seed, single_process_form
 
 
 def add_parser(sub):
@@ -26,9 +14,9 @@ def add_parser(sub):
                                    "once, then every new character is a single query against it.")
     p.add_argument("--ckpt", required=True, help="checkpoint, e.g. attnlab-out/checkpoints/scale-sqrt.pt")
     p.add_argument("--prompt", default="def ", help="text to continue (default: 'def ')")
-    p.add_argument("--tokens", type=_positive, default=200, help="characters to generate (default: 200)")
+    p.add_argument("--tokens", type=positive, default=200, help="characters to generate (default: 200)")
     p.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default: 0.8)")
-    p.add_argument("--top-k", type=_positive, default=None, help="sample only from the k likeliest characters")
+    p.add_argument("--top-k", type=positive, default=None, help="sample only from the k likeliest characters")
     p.add_argument("--seed", type=seed, default=0, help="random seed (default: 0)")
     p.add_argument("--impl", default=None, help="form of attention to decode with (default: the one trained with)")
     p.set_defaults(run=run)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ._folder import add_out, output_folder, seconds, seed, single_process_form
-from .sample import _positive
+from ._args import positive, seconds, seed, single_process_form
+from ._folder import add_out, output_folder
 
 
 def add_parser(sub):
@@ -23,18 +23,18 @@ def add_parser(sub):
     what.add_argument("--scale", choices=["sqrt", "none", "inv"], help="train one scale only")
     what.add_argument("--ablation", choices=["tie-kv"],
                       help="tie-kv: the value projection tied to the key projection, against separate ones")
-    p.add_argument("--steps", type=_positive, help="optimizer steps per variant (default: the preset's)")
-    p.add_argument("--eval-every", type=_positive, help="log and checkpoint every N steps (default: the preset's)")
+    p.add_argument("--steps", type=positive, help="optimizer steps per variant (default: the preset's)")
+    p.add_argument("--eval-every", type=positive, help="log and checkpoint every N steps (default: the preset's)")
     p.add_argument("--impl", default=None, help="form of attention to train with (default: sdpa)")
     p.add_argument("--corpus", default=None, help="a UTF-8 text file (default: Python's standard library source)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--seed", type=seed, default=None, help="random seed (default: 0)")
     add_out(p)
     p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --out/checkpoints")
-    p.add_argument("--procs", type=_positive, metavar="N",
+    p.add_argument("--procs", type=positive, metavar="N",
                    help="train in N local CPU processes (gloo on 127.0.0.1) under DistributedDataParallel, each "
                         "with its share of the batch; under torchrun leave it out (torchrun says how many)")
-    p.add_argument("--context-parallel", type=_positive, metavar="N",
+    p.add_argument("--context-parallel", type=positive, metavar="N",
                    help="split every sequence across N ranks (zigzag layout, ring attention); with more ranks "
                         "than N, the rest is data parallel on a grid (ranks / N) x N")
     p.add_argument("--timeout", type=seconds, metavar="SECONDS", default=120.0,
@@ -181,15 +181,9 @@ def _resume_from(out: Path, kind: str, names: list[str]) -> list[str]:
     return lines
 
 
-def _fmt(xs) -> str:
-    return "[" + ", ".join(f"{x:.2f}" for x in xs) + "]"
-
-
 def run(args, grid=None) -> int:
-    from rich.table import Table
-
-    from attnlab.lab import train, train_summary
-    from attnlab.lab.results import write_json
+    """The command; across ranks, every rank runs it with its ``grid`` and rank 0 alone prints and writes."""
+    from attnlab.lab import train
     from attnlab.report import train as report
     from attnlab.report.terminal import console
 
@@ -209,17 +203,7 @@ def run(args, grid=None) -> int:
         data = train.load_corpus(cfg)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    d = cfg.d_model // cfg.n_head
-    info = data.describe()
-    console.print(f"[bold]attnlab train[/] ({kind}): {', '.join(names)} x {cfg.steps} steps; {cfg.n_layer} layers, "
-                  f"d_model={cfg.d_model}, {cfg.n_head} heads of width d={d}, T={cfg.block_size}, batch "
-                  f"{cfg.batch_size}, impl {'ring' if grid is not None and grid.cp > 1 else cfg.impl}, seed {cfg.seed}")
-    console.print(f"  corpus: {info['name']} ({info['train_chars']:,} training characters in {info['train_files']} "
-                  f"files, {info['val_chars']:,} validation in {info['val_files']}; vocabulary {info['vocab_size']})")
-    if grid is not None:
-        console.print(f"  ranks: {grid.describe()}; each holds {cfg.batch_size // grid.dp} sequences x "
-                      f"{cfg.block_size // grid.cp} tokens of every batch")
-    for line in resuming:
+    for line in report.header_lines(cfg, kind, names, data.describe(), grid) + resuming:
         console.print(line)
     try:
         with report.train_progress(cfg.steps, names) as on_step:
@@ -231,48 +215,20 @@ def run(args, grid=None) -> int:
         raise UsageError(str(e)) from None
     if grid is not None and not grid.writer:
         return 0
+    report.show(result, console)
+    _write(result, out, kind, names[0])
+    return 0
 
-    summaries, preds = train_summary.summarise(result)
-    uniform = result.config["uniform_entropy"]
-    t = Table(title=f"per variant (entropy in nats per layer; uniform attention = {uniform:.2f})")
-    for col in ("variant", "entropy start -> end", "peak weight start -> end", "val loss start -> end",
-                "grad norm start -> end", "W_q,W_k grad start -> end", "score grad start -> end", "tokens/s",
-                "time"):
-        t.add_column(col)
-    for s in summaries.values():
-        t.add_row(s.name, f"{_fmt(s.entropy_start)} -> {_fmt(s.entropy_end)}",
-                  f"{_fmt(s.peak_start)} -> {_fmt(s.peak_end)}",
-                  f"{s.val_start:.3f} -> {s.val_end:.3f}" + (f" (diverged at {s.diverged_at})" if s.diverged_at
-                                                             is not None else ""),
-                  f"{s.grad_norm_start:.3g} -> {s.grad_norm_end:.3g}", f"{s.qk_grad_start:.3g} -> {s.qk_grad_end:.3g}",
-                  f"{s.score_grad_start:.3g} -> {s.score_grad_end:.3g}",
-                  f"{s.tokens_per_s:,.0f}", f"{s.seconds:.0f} s")
-    console.print(t)
-    if preds:
-        held = train_summary.destabilised(preds)
-        verdict = "[green]measured[/]" if held else "[red]not measured at these settings[/]"
-        console.print(f"[bold]Removing the 1/sqrt(d) scale visibly destabilised training[/]: {verdict}")
-        for name in summaries:
-            s = summaries[name]
-            console.print(f"  {name:<5} entropy {_fmt(s.entropy_start)} -> {_fmt(s.entropy_end)} nats, "
-                          f"final val loss {s.val_end:.3f}")
-        for pr in preds:
-            mark = "[green]holds[/]" if pr.holds else "[red]does not hold[/]"
-            console.print(f"  prediction: {pr.claim}: {mark} -- {pr.evidence}")
-    if kind == "tie-kv":
-        u, tied = summaries["untied"], summaries["tied"]
-        gap = tied.val_end - u.val_end
-        verdict = "[green]holds[/]" if gap > 0.02 else "[red]does not hold[/]"
-        console.print(f"[bold]Tying the value projection to the key projection[/]: final validation loss "
-                      f"{tied.val_end:.3f} tied vs {u.val_end:.3f} separate ({gap:+.3f}); parameters "
-                      f"{result.variants['tied'].params:,} vs {result.variants['untied'].params:,}")
-        console.print(f"  the lesson's claim \"tying them measurably reduces capability\": {verdict} at these settings "
-                      f"(rule: tied loss above separate by more than 0.02, one seed)")
+
+def _write(result, out: Path, kind: str, first: str) -> None:
+    """The figure and the JSON, and where the checkpoints are."""
+    from attnlab.lab.results import write_json
+    from attnlab.report import train as report
+    from attnlab.report.terminal import console
+
     stem = "train" if kind == "scale" else "tie_kv"
     files = [report.figure(result, out / f"{stem}.png"), write_json(result, out / f"{stem}.json")]
     for f in files:
         console.print(f"  wrote {f}")
     console.print(f"  checkpoints in {out / 'checkpoints'} (try: attnlab sample --ckpt "
-                  f"{out / 'checkpoints' / f'{kind}-{names[0]}.pt'})")
-    return 0
-
+                  f"{out / 'checkpoints' / f'{kind}-{first}.pt'})")

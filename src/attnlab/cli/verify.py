@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ._folder import seconds, seed
+from ._args import seconds, seed
+from ._folder import json_folder, save_json
 
 
 def add_parser(sub):
@@ -38,29 +37,14 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from attnlab import kernels
     from attnlab.lab import verify
-    from attnlab.report.terminal import console, progress, verify_table
+    from attnlab.report.terminal import console, progress, verify_summary, verify_table
 
-    from . import UsageError
-
-    specs = [s.strip() for item in (args.impl or []) for s in item.split(",") if s.strip()]
-    if not specs:
-        specs = [n for n in kernels.forms() if n != "sdpa"]
+    specs = _specs(args.impl)
     if args.model:
         return run_model(args, specs)
-    targets = {}
-    for spec in specs:
-        try:
-            name, fn = verify.load_function(spec)
-        except verify.LoadError as e:
-            raise UsageError(str(e)) from None
-        targets[name] = fn
-    dtypes = list(dict.fromkeys(d.strip() for d in args.dtype.split(",") if d.strip()))  # each once
-    bad = [d for d in dtypes if d not in verify.DTYPES]
-    if bad or not dtypes:
-        raise UsageError(f"--dtype {args.dtype!r}: choose from {', '.join(verify.DTYPES)}")
-
+    targets = _targets(specs)
+    dtypes = _dtypes(args.dtype)
     json_folder(args.json)  # before the run, not after it: a folder that cannot be made is known now
 
     cases = verify.default_cases(dtypes, long=not args.quick)
@@ -69,39 +53,46 @@ def run(args) -> int:
                                timeout=args.timeout)
     if args.show == "all" or not result.passed:
         console.print(verify_table(result, args.show))
-    c = result.counts()
-    verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
-    console.print(f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, "
-                  f"{c['skipped']} skipped, over {len(targets)} form(s): {', '.join(targets)}"
-                  + (" (dropout not checked: --no-dropout)" if args.no_dropout else ""))
+    console.print(verify_summary(result, list(targets), dropout_skipped=args.no_dropout))
     save_json(result, args.json)
     return 0 if result.passed else 1
 
 
-def json_folder(path: str | None) -> None:
-    """Make the folder of ``--json PATH`` now; one that cannot be made is a usage error."""
-    from . import UsageError
+def _specs(impl: list[str] | None) -> list[str]:
+    """The names given to --impl (repeatable, comma-separated); none: every registered form but sdpa."""
+    from attnlab import kernels
 
-    if path:
-        try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    specs = [s.strip() for item in (impl or []) for s in item.split(",") if s.strip()]
+    return specs or [n for n in kernels.forms() if n != "sdpa"]
 
 
-def save_json(result, path: str | None) -> None:
-    """Write ``result`` to ``--json PATH`` (if given) and say so."""
-    from attnlab.lab.results import write_json
-    from attnlab.report.terminal import console
+def _targets(specs: list[str]) -> dict:
+    """Each --impl spec loaded as (name -> function): a registered form or package.module:function."""
+    from attnlab.lab import verify
 
     from . import UsageError
 
-    if path:
+    targets = {}
+    for spec in specs:
         try:
-            write_json(result, Path(path))
-        except OSError as e:
-            raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
-        console.print(f"wrote {path}")
+            name, fn = verify.load_function(spec)
+        except verify.LoadError as e:
+            raise UsageError(str(e)) from None
+        targets[name] = fn
+    return targets
+
+
+def _dtypes(text: str) -> list[str]:
+    """--dtype as a list of names, each once, or a UsageError naming the choices."""
+    from attnlab.lab import verify
+
+    from . import UsageError
+
+    dtypes = list(dict.fromkeys(d.strip() for d in text.split(",") if d.strip()))  # each once
+    bad = [d for d in dtypes if d not in verify.DTYPES]
+    if bad or not dtypes:
+        raise UsageError(f"--dtype {text!r}: choose from {', '.join(verify.DTYPES)}")
+    return dtypes
 
 
 def run_model(args, specs: list[str]) -> int:
@@ -115,7 +106,7 @@ def run_model(args, specs: list[str]) -> int:
     except hf.MissingExtra as e:
         raise UsageError(str(e)) from None
     from attnlab.lab import hf_check
-    from attnlab.report.hf import model_table
+    from attnlab.report.hf import model_summary, model_table
     from attnlab.report.terminal import console, progress
 
     known = hf.names().values()
@@ -133,8 +124,6 @@ def run_model(args, specs: list[str]) -> int:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UsageError(f"cannot load a causal LM from {args.model!r}: {first}") from None
     console.print(model_table(result))
-    c = sum(r.status == "pass" for r in result.rows)
-    verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
-    console.print(f"{verdict}: {c} of {len(result.rows)} form(s) pass on {args.model}")
+    console.print(model_summary(result, args.model))
     save_json(result, args.json)
     return 0 if result.passed else 1

@@ -7,12 +7,16 @@ The lesson predicts that without the 1/sqrt(d) scale
 3. the loss plateaus early, above the scaled model's.
 
 :func:`summarise` reads those off a :class:`~attnlab.lab.train.TrainResult` with explicit,
-printed thresholds, so each verdict can be checked against the numbers beside it.
+printed thresholds, so each verdict can be checked against the numbers beside it. The tie-kv ablation's
+claim ("tying the value projection to the key projection measurably reduces capability") is checked by
+:func:`tie_kv` with the same loss-gap rule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+LOSS_GAP = 0.02  # nats: a final validation loss this much above another's counts as worse (one seed)
 
 
 @dataclass
@@ -84,12 +88,22 @@ def summarise(result) -> tuple[dict[str, VariantSummary], list[Prediction]]:
     gap = float("inf") if b.diverged_at is not None else b.val_end - a.val_end
     preds.append(Prediction(
         "the loss stays above the scaled model's",
-        gap > 0.02,
+        gap > LOSS_GAP,
         f"final validation loss {b.val_end:.3f} unscaled vs {a.val_end:.3f} scaled (gap {gap:+.3f}; half-way "
-        f"{b.val_mid - a.val_mid:+.3f}); rule: gap above 0.02"))
+        f"{b.val_mid - a.val_mid:+.3f}); rule: gap above {LOSS_GAP}"))
     return s, preds
 
 
 def destabilised(preds: list[Prediction]) -> bool:
     """The checklist verdict: saturation and a worse loss both measured."""
     return len(preds) == 3 and preds[0].holds and preds[2].holds
+
+
+def tie_kv(summaries: dict[str, VariantSummary]) -> Prediction | None:
+    """The tie-kv ablation's claim checked (when both 'tied' and 'untied' ran): the tied model's final
+    validation loss is above the separate one's by more than the gap rule."""
+    if "tied" not in summaries or "untied" not in summaries:
+        return None
+    gap = summaries["tied"].val_end - summaries["untied"].val_end
+    return Prediction("tying them measurably reduces capability", gap > LOSS_GAP,
+                      f"rule: tied loss above separate by more than {LOSS_GAP}, one seed")

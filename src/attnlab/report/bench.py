@@ -11,6 +11,7 @@ import csv
 import math
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from attnlab.lab.bench import BenchResult, fmt_bytes
@@ -101,6 +102,40 @@ def checklist_line(result: BenchResult, form: str = "matrix") -> str:
     ok = QUADRATIC[0] <= e <= QUADRATIC[1]
     return f"[{'x' if ok else ' '}] quadratic memory growth measured: {form} peak memory grows as T^{e:.2f} " \
            f"(least squares over T = {', '.join(map(str, seqs))})"
+
+
+def machine_lines(result: BenchResult) -> list[str]:
+    """What the numbers stand against: a busy-machine warning, the matmul peak, how peak memory was read."""
+    m, cfg = result.machine, result.config
+    lines = []
+    load, cpus = m.get("load_average"), m.get("cpu_count") or 1
+    if load is not None and load >= cpus:
+        lines.append(f"[yellow]note: the machine was busy when this started (load {load:.1f} on {cpus} cores): "
+                     f"times are noisy, the short ones most; fewer --threads (e.g. 1) steadies them[/]")
+    half_on_cpu = cfg["device"] == "cpu" and cfg["dtype"] in ("bfloat16", "float16")
+    kind = f"best of {cfg['dtype']} and float32" if half_on_cpu else cfg["dtype"]
+    threads = f"{m['torch_threads']} thread" + ("" if m["torch_threads"] == 1 else "s")
+    sizes = ", ".join(f"{n} x {n}" for n in (m.get("matmul_sizes") or {}).values())
+    lines.append(f"matmul peak: {result.matmul_gflops:.1f} GFLOP/s ({kind}, {sizes}, {threads}, "
+                 f"{escape(str(m['cpu'] if cfg['device'] == 'cpu' else m['cuda']))})")
+    floor = m.get("memory_noise_floor_bytes")
+    lines.append(f"peak memory: {m.get('memory_method') or 'not measurable on this platform'}"
+                 + (f"; noise floor {fmt_bytes(floor)}" if floor else ""))
+    return lines
+
+
+def show(result: BenchResult, console) -> None:
+    """Everything `attnlab bench` prints after the sweep: the table, skips, the machine, growth, the checklist."""
+    console.print(table(result))
+    for line in skip_lines(result):
+        console.print(f"  [yellow]{escape(line)}[/]")
+    for line in machine_lines(result):
+        console.print(line)
+    console.print("growth with T (least-squares slope of log cost against log T, over the longer half of the lengths, "
+                  "where the part that grows with T dominates):")
+    for line in growth_lines(result):
+        console.print(f"  {escape(line)}")
+    console.print(escape(checklist_line(result)))
 
 
 def write_csv(result: BenchResult, path: str | Path) -> Path:

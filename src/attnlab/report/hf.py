@@ -27,3 +27,10 @@ def model_table(result) -> Table:
         t.add_row(r.form, r.impl, fmt(r.logits.err), fmt(r.logits.torch_err), fmt(r.logits.allowed), gen,
                   fmt(r.grads.err), fmt(r.grads.torch_err), fmt(r.grads.allowed), f"{r.seconds:.1f} s", verdict)
     return t
+
+
+def model_summary(result, model: str) -> str:
+    """The verdict under the table: how many forms pass on the model."""
+    c = sum(r.status == "pass" for r in result.rows)
+    verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
+    return f"{verdict}: {c} of {len(result.rows)} form(s) pass on {model}"

@@ -52,3 +52,12 @@ def verify_table(result, show: str = "all") -> Table:
             t.add_row(r.form, r.case, r.dtype, w.quantity, fmt(w.err), fmt(w.torch_err), fmt(w.allowed),
                       f"[{style}]{r.status.upper()}[/]")
     return t
+
+
+def verify_summary(result, forms: list[str], dropout_skipped: bool = False) -> str:
+    """The verdict under the table: ALL PASS or FAILURES, and the counts."""
+    c = result.counts()
+    verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
+    return (f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, {c['skipped']} skipped, over "
+            f"{len(forms)} form(s): {', '.join(forms)}" + (" (dropout not checked: --no-dropout)" if dropout_skipped
+                                                           else ""))

@@ -1,4 +1,5 @@
-"""Training figures and the live progress bar, drawn from :mod:`attnlab.lab.train` results."""
+"""Training figures, tables, verdicts and the live progress bar, drawn from :mod:`attnlab.lab.train` results
+(and the summaries and predictions of :mod:`attnlab.lab.train_summary`)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,74 @@ def train_progress(total_steps: int, variants: list[str]):
                      loss=f"{loss:.3f}", rate=f"{tokens_per_s:,.0f}")
 
         yield on_step
+
+
+def header_lines(cfg, kind: str, names: list[str], corpus: dict, grid=None) -> list[str]:
+    """What is about to be trained: the variants and model, the corpus, and (across ranks) each rank's share."""
+    impl = "ring" if grid is not None and grid.cp > 1 else cfg.impl
+    lines = [f"[bold]attnlab train[/] ({kind}): {', '.join(names)} x {cfg.steps} steps; {cfg.n_layer} layers, "
+             f"d_model={cfg.d_model}, {cfg.n_head} heads of width d={cfg.d_model // cfg.n_head}, T={cfg.block_size}, "
+             f"batch {cfg.batch_size}, impl {impl}, seed {cfg.seed}",
+             f"  corpus: {corpus['name']} ({corpus['train_chars']:,} training characters in {corpus['train_files']} "
+             f"files, {corpus['val_chars']:,} validation in {corpus['val_files']}; vocabulary {corpus['vocab_size']})"]
+    if grid is not None:
+        lines.append(f"  ranks: {grid.describe()}; each holds {cfg.batch_size // grid.dp} sequences x "
+                     f"{cfg.block_size // grid.cp} tokens of every batch")
+    return lines
+
+
+def _fmt(xs) -> str:
+    return "[" + ", ".join(f"{x:.2f}" for x in xs) + "]"
+
+
+def table(result, summaries: dict):
+    """One row per variant: entropy, peak weight, loss and gradients at the start and the end, speed."""
+    from rich.table import Table
+
+    t = Table(title=f"per variant (entropy in nats per layer; uniform attention = "
+                    f"{result.config['uniform_entropy']:.2f})")
+    for col in ("variant", "entropy start -> end", "peak weight start -> end", "val loss start -> end",
+                "grad norm start -> end", "W_q,W_k grad start -> end", "score grad start -> end", "tokens/s",
+                "time"):
+        t.add_column(col)
+    for s in summaries.values():
+        diverged = f" (diverged at {s.diverged_at})" if s.diverged_at is not None else ""
+        t.add_row(s.name, f"{_fmt(s.entropy_start)} -> {_fmt(s.entropy_end)}",
+                  f"{_fmt(s.peak_start)} -> {_fmt(s.peak_end)}", f"{s.val_start:.3f} -> {s.val_end:.3f}{diverged}",
+                  f"{s.grad_norm_start:.3g} -> {s.grad_norm_end:.3g}", f"{s.qk_grad_start:.3g} -> {s.qk_grad_end:.3g}",
+                  f"{s.score_grad_start:.3g} -> {s.score_grad_end:.3g}", f"{s.tokens_per_s:,.0f}", f"{s.seconds:.0f} s")
+    return t
+
+
+def verdict_lines(result, summaries: dict, preds: list, tie=None) -> list[str]:
+    """The lesson's predictions as lab checked them: the scale checklist, and the tie-kv claim (``tie``)."""
+    from attnlab.lab.train_summary import destabilised
+
+    lines = []
+    if preds:
+        verdict = "[green]measured[/]" if destabilised(preds) else "[red]not measured at these settings[/]"
+        lines.append(f"[bold]Removing the 1/sqrt(d) scale visibly destabilised training[/]: {verdict}")
+        for s in summaries.values():
+            lines.append(f"  {s.name:<5} entropy {_fmt(s.entropy_start)} -> {_fmt(s.entropy_end)} nats, "
+                         f"final val loss {s.val_end:.3f}")
+        for pr in preds:
+            mark = "[green]holds[/]" if pr.holds else "[red]does not hold[/]"
+            lines.append(f"  prediction: {pr.claim}: {mark} -- {pr.evidence}")
+    if tie is not None:
+        u, tied = summaries["untied"], summaries["tied"]
+        lines.append(f"[bold]Tying the value projection to the key projection[/]: final validation loss "
+                     f"{tied.val_end:.3f} tied vs {u.val_end:.3f} separate ({tied.val_end - u.val_end:+.3f}); "
+                     f"parameters {result.variants['tied'].params:,} vs {result.variants['untied'].params:,}")
+        verdict = "[green]holds[/]" if tie.holds else "[red]does not hold[/]"
+        lines.append(f"  the lesson's claim \"{tie.claim}\": {verdict} at these settings ({tie.evidence})")
+    return lines
+
+
+def show(result, console) -> None:
+    """Everything `attnlab train` prints after training: the table per variant, then the verdicts."""
+    from attnlab.lab import train_summary
+
+    summaries, preds = train_summary.summarise(result)
+    console.print(table(result, summaries))
+    for line in verdict_lines(result, summaries, preds, train_summary.tie_kv(summaries)):
+        console.print(line)
