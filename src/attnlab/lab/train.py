@@ -195,6 +195,37 @@ def _measure(model: GPT, net: torch.nn.Module, fixed: dict, log: VariantLog, ste
     log.peak.append(pr.layer_peak())
 
 
+@dataclass
+class _Variant:
+    """One variant in training: its model and optimizer, its data streams, its log, where it checkpoints."""
+    cfg: TrainConfig
+    name: str
+    path: Path
+    grid: Grid
+    meta: dict  # what a checkpoint must match to be resumed from
+    data: corpora.Corpus
+    model: GPT
+    net: torch.nn.Module  # the model under DistributedDataParallel when there are several ranks
+    opt: torch.optim.Optimizer
+    gen: torch.Generator  # the data order: the same for every variant
+    train: torch.Tensor  # the training tokens, on the device
+    fixed: dict  # the fixed batches every log measures on: "train", "val" and the probe's rows
+    log: VariantLog
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.cfg.device)
+
+    def save(self, step: int) -> None:
+        """A checkpoint at ``step`` (rank 0 writes it, with every rank's dropout stream for an exact resume)."""
+        rngs = self.grid.gather(ckpt.rng_state(self.device), self.device)
+        if self.grid.writer:
+            ckpt.save(self.path, {**self.meta, "chars": list(self.data.chars), "corpus": self.data.describe(),
+                                  "step": step, "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                                  "data_rng": self.gen.get_state(), "torch_rng": rngs[0], "log": asdict(self.log),
+                                  **({"rank_rng": rngs} if self.grid.world > 1 else {})})
+
+
 def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, path: Path, *,
                   resume: bool = False, stop: StopFlag | None = None,
                   on_step: Callable[[str, int, int, float, float], None] | None = None,
@@ -204,78 +235,96 @@ def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corp
     ``grid``: this process's place among several (:mod:`attnlab.lab.parallel`); every rank calls this
     with the same arguments, and rank 0 alone writes the checkpoints.
     """
-    grid = grid or Grid()
+    v = _set_up(cfg, name, variant, data, path, grid or Grid())
+    start = _resume(v) if resume else None
+    if start is None:
+        torch.manual_seed(cfg.seed + v.grid.rank)  # dropout's random stream starts from the seed (one per rank)
+        start = 0
+    _steps(v, start, stop, on_step)
+    return v.log
+
+
+def _set_up(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, path: Path, grid: Grid) -> _Variant:
+    """A fresh model (the same initial weights for every variant of one shape), its optimizer and data."""
     device = torch.device(cfg.device)
     mcfg = cfg.model(data.vocab_size, **variant)
     meta = {"train_config": asdict(cfg), "model_config": mcfg.to_dict(), "variant": name,
             "grid": {"data_parallel": grid.dp, "context_parallel": grid.cp}}
     torch.manual_seed(cfg.seed)  # the same initial weights for every variant of one shape
     model = GPT(mcfg).to(device)
-    net = grid.wrap(model)  # the model under DistributedDataParallel when there are several ranks
+    net = grid.wrap(model)
     opt = _optimizer(model, cfg)
-    gen = torch.Generator().manual_seed(cfg.seed)  # the data order: the same for every variant
+    gen = torch.Generator().manual_seed(cfg.seed)
     fixed_gen = torch.Generator().manual_seed(cfg.seed + 1)
-    train = data.train.to(device)
     fixed = {s: [tuple(t.to(device) for t in batch(d.cpu(), cfg.batch_size, cfg.block_size, fixed_gen))
                  for _ in range(cfg.eval_batches)] for s, d in (("train", data.train), ("val", data.val))}
     fixed["probe"] = fixed["val"][0][0][: cfg.probe_rows]
-    log, start = VariantLog(params=model.num_params()), 0
-    state = _read_checkpoint(path, meta, grid, device) if resume else None
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        gen.set_state(state["data_rng"])
-        ckpt.set_rng_state(state["rank_rng"][grid.rank] if "rank_rng" in state else state["torch_rng"], device)
-        log, start = VariantLog(**state["log"]), state["step"]
-        if start > cfg.steps:
-            raise ValueError(f"checkpoint {path} is at step {start}, past steps={cfg.steps}")
-    else:
-        torch.manual_seed(cfg.seed + grid.rank)  # dropout's random stream starts from the seed (one per rank)
+    return _Variant(cfg, name, path, grid, meta, data, model, net, opt, gen, data.train.to(device), fixed,
+                    VariantLog(params=model.num_params()))
 
-    def save(step: int) -> None:
-        rngs = grid.gather(ckpt.rng_state(device), device)  # every rank's dropout stream, for an exact resume
-        if grid.writer:
-            ckpt.save(path, {**meta, "chars": list(data.chars), "corpus": data.describe(), "step": step,
-                             "model": model.state_dict(), "optimizer": opt.state_dict(),
-                             "data_rng": gen.get_state(), "torch_rng": rngs[0], "log": asdict(log),
-                             **({"rank_rng": rngs} if grid.world > 1 else {})})
 
+def _resume(v: _Variant) -> int | None:
+    """Load ``v``'s checkpoint (weights, optimizer, data order, random streams, log); the step it was at, or None
+    when there is none yet."""
+    state = _read_checkpoint(v.path, v.meta, v.grid, v.device)
+    if state is None:
+        return None
+    v.model.load_state_dict(state["model"])
+    v.opt.load_state_dict(state["optimizer"])
+    v.gen.set_state(state["data_rng"])
+    ckpt.set_rng_state(state["rank_rng"][v.grid.rank] if "rank_rng" in state else state["torch_rng"], v.device)
+    v.log = VariantLog(**state["log"])
+    if state["step"] > v.cfg.steps:
+        raise ValueError(f"checkpoint {v.path} is at step {state['step']}, past steps={v.cfg.steps}")
+    return state["step"]
+
+
+def _steps(v: _Variant, step: int, stop: StopFlag | None,
+           on_step: Callable[[str, int, int, float, float], None] | None) -> None:
+    """Train from ``step`` to the end (or the first non-finite loss), measuring and saving every ``eval_every``
+    steps; a stop asked for on any rank saves at the same step everywhere and raises KeyboardInterrupt."""
+    cfg, log, grid = v.cfg, v.log, v.grid
     t0 = time.perf_counter()
-    step = start
     if not log.step:  # a fresh run: measure the initial weights
-        _measure(model, net, fixed, log, 0, grid)
-        save(0)
-    model.train()
+        _measure(v.model, v.net, v.fixed, log, 0, grid)
+        v.save(0)
+    v.model.train()
     while step < cfg.steps and log.diverged_at is None:
-        ts = time.perf_counter()
-        x, y = batch(train, cfg.batch_size, cfg.block_size, gen)  # the global batch; each rank takes its part
-        loss = _loss(net, grid, x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()  # under DDP: the gradients averaged over every rank
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(cfg, step)
-        opt.step()
+        lv = _step(v, step)
         step += 1
-        lv = grid.mean([loss.item()], device)[0]  # the global batch's mean loss
-        log.tokens += x.numel()
-        log.train_seconds += time.perf_counter() - ts
-        log.tokens_per_s = log.tokens / log.train_seconds
         if not math.isfinite(lv):
             log.diverged_at = step - 1
         if on_step is not None:
-            on_step(name, step, cfg.steps, lv, log.tokens_per_s)
+            on_step(v.name, step, cfg.steps, lv, log.tokens_per_s)
         if step % cfg.eval_every == 0 or step == cfg.steps or log.diverged_at is not None:
-            _measure(model, net, fixed, log, step, grid)
+            _measure(v.model, v.net, v.fixed, log, step, grid)
             log.seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
-            save(step)
-        if grid.any(stop is not None and stop.requested, device):  # a Ctrl-C on one rank stops all at this step
+            v.save(step)
+        if grid.any(stop is not None and stop.requested, v.device):  # a Ctrl-C on one rank stops all at this step
             log.seconds += time.perf_counter() - t0
-            save(step)
-            raise KeyboardInterrupt(f"stopped at step {step} of {name}; checkpoint saved to {path}")
+            v.save(step)
+            raise KeyboardInterrupt(f"stopped at step {step} of {v.name}; checkpoint saved to {v.path}")
     log.seconds += time.perf_counter() - t0
-    return log
+
+
+def _step(v: _Variant, step: int) -> float:
+    """One optimizer step on the next global batch; the batch's mean loss over every rank."""
+    cfg, log = v.cfg, v.log
+    ts = time.perf_counter()
+    x, y = batch(v.train, cfg.batch_size, cfg.block_size, v.gen)  # the global batch; each rank takes its part
+    loss = _loss(v.net, v.grid, x, y)
+    v.opt.zero_grad(set_to_none=True)
+    loss.backward()  # under DDP: the gradients averaged over every rank
+    torch.nn.utils.clip_grad_norm_(v.model.parameters(), cfg.grad_clip)
+    for g in v.opt.param_groups:
+        g["lr"] = lr_at(cfg, step)
+    v.opt.step()
+    lv = v.grid.mean([loss.item()], v.device)[0]  # the global batch's mean loss
+    log.tokens += x.numel()
+    log.train_seconds += time.perf_counter() - ts
+    log.tokens_per_s = log.tokens / log.train_seconds
+    return lv
 
 
 def _read_checkpoint(path: Path, meta: dict, grid: Grid, device: torch.device) -> dict | None:
