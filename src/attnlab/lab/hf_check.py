@@ -134,26 +134,28 @@ def load(name_or_path: str, dtype=torch.float32, attn_implementation: str | None
         name_or_path, dtype=dtype, attn_implementation=attn_implementation).eval()
 
 
+@dataclass
+class _Reference:
+    """The fixed batch and the reference model's answers on it, that every form is compared with."""
+    ids: torch.Tensor
+    mask: torch.Tensor
+    pos: torch.Tensor
+    pad: int
+    logits64: torch.Tensor  # the float64 model's: the oracle
+    logits: torch.Tensor  # the reference implementation's, in float32
+    tokens: torch.Tensor  # its greedy continuation
+    grads64: torch.Tensor
+    grads: torch.Tensor
+
+
 def check_model(name_or_path: str, forms: list[str], *, seed: int = 0,
                 progress: Callable[[str], None] | None = None) -> ModelCheck:
     """Run the three checks for each form on the model ``name_or_path`` (see the module docstring)."""
-    names = hf.register()
-    by_form = {f: n for n, f in names.items()}
+    by_form = {f: n for n, f in hf.register().items()}
     model = load(name_or_path)
     ref_impl = reference_impl(model.config)
     model.set_attn_implementation(ref_impl)
-    model64 = copy.deepcopy(model).double()
-    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    ids, mask, pos = _batch(model.config.vocab_size, seed, pad)
-    valid = mask.bool()
-
-    logits64 = _oracle(model64, ids, mask, pos)
-    with torch.no_grad():
-        ref_logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-    ref_tokens = _generate(model, ids, mask, pad)
-    grads64 = _grads(model64, ids, mask, pos, alone=True)
-    ref_grads = _grads(model, ids, mask, pos)
-
+    ref = _reference(model, seed)
     result = ModelCheck(name_or_path, model.config.model_type, ref_impl, LENGTHS, NEW_TOKENS,
                         machine=machine(), versions=versions())
     result.versions["transformers"] = hf.require("transformers").__version__
@@ -164,26 +166,46 @@ def check_model(name_or_path: str, forms: list[str], *, seed: int = 0,
         if impl is None:
             result.rows.append(ModelRow(form, "", "error", detail=f"{form!r} is not a single-process form"))
             continue
-        start = time.perf_counter()
         try:
-            model.set_attn_implementation(impl)
-            if model.config._attn_implementation != impl:  # transformers only warns: the form would not run
-                raise RuntimeError(f"{type(model).__name__} does not let transformers switch its attention "
-                                   f"implementation (it does not use transformers' AttentionInterface)")
-            with torch.no_grad():
-                logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-            comp_l = oracle.compare("logits", logits[valid], ref_logits[valid], logits64[valid], torch.float32)
-            tokens = _generate(model, ids, mask, pad)
-            same = torch.equal(tokens, ref_tokens)
-            diff = None if same else int((tokens != ref_tokens).any(dim=0).nonzero()[0])
-            comp_g = oracle.compare("grads", _grads(model, ids, mask, pos), ref_grads, grads64, torch.float32)
-        except Exception as e:  # a form that cannot run this model fails it, with the reason
-            result.rows.append(ModelRow(form, impl, "error", seconds=time.perf_counter() - start,
-                                        detail=f"{type(e).__name__}: {e}"))
-            continue
+            result.rows.append(_check_form(model, form, impl, ref))
         finally:
             model.set_attn_implementation(ref_impl)
-        ok = comp_l.passed and same and comp_g.passed
-        result.rows.append(ModelRow(form, impl, "pass" if ok else "fail", comp_l, same, tokens.numel(), diff, comp_g,
-                                    time.perf_counter() - start))
     return result
+
+
+def _reference(model, seed: int) -> _Reference:
+    """The batch, and the answers of ``model`` (in its reference implementation) and of its float64 copy."""
+    model64 = copy.deepcopy(model).double()
+    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    ids, mask, pos = _batch(model.config.vocab_size, seed, pad)
+    logits64 = _oracle(model64, ids, mask, pos)
+    with torch.no_grad():
+        ref_logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    ref_tokens = _generate(model, ids, mask, pad)
+    grads64 = _grads(model64, ids, mask, pos, alone=True)
+    return _Reference(ids, mask, pos, pad, logits64, ref_logits, ref_tokens, grads64, _grads(model, ids, mask, pos))
+
+
+def _check_form(model, form: str, impl: str, ref: _Reference) -> ModelRow:
+    """The three checks of one form, run as ``model``'s attention implementation ``impl``; an error row when the
+    form cannot run the model."""
+    start = time.perf_counter()
+    valid = ref.mask.bool()
+    try:
+        model.set_attn_implementation(impl)
+        if model.config._attn_implementation != impl:  # transformers only warns: the form would not run
+            raise RuntimeError(f"{type(model).__name__} does not let transformers switch its attention "
+                               f"implementation (it does not use transformers' AttentionInterface)")
+        with torch.no_grad():
+            logits = model(input_ids=ref.ids, attention_mask=ref.mask, position_ids=ref.pos).logits
+        comp_l = oracle.compare("logits", logits[valid], ref.logits[valid], ref.logits64[valid], torch.float32)
+        tokens = _generate(model, ref.ids, ref.mask, ref.pad)
+        same = torch.equal(tokens, ref.tokens)
+        diff = None if same else int((tokens != ref.tokens).any(dim=0).nonzero()[0])
+        comp_g = oracle.compare("grads", _grads(model, ref.ids, ref.mask, ref.pos), ref.grads, ref.grads64,
+                                torch.float32)
+    except Exception as e:  # a form that cannot run this model fails it, with the reason
+        return ModelRow(form, impl, "error", seconds=time.perf_counter() - start, detail=f"{type(e).__name__}: {e}")
+    ok = comp_l.passed and same and comp_g.passed
+    return ModelRow(form, impl, "pass" if ok else "fail", comp_l, same, tokens.numel(), diff, comp_g,
+                    time.perf_counter() - start)

@@ -198,17 +198,7 @@ def launch(target: Callable, world: int, args: tuple = (), *, timeout_s: float =
         try:
             for p in procs:
                 p.start()
-            shown = 0.0
-            while any(p.is_alive() for p in procs):
-                now = time.monotonic()
-                failed.update({r: now - start for r, p in enumerate(procs) if p.exitcode not in (None, 0)
-                               and r not in failed})
-                if now - start > timeout_s or (failed and now - start > min(failed.values()) + pg_timeout_s + 5.0):
-                    break
-                if on_progress is not None and now - shown >= PROGRESS_S:
-                    shown = now
-                    on_progress(_progress(folder, world))
-                time.sleep(POLL_S)
+            _watch(procs, start, failed, timeout_s, pg_timeout_s, on_progress, folder)
             stopped = [p.is_alive() for p in procs]
         finally:  # also on Ctrl-C: no rank outlives the launch
             _stop(procs)
@@ -216,6 +206,23 @@ def launch(target: Callable, world: int, args: tuple = (), *, timeout_s: float =
         failed.update({r: now for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in failed})
         return [_outcome(r, p.exitcode, stopped[r], Path(folder) / f"rank{r}.pt", timeout_s, failed.get(r))
                 for r, p in enumerate(procs)]
+
+
+def _watch(procs: list, start: float, failed: dict[int, float], timeout_s: float, pg_timeout_s: float,
+           on_progress: Callable[[dict[int, str]], None] | None, folder: str) -> None:
+    """Wait while any rank runs: until all have ended, the launch's time is up, or ``pg_timeout_s`` (plus a
+    little) after the first failure. Notes in ``failed`` when each rank was seen to fail; hands
+    ``on_progress`` what the ranks last said every PROGRESS_S."""
+    shown = 0.0
+    while any(p.is_alive() for p in procs):
+        now = time.monotonic()
+        failed.update({r: now - start for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in failed})
+        if now - start > timeout_s or (failed and now - start > min(failed.values()) + pg_timeout_s + 5.0):
+            return
+        if on_progress is not None and now - shown >= PROGRESS_S:
+            shown = now
+            on_progress(_progress(folder, len(procs)))
+        time.sleep(POLL_S)
 
 
 def _stop(procs: list) -> None:

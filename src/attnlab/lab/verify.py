@@ -456,20 +456,15 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
     for i, case in enumerate(cases):
         shared: dict[Case, dict[str, Callable]] = {}  # attnlab's forms on one case share the oracle's work
         for name, fn in targets.items():
-            if case.dropout_p > 0 and not check_dropout:
-                rows[name].append(Row(name, case.name, case.dtype, "skipped", [], "dropout not checked (--no-dropout)"))
-                continue
-            if hung[name] is not None:
-                rows[name].append(Row(name, case.name, case.dtype, "skipped", [], f"not run: {hung[name]} timed out"))
-                continue
             form = registered.get(name)
-            is_ours = form is not None and form.fn is fn
-            if case.mod and not (form.score_mod if form is not None else mod_cases.takes_score_mod(fn)):
-                rows[name].append(Row(name, case.name, case.dtype, "skipped", [], "takes no score_mod= keyword"))
+            why = _skip_reason(fn, form, case, check_dropout, hung[name])
+            if why is not None:
+                rows[name].append(Row(name, case.name, case.dtype, "skipped", [], why))
                 continue
             c = case.shrunk(form.max_work) if form is not None and form.max_work is not None else case
             if progress:
                 progress(f"{name}: {c.label}")
+            is_ours = form is not None and form.fn is fn
             if is_ours and form.shared_dropout:
                 shared.setdefault(c, {})[name] = fn
                 continue
@@ -477,19 +472,37 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
             if timeout is None or form is not None:  # attnlab's own forms run without a watchdog
                 rows[name].append(run())
                 continue
-            limit = case_limit(c, timeout)
-            row = _watched(run, limit)
-            if row is None:
+            row, timed_out = _watched_row(run, name, c, timeout)
+            if timed_out:
                 hung[name] = f"case {c.label!r}"
-                row = Row(name, c.name, c.dtype, "fail", [],
-                          f"timed out: no answer after {limit:.1f} s (--timeout {timeout:g} s at the basic "
-                          f"case's size); the function's remaining cases were not run")
             rows[name].append(row)
         for c, fns in shared.items():
             for row in check_forms(fns, c, seed + i):
                 rows[row.form].append(row)
     rows = [row for name in targets for row in rows[name]]
     return VerifyResult(rows, machine(), versions())
+
+
+def _skip_reason(fn: Callable, form, case: Case, check_dropout: bool, hung: str | None) -> str | None:
+    """Why ``fn`` (registered as ``form``, or None for the user's own) does not run ``case``; None: it runs it."""
+    if case.dropout_p > 0 and not check_dropout:
+        return "dropout not checked (--no-dropout)"
+    if hung is not None:
+        return f"not run: {hung} timed out"
+    if case.mod and not (form.score_mod if form is not None else mod_cases.takes_score_mod(fn)):
+        return "takes no score_mod= keyword"
+    return None
+
+
+def _watched_row(run: Callable[[], Row], name: str, c: Case, timeout: float) -> tuple[Row, bool]:
+    """``run()`` under the watchdog: (its row, False), or (a FAIL row, True) when it gave no answer within the
+    case's limit."""
+    limit = case_limit(c, timeout)
+    row = _watched(run, limit)
+    if row is not None:
+        return row, False
+    return Row(name, c.name, c.dtype, "fail", [], f"timed out: no answer after {limit:.1f} s (--timeout "
+               f"{timeout:g} s at the basic case's size); the function's remaining cases were not run"), True
 
 
 class LoadError(ValueError):

@@ -78,32 +78,14 @@ def attention_forward(form: str) -> Callable:
                 raise NotImplementedError(f"attention sinks ({unsupported}) are not supported by attnlab's forms; "
                                           f"load this model with attn_implementation='eager' or 'sdpa'")
         L, S = query.shape[2], key.shape[2]
-        if attention_mask is not None:
-            attention_mask = attention_mask[:, :, :, :S]
-            if attention_mask.dtype != torch.bool and attention_mask.dtype != query.dtype:
-                attention_mask = attention_mask.to(query.dtype)
-        bias = kwargs.get("position_bias")
-        if bias is not None:  # T5-style models hand a float bias: it adds to the mask
-            bias = bias[:, :, :, :S].to(query.dtype)
-            if attention_mask is not None and attention_mask.dtype == torch.bool:
-                attention_mask = bias.masked_fill(~attention_mask, float("-inf"))
-            else:
-                attention_mask = bias if attention_mask is None else bias + attention_mask
+        attention_mask = _mask(attention_mask, kwargs.get("position_bias"), S, query.dtype)
         # as transformers' sdpa path: causal only with no mask and more than one query; a single
         # decoding query sees every cached key (no mask needed)
         causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
         causal = bool(L > 1 and attention_mask is None and causal)
         if causal and S > L:  # prefill into an empty static cache: the keys past L are empty slots
             key, value = key[:, :, :L], value[:, :, :L]
-        extra = {}
-        if softcap is not None:
-            if not f.score_mod:
-                able = ", ".join(impl_name(n) for n, x in kernels.forms().items() if x.score_mod)
-                raise NotImplementedError(f"this model soft-caps its attention scores (softcap={softcap}) and form "
-                                          f"{form!r} has no score modifiers; use one of: {able}")
-            extra["score_mod"] = _softcap(float(softcap))
-        if form == "matrix":  # the one form that holds the weights: hand them over (output_attentions=True)
-            extra["return_weights"] = True
+        extra = _extras(f, softcap)
         out = f.fn(query, key, value, attention_mask, float(dropout or 0.0), causal, scaling,
                    key.shape[1] != query.shape[1], **extra)  # (B, H, L, d)
         out, weights = out if isinstance(out, tuple) else (out, None)
@@ -111,6 +93,35 @@ def attention_forward(form: str) -> Callable:
 
     forward.__name__ = f"attnlab_{form}_attention_forward"
     return forward
+
+
+def _mask(attention_mask: torch.Tensor | None, bias: torch.Tensor | None, S: int, dtype: torch.dtype):
+    """transformers' mask cut to the S keys (a float one in the query's dtype), with a T5-style float
+    ``position_bias`` added to it: the ``attn_mask`` an attnlab form takes."""
+    if attention_mask is not None:
+        attention_mask = attention_mask[:, :, :, :S]
+        if attention_mask.dtype != torch.bool and attention_mask.dtype != dtype:
+            attention_mask = attention_mask.to(dtype)
+    if bias is None:
+        return attention_mask
+    bias = bias[:, :, :, :S].to(dtype)
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        return bias.masked_fill(~attention_mask, float("-inf"))
+    return bias if attention_mask is None else bias + attention_mask
+
+
+def _extras(f: kernels.Form, softcap: float | None) -> dict:
+    """The keyword-only extras form ``f`` is called with: a soft-cap score modifier, the matrix form's weights."""
+    form, extra = f.name, {}
+    if softcap is not None:
+        if not f.score_mod:
+            able = ", ".join(impl_name(n) for n, x in kernels.forms().items() if x.score_mod)
+            raise NotImplementedError(f"this model soft-caps its attention scores (softcap={softcap}) and form "
+                                      f"{form!r} has no score modifiers; use one of: {able}")
+        extra["score_mod"] = _softcap(float(softcap))
+    if form == "matrix":  # the one form that holds the weights: hand them over (output_attentions=True)
+        extra["return_weights"] = True
+    return extra
 
 
 def register() -> dict[str, str]:
