@@ -158,32 +158,9 @@ def _config(args):
         raise UsageError(str(e)) from None
 
 
-def _resume_from(out: Path, kind: str, names: list[str]) -> list[str]:
-    """For --resume: where each variant continues from, one line each; UsageError when there is no checkpoint."""
-    from attnlab.lab import checkpoint
-
-    from . import UsageError
-
-    folder = out / "checkpoints"
-    paths = {name: folder / f"{kind}-{name}.pt" for name in names}
-    if not any(p.is_file() for p in paths.values()):
-        raise UsageError(f"--resume: no checkpoint in {folder} (looked for {', '.join(p.name for p in paths.values())})"
-                         "; train without --resume first, or pass the --out of the run to continue")
-    lines = []
-    for name, p in paths.items():
-        if p.is_file():
-            try:
-                lines.append(f"  resuming {name} from step {checkpoint.load(p)['step']} ({p})")
-            except ValueError as e:
-                raise UsageError(str(e)) from None
-        else:
-            lines.append(f"  {name}: no checkpoint in {folder}, starts at step 0")
-    return lines
-
-
 def run(args, grid=None) -> int:
     """The command; across ranks, every rank runs it with its ``grid`` and rank 0 alone prints and writes."""
-    from attnlab.lab import train
+    from attnlab.lab import checkpoint, train
     from attnlab.report import train as report
     from attnlab.report.terminal import console
 
@@ -194,7 +171,10 @@ def run(args, grid=None) -> int:
     variants = [args.scale] if args.scale else None
     out = output_folder(args.out)  # checked before any rank starts
     names = variants or list(train.SCALE_VARIANTS if kind == "scale" else train.TIE_KV_VARIANTS)
-    resuming = _resume_from(out, kind, names) if args.resume else []  # before the corpus: a missing one is quick
+    try:  # before the corpus: a missing checkpoint is quick to find
+        resuming = report.resume_lines(checkpoint.resume_points(out, kind, names)) if args.resume else []
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if grid is None:
         world, cp = _grid(args, cfg)
         if world > 1:
@@ -222,6 +202,7 @@ def run(args, grid=None) -> int:
 
 def _write(result, out: Path, kind: str, first: str) -> None:
     """The figure and the JSON, and where the checkpoints are."""
+    from attnlab.lab import checkpoint
     from attnlab.lab.results import write_json
     from attnlab.report import train as report
     from attnlab.report.terminal import console
@@ -230,5 +211,5 @@ def _write(result, out: Path, kind: str, first: str) -> None:
     files = [report.figure(result, out / f"{stem}.png"), write_json(result, out / f"{stem}.json")]
     for f in files:
         console.print(f"  wrote {f}")
-    console.print(f"  checkpoints in {out / 'checkpoints'} (try: attnlab sample --ckpt "
-                  f"{out / 'checkpoints' / f'{kind}-{first}.pt'})")
+    first_path = checkpoint.path_of(out, kind, first)
+    console.print(f"  checkpoints in {first_path.parent} (try: attnlab sample --ckpt {first_path})")

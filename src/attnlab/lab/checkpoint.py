@@ -20,6 +20,22 @@ import torch
 FORMAT = "attnlab-train-1"
 
 
+def path_of(out: str | Path, kind: str, variant: str) -> Path:
+    """Where variant ``variant`` of experiment ``kind`` keeps its checkpoint in the output folder ``out``."""
+    return Path(out) / "checkpoints" / f"{kind}-{variant}.pt"
+
+
+def resume_points(out: str | Path, kind: str, variants: list[str]) -> dict[str, tuple[Path, int | None]]:
+    """Each variant's checkpoint and the step it holds (None: there is none yet, that variant starts at 0).
+    ValueError when no variant has one, or when one cannot be read."""
+    paths = {name: path_of(out, kind, name) for name in variants}
+    folder = Path(out) / "checkpoints"
+    if not any(p.is_file() for p in paths.values()):
+        raise ValueError(f"--resume: no checkpoint in {folder} (looked for {', '.join(p.name for p in paths.values())})"
+                         "; train without --resume first, or pass the --out of the run to continue")
+    return {name: (p, load(p)["step"] if p.is_file() else None) for name, p in paths.items()}
+
+
 def save(path: str | Path, state: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -368,7 +368,7 @@ def run(cfg: TrainConfig, kind: str = "scale", variants: list[str] | None = None
     logs = {}
     with catch_interrupt() as stop:
         for name in names:
-            path = Path(out) / "checkpoints" / f"{kind}-{name}.pt"
+            path = ckpt.path_of(out, kind, name)
             logs[name] = train_variant(cfg, name, table[name], data, path, resume=resume, stop=stop, on_step=on_step,
                                        grid=grid)
     mcfg = cfg.model(data.vocab_size)

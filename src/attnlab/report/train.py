@@ -84,6 +84,12 @@ def header_lines(cfg, kind: str, names: list[str], corpus: dict, grid=None) -> l
     return lines
 
 
+def resume_lines(points: dict) -> list[str]:
+    """Where each variant of a resumed run continues from (``points``: name -> (checkpoint, step or None))."""
+    return [f"  resuming {name} from step {step} ({path})" if step is not None else
+            f"  {name}: no checkpoint in {path.parent}, starts at step 0" for name, (path, step) in points.items()]
+
+
 def _fmt(xs) -> str:
     return "[" + ", ".join(f"{x:.2f}" for x in xs) + "]"
 
