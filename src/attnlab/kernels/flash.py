@@ -205,6 +205,14 @@ class _Keys:
             _mask_scores(s, self.tiles.tile(qt, kt, rows, cols), self.G)
         return s
 
+    def walk(self, qi: torch.Tensor, buf: torch.Tensor, qt: int, rows: slice):
+        """(cols, kind, s, s3) of each computed key tile: its scores s (N, Hkv, G*r, c) and s3, the same
+        memory as (N*Hkv, G*r, c)."""
+        NH, R = qi.shape[0] * qi.shape[1], qi.shape[2]
+        for kt, cols, kind in self.tiles.key_tiles(qt, rows):
+            s = self.scores(qi, buf, qt, rows, kt, cols, kind)
+            yield cols, kind, s, s.view(NH, R, -1)
+
 
 # ---- forward ------------------------------------------------------------------------------------------------
 
@@ -246,44 +254,49 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod
 
 def _bounded_row_block(qi, keys: _Keys, buf, qt: int, rows: slice):
     """[P2] One query tile's (m, l, acc) with shift 0: every score is within [-SAFE_LOGIT, SAFE_LOGIT]."""
-    N, Hkv, R, _ = qi.shape
-    l = qi.new_zeros(N * Hkv, R)  # running normaliser
-    acc = qi.new_zeros(N * Hkv, R, keys.v.shape[-1])  # running unnormalised output
-    v3 = keys.v.reshape(N * Hkv, *keys.v.shape[2:])
-    for kt, cols, kind in keys.tiles.key_tiles(qt, rows):
-        s = keys.scores(qi, buf, qt, rows, kt, cols, kind)  # -- 1. scores --
-        s.exp_()  # -- 2. weights: exp(score - 0), in place --
-        s3 = s.view(N * Hkv, R, -1)
-        l.add_(s3.sum(dim=-1))  # -- 3. normaliser: the weights before dropout --
-        if keys.drop.active:  # -- 4. dropout --
-            s.mul_(_keep(keys.drop, s, keys.G, rows, cols))
-        acc.baddbmm_(s3, v3[:, cols])  # -- 5. acc += weights @ v --
-    return qi.new_zeros(N * Hkv, R), l, acc
+    l, acc, v3 = _sums(qi, keys)
+    for cols, _, s, s3 in keys.walk(qi, buf, qt, rows):  # -- 1. scores for each key tile (modified, masked) --
+        # -- 2. weights exp(score - 0), in place: no max, no rescale --
+        s.exp_()
+        # -- 3. into the running sums --
+        _gather(l, acc, s, s3, v3, keys, rows, cols)
+    return torch.zeros_like(l), l, acc
 
 
 def _online_row_block(qi, keys: _Keys, buf, qt: int, rows: slice):
     """One query tile's (m, l, acc) with the running max: what the online softmax is."""
-    N, Hkv, R, _ = qi.shape
-    m = qi.new_full((N * Hkv, R), float("-inf"))  # running max (the shift)
-    l = qi.new_zeros(N * Hkv, R)  # running normaliser
-    acc = qi.new_zeros(N * Hkv, R, keys.v.shape[-1])  # running unnormalised output
-    v3 = keys.v.reshape(N * Hkv, *keys.v.shape[2:])
-    for kt, cols, kind in keys.tiles.key_tiles(qt, rows):
-        s = keys.scores(qi, buf, qt, rows, kt, cols, kind)  # -- 1. scores --
-        s3 = s.view(N * Hkv, R, -1)
-        m_new = torch.maximum(m, s3.amax(dim=-1))  # -- 2. the new max, and the weights against it --
+    l, acc, v3 = _sums(qi, keys)
+    m = torch.full_like(l, float("-inf"))  # running max (the shift)
+    for cols, kind, s, s3 in keys.walk(qi, buf, qt, rows):  # -- 1. scores for each key tile (modified, masked) --
+        # -- 2. the new running max, and the weights exp(score - m_new) in place --
+        m_new = torch.maximum(m, s3.amax(dim=-1))
         if kind == PARTIAL:  # a row may have seen nothing yet: keep exp(-inf - -inf) from making NaN
             m_new = torch.where(torch.isneginf(m_new), 0.0, m_new)
-        s3.sub_(m_new.unsqueeze(-1)).exp_()  # s is now exp(score - m_new): unnormalised weights
-        alpha = torch.exp(m - m_new)  # -- 3. rescale what was gathered against the old max --
+        s3.sub_(m_new.unsqueeze(-1)).exp_()
+        # -- 3. rescale what was gathered against the old max --
+        alpha = torch.exp(m - m_new)
         l.mul_(alpha)
         acc.mul_(alpha.unsqueeze(-1))
         m = m_new
-        l.add_(s3.sum(dim=-1))  # -- 4. normaliser: the weights before dropout --
-        if keys.drop.active:  # -- 5. dropout --
-            s.mul_(_keep(keys.drop, s, keys.G, rows, cols))
-        acc.baddbmm_(s3, v3[:, cols])  # -- 6. acc += weights @ v --
+        # -- 4. into the running sums --
+        _gather(l, acc, s, s3, v3, keys, rows, cols)
     return m, l, acc
+
+
+def _sums(qi, keys: _Keys):
+    """Zero running sums for query tile qi (N, Hkv, G*r, E): l (N*Hkv, G*r) and acc (N*Hkv, G*r, Ev);
+    and v seen as (N*Hkv, S, Ev)."""
+    N, Hkv, R, _ = qi.shape
+    v3 = keys.v.reshape(N * Hkv, *keys.v.shape[2:])
+    return qi.new_zeros(N * Hkv, R), qi.new_zeros(N * Hkv, R, v3.shape[-1]), v3
+
+
+def _gather(l, acc, s, s3, v3, keys: _Keys, rows: slice, cols: slice) -> None:
+    """Add a tile's weights (s, and s3 its (N*Hkv, G*r, c) view) to the running sums, in place."""
+    l.add_(s3.sum(dim=-1))  # the normaliser counts the weights before dropout
+    if keys.drop.active:
+        s.mul_(_keep(keys.drop, s, keys.G, rows, cols))
+    acc.baddbmm_(s3, v3[:, cols])  # acc += weights @ v
 
 
 def _finish(out, lse, norm, m, l, acc) -> None:
@@ -331,7 +344,7 @@ class Weights:
 
     @classmethod
     def from_lse(cls, lse: torch.Tensor, D: torch.Tensor | None, dtype: torch.dtype) -> Weights:
-        hi = torch.where(torch.isneginf(lse), float("inf"), lse).to(dtype)  # dead rows: P = exp(-inf) = 0
+        hi = torch.where(torch.isneginf(lse), float("inf"), lse).to(dtype)  # [P4]; dead rows: P = exp(-inf) = 0
         corr = torch.exp(hi.double() - lse).to(dtype)
         return cls(hi, torch.where(torch.isfinite(corr), corr, 1.0), None, D)
 
