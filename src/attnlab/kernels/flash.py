@@ -63,12 +63,12 @@ Performance notes -- each trick is tagged [P1] .. [P7] at its line:
   dispatch; the memory stays O(tile), never L x S. The flash targets (benchmarks/flash_targets.py)
   are measured with these sizes.
 * [P6] The block map's kinds are read once with ``.tolist()`` (:class:`Tiles`): asking "EMPTY,
-  FULL or PARTIAL?" is then a Python list lookup per tile instead of indexing a tensor (which
-  costs a dispatch and a sync to a Python int).
+  FULL or PARTIAL?" is then a Python list lookup per tile instead of indexing a tensor (a dispatch
+  and a conversion to a Python int per tile).
 * [P7] Q-outer backward. FlashAttention-2 on a GPU runs key tiles in parallel and would need
   atomic adds for dQ. Here the outer loop is over query tiles: each query tile owns its dQ, which
-  is finished in one pass over the keys; dK and dV are summed over the query tiles one after the
-  other on the one CPU thread that runs the loop, so no two writes ever race.
+  is complete once its key tiles are walked; dK and dV are summed over the query tiles one after
+  the other on the one CPU thread that runs the loop, so no two writes ever race.
 
 Papers: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness"
 (2022); Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning"
