@@ -32,8 +32,9 @@ With a causal mask, a key part wholly in the future of a query part is skipped. 
 decides how fair that is (see :mod:`attnlab.kernels.ring_layout`): zigzag gives every rank equal work.
 
 The same code runs on gloo (CPU tensors) and NCCL (CUDA tensors): it only uses point-to-point
-send/recv and one all-gather. Every call first checks that all ranks pass equal shards and the same
-options (a rank that disagrees would otherwise wait forever); a rank that dies turns into an error
+send/recv and one ``all_gather_object``. Every call first gathers every rank's shapes and options
+as a dict and checks they agree (a rank that disagrees would otherwise wait forever, so the error
+names each field that differs and every rank's value); a rank that dies turns into an error
 after the process group's timeout (set it: ``init_process_group(..., timeout=timedelta(...))``).
 
 Paper: Liu, Zaharia & Abbeel, "Ring Attention with Blockwise Transformers for Near-Infinite
@@ -43,6 +44,7 @@ Llama 3's context parallelism (Dubey et al., 2024).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -289,8 +291,11 @@ def _agree(a, layout: str, block_q: int, block_k: int, seed: int, group) -> int:
             "layout": layout, "dropout_p": float(a.dropout_p), "scale": float(a.scale), "block_q": block_q,
             "block_k": block_k}
     every: list = [None] * dist.get_world_size(group)
+    # NCCL moves the pickled dicts through the current CUDA device: make it this rank's own
+    on_device = torch.cuda.device(a.q.device) if a.q.device.type == "cuda" else contextlib.nullcontext()
     try:
-        dist.all_gather_object(every, {"options": mine, "seed": seed}, group=group)
+        with on_device:
+            dist.all_gather_object(every, {"options": mine, "seed": seed}, group=group)
     except RuntimeError as e:
         raise RuntimeError(f"ring attention could not compare shapes with the other {len(every) - 1} rank(s): one "
                            "died, is not calling ring attention, or the process group's timeout passed "
