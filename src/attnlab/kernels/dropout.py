@@ -14,6 +14,8 @@ attnlab form (loops, matrix, flash) drops exactly the same weights for the same 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 _M32 = 0xFFFFFFFF
@@ -57,3 +59,32 @@ def apply(weights: torch.Tensor, seed: int, p: float, row0: int = 0, col0: int =
     N, H, R, C = weights.shape
     keep = keep_mask(seed, p, N, H, torch.arange(row0, row0 + R), torch.arange(col0, col0 + C), weights.device)
     return weights * keep * factor(p)
+
+
+@dataclass(frozen=True)
+class Dropout:
+    """One call's dropout, as a tile loop needs it: which weights fall (``seed``), how many (``p``), and
+    where this block's top-left weight sits in the whole problem (``row0``, ``col0``; ring attention
+    computes the problem one block at a time, and a weight must fall wherever it is computed)."""
+
+    seed: int = 0
+    p: float = 0.0
+    row0: int = 0
+    col0: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.p > 0.0
+
+    def at(self, row0: int, col0: int) -> Dropout:
+        """The same dropout for the block whose top-left weight is (row0, col0)."""
+        return Dropout(self.seed, self.p, row0, col0)
+
+    def keep(self, N: int, H: int, rows: slice, cols: slice, device="cpu") -> torch.Tensor:
+        """Bool (N, H, rows, cols) of this block's tile ``rows`` x ``cols``: True where the weight survives."""
+        r = torch.arange(self.row0 + rows.start, self.row0 + rows.stop)
+        c = torch.arange(self.col0 + cols.start, self.col0 + cols.stop)
+        return keep_mask(self.seed, self.p, N, H, r, c, device)
+
+
+NO_DROPOUT = Dropout()

@@ -1,5 +1,9 @@
 """Flash attention in plain PyTorch: tiled online softmax with O(L) memory and its own backward.
 
+Read this first: :mod:`attnlab.lab.explore.online_softmax` (``attnlab explore online-softmax``)
+runs the same online softmax on ONE query row, one key tile at a time, and records every number.
+This file is that loop for every row at once, its backward pass, and the tricks that make it fast.
+
 The matrix form holds all L x S scores at once. This form never does. It walks the keys one tile
 at a time, and for every query row keeps three running numbers:
 
@@ -26,6 +30,46 @@ backward pass applies the chain rule inside the tile: it recomputes the tile's r
 the modifier under autograd, and pulls dS back through it to the raw scores and to any tensor the
 modifier holds (a bias table, ALiBi slopes) -- one tile at a time, never L x S.
 
+Shapes. The query heads of a group are extra rows: q5 (N, Hkv, G, L, E) is read one query tile
+of r rows at a time as ``qi`` (N, Hkv, G*r, E). In the forward loop the running numbers of those
+rows are ``m`` and ``l`` (N*Hkv, G*r) and ``acc`` (N*Hkv, G*r, Ev): one batch dimension, so that
+``acc += weights @ v`` is one batched matmul into ``acc`` itself.
+
+Performance notes -- each trick is tagged [P1] .. [P7] at its line:
+
+* [P1] The scale is folded into q once per query tile (``qi = q * scale``), not multiplied into
+  every tile of scores.
+* [P2] The bounded path. For any query row and key, |q.k| <= |q| |k| <= max|q| * max|k| over the
+  query tile and the head's keys. When that bound is at most SAFE_LOGIT (40), no score can leave
+  [-40, 40], so exp(score) neither overflows nor underflows float32 (about e^-87 .. e^88): the
+  running max is not needed and the shift stays 0. Each tile then skips the max, the rescale of
+  ``l`` and ``acc`` and the -inf guard (:func:`_bounded_row_block`); every other query tile takes
+  the running max (:func:`_online_row_block`). A float mask or a score modifier can move scores
+  anywhere, so it always takes the running max.
+* [P3] Buffer reuse. Each tile's scores are written by ``matmul(..., out=)`` into one flat buffer
+  allocated once per call; :func:`_view` gives the first rows x cols elements of it in the tile's
+  shape (edge tiles are smaller). The exp, the mask and dropout then work in place. The backward
+  reuses two such buffers (scores and dP). No allocation per tile.
+* [P4] A float64 lse, float32 tiles. The saved log-sum-exp is float64 (ring attention merges many
+  partial results through it), but subtracting a float64 column from float32 scores would run the
+  whole tile in float64 (about 30x slower). With hi = lse rounded to the working dtype,
+
+      exp(s - lse) = exp(s - hi) * exp(hi - lse) = exp(s - hi) * corr,
+
+  so the tile subtracts hi in float32, and corr (about 1) is a per-row factor folded into dO and D,
+  which are small (:class:`Weights`).
+* [P5] Tiles of 256 x 256 (DEFAULT_BLOCK_Q / DEFAULT_BLOCK_K). Each tile costs about a dozen tensor
+  calls whatever its size, so a tile must be large for the arithmetic to outweigh Python and
+  dispatch; the memory stays O(tile), never L x S. The flash targets (benchmarks/flash_targets.py)
+  are measured with these sizes.
+* [P6] The block map's kinds are read once with ``.tolist()`` (:class:`Tiles`): asking "EMPTY,
+  FULL or PARTIAL?" is then a Python list lookup per tile instead of indexing a tensor (a dispatch
+  and a conversion to a Python int per tile).
+* [P7] Q-outer backward. FlashAttention-2 on a GPU runs key tiles in parallel and would need
+  atomic adds for dQ. Here the outer loop is over query tiles: each query tile owns its dQ, which
+  is complete once its key tiles are walked; dK and dV are summed over the query tiles one after
+  the other on the one CPU thread that runs the loop, so no two writes ever race.
+
 Papers: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness"
 (2022); Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning"
 (2023). The online softmax: Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018).
@@ -33,14 +77,18 @@ Papers: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention w
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import torch
 
 from . import dropout, flash_band
 from ._check import check, check_score_mod, empty_output
-from .masks import EMPTY, FULL, PARTIAL, Mask, causal
+from .dropout import NO_DROPOUT, Dropout
+from .masks import EMPTY, FULL, PARTIAL, Mask, causal, tile_slices
 from .mods import Mod, indices
 
-DEFAULT_BLOCK_Q = 256
+DEFAULT_BLOCK_Q = 256  # [P5]
 DEFAULT_BLOCK_K = 256
 # exp(+-40) is comfortably inside float32's normal range (about e^-87 .. e^88), and so is a sum of
 # millions of such terms; rows whose scores provably stay within it need no running max.
@@ -49,7 +97,7 @@ _CAUSAL = causal()  # one instance, so its compiled block maps are cached across
 
 
 class Tiles:
-    """What the mask says about tile (qt, kt): EMPTY, FULL or PARTIAL, and the mask of a partial tile.
+    """What the mask says about each (query tile, key tile): EMPTY, FULL or PARTIAL, and the mask of a partial one.
 
     Sources: nothing (every tile FULL), a mask function (its cached block map), or a dense tensor
     (bool: sliced per tile, tiles with no visible key skipped; float: added per tile). With
@@ -59,209 +107,336 @@ class Tiles:
 
     def __init__(self, N, H, L, S, block_q, block_k, mask_fn: Mask | None = None,
                  dense: torch.Tensor | None = None, device="cpu", skip_empty: bool = True):
+        self.L, self.S = L, S
         self.block_q, self.block_k = block_q, block_k
         self.skip_empty = skip_empty
         self.dense = dense
         self.has_bias = dense is not None and dense.dtype != torch.bool  # a float mask: scores unbounded
         self.bm = mask_fn.block_map(N, H, L, S, block_q, block_k, device) if mask_fn is not None else None
-        self._kinds = self.bm.kind.tolist() if self.bm is not None else None
+        self._kinds = self.bm.kind.tolist() if self.bm is not None else None  # [P6] Python ints per tile
         self.band = None  # a flash_band.Plan, when the forward may run as bands instead of tiles
 
-    def kind(self, qt: int, kt: int, q0: int, q1: int, k0: int, k1: int) -> int:
+    def query_tiles(self) -> Iterator[tuple[int, slice]]:
+        """(qt, rows) of every query tile."""
+        return tile_slices(self.L, self.block_q)
+
+    def key_tiles(self, qt: int, rows: slice) -> Iterator[tuple[int, slice, int]]:
+        """(kt, cols, kind) of every key tile that query tile ``qt`` must compute: EMPTY ones are skipped."""
+        for kt, cols in tile_slices(self.S, self.block_k):
+            kind = self.kind(qt, kt, rows, cols)
+            if kind != EMPTY:
+                yield kt, cols, kind
+
+    def kind(self, qt: int, kt: int, rows: slice, cols: slice) -> int:
         if self._kinds is not None:
             return self._kinds[qt][kt]
         if self.dense is None or self.dense.dtype != torch.bool:
             return FULL if self.dense is None else PARTIAL
-        t = _slice(self.dense, q0, q1, k0, k1)
+        t = _slice(self.dense, rows, cols)
         return FULL if bool(t.all()) else (PARTIAL if not self.skip_empty or bool(t.any()) else EMPTY)
 
-    def tile(self, qt: int, kt: int, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
+    def tile(self, qt: int, kt: int, rows: slice, cols: slice) -> torch.Tensor:
         """The (Nb, Hb, rows, cols) bool or float mask of a PARTIAL tile."""
         if self.bm is not None:
             return self.bm.partial[(qt, kt)]
-        return _slice(self.dense, q0, q1, k0, k1)
+        return _slice(self.dense, rows, cols)
 
 
-def _slice(m: torch.Tensor, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
-    """Rows q0:q1 and columns k0:k1 of a 4-D mask whose row / column dims may broadcast (size 1)."""
-    rows = slice(q0, q1) if m.shape[-2] > 1 else slice(None)
-    cols = slice(k0, k1) if m.shape[-1] > 1 else slice(None)
-    return m[..., rows, cols]
+def _slice(m: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
+    """Rows and columns of a 4-D mask whose row / column dims may broadcast (size 1)."""
+    return m[..., rows if m.shape[-2] > 1 else slice(None), cols if m.shape[-1] > 1 else slice(None)]
 
 
-def _tile(buf: torch.Tensor, shape: tuple) -> torch.Tensor:
-    """A contiguous view of the first elements of a flat buffer, in the given shape."""
+def _view(buf: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """[P3] The first elements of a flat, reused buffer, as a contiguous tensor of ``shape``."""
     n = 1
     for d in shape:
         n *= d
     return buf[:n].view(shape)
 
 
-def _grouped(t: torch.Tensor, Hkv: int, G: int) -> torch.Tensor:
-    """(Nb, Hb, r, c) -> (Nb, Hb', G', r, c) to broadcast against scores viewed as (N, Hkv, G, r, c)."""
-    if t.shape[1] == 1:
-        return t[:, :, None]
-    return t.reshape(t.shape[0], Hkv, G, t.shape[2], t.shape[3])
-
-
-def _mask_scores(s5: torch.Tensor, tile: torch.Tensor, Hkv: int, G: int) -> None:
-    """In place on the (N, Hkv, G, r, c) scores: bool tile -> -inf where False; float tile -> added."""
-    t = _grouped(tile, Hkv, G)
+def _mask_scores(s: torch.Tensor, tile: torch.Tensor, G: int) -> None:
+    """In place on a tile's scores (N, Hkv, G*r, c): bool tile -> -inf where False; float tile -> added."""
+    N, Hkv, _, c = s.shape
+    s5 = s.view(N, Hkv, G, -1, c)  # the mask's heads are query heads: h = hk * G + g
+    t = tile[:, :, None] if tile.shape[1] == 1 else tile.reshape(tile.shape[0], Hkv, G, *tile.shape[2:])
     if t.dtype == torch.bool:
         s5.masked_fill_(~t, float("-inf"))
     else:
         s5.add_(t.to(s5.dtype))
 
 
-def _keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, like: torch.Tensor):
-    """The dropout keep-mask of one tile, scaled by 1/(1-p), laid out as (N, Hkv, G*rows, cols)."""
-    rows = torch.arange(row0 + q0, row0 + q1)
-    cols = torch.arange(col0 + k0, col0 + k1)
-    keep = dropout.keep_mask(seed, p, N, Hkv * G, rows, cols, like.device)
-    return keep.reshape(N, Hkv, G * (q1 - q0), k1 - k0).to(like.dtype) * dropout.factor(p)
+def _keep(drop: Dropout, s: torch.Tensor, G: int, rows: slice, cols: slice) -> torch.Tensor:
+    """The dropout keep-mask of one tile of scores s (N, Hkv, G*r, c), scaled by 1/(1-p), in s's shape."""
+    N, Hkv = s.shape[:2]
+    keep = drop.keep(N, Hkv * G, rows, cols, s.device)  # (N, H, r, c)
+    return keep.reshape(s.shape).to(s.dtype) * dropout.factor(drop.p)
 
 
-def _modify(mod: Mod, s: torch.Tensor, G: int, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
+def _modify(mod: Mod, s: torch.Tensor, G: int, rows: slice, cols: slice) -> torch.Tensor:
     """Apply a score modifier to a tile's scores (N, Hkv, G*r, c), seen as (N, H, r, c) with H = Hkv*G."""
     N, Hkv, _, c = s.shape
-    s4 = s.view(N, Hkv * G, q1 - q0, c)  # query head h = hk * G + g: the order of the caller's heads
-    return mod.apply(s4, *indices(N, Hkv * G, q0, q1, k0, k1, s.device)).view(N, Hkv, -1, c)
+    s4 = s.view(N, Hkv * G, -1, c)  # query head h = hk * G + g: the order of the caller's heads
+    return mod.apply(s4, *indices(N, Hkv * G, rows.start, rows.stop, cols.start, cols.stop, s.device)).view(s.shape)
 
 
-def forward_tiles(q5, k, v, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0, mod: Mod | None = None,
+@dataclass(frozen=True)
+class _Keys:
+    """What every query tile of one call walks over: keys, values, the tile map, dropout and the modifier."""
+
+    k: torch.Tensor  # (N, Hkv, S, E)
+    kT: torch.Tensor  # (N, Hkv, E, S)
+    v: torch.Tensor  # (N, Hkv, S, Ev)
+    tiles: Tiles
+    drop: Dropout
+    mod: Mod | None
+    G: int  # query heads per key head
+
+    @classmethod
+    def of(cls, k, v, tiles, drop, mod, G) -> _Keys:
+        return cls(k, k.transpose(-2, -1), v, tiles, drop, mod, G)
+
+    def scores(self, qi: torch.Tensor, buf: torch.Tensor, qt, rows, kt, cols, kind) -> torch.Tensor:
+        """-- 1. scores -- of query tile qi (N, Hkv, G*r, E) against key tile ``cols``: modified, then masked."""
+        s = torch.matmul(qi, self.kT[..., cols], out=_view(buf, (*qi.shape[:3], cols.stop - cols.start)))  # [P3]
+        if self.mod is not None:
+            s = _modify(self.mod, s, self.G, rows, cols)
+        if kind == PARTIAL:
+            _mask_scores(s, self.tiles.tile(qt, kt, rows, cols), self.G)
+        return s
+
+    def walk(self, qi: torch.Tensor, buf: torch.Tensor, qt: int, rows: slice):
+        """(cols, kind, s, s3) of each computed key tile: its scores s (N, Hkv, G*r, c) and s3, the same
+        memory as (N*Hkv, G*r, c)."""
+        NH, R = qi.shape[0] * qi.shape[1], qi.shape[2]
+        for kt, cols, kind in self.tiles.key_tiles(qt, rows):
+            s = self.scores(qi, buf, qt, rows, kt, cols, kind)
+            yield cols, kind, s, s.view(NH, R, -1)
+
+
+# ---- forward ------------------------------------------------------------------------------------------------
+
+
+def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod: Mod | None = None,
                   keep_norm=False):
     """Online-softmax forward. q5 (N, Hkv, G, L, E), k (N, Hkv, S, E), v (N, Hkv, S, Ev).
 
-    Returns ``out`` (N, Hkv, G, L, Ev) and ``lse`` (N, Hkv, G, L); rows with no visible key get
-    out = 0 and lse = -inf. ``row0`` / ``col0`` place this block in a larger problem (for dropout and
-    the positions a score modifier ``mod`` sees).
+    Returns ``out`` (N, Hkv, G, L, Ev) and ``lse`` (N, Hkv, G, L, float64); rows with no visible key
+    get out = 0 and lse = -inf. ``drop`` places this block in a larger problem for dropout (ring
+    attention); a score modifier ``mod`` sees this block's own positions.
     ``keep_norm=True`` also returns ``(m, l)`` (N, Hkv, G, L) in the working dtype, each row's final
     shift and normaliser, so that backward can rebuild the weights exactly as forward divided them.
     """
     N, Hkv, G, L, E = q5.shape
     S, Ev = k.shape[2], v.shape[3]
-    bq, bk = tiles.block_q, tiles.block_k
     out = q5.new_empty(N, Hkv, G, L, Ev)
     lse = q5.new_empty(N, Hkv, G, L, dtype=torch.float64)
-    m_all, l_all = (q5.new_empty(N, Hkv, G, L) for _ in range(2)) if keep_norm else (None, None)
-    kT = k.transpose(-2, -1)  # (N, Hkv, E, S)
-    v3 = v.reshape(N * Hkv, S, Ev)
-    buf = q5.new_empty(N * Hkv * G * min(bq, L) * min(bk, S))  # one score tile, reused: no allocation per tile
+    norm = (q5.new_empty(N, Hkv, G, L), q5.new_empty(N, Hkv, G, L)) if keep_norm else None
+    keys = _Keys.of(k, v, tiles, drop, mod, G)
+    buf = q5.new_empty(N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, S))  # [P3] one score tile
     k_norm = k.norm(dim=-1).amax(dim=-1, keepdim=True)  # (N, Hkv, 1): the longest key of each head
-    for qt, q0 in enumerate(range(0, L, bq)):
-        q1 = min(L, q0 + bq)
-        r = q1 - q0
-        qi = (q5[:, :, :, q0:q1] * scale).reshape(N, Hkv, G * r, E)  # the scale folded into q once
-        # |q.k| <= |q| |k|: when no score of this row block can leave [-SAFE_LOGIT, SAFE_LOGIT], exp can
-        # neither overflow nor underflow, the running max is not needed, and the shift stays 0.
+    for qt, rows in tiles.query_tiles():
+        # -- 1. this query tile, the scale folded in once --
+        qi = (q5[:, :, :, rows] * scale).reshape(N, Hkv, G * (rows.stop - rows.start), E)  # [P1] (N, Hkv, G*r, E)
+        # -- 2. walk its key tiles: the bounded path when no score can leave [-SAFE_LOGIT, SAFE_LOGIT] --
         bounded = not tiles.has_bias and mod is None and float((qi.norm(dim=-1) * k_norm).max()) <= SAFE_LOGIT
-        m = q5.new_full((N, Hkv, G * r), 0.0 if bounded else float("-inf"))  # running max (the shift)
-        l = q5.new_zeros(N * Hkv, G * r)  # running normaliser
-        acc = q5.new_zeros(N * Hkv, G * r, Ev)  # running unnormalised output
-        for kt, k0 in enumerate(range(0, S, bk)):
-            k1 = min(S, k0 + bk)
-            kind = tiles.kind(qt, kt, q0, q1, k0, k1)
-            if kind == EMPTY:
-                continue  # no query in this tile sees any key in it
-            s = torch.matmul(qi, kT[..., k0:k1], out=_tile(buf, (N, Hkv, G * r, k1 - k0)))  # scores
-            if mod is not None:
-                s = _modify(mod, s, G, row0 + q0, row0 + q1, col0 + k0, col0 + k1)
-            if kind == PARTIAL:
-                _mask_scores(s.view(N, Hkv, G, r, k1 - k0), tiles.tile(qt, kt, q0, q1, k0, k1), Hkv, G)
-            if bounded:
-                s.exp_()  # unnormalised weights, shift 0
-            else:
-                m_new = torch.maximum(m, s.amax(dim=-1))
-                if kind == PARTIAL:  # a row may have seen nothing yet: keep exp(-inf - -inf) from making NaN
-                    m_new = torch.where(torch.isneginf(m_new), 0.0, m_new)
-                s.sub_(m_new.unsqueeze(-1)).exp_()  # s is now exp(score - m): unnormalised weights
-                alpha = torch.exp(m - m_new).view(N * Hkv, G * r)  # rescale what was gathered to the new max
-                l.mul_(alpha)
-                acc.mul_(alpha.unsqueeze(-1))
-                m = m_new
-            s3 = s.view(N * Hkv, G * r, k1 - k0)
-            l.add_(s3.sum(dim=-1))  # the normaliser counts the weights before dropout
-            if p > 0.0:
-                s.mul_(_keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, s))
-            acc.baddbmm_(s3, v3[:, k0:k1])  # acc += weights @ v
-        l = l.unsqueeze(-1)
-        o = acc / torch.where(l == 0, 1.0, l)  # rows with no visible key: 0, not 0/0
-        out[:, :, :, q0:q1] = o.view(N, Hkv, G, r, Ev)
-        if keep_norm:  # dead rows: shift 0 and normaliser 1, so that backward's exp(-inf - 0) / 1 = 0
-            m_all[:, :, :, q0:q1] = torch.where(torch.isneginf(m), 0.0, m).view(N, Hkv, G, r)
-            l_all[:, :, :, q0:q1] = torch.where(l == 0, 1.0, l).view(N, Hkv, G, r)
-        m = torch.where(l.view(N, Hkv, G * r) == 0, float("-inf"), m)
-        lse[:, :, :, q0:q1] = (m.double() + torch.log(l.double()).view(N, Hkv, G * r)).view(N, Hkv, G, r)
+        if bounded:  # [P2]
+            m, l, acc = _bounded_row_block(qi, keys, buf, qt, rows)
+        else:
+            m, l, acc = _online_row_block(qi, keys, buf, qt, rows)
+        # -- 3. normalise, and keep what backward needs --
+        tile_norm = None if norm is None else (norm[0][:, :, :, rows], norm[1][:, :, :, rows])
+        _finish(out[:, :, :, rows], lse[:, :, :, rows], tile_norm, m, l, acc)
     if keep_norm:
-        return out, lse, (m_all, l_all)
+        return out, lse, norm
     return out, lse
 
 
-def backward_tiles(q5, k, v, out, dout, lse, scale, tiles: Tiles, seed=0, p=0.0, row0=0, col0=0,
-                   bias_shape=None, D=None, norm=None, mod: Mod | None = None, mod_params=()):
+def _bounded_row_block(qi, keys: _Keys, buf, qt: int, rows: slice):
+    """[P2] One query tile's (m, l, acc) with shift 0: every score is within [-SAFE_LOGIT, SAFE_LOGIT]."""
+    l, acc, v3 = _sums(qi, keys)
+    for cols, _, s, s3 in keys.walk(qi, buf, qt, rows):  # -- 1. scores for each key tile (modified, masked) --
+        # -- 2. weights exp(score - 0), in place: no max, no rescale --
+        s.exp_()
+        # -- 3. into the running sums --
+        _gather(l, acc, s, s3, v3, keys, rows, cols)
+    return torch.zeros_like(l), l, acc
+
+
+def _online_row_block(qi, keys: _Keys, buf, qt: int, rows: slice):
+    """One query tile's (m, l, acc) with the running max: what the online softmax is."""
+    l, acc, v3 = _sums(qi, keys)
+    m = torch.full_like(l, float("-inf"))  # running max (the shift)
+    for cols, kind, s, s3 in keys.walk(qi, buf, qt, rows):  # -- 1. scores for each key tile (modified, masked) --
+        # -- 2. the new running max, and the weights exp(score - m_new) in place --
+        m_new = torch.maximum(m, s3.amax(dim=-1))
+        if kind == PARTIAL:  # a row may have seen nothing yet: keep exp(-inf - -inf) from making NaN
+            m_new = torch.where(torch.isneginf(m_new), 0.0, m_new)
+        s3.sub_(m_new.unsqueeze(-1)).exp_()
+        # -- 3. rescale what was gathered against the old max --
+        alpha = torch.exp(m - m_new)
+        l.mul_(alpha)
+        acc.mul_(alpha.unsqueeze(-1))
+        m = m_new
+        # -- 4. into the running sums --
+        _gather(l, acc, s, s3, v3, keys, rows, cols)
+    return m, l, acc
+
+
+def _sums(qi, keys: _Keys):
+    """Zero running sums for query tile qi (N, Hkv, G*r, E): l (N*Hkv, G*r) and acc (N*Hkv, G*r, Ev);
+    and v seen as (N*Hkv, S, Ev)."""
+    N, Hkv, R, _ = qi.shape
+    v3 = keys.v.reshape(N * Hkv, *keys.v.shape[2:])
+    return qi.new_zeros(N * Hkv, R), qi.new_zeros(N * Hkv, R, v3.shape[-1]), v3
+
+
+def _gather(l, acc, s, s3, v3, keys: _Keys, rows: slice, cols: slice) -> None:
+    """Add a tile's weights (s, and s3 its (N*Hkv, G*r, c) view) to the running sums, in place."""
+    l.add_(s3.sum(dim=-1))  # the normaliser counts the weights before dropout
+    if keys.drop.active:
+        s.mul_(_keep(keys.drop, s, keys.G, rows, cols))
+    acc.baddbmm_(s3, v3[:, cols])  # acc += weights @ v
+
+
+def _finish(out, lse, norm, m, l, acc) -> None:
+    """Write one query tile's output acc / l, its lse = m + log(l) (float64) and, if asked, its (m, l).
+
+    ``out`` (N, Hkv, G, r, Ev), ``lse`` and ``norm``'s pair (N, Hkv, G, r) are the tile's slices of
+    the results; ``m``, ``l`` (N*Hkv, G*r) and ``acc`` (N*Hkv, G*r, Ev) its running numbers. A row
+    that saw no key has l = 0: its output is 0 (not 0/0) and its lse -inf.
+    """
+    dead = l == 0
+    l = l.unsqueeze(-1)
+    out.copy_((acc / torch.where(l == 0, 1.0, l)).view(out.shape))
+    if norm is not None:  # dead rows: shift 0 and normaliser 1, so that backward's exp(-inf - 0) / 1 = 0
+        norm[0].copy_(torch.where(torch.isneginf(m), 0.0, m).view(norm[0].shape))
+        norm[1].copy_(torch.where(l == 0, 1.0, l).view(norm[1].shape))
+    m = torch.where(dead, float("-inf"), m)
+    lse.copy_((m.double() + torch.log(l.double()).squeeze(-1)).view(lse.shape))
+
+
+# ---- backward -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Weights:
+    """How backward rebuilds each row's weights, per row (N, Hkv, G, L):
+
+        P = exp(s - shift) / norm,   with dO and D multiplied by corr.
+
+    :meth:`from_norm` (the flash form: this block's own forward): shift = m and norm = l, so P is
+    exactly what forward divided (a lone key's weight is e / e = 1, not exp(s - lse) = 1 +- ulp), and
+    D is summed from that very P and dP (``D=None``), so that dS = P * (dP - D) cancels where the true
+    gradient is zero. :meth:`from_lse` (ring attention: the global float64 lse and D): [P4]
+    exp(s - lse) = exp(s - hi) * exp(hi - lse), with hi = lse in the working dtype and
+    corr = exp(hi - lse) ~ 1.
+    """
+
+    shift: torch.Tensor
+    corr: torch.Tensor | None = None
+    norm: torch.Tensor | None = None
+    D: torch.Tensor | None = None  # rowsum(dO * O); None: summed as rowsum(P * dP) in a first pass
+
+    @classmethod
+    def from_norm(cls, m: torch.Tensor, l: torch.Tensor) -> Weights:
+        return cls(m, norm=l)
+
+    @classmethod
+    def from_lse(cls, lse: torch.Tensor, D: torch.Tensor | None, dtype: torch.dtype) -> Weights:
+        hi = torch.where(torch.isneginf(lse), float("inf"), lse).to(dtype)  # [P4]; dead rows: P = exp(-inf) = 0
+        corr = torch.exp(hi.double() - lse).to(dtype)
+        return cls(hi, torch.where(torch.isfinite(corr), corr, 1.0), None, D)
+
+    def rows(self, rows: slice, dout: torch.Tensor):
+        """One query tile's (c * dO, shift, norm or None, c * D or None), rows as (N, Hkv, G*r, .)."""
+        N, Hkv, G = dout.shape[:3]
+        R = G * (rows.stop - rows.start)
+
+        def cut(t):
+            return None if t is None else t[:, :, :, rows].reshape(N, Hkv, R, 1)
+
+        c = cut(self.corr)
+        doi = dout[:, :, :, rows].reshape(N, Hkv, R, dout.shape[-1])
+        Di = cut(self.D)
+        if c is not None:
+            doi = doi * c
+            Di = None if Di is None else Di * c
+        return doi, cut(self.shift), cut(self.norm), Di
+
+
+def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: Dropout = NO_DROPOUT,
+                   mod: Mod | None = None, *, bias_shape=None, mod_params=()):
     """FlashAttention-2 backward by recomputation. Returns dq5, dk, dv and (if ``bias_shape``) dbias.
 
-    ``lse`` may come from a larger problem (ring attention passes the global one), as may ``D``,
-    the per-row rowsum(dO * O); both default to this block's own. With a score modifier ``mod``,
-    dS is pulled back through it tile by tile, and the gradients of the tensors in ``mod_params``
-    are returned as a fifth item (a list).
-
-    dS = P * (dP - D) must cancel exactly where the true gradient is zero (a row that sees one key:
-    P = 1, dP = D). So with ``norm`` = forward's ``(m, l)`` the weights are rebuilt exactly as forward
-    made them, P = exp(s - m) / l (a lone key's weight is e / e = 1, not exp(s - lse) = 1 +- ulp), and
-    D is not taken from the saved output but summed, in a first pass over the row block's key tiles,
-    as rowsum(P * dP) from the very P and dP the second pass uses (equal to rowsum(dO * O) in exact
-    arithmetic): the two round alike and cancel.
+    ``weights`` says how each tile's weights are rebuilt (:class:`Weights`). With a score modifier
+    ``mod``, dS is pulled back through it tile by tile, and the gradients of the tensors in
+    ``mod_params`` are returned as a fifth item (a list). [P7] The outer loop is over query tiles.
     """
     N, Hkv, G, L, E = q5.shape
-    S, Ev = k.shape[2], v.shape[3]
-    H = Hkv * G
-    bq, bk = tiles.block_q, tiles.block_k
-    # lse is float64; subtracting a float64 column from float32 scores would run the whole tile in
-    # float64 (30x slower). Split it: hi (the working dtype) is subtracted from the scores, and the
-    # remainder becomes a per-row factor c = exp(hi - lse) ~ 1, folded into dO and D, which are small.
-    if norm is not None:  # this block's own shift and normaliser: no correction factor needed
-        hi, corr = norm[0], torch.ones_like(norm[0])
-    else:
-        hi = torch.where(torch.isneginf(lse), float("inf"), lse).to(q5.dtype)  # dead rows: P = exp(-inf) = 0
-        corr = torch.exp(hi.double() - lse).to(q5.dtype)
-        corr = torch.where(torch.isfinite(corr), corr, 1.0)
-    dq5 = torch.zeros_like(q5)
-    dk = torch.zeros_like(k)
-    dv = torch.zeros_like(v)
+    dq5, dk, dv = torch.zeros_like(q5), torch.zeros_like(k), torch.zeros_like(v)
     dbias = q5.new_zeros(bias_shape) if bias_shape is not None else None
     dparams = [None] * len(mod_params)
-    n_tile = N * Hkv * G * min(bq, L) * min(bk, S)
-    buf_s, buf_dp = q5.new_empty(n_tile), q5.new_empty(n_tile)  # two tiles, reused: no allocation per tile
-    for qt, q0 in enumerate(range(0, L, bq)):
-        q1 = min(L, q0 + bq)
-        r = q1 - q0
-        qi = (q5[:, :, :, q0:q1] * scale).reshape(N, Hkv, G * r, E)
-        ci = corr[:, :, :, q0:q1].reshape(N, Hkv, G * r, 1)
-        doi = dout[:, :, :, q0:q1].reshape(N, Hkv, G * r, Ev) * ci  # c * dO
-        li = hi[:, :, :, q0:q1].reshape(N, Hkv, G * r, 1)
-        ni = norm[1][:, :, :, q0:q1].reshape(N, Hkv, G * r, 1) if norm is not None else None
-        rows_args = (qi, k, v, doi, li, ni, tiles, qt, q0, q1, buf_s, buf_dp, seed, p, row0, col0, mod)
-        if D is None:  # c * D, from the same P and dP as below, so that dP - D cancels where it should
-            Di = q5.new_zeros(N, Hkv, G * r, 1)
-            for _, _, P, dP, _, _ in _key_tiles(*rows_args):
-                Di.add_(P.mul_(dP).sum(dim=-1, keepdim=True))  # P is rebuilt in the second pass
-        else:
-            Di = D[:, :, :, q0:q1].reshape(N, Hkv, G * r, 1) * ci  # c * D
+    keys = _Keys.of(k, v, tiles, drop, mod, G)
+    n = N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, k.shape[2])
+    bufs = (q5.new_empty(n), q5.new_empty(n))  # [P3] scores and dP, reused: no allocation per tile
+    for qt, rows in tiles.query_tiles():
+        # -- 1. this query tile, and its rows' saved numbers --
+        qi = (q5[:, :, :, rows] * scale).reshape(N, Hkv, G * (rows.stop - rows.start), E)  # [P1]
+        doi, shift, norm, Di = weights.rows(rows, dout)
+        walk = (qi, doi, shift, norm, keys, bufs, qt, rows)
+        # -- 2. D = rowsum(P * dP), from the same P and dP as below, so that dP - D cancels where it should --
+        if Di is None:
+            Di = q5.new_zeros(*qi.shape[:3], 1)
+            for _, P, dP, _, _ in _key_tiles(*walk):
+                Di.add_(P.mul_(dP).sum(dim=-1, keepdim=True))  # P is rebuilt in the next pass
+        # -- 3. each key tile: dV, dS, then dQ (this tile's own) and dK --
         dqi = torch.zeros_like(qi)
-        for k0, k1, P, dP, keep, through in _key_tiles(*rows_args):
-            dv[:, :, k0:k1] += torch.matmul((P if keep is None else P * keep).transpose(-2, -1), doi)
+        for cols, P, dP, keep, through in _key_tiles(*walk):
+            dv[:, :, cols] += torch.matmul((P if keep is None else P * keep).transpose(-2, -1), doi)
             dS = dP.sub_(Di).mul_(P)  # dS = P * (dP - D)
             if dbias is not None:
-                _add_bias_grad(dbias, dS.view(N, H, r, k1 - k0), q0, q1, k0, k1)
+                _add_bias_grad(dbias, dS.view(N, Hkv * G, -1, dS.shape[-1]), rows, cols)
             if through is not None:  # chain rule through the modifier: dS to the raw scores and its tensors
                 dS, dparams = _through_mod(*through, mod_params, dS, dparams)
-            dqi.add_(torch.matmul(dS, k[:, :, k0:k1]))
-            dk[:, :, k0:k1] += torch.matmul(dS.transpose(-2, -1), qi)  # qi holds q * scale
-        dq5[:, :, :, q0:q1] = (dqi * scale).view(N, Hkv, G, r, E)
+            dqi.add_(torch.matmul(dS, k[:, :, cols]))
+            dk[:, :, cols] += torch.matmul(dS.transpose(-2, -1), qi)  # qi holds q * scale
+        dq5[:, :, :, rows] = (dqi * scale).view(N, Hkv, G, rows.stop - rows.start, E)
     if mod is not None:
         return dq5, dk, dv, dbias, dparams
     return dq5, dk, dv, dbias
+
+
+def _key_tiles(qi, doi, shift, norm, keys: _Keys, bufs, qt: int, rows: slice):
+    """Each computed key tile of one query tile: (cols, P, dP, keep, through), weights rebuilt, dP = c dO V^T.
+
+    ``qi`` (N, Hkv, G*r, E) holds q * scale; ``shift`` / ``norm`` (N, Hkv, G*r, 1) rebuild P
+    (:class:`Weights`). P and dP live in the two reused buffers ``bufs``: use them before the next.
+    With a score modifier, ``through`` is (modified scores, raw scores) with the graph between them,
+    for the chain rule; else None.
+    """
+    for kt, cols, kind in keys.tiles.key_tiles(qt, rows):
+        # -- 1. scores, through the modifier under autograd when there is one --
+        if keys.mod is None:
+            s, through = keys.scores(qi, bufs[0], qt, rows, kt, cols, kind), None
+        else:
+            raw = torch.matmul(qi, keys.kT[..., cols], out=_view(bufs[0], (*qi.shape[:3], cols.stop - cols.start)))
+            raw = raw.detach().requires_grad_(True)
+            with torch.enable_grad():
+                modded = _modify(keys.mod, raw, keys.G, rows, cols)
+            s, through = modded.detach().clone(), (modded, raw)
+            if kind == PARTIAL:
+                _mask_scores(s, keys.tiles.tile(qt, kt, rows, cols), keys.G)
+        # -- 2. the tile's weights, recomputed from the saved shift (and normaliser) --
+        P = s.sub_(shift).exp_()
+        if norm is not None:
+            P.div_(norm)  # exp(s - m) / l, divided as forward divided: a lone key's weight is exactly 1
+        # -- 3. dP = dO V^T, dropped where forward dropped --
+        dP = torch.matmul(doi, keys.v[:, :, cols].transpose(-2, -1), out=_view(bufs[1], P.shape))
+        keep = _keep(keys.drop, s, keys.G, rows, cols) if keys.drop.active else None
+        if keep is not None:
+            dP.mul_(keep)
+        yield cols, P, dP, keep, through
 
 
 def _through_mod(modded, raw, params, dS, dparams):
@@ -278,73 +453,38 @@ def _through_mod(modded, raw, params, dS, dparams):
     return grads[0], dparams
 
 
-def _key_tiles(qi, k, v, doi, li, ni, tiles, qt, q0, q1, buf_s, buf_dp, seed, p, row0, col0, mod=None):
-    """Each visible key tile of one row block: (k0, k1, P, dP, keep, through), weights rebuilt, dP = c dO V^T.
-
-    ``qi`` (N, Hkv, G*r, E) holds q * scale; ``li`` / ``ni`` (N, Hkv, G*r, 1) the shift and (or None)
-    the normaliser to rebuild P with. P and dP live in the two reused buffers: use them before the next.
-    With a score modifier ``mod``, ``through`` is (modified scores, raw scores) with the graph between
-    them, for the chain rule; else None.
-    """
-    N, Hkv, R, _ = qi.shape
-    G, r = R // (q1 - q0), q1 - q0
-    S, bk = k.shape[2], tiles.block_k
-    kT = k.transpose(-2, -1)
-    for kt, k0 in enumerate(range(0, S, bk)):
-        k1 = min(S, k0 + bk)
-        kind = tiles.kind(qt, kt, q0, q1, k0, k1)
-        if kind == EMPTY:
-            continue
-        c = k1 - k0
-        s = torch.matmul(qi, kT[..., k0:k1], out=_tile(buf_s, (N, Hkv, R, c)))
-        through = None
-        if mod is not None:  # the modified scores, with the graph that leads back to the raw ones
-            raw = s.detach().requires_grad_(True)
-            with torch.enable_grad():
-                modded = _modify(mod, raw, G, row0 + q0, row0 + q1, col0 + k0, col0 + k1)
-            s = modded.detach().clone()
-            through = (modded, raw)
-        if kind == PARTIAL:
-            _mask_scores(s.view(N, Hkv, G, r, c), tiles.tile(qt, kt, q0, q1, k0, k1), Hkv, G)
-        P = s.sub_(li).exp_()  # the tile's weights (times 1/c), recomputed from the saved log-sum-exp
-        if ni is not None:
-            P.div_(ni)  # exp(s - m) / l, divided as forward divided: a lone key's weight is exactly 1
-        dP = torch.matmul(doi, v[:, :, k0:k1].transpose(-2, -1), out=_tile(buf_dp, (N, Hkv, R, c)))
-        keep = _keep(seed, p, N, Hkv, G, q0, q1, k0, k1, row0, col0, s) if p > 0.0 else None
-        if keep is not None:
-            dP.mul_(keep)
-        yield k0, k1, P, dP, keep, through
-
-
-def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, q0, q1, k0, k1) -> None:
+def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, rows: slice, cols: slice) -> None:
     """Add a tile's dS (N, H, r, c) to the gradient of a float mask, summed over its broadcast dims."""
     dims = [d for d in range(4) if dbias.shape[d] == 1 and dS.shape[d] != 1]
     g = dS.sum(dim=dims, keepdim=True) if dims else dS
-    _slice(dbias, q0, q1, k0, k1).add_(g)
+    _slice(dbias, rows, cols).add_(g)
+
+
+# ---- the form -----------------------------------------------------------------------------------------------
 
 
 class _Flash(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q5, k, v, bias, tiles, scale, seed, p, mod=None, *mod_params):
-        if tiles.band is not None and p == 0.0 and mod is None:
+    def forward(ctx, q5, k, v, bias, tiles, scale, drop, mod=None, *mod_params):
+        if tiles.band is not None and not drop.active and mod is None:
             out, lse, (m, l) = flash_band.forward(q5, k, v, scale, tiles.band, SAFE_LOGIT)
         else:
-            out, lse, (m, l) = forward_tiles(q5, k, v, scale, tiles, seed, p, mod=mod, keep_norm=True)
+            out, lse, (m, l) = forward_tiles(q5, k, v, scale, tiles, drop, mod, keep_norm=True)
         ctx.save_for_backward(q5, k, v, bias, out, lse, m, l)
-        ctx.cfg = (tiles, scale, seed, p, mod)
+        ctx.cfg = (tiles, scale, drop, mod)
         ctx.mod_params = mod_params  # the modifier reads these itself; kept here for the chain rule
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q5, k, v, bias, out, lse, m, l = ctx.saved_tensors
-        tiles, scale, seed, p, mod = ctx.cfg
+        tiles, scale, drop, mod = ctx.cfg
         want_bias = bias is not None and ctx.needs_input_grad[3]
-        want = [t if ctx.needs_input_grad[9 + i] else None for i, t in enumerate(ctx.mod_params)]
-        grads = backward_tiles(q5, k, v, out, dout.contiguous(), lse, scale, tiles, seed, p,
-                               bias_shape=bias.shape if want_bias else None, norm=(m, l), mod=mod, mod_params=want)
+        want = [t if ctx.needs_input_grad[8 + i] else None for i, t in enumerate(ctx.mod_params)]
+        grads = backward_tiles(q5, k, v, dout.contiguous(), scale, tiles, Weights.from_norm(m, l), drop, mod,
+                               bias_shape=bias.shape if want_bias else None, mod_params=want)
         dparams = grads[4] if mod is not None else []
-        return (*grads[:4], None, None, None, None, None, *dparams)
+        return (*grads[:4], None, None, None, None, *dparams)
 
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -375,7 +515,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     tiles = Tiles(a.N, a.H, a.L, a.S, min(block_q, a.L), min(block_k, a.S), mask_fn, dense, a.q.device, skip)
     if bands and mask_fn is not None and dense is None and mod is None and a.dropout_p == 0:
         tiles.band = flash_band.plan(mask_fn, a.N, a.H, a.L, a.S, flash_band.BAND_BLOCK_Q, a.q.device)
-    seed = dropout.draw_seed() if a.dropout_p > 0 else 0
+    drop = Dropout(dropout.draw_seed(), a.dropout_p) if a.dropout_p > 0 else NO_DROPOUT
     params = mod.params if mod is not None else ()
-    out5 = _Flash.apply(q5, k, v, bias, tiles, a.scale, seed, a.dropout_p, mod, *params)  # (N, Hkv, G, L, Ev)
+    out5 = _Flash.apply(q5, k, v, bias, tiles, a.scale, drop, mod, *params)  # (N, Hkv, G, L, Ev)
     return a.unflatten(out5.reshape(a.N, a.H, a.L, a.Ev).to(a.q.dtype))

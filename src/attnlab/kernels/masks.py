@@ -20,7 +20,7 @@ boolean tensor from :meth:`Mask.dense`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +30,17 @@ _CACHE_SIZE = 32  # compiled block maps kept per mask (oldest dropped first)
 
 # fn(b, h, i, j, L, S) -> bool tensor; b, h, i, j are broadcastable index tensors.
 MaskFn = Callable[..., torch.Tensor]
+
+
+def tile_slices(length: int, size: int) -> Iterator[tuple[int, slice]]:
+    """(index, positions) of each tile of ``size`` along ``range(length)``; the last tile may be shorter.
+
+    Every tile loop walks these: the block map below, the flash form's forward and backward, and
+    ring attention's accounting. ``for qt, rows in tile_slices(L, block_q)`` reads as "query tile qt
+    holds rows ``rows.start`` to ``rows.stop``".
+    """
+    for i, start in enumerate(range(0, length, size)):
+        yield i, slice(start, min(length, start + size))
 
 
 @dataclass(frozen=True)
@@ -118,14 +129,11 @@ class Mask:
         key = (N, H, L, S, block_q, block_k, str(device))
         if key in self._cache:
             return self._cache[key]
-        nQ, nK = -(-L // block_q), -(-S // block_k)
-        kinds = torch.empty(nQ, nK, dtype=torch.int8)
+        kinds = torch.empty(-(-L // block_q), -(-S // block_k), dtype=torch.int8)  # (nQ, nK)
         partial = {}
-        for qt in range(nQ):
-            q0, q1 = qt * block_q, min(L, (qt + 1) * block_q)
-            for kt in range(nK):
-                k0, k1 = kt * block_k, min(S, (kt + 1) * block_k)
-                tile = self.evaluate(N, H, L, S, q0, q1, k0, k1, device)  # (Nb, Hb, bq, bk)
+        for qt, rows in tile_slices(L, block_q):
+            for kt, cols in tile_slices(S, block_k):
+                tile = self.evaluate(N, H, L, S, rows.start, rows.stop, cols.start, cols.stop, device)  # (Nb, Hb, r, c)
                 if bool(tile.all()):
                     kinds[qt, kt] = FULL
                 elif bool(tile.any()):

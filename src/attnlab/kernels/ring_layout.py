@@ -19,7 +19,6 @@ and :func:`positions` says which global positions a rank holds (what RoPE needs 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -89,34 +88,3 @@ def unshard(shards: Sequence[torch.Tensor], layout: str = "contiguous", dim: int
         for i, part in zip(chunk_ids(r, world, layout), s.chunk(n, dim=dim), strict=True):
             chunks[i] = part
     return torch.cat(chunks, dim=dim)
-
-
-@dataclass
-class RingStats:
-    """What one rank did, added up over the calls it was passed to (forward and backward alike).
-
-    A *pair* is one of this rank's query chunks against one key/value chunk that visited it;
-    *tiles* are the flash tiles inside the pairs; *scores* counts the query-key scores computed
-    (batch x heads x rows x columns of every tile that ran): the arithmetic, up to a constant.
-    """
-
-    pairs_computed: int = 0
-    pairs_skipped: int = 0  # wholly in the future of every query (causal): no arithmetic at all
-    tiles_computed: int = 0
-    tiles_skipped: int = 0
-    scores: int = 0
-    compute_s: float = 0.0  # time in the flash tiles and the merges
-    wait_s: float = 0.0  # time blocked on a transfer that had not finished yet
-    steps: int = 0  # ring steps taken
-
-    def add_pair(self, work: tuple[int, int, int]) -> None:
-        """A pair that ran: ``work`` = (tiles computed, tiles skipped inside it, scores computed)."""
-        self.pairs_computed += 1
-        self.tiles_computed += work[0]
-        self.tiles_skipped += work[1]
-        self.scores += work[2]
-
-    def add_skip(self, tiles: int) -> None:
-        """A pair skipped whole, with the ``tiles`` it would have had."""
-        self.pairs_skipped += 1
-        self.tiles_skipped += tiles

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 
 from attnlab.kernels import flash
 from attnlab.kernels import ring as ring_kernel
-from attnlab.kernels.ring_layout import LAYOUTS, RingStats, check_divisible, check_layout, shard, unshard
+from attnlab.kernels.ring_layout import LAYOUTS, check_divisible, check_layout, shard, unshard
+from attnlab.kernels.ring_stats import RingStats
 
 from . import launch, memory, oracle, oracle_rows
 from .results import machine, versions
