@@ -15,7 +15,7 @@ from .test_flash import both, make, path  # noqa: F401  (path: the bounded / onl
 def small_bands(monkeypatch):
     """Bands of 4 query rows and batches of a few hundred scores, so that small problems use them."""
     monkeypatch.setattr(flash_band, "BAND_BLOCK_Q", 4)
-    monkeypatch.setattr(flash_band, "BATCH_SCORES", 600)
+    monkeypatch.setattr(flash_band, "BATCH_SCORES", 150)  # per head: a few tiles per batch
 
 
 def ids(*lengths):
