@@ -72,6 +72,12 @@ class Tiles:
         self._kinds = self.bm.kind.tolist() if self.bm is not None else None
         self.band = None  # a flash_band.Plan, when the forward may run as bands instead of tiles
 
+    def scores(self, L: int, S: int) -> int:
+        """How many scores per head the tile walk computes: every tile the mask does not skip."""
+        if self._kinds is None:
+            return L * S
+        return sum(kind != EMPTY for row in self._kinds for kind in row) * self.block_q * self.block_k
+
     def kind(self, qt: int, kt: int, q0: int, q1: int, k0: int, k1: int) -> int:
         if self._kinds is not None:
             return self._kinds[qt][kt]
@@ -384,7 +390,9 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     skip = dense is None or bool(torch.isfinite(v).all())  # hidden NaN values must still reach the output
     tiles = Tiles(a.N, a.H, a.L, a.S, min(block_q, a.L), min(block_k, a.S), mask_fn, dense, a.q.device, skip)
     if bands and mask_fn is not None and dense is None and mod is None and a.dropout_p == 0:
-        tiles.band = flash_band.plan(mask_fn, a.N, a.H, a.L, a.S, flash_band.BAND_BLOCK_Q, a.q.device)
+        band = flash_band.plan(mask_fn, a.N, a.H, a.L, a.S, flash_band.BAND_BLOCK_Q, a.q.device)
+        if band is not None and band.scores <= flash_band.SHARE_OF_TILES * tiles.scores(a.L, a.S):
+            tiles.band = band  # documents aligned to the tiles: the tile walk has no waste to save
     seed = dropout.draw_seed() if a.dropout_p > 0 else 0
     params = mod.params if mod is not None else ()
     out5 = _Flash.apply(q5, k, v, bias, tiles, a.scale, seed, a.dropout_p, mod, *params)  # (N, Hkv, G, L, Ev)

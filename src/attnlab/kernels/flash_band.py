@@ -27,6 +27,7 @@ LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453
 BAND_BLOCK_Q = 64  # query rows per band: the band is (rows + window) wide, so fewer rows waste less
 BATCH_SCORES = 1 << 20  # scores per head and batch of bands (4 MiB in float32): they stay in the cache
 MAX_FRACTION = 0.4  # use bands only when they cover at most this share of all L x S scores
+SHARE_OF_TILES = 0.85  # ... and at most this share of the scores of the tiles the mask does not skip
 _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # mask -> {sizes: Plan or None}
 
 
@@ -48,6 +49,11 @@ class Plan:
     block_q: int
     pad: int  # zero keys put in front of k and v, so that a band may start before key 0
     batches: tuple
+
+    @property
+    def scores(self) -> int:
+        """How many scores per head the bands compute (the work, to weigh against the tiles')."""
+        return sum((b.t1 - b.t0) * self.block_q * b.W for b in self.batches)
 
 
 def plan(mask: Mask, N: int, H: int, L: int, S: int, rows: int, device="cpu") -> Plan | None:
@@ -100,7 +106,10 @@ def _round(width: int) -> int:
 
 
 def _additive(seen: torch.Tensor) -> torch.Tensor:
-    """A bool mask as an additive one: 0 where seen, -inf where hidden (one add instead of a masked fill)."""
+    """A bool mask (Nb, Hb, nb, bq, c) as an additive one: 0 where seen, -inf where hidden (one add instead
+    of a masked fill). When every band of the batch has the same pattern (a sliding window), one is kept."""
+    if seen.shape[2] > 1 and bool((seen == seen[:, :, :1]).all()):
+        seen = seen[:, :, :1]
     return torch.zeros(seen.shape, device=seen.device).masked_fill_(~seen, float("-inf"))
 
 
@@ -139,15 +148,18 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float):
     out = q5.new_empty(Z, nq, G * bq, Ev)
     l_all = q5.new_empty(Z, nq, G * bq, 1)  # per row: the sum of its weights
     m_all = q5.new_zeros(Z, nq, G * bq, 1)  # per row: the shift (0 when bounded)
-    kp = torch.nn.functional.pad(k.reshape(Z, -1, E), (0, 0, p.pad, 0))  # bands may start before key 0
-    vp = torch.nn.functional.pad(v.reshape(Z, -1, Ev), (0, 0, p.pad, 0))
+    k3, v3 = k.reshape(Z, -1, E), v.reshape(Z, -1, Ev)
+    early = [min(b.starts) < p.pad for b in p.batches]  # batches with a band that starts before key 0
+    front = max((max(b.starts) + b.W for b, e in zip(p.batches, early, strict=True) if e), default=p.pad) - p.pad
+    kp, vp = _front(k3, p.pad, front), _front(v3, p.pad, front)  # only the keys they reach are copied
     tiny = torch.finfo(q5.dtype).tiny
-    for b in p.batches:
+    for b, e in zip(p.batches, early, strict=True):
         nb, W = b.t1 - b.t0, b.W
-        idx = None if b.step is not None and b.step >= 0 else _index(b, q5.device)
+        kx, vx, shift = (kp, vp, 0) if e else (k3, v3, p.pad)  # the early keys behind their zeros, or k itself
+        idx = None if b.step is not None and b.step >= 0 else _index(b, q5.device, shift)
         for z in range(Z):  # one head at a time: its bands are a strided view, no copy
             # -- 1. scores of the batch's query tiles against their bands --
-            s = torch.bmm(qs[z, b.t0:b.t1], _band(kp[z], b, idx).transpose(1, 2))  # (nb, G*bq, W)
+            s = torch.bmm(qs[z, b.t0:b.t1], _band(kx[z], b, idx, shift).transpose(1, 2))  # (nb, G*bq, W)
             s4 = s.view(nb, G, bq, W)
             for (c0, c1), bias in zip(b.cols, b.bias, strict=True):  # -inf only where some row does not see
                 s4[..., c0:c1].add_(_bias_of(bias, z, Hkv, G))
@@ -160,7 +172,7 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float):
             l = s.exp2_().sum(dim=-1, keepdim=True)
             l_all[z, b.t0:b.t1] = l
             # -- 3. weights @ values; rows with no visible key: 0 divided by tiny, still 0, not 0/0 --
-            torch.bmm(s, _band(vp[z], b, idx), out=out[z, b.t0:b.t1]).div_(l.clamp_(min=tiny))
+            torch.bmm(s, _band(vx[z], b, idx, shift), out=out[z, b.t0:b.t1]).div_(l.clamp_(min=tiny))
 
     def rows(x, last):  # (Z, nq, G*bq, last) in tile-major rows -> (N, Hkv, G, L, last)
         x = x.view(Z, nq, G, bq, last).transpose(1, 2).reshape(N, Hkv, G, nq * bq, last)
@@ -171,20 +183,30 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float):
     return rows(out, Ev), rows(lse, 1)[..., 0], norm
 
 
-def _index(b: Batch, device) -> torch.Tensor:
-    """The padded key positions of a batch's bands, (nb * W,), for bands that are not evenly spaced."""
-    return (torch.tensor(b.starts, device=device)[:, None] + torch.arange(b.W, device=device)).reshape(-1)
+def _front(x: torch.Tensor, pad: int, n: int) -> torch.Tensor:
+    """(Z, pad + n, E): ``pad`` zero rows, then the first n rows of x (Z, S, E)."""
+    out = x.new_zeros(x.shape[0], pad + n, x.shape[2])
+    n = min(n, x.shape[1])
+    out[:, pad:pad + n] = x[:, :n]
+    return out
 
 
-def _band(x: torch.Tensor, b: Batch, idx: torch.Tensor | None) -> torch.Tensor:
+def _index(b: Batch, device, shift: int = 0) -> torch.Tensor:
+    """The key positions of a batch's bands, (nb * W,), less ``shift``, for bands not evenly spaced."""
+    starts = torch.tensor(b.starts, device=device) - shift
+    return (starts[:, None] + torch.arange(b.W, device=device)).reshape(-1)
+
+
+def _band(x: torch.Tensor, b: Batch, idx: torch.Tensor | None, shift: int) -> torch.Tensor:
     """One head's keys (or values) of a batch's bands, (nb, W, E): a strided view when evenly spaced
-    (bands overlap in memory; bmm reads them in place), else gathered."""
+    (bands overlap in memory; bmm reads them in place), else gathered. Band starts count from
+    ``shift`` rows before x's first row."""
     nb = b.t1 - b.t0
     if idx is None and x.is_contiguous():
         st = x.stride()
         return x.as_strided((nb, b.W, x.shape[1]), (b.step * st[0], st[0], st[1]),
-                            x.storage_offset() + b.starts[0] * st[0])
-    return x.index_select(0, idx if idx is not None else _index(b, x.device)).view(nb, b.W, x.shape[1])
+                            x.storage_offset() + (b.starts[0] - shift) * st[0])
+    return x.index_select(0, idx if idx is not None else _index(b, x.device, shift)).view(nb, b.W, x.shape[1])
 
 
 def _bias_of(bias: torch.Tensor, z: int, Hkv: int, G: int) -> torch.Tensor:
