@@ -15,7 +15,7 @@ from .test_flash import both, make, path  # noqa: F401  (path: the bounded / onl
 def small_bands(monkeypatch):
     """Bands of 4 query rows and batches of a few hundred scores, so that small problems use them."""
     monkeypatch.setattr(flash_band, "BAND_BLOCK_Q", 4)
-    monkeypatch.setattr(flash_band, "BATCH_SCORES", 600)
+    monkeypatch.setattr(flash_band, "BATCH_SCORES", 150)  # per head: a few tiles per batch
 
 
 def ids(*lengths):
@@ -100,3 +100,22 @@ def test_modifiers_and_dropout_walk_the_tiles(small_bands, kw):
         torch.manual_seed(0)
         outs.append(attnlab.attention(q, k, v, attn_mask=mask, impl="flash", bands=bands, **kw))
     assert torch.equal(outs[0], outs[1])
+
+
+def test_bands_only_where_they_save_work(monkeypatch):
+    """A window's bands compute far fewer scores than its tiles; documents aligned to the tiles leave the
+    tiles nothing to waste, so the tile walk runs them (it needs no gather and no mask there)."""
+    calls = []
+    forward = flash_band.forward
+    monkeypatch.setattr(flash_band, "forward", lambda *a, **kw: calls.append(1) or forward(*a, **kw))
+    q, k, v = make(1, 2, 2, 1024, 1024, 16, 16, dtype=torch.float32)
+    attnlab.attention(q, k, v, attn_mask=masks.sliding_window(64), impl="flash")
+    assert calls == [1]
+    docs = masks.document(ids(256, 512, 256))
+    plan = flash_band.plan(docs, 1, 2, 1024, 1024, flash_band.BAND_BLOCK_Q)
+    assert plan is not None and plan.scores >= 256 ** 2 * 2 + 512 ** 2  # no fewer than the visible tiles'
+    out = attnlab.attention(q, k, v, attn_mask=docs, impl="flash")
+    assert calls == [1], "aligned documents must walk the tiles"
+    ref = oracle.reference(q, k, v, attn_mask=docs.dense(1, 2, 1024, 1024))
+    print("aligned documents, tiles vs float64:", oracle.max_err(out, ref))
+    assert oracle.max_err(out, ref) < 1e-5

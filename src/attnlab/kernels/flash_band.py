@@ -23,9 +23,11 @@ import torch
 
 from .masks import Mask
 
+LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453
 BAND_BLOCK_Q = 64  # query rows per band: the band is (rows + window) wide, so fewer rows waste less
-BATCH_SCORES = 1 << 22  # scores per batch of bands (16 MiB in float32), whatever the sequence length
+BATCH_SCORES = 1 << 20  # scores per head and batch of bands (4 MiB in float32): they stay in the cache
 MAX_FRACTION = 0.4  # use bands only when they cover at most this share of all L x S scores
+SHARE_OF_TILES = 0.85  # ... and at most this share of the scores of the tiles the mask does not skip
 _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # mask -> {sizes: Plan or None}
 
 
@@ -39,7 +41,7 @@ class Batch:
     starts: tuple  # per tile: its first key, counted from the front of the padded keys
     step: int | None  # the common difference of ``starts``, when they are evenly spaced (a strided view)
     cols: tuple  # (c0, c1) runs of columns that some row does not see: only they are masked
-    hidden: tuple  # per run: (Nb, Hb, nb, bq, c1 - c0) bool, True where the row does not see the key
+    bias: tuple  # per run: (Nb, Hb, nb, bq, c1 - c0) float32, -inf where the row does not see the key, else 0
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,11 @@ class Plan:
     block_q: int
     pad: int  # zero keys put in front of k and v, so that a band may start before key 0
     batches: tuple
+
+    @property
+    def scores(self) -> int:
+        """How many scores per head the bands compute (the work, to weigh against the tiles')."""
+        return sum((b.t1 - b.t0) * self.block_q * b.W for b in self.batches)
 
 
 def plan(mask: Mask, N: int, H: int, L: int, S: int, rows: int, device="cpu") -> Plan | None:
@@ -69,12 +76,12 @@ def _build(mask, N, H, L, S, bq, device):
     widths = [h - l for l, h in zip(lo, hi, strict=True)]
     if sum(widths) * bq > MAX_FRACTION * L * S:
         return None
-    heads, pad = N * H, max(max(widths), 1)
+    pad = _round(max(widths))
     batches, t = [], 0
     while t < nq:  # consecutive tiles, as many as fit the budget at the widest band among them
-        t1, W = t + 1, max(widths[t], 1)
-        while t1 < nq and heads * bq * (t1 + 1 - t) * max(W, widths[t1]) <= BATCH_SCORES:
-            W = max(W, widths[t1])
+        t1, W = t + 1, _round(widths[t])
+        while t1 < nq and bq * (t1 + 1 - t) * max(W, _round(widths[t1])) <= BATCH_SCORES:
+            W = max(W, _round(widths[t1]))
             t1 += 1
         starts = [hi[i] - W for i in range(t, t1)]  # each band ends at its last visible key
         steps = {b - a for a, b in zip(starts, starts[1:], strict=False)}
@@ -87,9 +94,23 @@ def _build(mask, N, H, L, S, bq, device):
         m = m.expand(-1, -1, t1 - t, bq, W)
         cols = _runs((~m).flatten(0, 3).any(dim=0).tolist())
         batches.append(Batch(t, t1, W, tuple(s + pad for s in starts), _step(steps),
-                             tuple(cols), tuple((~m[..., c0:c1]).contiguous() for c0, c1 in cols)))
+                             tuple(cols), tuple(_additive(m[..., c0:c1]) for c0, c1 in cols)))
         t = t1
     return Plan(bq, pad, tuple(batches))
+
+
+def _round(width: int) -> int:
+    """A band width, rounded up to a multiple of 16 when it is wide: matmuls run faster on aligned rows
+    (the extra keys are hidden like any key the rows do not see)."""
+    return max(width, 1) if width < 64 else -(-width // 16) * 16
+
+
+def _additive(seen: torch.Tensor) -> torch.Tensor:
+    """A bool mask (Nb, Hb, nb, bq, c) as an additive one: 0 where seen, -inf where hidden (one add instead
+    of a masked fill). When every band of the batch has the same pattern (a sliding window), one is kept."""
+    if seen.shape[2] > 1 and bool((seen == seen[:, :, :1]).all()):
+        seen = seen[:, :, :1]
+    return torch.zeros(seen.shape, device=seen.device).masked_fill_(~seen, float("-inf"))
 
 
 def _step(steps: set) -> int | None:
@@ -112,63 +133,87 @@ def _runs(flags: list) -> list:
 
 
 def forward(q5, k, v, scale, p: Plan, safe_logit: float):
-    """Out (N, Hkv, G, L, Ev), lse (N, Hkv, G, L) and each row's (shift, normaliser), as
+    """Out (N, Hkv, G, L, Ev), lse (N, Hkv, G, L) and each row's (shift, normaliser) in base-2 units, as
     :func:`attnlab.kernels.flash.forward_tiles` with ``keep_norm=True`` gives them (dead rows: 0 and 1)."""
     N, Hkv, G, L, E = q5.shape
     Ev = v.shape[3]
-    bq = p.block_q
+    bq, Z = p.block_q, N * Hkv
     nq = -(-L // bq)
-    qs = q5 * scale  # the scale folded into q once
+    qs = q5 * (scale * LOG2E)  # scale and log2(e) folded into q once: exp2 of these scores is exp of the true ones
     if nq * bq != L:  # pad the last tile's rows; the plan's mask hides nothing there, they are dropped
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
-    qs = qs.view(N, Hkv, G, nq, bq, E).transpose(2, 3).reshape(N, Hkv, nq, G * bq, E)  # tile-major rows
+    qs = qs.view(Z, G, nq, bq, E).transpose(1, 2).reshape(Z, nq, G * bq, E)  # tile-major rows
     # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], exp needs no shift
-    bounded = float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()) <= safe_logit
-    out = q5.new_empty(N, Hkv, nq, G * bq, Ev)
-    l_all = q5.new_empty(N, Hkv, nq, G * bq, 1)  # per row: the sum of its weights
-    m_all = q5.new_zeros(N, Hkv, nq, G * bq, 1)  # per row: the shift (0 when bounded)
-    kp = torch.cat([k.new_zeros(N, Hkv, p.pad, E), k], dim=2)  # bands may start before key 0: hidden there
-    vp = torch.cat([v.new_zeros(N, Hkv, p.pad, Ev), v], dim=2)
+    bounded = float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()) <= safe_logit * LOG2E
+    out = q5.new_empty(Z, nq, G * bq, Ev)
+    l_all = q5.new_empty(Z, nq, G * bq, 1)  # per row: the sum of its weights
+    m_all = q5.new_zeros(Z, nq, G * bq, 1)  # per row: the shift (0 when bounded)
+    k3, v3 = k.reshape(Z, -1, E), v.reshape(Z, -1, Ev)
+    early = [min(b.starts) < p.pad for b in p.batches]  # batches with a band that starts before key 0
+    front = max((max(b.starts) + b.W for b, e in zip(p.batches, early, strict=True) if e), default=p.pad) - p.pad
+    kp, vp = _front(k3, p.pad, front), _front(v3, p.pad, front)  # only the keys they reach are copied
     tiny = torch.finfo(q5.dtype).tiny
-    for b in p.batches:
+    for b, e in zip(p.batches, early, strict=True):
         nb, W = b.t1 - b.t0, b.W
-        s = torch.matmul(qs[:, :, b.t0:b.t1], _band(kp, b).transpose(-2, -1))  # (N, Hkv, nb, G*bq, W)
-        s6 = s.view(N, Hkv, nb, G, bq, W)
-        for (c0, c1), hidden in zip(b.cols, b.hidden, strict=True):  # only the columns some row does not see
-            s6[..., c0:c1].masked_fill_(_heads(hidden, Hkv, G), float("-inf"))
-        if not bounded:
-            m = s.amax(dim=-1, keepdim=True)
-            m.masked_fill_(torch.isneginf(m), 0.0)  # a row that sees nothing: exp(-inf) = 0, not NaN
-            s.sub_(m)
-            m_all[:, :, b.t0:b.t1] = m
-        l = s.exp_().sum(dim=-1, keepdim=True)
-        l_all[:, :, b.t0:b.t1] = l
-        # rows with no visible key have weights and output 0: divided by tiny, still 0, not 0/0
-        out[:, :, b.t0:b.t1] = torch.matmul(s, _band(vp, b)).div_(l.clamp_(min=tiny))
-    out = out.view(N, Hkv, nq, G, bq, Ev).transpose(2, 3).reshape(N, Hkv, G, nq * bq, Ev)[:, :, :, :L]
+        kx, vx, shift = (kp, vp, 0) if e else (k3, v3, p.pad)  # the early keys behind their zeros, or k itself
+        idx = None if b.step is not None and b.step >= 0 else _index(b, q5.device, shift)
+        for z in range(Z):  # one head at a time: its bands are a strided view, no copy
+            # -- 1. scores of the batch's query tiles against their bands --
+            s = torch.bmm(qs[z, b.t0:b.t1], _band(kx[z], b, idx, shift).transpose(1, 2))  # (nb, G*bq, W)
+            s4 = s.view(nb, G, bq, W)
+            for (c0, c1), bias in zip(b.cols, b.bias, strict=True):  # -inf only where some row does not see
+                s4[..., c0:c1].add_(_bias_of(bias, z, Hkv, G))
+            # -- 2. the softmax of each row, complete: its band holds every key it sees --
+            if not bounded:
+                m = s.amax(dim=-1, keepdim=True)
+                m.masked_fill_(torch.isneginf(m), 0.0)  # a row that sees nothing: exp(-inf) = 0, not NaN
+                s.sub_(m)
+                m_all[z, b.t0:b.t1] = m
+            l = s.exp2_().sum(dim=-1, keepdim=True)
+            l_all[z, b.t0:b.t1] = l
+            # -- 3. weights @ values; rows with no visible key: 0 divided by tiny, still 0, not 0/0 --
+            torch.bmm(s, _band(vx[z], b, idx, shift), out=out[z, b.t0:b.t1]).div_(l.clamp_(min=tiny))
 
-    def rows(x):  # (N, Hkv, nq, G*bq, 1) in tile-major rows -> (N, Hkv, G, L)
-        return x.view(N, Hkv, nq, G, bq).transpose(2, 3).reshape(N, Hkv, G, nq * bq)[:, :, :, :L]
+    def rows(x, last):  # (Z, nq, G*bq, last) in tile-major rows -> (N, Hkv, G, L, last)
+        x = x.view(Z, nq, G, bq, last).transpose(1, 2).reshape(N, Hkv, G, nq * bq, last)
+        return x[:, :, :, :L]
 
-    lse = rows(torch.where(l_all == 0, float("-inf"), m_all.double() + torch.log(l_all.double())))
-    return out, lse, (rows(m_all), rows(torch.where(l_all == 0, 1.0, l_all)))
+    lse = torch.where(l_all == 0, float("-inf"), (m_all.double() + torch.log2(l_all.double())) * LN2)
+    norm = (rows(m_all, 1)[..., 0], rows(torch.where(l_all == 0, 1.0, l_all), 1)[..., 0])
+    return rows(out, Ev), rows(lse, 1)[..., 0], norm
 
 
-def _band(x: torch.Tensor, b: Batch) -> torch.Tensor:
-    """The keys (or values) of a batch's bands, (N, Hkv, nb, W, E): a strided view when evenly spaced."""
-    N, Hkv, _, E = x.shape
+def _front(x: torch.Tensor, pad: int, n: int) -> torch.Tensor:
+    """(Z, pad + n, E): ``pad`` zero rows, then the first n rows of x (Z, S, E)."""
+    out = x.new_zeros(x.shape[0], pad + n, x.shape[2])
+    n = min(n, x.shape[1])
+    out[:, pad:pad + n] = x[:, :n]
+    return out
+
+
+def _index(b: Batch, device, shift: int = 0) -> torch.Tensor:
+    """The key positions of a batch's bands, (nb * W,), less ``shift``, for bands not evenly spaced."""
+    starts = torch.tensor(b.starts, device=device) - shift
+    return (starts[:, None] + torch.arange(b.W, device=device)).reshape(-1)
+
+
+def _band(x: torch.Tensor, b: Batch, idx: torch.Tensor | None, shift: int) -> torch.Tensor:
+    """One head's keys (or values) of a batch's bands, (nb, W, E): a strided view when evenly spaced
+    (bands overlap in memory; bmm reads them in place), else gathered. Band starts count from
+    ``shift`` rows before x's first row."""
     nb = b.t1 - b.t0
-    if b.step is not None and b.step >= 0 and x.is_contiguous():
+    if idx is None and x.is_contiguous():
         st = x.stride()
-        return x.as_strided((N, Hkv, nb, b.W, E), (st[0], st[1], b.step * st[2], st[2], st[3]),
-                            x.storage_offset() + b.starts[0] * st[2])
-    idx = (torch.tensor(b.starts, device=x.device)[:, None] + torch.arange(b.W, device=x.device)).reshape(-1)
-    return x.index_select(2, idx).view(N, Hkv, nb, b.W, E)
+        return x.as_strided((nb, b.W, x.shape[1]), (b.step * st[0], st[0], st[1]),
+                            x.storage_offset() + (b.starts[0] - shift) * st[0])
+    return x.index_select(0, idx if idx is not None else _index(b, x.device, shift)).view(nb, b.W, x.shape[1])
 
 
-def _heads(mask: torch.Tensor, Hkv: int, G: int) -> torch.Tensor:
-    """(Nb, Hb, nb, bq, W) -> broadcastable to scores seen as (N, Hkv, nb, G, bq, W)."""
-    Nb, Hb, nb, bq, W = mask.shape
+def _bias_of(bias: torch.Tensor, z: int, Hkv: int, G: int) -> torch.Tensor:
+    """Head z's part of a batch's (Nb, Hb, nb, bq, c) additive mask, broadcastable to (nb, G, bq, c)."""
+    Nb, Hb = bias.shape[:2]
+    n, hk = divmod(z, Hkv)
+    t = bias[n if Nb > 1 else 0]  # (Hb, nb, bq, c)
     if Hb == 1:
-        return mask[:, :, :, None]
-    return mask.view(Nb, Hkv, G, nb, bq, W).transpose(2, 3)
+        return t.transpose(0, 1)  # (nb, 1, bq, c)
+    return t[hk * G:(hk + 1) * G].transpose(0, 1)  # the query heads of key head hk
