@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnlab.kernels import dropout, masks
-from attnlab.kernels.flash import Tiles, Weights
+from attnlab.kernels.flash import LN2, Tiles, Weights
 from attnlab.kernels.ring import _Schedule
 from attnlab.kernels.ring_stats import RingStats, pair_work
 
@@ -37,17 +37,19 @@ def test_dropout_of_a_block_is_the_same_weights_as_the_whole_problem():
 
 
 def test_weights_from_a_float64_lse_equal_exp_of_s_minus_lse():
+    """The [P4] split in the base-2 units of [P8]: exp2(s - hi) * corr equals exp(s ln 2 - lse)."""
     g = torch.Generator().manual_seed(0)
-    s = 1000 + 3 * torch.randn(1, 1, 1, 6, 5, generator=g)  # float32 scores far from 0: lse's rounding matters
-    lse = torch.logsumexp(s.double(), dim=-1) + 1e-9  # each row's, as forward saves it: not a float32 number
+    # float32 scores far from 0 (lse's rounding matters), in base-2 units as the flash form keeps them
+    s = 1000 + 3 * torch.randn(1, 1, 1, 6, 5, generator=g)
+    lse = torch.logsumexp(s.double() * LN2, dim=-1) + 1e-9  # natural units, as forward saves it: not a float32
     lse[..., 0] = float("-inf")  # a row that saw no key
     w = Weights.from_lse(lse, None, torch.float32)
-    P = torch.exp(s - w.shift[..., None]) * w.corr[..., None]  # in float32: exp(s - hi) * exp(hi - lse)
-    want = torch.exp(s.double() - lse[..., None])
+    P = torch.exp2(s - w.shift[..., None]) * w.corr[..., None]  # in float32: exp2(s - hi) * exp2(hi - lse)
+    want = torch.exp(s.double() * LN2 - lse[..., None])
     assert w.shift.dtype == w.corr.dtype == torch.float32
     assert torch.equal(P[..., 0, :], torch.zeros(1, 1, 1, 5)) and bool(w.corr[..., 0] == 1)
     err = ((P.double() - want).abs() / want)[..., 1:, :].max()
-    without_corr = ((torch.exp(s - w.shift[..., None]).double() - want).abs() / want)[..., 1:, :].max()
+    without_corr = ((torch.exp2(s - w.shift[..., None]).double() - want).abs() / want)[..., 1:, :].max()
     print(f"relative error {err:.1e}; without the correction factor {without_corr:.1e}")
     assert err < 1e-6 < without_corr
 
