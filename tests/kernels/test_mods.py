@@ -5,15 +5,14 @@ import torch
 
 import attnlab
 from attnlab import mods
+from helpers import qkv
 
 FORMS = {"loops": {}, "matrix": {}, "flash": {"block_q": 2, "block_k": 3}}  # small tiles: several per row
 
 
 def _inputs(seed=0, H=4, Hkv=2, L=4, S=5, E=3):
     g = torch.Generator().manual_seed(seed)
-    q = torch.randn(1, H, L, E, generator=g, dtype=torch.float64, requires_grad=True)
-    k = torch.randn(1, Hkv, S, E, generator=g, dtype=torch.float64, requires_grad=True)
-    v = torch.randn(1, Hkv, S, E, generator=g, dtype=torch.float64, requires_grad=True)
+    q, k, v = (t.requires_grad_() for t in qkv(1, H, Hkv, L, S, E, generator=g))
     return q, k, v, g
 
 

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 import attnlab
 from attnlab.lab import oracle, verify
 from attnlab.lab.verify import Case
+from helpers import qkv
 
 
 def wrong_scale(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -24,9 +25,7 @@ def nan_rows(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None
 
 def test_oracle_matches_pytorch_float64_with_gqa_and_mask():
     g = torch.Generator().manual_seed(0)
-    q = torch.randn(2, 6, 7, 8, generator=g, dtype=torch.float64)
-    k = torch.randn(2, 3, 9, 8, generator=g, dtype=torch.float64)
-    v = torch.randn(2, 3, 9, 5, generator=g, dtype=torch.float64)
+    q, k, v = qkv(2, 6, 3, 7, 9, 8, 5, generator=g)
     m = torch.randn(2, 1, 7, 9, generator=g, dtype=torch.float64)
     out = oracle.reference(q, k, v, m, enable_gqa=True)
     exp = F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)

@@ -7,6 +7,7 @@ import torch
 
 from attnlab.lab import memory, oracle, oracle_rows, ring_budget
 from attnlab.lab.ring import RingConfig
+from helpers import qkv
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -16,9 +17,7 @@ def test_slices_of_rows_give_the_full_oracles_numbers(seed):
     Hkv = r(1, 3)
     N, H, L, S, E, Ev = r(1, 2), Hkv * r(1, 3), r(1, 40), r(1, 40), r(1, 9), r(1, 9)
     causal, scale = bool(r(0, 1)), [None, 0.3, 2.0][r(0, 2)]
-    q = torch.randn(N, H, L, E, generator=g)
-    k, v = torch.randn(N, Hkv, S, E, generator=g), torch.randn(N, Hkv, S, Ev, generator=g)
-    go = torch.randn(N, H, L, Ev, generator=g)
+    q, k, v, go = qkv(N, H, Hkv, L, S, E, Ev, dtype=torch.float32, grad_out=True, generator=g)
     kw = dict(is_causal=causal, scale=scale, enable_gqa=Hkv != H)
     want = oracle.reference(q, k, v, grad_out=go, **kw)
     seen = []
