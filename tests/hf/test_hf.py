@@ -114,6 +114,7 @@ def test_dropout_in_training_reaches_the_form(models):
     assert torch.equal(a, b) and not torch.allclose(a, c)
 
 
+@pytest.mark.slow
 def test_verify_model_cli_table_and_json(models, run_cli, tmp_path):
     r = run_cli("verify", "--model", models["mistral"], "--impl", "matrix,flash", "--json", tmp_path / "m.json")
     print(r.stdout[-3000:], r.stderr[-2000:])
@@ -125,6 +126,7 @@ def test_verify_model_cli_table_and_json(models, run_cli, tmp_path):
     assert all(row["logits"]["err"] <= row["logits"]["allowed"] for row in data["rows"])
 
 
+@pytest.mark.slow
 def test_verify_model_cli_bad_input_is_one_line(run_cli, tmp_path):
     r = run_cli("verify", "--model", tmp_path / "no-such-model")
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -133,6 +135,7 @@ def test_verify_model_cli_bad_input_is_one_line(run_cli, tmp_path):
     assert r.returncode == 2 and "--model runs registered single-process forms" in r.stderr
 
 
+@pytest.mark.slow
 def test_without_transformers_the_message_names_the_extra(run_cli, tmp_path):
     fake = tmp_path / "fake"
     fake.mkdir()

@@ -106,6 +106,7 @@ def test_fully_masked_rows_zero_with_finite_grads():
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
 
 
+@pytest.mark.slow
 def test_gradcheck_float64():
     q, k, v = (t.requires_grad_() for t in qkv(1, 2, 1, 5, 6, 4, 3))
     bias = torch.randn(2, 5, 6, dtype=torch.float64, requires_grad=True)

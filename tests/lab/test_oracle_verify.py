@@ -44,6 +44,7 @@ def test_tolerance_rule_numbers():
     assert not nan.passed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["matrix", "flash"])
 def test_form_passes_quick_grid_in_every_dtype(form):
     cases = verify.default_cases(long=False)
@@ -56,6 +57,7 @@ def test_form_passes_quick_grid_in_every_dtype(form):
     assert {row.case for row in r.rows} >= {f"mask fn: {n}" for n in verify.MASK_FAMILIES}
 
 
+@pytest.mark.slow
 def test_loops_passes_shrunk_float64_grid():
     cases = verify.default_cases(["float64"], long=False)
     r = verify.verify({"loops": attnlab.forms()["loops"].fn}, cases)

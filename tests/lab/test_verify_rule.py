@@ -40,6 +40,7 @@ def bf16_softmax(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=
     return torch.softmax(s, -1).bfloat16().to(q.dtype) @ v
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [4242, 99991])
 def test_quick_grid_passes_at_unlisted_seeds_for_every_form_and_pytorch(seed):
     cases = verify.default_cases(["float32"], long=False)
@@ -92,6 +93,7 @@ def test_no_dropout_skips_and_says_so():
     assert r.rows[1].detail == "dropout not checked (--no-dropout)"
 
 
+@pytest.mark.slow
 def test_a_hanging_function_is_a_fail_row_and_verify_ends():
     def hangs(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         if q.shape[-2] == 17:
@@ -119,6 +121,7 @@ def test_long_reasons_wrap_in_the_table():
     assert "THE END" in text and "[in brackets]" in text and "…" not in text
 
 
+@pytest.mark.slow
 def test_impl_imports_from_the_current_directory_under_the_console_script(tmp_path):
     (tmp_path / "myattn.py").write_text(textwrap.dedent("""
         import torch.nn.functional as F
