@@ -45,6 +45,7 @@ def test_bad_impl_end_to_end_is_one_line_exit_2(run_cli):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_guard_prints_a_skip_line(capsys, tmp_path):
     assert main(["bench", "--seq", "16", "32", "--heads", "1", "--head-dim", "8", "--repeats", "1", "--impl", "matrix",
                  "--matmul-size", "64", "--max-memory", "1K", "--out", str(tmp_path)]) == 0

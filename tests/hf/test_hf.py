@@ -15,6 +15,8 @@ from attnlab.lab import hf_check  # noqa: E402
 
 from . import tiny  # noqa: E402
 
+pytestmark = pytest.mark.slow  # transformers models: each test builds or runs one (seconds apiece on 2 cores)
+
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
@@ -30,7 +32,6 @@ def test_register_names_flash_plainly_and_never_says_flash():
     assert "attnlab" in T.AttentionInterface._global_mapping
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", tiny.KINDS)
 def test_every_form_matches_the_models_own_attention(models, kind):
     """Logits within the tolerance rule on a left-padded batch, 16 identical greedy tokens, equal gradients."""
@@ -114,7 +115,6 @@ def test_dropout_in_training_reaches_the_form(models):
     assert torch.equal(a, b) and not torch.allclose(a, c)
 
 
-@pytest.mark.slow
 def test_verify_model_cli_table_and_json(models, run_cli, tmp_path):
     r = run_cli("verify", "--model", models["mistral"], "--impl", "matrix,flash", "--json", tmp_path / "m.json")
     print(r.stdout[-3000:], r.stderr[-2000:])
@@ -126,7 +126,6 @@ def test_verify_model_cli_table_and_json(models, run_cli, tmp_path):
     assert all(row["logits"]["err"] <= row["logits"]["allowed"] for row in data["rows"])
 
 
-@pytest.mark.slow
 def test_verify_model_cli_bad_input_is_one_line(run_cli, tmp_path):
     r = run_cli("verify", "--model", tmp_path / "no-such-model")
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -135,7 +134,6 @@ def test_verify_model_cli_bad_input_is_one_line(run_cli, tmp_path):
     assert r.returncode == 2 and "--model runs registered single-process forms" in r.stderr
 
 
-@pytest.mark.slow
 def test_without_transformers_the_message_names_the_extra(run_cli, tmp_path):
     fake = tmp_path / "fake"
     fake.mkdir()

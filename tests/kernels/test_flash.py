@@ -128,6 +128,7 @@ def _seeded(fn, seed=7):
     return fn()
 
 
+@pytest.mark.slow
 def test_dropout_mean_approaches_no_dropout_output():
     q, k, v = qkv(1, 2, 2, 16, 16, 8, 8, dtype=torch.float32)
     exact = attnlab.attention(q, k, v, is_causal=True, impl="flash")

@@ -94,6 +94,7 @@ def test_dropout_reproducible_and_shared_across_forms(form):
     assert oracle.max_err(a, m) < 1e-12  # the same seed drops the same weights in every attnlab form
 
 
+@pytest.mark.slow
 def test_dropout_is_unbiased_and_drops_about_p():
     q, k, v = qkv((1,), 1, 1, 8, 8, 4, 4)
     torch.manual_seed(0)
@@ -137,6 +138,7 @@ def test_stable_softmax_survives_huge_logits():
     assert oracle.max_err(out, F.scaled_dot_product_attention(q, k, v)) < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_low_precision_within_tolerance_rule(dtype):
     q, k, v = qkv((2,), 4, 4, 33, 47, 40, 40, dtype=dtype)

@@ -63,6 +63,7 @@ def test_on_a_cpu_without_the_interpreter_it_says_so(no_interpreter):
         attnlab.attention(q, q, q, impl="triton")
 
 
+@pytest.mark.slow
 @needs_triton
 def test_bench_reports_it_unavailable_on_a_cpu(no_interpreter):
     cfg = bench.BenchConfig(seq=(16,), impls=("triton", "matrix"), heads=1, head_dim=8, repeats=1, matmul_n=32)
