@@ -29,7 +29,7 @@ def _builtins(H, g):
     }
 
 
-@pytest.mark.parametrize("impl", [pytest.param(f, marks=pytest.mark.slow) if f == "loops" else f for f in FORMS])
+@pytest.mark.parametrize("impl", [f if f == "matrix" else pytest.param(f, marks=pytest.mark.slow) for f in FORMS])
 @pytest.mark.parametrize("name", ["softcap", "alibi", "alibi slopes", "relative_bias",
                                   "relative_bias causal then softcap"])
 def test_gradcheck_each_builtin_each_form(impl, name):
@@ -68,6 +68,7 @@ def test_alibi_slopes_are_the_papers():
     assert torch.allclose(s6[:4], mods.alibi_slopes(4)) and torch.allclose(s6[4:], mods.alibi_slopes(8)[0::2][:2])
 
 
+@pytest.mark.slow
 def test_t5_buckets_match_transformers():
     T = pytest.importorskip("transformers")
     from transformers.models.t5.modeling_t5 import T5Attention
