@@ -1,13 +1,15 @@
 # The whole set-up on a fresh machine is one of these two commands:
-#   make demo   create .venv, install attnlab (torch pinned to the CPU build 2.13.0), run `attnlab demo`
-#   make test   the same set-up with the dev extras, then ruff and pytest
+#   make demo   create .venv, install attnlab and its 'lab' extra (torch pinned to the CPU build 2.13.0),
+#               run `attnlab demo`
+#   make test   the same set-up with the dev extras (they include 'lab'), then ruff and pytest
+#   make test-fast   the tests not marked slow (no subprocess CLI runs, ring launches, training or browser)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # torch is pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 (CPU) installs from local disk here.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test lint install install-dev browser clean
+.PHONY: demo test test-fast lint install install-dev browser clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +17,7 @@ $(PY):
 
 $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet -e ".[lab]"
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
@@ -40,6 +42,9 @@ lint: install-dev
 
 test: install-dev browser lint
 	$(VENV)/bin/python -m pytest -q
+
+test-fast: install-dev lint
+	$(VENV)/bin/python -m pytest -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) attnlab-out .pytest_cache .ruff_cache

@@ -1,7 +1,9 @@
-"""Every Python snippet in the README runs, each in a fresh interpreter, exactly as written.
+"""Every Python snippet in the README and in docs/ runs, each in a fresh interpreter, exactly as written.
 
-A snippet that starts a torch.distributed process group is run the way the README says to run
-it, under torchrun (two processes). Printed output is shown with -s.
+A snippet that starts a torch.distributed process group (or says to run it under torchrun) is run
+that way, under torchrun (two processes). A block the page marks ``<!-- not run: REASON -->`` (a
+signature, a download) or ``<!-- source: PATH -->`` (a copy of source lines, checked against the file
+by tests/kernels/test_triton.py) is not run. Printed output is shown with -s.
 """
 
 import os
@@ -12,30 +14,62 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-SNIPPETS = re.findall(r"^```python\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"(?:^<!-- (not run|source): ?(.*?) -->\n)?^```python\n(.*?)^```", flags=re.S | re.M)
 
 
-def _id(code: str) -> str:
+def _blocks():
+    """(page, marker, reason, code) for every Python block of every page."""
+    return [(page, m[1], m[2], m[3]) for page in PAGES for m in BLOCK.finditer(page.read_text())]
+
+
+SNIPPETS = [(page, code) for page, marker, _, code in _blocks() if marker is None]
+
+
+def _id(snippet) -> str:
+    page, code = snippet
     first = code.strip().splitlines()[0]
-    return re.sub(r"\W+", "_", first)[:40]
+    return page.stem + ":" + re.sub(r"\W+", "_", first)[:40]
 
 
-def test_the_readme_has_python_snippets():
-    assert len(SNIPPETS) >= 4
+def test_the_readme_and_the_docs_have_python_snippets():
+    pages = {page.name for page, _ in SNIPPETS}
+    assert len(SNIPPETS) >= 7 and "README.md" in pages
+    assert {"api.md", "flash.md", "train.md", "ring.md", "models.md"} <= pages, pages
+
+
+def test_a_block_that_is_not_run_says_why():
+    skipped = [(page.name, reason) for page, marker, reason, _ in _blocks() if marker == "not run"]
+    assert skipped and all(reason.strip() for _, reason in skipped), skipped
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("code", SNIPPETS, ids=[_id(c) for c in SNIPPETS])
-def test_readme_snippet_runs(code, tmp_path):
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=[_id(s) for s in SNIPPETS])
+def test_snippet_runs(snippet, tmp_path):
+    page, code = snippet
     script = tmp_path / "snippet.py"
     script.write_text(code)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if "init_process_group" in code:
+    if "init_process_group" in code or "torchrun" in code.splitlines()[0]:
         torchrun = Path(sys.executable).parent / "torchrun"
         cmd = [str(torchrun), "--standalone", "--nproc_per_node=2", str(script)]
     else:
         cmd = [sys.executable, str(script)]
     r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     print(r.stdout[-3000:])
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, f"{page.name}: " + r.stderr[-3000:]
+
+
+def test_the_readme_names_every_command_with_flags_that_exist():
+    """The command table: one row per command of the CLI, and every flag it shows is one that command takes."""
+    from attnlab.cli import COMMANDS, build_parser
+
+    rows = re.findall(r"^\| `attnlab (\w+)([^`]*)`", README.read_text(), flags=re.M)
+    assert {name for name, _ in rows} == set(COMMANDS)
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for name, usage in rows:
+        known = {s for action in subparsers[name]._actions for s in action.option_strings}
+        shown = set(re.findall(r"--[a-z][a-z-]*", usage))
+        assert shown <= known, f"attnlab {name}: the README shows {sorted(shown - known)}"

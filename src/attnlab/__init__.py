@@ -7,8 +7,12 @@ Forms: ``attnlab.forms()``. Masks as functions: ``attnlab.masks``. Score modifie
 (soft-capping, ALiBi, a learned relative bias): ``attnlab.mods``, passed as ``score_mod=``.
 """
 
-from . import masks, mods
-from .kernels import Form, attention, forms, register
+import warnings
+
+with warnings.catch_warnings():  # torch warns on import when numpy is missing; only the 'lab' extra needs numpy
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+    from . import masks, mods
+    from .kernels import Form, attention, forms, register
 
 __version__ = "0.1.0"
 

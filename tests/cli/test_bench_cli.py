@@ -12,6 +12,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 TINY = ["--seq", "256", "512", "1024", "--heads", "2", "--head-dim", "16", "--repeats", "2", "--matmul-size", "256"]
 
 
+@pytest.mark.slow
 def test_bench_writes_table_json_csv_and_plot(run_cli, tmp_path):
     # every block of 64 KiB or more on its own pages: the resident peak counts live tensors exactly
     r = run_cli("bench", *TINY, "--impl", "matrix", "--impl", "sdpa,matrix", "--out", "out",
@@ -36,6 +37,7 @@ def test_bench_writes_table_json_csv_and_plot(run_cli, tmp_path):
     assert data.startswith(PNG) and len(data) > 20_000
 
 
+@pytest.mark.slow
 def test_bad_impl_end_to_end_is_one_line_exit_2(run_cli):
     r = run_cli("bench", "--impl", "fast")
     assert r.returncode == 2
@@ -43,6 +45,7 @@ def test_bad_impl_end_to_end_is_one_line_exit_2(run_cli):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_guard_prints_a_skip_line(capsys, tmp_path):
     assert main(["bench", "--seq", "16", "32", "--heads", "1", "--head-dim", "8", "--repeats", "1", "--impl", "matrix",
                  "--matmul-size", "64", "--max-memory", "1K", "--out", str(tmp_path)]) == 0

@@ -2,7 +2,11 @@
 
 import json
 
+import pytest
+
 PNG = b"\x89PNG\r\n\x1a\n"
+
+pytestmark = pytest.mark.slow  # every test runs the command in a subprocess
 
 
 def test_explore_lists_runs_and_rejects(run_cli, tmp_path):

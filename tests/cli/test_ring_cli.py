@@ -14,6 +14,7 @@ from attnlab.lab import ring as lab_ring
 from attnlab.lab.launch import free_port
 
 
+@pytest.mark.slow
 def test_ring_command_checks_measures_and_writes_json(tmp_path, capsys):
     path = tmp_path / "ring.json"
     code = main(["ring", "--world", "2", "--seq", "64", "--heads", "2", "--head-dim", "8", "--causal", "--layout",
@@ -65,6 +66,7 @@ def test_under_torchrun_the_world_is_torchruns(monkeypatch, capsys):
     assert "sequence length 64 is not divisible by the world size 3" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_under_torchrun_every_process_joins_and_rank_0_reports():
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",
            f"--rdzv-endpoint=127.0.0.1:{free_port()}", "-m", "attnlab", "ring", "--seq", "32", "--heads", "2",
@@ -101,6 +103,7 @@ def test_what_will_not_fit_is_refused_before_the_launch(argv, words, capsys):
     assert time.monotonic() - t0 < 10  # an estimate, not a run
 
 
+@pytest.mark.slow
 def test_a_transfer_that_times_out_is_one_line_without_cpp_frames():
     r = subprocess.run([sys.executable, "-m", "attnlab", "ring", "--world", "2", "--seq", "256", "--no-measure",
                         "--timeout", "0.001"], capture_output=True, text=True, timeout=120)
@@ -112,6 +115,7 @@ def test_a_transfer_that_times_out_is_one_line_without_cpp_frames():
     assert "frame #" not in r.stderr and len(r.stderr) < 600
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_rank_and_says_one_line():
     p = subprocess.Popen([sys.executable, "-m", "attnlab", "ring", "--world", "2", "--seq", "4096", "--backward",
                           "--causal"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -140,6 +144,7 @@ def test_ctrl_c_stops_every_rank_and_says_one_line():
         raise AssertionError("processes of the run outlived it")
 
 
+@pytest.mark.slow
 def test_progress_is_told_what_the_ranks_and_the_check_are_doing():
     said = []
     result = lab_ring.run(lab_ring.RingConfig(world=2, seq=64, heads=2, head_dim=8, causal=True, backward=True,

@@ -15,6 +15,7 @@ def trained(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("t", ["inf", "-inf", "nan", "0", "-1"])
 def test_temperature_must_be_finite_and_positive(trained, t, capsys):
     assert main(["sample", "--ckpt", str(trained / "checkpoints" / "scale-sqrt.pt"), f"--temperature={t}"]) == 2
@@ -25,6 +26,7 @@ def test_temperature_must_be_finite_and_positive(trained, t, capsys):
         sample.sample(trained / "checkpoints" / "scale-sqrt.pt", temperature=float("inf"))
 
 
+@pytest.mark.slow
 def test_sample_streams_each_character_as_it_is_drawn(trained, capsys, monkeypatch):
     ckpt = str(trained / "checkpoints" / "scale-sqrt.pt")
     pieces = []
@@ -54,6 +56,7 @@ def test_resume_without_a_checkpoint_is_exit_2_naming_the_folder(tmp_path, capsy
            "scale-none.pt, scale-inv.pt)" in err
 
 
+@pytest.mark.slow
 def test_resume_says_the_step_it_continues_from(trained, capsys):
     assert main(["train", "--preset", "tiny", "--scale", "sqrt", "--steps", "6", "--eval-every", "2", "--resume",
                  "--out", str(trained)]) == 0

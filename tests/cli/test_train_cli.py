@@ -10,6 +10,7 @@ from attnlab.cli import main
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_train_writes_figure_json_checkpoints_then_sample_decodes(run_cli, tmp_path):
     r = run_cli("train", "--preset", "tiny", "--steps", "8", "--eval-every", "4", "--out", "out")
     print(r.stdout, r.stderr)
@@ -31,6 +32,7 @@ def test_train_writes_figure_json_checkpoints_then_sample_decodes(run_cli, tmp_p
     assert "KV cache" in s.stderr
 
 
+@pytest.mark.slow
 def test_tie_kv_ablation_reports_both_losses(tmp_path, capsys):
     code = main(["train", "--preset", "tiny", "--ablation", "tie-kv", "--steps", "4", "--eval-every", "2",
                  "--out", str(tmp_path / "out")])

@@ -17,6 +17,7 @@ def model_dir(tmp_path_factory):
     return tiny.with_tokenizer(tmp_path_factory.mktemp("heads-model"))
 
 
+@pytest.mark.slow
 def test_heads_on_the_lesson_sentence_found_by_measurement(model_dir, tmp_path):
     r = hf_heads.model_heads(str(model_dir))
     print("tokens:", r.tokens, "| it ->", r.tokens[r.query_token], "| animal ->", [r.tokens[i] for i in r.key_tokens])
@@ -39,6 +40,7 @@ def test_heads_on_the_lesson_sentence_found_by_measurement(model_dir, tmp_path):
     assert write_json(r, tmp_path / "heads.json").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_any_text_and_missing_words(model_dir):
     r = hf_heads.model_heads(str(model_dir), "the dog saw the cat and it ran", query_word="it", key_word="dog")
     assert r.tokens[r.query_token] == "it" and "".join(r.tokens[i] for i in r.key_tokens) == "dog"

@@ -15,6 +15,8 @@ from attnlab.lab import hf_check  # noqa: E402
 
 from . import tiny  # noqa: E402
 
+pytestmark = pytest.mark.slow  # transformers models: each test builds or runs one (seconds apiece on 2 cores)
+
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
@@ -30,7 +32,6 @@ def test_register_names_flash_plainly_and_never_says_flash():
     assert "attnlab" in T.AttentionInterface._global_mapping
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", tiny.KINDS)
 def test_every_form_matches_the_models_own_attention(models, kind):
     """Logits within the tolerance rule on a left-padded batch, 16 identical greedy tokens, equal gradients."""

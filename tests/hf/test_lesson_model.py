@@ -47,6 +47,7 @@ def _eager(model_dir, text):
     return [tuple(s) for s in enc["offset_mapping"][0].tolist()], torch.stack([a[0] for a in att]).double()
 
 
+@pytest.mark.slow
 def test_page_and_json_hold_the_models_tokens_and_heads(built):
     r, out, _ = built
     assert r.returncode == 0, r.stderr
@@ -69,6 +70,7 @@ def test_page_and_json_hold_the_models_tokens_and_heads(built):
     assert "http://" not in html and "https://" not in html
 
 
+@pytest.mark.slow
 def test_it_animal_head_equals_an_independent_measurement(built):
     r, out, model_dir = built
     assert r.returncode == 0, r.stderr
@@ -101,6 +103,7 @@ def test_it_animal_head_equals_an_independent_measurement(built):
     assert worst < 1e-3
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_2(tmp_path, built, capsys):
     from attnlab.cli import main
 

@@ -8,17 +8,12 @@ import attnlab
 from attnlab import masks
 from attnlab.kernels import flash
 from attnlab.lab import oracle
-
-
-def make(N, H, Hkv, L, S, E, Ev, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(N, H, L, E, generator=g, dtype=dtype), torch.randn(N, Hkv, S, E, generator=g, dtype=dtype),
-            torch.randn(N, Hkv, S, Ev, generator=g, dtype=dtype)]
+from helpers import qkv
 
 
 def both(size, bq, bk, seed=0, **kw):
     """Run flash (with tiles bq x bk) and the matrix form on the same inputs; return the max errors."""
-    a = [t.requires_grad_() for t in make(*size, seed=seed)]
+    a = [t.requires_grad_() for t in qkv(*size, seed=seed)]
     b = [t.detach().clone().requires_grad_() for t in a]
     gqa = size[1] != size[2]
     mask = kw.pop("attn_mask", None)
@@ -64,7 +59,7 @@ def test_flash_equals_matrix(size, tiles, causal, path):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_huge_logits_take_the_online_max_path(dtype):
     """Scores in the hundreds: exp overflows unless the running max is subtracted."""
-    q, k, v = make(1, 2, 2, 40, 33, 16, 8, dtype=dtype)
+    q, k, v = qkv(1, 2, 2, 40, 33, 16, 8, dtype=dtype)
     q = q * 40
     mask = torch.rand(40, 33, generator=torch.Generator().manual_seed(0)) > 0.3
     out = attnlab.attention(q, k, v, attn_mask=mask, impl="flash", block_q=8, block_k=8)
@@ -102,7 +97,7 @@ def test_flash_masks_and_mask_gradients(name, path):
 
 
 def test_fully_masked_rows_zero_with_finite_grads():
-    q, k, v = (t.requires_grad_() for t in make(1, 2, 2, 9, 11, 8, 8))
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 2, 9, 11, 8, 8))
     mask = torch.ones(9, 11, dtype=torch.bool)
     mask[4] = False
     out = attnlab.attention(q, k, v, attn_mask=mask, impl="flash", block_q=4, block_k=4)
@@ -111,8 +106,9 @@ def test_fully_masked_rows_zero_with_finite_grads():
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
 
 
+@pytest.mark.slow
 def test_gradcheck_float64():
-    q, k, v = (t.requires_grad_() for t in make(1, 2, 1, 5, 6, 4, 3))
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 1, 5, 6, 4, 3))
     bias = torch.randn(2, 5, 6, dtype=torch.float64, requires_grad=True)
 
     def f(q, k, v, bias):
@@ -132,8 +128,9 @@ def _seeded(fn, seed=7):
     return fn()
 
 
+@pytest.mark.slow
 def test_dropout_mean_approaches_no_dropout_output():
-    q, k, v = make(1, 2, 2, 16, 16, 8, 8, dtype=torch.float32)
+    q, k, v = qkv(1, 2, 2, 16, 16, 8, 8, dtype=torch.float32)
     exact = attnlab.attention(q, k, v, is_causal=True, impl="flash")
     torch.manual_seed(0)
     errs = []
@@ -148,7 +145,7 @@ def test_dropout_mean_approaches_no_dropout_output():
 
 
 def test_dropout_grads_equal_autograd_through_matrix_with_same_keep_mask():
-    a = [t.requires_grad_() for t in make(2, 4, 2, 21, 19, 8, 8)]
+    a = [t.requires_grad_() for t in qkv(2, 4, 2, 21, 19, 8, 8)]
     b = [t.detach().clone().requires_grad_() for t in a]
     torch.manual_seed(5)
     o1 = attnlab.attention(*a, is_causal=True, dropout_p=0.4, enable_gqa=True, impl="flash", block_q=8, block_k=4)
@@ -166,7 +163,7 @@ def test_dropout_grads_equal_autograd_through_matrix_with_same_keep_mask():
 def test_saves_only_output_and_log_sum_exp():
     """Nothing of size L x S is kept for backward: the weights are recomputed tile by tile."""
     L = S = 300
-    q, k, v = (t.requires_grad_() for t in make(1, 2, 2, L, S, 8, 8, dtype=torch.float32))
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 2, L, S, 8, 8, dtype=torch.float32))
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
         out = attnlab.attention(q, k, v, is_causal=True, impl="flash", block_q=64, block_k=64)
@@ -200,7 +197,7 @@ def test_block_map_cache_is_bounded():
 
 
 def test_bad_tile_sizes():
-    q, k, v = make(1, 1, 1, 4, 4, 4, 4)
+    q, k, v = qkv(1, 1, 1, 4, 4, 4, 4)
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="block_q must be a positive integer tile size"):
             flash.attention(q, k, v, block_q=bad)
@@ -208,7 +205,7 @@ def test_bad_tile_sizes():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_low_precision_within_rule(dtype):
-    q, k, v = make(1, 4, 4, 97, 97, 40, 40, dtype=dtype)
+    q, k, v = qkv(1, 4, 4, 97, 97, 40, 40, dtype=dtype)
     ref = oracle.reference(q, k, v, is_causal=True)
     c = oracle.compare("out", attnlab.attention(q, k, v, is_causal=True, impl="flash", block_q=32, block_k=16),
                        F.scaled_dot_product_attention(q, k, v, is_causal=True), ref, dtype)

@@ -7,8 +7,9 @@ import attnlab
 from attnlab import masks
 from attnlab.kernels import flash_band
 from attnlab.lab import oracle
+from helpers import qkv
 
-from .test_flash import both, make, path  # noqa: F401  (path: the bounded / online-max fixture)
+from .test_flash import both, path  # noqa: F401  (path: the bounded / online-max fixture)
 
 
 @pytest.fixture
@@ -59,7 +60,7 @@ def test_bands_take_views_and_gathers(small_bands):
 
 
 def test_bands_float32_against_pytorch_and_oracle(small_bands):
-    q, k, v = make(1, 4, 2, 61, 61, 32, 32, dtype=torch.float32, seed=3)
+    q, k, v = qkv(1, 4, 2, 61, 61, 32, 32, dtype=torch.float32, seed=3)
     mask = masks.document(ids(17, 30, 14)) & masks.sliding_window(9)
     dense = mask.dense(1, 4, 61, 61)
     ref = oracle.reference(q, k, v, attn_mask=dense, enable_gqa=True)
@@ -71,7 +72,7 @@ def test_bands_float32_against_pytorch_and_oracle(small_bands):
 
 
 def test_rows_that_see_nothing_are_zero(small_bands):
-    q, k, v = (t.requires_grad_() for t in make(1, 2, 2, 20, 40, 8, 8))
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 2, 20, 40, 8, 8))
     mask = masks.Mask.from_mod(lambda b, h, i, j: (j >= 2 * i) & (j < 2 * i + 3) & (i % 5 != 0), "stride")
     assert flash_band.plan(mask, 1, 2, 20, 40, 4) is not None
     out = attnlab.attention(q, k, v, attn_mask=mask, impl="flash")
@@ -93,7 +94,7 @@ def test_dense_masks_keep_the_tiles():
 @pytest.mark.parametrize("kw", [{"score_mod": attnlab.mods.softcap(5.0)}, {"dropout_p": 0.3}])
 def test_modifiers_and_dropout_walk_the_tiles(small_bands, kw):
     """The band forward has no modifier or dropout; those calls give what bands=False gives."""
-    q, k, v = make(1, 2, 2, 30, 30, 8, 8)
+    q, k, v = qkv(1, 2, 2, 30, 30, 8, 8)
     mask = masks.sliding_window(4)
     outs = []
     for bands in (True, False):

@@ -9,16 +9,10 @@ from hypothesis import strategies as st
 import attnlab
 from attnlab import masks
 from attnlab.lab import oracle
+from helpers import qkv
 
 FAST = ["matrix", "sdpa"]
 ALL = ["loops", "matrix", "sdpa"]
-
-
-def make(batch, H, Hkv, L, S, E, Ev, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*batch, H, L, E, generator=g, dtype=dtype),
-            torch.randn(*batch, Hkv, S, E, generator=g, dtype=dtype),
-            torch.randn(*batch, Hkv, S, Ev, generator=g, dtype=dtype))
 
 
 SIZES = [  # batch, H, Hkv, L, S, E, Ev
@@ -34,7 +28,7 @@ SIZES = [  # batch, H, Hkv, L, S, E, Ev
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"b{s[0]}h{s[1]}/{s[2]}L{s[3]}S{s[4]}E{s[5]}")
 @pytest.mark.parametrize("causal", [False, True])
 def test_forward_and_grads_match_pytorch_float64(form, size, causal):
-    q, k, v = make(*size)
+    q, k, v = qkv(*size)
     gqa = size[1] != size[2]
     ins = [t.clone().requires_grad_() for t in (q, k, v)]
     ref = [t.clone().requires_grad_() for t in (q, k, v)]
@@ -51,7 +45,7 @@ def test_forward_and_grads_match_pytorch_float64(form, size, causal):
 
 @pytest.mark.parametrize("form", ALL)
 def test_fully_masked_rows_are_zero_with_finite_grads(form):
-    q, k, v = make((1,), 2, 2, 6, 5, 8, 8)
+    q, k, v = qkv((1,), 2, 2, 6, 5, 8, 8)
     mask = torch.rand(6, 5) > 0.4
     mask[2] = False  # query 2 sees no key
     fmask = torch.zeros(6, 5, dtype=torch.float64).masked_fill(~mask, float("-inf"))
@@ -70,7 +64,7 @@ def test_fully_masked_rows_are_zero_with_finite_grads(form):
 @pytest.mark.parametrize("form", ALL)
 def test_lower_right_alignment_for_decoding(form):
     """The KV-cache trap (pytorch#144858): one new query must see every cached key."""
-    q, k, v = make((1,), 2, 2, 1, 9, 8, 8)
+    q, k, v = qkv((1,), 2, 2, 1, 9, 8, 8)
     upper = attnlab.attention(q, k, v, is_causal=True, impl=form)  # PyTorch's semantics: sees key 0 only
     assert oracle.max_err(upper, v[:, :, :1]) < 1e-12
     lower = attnlab.attention(q, k, v, attn_mask=masks.causal_lower_right(), impl=form)
@@ -78,7 +72,7 @@ def test_lower_right_alignment_for_decoding(form):
     print(form, "lower-right vs full attention:", oracle.max_err(lower, full))
     assert oracle.max_err(lower, full) < 1e-12
     # L=3 queries at the end of S=9: row i sees keys j <= i + 6
-    q3 = make((1,), 2, 2, 3, 9, 8, 8, seed=1)[0]
+    q3 = qkv((1,), 2, 2, 3, 9, 8, 8, seed=1)[0]
     dense = torch.ones(3, 9, dtype=torch.bool).tril(diagonal=6)
     got = attnlab.attention(q3, k, v, attn_mask=masks.causal_lower_right(), impl=form)
     assert oracle.max_err(got, F.scaled_dot_product_attention(q3, k, v, attn_mask=dense)) < 1e-12
@@ -86,7 +80,7 @@ def test_lower_right_alignment_for_decoding(form):
 
 @pytest.mark.parametrize("form", ["loops", "matrix"])
 def test_dropout_reproducible_and_shared_across_forms(form):
-    q, k, v = make((2,), 2, 2, 6, 7, 8, 8)
+    q, k, v = qkv((2,), 2, 2, 6, 7, 8, 8)
     torch.manual_seed(3)
     a = attnlab.attention(q, k, v, dropout_p=0.3, impl=form)
     torch.manual_seed(3)
@@ -100,8 +94,9 @@ def test_dropout_reproducible_and_shared_across_forms(form):
     assert oracle.max_err(a, m) < 1e-12  # the same seed drops the same weights in every attnlab form
 
 
+@pytest.mark.slow
 def test_dropout_is_unbiased_and_drops_about_p():
-    q, k, v = make((1,), 1, 1, 8, 8, 4, 4)
+    q, k, v = qkv((1,), 1, 1, 8, 8, 4, 4)
     torch.manual_seed(0)
     outs = torch.stack([attnlab.attention(q, k, v, dropout_p=0.5) for _ in range(2000)])
     exact = attnlab.attention(q, k, v)
@@ -113,7 +108,7 @@ def test_dropout_is_unbiased_and_drops_about_p():
 
 
 def test_matrix_returns_weights_that_sum_to_one():
-    q, k, v = make((), 2, 2, 5, 6, 8, 8)
+    q, k, v = qkv((), 2, 2, 5, 6, 8, 8)
     out, w = attnlab.kernels.matrix.attention(q, k, v, is_causal=True, return_weights=True)
     assert w.shape == (2, 5, 6)
     assert torch.allclose(w.sum(-1), torch.ones(2, 5, dtype=w.dtype))
@@ -123,7 +118,7 @@ def test_matrix_returns_weights_that_sum_to_one():
 
 @pytest.mark.parametrize("form", ALL)
 def test_broadcast_masks_and_two_dim_inputs(form):
-    q, k, v = make((2,), 2, 2, 4, 5, 8, 8)
+    q, k, v = qkv((2,), 2, 2, 4, 5, 8, 8)
     for shape in [(4, 1), (1, 5), (2, 1, 1, 5), (2, 4, 5)]:
         m = torch.rand(shape) > 0.3
         out = attnlab.attention(q, k, v, attn_mask=m, impl=form)
@@ -143,9 +138,10 @@ def test_stable_softmax_survives_huge_logits():
     assert oracle.max_err(out, F.scaled_dot_product_attention(q, k, v)) < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_low_precision_within_tolerance_rule(dtype):
-    q, k, v = make((2,), 4, 4, 33, 47, 40, 40, dtype=dtype)
+    q, k, v = qkv((2,), 4, 4, 33, 47, 40, 40, dtype=dtype)
     ref = oracle.reference(q, k, v, is_causal=True)
     theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     for form in ("matrix", "loops") if dtype == torch.float32 else ("matrix",):
@@ -158,7 +154,7 @@ def test_low_precision_within_tolerance_rule(dtype):
 @given(N=st.integers(1, 2), Hkv=st.integers(1, 3), G=st.integers(1, 3), L=st.integers(1, 12),
        S=st.integers(1, 12), E=st.integers(1, 20), Ev=st.integers(1, 9), causal=st.booleans())
 def test_matrix_equals_pytorch_on_random_shapes(N, Hkv, G, L, S, E, Ev, causal):
-    q, k, v = make((N,), Hkv * G, Hkv, L, S, E, Ev)
+    q, k, v = qkv((N,), Hkv * G, Hkv, L, S, E, Ev)
     out = attnlab.attention(q, k, v, is_causal=causal, enable_gqa=G > 1)
     exp = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=G > 1)
     assert oracle.max_err(out, exp) < 1e-12
@@ -167,7 +163,7 @@ def test_matrix_equals_pytorch_on_random_shapes(N, Hkv, G, L, S, E, Ev, causal):
 @pytest.mark.parametrize("form", ALL + ["flash"])
 def test_nan_is_not_mistaken_for_a_fully_masked_row(form):
     """Only a row whose every score is -inf is "fully masked" (zeros); NaN scores stay NaN, as in PyTorch."""
-    q, k, v = make((1,), 2, 2, 5, 6, 8, 8)
+    q, k, v = qkv((1,), 2, 2, 5, 6, 8, 8)
     m = torch.zeros(5, 6, dtype=torch.float64)
     m[1] = float("nan")  # every score of row 1 is NaN
     m[3] = float("-inf")  # row 3 sees no key

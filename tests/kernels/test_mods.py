@@ -5,15 +5,14 @@ import torch
 
 import attnlab
 from attnlab import mods
+from helpers import qkv
 
 FORMS = {"loops": {}, "matrix": {}, "flash": {"block_q": 2, "block_k": 3}}  # small tiles: several per row
 
 
 def _inputs(seed=0, H=4, Hkv=2, L=4, S=5, E=3):
     g = torch.Generator().manual_seed(seed)
-    q = torch.randn(1, H, L, E, generator=g, dtype=torch.float64, requires_grad=True)
-    k = torch.randn(1, Hkv, S, E, generator=g, dtype=torch.float64, requires_grad=True)
-    v = torch.randn(1, Hkv, S, E, generator=g, dtype=torch.float64, requires_grad=True)
+    q, k, v = (t.requires_grad_() for t in qkv(1, H, Hkv, L, S, E, generator=g))
     return q, k, v, g
 
 
@@ -30,7 +29,7 @@ def _builtins(H, g):
     }
 
 
-@pytest.mark.parametrize("impl", list(FORMS))
+@pytest.mark.parametrize("impl", [f if f == "matrix" else pytest.param(f, marks=pytest.mark.slow) for f in FORMS])
 @pytest.mark.parametrize("name", ["softcap", "alibi", "alibi slopes", "relative_bias",
                                   "relative_bias causal then softcap"])
 def test_gradcheck_each_builtin_each_form(impl, name):
@@ -69,6 +68,7 @@ def test_alibi_slopes_are_the_papers():
     assert torch.allclose(s6[:4], mods.alibi_slopes(4)) and torch.allclose(s6[4:], mods.alibi_slopes(8)[0::2][:2])
 
 
+@pytest.mark.slow
 def test_t5_buckets_match_transformers():
     T = pytest.importorskip("transformers")
     from transformers.models.t5.modeling_t5 import T5Attention

@@ -75,6 +75,7 @@ def _sleeps(rank, world):
     time.sleep(120)
 
 
+@pytest.mark.slow
 def test_launch_deadline_stops_a_rank_that_never_returns():
     t0 = time.monotonic()
     out = launch.launch(_sleeps, 1, timeout_s=2.0, pg_timeout_s=5.0)
@@ -155,12 +156,14 @@ def _check_world(world, cfgs):
     print(found[0]["mismatch"][0])
 
 
+@pytest.mark.slow
 def test_two_ranks_equal_single_process_attention():
     _check_world(2, [lab.RingConfig(world=2, seq=24, **TINY),  # not causal; both layouts
                      lab.RingConfig(world=2, seq=40, causal=True, layout="zigzag", kv_heads=1, **TINY),  # GQA
                      lab.RingConfig(world=2, seq=32, causal=True, dtype="bfloat16", **TINY)])
 
 
+@pytest.mark.slow
 def test_four_ranks_equal_single_process_attention():
     _check_world(4, [lab.RingConfig(world=4, seq=32, causal=True, **TINY),
                      lab.RingConfig(world=4, seq=48, heads=4, kv_heads=2, head_dim=8, layout="zigzag",
@@ -179,6 +182,7 @@ def _dies(rank, world):
     return "no error", time.monotonic() - t0
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_is_an_error_in_bounded_time():
     t0 = time.monotonic()
     out = launch.launch(_dies, 2, timeout_s=60.0, pg_timeout_s=5.0)
@@ -200,6 +204,7 @@ def _stalls(rank, world):
     return _dies(rank, world)  # rank 0 calls again and waits for it
 
 
+@pytest.mark.slow
 def test_a_rank_that_stops_answering_is_an_error_after_the_group_timeout():
     out = launch.launch(_stalls, 2, timeout_s=60.0, pg_timeout_s=2.0)
     print(out)

@@ -28,6 +28,7 @@ def env(interpret: bool) -> dict:
     return e
 
 
+@pytest.mark.slow
 @needs_triton
 def test_kernels_under_the_interpreter():
     """Forward and gradients against the float64 oracle: every mask kind, GQA, L != S, odd sizes, dead rows."""
@@ -39,6 +40,7 @@ def test_kernels_under_the_interpreter():
     assert " passed" in r.stdout and "failed" not in r.stdout
 
 
+@pytest.mark.slow
 def test_import_attnlab_does_not_import_triton():
     code = "import sys, attnlab; attnlab.forms(); attnlab.kernels.get('triton'); print('triton' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env(True))
@@ -61,6 +63,7 @@ def test_on_a_cpu_without_the_interpreter_it_says_so(no_interpreter):
         attnlab.attention(q, q, q, impl="triton")
 
 
+@pytest.mark.slow
 @needs_triton
 def test_bench_reports_it_unavailable_on_a_cpu(no_interpreter):
     cfg = bench.BenchConfig(seq=(16,), impls=("triton", "matrix"), heads=1, head_dim=8, repeats=1, matmul_n=32)
@@ -69,6 +72,7 @@ def test_bench_reports_it_unavailable_on_a_cpu(no_interpreter):
     assert rows["matrix"].skipped is None and rows["matrix"].time_s > 0
 
 
+@pytest.mark.slow
 @needs_triton
 @pytest.mark.parametrize("argv", [["verify", "--impl", "triton"], ["train", "--impl", "triton", "--steps", "1"]])
 def test_cli_one_line_and_exit_2_without_the_interpreter(run_cli, argv):

@@ -18,14 +18,14 @@ import attnlab  # noqa: E402
 from attnlab import kernels, masks  # noqa: E402
 from attnlab.kernels import triton_masks  # noqa: E402
 from attnlab.lab import oracle  # noqa: E402
+from helpers import qkv  # noqa: E402
 
 torch.set_num_threads(1)
 
 
 def make(N, H, Hkv, L, S, E, Ev, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(N, H, L, E, generator=g).to(dtype), torch.randn(N, Hkv, S, E, generator=g).to(dtype),
-            torch.randn(N, Hkv, S, Ev, generator=g).to(dtype), torch.randn(N, H, L, Ev, generator=g).to(dtype)]
+    """q, k, v and an output gradient, drawn in float32 and then cast (so every dtype sees the same numbers)."""
+    return [t.to(dtype) for t in qkv(N, H, Hkv, L, S, E, Ev, dtype=torch.float32, seed=seed, grad_out=True)]
 
 
 def judge(size, dtype=torch.float32, mask=None, dense=None, is_causal=False, scale=None, seed=0, tiles=16):

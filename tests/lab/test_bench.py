@@ -58,6 +58,7 @@ def test_one_flop_formula():
 needs_peak = pytest.mark.skipif(memory.method("cpu") is None, reason="no way to reset the peak here (not Linux)")
 
 
+@pytest.mark.slow
 @needs_peak
 def test_memory_method_finds_a_known_allocation_within_the_noise_floor():
     floor = memory.noise_floor("cpu")
@@ -94,6 +95,7 @@ def test_mask_names_and_config_errors():
             bench.BenchConfig(**bad)
 
 
+@pytest.mark.slow
 def test_every_registered_form_is_benchmarked(monkeypatch):
     monkeypatch.setitem(kernels._REGISTRY, "toy", kernels.Form("toy", sdpa.attention, "a registered twin"))
     assert "toy" in bench.known_impls() and "flex" in bench.known_impls()
@@ -101,6 +103,7 @@ def test_every_registered_form_is_benchmarked(monkeypatch):
     assert [(x.impl, x.seq, x.skipped) for x in r.results] == [("toy", 16, None), ("toy", 32, None)]
 
 
+@pytest.mark.slow
 def test_sweep_result_json_schema_and_csv(tmp_path):
     seen = []
     r = bench.sweep(bench.BenchConfig(impls=("matrix", "sdpa"), mask="causal", **TINY), progress=seen.append)
@@ -124,6 +127,7 @@ def test_sweep_result_json_schema_and_csv(tmp_path):
     assert report.figure(r, tmp_path / "b.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
+@pytest.mark.slow
 def test_guards_skip_with_a_reason_instead_of_running():
     r = bench.sweep(bench.BenchConfig(impls=("matrix", "loops"), memory_limit_bytes=1024, **TINY))
     assert all(x.skipped and x.skipped.startswith("estimated") and "--max-memory" in x.skipped for x in r.results)
@@ -134,6 +138,7 @@ def test_guards_skip_with_a_reason_instead_of_running():
     assert all("budget" in x.skipped for x in r.results)
 
 
+@pytest.mark.slow
 def test_memory_estimate_from_shorter_lengths_skips_longer_ones():
     sizes = {**TINY, "seq": (64, 4096), "heads": 4, "head_dim": 16}
     # at 4096 one score matrix alone is 256 MiB: far over the limit, and known from the 64 measured
@@ -143,6 +148,7 @@ def test_memory_estimate_from_shorter_lengths_skips_longer_ones():
     assert r.results[1].skipped.startswith("estimated") and "--max-memory" in r.results[1].skipped
 
 
+@pytest.mark.slow
 def test_failing_form_and_ctrl_c_keep_what_was_measured(monkeypatch):
     def breaks_at_32(q, k, v, *args, **kw):
         if q.shape[-2] >= 32:

@@ -25,6 +25,7 @@ def test_the_fit_keeps_the_longer_half_of_the_lengths():
     assert growth.dominant([(16, 1.0), (32, None), (64, 0.0)]) == [(16, 1.0)]  # what cannot be fitted is left out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(memory.method("cpu") is None, reason="no way to reset the peak here (not Linux)")
 def test_the_matrix_forms_memory_reads_quadratic():
     if os.environ.get("ATTNLAB_FRESH_PROCESS") != "1":
@@ -48,6 +49,7 @@ def test_the_matrix_forms_memory_reads_quadratic():
     assert "every block of 64 KiB or more its own mapping" in r.machine["memory_method"]
 
 
+@pytest.mark.slow
 def test_half_precision_peak_uses_a_size_that_takes_a_second_or_two():
     t0 = time.perf_counter()
     sizes = bench.peak_sizes(bench.BenchConfig(dtype="float16"))
@@ -64,6 +66,7 @@ def test_half_precision_peak_uses_a_size_that_takes_a_second_or_two():
     assert bench.peak_sizes(bench.BenchConfig()) == {"float32": 2048}
 
 
+@pytest.mark.slow
 def test_bench_says_when_it_measures_the_peak(tmp_path, capsys):
     assert main(["bench", "--seq", "16", "32", "--impl", "matrix", "--heads", "1", "--head-dim", "8", "--repeats",
                  "1", "--matmul-size", "64", "--out", str(tmp_path)]) == 0

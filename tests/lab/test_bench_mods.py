@@ -17,6 +17,7 @@ def test_mod_names_and_errors():
             bench.BenchConfig(mod=bad)
 
 
+@pytest.mark.slow
 def test_sweep_with_a_modifier_skips_forms_without_one():
     cfg = bench.BenchConfig(seq=(32,), impls=("flash", "matrix", "sdpa"), heads=2, head_dim=16, mod="alibi",
                             causal=True, repeats=3, budget_s=10, matmul_n=64)
@@ -41,6 +42,7 @@ def test_compiled_flex_applies_the_same_modifier_as_flash(mod):
     assert err < 1e-5
 
 
+@pytest.mark.slow
 def test_bench_cli_bad_mod_is_one_line(run_cli):
     r = run_cli("bench", "--mod", "softcap:zero", "--seq", "16")
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 import attnlab
 from attnlab.lab import oracle, verify
 from attnlab.lab.verify import Case
+from helpers import qkv
 
 
 def wrong_scale(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -24,9 +25,7 @@ def nan_rows(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None
 
 def test_oracle_matches_pytorch_float64_with_gqa_and_mask():
     g = torch.Generator().manual_seed(0)
-    q = torch.randn(2, 6, 7, 8, generator=g, dtype=torch.float64)
-    k = torch.randn(2, 3, 9, 8, generator=g, dtype=torch.float64)
-    v = torch.randn(2, 3, 9, 5, generator=g, dtype=torch.float64)
+    q, k, v = qkv(2, 6, 3, 7, 9, 8, 5, generator=g)
     m = torch.randn(2, 1, 7, 9, generator=g, dtype=torch.float64)
     out = oracle.reference(q, k, v, m, enable_gqa=True)
     exp = F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)
@@ -45,6 +44,7 @@ def test_tolerance_rule_numbers():
     assert not nan.passed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["matrix", "flash"])
 def test_form_passes_quick_grid_in_every_dtype(form):
     cases = verify.default_cases(long=False)
@@ -57,6 +57,7 @@ def test_form_passes_quick_grid_in_every_dtype(form):
     assert {row.case for row in r.rows} >= {f"mask fn: {n}" for n in verify.MASK_FAMILIES}
 
 
+@pytest.mark.slow
 def test_loops_passes_shrunk_float64_grid():
     cases = verify.default_cases(["float64"], long=False)
     r = verify.verify({"loops": attnlab.forms()["loops"].fn}, cases)

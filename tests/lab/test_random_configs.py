@@ -8,10 +8,14 @@ larger configurations.
 
 import collections
 
+import pytest
+
 import attnlab
 from attnlab.lab import verify
 
 N_CONFIGS = 500
+
+pytestmark = pytest.mark.slow  # 500 configurations a form: minutes on 2 cores
 
 
 def _report(rows):

@@ -7,6 +7,7 @@ import torch
 
 from attnlab.lab import memory, oracle, oracle_rows, ring_budget
 from attnlab.lab.ring import RingConfig
+from helpers import qkv
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -16,9 +17,7 @@ def test_slices_of_rows_give_the_full_oracles_numbers(seed):
     Hkv = r(1, 3)
     N, H, L, S, E, Ev = r(1, 2), Hkv * r(1, 3), r(1, 40), r(1, 40), r(1, 9), r(1, 9)
     causal, scale = bool(r(0, 1)), [None, 0.3, 2.0][r(0, 2)]
-    q = torch.randn(N, H, L, E, generator=g)
-    k, v = torch.randn(N, Hkv, S, E, generator=g), torch.randn(N, Hkv, S, Ev, generator=g)
-    go = torch.randn(N, H, L, Ev, generator=g)
+    q, k, v, go = qkv(N, H, Hkv, L, S, E, Ev, dtype=torch.float32, grad_out=True, generator=g)
     kw = dict(is_causal=causal, scale=scale, enable_gqa=Hkv != H)
     want = oracle.reference(q, k, v, grad_out=go, **kw)
     seen = []
@@ -31,6 +30,7 @@ def test_slices_of_rows_give_the_full_oracles_numbers(seed):
     assert seen[-1] == (L, L) and len(seen) > 1 or L <= 3
 
 
+@pytest.mark.slow
 def test_slices_of_rows_need_linear_memory():
     T, d = 2048, 16
     q, k, v, go = (torch.randn(1, 1, T, d) for _ in range(4))
@@ -66,7 +66,7 @@ def test_estimate_grows_linearly_in_memory_and_quadratically_in_time():
     over = ring_budget.PROCESS_BYTES
     assert 3.5 < (big.rank_bytes - over) / (small.rank_bytes - over) <= 4.0  # O(T), 4 x the length
     assert 15 < big.total_s / small.total_s < 17  # O(T^2)
-    assert ring_budget.refusal(cfg, small, available=24 * 2**30) is None  # the README's run fits 24 GB
+    assert ring_budget.refusal(cfg, small, available=24 * 2**30) is None  # docs/ring.md's large run fits 24 GB
 
 
 def test_what_does_not_fit_is_refused_with_the_estimate_and_the_limit():

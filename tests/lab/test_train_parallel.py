@@ -80,14 +80,17 @@ def _check_grid(dp, cp, cfg, data, tmp_path):
     return diff
 
 
+@pytest.mark.slow
 def test_data_parallel_two_ranks_follow_one_process(data, tmp_path):
     _check_grid(2, 1, TINY, data, tmp_path)
 
 
+@pytest.mark.slow
 def test_context_parallel_two_ranks_with_rope_follow_one_process(data, tmp_path):
     _check_grid(1, 2, dataclasses.replace(TINY, position="rope"), data, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_two_by_two_grid_follows_one_process(data, tmp_path):
     _check_grid(2, 2, TINY, data, tmp_path)
 
@@ -106,6 +109,7 @@ def _shards(rank, world, position):
     return logits, bool((wrong - logits).abs().max() > 1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("position", ["rope", "learned"])
 def test_a_sharded_forward_equals_the_whole_one_and_positions_matter(position):
     torch.manual_seed(0)

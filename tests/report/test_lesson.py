@@ -17,6 +17,7 @@ from attnlab.report.lesson import numbers, sections, teach
 from .conftest import BENCH, TRAIN, tiny_checkpoint
 
 
+@pytest.mark.slow
 def test_cli_builds_one_self_contained_page(lesson):
     r, out = lesson
     assert r.returncode == 0, r.stdout + r.stderr
@@ -46,6 +47,7 @@ def test_cli_builds_one_self_contained_page(lesson):
     assert "took 4× as long as PyTorch" in html  # bench.json: matrix 4e-8 s·T² against sdpa's 1e-8
 
 
+@pytest.mark.slow
 def test_cli_rejects_bad_output_folder_and_broken_json(run_cli, tmp_path):
     (tmp_path / "afile").write_text("x")
     r = run_cli("lesson", "--out", "afile")
@@ -250,6 +252,7 @@ def test_a_wrong_results_file_is_named_with_its_field(tmp_path, name, edit, fiel
     assert str(e.value).startswith(str(tmp_path / name)) and field in str(e.value) and "run it again" in str(e.value)
 
 
+@pytest.mark.slow
 def test_cli_names_the_wrong_field_in_one_line(run_cli, tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "demo.json").write_text(json.dumps(DEMO | {"checks": {"form": "loops"}}))

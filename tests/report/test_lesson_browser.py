@@ -42,6 +42,7 @@ def browser():
         b.close()
 
 
+@pytest.mark.slow
 def test_the_answers_here_match_the_page():
     from attnlab.report.lesson.sections import QUIZ
 
@@ -72,6 +73,7 @@ def _open(browser, lesson, **context):
     return page, url, errors, requests
 
 
+@pytest.mark.slow
 def test_the_page_runs_the_same_model_as_python(browser, lesson):
     """window.attnlab.forward and the head statistics, computed by the page's script, against PyTorch."""
     from attnlab.lab.lesson import heads, model
@@ -105,6 +107,7 @@ def test_the_page_runs_the_same_model_as_python(browser, lesson):
     assert errors == []
 
 
+@pytest.mark.slow
 def test_lesson_page_in_chromium(browser, lesson, tmp_path):
     page, url, errors, requests = _open(browser, lesson, viewport={"width": 1280, "height": 900})
     ind, title, explain = page.locator("#stage-ind"), page.locator("#stage-title"), page.locator("#explain")
@@ -253,6 +256,7 @@ def test_lesson_page_in_chromium(browser, lesson, tmp_path):
     assert [u for u in requests if not u.startswith("data:")] == [url]  # the page itself, nothing else
 
 
+@pytest.mark.slow
 def test_lesson_page_on_a_phone(browser, lesson, tmp_path):
     page, url, errors, requests = _open(browser, lesson, viewport={"width": 390, "height": 844}, is_mobile=True,
                                         has_touch=True)

@@ -28,6 +28,7 @@ def model_page(tmp_path_factory):
     return out / "lesson-tiny-llama.html", json.loads((out / "lesson-tiny-llama.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [(1280, 800), (390, 844)])
 def test_model_page_in_chromium(model_page, size, tmp_path):
     _need_browser()

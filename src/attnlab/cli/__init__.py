@@ -49,3 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"attnlab {args.command}: interrupted", file=sys.stderr)
         return 130
+    except ImportError as e:  # an optional dependency (the 'lab' extra) is not installed
+        from attnlab._extras import missing
+
+        if missing(e) is None:
+            raise
+        print(f"attnlab {args.command}: error: {missing(e)}", file=sys.stderr)
+        return 2

@@ -21,8 +21,11 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
+
+from attnlab._extras import require
+
+np = require("numpy")
 
 UNKNOWN = "\ufffd"
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}

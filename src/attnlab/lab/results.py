@@ -40,12 +40,14 @@ def machine() -> dict:
 
 
 def versions() -> dict:
-    import numpy
-
     from attnlab import __version__
 
+    try:
+        import numpy
+    except ImportError:  # a core install without the 'lab' extra
+        numpy = None
     return {"attnlab": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
-            "numpy": numpy.__version__}
+            "numpy": numpy.__version__ if numpy else None}
 
 
 def _clean(x):

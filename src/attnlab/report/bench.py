@@ -11,12 +11,13 @@ import csv
 import math
 from pathlib import Path
 
-from rich.markup import escape
-from rich.table import Table
-
+from attnlab._extras import require
 from attnlab.lab.bench import BenchResult, fmt_bytes
 
 from .plots import _plt, save
+
+Table = require("rich.table").Table
+escape = require("rich.markup").escape
 
 COLUMNS = ["impl", "seq", "time_s", "time_min_s", "time_max_s", "gflops", "peak_bytes", "skipped"]
 QUADRATIC = (1.7, 2.3)  # a fitted memory slope in this range reads as "grows with the square of T"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
+from attnlab._extras import require
 
 from .plots import _plt
+
+np = require("numpy")
 
 SEGMENT_COLOURS = {"trusted": "#2a9d8f", "untrusted": "#e76f51", "later": "#8d99ae"}
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
-from rich.table import Table
+from attnlab._extras import require
 
 from .terminal import fmt
+
+escape, Table = require("rich.markup").escape, require("rich.table").Table
 
 
 def model_table(result) -> Table:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnlab._extras import require
+
 
 def _plt():
-    import matplotlib
+    matplotlib = require("matplotlib")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from rich.table import Table
+from attnlab._extras import require
 
 from .terminal import fmt
+
+Table = require("rich.table").Table
 
 
 def _mib(b: int | None) -> str:

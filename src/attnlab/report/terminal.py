@@ -1,14 +1,19 @@
-"""Tables and progress on the terminal (rich)."""
+"""Tables and progress on the terminal (rich; plain text on a core install without it, see plain.py)."""
 
 from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+try:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+except ModuleNotFoundError:  # the core install (no 'lab' extra): verify's table as plain text, no progress bar
+    from .plain import Console, Table, escape
+
+    Progress = None
 
 console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 150)
 
@@ -20,6 +25,9 @@ def fmt(x: float | None) -> str:
 @contextmanager
 def progress(total: int, what: str):
     """A progress bar with a rate; yields a function advance(description)."""
+    if Progress is None:
+        yield lambda desc="": None
+        return
     cols = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[rate]}"), TimeElapsedColumn()]
     with Progress(*cols, console=console, transient=True) as p:

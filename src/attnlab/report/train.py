@@ -6,6 +6,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+from attnlab._extras import require
+
 from .plots import _plt, save
 from .terminal import console
 
@@ -55,6 +57,7 @@ def figure(result, path: str | Path) -> Path:
 @contextmanager
 def train_progress(total_steps: int, variants: list[str]):
     """A progress bar over every variant's steps, with loss and tokens/s; yields ``on_step``."""
+    require("rich")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     cols = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -1,0 +1,17 @@
+"""Inputs shared by the tests: one seeded query, key and value (and output gradient) builder."""
+
+import torch
+
+
+def qkv(N, H, Hkv, L, S, E, Ev=None, dtype=torch.float64, seed=0, grad_out=False, generator=None):
+    """Seeded normal q (N, H, L, E), k (N, Hkv, S, E), v (N, Hkv, S, Ev), drawn in that order.
+
+    N is a batch size or a tuple of batch dims (``()`` for none); Ev defaults to E. With ``grad_out``
+    an output gradient (N, H, L, Ev) is drawn last and returned fourth. ``generator`` continues a
+    generator the test already draws from (then ``seed`` is not used).
+    """
+    g = torch.Generator().manual_seed(seed) if generator is None else generator
+    batch = tuple(N) if isinstance(N, tuple | list) else (N,)
+    Ev = E if Ev is None else Ev
+    shapes = [(*batch, H, L, E), (*batch, Hkv, S, E), (*batch, Hkv, S, Ev)] + ([(*batch, H, L, Ev)] if grad_out else [])
+    return tuple(torch.randn(*s, generator=g, dtype=dtype) for s in shapes)
