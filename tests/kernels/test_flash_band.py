@@ -109,7 +109,7 @@ def test_bands_only_where_they_save_work(monkeypatch):
     calls = []
     forward = flash_band.forward
     monkeypatch.setattr(flash_band, "forward", lambda *a, **kw: calls.append(1) or forward(*a, **kw))
-    q, k, v = make(1, 2, 2, 1024, 1024, 16, 16, dtype=torch.float32)
+    q, k, v = qkv(1, 2, 2, 1024, 1024, 16, 16, dtype=torch.float32)
     attnlab.attention(q, k, v, attn_mask=masks.sliding_window(64), impl="flash")
     assert calls == [1]
     docs = masks.document(ids(256, 512, 256))

@@ -403,7 +403,9 @@ def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: 
         # -- 1. this query tile, and its rows' saved numbers --
         qi = (q5[:, :, :, rows] * scale).reshape(N, Hkv, G * (rows.stop - rows.start), E)  # [P1]
         doi, shift, norm, Di = weights.rows(rows, dout)
-        walk = (qi * LOG2E, doi, shift, norm, keys, bufs, qt, rows)  # [P8] base-2 scores
+        # [P8] the scores from q * (scale * log2 e), rounded exactly as forward rounded it: P is rebuilt bit for bit
+        q2 = (q5[:, :, :, rows] * (scale * LOG2E)).reshape(qi.shape)
+        walk = (q2, doi, shift, norm, keys, bufs, qt, rows)
         # -- 2. D = rowsum(P * dP), from the same P and dP as below, so that dP - D cancels where it should --
         if Di is None:
             Di = q5.new_zeros(*qi.shape[:3], 1)
