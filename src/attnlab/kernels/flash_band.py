@@ -3,15 +3,23 @@
 A sliding window or a document mask lets a query tile see a short run of keys. Walking that run
 tile by tile (256 x 256) costs a dozen small tensor operations per tile, and a band narrower than
 a tile wastes most of it. Here each query tile of ``BAND_BLOCK_Q`` rows gets the one key range
-``[start, start + W)`` that covers every key any of its rows sees; several query tiles are stacked
-into one batch, their keys and values gathered (a copy of W rows each, small beside the W x rows
-scores), and the whole batch is one matmul, one masked fill, one exp, one sum and one matmul.
-The range holds every visible key, so each row's softmax is complete in one step: no running max,
-no rescaling. Memory: one batch of scores, at most ``BATCH_SCORES`` numbers, whatever L and S are.
+``[start, start + W)`` that covers every key any of its rows sees. Consecutive query tiles form a
+batch, and each head of a batch is five operations: one batched matmul for the scores, an add of
+-inf on the band's edge columns only (the columns every row sees are not touched), one exp2, one
+sum, one batched matmul with the values. The range holds every visible key, so each row's softmax
+is complete in one step: no running max, no rescaling.
 
-The plan (ranges, batches and the bool mask of each batch) depends only on the mask and the sizes,
-so it is built once and cached, like the block map. It is used only when it does less work than
-the tiles: the bands must cover at most ``MAX_FRACTION`` of L x S (never for full or causal).
+Why one head at a time: evenly spaced bands (a window) overlap in memory, and ``torch.bmm`` reads
+such a strided view of one head's keys in place, where a matmul over (heads, bands) would first
+copy every band (9x the keys for a window of 512). Uneven bands (documents) are gathered. A batch
+holds at most ``BATCH_SCORES`` scores per head (4 MiB), so its scores stay in the cache between the
+five operations. Scores are in base-2 units, as in :mod:`attnlab.kernels.flash` ([P8] there).
+
+The plan (ranges, batches and the additive mask of each batch's edge columns) depends only on the
+mask and the sizes, so it is built once and cached, like the block map. The flash form uses it only
+when it does less work than the tiles: the bands cover at most ``MAX_FRACTION`` of L x S (never full
+or causal attention), and compute at most ``SHARE_OF_TILES`` of the scores of the tiles the mask
+does not skip (documents aligned to the tiles leave the tile walk nothing to waste).
 """
 
 from __future__ import annotations
