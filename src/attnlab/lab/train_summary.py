@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .results import Result
+
 
 @dataclass
-class VariantSummary:
+class VariantSummary(Result):
     name: str
     entropy_start: list[float]  # per layer, nats
     entropy_end: list[float]
@@ -37,7 +39,7 @@ class VariantSummary:
 
 
 @dataclass
-class Prediction:
+class Prediction(Result):
     claim: str
     holds: bool
     evidence: str
