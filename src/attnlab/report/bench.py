@@ -15,7 +15,7 @@ from rich.table import Table
 
 from attnlab.lab.bench import BenchResult, fmt_bytes
 
-from .plots import _plt, save
+from .plots import _plt, save_figure
 
 COLUMNS = ["impl", "seq", "time_s", "time_min_s", "time_max_s", "gflops", "peak_bytes", "skipped"]
 QUADRATIC = (1.7, 2.3)  # a fitted memory slope in this range reads as "grows with the square of T"
@@ -150,8 +150,7 @@ def figure(result: BenchResult, path: str | Path) -> Path:
         ax.grid(alpha=0.3, which="both")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    return save(fig, path)
+    return save_figure(fig, path)
 
 
 def _reference_slopes(ax, seqs: list[int]) -> None:

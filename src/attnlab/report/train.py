@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from .plots import _plt, save
+from .plots import _plt, save_figure
 from .terminal import console
 
 COLOURS = {"sqrt": "tab:blue", "none": "tab:red", "inv": "tab:green", "untied": "tab:blue", "tied": "tab:orange"}
@@ -47,8 +47,7 @@ def figure(result, path: str | Path) -> Path:
                  f"corpus: {cfg['corpus_info']['name']}"
                  + (f"; {cfg['parallel']}" if cfg.get("data_parallel", 1) * cfg.get("context_parallel", 1) > 1
                     else ""), fontsize=10)
-    fig.tight_layout()
-    return save(fig, path)
+    return save_figure(fig, path)
 
 
 @contextmanager
