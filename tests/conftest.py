@@ -20,3 +20,26 @@ def run_cli(tmp_path):
                               timeout=timeout, cwd=tmp_path, env=e)
 
     return run
+
+
+@pytest.fixture
+def round_trip():
+    """Check that a result survives JSON through its class: ``round_trip(result)`` or ``round_trip(data, cls)``.
+
+    A result: ``from_dict`` of its JSON equals it, and writes the same JSON back. JSON a command wrote:
+    read through ``cls``, it writes the same JSON back (NaN was written as null and reads back as NaN).
+    Returns the result read back.
+    """
+    import json
+
+    def check(result, cls=None):
+        if cls is not None:
+            back = cls.from_dict(result)
+            assert back.to_dict() == result
+            return back
+        data = json.loads(json.dumps(result.to_dict()))
+        back = type(result).from_dict(data)
+        assert back == result and back.to_dict() == data
+        return back
+
+    return check

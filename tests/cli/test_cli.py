@@ -4,12 +4,15 @@ import json
 
 import pytest
 
+from attnlab.lab.demo import DemoResult
+from attnlab.lab.verify import VerifyResult
+
 PNG = b"\x89PNG\r\n\x1a\n"
 
 pytestmark = pytest.mark.slow  # every test runs the command in a subprocess
 
 
-def test_demo_writes_figures_and_json(run_cli, tmp_path):
+def test_demo_writes_figures_and_json(run_cli, tmp_path, round_trip):
     r = run_cli("demo", "--out", "out", "--seed", "1")
     print(r.stdout, r.stderr)
     assert r.returncode == 0
@@ -25,14 +28,16 @@ def test_demo_writes_figures_and_json(run_cli, tmp_path):
     w = j["map_weights"]
     assert all(w[r][c] == 0 for r in range(len(w)) for c in range(r + 1, len(w)))  # causal: upper triangle zero
     assert "torch" in j["versions"] and "cpu" in j["machine"]
+    assert round_trip(j, DemoResult).checks[0].ok
 
 
-def test_verify_passes_for_a_registered_form(run_cli, tmp_path):
+def test_verify_passes_for_a_registered_form(run_cli, tmp_path, round_trip):
     r = run_cli("verify", "--impl", "matrix", "--dtype", "float32", "--quick", "--json", "v.json")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ALL PASS" in r.stdout and "33 passed, 0 failed" in r.stdout
     j = json.loads((tmp_path / "v.json").read_text())
     assert len(j["rows"]) == 33 and j["rows"][0]["comparisons"][0]["quantity"] == "out"
+    assert round_trip(j, VerifyResult).passed
 
 
 def test_verify_users_own_function_and_exit_code(run_cli, tmp_path):

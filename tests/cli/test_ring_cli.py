@@ -12,10 +12,11 @@ import pytest
 from attnlab.cli import main
 from attnlab.lab import ring as lab_ring
 from attnlab.lab.launch import free_port
+from attnlab.lab.ring_budget import Estimate
 
 
 @pytest.mark.slow
-def test_ring_command_checks_measures_and_writes_json(tmp_path, capsys):
+def test_ring_command_checks_measures_and_writes_json(tmp_path, capsys, round_trip):
     path = tmp_path / "ring.json"
     code = main(["ring", "--world", "2", "--seq", "64", "--heads", "2", "--head-dim", "8", "--causal", "--layout",
                  "zigzag", "--backward", "--repeats", "1", "--json", str(path)])
@@ -37,6 +38,8 @@ def test_ring_command_checks_measures_and_writes_json(tmp_path, capsys):
     assert j["flash_time_s"] > 0 and j["config"]["world"] == 2 and "torch" in j["versions"]
     assert "estimated about" in out and "memory of the check in this process" in out
     assert 0 < j["check_peak_bytes"] <= j["estimate"]["check_bytes"]  # the estimate errs on the side of caution
+    back = round_trip(j, lab_ring.RingResult)
+    assert back.layouts[0].comparisons[0].passed and round_trip(j["estimate"], Estimate).check_bytes > 0
 
 
 @pytest.mark.parametrize("argv, words", [

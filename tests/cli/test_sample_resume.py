@@ -27,11 +27,12 @@ def test_temperature_must_be_finite_and_positive(trained, t, capsys):
 
 
 @pytest.mark.slow
-def test_sample_streams_each_character_as_it_is_drawn(trained, capsys, monkeypatch):
+def test_sample_streams_each_character_as_it_is_drawn(trained, capsys, monkeypatch, round_trip):
     ckpt = str(trained / "checkpoints" / "scale-sqrt.pt")
     pieces = []
     r = sample.sample(ckpt, "def ", 12, on_text=pieces.append)
     assert pieces == list(r.text) and len(pieces) == 12
+    round_trip(r)
     draw, calls = torch.multinomial, []
 
     def interrupted_after_five(*args, **kw):  # Ctrl-C while the sixth character is drawn

@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli import main
+from attnlab.lab.train import TrainResult
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
-def test_train_writes_figure_json_checkpoints_then_sample_decodes(run_cli, tmp_path):
+def test_train_writes_figure_json_checkpoints_then_sample_decodes(run_cli, tmp_path, round_trip):
     r = run_cli("train", "--preset", "tiny", "--steps", "8", "--eval-every", "4", "--out", "out")
     print(r.stdout, r.stderr)
     assert r.returncode == 0
@@ -25,6 +26,7 @@ def test_train_writes_figure_json_checkpoints_then_sample_decodes(run_cli, tmp_p
         assert v["step"] == [0, 4, 8]
         assert all(len(v[k]) == 3 for k in ("train_loss", "val_loss", "grad_norm", "entropy"))
         assert len(v["entropy"][0]) == j["config"]["n_layer"]
+    assert round_trip(j, TrainResult).variants["sqrt"].step == [0, 4, 8]
     ckpt = out / "checkpoints" / "scale-sqrt.pt"
     s = run_cli("sample", "--ckpt", ckpt, "--prompt", "import ", "--tokens", "20")
     assert s.returncode == 0, s.stderr
@@ -33,7 +35,7 @@ def test_train_writes_figure_json_checkpoints_then_sample_decodes(run_cli, tmp_p
 
 
 @pytest.mark.slow
-def test_tie_kv_ablation_reports_both_losses(tmp_path, capsys):
+def test_tie_kv_ablation_reports_both_losses(tmp_path, capsys, round_trip):
     code = main(["train", "--preset", "tiny", "--ablation", "tie-kv", "--steps", "4", "--eval-every", "2",
                  "--out", str(tmp_path / "out")])
     out = capsys.readouterr().out
@@ -41,6 +43,7 @@ def test_tie_kv_ablation_reports_both_losses(tmp_path, capsys):
     assert "Tying the value projection to the key projection" in out and "tied vs" in out
     j = json.loads((tmp_path / "out" / "tie_kv.json").read_text())
     assert list(j["variants"]) == ["untied", "tied"]
+    assert list(round_trip(j, TrainResult).variants) == ["untied", "tied"]
     assert (tmp_path / "out" / "tie_kv.png").read_bytes().startswith(PNG)
 
 

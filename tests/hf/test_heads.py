@@ -18,7 +18,7 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_heads_on_the_lesson_sentence_found_by_measurement(model_dir, tmp_path):
+def test_heads_on_the_lesson_sentence_found_by_measurement(model_dir, tmp_path, round_trip):
     r = hf_heads.model_heads(str(model_dir))
     print("tokens:", r.tokens, "| it ->", r.tokens[r.query_token], "| animal ->", [r.tokens[i] for i in r.key_tokens])
     print(f"most weight from 'it' on 'animal': layer {r.best_layer} head {r.best_head}: {r.best_weight:.3f}")
@@ -38,6 +38,7 @@ def test_heads_on_the_lesson_sentence_found_by_measurement(model_dir, tmp_path):
             assert torch.allclose(a.sum(-1), torch.ones(len(a)), atol=1e-3) and float(a.triu(1).abs().max()) == 0
     assert len(r.entropy) == 2 and len(r.entropy[0]) == 4 and all(0 < p <= 1 for row in r.peak for p in row)
     assert write_json(r, tmp_path / "heads.json").stat().st_size > 1000
+    round_trip(r)
 
 
 @pytest.mark.slow

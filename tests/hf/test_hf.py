@@ -115,7 +115,7 @@ def test_dropout_in_training_reaches_the_form(models):
     assert torch.equal(a, b) and not torch.allclose(a, c)
 
 
-def test_verify_model_cli_table_and_json(models, run_cli, tmp_path):
+def test_verify_model_cli_table_and_json(models, run_cli, tmp_path, round_trip):
     r = run_cli("verify", "--model", models["mistral"], "--impl", "matrix,flash", "--json", tmp_path / "m.json")
     print(r.stdout[-3000:], r.stderr[-2000:])
     assert r.returncode == 0, r.stderr
@@ -124,6 +124,7 @@ def test_verify_model_cli_table_and_json(models, run_cli, tmp_path):
     assert data["model_type"] == "mistral" and data["reference"] == "sdpa"
     assert {row["form"] for row in data["rows"]} == {"matrix", "flash"}
     assert all(row["logits"]["err"] <= row["logits"]["allowed"] for row in data["rows"])
+    assert round_trip(data, hf_check.ModelCheck).rows[0].logits.passed
 
 
 def test_verify_model_cli_bad_input_is_one_line(run_cli, tmp_path):

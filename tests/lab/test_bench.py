@@ -104,7 +104,7 @@ def test_every_registered_form_is_benchmarked(monkeypatch):
 
 
 @pytest.mark.slow
-def test_sweep_result_json_schema_and_csv(tmp_path):
+def test_sweep_result_json_schema_and_csv(tmp_path, round_trip):
     seen = []
     r = bench.sweep(bench.BenchConfig(impls=("matrix", "sdpa"), mask="causal", **TINY), progress=seen.append)
     assert seen == ["matrix T=16", "sdpa T=16", "matrix T=32", "sdpa T=32"]
@@ -125,6 +125,7 @@ def test_sweep_result_json_schema_and_csv(tmp_path):
     assert len(rows) == 4 and list(rows[0]) == report.COLUMNS and rows[0]["skipped"] == ""
     assert float(rows[0]["time_s"]) == pytest.approx(j["results"][0]["time_s"])
     assert report.figure(r, tmp_path / "b.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    round_trip(r)
 
 
 @pytest.mark.slow

@@ -86,11 +86,12 @@ def test_online_softmax_trace_any_tiling(S, tile):
         online_softmax.run(S=0)
 
 
-def test_results_round_trip_through_json(results):
+def test_results_round_trip_through_json(results, round_trip):
     for name, e in explore.EXPERIMENTS.items():
         data = json.loads(json.dumps(to_dict(results[name])))
         back = e.from_dict(data)
         assert e.finding(back) == e.finding(results[name])
+        assert back == results[name] == round_trip(results[name])
         assert "torch" in data["versions"]
     with pytest.raises(ValueError, match="missing"):
         explore.get("trust").from_dict({"seed": 0})

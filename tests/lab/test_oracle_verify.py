@@ -46,7 +46,7 @@ def test_tolerance_rule_numbers():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("form", ["matrix", "flash"])
-def test_form_passes_quick_grid_in_every_dtype(form):
+def test_form_passes_quick_grid_in_every_dtype(form, round_trip):
     cases = verify.default_cases(long=False)
     r = verify.verify({form: attnlab.forms()[form].fn}, cases)
     for row in r.rows:
@@ -55,6 +55,7 @@ def test_form_passes_quick_grid_in_every_dtype(form):
     assert r.passed, [(x.case, x.dtype, x.worst) for x in r.rows if x.status != "pass"]
     assert len(r.rows) == len(cases) == 33 * 3 + 1  # + learnable ALiBi slopes, float64 only
     assert {row.case for row in r.rows} >= {f"mask fn: {n}" for n in verify.MASK_FAMILIES}
+    round_trip(r)
 
 
 @pytest.mark.slow

@@ -41,7 +41,7 @@ def test_text_file_corpus_and_its_errors(tmp_path):
 
 
 @pytest.mark.slow
-def test_thirty_steps_lower_the_loss(data, tmp_path):
+def test_thirty_steps_lower_the_loss(data, tmp_path, round_trip):
     r = train.run(TINY, variants=["sqrt"], out=tmp_path, data=data)
     log = r.variants["sqrt"]
     print("val loss", log.val_loss, "entropy", log.entropy)
@@ -52,6 +52,7 @@ def test_thirty_steps_lower_the_loss(data, tmp_path):
     j = to_dict(r)
     assert set(j["variants"]["sqrt"]) >= {"step", "train_loss", "val_loss", "grad_norm", "entropy"}
     assert len(j["variants"]["sqrt"]["entropy"][0]) == TINY.n_layer
+    round_trip(r)
 
 
 @pytest.mark.slow
@@ -84,7 +85,7 @@ def test_resume_after_ctrl_c_reproduces_the_uninterrupted_run_exactly(data, tmp_
 
 
 @pytest.mark.slow
-def test_variants_share_initial_weights_and_data_and_the_summary_reads_them(data, tmp_path):
+def test_variants_share_initial_weights_and_data_and_the_summary_reads_them(data, tmp_path, round_trip):
     r = train.run(dataclasses.replace(TINY, steps=10), out=tmp_path, data=data)
     # same init and batches: at step 0 only the scale differs, so sqrt and inv losses are close but not equal
     v = r.variants
@@ -93,6 +94,8 @@ def test_variants_share_initial_weights_and_data_and_the_summary_reads_them(data
     summaries, preds = train_summary.summarise(r)
     assert set(summaries) == {"sqrt", "none", "inv"} and len(preds) == 3
     assert all(p.evidence for p in preds)
+    for x in [*summaries.values(), *preds]:
+        round_trip(x)
     # "below a quarter of uniform throughout" is read at every log, not only the first and the last
     none = r.variants["none"]
     quarter = 0.25 * r.config["uniform_entropy"]

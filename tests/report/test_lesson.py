@@ -11,7 +11,10 @@ import torch
 
 import attnlab
 from attnlab.kernels import matrix
+from attnlab.lab.bench import BenchResult
+from attnlab.lab.demo import DemoResult
 from attnlab.lab.lesson import code, model, sources, walkthrough, worked
+from attnlab.lab.train import TrainResult
 from attnlab.report.lesson import numbers, sections, teach
 
 from .conftest import BENCH, TRAIN, tiny_checkpoint
@@ -157,14 +160,15 @@ def test_sources_read_classify_and_measure(tmp_path):
     with pytest.raises(ValueError, match="explore-trust.json is not a result of `attnlab explore trust`"):
         sources.explore(tmp_path, seed=0)
     q = sources.quick_bench([8, 16], repeats=1)
-    impls = {r["impl"] for r in q["results"]}
-    assert {"matrix", "sdpa"} <= impls and all(r["time_s"] > 0 for r in q["results"])
-    assert "matrix" in q["exponents"]
+    impls = {r.impl for r in q.results}
+    assert {"matrix", "sdpa"} <= impls and all(r.time_s > 0 for r in q.results)
+    assert "matrix" in q.exponents
 
 
 def test_quick_bench_growth_is_said_to_be_short_lengths():
-    data = {"results": [{"impl": "matrix", "seq": s, "time_s": t} for s, t in ((16, 2e-3), (64, 4e-4))],
-            "exponents": {"matrix": {"time": -1.16, "memory": None}}}
+    data = BenchResult.from_dict(BENCH | {
+        "results": [{"impl": "matrix", "seq": s, "time_s": t} for s, t in ((16, 2e-3), (64, 4e-4))],
+        "exponents": {"matrix": {"time": -1.16, "memory": None}}})
     quick = sections.bench(sources.Part("bench", "quick run", "now", data), {})
     assert "T<sup>-1.16</sup>" in quick and "At lengths this short" in quick
     assert "At lengths this short" not in sections.bench(sources.Part("bench", "file", "from bench.json", data), {})
@@ -174,6 +178,7 @@ def test_a_diverged_run_in_train_json_is_shown_not_a_crash():
     diverged = json.loads(json.dumps(TRAIN))
     v = diverged["variants"]["none"]  # NaN losses and entropies are written to JSON as null
     v["val_loss"][-1], v["entropy"][-1] = None, [None, None]
+    diverged = TrainResult.from_dict(diverged)
     assert math.isnan(numbers.final_val(diverged)["none"])
     assert numbers.entropy_ends(diverged)["none"] == (pytest.approx(2.05), pytest.approx(2.05))
     html = sections.train(sources.Part("train scale", "file", "from train.json", diverged),
@@ -182,10 +187,11 @@ def test_a_diverged_run_in_train_json_is_shown_not_a_crash():
 
 
 def test_numbers_quoted_in_the_prose():
-    assert numbers.ratio(BENCH, "matrix") == (pytest.approx(4.0), 512)
-    assert numbers.ratio(BENCH, "loops") is None
-    assert numbers.final_val(TRAIN)["none"] == pytest.approx(3.22)
-    assert numbers.entropy_ends(TRAIN)["inv"] == (pytest.approx(2.05), pytest.approx(3.2))
+    bench, train = BenchResult.from_dict(BENCH), TrainResult.from_dict(TRAIN)
+    assert numbers.ratio(bench, "matrix") == (pytest.approx(4.0), 512)
+    assert numbers.ratio(bench, "loops") is None
+    assert numbers.final_val(train)["none"] == pytest.approx(3.22)
+    assert numbers.entropy_ends(train)["inv"] == (pytest.approx(2.05), pytest.approx(3.2))
     assert numbers.fmt_time(0.0123) == "12.3 ms" and numbers.fmt_time(2e-5) == "20 µs"
     assert numbers.fmt_time(2.1) == "2.1 s"
     assert len(sections.QUIZ) == 5 and all(0 <= right < len(opts) and len(why) > 40
@@ -198,7 +204,7 @@ def test_bench_table_says_memory_reasons_noise_and_growth():
     data["results"].append({"impl": "flash", "seq": 2048, "skipped": "estimated 9.1 s a call x 3 calls > budget 20 s"})
     data["machine"] = {"load_average": 3.4, "cpu_count": 2}
     data["exponents"]["flash"] = {"time": 4.97, "memory": 1.0}
-    html = sections.bench(sources.Part("bench", "file", "from bench.json", data), {})
+    html = sections.bench(sources.Part("bench", "file", "from bench.json", BenchResult.from_dict(data)), {})
     assert "<th>T = 128</th>" in html and "<th>T = 2048</th>" in html
     assert "128.0 KiB" in html  # matrix at T=128: 8 * 128^2 bytes of extra peak
     assert html.count("skipped <sup>") == 6  # loops everywhere, and matrix, sdpa and flash at 2048
@@ -206,30 +212,38 @@ def test_bench_table_says_memory_reasons_noise_and_growth():
     assert "loops at T = 512: estimated 97.5 s a call" in html and "sdpa at T = 2048: not in this run" in html
     assert "load 3.4 on 2 cores" in html and "flash T<sup>4.97</sup>" in html
     assert "Doubling the context quadruples the matrix form's memory: measured T<sup>2.00</sup>" in html
-    quiet = json.loads(json.dumps(BENCH)) | {"machine": {"load_average": 0.5, "cpu_count": 2}}
+    quiet = BenchResult.from_dict(BENCH | {"machine": {"load_average": 0.5, "cpu_count": 2}})
     assert "noisy" not in sections.bench(sources.Part("bench", "file", "from bench.json", quiet), {})
 
 
 def test_checklist_ticks_what_was_measured(tmp_path):
     from types import SimpleNamespace
 
-    demo = {"checks": [{"form": "loops", "max_err": 3e-7}, {"form": "matrix", "max_err": 1e-7}]}
+    demo = DemoResult.from_dict(demo_json(("loops", 3e-7), ("matrix", 1e-7)))
     bench = json.loads(json.dumps(BENCH))
     bench["results"] += [{"impl": "matrix", "seq": 2048, "time_s": 1.0, "peak_bytes": 8 * 2048**2}]
     part = sources.Part
     data = SimpleNamespace(demo=part("demo", "file", "from x/demo.json", demo),
-                           bench=part("bench", "file", "from x/bench.json", bench),
-                           train_scale=part("train scale", "file", "from x/train.json", TRAIN),
+                           bench=part("bench", "file", "from x/bench.json", BenchResult.from_dict(bench)),
+                           train_scale=part("train scale", "file", "from x/train.json", TrainResult.from_dict(TRAIN)),
                            train_tie_kv=part("train tie-kv", "not measured", "no tie_kv.json", None))
     html = sections.checklist(data)
     assert "4 of 5 done" in html and html.count('class="done"') == 4 and html.count('class="todo"') == 1
     assert "largest difference 3.0e-07 (demo.json)" in html and "measured at 128, 512, 2048" in html
     assert "measured T^2.00" in html and "run <code>attnlab train --ablation tie-kv</code>" in html
-    demo["checks"][0]["max_err"] = 2e-3
+    demo.checks[0].max_err = 2e-3
     assert "3 of 5 done" in sections.checklist(data)
 
 
 DEMO = {"seed": 0, "T": 32, "d": 64}
+
+
+def demo_json(*checks: tuple[str, float]) -> dict:
+    """demo.json as `attnlab demo` writes it, with a check per (form, largest difference) and nothing else measured."""
+    return DEMO | {"checks": [{"form": f, "causal": True, "max_err": e, "oracle_err": e, "torch_oracle_err": e,
+                               "allowed": 1.0, "ok": True} for f, e in checks],
+                   "map_weights": [], "widths": [], "peak": {}, "scale_T": 64, "seconds": 0.0, "machine": {},
+                   "versions": {}}
 
 
 @pytest.mark.parametrize(("name", "edit", "field"), [

@@ -27,7 +27,7 @@ import math
 import os
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -37,7 +37,7 @@ from attnlab.kernels import mods
 
 from . import flex, growth, memory
 from .flops import attention_flops
-from .results import machine, versions
+from .results import Result, machine, to_dict, versions
 from .timing import matmul_peak, time_calls
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
@@ -113,7 +113,7 @@ class BenchConfig:
 
 
 @dataclass
-class Row:
+class Row(Result):
     """One (form, length): the median and spread of its time, its rate, its measured extra peak."""
 
     impl: str
@@ -127,7 +127,7 @@ class Row:
 
 
 @dataclass
-class BenchResult:
+class BenchResult(Result):
     machine: dict  # with memory_method and memory_noise_floor_bytes
     versions: dict
     config: dict
@@ -305,7 +305,8 @@ def _peak(cfg: BenchConfig, sizes: dict[str, int]) -> float:
 
 
 def _config_dict(cfg: BenchConfig) -> dict:
-    d = asdict(cfg)
+    """The config as bench.json holds it (lists, not tuples), so the result reads back equal to itself."""
+    d = to_dict(cfg)
     d["flops"] = "4*B*H*L*S*d" + (" x 1/2 (causal)" if cfg.half_flops else "") + \
         (" x 3.5 (forward + backward)" if cfg.backward else "")
     return d

@@ -20,13 +20,13 @@ from attnlab.nn.attention import SCALES, resolve_scale
 from attnlab.nn.probe import entropy
 
 from . import oracle
-from .results import machine, versions
+from .results import Result, machine, versions
 
 SCALE_LABELS = {"sqrt": "1/sqrt(d)", "none": "1 (no scale)", "inv": "1/d"}
 
 
 @dataclass
-class Check:
+class Check(Result):
     form: str
     causal: bool
     max_err: float  # max|mine - F.sdpa|, as the lesson prints it
@@ -37,7 +37,7 @@ class Check:
 
 
 @dataclass
-class DemoResult:
+class DemoResult(Result):
     seed: int
     T: int
     d: int

@@ -27,14 +27,14 @@ import torch
 from attnlab.nn import hf
 
 from . import oracle
-from .results import machine, versions
+from .results import Result, machine, versions
 
 LENGTHS = (12, 7)  # the batch: one full row and one left-padded row
 NEW_TOKENS = 16
 
 
 @dataclass
-class ModelRow:
+class ModelRow(Result):
     """One form on one model: the three checks."""
 
     form: str  # attnlab form
@@ -50,7 +50,7 @@ class ModelRow:
 
 
 @dataclass
-class ModelCheck:
+class ModelCheck(Result):
     model: str
     model_type: str
     reference: str  # transformers' implementation the forms are compared with

@@ -27,7 +27,7 @@ from attnlab.nn import hf
 from attnlab.nn.probe import head_stats
 
 from .lesson.walkthrough import QUERY_WORD, SENTENCE
-from .results import machine, versions
+from .results import Result, machine, versions
 
 KEY_WORD = "animal"
 
@@ -37,7 +37,7 @@ class WordNotFound(ValueError):
 
 
 @dataclass
-class ModelHeads:
+class ModelHeads(Result):
     model: str
     text: str
     impl: str  # the transformers attention implementation that produced the weights

@@ -35,6 +35,7 @@ import torch
 from attnlab.kernels import dropout as _dropout
 from attnlab.kernels._check import check, check_score_mod
 from attnlab.kernels.mods import Mod, apply_dense
+from attnlab.lab.results import Result
 
 
 def _forward64(query, key, value, attn_mask, is_causal, scale, enable_gqa, want, keep, dropout_p,
@@ -166,7 +167,7 @@ def floor(ref: torch.Tensor, dtype: torch.dtype) -> float:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(Result):
     """One quantity (out, dq, dk, dv, dmask) of one case: the form's error, PyTorch's, the limit."""
 
     quantity: str

@@ -35,7 +35,7 @@ from attnlab.kernels.ring_layout import LAYOUTS, check_divisible, check_layout, 
 from attnlab.kernels.ring_stats import RingStats
 
 from . import launch, memory, oracle, oracle_rows
-from .results import machine, versions
+from .results import Result, machine, versions
 from .timing import time_calls
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -94,7 +94,7 @@ class RingConfig:
 
 
 @dataclass
-class LayoutCheck:
+class LayoutCheck(Result):
     layout: str
     comparisons: list[oracle.Comparison]  # out (and dq, dk, dv), gathered from every rank
     work: list[dict]  # per rank, one forward: pairs / tiles computed and skipped, scores computed
@@ -111,7 +111,7 @@ class LayoutCheck:
 
 
 @dataclass
-class RankTiming:
+class RankTiming(Result):
     rank: int
     time_s: float  # median of one step (forward, or forward + backward)
     time_min_s: float
@@ -122,7 +122,7 @@ class RankTiming:
 
 
 @dataclass
-class RingResult:
+class RingResult(Result):
     config: dict
     layouts: list[LayoutCheck]  # the chosen layout first
     backend: str = "gloo on 127.0.0.1"  # how the ranks talked

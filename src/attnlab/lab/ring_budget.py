@@ -30,6 +30,7 @@ import torch
 
 from . import memory, oracle_rows
 from .flops import attention_flops
+from .results import Result
 
 FREE_FRACTION = 0.8  # of the memory free now, the most a run may plan to use
 PROCESS_BYTES = 200 * 2**20  # a rank's own memory besides its tensors (torch's pages are shared with the forkserver)
@@ -40,7 +41,7 @@ PROBE_T = 1024  # the length at which this machine's rate is measured (smaller o
 
 
 @dataclass(frozen=True)
-class Estimate:
+class Estimate(Result):
     """Memory in bytes and time in seconds of each phase of :func:`attnlab.lab.ring.run`."""
 
     rank_bytes: int

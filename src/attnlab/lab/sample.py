@@ -13,10 +13,11 @@ from attnlab.nn import GPT, GPTConfig
 
 from . import checkpoint as ckpt
 from .corpus import UNKNOWN
+from .results import Result
 
 
 @dataclass
-class SampleResult:
+class SampleResult(Result):
     checkpoint: str
     variant: str
     step: int

@@ -34,7 +34,7 @@ from attnlab.nn.probe import score_grad_norms, uniform_causal_entropy
 from . import checkpoint as ckpt
 from . import corpus as corpora
 from .parallel import Grid
-from .results import machine, versions
+from .results import Result, machine, versions
 from .stop import StopFlag, catch_interrupt
 
 SCALE_VARIANTS = {"sqrt": {"scale": "sqrt"}, "none": {"scale": "none"}, "inv": {"scale": "inv"}}
@@ -92,7 +92,7 @@ PRESETS = {
 
 
 @dataclass
-class VariantLog:
+class VariantLog(Result):
     step: list[int] = field(default_factory=list)
     train_loss: list[float] = field(default_factory=list)
     val_loss: list[float] = field(default_factory=list)
@@ -110,7 +110,7 @@ class VariantLog:
 
 
 @dataclass
-class TrainResult:
+class TrainResult(Result):
     config: dict
     versions: dict
     machine: dict

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .results import Result
+
 LOSS_GAP = 0.02  # nats: a final validation loss this much above another's counts as worse (one seed)
 
 
 @dataclass
-class VariantSummary:
+class VariantSummary(Result):
     name: str
     entropy_start: list[float]  # per layer, nats
     entropy_end: list[float]
@@ -41,7 +43,7 @@ class VariantSummary:
 
 
 @dataclass
-class Prediction:
+class Prediction(Result):
     claim: str
     holds: bool
     evidence: str

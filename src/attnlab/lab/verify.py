@@ -32,7 +32,7 @@ from attnlab.kernels import dropout
 from attnlab.kernels import masks as M
 
 from . import mod_cases, oracle
-from .results import machine, versions
+from .results import Result, machine, versions
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
@@ -215,7 +215,7 @@ def mask_family(name: str, case: Case) -> M.Mask:
 
 
 @dataclass
-class Row:
+class Row(Result):
     form: str
     case: str
     dtype: str
@@ -232,7 +232,7 @@ class Row:
 
 
 @dataclass
-class VerifyResult:
+class VerifyResult(Result):
     rows: list[Row]
     machine: dict
     versions: dict

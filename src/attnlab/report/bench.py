@@ -14,7 +14,7 @@ from pathlib import Path
 from attnlab._extras import require
 from attnlab.lab.bench import BenchResult, fmt_bytes
 
-from .plots import _plt, save
+from .plots import _plt, save_figure
 
 Table = require("rich.table").Table
 escape = require("rich.markup").escape
@@ -151,43 +151,53 @@ def write_csv(result: BenchResult, path: str | Path) -> Path:
     return path
 
 
-def figure(result: BenchResult, path: str | Path) -> Path:
-    """bench.png: time and extra peak memory against T, log-log, one line per form, reference slopes 1 and 2."""
+def figure(result: BenchResult, path: str | Path, *, size: tuple[float, float] = (11, 4.4), dpi: int = 120) -> Path:
+    """bench.png: time and extra peak memory against T, log-log, one line per form, reference slopes 1 and 2.
+
+    The memory panel is left out when no memory was measured (a run that timed only)."""
     plt = _plt()
     floor = result.machine.get("memory_noise_floor_bytes")
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.4), dpi=120)
-    seqs = sorted({r.seq for r in result.results})
-    for name, e in result.exponents.items():
-        rows = [r for r in result.rows(name) if r.skipped is None]
-        if not rows:
-            continue
-        x = [r.seq for r in rows]
-        y = [r.time_s for r in rows]
-        err = [[r.time_s - r.time_min_s for r in rows], [r.time_max_s - r.time_s for r in rows]]
-        slope = "" if e["time"] is None else f" (T^{e['time']:.2f})"
-        line = ax_t.errorbar(x, y, yerr=err, marker="o", capsize=3, label=name + slope)[0]
-        mem = [r for r in rows if r.peak_bytes is not None and (floor is None or r.peak_bytes >= floor)]
-        if mem:
-            slope = "" if e["memory"] is None else f" (T^{e['memory']:.2f})"
-            ax_m.plot([r.seq for r in mem], [r.peak_bytes / 2**20 for r in mem], marker="o",
-                      color=line.get_color(), label=name + slope)
-    if floor:
+    has_mem = any(r.peak_bytes is not None for r in result.results if r.skipped is None)
+    fig, axes = plt.subplots(1, 2 if has_mem else 1, figsize=size, dpi=dpi, squeeze=False)
+    ax_t, ax_m = axes[0][0], axes[0][1] if has_mem else None
+    for name in dict.fromkeys(r.impl for r in result.results):
+        rows = [r for r in result.rows(name) if r.skipped is None and r.time_s is not None]
+        if rows:
+            _form_lines(ax_t, ax_m, name, rows, result.exponents.get(name, {}), floor)
+    if floor and ax_m is not None:
         ax_m.axhline(floor / 2**20, color="grey", ls=":", lw=1, label="noise floor")
-    for ax, ylabel, title in ((ax_t, "seconds per call (median, min-max)", "Time"),
-                              (ax_m, "extra peak memory (MiB)", "Peak memory over the inputs")):
+    panels = [(ax_t, "seconds per call (median, min-max)", "Time")]
+    if ax_m is not None:
+        panels.append((ax_m, "extra peak memory (MiB)", "Peak memory over the inputs"))
+    seqs = sorted({r.seq for r in result.results})
+    for ax, ylabel, title in panels:
         _reference_slopes(ax, seqs)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         if seqs:
             ax.set_xticks(seqs, [str(s) for s in seqs])
-        ax.set_xlabel("sequence length T")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
+        ax.set(xlabel="sequence length T", ylabel=ylabel, title=title)
         ax.grid(alpha=0.3, which="both")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    return save(fig, path)
+    return save_figure(fig, path)
+
+
+def _form_lines(ax_t, ax_m, name: str, rows, e: dict, floor: int | None) -> None:
+    """One form's time (with its min-max spread) and, above the noise floor, its memory; the fitted slopes in the
+    labels."""
+    def label(what):
+        return name if e.get(what) is None else f"{name} (T^{e[what]:.2f})"
+
+    x = [r.seq for r in rows]
+    spread = None
+    if all(r.time_min_s is not None and r.time_max_s is not None for r in rows):
+        spread = [[r.time_s - r.time_min_s for r in rows], [r.time_max_s - r.time_s for r in rows]]
+    line = ax_t.errorbar(x, [r.time_s for r in rows], yerr=spread, marker="o", capsize=3, label=label("time"))[0]
+    mem = [r for r in rows if r.peak_bytes is not None and (floor is None or r.peak_bytes >= floor)]
+    if ax_m is not None and mem:
+        ax_m.plot([r.seq for r in mem], [r.peak_bytes / 2**20 for r in mem], marker="o", color=line.get_color(),
+                  label=label("memory"))
 
 
 def _reference_slopes(ax, seqs: list[int]) -> None:

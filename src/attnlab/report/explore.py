@@ -6,19 +6,11 @@ from pathlib import Path
 
 from attnlab._extras import require
 
-from .plots import _plt
+from .plots import _plt, save_figure
 
 np = require("numpy")
 
 SEGMENT_COLOURS = {"trusted": "#2a9d8f", "untrusted": "#e76f51", "later": "#8d99ae"}
-
-
-def _save(fig, path) -> Path:
-    path = Path(path)
-    fig.tight_layout()
-    fig.savefig(path)
-    _plt().close(fig)
-    return path
 
 
 def _heat(ax, w, labels, title):
@@ -37,10 +29,7 @@ def no_mask(r, path) -> Path:
     _heat(axes[0], r.causal, r.tokens, "causal (decoder): upper triangle is zero")
     im = _heat(axes[1], r.bidirectional, r.tokens, "no mask (encoder): it fills in")
     fig.colorbar(im, ax=list(axes), label="attention weight", shrink=0.8)
-    path = Path(path)
-    fig.savefig(path)
-    _plt().close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def same_token(r, path) -> Path:
@@ -58,7 +47,7 @@ def same_token(r, path) -> Path:
     ax.set_ylabel(f"max |copy at {i} - copy at {j}|")
     ax.set_title(f"'{r.tokens[i]}' at positions {i} and {j} of \"{' '.join(r.tokens)}\"", fontsize=10)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def inv_scale(r, path) -> Path:
@@ -79,7 +68,7 @@ def inv_scale(r, path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"How sharp is the softmax? {r.T} keys, unit-variance q and k", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def trust(r, path) -> Path:
@@ -105,7 +94,7 @@ def trust(r, path) -> Path:
     a2.set_ylabel("max |out - out after the change|")
     a2.set_title("change only the untrusted words: which outputs move?", fontsize=10)
     a2.legend(fontsize=8, loc="upper left")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def online_softmax(r, path) -> Path:
@@ -126,7 +115,7 @@ def online_softmax(r, path) -> Path:
     a2.set_ylabel("weight")
     a2.set_title(f"they agree to {r.weight_err:.1e}", fontsize=10)
     a2.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 FIGURES = {"no-mask": no_mask, "same-token": same_token, "inv-scale": inv_scale, "trust": trust,

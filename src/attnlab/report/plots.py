@@ -16,12 +16,19 @@ def _plt():
     return plt
 
 
-def save(fig, path: str | Path) -> Path:
-    """Write a figure (creating its folder) and free it."""
+def save_figure(fig, path: str | Path) -> Path:
+    """Write a figure as every figure of attnlab is written, and free it.
+
+    The folder is created; a figure without a layout engine is laid out tight first; it is saved at
+    its own dpi, cropped to what it draws (``bbox_inches="tight"``, so no label is cut and no margin
+    wasted); then closed, so a long run that draws many figures does not keep them all in memory.
+    """
     plt = _plt()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -42,11 +49,7 @@ def attention_map(weights, path: str | Path, title: str = "Causal attention weig
         ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=7)
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
     fig.colorbar(im, ax=ax, label="attention weight")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def scale_demo(result, path: str | Path) -> Path:
@@ -65,8 +68,4 @@ def scale_demo(result, path: str | Path) -> Path:
     ax.set_title(f"Softmax saturation: T = {result.scale_T} tokens, unit-variance q and k")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

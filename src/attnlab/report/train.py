@@ -8,7 +8,7 @@ from pathlib import Path
 
 from attnlab._extras import require
 
-from .plots import _plt, save
+from .plots import _plt, save_figure
 from .terminal import console
 
 COLOURS = {"sqrt": "tab:blue", "none": "tab:red", "inv": "tab:green", "untied": "tab:blue", "tied": "tab:orange"}
@@ -17,41 +17,86 @@ LABELS = {"sqrt": "scale 1/sqrt(d)", "none": "no scale", "inv": "scale 1/d", "un
 LAYER_STYLES = ["-", "--", ":", "-."]
 
 
-def figure(result, path: str | Path) -> Path:
-    """Three panels: loss (train dashed, validation solid), entropy per layer, gradient through the softmax."""
+PANELS = ("loss", "entropy", "grad")
+
+
+def figure(result, path: str | Path, *, panels: tuple[str, ...] = PANELS, size: tuple[float, float] | None = None,
+           dpi: int = 110, train_loss: bool = True, zoom: bool = True) -> Path:
+    """Loss (train dashed, validation solid), entropy per layer, gradient through the softmax: the ``panels`` asked
+    for, side by side, ``size`` inches (5 wide per panel unless given). A panel the result has no data for is left
+    out, so a result written without gradient norms still draws. ``train_loss=False`` draws validation only;
+    ``zoom`` cuts the loss axis just above the second log, so the first (about log V) does not squash the rest."""
     plt = _plt()
-    cfg = result.config
-    fig, (ax_loss, ax_ent, ax_grad) = plt.subplots(1, 3, figsize=(15, 4.4), dpi=110)
-    for i, (name, log) in enumerate(result.variants.items()):
-        colour = COLOURS.get(name, f"C{i}")
-        label = LABELS.get(name, name)
-        ax_loss.plot(log.step, log.val_loss, color=colour, label=f"{label} (validation)")
-        ax_loss.plot(log.step, log.train_loss, color=colour, ls="--", alpha=0.6, label=f"{label} (train)")
-        n_layer = len(log.entropy[0])
-        for layer in range(n_layer):
-            ls = LAYER_STYLES[layer % len(LAYER_STYLES)]
-            ax_ent.plot(log.step, [e[layer] for e in log.entropy], color=colour, ls=ls,
-                        label=f"{label}, layer {layer}" if n_layer > 1 else label)
-            ax_grad.plot(log.step, [g[layer] for g in log.score_grad_norm], color=colour, ls=ls,
-                         label=f"{label}, layer {layer}" if n_layer > 1 else label)
-    ax_loss.set(xlabel="step", ylabel="cross-entropy (nats / character)", title="Loss")
-    early = [log.val_loss[min(1, len(log.val_loss) - 1)] for log in result.variants.values()]
-    ax_loss.set_ylim(top=min(ax_loss.get_ylim()[1], max(early) + 0.3))  # the first log (~log V) would squash the rest
-    ax_ent.axhline(cfg["uniform_entropy"], color="grey", lw=0.8, ls=":")
-    ax_ent.text(0, cfg["uniform_entropy"], " uniform attention", va="bottom", fontsize=8, color="grey")
-    ax_ent.set(xlabel="step", ylabel="softmax entropy (nats)", title="Attention entropy per layer", ylim=(0, None))
-    ax_grad.set(xlabel="step", ylabel="||d loss / d scores||", title="Gradient through the softmax, per layer",
-                yscale="log")
-    for ax in (ax_loss, ax_ent, ax_grad):
+    logs = result.variants
+    have = {"loss": any(v.val_loss for v in logs.values()), "entropy": any(v.entropy for v in logs.values()),
+            "grad": any(v.score_grad_norm for v in logs.values())}
+    shown = [p for p in panels if have[p]] or ["loss"]
+    fig, axes = plt.subplots(1, len(shown), figsize=size or (5 * len(shown), 4.4), dpi=dpi, squeeze=False)
+    for name, ax in zip(shown, axes[0], strict=True):
+        if name == "loss":
+            _loss(ax, result, train_loss, zoom)
+        else:
+            {"entropy": _entropy, "grad": _grad}[name](ax, result)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"{cfg['n_layer']} layers, d_model={cfg['d_model']}, {cfg['n_head']} heads of width "
-                 f"d={cfg['head_dim']}, T={cfg['block_size']}, batch {cfg['batch_size']}, seed {cfg['seed']}, "
-                 f"corpus: {cfg['corpus_info']['name']}"
-                 + (f"; {cfg['parallel']}" if cfg.get("data_parallel", 1) * cfg.get("context_parallel", 1) > 1
-                    else ""), fontsize=10)
-    fig.tight_layout()
-    return save(fig, path)
+    title = _title(result.config)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return save_figure(fig, path)
+
+
+def _lines(result):
+    """(colour, label, log) per variant."""
+    return [(COLOURS.get(n, f"C{i}"), LABELS.get(n, n), log) for i, (n, log) in enumerate(result.variants.items())]
+
+
+def _per_layer(ax, result, series) -> None:
+    """One line per variant and layer of ``series(log)`` ([logged step][layer]), styled by layer."""
+    for colour, label, log in _lines(result):
+        rows = series(log)
+        if not rows or len(rows) != len(log.step):
+            continue
+        n_layer = len(rows[0])
+        for layer in range(n_layer):
+            ax.plot(log.step, [x[layer] for x in rows], color=colour, ls=LAYER_STYLES[layer % len(LAYER_STYLES)],
+                    label=f"{label}, layer {layer}" if n_layer > 1 else label)
+
+
+def _loss(ax, result, train_loss: bool, zoom: bool) -> None:
+    for colour, label, log in _lines(result):
+        ax.plot(log.step, log.val_loss, color=colour, label=f"{label} (validation)" if train_loss else label)
+        if train_loss and len(log.train_loss) == len(log.step):
+            ax.plot(log.step, log.train_loss, color=colour, ls="--", alpha=0.6, label=f"{label} (train)")
+    ax.set(xlabel="step", ylabel="cross-entropy (nats / character)", title="Loss" if train_loss else "Validation loss")
+    early = [log.val_loss[min(1, len(log.val_loss) - 1)] for log in result.variants.values() if log.val_loss]
+    if zoom and early:
+        ax.set_ylim(top=min(ax.get_ylim()[1], max(early) + 0.3))
+
+
+def _entropy(ax, result) -> None:
+    _per_layer(ax, result, lambda log: log.entropy)
+    uniform = result.config.get("uniform_entropy")
+    if uniform is not None:
+        ax.axhline(uniform, color="grey", lw=0.8, ls=":")
+        ax.text(0, uniform, " uniform attention", va="bottom", fontsize=8, color="grey")
+    ax.set(xlabel="step", ylabel="softmax entropy (nats)", title="Attention entropy per layer", ylim=(0, None))
+
+
+def _grad(ax, result) -> None:
+    _per_layer(ax, result, lambda log: log.score_grad_norm)
+    ax.set(xlabel="step", ylabel="||d loss / d scores||", title="Gradient through the softmax, per layer",
+           yscale="log")
+
+
+def _title(cfg: dict) -> str:
+    """The model and the run in one line (empty for a config that does not say)."""
+    if "n_layer" not in cfg:
+        return ""
+    parallel = f"; {cfg['parallel']}" if cfg.get("data_parallel", 1) * cfg.get("context_parallel", 1) > 1 else ""
+    layers = f"{cfg['n_layer']} layer{'s' if cfg['n_layer'] != 1 else ''}"
+    return (f"{layers}, d_model={cfg['d_model']}, {cfg['n_head']} heads of width d={cfg['head_dim']}, "
+            f"T={cfg['block_size']}, batch {cfg['batch_size']}, seed {cfg['seed']}, "
+            f"corpus: {cfg['corpus_info']['name']}{parallel}")
 
 
 @contextmanager

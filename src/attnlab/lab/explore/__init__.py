@@ -13,9 +13,7 @@ what it showed in a sentence or two, with the numbers:
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-import typing
 from dataclasses import dataclass
 
 
@@ -36,23 +34,7 @@ class Experiment:
 
     def from_dict(self, data: dict):
         """Rebuild the result dataclass from its JSON (as ``write_json`` wrote it)."""
-        return _build(self.load().RESULT, data)
-
-
-def _build(tp, value):
-    """Turn JSON back into ``tp``: dataclasses field by field, lists of dataclasses item by item."""
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise ValueError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
-        hints = typing.get_type_hints(tp)
-        missing = [f.name for f in dataclasses.fields(tp) if f.name not in value]
-        if missing:
-            raise ValueError(f"{tp.__name__} is missing {', '.join(missing)}")
-        return tp(**{f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(tp)})
-    if typing.get_origin(tp) is list and value is not None:
-        (item,) = typing.get_args(tp)
-        return [_build(item, v) for v in value]
-    return value
+        return self.load().RESULT.from_dict(data)
 
 
 EXPERIMENTS = {e.name: e for e in (

@@ -15,14 +15,14 @@ import math
 from dataclasses import dataclass
 
 from attnlab.lab.demo import SCALE_LABELS, row_stats
-from attnlab.lab.results import machine, versions
+from attnlab.lab.results import Result, machine, versions
 from attnlab.nn.attention import SCALES, resolve_scale
 
 LABELS = SCALE_LABELS
 
 
 @dataclass
-class InvScaleResult:
+class InvScaleResult(Result):
     seed: int
     T: int  # keys per softmax row
     trials: int

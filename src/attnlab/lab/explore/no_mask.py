@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnlab.kernels import matrix
-from attnlab.lab.results import machine, versions
+from attnlab.lab.results import Result, machine, versions
 
 from ._common import embed, projections
 
@@ -20,7 +20,7 @@ WORDS = ["the", "animal", "did", "not", "cross", "the", "street", "because", "it
 
 
 @dataclass
-class NoMaskResult:
+class NoMaskResult(Result):
     seed: int
     tokens: list[str]
     d_head: int

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.kernels import matrix
-from attnlab.lab.results import machine, versions
+from attnlab.lab.results import Result, machine, versions
 
 
 @dataclass
-class Step:
+class Step(Result):
     tile: int
     keys: list[int]  # [start, end)
     scores: list[float]  # this tile's scaled scores
@@ -41,7 +41,7 @@ class Step:
 
 
 @dataclass
-class OnlineSoftmaxResult:
+class OnlineSoftmaxResult(Result):
     seed: int
     S: int
     d: int

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.kernels import matrix
-from attnlab.lab.results import machine, versions
+from attnlab.lab.results import Result, machine, versions
 from attnlab.nn import rope as rotary
 
 from ._common import embed, max_abs, projections
@@ -26,7 +26,7 @@ WORDS = ["the", "cat", "saw", "the", "dog"]
 
 
 @dataclass
-class Diffs:
+class Diffs(Result):
     query: float  # max|q[i] - q[j]| between the two copies
     key: float
     value: float
@@ -35,7 +35,7 @@ class Diffs:
 
 
 @dataclass
-class SameTokenResult:
+class SameTokenResult(Result):
     seed: int
     tokens: list[str]
     positions: list[int]  # where the repeated word sits

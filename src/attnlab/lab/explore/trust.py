@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.kernels import matrix
-from attnlab.lab.results import machine, versions
+from attnlab.lab.results import Result, machine, versions
 
 from ._common import embed, projections
 
@@ -30,7 +30,7 @@ LATER = ["summary", ":", "the", "page", "says"]
 
 
 @dataclass
-class TrustResult:
+class TrustResult(Result):
     seed: int
     tokens: list[str]
     replacement: list[str]  # the untrusted segment after the change

@@ -9,6 +9,7 @@ and a note the page shows next to it, so nobody mistakes a quick run for the ful
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.lab.results import to_dict
+from attnlab.lab.results import machine, versions
 
 from . import read
 
@@ -27,7 +28,8 @@ class Part:
     name: str
     origin: str  # "file" (written by the command), "quick run" (measured now, smaller) or "not measured"
     note: str  # shown on the page next to the numbers
-    data: dict | None
+    result: object | None  # the command's result (DemoResult, BenchResult, TrainResult, an explore result)
+    finding: str = ""  # an experiment's finding, in a sentence or two
 
 
 def _read(path: Path) -> dict | None:
@@ -43,17 +45,12 @@ def _read(path: Path) -> dict | None:
     return data
 
 
-def _checked(path: Path, data: dict, cls, command: str) -> dict:
-    """``data`` after a round trip through its result class: every field there and of the right kind."""
-    return to_dict(read.result(cls, data, path, command))
-
-
 def _from_file(out: Path, name: str, cls, command: str) -> Part | None:
     path = out / f"{name}.json"
     data = _read(path)
     if data is None:
         return None
-    return Part(name, "file", f"from {path}", _checked(path, data, cls, command))
+    return Part(name, "file", f"from {path}", read.result(cls, data, path, command))
 
 
 def demo(out: Path, seed: int) -> Part:
@@ -65,12 +62,13 @@ def demo(out: Path, seed: int) -> Part:
 
     r = lab_demo.run(seed=seed)
     return Part("demo", "quick run", f"demo.json was not in {out}, so the demo ran while this page was "
-                f"built ({r.seconds:.1f} s); `attnlab demo --out {out}` writes it", to_dict(r))
+                f"built ({r.seconds:.1f} s); `attnlab demo --out {out}` writes it", r)
 
 
-def quick_bench(seqs: list[int], repeats: int, heads: int = 2, d: int = 64) -> dict:
-    """Forward time of every registered form at a few lengths (no memory): bench.json's shape, smaller."""
+def quick_bench(seqs: list[int], repeats: int, heads: int = 2, d: int = 64):
+    """Forward time of every registered form at a few lengths (no memory, no matmul peak): a smaller BenchResult."""
     import attnlab
+    from attnlab.lab.bench import BenchResult, Row
     from attnlab.lab.flops import attention_flops
     from attnlab.lab.growth import exponent
     from attnlab.lab.timing import time_calls
@@ -84,18 +82,16 @@ def quick_bench(seqs: list[int], repeats: int, heads: int = 2, d: int = 64) -> d
             q, k, v = (torch.randn(1, heads, T, d, generator=g) for _ in range(3))
             ts = time_calls(lambda name=name, q=q, k=k, v=v: attnlab.attention(q, k, v, impl=name), 1, repeats)
             med = statistics.median(ts)
-            results.append({"impl": name, "seq": T, "time_s": med, "time_min_s": min(ts), "time_max_s": max(ts),
-                            "gflops": attention_flops(1, heads, T, T, d) / med / 1e9, "peak_bytes": None,
-                            "skipped": None})
+            results.append(Row(name, T, med, min(ts), max(ts), attention_flops(1, heads, T, T, d) / med / 1e9))
     exponents = {}
-    for name in {r["impl"] for r in results}:
-        rows = [r for r in results if r["impl"] == name]
-        slope = exponent([r["seq"] for r in rows], [r["time_s"] for r in rows])
+    for name in dict.fromkeys(r.impl for r in results):
+        rows = [r for r in results if r.impl == name]
+        slope = exponent([r.seq for r in rows], [r.time_s for r in rows])
         if slope is not None:
             exponents[name] = {"time": slope, "memory": None}
-    return {"config": {"seq": seqs, "batch": 1, "heads": heads, "head_dim": d, "dtype": "float32",
-                       "repeats": repeats, "backward": False, "causal": False},
-            "results": results, "exponents": exponents}
+    config = {"seq": seqs, "batch": 1, "heads": heads, "head_dim": d, "dtype": "float32", "repeats": repeats,
+              "backward": False, "causal": False}
+    return BenchResult(machine(), versions(), config, math.nan, results, exponents)  # NaN: no matmul peak measured
 
 
 def bench(out: Path, quick: bool) -> Part:
@@ -106,15 +102,15 @@ def bench(out: Path, quick: bool) -> Part:
         return found
     seqs = [16, 64, 256] if quick else [16, 64, 256, 1024]
     t0 = time.perf_counter()
-    data = quick_bench(seqs, repeats=5 if quick else 9)
+    result = quick_bench(seqs, repeats=5 if quick else 9)
     return Part("bench", "quick run", f"bench.json was not in {out}, so forward times at lengths "
                 f"{', '.join(map(str, seqs))} (batch 1, 2 heads, d=64; no memory) were measured now in "
                 f"{time.perf_counter() - t0:.1f} s; `attnlab bench --out {out}` measures time and memory properly",
-                data)
+                result)
 
 
-def _train_kind(data: dict) -> str | None:
-    names = set(data.get("variants") or {})
+def _train_kind(result) -> str | None:
+    names = set(result.variants)
     if {"tied", "untied"} <= names:
         return "tie-kv"
     if "sqrt" in names:
@@ -132,12 +128,11 @@ def train(out: Path, quick: bool) -> tuple[Part, Part]:
 
     found: dict[str, Part] = {}
     for path in sorted(out.glob("train*.json")) + sorted(out.glob("tie_kv*.json")):
-        data = _read(path)
         cmd = "attnlab train" + (" --ablation tie-kv" if path.name.startswith("tie_kv") else "")
-        data = _checked(path, data, TrainResult, cmd)
-        kind = _train_kind(data)
+        result = read.result(TrainResult, _read(path), path, cmd)
+        kind = _train_kind(result)
         if kind and kind not in found:
-            found[kind] = Part(f"train {kind}", "file", f"from {path}", data)
+            found[kind] = Part(f"train {kind}", "file", f"from {path}", result)
     missing = [k for k in ("scale", "tie-kv") if k not in found]
     for kind in missing:
         cmd = "attnlab train" + (" --ablation tie-kv" if kind == "tie-kv" else "")
@@ -156,8 +151,7 @@ def train(out: Path, quick: bool) -> tuple[Part, Part]:
         layers = f"{cfg.n_layer} layer{'s' if cfg.n_layer != 1 else ''}"
         found[kind] = Part(f"train {kind}", "quick run", f"a tiny model ({layers}, d_model "
                            f"{cfg.d_model}) trained {cfg.steps} steps per variant while this page was built "
-                           f"({time.perf_counter() - t0:.0f} s); `{cmd} --out {out}` trains the real one",
-                           to_dict(r))
+                           f"({time.perf_counter() - t0:.0f} s); `{cmd} --out {out}` trains the real one", r)
     return found["scale"], found["tie-kv"]
 
 
@@ -176,7 +170,5 @@ def explore(out: Path, seed: int) -> dict[str, Part]:
             origin, note = "file", f"from {path}"
         else:
             result, origin, note = e.run(seed=seed), "computed now", "computed while this page was built"
-        d = to_dict(result)
-        d["finding"] = e.finding(result)
-        parts[name] = Part(name, origin, note, d)
+        parts[name] = Part(name, origin, note, result, e.finding(result))
     return parts

@@ -31,17 +31,16 @@ def _data_uri(png: bytes) -> str:
 
 
 def images(data) -> dict[str, str]:
-    """Every figure, drawn from its part's data at the page's size (see :mod:`.figures`)."""
-    demo, scale, tie = data.demo, data.train_scale, data.train_tie_kv
-    imgs = {"demo_map": _data_uri(figures.demo_map(demo.data)),
-            "demo_scale": _data_uri(figures.demo_scale(demo.data)),
-            "bench": _data_uri(figures.bench(data.bench.data))}
-    if scale.data:
-        imgs["train"] = _data_uri(figures.train(scale.data))
-    if tie.data:
-        imgs["tie_kv"] = _data_uri(figures.train(tie.data))
+    """Every figure, drawn from its part's result at the page's size (see :mod:`.figures`)."""
+    demo, scale, tie = data.demo.result, data.train_scale.result, data.train_tie_kv.result
+    imgs = {"demo_map": _data_uri(figures.demo_map(demo)), "demo_scale": _data_uri(figures.demo_scale(demo)),
+            "bench": _data_uri(figures.bench(data.bench.result))}
+    if scale:
+        imgs["train"] = _data_uri(figures.train(scale))
+    if tie:
+        imgs["tie_kv"] = _data_uri(figures.train(tie))
     for name, part in data.explore.items():
-        imgs[f"explore-{name}"] = _data_uri(figures.explore(name, part.data))
+        imgs[f"explore-{name}"] = _data_uri(figures.explore(name, part.result))
     return imgs
 
 

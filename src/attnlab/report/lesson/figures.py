@@ -1,21 +1,22 @@
-"""The page's figures, drawn from the results' JSON at a size made for the page.
+"""The page's figures: report's own figure functions, drawn at a size made for the page.
 
-The commands' own PNGs are made for a file viewer: wide, with 7-point legends that shrink to a few
-pixels in a 940-pixel column. Here every figure is drawn again from the data, and while it is drawn
-a matplotlib figure hook raises any text smaller than what reads as 12 CSS pixels once the figure
-is scaled to the column (:data:`COLUMN_PX`), then lays the figure out again. Axes are autoscaled
-over every value, so no curve is cut. The page shows each figure at the column's width and at its
-full size on a click.
+The commands' PNGs are made for a file viewer: wide, with 7-point legends that shrink to a few
+pixels in a 940-pixel column. Here the same functions draw from the same results, narrower, and
+while they draw a matplotlib figure hook raises any text smaller than what reads as 12 CSS pixels
+once the figure is scaled to the column (:data:`COLUMN_PX`), then lays the figure out again. Axes
+are autoscaled over every value, so no curve is cut. The page shows each figure at the column's
+width and at its full size on a click.
 """
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from types import SimpleNamespace
 
+from attnlab.report import bench as bench_figs
 from attnlab.report import explore as explore_figs
 from attnlab.report import plots
+from attnlab.report import train as train_figs
 
 COLUMN_PX = 940  # the page's column, in CSS pixels
 MIN_PX = 12.5  # the smallest text the page shows, in CSS pixels
@@ -35,7 +36,6 @@ def _enlarge(fig) -> None:
                 t.set_fontsize(MIN_PX / px_per_pt)
         if fig.get_layout_engine() is None:
             fig.tight_layout()
-        kwargs.setdefault("bbox_inches", "tight")
         return save(*args, **kwargs)
 
     fig.savefig = savefig
@@ -52,64 +52,25 @@ def _png(draw) -> bytes:
         return path.read_bytes()
 
 
-def demo_map(data: dict) -> bytes:
-    return _png(lambda f: plots.attention_map(data["map_weights"], f, title="Causal attention weights (demo)"))
+PAGE = {"size": (9.4, 4.2), "dpi": 100}  # the column's width in inches at 100 dpi
 
 
-def demo_scale(data: dict) -> bytes:
-    ns = SimpleNamespace(peak=data["peak"], widths=data["widths"], scale_T=data["scale_T"])
-    return _png(lambda f: plots.scale_demo(ns, f))
+def demo_map(result) -> bytes:
+    return _png(lambda f: plots.attention_map(result.map_weights, f, title="Causal attention weights (demo)"))
 
 
-def bench(data: dict) -> bytes:
-    def draw(path):
-        plt = plots._plt()
-        rows = [r for r in data.get("results", []) if r.get("time_s") and not r.get("skipped")]
-        has_mem = any(r.get("peak_bytes") for r in rows)
-        fig, axes = plt.subplots(1, 2 if has_mem else 1, figsize=(9.4, 4.2), dpi=100, squeeze=False)
-        for impl in sorted({r["impl"] for r in rows}):
-            pts = sorted((r["seq"], r["time_s"], r.get("peak_bytes")) for r in rows if r["impl"] == impl)
-            axes[0][0].plot([p[0] for p in pts], [p[1] * 1e3 for p in pts], marker="o", label=impl)
-            mem = [(p[0], p[2]) for p in pts if p[2]]
-            if has_mem and mem:
-                axes[0][1].plot([m[0] for m in mem], [m[1] / 2**20 for m in mem], marker="o", label=impl)
-        axes[0][0].set_ylabel("forward time (ms)")
-        if has_mem:
-            axes[0][1].set_ylabel("extra peak memory (MiB)")
-        for ax in axes[0]:
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xlabel("sequence length T")
-            ax.grid(alpha=0.3, which="both")
-            ax.legend()
-        plots.save(fig, path)
-
-    return _png(draw)
+def demo_scale(result) -> bytes:
+    return _png(lambda f: plots.scale_demo(result, f))
 
 
-def train(data: dict) -> bytes:
-    def draw(path):
-        plt = plots._plt()
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.4, 4.2), dpi=100)
-        for name, v in data["variants"].items():
-            nan = float("nan")  # a diverged run's JSON holds null
-            a1.plot(v["step"], [nan if x is None else x for x in v["val_loss"]], marker=".", label=f"{name}")
-            if v.get("entropy"):
-                a2.plot(v["step"], [sum(e) / len(e) if e and None not in e else nan for e in v["entropy"]],
-                        marker=".", label=name)
-        a1.set_ylabel("validation loss")
-        a2.set_ylabel("softmax entropy (nats)\nmean over layers")
-        for ax in (a1, a2):
-            ax.set_xlabel("step")
-            ax.grid(alpha=0.3)
-            ax.legend(title="variant")
-        plots.save(fig, path)
-
-    return _png(draw)
+def bench(result) -> bytes:
+    return _png(lambda f: bench_figs.figure(result, f, **PAGE))
 
 
-def explore(name: str, data: dict) -> bytes:
-    from attnlab.lab import explore as lab_explore
+def train(result) -> bytes:
+    return _png(lambda f: train_figs.figure(result, f, panels=("loss", "entropy"), train_loss=False, zoom=False,
+                                            **PAGE))
 
-    result = lab_explore.get(name).from_dict({k: v for k, v in data.items() if k != "finding"})
+
+def explore(name: str, result) -> bytes:
     return _png(lambda f: explore_figs.figure(name, result, f))

@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
+import math
 
-def demo_peaks(demo: dict, d: int = 256) -> dict | None:
-    widths = demo.get("widths") or []
-    if d not in widths:
+
+def demo_peaks(demo, d: int = 256) -> dict | None:
+    """scale -> the demo's mean peak weight at head width ``d`` (a DemoResult), with the uniform weight."""
+    if d not in demo.widths:
         return None
-    i = widths.index(d)
-    return {name: vals[i] for name, vals in demo["peak"].items()} | {"uniform": 1 / demo["scale_T"], "d": d}
+    i = demo.widths.index(d)
+    return {name: vals[i] for name, vals in demo.peak.items()} | {"uniform": 1 / demo.scale_T, "d": d}
 
 
-def bench_times(bench: dict | None, key: str = "time_s") -> dict[str, dict[int, float]]:
+def bench_times(bench, key: str = "time_s") -> dict[str, dict[int, float]]:
     """impl -> {seq: seconds} (``time_s`` the median, ``time_min_s`` the fastest), measured cases only."""
     out: dict[str, dict[int, float]] = {}
-    for r in (bench or {}).get("results", []):
-        if r.get(key) and not r.get("skipped"):
-            out.setdefault(r["impl"], {})[int(r["seq"])] = float(r[key])
+    for r in bench.results if bench else []:
+        if getattr(r, key) and not r.skipped:
+            out.setdefault(r.impl, {})[r.seq] = getattr(r, key)
     return out
 
 
-def ratio(bench: dict | None, impl: str, ref: str = "sdpa") -> tuple[float, int] | None:
+def ratio(bench, impl: str, ref: str = "sdpa") -> tuple[float, int] | None:
     """Fastest time(impl) / fastest time(ref) at the longest length where both were measured, and that length.
 
     The fastest of the repeats, not the median: on a busy machine the median carries other programs' work.
@@ -33,17 +35,16 @@ def ratio(bench: dict | None, impl: str, ref: str = "sdpa") -> tuple[float, int]
     return t[impl][T] / t[ref][T], T
 
 
-def final_val(train: dict | None) -> dict[str, float]:
-    """variant -> the last validation loss; NaN where the run diverged (its JSON holds null there)."""
-    last = {n: v["val_loss"][-1] for n, v in (train or {}).get("variants", {}).items() if v.get("val_loss")}
-    return {n: float("nan") if x is None else x for n, x in last.items()}
+def final_val(train) -> dict[str, float]:
+    """variant -> the last validation loss (a TrainResult); NaN where the run diverged."""
+    return {n: v.val_loss[-1] for n, v in (train.variants if train else {}).items() if v.val_loss}
 
 
-def entropy_ends(train: dict | None) -> dict[str, tuple[float, float]]:
+def entropy_ends(train) -> dict[str, tuple[float, float]]:
     """variant -> (mean entropy over layers at the first log, at the last)."""
     out = {}
-    for n, v in (train or {}).get("variants", {}).items():
-        e = [x for x in v.get("entropy") or [] if x and None not in x]  # null: a log after the run diverged
+    for n, v in (train.variants if train else {}).items():
+        e = [x for x in v.entropy if x and not any(map(math.isnan, x))]  # NaN: a log after the run diverged
         if e:
             out[n] = (sum(e[0]) / len(e[0]), sum(e[-1]) / len(e[-1]))
     return out
@@ -53,4 +54,3 @@ def fmt_time(s: float) -> str:
     if s >= 1:
         return f"{s:.3g} s"
     return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} µs"
-

@@ -32,9 +32,9 @@ def figure(src: str | None, alt: str, caption: str) -> str:
 
 
 def demo(part, imgs) -> str:
-    d = part.data
-    rows = "".join(f"<tr><td>{escape(c['form'])}</td><td>{'yes' if c['causal'] else 'no'}</td>"
-                   f"<td>{c['max_err']:.2e}</td><td>{'OK' if c['ok'] else 'FAIL'}</td></tr>" for c in d["checks"])
+    d = part.result
+    rows = "".join(f"<tr><td>{escape(c.form)}</td><td>{'yes' if c.causal else 'no'}</td>"
+                   f"<td>{c.max_err:.2e}</td><td>{'OK' if c.ok else 'FAIL'}</td></tr>" for c in d.checks)
     p = num.demo_peaks(d)
     peak = (f"<p>At head width d = {p['d']} the mean peak attention weight is <b>{p['none']:.2f}</b> unscaled, "
             f"<b>{p['sqrt']:.2f}</b> with 1/√d and <b>{p['inv']:.3f}</b> with 1/d (uniform would be "
@@ -52,14 +52,13 @@ _SHORT = (" At lengths this short the fixed cost of each call is a large part of
           "negative); <code>attnlab bench</code> measures at lengths where the growth shows.")
 
 
-def _busy(data: dict) -> str:
+def _busy(result) -> str:
     """Why these times may not be trusted, when bench recorded it: a loaded machine, a growth no exact form has."""
     why = []
-    m = data.get("machine") or {}
-    load, cpus = m.get("load_average"), m.get("cpu_count") or 1
+    load, cpus = result.machine.get("load_average"), result.machine.get("cpu_count") or 1
     if load is not None and load >= cpus:
         why.append(f"the machine was busy when bench started (load {load:.1f} on {cpus} cores)")
-    odd = [f"{escape(i)} T<sup>{e['time']:.2f}</sup>" for i, e in sorted((data.get("exponents") or {}).items())
+    odd = [f"{escape(i)} T<sup>{e['time']:.2f}</sup>" for i, e in sorted(result.exponents.items())
            if isinstance(e, dict) and e.get("time") is not None and not 0.5 <= e["time"] <= 3.5]
     if odd:
         why.append(f"some fitted time growths are not what any exact form can do ({', '.join(odd)}; 2 is expected)")
@@ -69,20 +68,20 @@ def _busy(data: dict) -> str:
             "these times. Run <code>attnlab bench --threads 1</code> on a quiet machine for numbers to quote.</p>")
 
 
-def bench_table(data: dict) -> str:
+def bench_table(result) -> str:
     """Forms down, lengths across; each cell the median time and the extra peak memory, or why it is empty."""
-    rows = {(r["impl"], int(r["seq"])): r for r in data.get("results", [])}
+    rows = {(r.impl, r.seq): r for r in result.results}
     seqs = sorted({s for _, s in rows})
     impls = list(dict.fromkeys(i for i, _ in rows))
     reasons: dict[str, int] = {}
-    quick = not any(r.get("peak_bytes") for r in rows.values())
+    quick = not any(r.peak_bytes for r in rows.values())
 
     def cell(impl, T):
         r = rows.get((impl, T))
-        if r and r.get("time_s") and not r.get("skipped"):
-            mem = fmt_bytes(r["peak_bytes"]) if r.get("peak_bytes") is not None else "—"
-            return f'<td>{num.fmt_time(r["time_s"])}<br><span class="mem">{mem}</span></td>'
-        why = (r or {}).get("skipped") or "not in this run"
+        if r and r.time_s and not r.skipped:
+            mem = fmt_bytes(r.peak_bytes) if r.peak_bytes is not None else "—"
+            return f'<td>{num.fmt_time(r.time_s)}<br><span class="mem">{mem}</span></td>'
+        why = (r.skipped if r else None) or "not in this run"
         n = reasons.setdefault(f"{impl} at T = {T}: {why}", len(reasons) + 1)
         return f'<td class="skipped">skipped <sup>{n}</sup></td>'
 
@@ -95,9 +94,9 @@ def bench_table(data: dict) -> str:
             "</p>" + (f'<ol class="reasons">{notes}</ol>' if notes else ""))
 
 
-def quadratic(data: dict) -> str:
+def quadratic(result) -> str:
     """The lab's sentence: how the matrix form's memory grows, as measured."""
-    e = (data.get("exponents") or {}).get("matrix") or {}
+    e = result.exponents.get("matrix") or {}
     p, what = e.get("memory"), "memory"
     if p is None:
         p, what = e.get("time"), "time"
@@ -109,12 +108,12 @@ def quadratic(data: dict) -> str:
 
 
 def bench(part, imgs) -> str:
-    exps = part.data.get("exponents") or {}
+    exps = part.result.exponents
     exp_txt = "; ".join(f"{escape(i)}: time ∝ T<sup>{e['time']:.2f}</sup>"
                         + (f", memory ∝ T<sup>{e['memory']:.2f}</sup>" if e.get("memory") is not None else "")
                         for i, e in sorted(exps.items()) if isinstance(e, dict) and e.get("time") is not None)
-    return (f"<h3>bench: time and memory against sequence length</h3>{badge(part)}{_busy(part.data)}"
-            + bench_table(part.data) + quadratic(part.data)
+    return (f"<h3>bench: time and memory against sequence length</h3>{badge(part)}{_busy(part.result)}"
+            + bench_table(part.result) + quadratic(part.result)
             + (f"<p>Fitted growth: {exp_txt}.{_SHORT if part.origin == 'quick run' else ''}</p>" if exp_txt else "")
             + figure(imgs.get("bench"), "time and memory against length",
                      "Time (and memory, when measured) against length, both axes logarithmic."))
@@ -122,13 +121,12 @@ def bench(part, imgs) -> str:
 
 def checklist(data) -> str:
     """The lab's "you are done when", each item ticked from what was measured."""
-    checks = (data.demo.data or {}).get("checks", [])
-    loops = [c["max_err"] for c in checks if c["form"] == "loops"]
-    rows = {(r["impl"], int(r["seq"])): r for r in (data.bench.data or {}).get("results", [])}
-    mem = [T for T in (128, 512, 2048) if (rows.get(("matrix", T)) or {}).get("peak_bytes") is not None]
-    p = ((data.bench.data or {}).get("exponents") or {}).get("matrix", {}) or {}
-    p = p.get("memory") if isinstance(p, dict) else None
-    fv, tie = num.final_val(data.train_scale.data), num.final_val(data.train_tie_kv.data)
+    demo, bench = data.demo.result, data.bench.result
+    loops = [c.max_err for c in demo.checks if c.form == "loops"] if demo else []
+    rows = {(r.impl, r.seq): r for r in bench.results} if bench else {}
+    mem = [T for T in (128, 512, 2048) if ("matrix", T) in rows and rows["matrix", T].peak_bytes is not None]
+    p = (bench.exponents.get("matrix") or {}).get("memory") if bench else None
+    fv, tie = num.final_val(data.train_scale.result), num.final_val(data.train_tie_kv.result)
     items = [
         (bool(loops) and max(loops) <= 1e-4, "The loops form matches PyTorch to 1e-4",
          f"largest difference {max(loops):.1e} ({how(data.demo)})" if loops else "run `attnlab demo`"),
@@ -155,16 +153,16 @@ def checklist(data) -> str:
 
 def train(scale, tie, imgs) -> str:
     out = f"<h3>train: the 1/√d ablation</h3>{badge(scale)}"
-    if scale.data:
-        fv, ent = num.final_val(scale.data), num.entropy_ends(scale.data)
+    if scale.result:
+        fv, ent = num.final_val(scale.result), num.entropy_ends(scale.result)
         rows = "".join(f"<tr><td>{LABELS.get(n, escape(n))}</td><td>{fv.get(n, float('nan')):.3f}</td>"
                        f"<td>{ent[n][0]:.2f} → {ent[n][1]:.2f}</td></tr>" for n in fv if n in ent)
         out += ("<table><thead><tr><th>scale</th><th>final validation loss</th><th>entropy, start → end (nats)</th>"
                 f"</tr></thead><tbody>{rows}</tbody></table>")
         out += figure(imgs.get("train"), "loss and entropy curves", "Validation loss and softmax entropy per step.")
     out += f"<h3>train: tying the value to the key</h3>{badge(tie)}"
-    if tie.data:
-        fv = num.final_val(tie.data)
+    if tie.result:
+        fv = num.final_val(tie.result)
         out += "<ul>" + "".join(f"<li>{escape(n)}: final validation loss <b>{v:.3f}</b></li>" for n, v in fv.items())
         out += "</ul>" + figure(imgs.get("tie_kv"), "tied against untied", "Keys and values tied against separate.")
     return out
@@ -178,7 +176,7 @@ def explore(parts, imgs) -> str:
                  "earlier key the same way, and only a mask can keep a key out. The numbers:</blockquote>"
                  if name == "trust" else "")
         out += (f'<h3 id="explore-{name}">explore {escape(name)}</h3>{badge(part)}{quote}'
-                f'<p class="finding">{escape(part.data["finding"])}</p>'
+                f'<p class="finding">{escape(part.finding)}</p>'
                 + figure(imgs.get(f"explore-{name}"), name, f"attnlab explore {name}"))
     return out
 
@@ -188,15 +186,15 @@ def _qa(q: str, a: str) -> str:
 
 
 def questions(data) -> str:
-    p = num.demo_peaks(data.demo.data)
-    inv = data.explore["inv-scale"].data
-    i = len(inv["widths"]) - 1
-    fv = num.final_val(data.train_scale.data)
+    p = num.demo_peaks(data.demo.result)
+    inv = data.explore["inv-scale"].result
+    i = len(inv.widths) - 1
+    fv = num.final_val(data.train_scale.result)
     why_sqrt = (f"A dot product of d unit-variance features has variance d. Unscaled, wide heads push the softmax onto "
                 f"one key and its gradient vanishes. On this machine, at d = {p['d']} the mean peak weight was "
-                f"{p['none']:.2f} without a scale and {p['sqrt']:.2f} with 1/√d; at d = {inv['widths'][i]} the "
-                f"softmax entropy was {inv['entropy']['none'][i]:.2f} nats unscaled, {inv['entropy']['sqrt'][i]:.2f} "
-                f"with 1/√d and {inv['entropy']['inv'][i]:.2f} with 1/d (uniform: {inv['max_entropy']:.2f}). "
+                f"{p['none']:.2f} without a scale and {p['sqrt']:.2f} with 1/√d; at d = {inv.widths[i]} the "
+                f"softmax entropy was {inv.entropy['none'][i]:.2f} nats unscaled, {inv.entropy['sqrt'][i]:.2f} "
+                f"with 1/√d and {inv.entropy['inv'][i]:.2f} with 1/d (uniform: {inv.max_entropy:.2f}). "
                 "1/√d is the one scale that keeps the spread of the scores the same at every width.")
     if fv:
         why_sqrt += " Trained: final validation loss " + ", ".join(f"{LABELS.get(n, n)} {v:.3f}" for n, v in fv.items())
@@ -206,7 +204,7 @@ def questions(data) -> str:
               "of the tokens so far, to avoid recomputing them, not to remember anything new. In the walkthrough "
               f"above, '{escape(data.walkthrough.words[data.walkthrough.word_of[data.walkthrough.query]])}' spreads "
               "its weight over the words it can see right now; change the sentence and the weights change.")
-    tie = num.final_val(data.train_tie_kv.data)
+    tie = num.final_val(data.train_tie_kv.result)
     kv = ("The key is what a token advertises for matching; the value is what it hands over once matched. Tie them "
           "and a token can only pass on the same thing it is found by. ")
     if {"tied", "untied"} <= set(tie):
@@ -214,7 +212,7 @@ def questions(data) -> str:
                f"untied against {tie['tied']:.3f} tied ({tie['tied'] - tie['untied']:+.3f}).")
     else:
         kv += f"The tied model has not been trained on this machine yet ({escape(data.train_tie_kv.note)})."
-    r_m, r_l = num.ratio(data.bench.data, "matrix"), num.ratio(data.bench.data, "loops")
+    r_m, r_l = num.ratio(data.bench.result, "matrix"), num.ratio(data.bench.result, "loops")
     yourself = ("Not for real work: use <code>torch.nn.functional.scaled_dot_product_attention</code>. Write it to "
                 "learn it, and check yours with <code>attnlab verify</code>. ")
     if r_m:
@@ -234,19 +232,19 @@ def _reveal(i: int, q: str, a: str) -> str:
 
 
 def hard(data) -> str:
-    inv = data.explore["inv-scale"].data
-    ent = num.entropy_ends(data.train_scale.data)
-    i = len(inv["widths"]) - 1
+    inv = data.explore["inv-scale"].result
+    ent = num.entropy_ends(data.train_scale.result)
+    i = len(inv.widths) - 1
     scale_a = (f"The scores of a d-wide head spread like √d, so the softmax saturates: one key takes almost all the "
                f"weight, the entropy falls toward 0 and the gradient through the softmax vanishes. Measured here: at "
-               f"d = {inv['widths'][i]} the mean entropy of a softmax row over {inv['T']} keys is "
-               f"{inv['entropy']['none'][i]:.2f} nats unscaled against {inv['entropy']['sqrt'][i]:.2f} with 1/√d.")
+               f"d = {inv.widths[i]} the mean entropy of a softmax row over {inv.T} keys is "
+               f"{inv.entropy['none'][i]:.2f} nats unscaled against {inv.entropy['sqrt'][i]:.2f} with 1/√d.")
     if ent:
         scale_a += " In training: " + "; ".join(f"{LABELS.get(n, escape(n))} {a:.2f} → {b:.2f} nats"
                                                for n, (a, b) in ent.items()) + " (first log → last)."
-    nm, st, tr, on = (data.explore[k].data for k in ("no-mask", "same-token", "trust", "online-softmax"))
-    mean_future = sum(nm["future_mass"][:-1]) / (len(nm["future_mass"]) - 1)
-    maxes = " → ".join(f"{s['m_new']:.2f}" for s in on["steps"])
+    nm, st, tr, on = (data.explore[k].result for k in ("no-mask", "same-token", "trust", "online-softmax"))
+    mean_future = sum(nm.future_mass[:-1]) / (len(nm.future_mass) - 1)
+    maxes = " → ".join(f"{s.m_new:.2f}" for s in on.steps)
     items = [
         ("Remove the 1/√d scale: predict the failure.", scale_a),
         ("Why mask with −∞ before the softmax instead of zeroing weights after it?",
@@ -255,18 +253,18 @@ def hard(data) -> str:
          f"{mean_future:.0%} of their weight on later words."),
         ("Flash attention never holds a whole row of scores. How can it take a softmax of the row?",
          f"It keeps a running max and a running sum per query and rescales what it has summed when the max grows. "
-         f"Here the max went {maxes} over {len(on['steps'])} tiles and "
-         f"the result matched the full softmax to {on['weight_err']:.1e}."),
+         f"Here the max went {maxes} over {len(on.steps)} tiles and "
+         f"the result matched the full softmax to {on.weight_err:.1e}."),
         ("A word appears twice and the model has no position information. Can attention tell the copies apart?",
          f"Not without a mask: queries, keys and outputs were identical (differences "
-         f"{st['without_positions']['out']:g}). RoPE separates them (output difference "
-         f"{st['with_rope']['out']:.3f}); so, oddly, does a causal mask "
-         f"({st['without_positions']['out_causal']:.3f}), because each copy sees a different prefix."),
+         f"{st.without_positions.out:g}). RoPE separates them (output difference "
+         f"{st.with_rope.out:.3f}); so, oddly, does a causal mask "
+         f"({st.without_positions.out_causal:.3f}), because each copy sees a different prefix."),
         ("Can a trusted instruction at the start protect the answer from text pasted after it?",
-         f"No: the later queries put {sum(tr['mass']['untrusted']) / len(tr['mass']['untrusted']):.0%} of their "
+         f"No: the later queries put {sum(tr.mass['untrusted']) / len(tr.mass['untrusted']):.0%} of their "
          f"weight on the untrusted words, and changing only those words moved every later output (by at least "
-         f"{min(tr['change_causal'][tr['segments']['later'][0]:]):.3f}). Only a mask that hides them did not "
-         f"(change {max(tr['change_masked'][tr['segments']['later'][0]:]):g})."),
+         f"{min(tr.change_causal[tr.segments['later'][0]:]):.3f}). Only a mask that hides them did not "
+         f"(change {max(tr.change_masked[tr.segments['later'][0]:]):g})."),
     ]
     return "".join(_reveal(i, q, a) for i, (q, a) in enumerate(items, 1))
 
