@@ -104,7 +104,7 @@ def run(args) -> int:
     if load is not None and load >= cpus:
         console.print(f"[yellow]note: the machine was busy when this started (load {load:.1f} on {cpus} cores): "
                       f"times are noisy, the short ones most; fewer --threads (e.g. 1) steadies them[/]")
-    half_on_cpu = cfg.device == "cpu" and cfg.dtype in ("bfloat16", "float16")
+    half_on_cpu = cfg.device == "cpu" and bench.DTYPES[cfg.dtype] in bench.HALF
     kind = f"best of {cfg.dtype} and float32" if half_on_cpu else cfg.dtype
     threads = f"{m['torch_threads']} thread" + ("" if m["torch_threads"] == 1 else "s")
     sizes = ", ".join(f"{n} x {n}" for n in (m.get("matmul_sizes") or {}).values())
