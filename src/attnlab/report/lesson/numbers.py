@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from attnlab.report.fmt import fmt_time  # noqa: F401 -- the page writes times as the tables do
+
 
 def demo_peaks(demo: dict, d: int = 256) -> dict | None:
     widths = demo.get("widths") or []
@@ -49,8 +51,4 @@ def entropy_ends(train: dict | None) -> dict[str, tuple[float, float]]:
     return out
 
 
-def fmt_time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3g} s"
-    return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} µs"
 
