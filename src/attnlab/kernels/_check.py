@@ -25,11 +25,11 @@ No ``assert`` guards user input anywhere in attnlab: this module is where input 
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import torch
 
+from .argcheck import is_real
 from .dtypes import FLOAT_DTYPES, compute_dtype
 from .masks import Mask, and_masks, causal
 
@@ -293,7 +293,7 @@ def _dropout_p(p) -> float:
     """dropout_p as a float in [0, 1]: a number or a one-element tensor, as PyTorch takes it."""
     if isinstance(p, torch.Tensor) and p.numel() == 1 and not p.dtype.is_complex and p.dtype != torch.bool:
         p = p.item()
-    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+    if not is_real(p):
         raise TypeError(f"dropout_p must be a number in [0, 1], got {p!r}")
     if not (0.0 <= float(p) <= 1.0):
         raise ValueError(f"dropout_p must be in [0, 1], got {p}")
@@ -310,7 +310,7 @@ def _scale(scale, E: int) -> float:
         return 1.0 / math.sqrt(E) if E > 0 else 1.0  # E = 0: every score is 0 whatever the scale
     if isinstance(scale, torch.Tensor) and scale.numel() == 1 and scale.dtype.is_floating_point:
         scale = scale.item()
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+    if not is_real(scale):
         raise TypeError(f"scale must be a number or None, got {scale!r}")
     if not math.isfinite(float(scale)):
         raise ValueError(
