@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 from pathlib import Path
 
 from attnlab.lab import train, train_step
-from attnlab.lab.results import machine, versions, write_json
+from attnlab.lab.machine import load_average, machine, versions
+from attnlab.lab.results import write_json
 
 MB = 2**20
 
@@ -49,7 +49,7 @@ def main() -> None:
             print(f"T={T:>5} {name:<16}: per-rank peak {peak / MB:7.1f} MiB vs one process {one.peak_bytes / MB:7.1f} "
                   f"MiB ({row['peak_ratio']:.2f}x); {tps:8,.0f} tokens/s vs {one.tokens_per_s:8,.0f} "
                   f"({row['speed_ratio']:.2f}x)", flush=True)
-    report = {"rows": rows, "machine": {**machine(), "load_average": os.getloadavg()[0]}, "versions": versions()}
+    report = {"rows": rows, "machine": {**machine(), "load_average": load_average()}, "versions": versions()}
     print(f"wrote {write_json(report, Path(args.out) / 'train_parallel.json')}")
 
 

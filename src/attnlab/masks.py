@@ -4,18 +4,20 @@ from .kernels.masks import (
     EMPTY,
     FULL,
     PARTIAL,
+    SPECS,
     BlockMap,
     Mask,
     and_masks,
     causal,
     causal_lower_right,
     document,
+    from_spec,
     or_masks,
     prefix_lm,
     sliding_window,
 )
 
 __all__ = [
-    "EMPTY", "FULL", "PARTIAL", "BlockMap", "Mask", "and_masks", "causal", "causal_lower_right",
-    "document", "or_masks", "prefix_lm", "sliding_window",
+    "EMPTY", "FULL", "PARTIAL", "SPECS", "BlockMap", "Mask", "and_masks", "causal", "causal_lower_right",
+    "document", "from_spec", "or_masks", "prefix_lm", "sliding_window",
 ]

@@ -25,14 +25,13 @@ No ``assert`` guards user input anywhere in attnlab: this module is where input 
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import torch
 
+from .argcheck import is_real
+from .dtypes import FLOAT_DTYPES, compute_dtype
 from .masks import Mask, and_masks, causal
-
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 @dataclass(frozen=True)
@@ -77,6 +76,11 @@ class Args:
     @property
     def Ev(self) -> int:
         return self.v.shape[3]
+
+    @property
+    def work(self) -> torch.dtype:
+        """The dtype a form computes in: float32 for half-precision inputs, else the inputs' dtype."""
+        return compute_dtype(self.q.dtype)
 
     @property
     def groups(self) -> int:
@@ -131,7 +135,34 @@ def check(
     scale=None,
     enable_gqa=False,
 ) -> Args:
-    """Validate SDPA's arguments and return them normalised (see the module docstring)."""
+    """Validate SDPA's arguments and return them normalised (see the module docstring).
+
+    One checker per group of arguments, in this order: the three tensors, their shapes, the flags,
+    how they broadcast (GQA), dropout, scale, then the mask.
+    """
+    _check_tensors(query, key, value)
+    shapes = _check_shapes(query, key, value)
+    _check_flag("enable_gqa", enable_gqa)
+    squeeze_heads = query.dim() == key.dim() == value.dim() == 2
+    if squeeze_heads:  # (L, E): a single head with no batch
+        query, key, value = query[None], key[None], value[None]
+    query, key, value = _broadcast(query, key, value, enable_gqa, shapes)
+    _check_flag("is_causal", is_causal)
+    dropout_p = _dropout_p(dropout_p)
+    scale = _scale(scale, query.shape[-1])
+
+    batch_shape = tuple(query.shape[:-3])
+    N = math.prod(batch_shape)
+    q = query.reshape(N, *query.shape[-3:])  # (N, H, L, E)
+    k = key.reshape(N, *key.shape[-3:])  # (N, Hkv, S, E)
+    v = value.reshape(N, *value.shape[-3:])  # (N, Hkv, S, Ev)
+    dense, mask_fn, is_causal = _check_mask(attn_mask, is_causal, q, k, batch_shape, squeeze_heads)
+    return Args(q=q, k=k, v=v, attn_mask=dense, mask=mask_fn, is_causal=is_causal, dropout_p=dropout_p,
+                scale=scale, batch_shape=batch_shape, squeeze_heads=squeeze_heads)
+
+
+def _check_tensors(query, key, value) -> None:
+    """Three floating-point tensors of at least 2 dims, of one dtype, on one device."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -150,6 +181,10 @@ def check(
         raise ValueError(
             f"query, key and value must be on one device, got {query.device}, {key.device} and {value.device}"
         )
+
+
+def _check_shapes(query, key, value) -> str:
+    """query and key share the feature dim E, key and value the positions S; returns the shapes, for messages."""
     shapes = f"query {_shape(query)}, key {_shape(key)}, value {_shape(value)}"
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
@@ -159,52 +194,31 @@ def check(
         raise ValueError(
             f"key has {key.shape[-2]} positions but value has {value.shape[-2]}; they must match ({shapes})"
         )
-    if not isinstance(enable_gqa, bool):
-        raise TypeError(f"enable_gqa must be a bool, got {type(enable_gqa).__name__}")
-    squeeze_heads = query.dim() == key.dim() == value.dim() == 2
-    if squeeze_heads:  # (L, E): a single head with no batch
-        query, key, value = query[None], key[None], value[None]
-    query, key, value = _broadcast(query, key, value, enable_gqa, shapes)
-    H, Hkv = query.shape[-3], key.shape[-3]
+    return shapes
 
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be a bool, got {is_causal!r}")
 
-    dropout_p = _dropout_p(dropout_p)
-    E = query.shape[-1]
-    scale = _scale(scale, E)
+def _check_flag(name: str, value) -> None:
+    """``enable_gqa`` and ``is_causal`` are bools (not 0 or 1)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
 
-    batch_shape = tuple(query.shape[:-3])
-    N = math.prod(batch_shape)
-    L, S = query.shape[-2], key.shape[-2]
-    q = query.reshape(N, H, L, E)
-    k = key.reshape(N, Hkv, S, E)
-    v = value.reshape(N, Hkv, S, value.shape[-1])
 
-    mask_fn = None
-    dense = None
+def _check_mask(attn_mask, is_causal: bool, q, k, batch_shape, squeeze_heads):
+    """``attn_mask`` and ``is_causal`` -> (dense mask or None, mask function or None, is_causal left over).
+
+    A mask function is kept (sizes checked) so tiled forms can skip tiles; a tensor becomes 4-D,
+    broadcastable to (N, H, L, S). With ``is_causal=True`` too, PyTorch keeps the keys both allow:
+    causality is folded into the mask and ``is_causal`` comes back False.
+    """
+    N, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     if isinstance(attn_mask, Mask):
-        mask_fn = and_masks(attn_mask, causal()) if is_causal else attn_mask  # PyTorch keeps what both allow
+        mask_fn = and_masks(attn_mask, causal()) if is_causal else attn_mask
         mask_fn.check_sizes(N=N, H=H, L=L, S=S)
-        is_causal = False
-    elif attn_mask is not None:
-        dense = _check_mask_tensor(attn_mask, query, batch_shape, H, L, S, N, squeeze_heads)
-        if is_causal:  # PyTorch keeps the keys both allow: the mask, and upper-left causality
-            dense = _with_causal(dense, L, S)
-            is_causal = False
-
-    return Args(
-        q=q,
-        k=k,
-        v=v,
-        attn_mask=dense,
-        mask=mask_fn,
-        is_causal=is_causal,
-        dropout_p=float(dropout_p),
-        scale=float(scale),
-        batch_shape=batch_shape,
-        squeeze_heads=squeeze_heads,
-    )
+        return None, mask_fn, False
+    if attn_mask is None:
+        return None, None, is_causal
+    dense = _check_mask_tensor(attn_mask, q, batch_shape, H, L, S, N, squeeze_heads)
+    return (_with_causal(dense, L, S) if is_causal else dense), None, False
 
 
 def _check_mask_tensor(m, query, batch_shape, H, L, S, N, squeeze_heads) -> torch.Tensor:
@@ -279,7 +293,7 @@ def _dropout_p(p) -> float:
     """dropout_p as a float in [0, 1]: a number or a one-element tensor, as PyTorch takes it."""
     if isinstance(p, torch.Tensor) and p.numel() == 1 and not p.dtype.is_complex and p.dtype != torch.bool:
         p = p.item()
-    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+    if not is_real(p):
         raise TypeError(f"dropout_p must be a number in [0, 1], got {p!r}")
     if not (0.0 <= float(p) <= 1.0):
         raise ValueError(f"dropout_p must be in [0, 1], got {p}")
@@ -296,7 +310,7 @@ def _scale(scale, E: int) -> float:
         return 1.0 / math.sqrt(E) if E > 0 else 1.0  # E = 0: every score is 0 whatever the scale
     if isinstance(scale, torch.Tensor) and scale.numel() == 1 and scale.dtype.is_floating_point:
         scale = scale.item()
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+    if not is_real(scale):
         raise TypeError(f"scale must be a number or None, got {scale!r}")
     if not math.isfinite(float(scale)):
         raise ValueError(

@@ -25,6 +25,8 @@ import torch
 
 from . import Unsupported
 from ._check import check
+from .argcheck import is_int
+from .dtypes import HALF
 from .triton_masks import Plan, Rule, rule_of
 
 OTHER_FORMS = "flash, matrix, loops or sdpa"
@@ -170,7 +172,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         raise RuntimeError(f"the triton form cannot run on {a.q.device}: {why}")
     if score_mod is not None:
         raise Unsupported(f"score_mod={score_mod!r}: the triton form has no score modifiers; use flash or matrix")
-    if a.q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+    if a.q.dtype not in (*HALF, torch.float32):
         raise Unsupported(f"query has dtype {a.q.dtype}; the triton form computes float16, bfloat16 and float32 "
                           f"(for {a.q.dtype} use {OTHER_FORMS})")
     if a.dropout_p > 0:
@@ -182,7 +184,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         raise Unsupported(f"batch x heads = {a.N} x {a.H} > 65535 programs on the triton form's second grid axis; "
                           f"split the batch, or use {OTHER_FORMS}")
     for name, b in (("block_q", block_q), ("block_k", block_k)):
-        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 16 or b > 256 or b & (b - 1)):
+        if b is not None and (not is_int(b) or b < 16 or b > 256 or b & (b - 1)):
             raise ValueError(f"{name} must be a power of two from 16 to 256 (a Triton tile), got {b!r}")
     dense = None
     if a.attn_mask is not None:

@@ -30,7 +30,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         return a.unflatten(empty_output(a))
     idx = [torch.tensor(x).view(1, 1, 1, 1) for x in range(max(a.N, a.H, a.L))] if mod is not None else []
     keys = torch.arange(a.S).view(1, 1, 1, a.S)
-    work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
+    work = a.work  # half precision is computed in float32
     q, k, v = a.q.to(work), a.k.to(work), a.v.to(work)
     mask = a.dense_mask()
     if mask is not None:

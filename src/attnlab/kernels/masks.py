@@ -12,7 +12,8 @@ pair is
 
 Pieces: :func:`causal`, :func:`causal_lower_right`, :func:`sliding_window`, :func:`document`,
 :func:`prefix_lm`, combined with :func:`and_masks` / :func:`or_masks` (or ``&`` / ``|``), and
-:meth:`Mask.from_mod` for your own ``mask_mod(b, h, q_idx, kv_idx)``.
+:meth:`Mask.from_mod` for your own ``mask_mod(b, h, q_idx, kv_idx)``. :func:`from_spec` makes one
+from the name the command line uses, e.g. ``"sliding_window:512"``.
 
 Every form accepts a mask as ``attn_mask=``; forms without tiles receive the equivalent dense
 boolean tensor from :meth:`Mask.dense`.
@@ -24,6 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
+
+from .argcheck import nonneg_int, positive_int
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 _CACHE_SIZE = 32  # compiled block maps kept per mask (oldest dropped first)
@@ -124,8 +127,7 @@ class Mask:
     def block_map(self, N: int, H: int, L: int, S: int, block_q: int, block_k: int, device="cpu") -> BlockMap:
         """Compile (once per sizes) to a :class:`BlockMap`; never materialises L x S."""
         for name, x in (("block_q", block_q), ("block_k", block_k)):
-            if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-                raise ValueError(f"{name} must be a positive integer tile size, got {x!r}")
+            positive_int(name, x, "a positive integer tile size")
         key = (N, H, L, S, block_q, block_k, str(device))
         if key in self._cache:
             return self._cache[key]
@@ -165,16 +167,14 @@ def causal_lower_right() -> Mask:
 
 def sliding_window(window: int) -> Mask:
     """Key j visible to query i when i - window < j <= i: the last ``window`` tokens, itself included."""
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"sliding_window needs a positive integer window, got {window!r}")
+    positive_int("window", window, owner="sliding_window")
     return Mask(lambda b, h, i, j, L, S: (j <= i) & (j > i - window), f"sliding_window({window})",
                 rule=("sliding_window", window))
 
 
 def prefix_lm(n: int) -> Mask:
     """The first ``n`` keys are visible to every query; the rest causally (j <= i)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"prefix_lm needs a non-negative integer prefix length, got {n!r}")
+    nonneg_int("prefix length", n, owner="prefix_lm")
     return Mask(lambda b, h, i, j, L, S: (j < n) | (j <= i), f"prefix_lm({n})", rule=("prefix_lm", n))
 
 
@@ -231,3 +231,32 @@ def and_masks(*masks: Mask) -> Mask:
 def or_masks(*masks: Mask) -> Mask:
     """Visible where any mask says visible."""
     return _combine(masks, torch.logical_or, "or")
+
+
+SPECS = ("causal", "causal_lower_right", "sliding_window:W", "prefix_lm:N", "document:K")
+
+
+def from_spec(spec: str, length: int | None = None) -> Mask:
+    """A mask from its name, as the command line and configs write it: one of :data:`SPECS`.
+
+    ``sliding_window:512`` is :func:`sliding_window` (512), ``prefix_lm:N`` is :func:`prefix_lm` (N),
+    ``document:K`` packs K equal documents into ``length`` positions (:func:`document`). W and K are
+    positive integers, N is 0 or more. Anything else is a ValueError naming the spec and the names.
+    """
+    if not isinstance(spec, str):
+        raise TypeError(f"a mask spec is a string such as 'sliding_window:512', got {type(spec).__name__}")
+    name, colon, arg = spec.partition(":")
+    number = int(arg) if arg.isascii() and arg.isdigit() else None
+    if not colon and name in ("causal", "causal_lower_right"):
+        return causal() if name == "causal" else causal_lower_right()
+    if number is not None and (number >= 1 or name == "prefix_lm"):
+        if name == "sliding_window":
+            return sliding_window(number)
+        if name == "prefix_lm":
+            return prefix_lm(number)
+        if name == "document":
+            if length is None:
+                raise ValueError(f"mask {spec!r} needs the sequence length to split it into {number} documents")
+            return document(torch.arange(length) * number // length)
+    raise ValueError(f"unknown mask {spec!r}; choose from {', '.join(SPECS)} "
+                     "(W and K positive integers, N an integer >= 0)")

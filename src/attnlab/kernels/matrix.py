@@ -53,7 +53,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     if a.trivial:  # an empty dim: nothing to attend to
         out = a.unflatten(empty_output(a))
         return (out, a.unflatten(a.q.new_zeros(a.N, a.H, a.L, a.S))) if return_weights else out
-    work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
+    work = a.work  # half precision is computed in float32
     q, k, v = a.q.to(work), a.k.to(work), a.v.to(work)
     if a.groups > 1:  # GQA: each key/value head serves `groups` consecutive query heads
         k = k.repeat_interleave(a.groups, dim=1)

@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from .argcheck import is_int, positive_int, positive_real
+
 ModFn = Callable[..., torch.Tensor]  # (score, b, h, q_idx, kv_idx) -> score
 
 
@@ -97,9 +99,7 @@ def apply_dense(mod: Mod | None, scores: torch.Tensor) -> torch.Tensor:
 
 def softcap(cap: float) -> Mod:
     """``cap * tanh(score / cap)``: every score squashed into (-cap, cap); Gemma 2 uses 50 (30 for the logits)."""
-    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap <= 0:
-        raise ValueError(f"softcap needs a positive, finite cap, got {cap!r}")
-    c = float(cap)
+    c = positive_real("cap", cap, "a positive, finite", owner="softcap")
 
     def fn(score, b, h, q_idx, kv_idx):
         return torch.tanh(score / c) * c
@@ -113,8 +113,7 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     For a head count that is not a power of two, the paper takes the slopes of the next lower power
     of two and fills up with every other slope of twice that many heads.
     """
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-        raise ValueError(f"alibi needs a positive integer num_heads, got {num_heads!r}")
+    positive_int("num_heads", num_heads, owner="alibi")
 
     def powers(n):
         start = 2 ** (-8 / n)
@@ -185,7 +184,7 @@ def relative_bias(table: torch.Tensor, num_buckets: int | None = None, max_dista
     if num_buckets < min_buckets:
         raise ValueError(f"relative_bias needs at least {min_buckets} buckets, got {num_buckets}")
     exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
-    if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance <= exact:
+    if not is_int(max_distance) or max_distance <= exact:
         raise ValueError(f"relative_bias: max_distance must be an integer above {exact}, got {max_distance!r}")
 
     def fn(score, b, h, q_idx, kv_idx):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -34,15 +33,16 @@ import torch
 from attnlab import kernels
 from attnlab.kernels import masks as M
 from attnlab.kernels import mods
+from attnlab.kernels.argcheck import is_int, positive_int
+from attnlab.kernels.dtypes import DTYPES, HALF, compute_dtype
 
 from . import flex, growth, memory
 from .flops import attention_flops
-from .results import Result, machine, to_dict, versions
+from .machine import load_average, machine, versions
+from .results import Result, to_dict
 from .timing import matmul_peak, time_calls
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
-          "float16": torch.float16}
-MASKS = ("causal", "causal_lower_right", "sliding_window:W", "prefix_lm:N", "document:K")
+MASKS = M.SPECS
 MODS = ("softcap:CAP", "alibi")
 FREE_FRACTION = 0.8  # a case may use at most this share of the memory that is free when it starts
 PROBE = 16  # the tiny length at which a slow form is first timed
@@ -73,16 +73,13 @@ class BenchConfig:
     matmul_n: int | None = None  # n x n matmuls for the peak; None: 8192 on a GPU, on a CPU 2048 or less (peak_size)
 
     def __post_init__(self):
-        if not self.seq or any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in self.seq):
+        if not self.seq or not all(is_int(t) and t >= 1 for t in self.seq):
             raise ValueError(f"seq must be one or more positive integer lengths, got {self.seq!r}")
         for name in ("batch", "heads", "head_dim", "warmup", "repeats"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+            positive_int(name, getattr(self, name))
         for name in ("threads", "matmul_n"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+            if getattr(self, name) is not None:
+                positive_int(name, getattr(self, name))
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r}: choose from {', '.join(DTYPES)}")
         if not self.budget_s > 0:
@@ -151,17 +148,8 @@ def known_impls() -> list[str]:
 
 
 def make_mask(spec: str | None, T: int) -> M.Mask | None:
-    """A mask function from a name: causal, causal_lower_right, sliding_window:W, prefix_lm:N, document:K."""
-    if spec is None:
-        return None
-    name, _, arg = spec.partition(":")
-    if name in ("causal", "causal_lower_right") and not arg:
-        return M.causal() if name == "causal" else M.causal_lower_right()
-    makers = {"sliding_window": M.sliding_window, "prefix_lm": M.prefix_lm,
-              "document": lambda k: M.document(torch.arange(T) * k // T)}
-    if name in makers and arg.isdigit() and int(arg) >= 1:
-        return makers[name](int(arg))  # document:K packs K equal documents
-    raise ValueError(f"unknown mask {spec!r}; choose from {', '.join(MASKS)} (W, N, K positive integers)")
+    """A mask function from a name (:func:`attnlab.kernels.masks.from_spec`), for length ``T``; None for None."""
+    return None if spec is None else M.from_spec(spec, T)
 
 
 def make_mod(spec: str | None, heads: int) -> mods.Mod | None:
@@ -240,7 +228,7 @@ def _sweep(cfg: BenchConfig, progress, say: Callable[[str], None]) -> BenchResul
     info = machine()
     floor = memory.noise_floor(cfg.device)
     info.update(memory_method=memory.method(cfg.device), memory_noise_floor_bytes=floor,
-                load_average=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)  # others' work: noise
+                load_average=load_average())  # others' work: noise
     sizes = peak_sizes(cfg)
     info["matmul_sizes"] = sizes
     say(f"measuring this machine's matmul peak ({', '.join(f'{k} {n} x {n}' for k, n in sizes.items())} products)")
@@ -278,7 +266,7 @@ def _peak_dtypes(cfg: BenchConfig) -> list[torch.dtype]:
     """Half precision on a CPU: it and float32, since many CPUs have no fast half-precision multiply
     and the forms then compute in float32."""
     cuda = torch.device(cfg.device).type == "cuda"
-    return [DTYPES[cfg.dtype]] + ([torch.float32] if not cuda and cfg.dtype in ("bfloat16", "float16") else [])
+    return [DTYPES[cfg.dtype]] + ([torch.float32] if not cuda and DTYPES[cfg.dtype] in HALF else [])
 
 
 def peak_sizes(cfg: BenchConfig) -> dict[str, int]:
@@ -290,7 +278,7 @@ def peak_sizes(cfg: BenchConfig) -> dict[str, int]:
     if cfg.matmul_n or torch.device(cfg.device).type == "cuda":
         return dict.fromkeys(names, cfg.matmul_n or 8192)
     sizes = dict.fromkeys(names, 2048)
-    if cfg.dtype in ("bfloat16", "float16"):
+    if DTYPES[cfg.dtype] in HALF:
         n0 = 256
         a = torch.ones(n0, n0, dtype=DTYPES[cfg.dtype])
         one = min(time_calls(lambda: a @ a, 1, 3, cfg.device))
@@ -354,7 +342,7 @@ def _measure(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult, 
     if per_call is not None and per_call * min_calls > cfg.budget_s:
         return Row(name, T, skipped=f"estimated {per_call:.3g} s a call x {min_calls} calls > budget "
                                     f"{cfg.budget_s:g} s (--budget)")
-    elem = max(torch.finfo(DTYPES[cfg.dtype]).bits // 8, 4)  # half precision is computed in float32
+    elem = torch.finfo(compute_dtype(DTYPES[cfg.dtype])).bits // 8  # half precision is computed in float32
     extra = growth.extrapolate([(r.seq, max(r.peak_bytes, floor or 0)) for r in done if r.peak_bytes is not None], T)
     if extra is None:  # nothing measured yet: a few T x T matrices, as the matrix form holds
         extra = B * H * T * T * elem * (10 if cfg.backward else 4)

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from attnlab._extras import require
+from attnlab.kernels.argcheck import int_at_least
 
 np = require("numpy")
 
@@ -68,8 +69,7 @@ def _codepoints(text: str) -> np.ndarray:
 
 def build(name: str, train_text: str, val_text: str, max_vocab: int = 256, files=(1, 1)) -> Corpus:
     """Choose the vocabulary from both splits and encode them."""
-    if isinstance(max_vocab, bool) or not isinstance(max_vocab, int) or max_vocab < 2:
-        raise ValueError(f"max_vocab must be an integer >= 2, got {max_vocab!r}")
+    int_at_least("max_vocab", max_vocab, 2)
     tr, va = _codepoints(train_text), _codepoints(val_text)
     cps, counts = np.unique(np.concatenate([tr, va]), return_counts=True)
     order = np.lexsort((cps, -counts))  # most frequent first, then by code point
@@ -108,8 +108,7 @@ def stdlib_files(root: str | Path | None = None) -> list[tuple[str, Path]]:
 
 def stdlib(max_chars: int = 4_000_000, max_vocab: int = 256, root: str | Path | None = None) -> Corpus:
     """The standard library's source: about 90% of ``max_chars`` for training, 10% for validation."""
-    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1000:
-        raise ValueError(f"max_chars must be an integer >= 1000, got {max_chars!r}")
+    int_at_least("max_chars", max_chars, 1000)
     files = sorted(stdlib_files(root), key=lambda rp: (zlib.crc32(rp[0].encode()), rp[0]))
     budget = {"train": max_chars - max_chars // 10, "val": max_chars // 10}
     parts: dict[str, list[str]] = {"train": [], "val": []}

@@ -20,6 +20,8 @@ multiply can reach (its peak), and between forms that do the same work in differ
 
 from __future__ import annotations
 
+from attnlab.kernels.argcheck import positive_int
+
 MODES = {"forward": 1.0, "backward": 2.5, "forward+backward": 3.5}
 
 
@@ -31,8 +33,7 @@ def attention_flops(batch: int, heads: int, L: int, S: int, head_dim: int, *, ca
     ``"forward+backward"`` (x 3.5).
     """
     for name, value in (("batch", batch), ("heads", heads), ("L", L), ("S", S), ("head_dim", head_dim)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"attention_flops needs a positive integer {name}, got {value!r}")
+        positive_int(name, value, owner="attention_flops")
     if mode not in MODES:
         raise ValueError(f"attention_flops mode must be one of {', '.join(MODES)}, got {mode!r}")
     flops = 4.0 * batch * heads * L * S * head_dim

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import torch
 
+from attnlab.kernels.argcheck import positive_int
+
 PRELOAD = ["torch", "torch.distributed", "attnlab.kernels.ring"]
 POLL_S = 0.02  # how often the parent looks at its ranks
 PROGRESS_S = 0.5  # how often it reads what they are doing
@@ -181,9 +183,8 @@ def launch(target: Callable, world: int, args: tuple = (), *, timeout_s: float =
     ``show_rank0=True`` leaves rank 0's standard output on the terminal (a rank that reports as it
     goes, as training does); its errors and every other rank's output still go to files.
     """
-    for name, x in (("world", world), ("threads", threads)):
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise ValueError(f"{name} must be a positive integer, got {x!r}")
+    positive_int("world", world)
+    positive_int("threads", threads)
     for name, x in (("timeout_s", timeout_s), ("pg_timeout_s", pg_timeout_s)):
         if not x > 0:
             raise ValueError(f"{name} must be positive, got {x!r}")

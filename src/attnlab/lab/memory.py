@@ -41,14 +41,14 @@ reported as unavailable rather than guessed.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import os
 from collections.abc import Callable
 from functools import lru_cache
 
 import torch
+
+from .machine import glibc
 
 CLEAR_REFS = "/proc/self/clear_refs"
 STATUS = "/proc/self/status"
@@ -58,17 +58,6 @@ CALIBRATION_BYTES = 4 * 2**20
 
 def _is_cuda(device) -> bool:
     return torch.device(device).type == "cuda"
-
-
-@lru_cache(maxsize=1)
-def _libc():
-    name = ctypes.util.find_library("c")
-    try:
-        lib = ctypes.CDLL(name)
-        lib.malloc_trim  # noqa: B018 -- glibc only; other C libraries have no trim
-        return lib
-    except (OSError, AttributeError, TypeError):
-        return None
 
 
 def _status() -> dict[str, int]:
@@ -97,7 +86,7 @@ def method(device="cpu") -> str | None:
     if _is_cuda(device):
         return "torch.cuda.max_memory_allocated"
     if _clear_refs_works():
-        trim = " after malloc_trim" if _libc() is not None else ""
+        trim = " after malloc_trim" if glibc() is not None else ""
         exact = os.environ.get("MALLOC_MMAP_THRESHOLD_")
         exact = f", MALLOC_MMAP_THRESHOLD_={exact}" if exact else ""
         return f"process peak resident set (VmHWM reset by /proc/self/clear_refs){trim}{exact}"
@@ -122,7 +111,7 @@ def measure_peak(fn: Callable[[], object], device="cpu", collect: bool = True) -
         return None
     if collect:
         gc.collect()
-    libc = _libc()
+    libc = glibc()
     if libc is not None:
         libc.malloc_trim(0)
     with open(CLEAR_REFS, "w") as f:
@@ -182,7 +171,7 @@ def exact_heap(device: str, exact: bool = True) -> bool:
     """
     if torch.device(device).type != "cpu":
         return False  # CUDA's allocator counts exactly
-    libc = _libc()
+    libc = glibc()
     try:
         return libc is not None and bool(libc.mallopt(-3, 64 * 1024 if exact else 32 * 2**20))  # M_MMAP_THRESHOLD
     except (AttributeError, TypeError):

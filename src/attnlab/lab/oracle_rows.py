@@ -25,6 +25,8 @@ from collections.abc import Callable
 
 import torch
 
+from attnlab.kernels.argcheck import positive_int
+
 SLICE_BYTES = 64 * 2**20  # float64 scores of one slice of rows; a few such buffers are alive at once
 
 
@@ -46,8 +48,7 @@ def reference(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, is
                          f"value {tuple(value.shape)}")
     if Hkv != H and not (enable_gqa and H % Hkv == 0):
         raise ValueError(f"key has {Hkv} heads but query has {H}; pass enable_gqa=True with a divisor of {H}")
-    if isinstance(slice_bytes, bool) or not isinstance(slice_bytes, int) or slice_bytes < 1:
-        raise ValueError(f"slice_bytes must be a positive integer, got {slice_bytes!r}")
+    positive_int("slice_bytes", slice_bytes)
     G = H // Hkv
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     q = query.detach().double().cpu().reshape(N, Hkv, G, L, E)  # query heads in groups sharing a key head

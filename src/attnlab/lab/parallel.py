@@ -29,6 +29,7 @@ from datetime import timedelta
 
 import torch
 
+from attnlab.kernels.argcheck import is_int
 from attnlab.kernels.ring_layout import check_divisible, shard
 from attnlab.nn.shard import SeqShard
 
@@ -156,7 +157,7 @@ def grid(cp: int) -> Grid:
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1 or world % cp:
+    if not is_int(cp) or cp < 1 or world % cp:
         raise ValueError(f"context parallel {cp} does not divide the {world} ranks into rows; use a divisor of "
                          f"{world}")
     mine = None

@@ -12,51 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import platform
-import sys
 import types
 import typing
 from pathlib import Path
 
 import torch
 
-
-def machine() -> dict:
-    """Where a result was measured."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    info = {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-    }
-    try:
-        with open("/proc/meminfo") as f:
-            info["mem_total_bytes"] = int(f.readline().split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return info
-
-
-def versions() -> dict:
-    from attnlab import __version__
-
-    try:
-        import numpy
-    except ImportError:  # a core install without the 'lab' extra
-        numpy = None
-    return {"attnlab": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
-            "numpy": numpy.__version__ if numpy else None}
+from .machine import machine, versions  # noqa: F401 -- every result carries them
 
 
 def _clean(x):

@@ -20,8 +20,6 @@ contiguous layout loads the last rank with most of it, the zigzag layout spreads
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -31,14 +29,16 @@ import torch.nn.functional as F
 
 from attnlab.kernels import flash
 from attnlab.kernels import ring as ring_kernel
+from attnlab.kernels.argcheck import positive_int, positive_real
+from attnlab.kernels.dtypes import DTYPES
 from attnlab.kernels.ring_layout import LAYOUTS, check_divisible, check_layout, shard, unshard
 from attnlab.kernels.ring_stats import RingStats
 
 from . import launch, memory, oracle, oracle_rows
-from .results import Result, machine, versions
+from .machine import load_average, machine, versions
+from .results import Result
 from .timing import time_calls
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 QUANTITIES = ("out", "dq", "dk", "dv")
 
 
@@ -69,9 +69,7 @@ class RingConfig:
 
     def validate(self) -> RingConfig:
         for name in ("world", "seq", "batch", "heads", "head_dim", "repeats", "threads"):
-            x = getattr(self, name)
-            if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-                raise ValueError(f"{name} must be a positive integer, got {x!r}")
+            positive_int(name, getattr(self, name))
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
         if self.hkv < 1 or self.heads % self.hkv:
@@ -83,8 +81,7 @@ class RingConfig:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         for name, x in (("timeout (the process group's)", self.pg_timeout_s), ("launch timeout", self.timeout_s)):
-            if isinstance(x, bool) or not isinstance(x, int | float) or not (0 < x < math.inf):
-                raise ValueError(f"{name} must be a positive, finite number of seconds, got {x!r}")
+            positive_real(name, x, "a positive, finite number of seconds")
         return self
 
     def layouts(self) -> list[str]:
@@ -314,6 +311,6 @@ def finish(cfg: RingConfig, per_rank: list[dict], single: dict | None, t0: float
         result.ranks = [r["timing"] for r in per_rank]
         result.flash_time_s, result.flash_peak_bytes = single["time_s"], single["peak_bytes"]
         result.memory_method, result.noise_floor_bytes = single["method"], single["noise_floor_bytes"]
-        result.machine["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        result.machine["load_average"] = load_average()
     result.seconds = time.perf_counter() - t0
     return result

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from attnlab.kernels.dtypes import DTYPES, compute_dtype
+
 from . import memory, oracle_rows
 from .flops import attention_flops
 from .results import Result
@@ -82,7 +84,7 @@ def rates(cfg) -> tuple[float, float]:
     """FLOP/s of this machine: the flash tile loop on one thread in the run's dtype, and the float64 oracle."""
     from attnlab.kernels import flash
 
-    dt = {"float64": torch.float64}.get(cfg.dtype, torch.float32)  # half precision is computed in float32
+    dt = compute_dtype(DTYPES[cfg.dtype])  # half precision is computed in float32
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, PROBE_T, cfg.head_dim, generator=g, dtype=dt) for _ in range(3))
     threads = torch.get_num_threads()
@@ -119,8 +121,7 @@ def estimate(cfg, rate: float | None = None, rate64: float | None = None) -> Est
     if rate is None or rate64 is None:
         rate, rate64 = rates(cfg)
     B, H, Hkv, T, d, W = cfg.batch, cfg.heads, cfg.hkv, cfg.seq, cfg.head_dim, cfg.world
-    elem = torch.finfo({"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
-                        "float16": torch.float16}[cfg.dtype]).bits // 8
+    elem = torch.finfo(DTYPES[cfg.dtype]).bits // 8
     work = max(elem, 4)
     full = (2 * H + 2 * Hkv) * B * T * d  # elements of q, grad_out, k, v
     layouts = cfg.layouts()

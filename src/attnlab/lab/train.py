@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from attnlab.kernels.argcheck import positive_int
 from attnlab.nn import GPT, GPTConfig, probe
 from attnlab.nn.probe import score_grad_norms, uniform_causal_entropy
 
@@ -66,9 +67,7 @@ class TrainConfig:
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "block_size", "eval_every", "eval_batches", "probe_rows", "max_chars"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+            positive_int(name, getattr(self, name))
         for name in ("lr", "grad_clip"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")

@@ -30,11 +30,13 @@ import torch.nn.functional as F
 from attnlab import kernels
 from attnlab.kernels import dropout
 from attnlab.kernels import masks as M
+from attnlab.kernels.dtypes import DTYPES as ALL_DTYPES
 
 from . import mod_cases, oracle
-from .results import Result, machine, versions
+from .machine import machine, versions
+from .results import Result
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+DTYPES = {name: ALL_DTYPES[name] for name in ("float32", "float64", "bfloat16")}  # the dtypes verify checks
 
 
 @dataclass(frozen=True)
@@ -168,12 +170,12 @@ def make_inputs(case: Case, seed: int):
 
 
 MASK_FAMILIES = {  # name -> (S -> mask): every mask function of attnlab.masks, sized for a case
-    "causal": lambda S: M.causal(),
-    "causal_lower_right": lambda S: M.causal_lower_right(),
-    "sliding_window": lambda S: M.sliding_window(max(1, S // 5)),
-    "prefix_lm": lambda S: M.prefix_lm(S // 4),
-    "document & causal": lambda S: M.and_masks(M.document(torch.arange(S) * 4 // S), M.causal()),
-    "sliding_window | prefix_lm": lambda S: M.or_masks(M.sliding_window(4), M.prefix_lm(3)),
+    "causal": lambda S: M.from_spec("causal"),
+    "causal_lower_right": lambda S: M.from_spec("causal_lower_right"),
+    "sliding_window": lambda S: M.from_spec(f"sliding_window:{max(1, S // 5)}"),
+    "prefix_lm": lambda S: M.from_spec(f"prefix_lm:{S // 4}"),
+    "document & causal": lambda S: M.from_spec("document:4", S) & M.from_spec("causal"),
+    "sliding_window | prefix_lm": lambda S: M.from_spec("sliding_window:4") | M.from_spec("prefix_lm:3"),
 }
 
 

@@ -29,13 +29,13 @@ mask must be aligned lower-right (query i sees key j when j <= i + S - L). PyTor
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 from torch import nn
 
 from attnlab import kernels
 from attnlab.kernels import masks, matrix
+from attnlab.kernels.argcheck import is_real, positive_int, real_in_range
 
 from . import rope as rotary
 from .shard import SeqShard
@@ -54,17 +54,11 @@ def resolve_scale(scale, head_dim: int) -> float:
         if scale == "inv":
             return 1.0 / head_dim
         raise ValueError(f"scale must be 'sqrt', 'none', 'inv' or a positive number, got {scale!r}")
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+    if not is_real(scale):
         raise TypeError(f"scale must be 'sqrt', 'none', 'inv' or a positive number, got {type(scale).__name__}")
     if not math.isfinite(float(scale)) or float(scale) <= 0:
         raise ValueError(f"scale must be a positive, finite number, got {scale}")
     return float(scale)
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 class KVCache:
@@ -96,15 +90,14 @@ class MultiHeadAttention(nn.Module):
                  rope: bool = False, rope_base: float = 10000.0, tie_kv: bool = False, bias: bool = True,
                  impl: str = "sdpa", scale="sqrt"):
         super().__init__()
-        _positive_int("d_model", d_model)
-        _positive_int("n_head", n_head)
-        n_kv_head = n_head if n_kv_head is None else _positive_int("n_kv_head", n_kv_head)
+        positive_int("d_model", d_model)
+        positive_int("n_head", n_head)
+        n_kv_head = n_head if n_kv_head is None else positive_int("n_kv_head", n_kv_head)
         if d_model % n_head:
             raise ValueError(f"d_model={d_model} is not divisible by n_head={n_head}")
         if n_head % n_kv_head:
             raise ValueError(f"n_head={n_head} is not a multiple of n_kv_head={n_kv_head} (GQA shares whole groups)")
-        if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
+        real_in_range("dropout", dropout, 0.0, 1.0, high_open=True)
         kernels.get(impl)  # an unknown form is an error now, not at the first forward
         self.d_model, self.n_head, self.n_kv_head = d_model, n_head, n_kv_head
         self.head_dim = d_model // n_head

@@ -27,12 +27,13 @@ Karpathy's nanoGPT. Configured by a frozen :class:`GPTConfig`; change it with
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from attnlab.kernels.argcheck import nonneg_int, positive_int, positive_real, real_in_range
 
 from .attention import KVCache, MultiHeadAttention, resolve_scale
 from .shard import SeqShard
@@ -56,15 +57,12 @@ class GPTConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model", "mlp_ratio"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"GPTConfig.{name} must be a positive integer, got {v!r}")
+            positive_int(f"GPTConfig.{name}", getattr(self, name))
         if self.d_model % self.n_head:
             raise ValueError(f"GPTConfig.d_model={self.d_model} is not divisible by n_head={self.n_head}")
         if self.position not in ("learned", "rope"):
             raise ValueError(f"GPTConfig.position must be 'learned' or 'rope', got {self.position!r}")
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, numbers.Real) or not 0 <= self.dropout < 1:
-            raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout!r}")
+        real_in_range("GPTConfig.dropout", self.dropout, 0, 1, high_open=True, what="in [0, 1)")
         resolve_scale(self.scale, self.head_dim)
 
     @property
@@ -180,12 +178,10 @@ class GPT(nn.Module):
         When the context reaches ``block_size`` the cache is rebuilt from the last half-block.
         ``on_token(next)``, if given, gets each new (B, 1) token as soon as it is drawn.
         """
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
-        if not (isinstance(temperature, int | float) and 0 < temperature < math.inf):
-            raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-            raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+        nonneg_int("max_new_tokens", max_new_tokens)
+        positive_real("temperature", temperature, "a finite number > 0")
+        if top_k is not None:
+            positive_int("top_k", top_k, "a positive integer or None")
         was_training = self.training
         self.eval()
         out = idx

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import torch
 
+from attnlab.kernels.argcheck import is_int
+
 
 def _check_head_dim(head_dim: int) -> None:
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
+    if not is_int(head_dim) or head_dim < 2 or head_dim % 2:
         raise ValueError(f"RoPE needs an even head_dim >= 2, got {head_dim!r}")
 
 

@@ -12,8 +12,9 @@ import math
 from pathlib import Path
 
 from attnlab._extras import require
-from attnlab.lab.bench import BenchResult, fmt_bytes
+from attnlab.lab.bench import BenchResult
 
+from .fmt import fmt_bytes, fmt_memory, fmt_time
 from .plots import _plt, save_figure
 
 Table = require("rich.table").Table
@@ -21,24 +22,6 @@ escape = require("rich.markup").escape
 
 COLUMNS = ["impl", "seq", "time_s", "time_min_s", "time_max_s", "gflops", "peak_bytes", "skipped"]
 QUADRATIC = (1.7, 2.3)  # a fitted memory slope in this range reads as "grows with the square of T"
-
-
-def fmt_time(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s >= 1:
-        return f"{s:.3g} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} µs"
-
-
-def fmt_memory(n: int | None, floor: int | None) -> str:
-    if n is None:
-        return "n/a"
-    if floor is not None and n < floor:
-        return f"< {fmt_bytes(floor)} (floor)"
-    return fmt_bytes(n)
 
 
 def table(result: BenchResult) -> Table:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from attnlab._extras import require
 
-from .terminal import fmt
+from .fmt import fmt_err
 
 escape, Table = require("rich.markup").escape, require("rich.table").Table
 
@@ -25,8 +25,9 @@ def model_table(result) -> Table:
             t.add_row(r.form, r.impl, "-", "-", "-", "-", "-", "-", "-", f"{r.seconds:.1f} s", verdict)
             continue
         gen = "identical" if r.generation_match else f"[red]differ from token {r.first_difference}[/]"
-        t.add_row(r.form, r.impl, fmt(r.logits.err), fmt(r.logits.torch_err), fmt(r.logits.allowed), gen,
-                  fmt(r.grads.err), fmt(r.grads.torch_err), fmt(r.grads.allowed), f"{r.seconds:.1f} s", verdict)
+        logits = [fmt_err(r.logits.err), fmt_err(r.logits.torch_err), fmt_err(r.logits.allowed)]
+        grads = [fmt_err(r.grads.err), fmt_err(r.grads.torch_err), fmt_err(r.grads.allowed)]
+        t.add_row(r.form, r.impl, *logits, gen, *grads, f"{r.seconds:.1f} s", verdict)
     return t
 
 

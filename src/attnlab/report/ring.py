@@ -4,17 +4,9 @@ from __future__ import annotations
 
 from attnlab._extras import require
 
-from .terminal import fmt
+from .fmt import fmt_count, fmt_err, fmt_mib
 
 Table = require("rich.table").Table
-
-
-def _mib(b: int | None) -> str:
-    return "-" if b is None else f"{b / 2**20:.1f} MiB"
-
-
-def _count(n: int) -> str:
-    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else str(n)
 
 
 def headline(r) -> str:
@@ -32,7 +24,7 @@ def errors_table(r) -> Table:
         t.add_column(col, justify="left" if col in ("layout", "quantity", "result") else "right")
     for x in r.layouts:
         for c in x.comparisons:
-            t.add_row(x.layout, c.quantity, fmt(c.err), fmt(c.torch_err), fmt(c.allowed),
+            t.add_row(x.layout, c.quantity, fmt_err(c.err), fmt_err(c.torch_err), fmt_err(c.allowed),
                       "[green]PASS[/]" if c.passed else "[red]FAIL[/]")
     return t
 
@@ -44,8 +36,8 @@ def ranks_table(r) -> Table:
         t.add_column(col, justify="right")
     for x in r.ranks:
         t.add_row(str(x.rank), f"{x.time_s * 1e3:.1f} ms", f"{x.time_min_s * 1e3:.1f}-{x.time_max_s * 1e3:.1f}",
-                  f"{x.compute_s * 1e3:.1f} ms", f"{x.wait_s * 1e3:.1f} ms", _mib(x.peak_bytes))
-    t.add_row("flash, 1 process", f"{r.flash_time_s * 1e3:.1f} ms", "", "", "", _mib(r.flash_peak_bytes))
+                  f"{x.compute_s * 1e3:.1f} ms", f"{x.wait_s * 1e3:.1f} ms", fmt_mib(x.peak_bytes))
+    t.add_row("flash, 1 process", f"{r.flash_time_s * 1e3:.1f} ms", "", "", "", fmt_mib(r.flash_peak_bytes))
     return t
 
 
@@ -57,7 +49,7 @@ def work_table(r) -> Table:
         t.add_column(f"rank {i}", justify="right")
     t.add_column("busiest / mean", justify="right")
     for x in r.layouts:
-        t.add_row(x.layout, *(f"{_count(w['scores'])}  ({w['pairs_computed']}/{w['pairs_skipped']})"
+        t.add_row(x.layout, *(f"{fmt_count(w['scores'])}  ({w['pairs_computed']}/{w['pairs_skipped']})"
                               for w in x.work), f"{x.imbalance:.2f}")
     return t
 
@@ -71,7 +63,7 @@ def summary(r) -> list[str]:
     est = r.estimate or {}
     if r.check_peak_bytes is not None:
         lines.append(f"memory of the check in this process (shards, PyTorch's answer, the float64 oracle a slice of "
-                     f"rows at a time): {_mib(r.check_peak_bytes)}" + (f", estimated {_mib(est['check_bytes'])} "
+                     f"rows at a time): {fmt_mib(r.check_peak_bytes)}" + (f", estimated {fmt_mib(est['check_bytes'])} "
                                                                         "before the run" if est else ""))
     if est:
         lines.append(f"time: estimated about {est['ranks_s'] + est['flash_s'] + est['check_s']:.0f} s before the run "

@@ -15,11 +15,9 @@ except ModuleNotFoundError:  # the core install (no 'lab' extra): verify's table
 
     Progress = None
 
+from .fmt import fmt_err
+
 console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 150)
-
-
-def fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2e}"
 
 
 @contextmanager
@@ -57,7 +55,7 @@ def verify_table(result, show: str = "all") -> Table:
         if w is None:
             t.add_row(r.form, r.case, r.dtype, "-", "-", "-", "-", f"[{style}]{r.status.upper()}[/] {escape(r.detail)}")
         else:
-            t.add_row(r.form, r.case, r.dtype, w.quantity, fmt(w.err), fmt(w.torch_err), fmt(w.allowed),
+            t.add_row(r.form, r.case, r.dtype, w.quantity, fmt_err(w.err), fmt_err(w.torch_err), fmt_err(w.allowed),
                       f"[{style}]{r.status.upper()}[/]")
     return t
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from attnlab.report.fmt import fmt_time  # noqa: F401 -- the page writes times as the tables do
+
 
 def demo_peaks(demo, d: int = 256) -> dict | None:
     """scale -> the demo's mean peak weight at head width ``d`` (a DemoResult), with the uniform weight."""
@@ -50,7 +52,4 @@ def entropy_ends(train) -> dict[str, tuple[float, float]]:
     return out
 
 
-def fmt_time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3g} s"
-    return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} µs"
+

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from html import escape
 
-from attnlab.lab.bench import fmt_bytes
+from attnlab.report.fmt import fmt_bytes, fmt_time
 
 from . import numbers as num
 
@@ -80,7 +80,7 @@ def bench_table(result) -> str:
         r = rows.get((impl, T))
         if r and r.time_s and not r.skipped:
             mem = fmt_bytes(r.peak_bytes) if r.peak_bytes is not None else "—"
-            return f'<td>{num.fmt_time(r.time_s)}<br><span class="mem">{mem}</span></td>'
+            return f'<td>{fmt_time(r.time_s)}<br><span class="mem">{mem}</span></td>'
         why = (r.skipped if r else None) or "not in this run"
         n = reasons.setdefault(f"{impl} at T = {T}: {why}", len(reasons) + 1)
         return f'<td class="skipped">skipped <sup>{n}</sup></td>'
