@@ -96,6 +96,7 @@ import torch
 
 from . import dropout, flash_band
 from ._check import check, check_score_mod, empty_output
+from .argcheck import positive_int
 from .dropout import NO_DROPOUT, Dropout
 from .masks import EMPTY, FULL, PARTIAL, Mask, causal, tile_slices
 from .mods import Mod, indices
@@ -539,11 +540,10 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     mod = check_score_mod(score_mod)
     for name, b in (("block_q", block_q), ("block_k", block_k)):
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise ValueError(f"{name} must be a positive integer tile size, got {b!r}")
+        positive_int(name, b, "a positive integer tile size")
     if a.trivial:  # an empty dim: nothing to attend to
         return a.unflatten(empty_output(a))
-    work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
+    work = a.work
     q5 = a.q.to(work).reshape(a.N, a.Hkv, a.groups, a.L, a.E)  # query heads grouped by their key head
     k, v = a.k.to(work).contiguous(), a.v.to(work).contiguous()
     mask_fn = _CAUSAL if a.is_causal else a.mask

@@ -53,6 +53,7 @@ import torch.distributed as dist
 
 from . import dropout
 from ._check import check
+from .argcheck import positive_int
 from .dropout import NO_DROPOUT, Dropout
 from .flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, Tiles, Weights, backward_tiles, forward_tiles
 from .masks import causal
@@ -319,8 +320,7 @@ def _check_ring(a, layout, block_q, block_k, stats) -> None:
                          f"every pair of shards (got {a.mask or tuple(a.attn_mask.shape)})")
     check_layout(layout)
     for name, b in (("block_q", block_q), ("block_k", block_k)):
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise ValueError(f"{name} must be a positive integer tile size, got {b!r}")
+        positive_int(name, b, "a positive integer tile size")
     if a.is_causal and a.L != a.S:
         raise ValueError(f"causal ring attention needs query and key shards of one length (self-attention), "
                          f"got L={a.L} and S={a.S} per rank")
@@ -350,7 +350,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     if dist.get_rank(group) < 0:
         raise RuntimeError("this process is not a member of the process group given to ring attention")
     seed = _agree(a, layout, block_q, block_k, dropout.draw_seed() if a.dropout_p > 0 else 0, group)
-    work = torch.float32 if a.q.dtype in (torch.float16, torch.bfloat16) else a.q.dtype
+    work = a.work
     q5 = a.q.to(work).reshape(a.N, a.Hkv, a.groups, a.L, a.E)  # query heads grouped by their key head
     k, v = a.k.to(work).contiguous(), a.v.to(work).contiguous()
     link = _Link(group, stats, a.q.device)

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 
 import torch
 
+from .argcheck import positive_int
+
 LAYOUTS = ("contiguous", "zigzag")
 
 
@@ -38,8 +40,7 @@ def pieces(layout: str) -> int:
 
 def check_divisible(length: int, world: int, layout: str, what: str = "sequence length") -> None:
     """Raise a ValueError naming the numbers unless ``length`` splits evenly for this layout."""
-    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
-        raise ValueError(f"world must be a positive number of ranks, got {world!r}")
+    positive_int("world", world, "a positive number of ranks")
     parts = pieces(layout) * world
     if length % parts:
         how = f"world size {world}" if layout == "contiguous" else f"2 x world size = {parts} chunks"

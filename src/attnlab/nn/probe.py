@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from attnlab.kernels.argcheck import positive_int
+
 from .attention import MultiHeadAttention
 
 
@@ -38,8 +40,7 @@ def entropy(weights: torch.Tensor) -> torch.Tensor:
 
 def uniform_causal_entropy(T: int) -> float:
     """Mean over queries 0..T-1 of log(i + 1): a causal head that attends uniformly."""
-    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
-        raise ValueError(f"T must be a positive integer, got {T!r}")
+    positive_int("T", T)
     return sum(math.log(i + 1) for i in range(T)) / T
 
 
