@@ -161,13 +161,15 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float):
     front = max((max(b.starts) + b.W for b, e in zip(p.batches, early, strict=True) if e), default=p.pad) - p.pad
     kp, vp = _front(k3, p.pad, front), _front(v3, p.pad, front)  # only the keys they reach are copied
     tiny = torch.finfo(q5.dtype).tiny
+    buf = q5.new_empty(max((b.t1 - b.t0) * G * bq * b.W for b in p.batches))  # one batch of scores, reused
     for b, e in zip(p.batches, early, strict=True):
         nb, W = b.t1 - b.t0, b.W
         kx, vx, shift = (kp, vp, 0) if e else (k3, v3, p.pad)  # the early keys behind their zeros, or k itself
         idx = None if b.step is not None and b.step >= 0 else _index(b, q5.device, shift)
         for z in range(Z):  # one head at a time: its bands are a strided view, no copy
             # -- 1. scores of the batch's query tiles against their bands --
-            s = torch.bmm(qs[z, b.t0:b.t1], _band(kx[z], b, idx, shift).transpose(1, 2))  # (nb, G*bq, W)
+            s = buf[:nb * G * bq * W].view(nb, G * bq, W)  # written in place: no fresh pages per batch
+            torch.bmm(qs[z, b.t0:b.t1], _band(kx[z], b, idx, shift).transpose(1, 2), out=s)
             s4 = s.view(nb, G, bq, W)
             for (c0, c1), bias in zip(b.cols, b.bias, strict=True):  # -inf only where some row does not see
                 s4[..., c0:c1].add_(_bias_of(bias, z, Hkv, G))
