@@ -72,9 +72,10 @@ Performance notes -- each trick is tagged [P1] .. [P9] at its line:
 * [P8] Base-2 scores. q is multiplied by scale * log2(e) instead of scale ([P1]), so each score s
   is the true one times log2(e), and exp(true score - m) = exp2(s - m'): the same number. On a CPU
   torch.exp2 runs about three times faster than torch.exp (it only shifts the exponent and
-  evaluates a short polynomial), which takes the dense forward from about 1.35x to 1.1x F.sdpa at
-  T = 2048. The running max m, the shift and the normaliser stay in these units inside the file;
-  lse is handed out in natural units (times ln 2), and a float mask, a score modifier and ring
+  evaluates a short polynomial): 0.15-0.19 ns against 0.45-0.65 ns per number here, which saves
+  about a sixth of the dense forward's time at T = 2048. The running max m, the shift and the
+  normaliser stay in these units inside the file; lse is handed out in natural units (times ln 2),
+  and a float mask, a score modifier and ring
   attention's global lse are converted where they meet the scores. SAFE_LOGIT bounds the true
   scores, so the bounded path compares with SAFE_LOGIT * log2(e).
 * [P9] On the bounded path every score is finite, so a partial tile's bool mask can be *added* as
