@@ -75,9 +75,9 @@ Performance notes -- each trick is tagged [P1] .. [P9] at its line:
   evaluates a short polynomial): 0.15-0.19 ns against 0.45-0.65 ns per number here, which saves
   about a sixth of the dense forward's time at T = 2048. The running max m, the shift and the
   normaliser stay in these units inside the file; lse is handed out in natural units (times ln 2),
-  and a float mask, a score modifier and ring
-  attention's global lse are converted where they meet the scores. SAFE_LOGIT bounds the true
-  scores, so the bounded path compares with SAFE_LOGIT * log2(e).
+  and a float mask, a score modifier and ring attention's global lse are converted where they meet
+  the scores. SAFE_LOGIT bounds the true scores, so the bounded path compares with
+  SAFE_LOGIT * log2(e).
 * [P9] On the bounded path every score is finite, so a partial tile's bool mask can be *added* as
   a tile of 0 and -inf (made once per call, :meth:`Tiles.additive`): a plain vectorised add, where
   ``masked_fill_`` with the negated, broadcast bool tile cost about 8x as much. (An infinite score
