@@ -120,3 +120,19 @@ def test_bands_only_where_they_save_work(monkeypatch):
     ref = oracle.reference(q, k, v, attn_mask=docs.dense(1, 2, 1024, 1024))
     print("aligned documents, tiles vs float64:", oracle.max_err(out, ref))
     assert oracle.max_err(out, ref) < 1e-5
+
+
+def test_a_hidden_score_that_overflows_stays_hidden(small_bands):
+    """A key so long that its score overflows to +inf must not reach the rows that do not see it:
+    the mask hides it (-inf), as the matrix form does, instead of adding -inf to +inf (NaN)."""
+    q, k, v = qkv(1, 2, 2, 37, 37, 8, 8, dtype=torch.float32, seed=5)
+    q = q * 1e19
+    k[:, :, 20] = 1e30  # q . k[20] overflows float32; rows 20 .. 24 see key 20, the others do not
+    mask = masks.sliding_window(5)
+    out = attnlab.attention(q, k, v, attn_mask=mask, impl="flash")
+    ref = oracle.reference(q, k, v, attn_mask=mask.dense(1, 2, 37, 37))  # float64: no score overflows
+    rows = [i for i in range(37) if not 20 <= i <= 24]
+    err = oracle.max_err(out[:, :, rows], ref[:, :, rows])
+    print("max |bands - float64| on rows that do not see the long key:", err)
+    assert torch.isfinite(out[:, :, rows]).all()
+    assert err < 1e-5

@@ -172,7 +172,11 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float):
             torch.bmm(qs[z, b.t0:b.t1], _band(kx[z], b, idx, shift).transpose(1, 2), out=s)
             s4 = s.view(nb, G, bq, W)
             for (c0, c1), bias in zip(b.cols, b.bias, strict=True):  # -inf only where some row does not see
-                s4[..., c0:c1].add_(_bias_of(bias, z, Hkv, G))
+                hide = _bias_of(bias, z, Hkv, G)
+                if bounded:  # finite scores: one add ([P9] in flash.py)
+                    s4[..., c0:c1].add_(hide)
+                else:  # a score may be +inf, and +inf - inf is NaN: fill instead
+                    s4[..., c0:c1].masked_fill_(torch.isneginf(hide), float("-inf"))
             # -- 2. the softmax of each row, complete: its band holds every key it sees --
             if not bounded:
                 m = s.amax(dim=-1, keepdim=True)
