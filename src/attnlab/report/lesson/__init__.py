@@ -92,7 +92,9 @@ def render(data) -> str:
 
 
 def _fill(page: str, fill: dict[str, str]) -> str:
-    """The template with every {{name}} replaced; the template and ``fill`` must name the same things."""
+    """The template with every {{name}} replaced; the template and ``fill`` must name the same things.
+    Every page starts with ``{{head}}``: ``head.html``, the one home of the pages' content-security policy."""
+    fill = {"head": _asset("head.html").rstrip("\n"), **fill}
     wanted = set(re.findall(r"\{\{(\w+)\}\}", page))
     if wanted != set(fill):
         raise RuntimeError(f"a page template and its builder disagree: template wants {sorted(wanted - set(fill))}, "
