@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import attnlab
 from attnlab.kernels import flash, ring
-from attnlab.lab import launch, oracle
+from attnlab.lab import launch, rule
 from attnlab.lab import ring as lab
 
 TINY = dict(heads=2, head_dim=8, backward=True, measure=False, pg_timeout_s=20.0)
@@ -142,13 +142,13 @@ def _check_world(world, cfgs):
     exp.backward(go)
     for j, want in enumerate([exp, *(t.grad for t in a)]):
         got = ring.unshard([f["dropout"][j] for f in found], "zigzag")
-        assert oracle.max_err(got, want) < 1e-12, j
+        assert rule.max_err(got, want) < 1e-12, j
     if world == 4:
         a = [t.clone().requires_grad_() for t in (q, k, v)]
         exp = flash.attention(*a, is_causal=True, enable_gqa=True)
         exp.backward(go)
         for j, want in enumerate([exp, *(t.grad for t in a)]):
-            assert oracle.max_err(ring.unshard([found[1]["sub"][j], found[3]["sub"][j]], "zigzag"), want) < 1e-12
+            assert rule.max_err(ring.unshard([found[1]["sub"][j], found[3]["sub"][j]], "zigzag"), want) < 1e-12
     for f in found:
         msg, took = f["mismatch"]
         assert f"query length L: {', '.join(f'rank {r} has 6' for r in range(world - 1))}, rank {world - 1} has 4" \

@@ -17,7 +17,7 @@ import torch.nn.functional as F  # noqa: E402
 import attnlab  # noqa: E402
 from attnlab import kernels, masks  # noqa: E402
 from attnlab.kernels import triton_masks  # noqa: E402
-from attnlab.lab import oracle  # noqa: E402
+from attnlab.lab import oracle, rule  # noqa: E402
 from helpers import qkv  # noqa: E402
 
 torch.set_num_threads(1)
@@ -43,7 +43,7 @@ def judge(size, dtype=torch.float32, mask=None, dense=None, is_causal=False, sca
     mine = run(attnlab.attention, mask, impl="triton", block_q=tiles, block_k=tiles)
     theirs = run(F.scaled_dot_product_attention, dense)
     ref = oracle.reference(q, k, v, dense, is_causal, scale, gqa, grad_out=g)
-    comps = [oracle.compare(n, a, b, r, dtype) for n, a, b, r in zip(("out", "dq", "dk", "dv"), mine, theirs, ref,
+    comps = [rule.compare(n, a, b, r, dtype) for n, a, b, r in zip(("out", "dq", "dk", "dv"), mine, theirs, ref,
                                                                      strict=True)]
     print(size, dtype, " ".join(f"{c.quantity} {c.err:.1e} (torch {c.torch_err:.1e}, allowed {c.allowed:.1e})"
                                 for c in comps))
