@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import torch
-from torch.nn.attention.flex_attention import create_mask
 
 from attnlab import masks as M
 from attnlab.kernels.dtypes import DTYPES as ALL_DTYPES
@@ -200,6 +199,8 @@ def make_inputs(case: Case, seed: int, device="cpu"):
         k, v = (t[:1].expand(t.shape).clone() for t in (k, v))
     mask = _mask(case, g)
     if isinstance(mask, M.Mask):  # PyTorch's own reading of the mask function (FlexAttention's create_mask)
+        from torch.nn.attention.flex_attention import create_mask  # imported only here: it costs seconds
+
         n = math.prod(case.batch)
         d = create_mask(lambda b, h, i, j: mask(b, h, i, j, case.L, S), n, case.H, case.L, S, device="cpu")
         dense = d.reshape(*case.batch, case.H, case.L, S) if case.batch else d[0]

@@ -31,6 +31,7 @@ TEXT = {
     "oracle": "the oracle and PyTorch disagree on {n} case(s): those cases judge nothing (report it: it is the "
               "judge's bug, not yours)",
     "exit": "calls sys.exit: a function must return its answer, never end the process",
+    "ended": "ended the process during case {case!r} (os._exit, or a crash): a function must return its answer",
     "hangs": "a case timed out: is there an endless loop, or a loop over every element in Python?",
     "raises": "raises on {n} of {total} failing case(s), e.g. {example}",
     "not-a-tensor": "returns something that is not a tensor",
@@ -111,6 +112,9 @@ def diagnose(result, form: str) -> list[Diagnosis]:
     if not bad:
         return _lines(keys)
     keys += _contract(bad)
+    bad = [r for r in bad if not r.detail.startswith(("timed out", "the process ended"))]  # they say nothing more
+    if not bad:
+        return _lines(keys)
     hints = [k for k, _ in Counter(HINTS.get(h, h) for r in bad for h in r.hints).most_common()]
     pattern, support = _pattern(rows, bad)
     if _precision(rows, bad):
@@ -120,7 +124,7 @@ def diagnose(result, form: str) -> list[Diagnosis]:
     scope = _support(rows, SCOPE.get(hints[0])) if hints else len(rows)
     exact = support == len(bad) and support < scope
     keys += (pattern if exact else []) + [(k, {}) for k in hints] + ([] if exact else pattern)
-    raised = [r for r in bad if r.status == "error" and "sys.exit" not in r.detail]
+    raised = [r for r in bad if r.status == "error" and not r.detail.startswith("called sys.exit")]
     if raised:
         keys.append(("raises", {"n": len(raised), "total": len(bad), "example": f"{raised[0].case}: "
                                 f"{raised[0].detail.splitlines()[0][:160]}"}))
@@ -137,8 +141,11 @@ def diagnose(result, form: str) -> list[Diagnosis]:
 def _contract(bad) -> list[tuple[str, dict]]:
     """What the rows' details say broke: exit, hangs, PyTorch's contract."""
     keys = []
-    if any("sys.exit" in r.detail for r in bad):
+    if any(r.detail.startswith("called sys.exit") for r in bad):
         keys.append(("exit", {}))
+    ended = [r for r in bad if r.detail.startswith("the process ended")]
+    if ended:
+        keys.append(("ended", {"case": ended[0].case}))
     if any(r.detail.startswith("timed out") for r in bad):
         keys.append(("hangs", {}))
     keys += [(key, {}) for word, key in CONTRACT if any(word in r.detail for r in bad if r.status == "fail")]

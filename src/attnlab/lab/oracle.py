@@ -21,10 +21,10 @@ The tolerance rule that compares a form with this answer lives in :mod:`attnlab.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
-from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from attnlab.masks import Mask
 
@@ -59,7 +59,7 @@ def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, en
     want = grad_out is not None
     q, k, v = (t.detach().double().cpu().requires_grad_(want) for t in (query, key, value))
     m = attn_mask
-    if isinstance(m, torch.Tensor) and not isinstance(m, CausalBias):
+    if isinstance(m, torch.Tensor) and causal_variant(m) is None:
         m = m.detach().cpu()
         if m.dtype != torch.bool:
             m = m.double().requires_grad_(want and attn_mask.requires_grad)
@@ -134,9 +134,9 @@ def _grids(N, H, L, S):
 def _visible(attn_mask, is_causal, N, H, L, S, batch, two_d):
     """Every kind of mask as one dense tensor broadcastable to (N, H, L, S): bool (True = attend) or float."""
     _, _, i, j = _grids(N, H, L, S)
-    if isinstance(attn_mask, CausalBias):  # its storage is not a bias: it names a causal variant
-        shift = S - L if attn_mask.variant == CausalVariant.LOWER_RIGHT else 0
-        m = j <= i + shift
+    variant = causal_variant(attn_mask)
+    if variant is not None:  # PyTorch's CausalBias: its storage is not a bias, it names a causal variant
+        m = j <= i + (S - L if variant == "lower_right" else 0)
     elif isinstance(attn_mask, Mask):
         m = _evaluate(attn_mask, N, H, L, S)
     elif isinstance(attn_mask, torch.Tensor):
@@ -148,6 +148,15 @@ def _visible(attn_mask, is_causal, N, H, L, S, batch, two_d):
         causal = j <= i
         m = causal if m is None else (m & causal if m.dtype == torch.bool else m.masked_fill(~causal, -math.inf))
     return m
+
+
+def causal_variant(m) -> str | None:
+    """"upper_left" or "lower_right" for PyTorch's ``CausalBias`` (``torch.nn.attention.bias``), else None.
+    (Its module is imported only where such a mask exists: importing it costs seconds.)"""
+    bias = sys.modules.get("torch.nn.attention.bias")
+    if bias is None or not isinstance(m, bias.CausalBias):
+        return None
+    return "lower_right" if m.variant == bias.CausalVariant.LOWER_RIGHT else "upper_left"
 
 
 def _evaluate(mask: Mask, N, H, L, S) -> torch.Tensor:

@@ -21,7 +21,7 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -38,6 +38,7 @@ from .cases import (  # noqa: F401 -- the grid's names, read through verify by c
     make_inputs,
     random_cases,
 )
+from .diagnose import Diagnosis, diagnose
 from .judge import Inputs, Row
 from .machine import machine, versions
 from .results import Result
@@ -52,6 +53,15 @@ class VerifyResult(Result):
     machine: dict
     versions: dict
     device: str = "cpu"
+    diagnoses: dict[str, list[Diagnosis]] = field(default_factory=dict)  # per function that failed
+
+    @classmethod
+    def of(cls, rows: list[Row], device="cpu") -> VerifyResult:
+        """The result of these rows, with the machine, the versions and each failing function's diagnoses."""
+        r = cls(rows, machine(), versions(), str(torch.device(device)))
+        r.diagnoses = {f: diagnose(r, f) for f in dict.fromkeys(x.form for x in rows)
+                       if any(x.form == f and x.status in ("fail", "error") for x in rows)}
+        return r
 
     @property
     def passed(self) -> bool:
@@ -146,19 +156,20 @@ def check_forms(fns: dict[str, Callable], case: Case, seed: int, device="cpu") -
 
 def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, seed: int = 0,
            progress: Callable[[str], None] | None = None, check_dropout: bool = True,
-           timeout: float | None = 10.0, device="cpu") -> VerifyResult:
+           timeout: float | None = 10.0, device="cpu", report: Callable[[Row], None] | None = None) -> VerifyResult:
     """Check each named function over the cases on ``device``. ``targets`` maps a label to a function.
 
     ``check_dropout=False`` skips the dropout cases (for functions without dropout). ``timeout``:
     seconds per case at the basic case's size (:func:`attnlab.lab.watchdog.case_limit`) for functions
     that are not attnlab's registered forms; a case past it is a FAIL row and the function's remaining
     cases are not run. ``None``: no watchdog. Inputs are made on ``device`` (any torch device), the
-    oracle runs on the CPU in float64, PyTorch on ``device`` in each case's dtype.
+    oracle runs on the CPU in float64, PyTorch on ``device`` in each case's dtype. ``report`` hears each
+    row as soon as it is judged.
     """
     cases = default_cases() if cases is None else cases
     registered = kernels.forms(device=None)
     rows: dict[str, list[Row]] = {name: [] for name in targets}
-    hung: dict[str, str | None] = {name: None for name in targets}
+    hung: dict[str, str | None] = dict.fromkeys(targets)  # a function whose case timed out runs no more
     explained = dict.fromkeys(targets, 0)  # failures read for wrong semantics (diagnose needs a few, not all)
     for i, case in enumerate(cases):
         shared: dict[Case, tuple] = {}  # one oracle and PyTorch run per case (and per size, for slow forms)
@@ -166,33 +177,43 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
             form = registered.get(name)
             why = _skip_reason(fn, form, case, check_dropout, hung[name])
             if why is not None:
-                rows[name].append(judge.row(name, case, "skipped", why))
-                continue
-            c = case.shrunk(form.max_work) if form is not None and form.max_work is not None else case
-            if progress:
-                progress(f"{name}: {c.label}")
-            ours = form is not None and form.fn is fn
-            if c.dropout_p > 0 and not (ours and form.shared_dropout):
-                run = functools.partial(check_case, name, fn, c, seed + i, ours, False, device)
+                row = judge.row(name, case, "skipped", why)
             else:
-                if c not in shared:
-                    x = inputs(c, seed + i, device)
-                    shared[c] = (x, judge.expect(c, seed + i, x, shared_keep(c, seed + i, device)))
-                run = functools.partial(judge.judge, name, fn, c, seed + i, *shared[c], ours,
-                                        explained[name] < EXPLAINED)
-            if timeout is None or form is not None:  # attnlab's own forms run without a watchdog
-                rows[name].append(run())
-                explained[name] += rows[name][-1].status == "fail"
-                continue
-            row = watched(run, case_limit(c, timeout))
-            if row is None:
-                hung[name] = f"case {c.label!r}"
-                row = judge.row(name, c, "fail", f"timed out: no answer after {case_limit(c, timeout):.1f} s "
-                                f"(--timeout {timeout:g} s at the basic case's size); the function's remaining "
-                                "cases were not run")
+                c = case.shrunk(form.max_work) if form is not None and form.max_work is not None else case
+                if progress:
+                    progress(f"{name}: {c.label}")
+                row = _run_case(name, fn, form, c, seed + i, shared, device, explained[name] < EXPLAINED, timeout)
+                if row.detail.startswith("timed out"):
+                    hung[name] = f"case {c.label!r}"
+                explained[name] += row.status == "fail"
             rows[name].append(row)
-            explained[name] += row.status == "fail"
-    return VerifyResult([r for name in targets for r in rows[name]], machine(), versions(), str(torch.device(device)))
+            if report:
+                report(row)
+    return VerifyResult.of([r for name in targets for r in rows[name]], device)
+
+
+def _run_case(name: str, fn: Callable, form, c: Case, seed: int, shared: dict, device, explain: bool,
+              timeout: float | None) -> Row:
+    """One function on one case: the shared oracle where it can be (not a function's own dropout), under the
+    watchdog when it is not one of attnlab's forms."""
+    ours = form is not None and form.fn is fn
+    if c.dropout_p > 0 and not (ours and form.shared_dropout):
+        run = functools.partial(check_case, name, fn, c, seed, ours, False, device)
+    else:
+        if c not in shared:
+            x = inputs(c, seed, device)
+            shared[c] = (x, judge.expect(c, seed, x, shared_keep(c, seed, device)))
+        run = functools.partial(judge.judge, name, fn, c, seed, *shared[c], ours, explain)
+    if timeout is None or form is not None:  # attnlab's own forms run without a watchdog
+        return run()
+    limit = case_limit(c, timeout)
+    row = watched(run, limit)
+    return row if row is not None else judge.row(name, c, "fail", timed_out(limit, timeout))
+
+
+def timed_out(limit: float, timeout: float) -> str:
+    return (f"timed out: no answer after {limit:.1f} s (--timeout {timeout:g} s at the basic case's size); the "
+            "function's remaining cases were not run")
 
 
 def _skip_reason(fn: Callable, form, case: Case, check_dropout: bool, hung: str | None) -> str | None:
