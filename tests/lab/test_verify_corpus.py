@@ -1,10 +1,9 @@
 """verify against a corpus of wrong attention functions: it fails every one, passes every right one, and names
 the cause of most (mutants.py holds the corpus, corpus_run.py runs it)."""
 
-import pytest
-
 import corpus_run
 import mutants
+import pytest
 
 pytestmark = pytest.mark.slow  # the corpus runs ~40 functions over the quick grid
 
