@@ -172,3 +172,24 @@ def test_registry_says_where_it_runs():
     form = kernels.get("triton")
     assert form.why_not("cpu") is None and "triton" in attnlab.forms()  # here: the interpreter is on
     assert form.max_work is not None and form.slow  # small sizes only, under the interpreter
+
+
+@pytest.mark.parametrize("how", ["transposed", "expanded", "sliced"])
+@pytest.mark.parametrize("mask", [None, masks.causal_lower_right() & masks.sliding_window(7)], ids=["full", "window"])
+def test_layouts_that_are_not_contiguous(how, mask):
+    """(B, L, H, E).transpose(1, 2), keys expanded over heads (stride 0), a last dim sliced from a wider one."""
+    from .test_layouts import inputs
+
+    q, k, v, g = (t.float() for t in inputs(how, 2, 4, 2, 19, 29, 16))
+    ins = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = attnlab.attention(*ins, attn_mask=mask, enable_gqa=True, impl="triton", block_q=16, block_k=16)
+    mine = (out, *torch.autograd.grad(out, ins, g))
+    dense = None if mask is None else mask.dense(2, 4, 19, 29)
+    pt = [t.detach().contiguous().requires_grad_() for t in (q, k, v)]
+    o = F.scaled_dot_product_attention(*pt, attn_mask=dense, enable_gqa=True)
+    theirs = (o, *torch.autograd.grad(o, pt, g))
+    ref = oracle.reference(q, k, v, dense, False, None, True, grad_out=g)
+    comps = [oracle.compare(n, a, b, r, torch.float32) for n, a, b, r in zip(("out", "dq", "dk", "dv"), mine, theirs,
+                                                                             ref, strict=True)]
+    print(how, " ".join(f"{c.quantity} {c.err:.1e} (torch {c.torch_err:.1e})" for c in comps))
+    assert_pass(comps)

@@ -147,7 +147,9 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float):
     Ev = v.shape[3]
     bq, Z = p.block_q, N * Hkv
     nq = -(-L // bq)
-    qs = q5 * (scale * LOG2E)  # scale and log2(e) folded into q once: exp2 of these scores is exp of the true ones
+    # scale and log2(e) folded into q once (exp2 of these scores is exp of the true ones), written contiguous:
+    # a product keeps its input's strides, and a transposed q (as transformers passes it) cannot be viewed below
+    qs = torch.mul(q5, scale * LOG2E, out=q5.new_empty(q5.shape))
     if nq * bq != L:  # pad the last tile's rows; the plan's mask hides nothing there, they are dropped
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
     qs = qs.view(Z, G, nq, bq, E).transpose(1, 2).reshape(Z, nq, G * bq, E)  # tile-major rows
