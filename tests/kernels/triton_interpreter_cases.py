@@ -193,3 +193,18 @@ def test_layouts_that_are_not_contiguous(how, mask):
                                                                              ref, strict=True)]
     print(how, " ".join(f"{c.quantity} {c.err:.1e} (torch {c.torch_err:.1e})" for c in comps))
     assert_pass(comps)
+
+
+@pytest.mark.parametrize("size", [(1, 2, 2, 9, 21, 16, 16), (1, 2, 2, 21, 9, 16, 16)], ids=["L<S", "L>S"])
+@pytest.mark.parametrize("variant", ["upper_left", "lower_right"])
+def test_pytorchs_causal_bias_is_the_variant_it_names(variant, size):
+    """torch.nn.attention.bias.causal_*: never read as a float bias (its storage is uninitialised)."""
+    from torch.nn.attention import bias
+
+    make_bias = bias.causal_upper_left if variant == "upper_left" else bias.causal_lower_right
+    spelled = masks.causal() if variant == "upper_left" else masks.causal_lower_right()
+    q, k, v, _ = make(*size, torch.float16)
+    got = attnlab.attention(q, k, v, attn_mask=make_bias(size[3], size[4]), impl="triton")
+    want = attnlab.attention(q, k, v, attn_mask=spelled, impl="triton")
+    print(variant, size, oracle.max_err(got, F.scaled_dot_product_attention(q, k, v, attn_mask=make_bias(*size[3:5]))))
+    assert torch.equal(got, want)
