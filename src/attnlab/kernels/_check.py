@@ -31,7 +31,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-
 from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from .argcheck import is_real
