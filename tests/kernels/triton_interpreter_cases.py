@@ -208,3 +208,12 @@ def test_pytorchs_causal_bias_is_the_variant_it_names(variant, size):
     want = attnlab.attention(q, k, v, attn_mask=spelled, impl="triton")
     print(variant, size, oracle.max_err(got, F.scaled_dot_product_attention(q, k, v, attn_mask=make_bias(*size[3:5]))))
     assert torch.equal(got, want)
+
+
+def test_a_mask_written_per_position_as_for_flexattention():
+    """The Flamingo-style cross-attention mask (it indexes tensors with kv_idx): evaluated per position."""
+    from .test_mask_mod import CROSS, truth
+
+    size = (2, 2, 2, 20, 15, 16, 16)
+    comps = judge(size, mask=masks.Mask.from_mod(CROSS), dense=truth(CROSS, 2, 2, 20, 15))
+    assert_pass(comps)
