@@ -503,30 +503,6 @@ def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, rows: slice, cols: sli
 # ---- the form -----------------------------------------------------------------------------------------------
 
 
-class _Flash(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q5, k, v, bias, tiles, scale, drop, mod=None, *mod_params):
-        if tiles.band is not None and not drop.active and mod is None:
-            out, lse, (m, l) = flash_band.forward(q5, k, v, scale, tiles.band, SAFE_LOGIT)
-        else:
-            out, lse, (m, l) = forward_tiles(q5, k, v, scale, tiles, drop, mod, keep_norm=True)
-        ctx.save_for_backward(q5, k, v, bias, out, lse, m, l)
-        ctx.cfg = (tiles, scale, drop, mod)
-        ctx.mod_params = mod_params  # the modifier reads these itself; kept here for the chain rule
-        return out
-
-    @staticmethod
-    def backward(ctx, dout):
-        q5, k, v, bias, out, lse, m, l = ctx.saved_tensors
-        tiles, scale, drop, mod = ctx.cfg
-        want_bias = bias is not None and ctx.needs_input_grad[3]
-        want = [t if ctx.needs_input_grad[8 + i] else None for i, t in enumerate(ctx.mod_params)]
-        grads = backward_tiles(q5, k, v, dout.contiguous(), scale, tiles, Weights.from_norm(m, l), drop, mod,
-                               bias_shape=bias.shape if want_bias else None, mod_params=want)
-        dparams = grads[4] if mod is not None else []
-        return (*grads[:4], None, None, None, None, *dparams)
-
-
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_BLOCK_K,
               score_mod=None, bands: bool = True):
@@ -558,5 +534,8 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
             tiles.band = band  # documents aligned to the tiles: the tile walk has no waste to save
     drop = Dropout(dropout.draw_seed(), a.dropout_p) if a.dropout_p > 0 else NO_DROPOUT
     params = mod.params if mod is not None else ()
-    out5 = _Flash.apply(q5, k, v, bias, tiles, a.scale, drop, mod, *params)  # (N, Hkv, G, L, Ev)
+    out5, _, _ = Flash.apply(q5, k, v, bias, tiles, a.scale, drop, mod, *params)  # (N, Hkv, G, L, Ev)
     return a.unflatten(out5.reshape(a.N, a.H, a.L, a.Ev).to(a.q.dtype))
+
+
+from .flash_function import Flash  # noqa: E402 -- the autograd Functions build on the tile loops above
