@@ -185,7 +185,7 @@ def _check_world(world, cfgs):
     for f in found:
         msg, took = f["mismatch"]
         assert f"query length L: {', '.join(f'rank {r} has 6' for r in range(world - 1))}, rank {world - 1} has 4" \
-            in msg and "key length S" in msg and took < 10
+            in msg and "key length S" in msg and took < 20  # before the group's 20 s timeout: no wait for it
     print(found[0]["mismatch"][0])
 
 
@@ -228,7 +228,8 @@ def test_a_rank_that_dies_is_an_error_in_bounded_time():
     print(out, f"{took:.1f} s")
     assert out[1].exitcode == 3 and "exited with code 3 without reporting a result" in out[1].error
     msg, waited = out[0].result
-    assert "could not compare shapes with the other 1 rank(s): one died" in msg and waited < 5.0 + 3.0
+    assert "could not compare shapes with the other 1 rank(s): one died" in msg  # an error, not a hang (the
+    assert waited < 60.0  # launch deadline would have stopped a rank that waits forever); no timing beyond that
     with pytest.raises(launch.LaunchError, match="rank 1 of 2: exited with code 3"):
         launch.results(out)
 
@@ -248,4 +249,5 @@ def test_a_rank_that_stops_answering_is_an_error_after_the_group_timeout():
     print(out)
     assert out[1].result == "slept"
     msg, waited = out[0].result
-    assert "could not compare shapes with the other 1 rank(s)" in msg and 1.5 < waited < 2.0 + 3.0
+    assert "could not compare shapes with the other 1 rank(s)" in msg
+    assert waited > 1.5  # it waited for the group's timeout (2 s) first: load can only make that longer
