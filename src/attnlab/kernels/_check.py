@@ -28,10 +28,10 @@ No ``assert`` guards user input anywhere in attnlab: this module is where input 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
-from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from .argcheck import is_real
 from .dtypes import FLOAT_DTYPES, compute_dtype
@@ -218,8 +218,9 @@ def _check_mask(attn_mask, is_causal: bool, q, k, batch_shape, squeeze_heads):
     causality is folded into the mask and ``is_causal`` comes back False.
     """
     N, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    if isinstance(attn_mask, CausalBias):
-        attn_mask, is_causal = _causal_bias(attn_mask, is_causal, L, S)
+    bias_module = sys.modules.get("torch.nn.attention.bias")  # loaded if the caller made a CausalBias; importing
+    if bias_module is not None and isinstance(attn_mask, bias_module.CausalBias):  # it here would pull in triton
+        attn_mask, is_causal = _causal_bias(attn_mask, is_causal, L, S, bias_module.CausalVariant)
     if isinstance(attn_mask, Mask):
         mask_fn = and_masks(attn_mask, causal()) if is_causal else attn_mask
         mask_fn.check_sizes(N=N, H=H, L=L, S=S)
@@ -230,7 +231,7 @@ def _check_mask(attn_mask, is_causal: bool, q, k, batch_shape, squeeze_heads):
     return (_with_causal(dense, L, S) if is_causal else dense), None, False
 
 
-def _causal_bias(bias: CausalBias, is_causal: bool, L: int, S: int):
+def _causal_bias(bias, is_causal: bool, L: int, S: int, CausalVariant):
     """PyTorch's CausalBias -> (None, True) for upper-left (lower-right with L == S is the same), else
     (the lower-right mask, False). Its storage is uninitialised: only its variant and sizes are read."""
     if is_causal:  # PyTorch's ValueError, in its words
