@@ -217,3 +217,36 @@ def test_a_mask_written_per_position_as_for_flexattention():
     size = (2, 2, 2, 20, 15, 16, 16)
     comps = judge(size, mask=masks.Mask.from_mod(CROSS), dense=truth(CROSS, 2, 2, 20, 15))
     assert_pass(comps)
+
+
+@pytest.mark.parametrize("logits", ["small", "large"])
+def test_saved_statistics_agree_with_the_flash_form(logits):
+    """What the forward saves per row for the backward (online.finish's shift and norm): the Triton kernel
+    and the flash form, same input. A row that sees no key saves (+inf, 1) and writes 0 in both; the others
+    save the same log-sum-exp, and with large logits (no bounded path in flash) the same shift and norm."""
+    from attnlab.kernels import flash, flash_triton, online
+
+    N, H, L, S, E = 1, 2, 40, 56, 16
+    q, k, v, _ = make(N, H, H, L, S, E, E, torch.float32)
+    q = q * (20.0 if logits == "large" else 1.0)
+    mask = torch.rand(N, 1, L, S, generator=torch.Generator().manual_seed(4)) > 0.3
+    mask[..., 3, :] = False  # row 3 sees no key
+    mask[..., 17, :] = False
+    out, shift, norm = flash_triton.statistics(q, k, v, attn_mask=mask, block_q=16, block_k=16)
+    tiles = flash.Tiles(N, H, L, S, 16, 16, None, mask)
+    f_out, f_lse, (f_shift, f_norm) = flash.forward_tiles(q.reshape(N, H, 1, L, E), k, v, E ** -0.5, tiles,
+                                                          keep_norm=True)
+    f_out, f_lse, f_shift, f_norm = (t[:, :, 0] for t in (f_out, f_lse, f_shift, f_norm))
+    dead = ~mask[0, 0].any(dim=-1)  # (L,)
+    for name, t in (("triton", (out, shift, norm)), ("flash", (f_out, f_shift, f_norm))):
+        o, m, n = t
+        assert torch.equal(o[:, :, dead], torch.zeros_like(o[:, :, dead])), name
+        assert bool((m[:, :, dead] == float("inf")).all()) and bool((n[:, :, dead] == 1).all()), name
+    lse = (shift.double() + torch.log2(norm.double())) * online.LN2
+    err = float((lse - f_lse)[:, :, ~dead].abs().max())
+    print(logits, "max |lse triton - lse flash|", err, "out", rule.max_err(out, f_out))
+    assert torch.equal(f_lse[:, :, dead], torch.full_like(f_lse[:, :, dead], float("-inf")))
+    assert err < 1e-5 * float(f_lse.abs()[:, :, ~dead].max() + 1)
+    if logits == "large":  # flash's running max: the shift is each row's largest score, as in the kernel
+        torch.testing.assert_close(shift[:, :, ~dead], f_shift[:, :, ~dead], rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(norm[:, :, ~dead], f_norm[:, :, ~dead], rtol=1e-4, atol=0)

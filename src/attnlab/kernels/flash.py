@@ -14,7 +14,9 @@ at a time, and for every query row keeps three running numbers:
 When a new tile brings a larger max, everything gathered so far was measured against the old max,
 so it is *rescaled* by exp(m_old - m_new) before the tile's own terms are added. After the last
 tile, ``acc / l`` is exactly softmax(scores) @ v -- the same numbers the matrix form computes, in
-a different order. The forward pass keeps only the output and, per row, the log-sum-exp
+a different order. These rules (the running numbers, the rescale, the finish with its rule for rows
+that see no key, the merge of partial results, the base-2 constants) live in
+:mod:`attnlab.kernels.online`; this file walks the tiles and feeds them. The forward pass keeps only the output and, per row, the log-sum-exp
 ``lse = m + log(l)``; the backward pass recomputes each tile's weights from it
 (``P = exp(s - lse)``) instead of storing them, following FlashAttention-2:
 
@@ -98,19 +100,16 @@ from dataclasses import dataclass
 
 import torch
 
-from . import dropout, flash_band
+from . import dropout, flash_band, online
 from ._check import check, check_score_mod, empty_output
 from .argcheck import positive_int
 from .dropout import NO_DROPOUT, Dropout
 from .masks import EMPTY, FULL, PARTIAL, Mask, causal, tile_slices
 from .mods import Mod, indices
+from .online import LN2, LOG2E, SAFE_LOGIT  # [P2] [P8]: the bounded rule, scores in base-2 units
 
 DEFAULT_BLOCK_Q = 256  # [P5]
 DEFAULT_BLOCK_K = 256
-# exp(+-40) is comfortably inside float32's normal range (about e^-87 .. e^88), and so is a sum of
-# millions of such terms; rows whose scores provably stay within it need no running max.
-SAFE_LOGIT = 40.0
-LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453  # [P8] scores in base-2 units: exp(x) = exp2(x * log2(e))
 _CAUSAL = causal()  # one instance, so its compiled block maps are cached across calls
 
 
@@ -285,82 +284,61 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod
         # -- 1. this query tile (its query heads' rows together) --
         qi = q5[:, :, :, rows].reshape(N, Hkv, G * (rows.stop - rows.start), E)
         # -- 2. walk its key tiles: the bounded path when no score can leave [-SAFE_LOGIT, SAFE_LOGIT] --
-        bounded = (not tiles.has_bias and mod is None
-                   and float((qi.norm(dim=-1) * k_norm).max()) * abs(scale) <= SAFE_LOGIT)
-        if bounded:  # [P2]
-            m, l, acc = _bounded_row_block(qi, keys, buf, qt, rows)
+        if not tiles.has_bias and mod is None and online.bounded(float((qi.norm(dim=-1) * k_norm).max()), scale,
+                                                                 SAFE_LOGIT):  # [P2]
+            run = _bounded_row_block(qi, keys, buf, qt, rows)
         else:
-            m, l, acc = _online_row_block(qi, keys, buf, qt, rows)
-        # -- 3. normalise, and keep what backward needs --
-        tile_norm = None if norm is None else (norm[0][:, :, :, rows], norm[1][:, :, :, rows])
-        _finish(out[:, :, :, rows], lse[:, :, :, rows], tile_norm, m, l, acc)
+            run = _online_row_block(qi, keys, buf, qt, rows)
+        # -- 3. normalise, and keep what backward needs (rows that saw no key: online.finish's rule) --
+        o, lse_t, shift, l = online.finish(run.m, run.l, run.acc)
+        _put(out[:, :, :, rows], o)
+        _put(lse[:, :, :, rows], lse_t)
+        if norm is not None:
+            _put(norm[0][:, :, :, rows], shift)
+            _put(norm[1][:, :, :, rows], l)
     if keep_norm:
         return out, lse, norm
     return out, lse
 
 
-def _bounded_row_block(qi, keys: _Keys, buf, qt: int, rows: slice):
-    """[P2] One query tile's (m, l, acc) with shift 0: every score is within [-SAFE_LOGIT, SAFE_LOGIT]."""
-    l, acc, v3 = _sums(qi, keys)
+def _bounded_row_block(qi, keys: _Keys, buf, qt: int, rows: slice) -> online.Running:
+    """[P2] One query tile's running numbers with shift 0: every score is within [-SAFE_LOGIT, SAFE_LOGIT]."""
+    run, v3 = _start(qi, keys, shift=0.0)
     for cols, _, s, s3 in keys.walk(qi, buf, qt, rows, finite=True):  # -- 1. scores for each key tile (masked) --
         # -- 2. weights exp(score - 0), in place: no max, no rescale --
         s.exp2_()  # [P8]
         # -- 3. into the running sums --
-        _gather(l, acc, s, s3, v3, keys, rows, cols)
-    return torch.zeros_like(l), l, acc
+        run.add(s3, v3[:, cols], _keep3(keys, s, s3, rows, cols))
+    return run
 
 
-def _online_row_block(qi, keys: _Keys, buf, qt: int, rows: slice):
-    """One query tile's (m, l, acc) with the running max: what the online softmax is."""
-    l, acc, v3 = _sums(qi, keys)
-    m = torch.full_like(l, float("-inf"))  # running max (the shift)
+def _online_row_block(qi, keys: _Keys, buf, qt: int, rows: slice) -> online.Running:
+    """One query tile's running numbers with the running max: what the online softmax is."""
+    run, v3 = _start(qi, keys)
     for cols, kind, s, s3 in keys.walk(qi, buf, qt, rows):  # -- 1. scores for each key tile (modified, masked) --
-        # -- 2. the new running max, and the weights exp(score - m_new) in place --
-        m_new = torch.maximum(m, s3.amax(dim=-1))
-        if kind == PARTIAL:  # a row may have seen nothing yet: keep exp(-inf - -inf) from making NaN
-            m_new = torch.where(torch.isneginf(m_new), 0.0, m_new)
-        s3.sub_(m_new.unsqueeze(-1)).exp2_()
-        # -- 3. rescale what was gathered against the old max --
-        alpha = torch.exp2(m - m_new)
-        l.mul_(alpha)
-        acc.mul_(alpha.unsqueeze(-1))
-        m = m_new
-        # -- 4. into the running sums --
-        _gather(l, acc, s, s3, v3, keys, rows, cols)
-    return m, l, acc
+        # -- 2. the weights exp(score - m_new) in place; what was gathered rescaled to the new max --
+        run.rescale(s3, may_see_nothing=kind == PARTIAL)  # a masked tile: a row may have seen nothing yet
+        # -- 3. into the running sums --
+        run.add(s3, v3[:, cols], _keep3(keys, s, s3, rows, cols))
+    return run
 
 
-def _sums(qi, keys: _Keys):
-    """Zero running sums for query tile qi (N, Hkv, G*r, E): l (N*Hkv, G*r) and acc (N*Hkv, G*r, Ev);
-    and v seen as (N*Hkv, S, Ev)."""
+def _start(qi, keys: _Keys, shift: float = float("-inf")):
+    """The running numbers of query tile qi (N, Hkv, G*r, E), nothing seen yet: m, l (N*Hkv, G*r) and
+    acc (N*Hkv, G*r, Ev); and v seen as (N*Hkv, S, Ev)."""
     N, Hkv, R, _ = qi.shape
     v3 = keys.v.reshape(N * Hkv, *keys.v.shape[2:])
-    return qi.new_zeros(N * Hkv, R), qi.new_zeros(N * Hkv, R, v3.shape[-1]), v3
+    return online.Running.start(qi, N * Hkv, R, v3.shape[-1], shift), v3
 
 
-def _gather(l, acc, s, s3, v3, keys: _Keys, rows: slice, cols: slice) -> None:
-    """Add a tile's weights (s, and s3 its (N*Hkv, G*r, c) view) to the running sums, in place."""
-    l.add_(s3.sum(dim=-1))  # the normaliser counts the weights before dropout
-    if keys.drop.active:
-        s.mul_(_keep(keys.drop, s, keys.G, rows, cols))
-    acc.baddbmm_(s3, v3[:, cols])  # acc += weights @ v
+def _keep3(keys: _Keys, s, s3, rows: slice, cols: slice):
+    """The tile's dropout keep-mask in s3's (N*Hkv, G*r, c) shape, or None without dropout."""
+    return _keep(keys.drop, s, keys.G, rows, cols).view(s3.shape) if keys.drop.active else None
 
 
-def _finish(out, lse, norm, m, l, acc) -> None:
-    """Write one query tile's output acc / l, its lse = m + log(l) (float64) and, if asked, its (m, l).
-
-    ``out`` (N, Hkv, G, r, Ev), ``lse`` and ``norm``'s pair (N, Hkv, G, r) are the tile's slices of
-    the results; ``m``, ``l`` (N*Hkv, G*r) and ``acc`` (N*Hkv, G*r, Ev) its running numbers. A row
-    that saw no key has l = 0: its output is 0 (not 0/0) and its lse -inf.
-    """
-    dead = l == 0
-    l = l.unsqueeze(-1)
-    out.copy_((acc / torch.where(l == 0, 1.0, l)).view(out.shape))
-    if norm is not None:  # dead rows: shift 0 and normaliser 1, so that backward's exp(-inf - 0) / 1 = 0
-        norm[0].copy_(torch.where(torch.isneginf(m), 0.0, m).view(norm[0].shape))
-        norm[1].copy_(torch.where(l == 0, 1.0, l).view(norm[1].shape))
-    m = torch.where(dead, float("-inf"), m)
-    lse.copy_(((m.double() + torch.log2(l.double()).squeeze(-1)) * LN2).view(lse.shape))  # [P8] natural units out
+def _put(dst: torch.Tensor, x: torch.Tensor) -> None:
+    """Copy a query tile's (N*Hkv, G*r, ...) numbers into its (N, Hkv, G, r, ...) slice of a result."""
+    dst.copy_(x.view(dst.shape))
 
 
 # ---- backward -----------------------------------------------------------------------------------------------
@@ -393,10 +371,8 @@ class Weights:
 
     @classmethod
     def from_lse(cls, lse: torch.Tensor, D: torch.Tensor | None, dtype: torch.dtype) -> Weights:
-        lse2 = lse * LOG2E  # [P8] base-2 units, as the scores
-        hi = torch.where(torch.isneginf(lse2), float("inf"), lse2).to(dtype)  # [P4]; dead rows: P = exp(-inf) = 0
-        corr = torch.exp2(hi.double() - lse2).to(dtype)
-        return cls(hi, torch.where(torch.isfinite(corr), corr, 1.0), None, D)
+        hi, corr = online.shift_of_lse(lse, dtype)  # [P4] [P8]; dead rows: P = exp2(s - inf) = 0
+        return cls(hi, corr, None, D)
 
     def rows(self, rows: slice, dout: torch.Tensor):
         """One query tile's (c * dO, shift, norm or None, c * D or None), rows as (N, Hkv, G*r, .)."""

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 
 import torch
 
+from . import online
 from .masks import Mask
+from .online import LOG2E
 
-LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453
 BAND_BLOCK_Q = 64  # query rows per band: the band is (rows + window) wide, so fewer rows waste less
 BATCH_SCORES = 1 << 20  # scores per head and batch of bands (4 MiB in float32): they stay in the cache
 MAX_FRACTION = 0.4  # use bands only when they cover at most this share of all L x S scores
@@ -140,9 +141,9 @@ def _runs(flags: list) -> list:
     return runs
 
 
-def forward(q5, k, v, scale, p: Plan, safe_logit: float):
+def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT):
     """Out (N, Hkv, G, L, Ev), lse (N, Hkv, G, L) and each row's (shift, normaliser) in base-2 units, as
-    :func:`attnlab.kernels.flash.forward_tiles` with ``keep_norm=True`` gives them (dead rows: 0 and 1)."""
+    :func:`attnlab.kernels.flash.forward_tiles` with ``keep_norm=True`` gives them (:func:`online.finish`)."""
     N, Hkv, G, L, E = q5.shape
     Ev = v.shape[3]
     bq, Z = p.block_q, N * Hkv
@@ -155,15 +156,14 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float):
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
     qs = qs.view(Z, G, nq, bq, E).transpose(1, 2).reshape(Z, nq, G * bq, E)  # tile-major rows
     # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], exp needs no shift
-    bounded = float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()) * abs(scale) <= safe_logit
-    out = q5.new_empty(Z, nq, G * bq, Ev)
+    bounded = online.bounded(float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()), scale, safe_logit)
+    out = q5.new_empty(Z, nq, G * bq, Ev)  # per row: the weighted sum of its values, then divided by l
     l_all = q5.new_empty(Z, nq, G * bq, 1)  # per row: the sum of its weights
     m_all = q5.new_zeros(Z, nq, G * bq, 1)  # per row: the shift (0 when bounded)
     k3, v3 = k.reshape(Z, -1, E), v.reshape(Z, -1, Ev)
     early = [min(b.starts) < p.pad for b in p.batches]  # batches with a band that starts before key 0
     front = max((max(b.starts) + b.W for b, e in zip(p.batches, early, strict=True) if e), default=p.pad) - p.pad
     kp, vp = _front(k3, p.pad, front), _front(v3, p.pad, front)  # only the keys they reach are copied
-    tiny = torch.finfo(q5.dtype).tiny
     buf = q5.new_empty(max((b.t1 - b.t0) * G * bq * b.W for b in p.batches))  # one batch of scores, reused
     for b, e in zip(p.batches, early, strict=True):
         nb, W = b.t1 - b.t0, b.W
@@ -181,24 +181,21 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float):
                     s4[..., c0:c1].add_(hide)
                 else:  # a score may be +inf, and +inf - inf is NaN: fill instead
                     s4[..., c0:c1].masked_fill_(torch.isneginf(hide), float("-inf"))
-            # -- 2. the softmax of each row, complete: its band holds every key it sees --
+            # -- 2. the softmax of each row, complete: its band holds every key it sees (one online step) --
             if not bounded:
-                m = s.amax(dim=-1, keepdim=True)
-                m.masked_fill_(torch.isneginf(m), 0.0)  # a row that sees nothing: exp(-inf) = 0, not NaN
+                m = online.safe_shift(s.amax(dim=-1, keepdim=True))  # a row that sees nothing: shift 0, not -inf
                 s.sub_(m)
                 m_all[z, b.t0:b.t1] = m
-            l = s.exp2_().sum(dim=-1, keepdim=True)
-            l_all[z, b.t0:b.t1] = l
-            # -- 3. weights @ values; rows with no visible key: 0 divided by tiny, still 0, not 0/0 --
-            torch.bmm(s, _band(vx[z], b, idx, shift), out=out[z, b.t0:b.t1]).div_(l.clamp_(min=tiny))
+            l_all[z, b.t0:b.t1] = s.exp2_().sum(dim=-1, keepdim=True)
+            # -- 3. weights @ values, normalised below --
+            torch.bmm(s, _band(vx[z], b, idx, shift), out=out[z, b.t0:b.t1])
 
-    def rows(x, last):  # (Z, nq, G*bq, last) in tile-major rows -> (N, Hkv, G, L, last)
-        x = x.view(Z, nq, G, bq, last).transpose(1, 2).reshape(N, Hkv, G, nq * bq, last)
+    def rows(x):  # (Z, nq, G*bq, ...) in tile-major rows -> (N, Hkv, G, L, ...)
+        x = x.view(Z, nq, G, bq, *x.shape[3:]).transpose(1, 2).reshape(N, Hkv, G, nq * bq, *x.shape[3:])
         return x[:, :, :, :L]
 
-    lse = torch.where(l_all == 0, float("-inf"), (m_all.double() + torch.log2(l_all.double())) * LN2)
-    norm = (rows(m_all, 1)[..., 0], rows(torch.where(l_all == 0, 1.0, l_all), 1)[..., 0])
-    return rows(out, Ev), rows(lse, 1)[..., 0], norm
+    out, lse, shift, l = online.finish(m_all[..., 0], l_all[..., 0], out)  # rows that see no key: out 0
+    return rows(out), rows(lse), (rows(shift), rows(l))
 
 
 def _front(x: torch.Tensor, pad: int, n: int) -> torch.Tensor:

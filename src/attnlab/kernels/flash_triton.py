@@ -27,6 +27,7 @@ from . import Unsupported
 from ._check import check
 from .argcheck import is_int
 from .dtypes import HALF
+from .online import LOG2E
 from .triton_masks import Plan, Rule, rule_of
 
 OTHER_FORMS = "flash, matrix, loops or sdpa"
@@ -110,23 +111,29 @@ def _pow2(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
 
+def _forward(q, k, v, plan: Plan, scale: float, blocks):
+    """The forward kernel: the output (N, H, L, Ev) and, per row, what it saves for the backward (N, H, L):
+    the shift m and 1 / norm (:func:`attnlab.kernels.online.finish`; a row that sees no key: +inf and 1)."""
+    kern = _kernels()
+    N, H, L, E = q.shape
+    S, Ev = k.shape[2], v.shape[3]
+    dummy = torch.zeros(2, dtype=torch.int32, device=q.device)
+    o = q.new_empty(N, H, L, Ev, dtype=_store_dtype(q))
+    m = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # shift, base 2 (+inf: sees nothing)
+    inv_l = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # 1 / normaliser (1: sees nothing)
+    (bq, bk), _, _ = blocks
+    margs, flags = plan.args(bq, bk, False, dummy)
+    prec = _dot_precision(q)
+    kern._fwd[(triton_cdiv(L, bq), N * H)](
+        q, k, v, o, m, inv_l, H, plan.G, L, S, E, Ev, scale * LOG2E, *margs,
+        BLOCK_M=bq, BLOCK_N=bk, BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=prec, **flags)
+    return o.to(q.dtype), m, inv_l
+
+
 class _TritonFlash(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, plan: Plan, scale: float, blocks):
-        kern = _kernels()
-        N, H, L, E = q.shape
-        S, Ev = k.shape[2], v.shape[3]
-        dummy = torch.zeros(2, dtype=torch.int32, device=q.device)
-        o = q.new_empty(N, H, L, Ev, dtype=_store_dtype(q))
-        m = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # running max, base 2 (+inf: sees nothing)
-        inv_l = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # 1 / normaliser (0: sees nothing)
-        (bq, bk), _, _ = blocks
-        margs, flags = plan.args(bq, bk, False, dummy)
-        prec = _dot_precision(q)
-        kern._fwd[(triton_cdiv(L, bq), N * H)](
-            q, k, v, o, m, inv_l, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, *margs,
-            BLOCK_M=bq, BLOCK_N=bk, BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=prec, **flags)
-        o = o.to(q.dtype)
+        o, m, inv_l = _forward(q, k, v, plan, scale, blocks)
         ctx.save_for_backward(q, k, v, o, m, inv_l)
         ctx.cfg = (plan, scale, blocks)
         return o
@@ -148,11 +155,11 @@ class _TritonFlash(torch.autograd.Function):
         common = dict(BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=prec)
         margs, flags = plan.args(bq1, bk1, True, dummy)
         kern._bwd_dkdv[(triton_cdiv(S, bk1), N * Hkv)](
-            q, k, v, do, m, inv_l, D, dk, dv, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, scale, *margs,
+            q, k, v, do, m, inv_l, D, dk, dv, H, plan.G, L, S, E, Ev, scale * LOG2E, scale, *margs,
             BLOCK_M=bq1, BLOCK_N=bk1, **common, **flags)
         margs, flags = plan.args(bq2, bk2, False, dummy)
         kern._bwd_dq[(triton_cdiv(L, bq2), N * H)](
-            q, k, v, do, m, inv_l, D, dq, H, plan.G, L, S, E, Ev, scale * kern.LOG2E, scale, *margs,
+            q, k, v, do, m, inv_l, D, dq, H, plan.G, L, S, E, Ev, scale * LOG2E, scale, *margs,
             BLOCK_M=bq2, BLOCK_N=bk2, **common, **flags)
         return dq.to(q.dtype), dk.to(q.dtype), dv.to(q.dtype), None, None, None
 
@@ -166,6 +173,25 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     """The triton form. ``block_q`` / ``block_k``: tile sizes, powers of two from 16 to 256 (default:
     chosen per device and head dim). ``score_mod`` is refused: the kernels have no score modifiers
     (the flash form has them)."""
+    a, plan, blocks = _prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, block_q,
+                               block_k, score_mod)
+    out = _TritonFlash.apply(a.q.contiguous(), a.k.contiguous(), a.v.contiguous(), plan, a.scale, blocks)
+    return a.unflatten(out)
+
+
+def statistics(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, *,
+               block_q: int | None = None, block_k: int | None = None):
+    """The forward kernel alone: (out, shift, norm), with what it saves per row for the backward in the terms
+    of :func:`attnlab.kernels.online.finish` -- shift and norm (N, H, L), float32, base-2 units; the kernel
+    keeps 1 / norm. The flash form saves the same numbers (its tile sizes and rounding aside)."""
+    a, plan, blocks = _prepare(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, block_q, block_k)
+    out, m, inv_l = _forward(a.q.contiguous(), a.k.contiguous(), a.v.contiguous(), plan, a.scale, blocks)
+    return a.unflatten(out), m, 1.0 / inv_l
+
+
+def _prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, block_q, block_k,
+             score_mod=None):
+    """Check the arguments and refuse what the kernels do not take; (checked args, mask plan, tile sizes)."""
     a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     why = unavailable(a.q.device)
     if why is not None:
@@ -199,5 +225,4 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     plan = Plan(a.N, a.H, a.groups, a.L, a.S, rule, mask_fn if rule is None else None, dense)
     interp = _interpreted(a.q.device)
     blocks = _blocks(max(a.E, a.Ev), block_q, block_k, interp, wide=a.q.dtype == torch.float32)
-    out = _TritonFlash.apply(a.q.contiguous(), a.k.contiguous(), a.v.contiguous(), plan, a.scale, blocks)
-    return a.unflatten(out)
+    return a, plan, blocks

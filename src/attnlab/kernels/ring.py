@@ -16,7 +16,8 @@ What a rank did is added up in a :class:`RingStats` (:mod:`attnlab.kernels.ring_
 
 Each step is one call of the flash form's tile loop (:func:`attnlab.kernels.flash.forward_tiles`),
 which returns a partial output and, per query row, the log-sum-exp of the scores it saw. Two
-partial results over disjoint sets of keys merge exactly, the way the online softmax merges tiles:
+partial results over disjoint sets of keys merge exactly, the way the online softmax merges tiles
+(:func:`attnlab.kernels.online.merge`):
 
     lse = log(exp(lse_a) + exp(lse_b)),   out = out_a * exp(lse_a - lse) + out_b * exp(lse_b - lse)
 
@@ -51,7 +52,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from . import dropout, vmap_loop
+from . import dropout, online, vmap_loop
 from ._check import check
 from .argcheck import positive_int
 from .dropout import NO_DROPOUT, Dropout
@@ -197,16 +198,6 @@ class _Call:
     drop: Dropout
 
 
-def _merge(out: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, lo: torch.Tensor) -> None:
-    """Fold a partial result (o, lo) over new keys into (out, lse), in place (o is used up). Rows that saw
-    nothing stay 0 with lse = -inf."""
-    new = torch.logaddexp(lse, lo)
-    base = torch.where(torch.isneginf(new), 0.0, new)  # exp(-inf - 0) = 0: no NaN from -inf - -inf
-    out.mul_(torch.exp(lse - base).to(out.dtype).unsqueeze(-1))
-    out.add_(o.mul_(torch.exp(lo - base).to(o.dtype).unsqueeze(-1)))
-    lse.copy_(new)
-
-
 def _forward(q5, k, v, call: _Call):
     """Local parts q5 (N, Hkv, G, L, E), k (N, Hkv, S, E), v (N, Hkv, S, Ev) -> out (N, Hkv, G, L, Ev), lse."""
     link, E = call.link, k.shape[-1]
@@ -222,7 +213,7 @@ def _forward(q5, k, v, call: _Call):
         for pair in todo.pairs:
             o, lo = forward_tiles(q5[:, :, :, pair.rows], kv[:, :, pair.cols, :E], kv[:, :, pair.cols, E:],
                                   call.scale, pair.tiles, call.drop.at(pair.row0, pair.col0))
-            _merge(out[:, :, :, pair.rows], lse[:, :, :, pair.rows], o, lo)
+            online.merge(out[:, :, :, pair.rows], lse[:, :, :, pair.rows], o, lo)
         todo.record(link.stats, link.clock() - t0)
         # -- 3. the next part has arrived --
         link.wait(reqs)

@@ -5,14 +5,17 @@ and keeps, for every query row, three running numbers: ``m`` (the running max), 
 normaliser) and ``acc`` (the unnormalised output). These kernels do the same, with one Triton
 program per (query tile, batch x head), so thousands of tiles run at once:
 
-* ``_fwd``       -- the online softmax over key tiles; writes the output and, per row, m and 1/l.
+* ``_fwd``       -- the online softmax over key tiles; writes the output and, per row, the shift and 1 / norm.
 * ``_bwd_pre``   -- the pre-pass ``D = rowsum(dO * O)``.
 * ``_bwd_dkdv``  -- one program per key tile: ``dV += P^T dO`` and ``dK += dS^T Q`` over the query tiles
   (and over the query heads of a GQA group), so no two programs write the same dK / dV: no atomics.
 * ``_bwd_dq``    -- one program per query tile: ``dQ += dS K`` over the key tiles.
 
-Scores live in base 2 (``exp2`` is the GPU's native exponential): ``s = q.k * scale * log2(e)``
-and each row saves its ``m`` and ``1/l`` for the backward. Tiles are skipped, computed whole, or masked
+Scores live in base 2 (``exp2`` is the GPU's native exponential): ``s = q.k * scale * log2(e)``.
+The online softmax and what each row saves for the backward follow :mod:`attnlab.kernels.online`
+(its :func:`~attnlab.kernels.online.finish`): the shift m and the normaliser l, the latter saved as
+1 / l so that the backward multiplies; a row that sees no key writes 0 and saves (+inf, 1), so that
+P = exp2(s - inf) * 1 = 0 whatever its scores. Tiles are skipped, computed whole, or masked
 elementwise by :func:`_tile_range` / :func:`_needs_mask` / :func:`_visible`, from the mask's rule
 (causal with an offset, sliding window, prefix, document ids), a stored block map, or a dense mask.
 
@@ -27,8 +30,9 @@ import triton
 import triton.language as tl
 
 from .flash_triton import interpreting
+from .online import LOG2E
 
-LOG2E = 1.4426950408889634  # scores are kept in base 2: exp(x) = exp2(x * log2(e))
+_LOG2E = tl.constexpr(LOG2E)  # a float mask's values join the base-2 scores times log2(e)
 INTERPRETED = interpreting()  # Triton decides when a kernel is defined, i.e. now: interpreter or GPU
 
 
@@ -144,7 +148,7 @@ def _add_bias(s, i, j, b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE: tl.const
     """Scores plus a float mask's values (in base 2); without a float mask, the scores untouched."""
     if DENSE == 2:
         x = tl.load(MASK + b * m_sb + h * m_sh + i * m_sl + j * m_ss, mask=(i < L) & (j < S), other=0.0)
-        s = s + x.to(tl.float32) * 1.4426950408889634
+        s = s + x.to(tl.float32) * _LOG2E
     return s
 
 
@@ -257,11 +261,11 @@ def _fwd(Q, K, V, O, M, IL, H, G, L, S, E, EV, qk_scale,
         l = l * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + _dot(_operand(p, v.dtype, DOT_PREC), v, DOT_PREC)  # acc += weights @ v
         m = m_new
-    # --- finish: acc / l. Saved per row for the backward: m and 1/l, so that P = exp2(s - m) / l is
-    # recomputed as the forward made it (a single log-sum-exp in float32 would lose |lse| ulps in exp).
-    # Rows with no visible key give 0 and save m = +inf, 1/l = 0: P = 0 in the backward ---
+    # --- finish (online.finish): acc / l. Saved per row for the backward: the shift m and 1 / l, so that
+    # P = exp2(s - m) / l is recomputed as the forward made it (a single log-sum-exp in float32 would lose
+    # |lse| ulps in exp). Rows with no visible key give 0 and save (+inf, 1): P = 0 in the backward ---
     dead = l == 0.0
-    inv_l = tl.where(dead, 0.0, 1.0 / tl.where(dead, 1.0, l))
+    inv_l = 1.0 / tl.where(dead, 1.0, l)
     out = acc * inv_l[:, None]
     o_ptr = O + (bh.to(tl.int64) * L) * EV
     tl.store(o_ptr + offs_m[:, None] * EV + offs_ev[None, :], out.to(O.dtype.element_ty),

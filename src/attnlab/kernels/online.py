@@ -1,0 +1,143 @@
+"""The online softmax: the running numbers of a block of query rows, and the rules every tiled kernel keeps.
+
+softmax(s) @ v over keys that arrive a tile at a time needs, per query row, three running numbers
+(Milakov & Gimelshein, "Online normalizer calculation for softmax", 2018):
+
+* ``m``   -- the shift: the largest score seen so far (or 0 when no score can overflow, see below);
+* ``l``   -- the normaliser: the sum of exp(score - m) so far;
+* ``acc`` -- the unnormalised output: the sum of exp(score - m) * value so far.
+
+A tile that brings a larger max rescales what was gathered by exp(m_old - m_new) before its own
+terms are added (:meth:`Running.rescale`, :meth:`Running.add`); after the last tile, acc / l is
+softmax(s) @ v (:func:`finish`). This file is that arithmetic for the flash form's tiles, its band
+path and ring attention; the Triton kernel (:mod:`attnlab.kernels.triton_kernels`) runs the same
+steps on a GPU, one program per query tile, and keeps the same convention for what it saves.
+
+Units. Scores are kept in base 2: each product is multiplied by scale * LOG2E, so exp(score - m)
+is exp2(s - m), which a CPU and a GPU evaluate faster than exp. The shift m and the normaliser l are
+in these units; the log-sum-exp handed out (to ring attention, to a caller) is in natural units,
+float64: lse = (m + log2 l) * LN2.
+
+The bounded rule. |q.k| <= |q| |k|; when that bound times |scale| is at most ``SAFE_LOGIT`` (40),
+no score leaves [-40, 40], exp neither overflows nor underflows float32 (about e^-87 .. e^88), and
+the shift may stay 0 for the whole row: no max, no rescale (:func:`bounded`).
+
+Rows that see no key (every score -inf): exp(-inf - -inf) would be NaN, so the shift of a row that
+has seen nothing yet is 0 (:func:`safe_shift`). At the end such a row has l = 0, and one convention
+holds in every kernel (:func:`finish`):
+
+* its output is 0 (not 0/0) and its lse is -inf (the log of an empty sum);
+* what backward rebuilds the weights from, P = exp2(s - shift) / norm, is (shift, norm) = (m, l) for
+  a row that saw keys -- forward's own numbers, so P is rebuilt exactly as forward divided it -- and
+  (+inf, 1) for a row that saw none, so that P = 0 whatever its scores. The Triton kernel saves
+  (shift, 1 / norm); from an lse alone (ring attention) the shift is the lse, +inf for -inf
+  (:func:`shift_of_lse`), as FlashAttention-2 saves lse = +inf for an empty row.
+
+Two partial results over disjoint sets of keys combine exactly (:func:`merge`), the way tiles do:
+lse = log(exp(lse_a) + exp(lse_b)), out = out_a exp(lse_a - lse) + out_b exp(lse_b - lse).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
+LN2 = 0.6931471805599453  # ln(2): base-2 units back to natural ones
+# exp(+-40) is comfortably inside float32's normal range (about e^-87 .. e^88), and so is a sum of
+# millions of such terms; rows whose scores provably stay within it need no running max.
+SAFE_LOGIT = 40.0
+
+
+def bounded(bound: float, scale: float, safe_logit: float = SAFE_LOGIT) -> bool:
+    """True when no score can leave [-safe_logit, safe_logit]: ``bound`` bounds |q.k| (max|q| * max|k|)."""
+    return bound * abs(scale) <= safe_logit
+
+
+def safe_shift(m: torch.Tensor) -> torch.Tensor:
+    """The shift of rows whose max is ``m``: 0 where a row has seen nothing (-inf), so that exp2(-inf - 0) = 0."""
+    return torch.where(torch.isneginf(m), 0.0, m)
+
+
+@dataclass
+class Running:
+    """The running numbers of a block of R rows: ``m`` and ``l`` (B, R), ``acc`` (B, R, Ev), in base-2 units.
+
+    Scores arrive as (B, R, c) tiles. :meth:`rescale` turns a tile into its weights and brings what
+    was gathered to the new shift; :meth:`add` gathers the weights. A row block whose scores are
+    bounded (:func:`bounded`) starts with shift 0 and never rescales: :meth:`add` alone.
+    """
+
+    m: torch.Tensor
+    l: torch.Tensor
+    acc: torch.Tensor
+
+    @classmethod
+    def start(cls, like: torch.Tensor, B: int, R: int, Ev: int, shift: float = float("-inf")) -> Running:
+        """Nothing seen yet: l = 0, acc = 0, and m = -inf (the running max) or the fixed ``shift`` (0: bounded)."""
+        l = like.new_zeros(B, R)
+        return cls(torch.full_like(l, shift), l, like.new_zeros(B, R, Ev))
+
+    def rescale(self, s: torch.Tensor, may_see_nothing: bool = True) -> torch.Tensor:
+        """A tile of scores s (B, R, c) -> its weights exp2(s - m_new), in place; l and acc rescaled to m_new.
+
+        ``may_see_nothing``: some row of the tile may have no visible key (a masked tile), so its max
+        may be -inf: such a row keeps shift 0 (:func:`safe_shift`), never -inf - -inf."""
+        m_new = torch.maximum(self.m, s.amax(dim=-1))
+        if may_see_nothing:
+            m_new = safe_shift(m_new)
+        s.sub_(m_new.unsqueeze(-1)).exp2_()
+        alpha = torch.exp2(self.m - m_new)  # what was gathered against the old shift, brought to the new one
+        self.l.mul_(alpha)
+        self.acc.mul_(alpha.unsqueeze(-1))
+        self.m = m_new
+        return s
+
+    def add(self, p: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None = None) -> None:
+        """Gather weights p (B, R, c) against values v (B, c, Ev): l += rowsum(p), acc += (p * keep) @ v.
+
+        The normaliser counts the weights before dropout; ``keep`` (p's shape, scaled by 1/(1-p)) drops
+        some of them from the output only. p is used up (multiplied by ``keep``)."""
+        self.l.add_(p.sum(dim=-1))
+        if keep is not None:
+            p.mul_(keep)
+        self.acc.baddbmm_(p, v)
+
+
+def finish(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor):
+    """The end of the walk: (out, lse, shift, norm) from each row's m, l (...) and acc (..., Ev).
+
+    ``out = acc / l`` (acc is divided in place and returned), 0 for a row that saw no key (l = 0);
+    ``lse = (m + log2 l) * LN2`` in float64 natural units, -inf for such a row; ``(shift, norm)``,
+    what backward rebuilds P = exp2(s - shift) / norm from: (m, l), and (+inf, 1) for such a row.
+    """
+    dead = l == 0
+    norm = torch.where(dead, 1.0, l)
+    out = acc.div_(norm.unsqueeze(-1))
+    shift = torch.where(dead, float("inf"), m)
+    lse = (torch.where(dead, float("-inf"), m).double() + torch.log2(l.double())) * LN2
+    return out, lse, shift, norm
+
+
+def shift_of_lse(lse: torch.Tensor, dtype: torch.dtype):
+    """(shift, corr) for rebuilding P = exp2(s - shift) * corr from a float64 natural-unit lse alone.
+
+    shift = lse in base 2, rounded to ``dtype`` (+inf where lse = -inf: P = 0 whatever the score);
+    corr = exp2(shift - lse) ~ 1 puts back what the rounding took (1 where it is not finite), so that
+    the tile works in ``dtype`` and only the per-row factor is computed in float64."""
+    lse2 = lse * LOG2E
+    shift = torch.where(torch.isneginf(lse2), float("inf"), lse2).to(dtype)
+    corr = torch.exp2(shift.double() - lse2).to(dtype)
+    return shift, torch.where(torch.isfinite(corr), corr, 1.0)
+
+
+def merge(out: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, lo: torch.Tensor) -> None:
+    """Fold a partial result (o, lo) over other keys into (out, lse), in place; natural-unit float64 lse.
+
+    o is used up. Rows that saw nothing in both stay 0 with lse = -inf."""
+    new = torch.logaddexp(lse, lo)
+    base = torch.where(torch.isneginf(new), 0.0, new)  # exp(-inf - 0) = 0: no NaN from -inf - -inf
+    out.mul_(torch.exp(lse - base).to(out.dtype).unsqueeze(-1))
+    out.add_(o.mul_(torch.exp(lo - base).to(o.dtype).unsqueeze(-1)))
+    lse.copy_(new)
