@@ -16,9 +16,9 @@ so it is *rescaled* by exp(m_old - m_new) before the tile's own terms are added.
 tile, ``acc / l`` is exactly softmax(scores) @ v -- the same numbers the matrix form computes, in
 a different order. These rules (the running numbers, the rescale, the finish with its rule for rows
 that see no key, the merge of partial results, the base-2 constants) live in
-:mod:`attnlab.kernels.online`; this file walks the tiles and feeds them. The forward pass keeps only the output and, per row, the log-sum-exp
-``lse = m + log(l)``; the backward pass recomputes each tile's weights from it
-(``P = exp(s - lse)``) instead of storing them, following FlashAttention-2:
+:mod:`attnlab.kernels.online`; this file walks the tiles and feeds them. The forward pass keeps
+only the output and, per row, the log-sum-exp ``lse = m + log(l)``; the backward pass recomputes
+each tile's weights from it (``P = exp(s - lse)``) instead of storing them, following FlashAttention-2:
 
     dV += P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dO * O)),   dQ += dS K,   dK += dS^T Q
 

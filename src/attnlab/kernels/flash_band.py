@@ -76,12 +76,8 @@ def plan(mask: Mask, N: int, H: int, L: int, S: int, rows: int, device="cpu") ->
 
 def _build(mask, N, H, L, S, bq, device):
     nq = -(-L // bq)
-    lo, hi = [], []
-    for t in range(nq):  # the first and last visible key of each query tile, over every row, batch, head
-        q0, q1 = t * bq, min(L, (t + 1) * bq)
-        seen = mask.evaluate(N, H, L, S, q0, q1, 0, S, device).reshape(-1, S).any(dim=0).nonzero()
-        lo.append(int(seen[0]) if len(seen) else 0)
-        hi.append(int(seen[-1]) + 1 if len(seen) else 0)
+    # the first and last visible key of each query tile, over every row, batch and head
+    lo, hi = mask.spans(N, H, L, S, bq, per_batch=False, device=device)[0].T.tolist()
     widths = [h - l for l, h in zip(lo, hi, strict=True)]
     if sum(widths) * bq > MAX_FRACTION * L * S:
         return None

@@ -222,7 +222,7 @@ def _prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
         dense = m.expand(a.N, a.H, a.L, a.S)
     mask_fn = a.mask
     rule = Rule(off=0) if a.is_causal else (rule_of(mask_fn, a.L, a.S) if mask_fn is not None else None)
-    plan = Plan(a.N, a.H, a.groups, a.L, a.S, rule, mask_fn if rule is None else None, dense)
+    plan = Plan(a.N, a.H, a.groups, a.L, a.S, rule, mask_fn, dense)
     interp = _interpreted(a.q.device)
     blocks = _blocks(max(a.E, a.Ev), block_q, block_k, interp, wide=a.q.dtype == torch.float32)
     return a, plan, blocks

@@ -17,6 +17,13 @@ from the name the command line uses, e.g. ``"sliding_window:512"``.
 
 Every form accepts a mask as ``attn_mask=``; forms without tiles receive the equivalent dense
 boolean tensor from :meth:`Mask.dense`.
+
+The function is the one definition. What a kernel needs to know about tiles is derived from it,
+here, once per sizes and cached: the block map (:meth:`Mask.block_map`) and, per tile of rows, the
+range of columns its rows see (:meth:`Mask.spans`: the band path's key ranges, the triton form's
+document ranges). A kernel that evaluates a mask itself instead (the triton form's predicates) reads
+the mask's closed form, a :class:`Rule` that the mask's own constructor declares beside its
+function (:meth:`Mask.rule`); a test checks those predicates against the function.
 """
 
 from __future__ import annotations
@@ -68,18 +75,45 @@ class BlockMap:
                 (("empty", EMPTY), ("partial", PARTIAL), ("full", FULL))}
 
 
+@dataclass(frozen=True)
+class Rule:
+    """A mask in closed form, for a kernel that evaluates it itself instead of calling its function:
+
+        visible(i, j) = (((j <= i + off) & (j > i + off - window)) | (j < prefix)) & (doc[i] == doc[j])
+
+    with each part left out where it is None (``off`` None: no causal part, and then no window or
+    prefix either). The constructors below declare it beside the function it must agree with.
+    """
+
+    off: int | None = None
+    window: int | None = None
+    prefix: int | None = None
+    doc: torch.Tensor | None = None  # (Nd, S) document ids, Nd in {1, N}
+
+    def both(self, other: Rule | None) -> Rule | None:
+        """The rule of ``self & other``; None where no rule says it: two documents, a prefix (an OR)
+        beside another causal part, or two alignments of the causal part."""
+        if other is None or (self.doc is not None and other.doc is not None):
+            return None
+        doc = self.doc if self.doc is not None else other.doc
+        a, b = (self, other) if self.off is not None else (other, self)  # a holds the causal part, if any
+        if b.off is None:
+            return Rule(a.off, a.window, a.prefix, doc)
+        if a.prefix is not None or b.prefix is not None or a.off != b.off:
+            return None
+        windows = [w for w in (a.window, b.window) if w is not None]
+        return Rule(a.off, min(windows) if windows else None, None, doc)
+
+
 class Mask:
     """A mask function. Call :meth:`dense` for the tensor, :meth:`block_map` for the tile map."""
 
     def __init__(self, fn: MaskFn, name: str, check_sizes: Callable[..., None] | None = None,
-                 rule: tuple | None = None):
+                 rule: Callable[[int, int], Rule | None] | None = None):
         self._fn = fn
         self.name = name
         self._check_sizes = check_sizes
-        # What the mask is, for a kernel that evaluates it itself instead of calling fn: ("causal",),
-        # ("causal_lower_right",), ("sliding_window", w), ("prefix_lm", n), ("document", ids),
-        # ("and" | "or", masks); None for a mask_mod of your own.
-        self.rule = rule
+        self._rule = rule  # (L, S) -> the closed form of fn; None for a mask_mod of your own
         self._cache: dict = {}
 
     def __repr__(self) -> str:
@@ -104,6 +138,11 @@ class Mask:
 
     def __call__(self, b, h, i, j, L: int, S: int) -> torch.Tensor:
         return self._fn(b, h, i, j, L, S)
+
+    def rule(self, L: int, S: int) -> Rule | None:
+        """The mask in closed form for L queries and S keys, or None when it has none (then a kernel reads
+        its block map)."""
+        return None if self._rule is None else self._rule(L, S)
 
     def __and__(self, other: Mask) -> Mask:
         return and_masks(self, other)
@@ -133,7 +172,7 @@ class Mask:
         """Compile (once per sizes) to a :class:`BlockMap`; never materialises L x S."""
         for name, x in (("block_q", block_q), ("block_k", block_k)):
             positive_int(name, x, "a positive integer tile size")
-        key = (N, H, L, S, block_q, block_k, str(device))
+        key = ("block_map", N, H, L, S, block_q, block_k, str(device))
         if key in self._cache:
             return self._cache[key]
         kinds = torch.empty(-(-L // block_q), -(-S // block_k), dtype=torch.int8)  # (nQ, nK)
@@ -148,16 +187,42 @@ class Mask:
                     partial[(qt, kt)] = tile.contiguous()
                 else:
                     kinds[qt, kt] = EMPTY
-        bm = BlockMap(kind=kinds, partial=partial, block_q=block_q, block_k=block_k)
+        return self._keep(key, BlockMap(kind=kinds, partial=partial, block_q=block_q, block_k=block_k))
+
+    def spans(self, N: int, H: int, L: int, S: int, block: int, transpose: bool = False, per_batch: bool = True,
+              device="cpu") -> torch.Tensor:
+        """Per tile of ``block`` queries (keys if ``transpose``): the range [lo, hi) of keys (queries) that any
+        of its rows sees, over every head; (0, 0) where it sees none. Shape (Nb, tiles, 2), int64, Nb = 1
+        when the mask does not depend on the batch (or ``per_batch=False``: the union over the batch).
+        Compiled once per sizes; never materialises L x S."""
+        positive_int("block", block, "a positive integer tile size")
+        key = ("spans", N, H, L, S, block, transpose, per_batch, str(device))
+        if key in self._cache:
+            return self._cache[key]
+        n_rows, n_cols = (S, L) if transpose else (L, S)
+        idx = torch.arange(n_cols, device=device)
+        out = []
+        for _, rows in tile_slices(n_rows, block):
+            lims = (0, L, rows.start, rows.stop) if transpose else (rows.start, rows.stop, 0, S)
+            seen = self.evaluate(N, H, L, S, *lims, device=device).any(dim=1)  # (Nb, r, c): over the heads
+            seen = seen.any(dim=2 if transpose else 1)  # (Nb, n_cols): over the tile's rows
+            if not per_batch:
+                seen = seen.any(dim=0, keepdim=True)
+            hi = torch.where(seen, idx + 1, 0).amax(dim=-1)
+            lo = torch.where(hi > 0, torch.where(seen, idx, n_cols).amin(dim=-1), 0)
+            out.append(torch.stack([lo, hi], dim=-1))
+        return self._keep(key, torch.stack(out, dim=1))
+
+    def _keep(self, key, value):
         if len(self._cache) >= _CACHE_SIZE:  # bounded: decoding token by token asks for a new S every step
             self._cache.pop(next(iter(self._cache)))
-        self._cache[key] = bm
-        return bm
+        self._cache[key] = value
+        return value
 
 
 def causal() -> Mask:
     """Key j is visible to query i when j <= i (upper-left aligned, like ``is_causal=True``)."""
-    return Mask(lambda b, h, i, j, L, S: j <= i, "causal", rule=("causal",))
+    return Mask(lambda b, h, i, j, L, S: j <= i, "causal", rule=lambda L, S: Rule(off=0))
 
 
 def causal_lower_right() -> Mask:
@@ -167,20 +232,21 @@ def causal_lower_right() -> Mask:
     cached key. PyTorch's ``is_causal=True`` aligns upper-left, so a single query (L=1) would see
     only the first key (pytorch/pytorch#144858).
     """
-    return Mask(lambda b, h, i, j, L, S: j <= i + (S - L), "causal_lower_right", rule=("causal_lower_right",))
+    return Mask(lambda b, h, i, j, L, S: j <= i + (S - L), "causal_lower_right", rule=lambda L, S: Rule(off=S - L))
 
 
 def sliding_window(window: int) -> Mask:
     """Key j visible to query i when i - window < j <= i: the last ``window`` tokens, itself included."""
     positive_int("window", window, owner="sliding_window")
     return Mask(lambda b, h, i, j, L, S: (j <= i) & (j > i - window), f"sliding_window({window})",
-                rule=("sliding_window", window))
+                rule=lambda L, S: Rule(off=0, window=window))
 
 
 def prefix_lm(n: int) -> Mask:
     """The first ``n`` keys are visible to every query; the rest causally (j <= i)."""
     nonneg_int("prefix length", n, owner="prefix_lm")
-    return Mask(lambda b, h, i, j, L, S: (j < n) | (j <= i), f"prefix_lm({n})", rule=("prefix_lm", n))
+    return Mask(lambda b, h, i, j, L, S: (j < n) | (j <= i), f"prefix_lm({n})",
+                rule=lambda L, S: Rule(off=0, prefix=n))
 
 
 def document(doc_ids: torch.Tensor) -> Mask:
@@ -208,7 +274,7 @@ def document(doc_ids: torch.Tensor) -> Mask:
         if ids.shape[0] not in (1, N):
             raise ValueError(f"document mask has ids for {ids.shape[0]} batch rows but the batch has N={N}")
 
-    return Mask(fn, "document", check_sizes, rule=("document", ids))
+    return Mask(fn, "document", check_sizes, rule=lambda L, S: Rule(doc=ids))
 
 
 def _combine(masks, op, word) -> Mask:
@@ -225,7 +291,16 @@ def _combine(masks, op, word) -> Mask:
         for m in masks:
             m.check_sizes(**sizes)
 
-    return Mask(fn, f" {word} ".join(m.name for m in masks), check_sizes, rule=(word, tuple(masks)))
+    def rule(L, S):  # an AND of rules is a rule where they fit together (Rule.both); an OR is not
+        rules = [m.rule(L, S) for m in masks]
+        if word == "or" or any(r is None for r in rules):
+            return None
+        out = rules[0]
+        for r in rules[1:]:
+            out = out.both(r) if out is not None else None
+        return out
+
+    return Mask(fn, f" {word} ".join(m.name for m in masks), check_sizes, rule)
 
 
 def and_masks(*masks: Mask) -> Mask:

@@ -2,9 +2,11 @@
 
 The flash form asks its block map about every tile. A GPU kernel wants less to read:
 
-* causal, causal_lower_right, sliding_window, prefix_lm and document masks (and their ``&``) are
-  *rules* -- a few integers (and the document ids) from which the kernel computes which key tiles a
-  query tile can see, never visiting the others, and which of those are FULL (no elementwise mask);
+* causal, causal_lower_right, sliding_window, prefix_lm and document masks (and their ``&``) have a
+  closed form, a :class:`attnlab.kernels.masks.Rule` that each mask declares beside its function: a
+  few integers (and the document ids) from which the kernel computes which key tiles a query tile
+  can see, never visiting the others, and which of those are FULL (no elementwise mask); with
+  document ids, the range of keys each tile of rows sees comes from the function (:meth:`Mask.spans`);
 * any other mask function compiles to its block map, handed over as a per-row list of non-EMPTY
   tiles and the stored masks of the PARTIAL ones;
 * a mask tensor is read elementwise, in every tile.
@@ -18,75 +20,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .masks import EMPTY, PARTIAL, Mask
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A mask the kernels evaluate themselves: ((j <= i + off) & (j > i + off - window)) | (j < prefix),
-    and doc[i] == doc[j]; ``off`` None means no causal part (then no window or prefix either)."""
-
-    off: int | None = None
-    window: int | None = None
-    prefix: int | None = None
-    doc: torch.Tensor | None = None  # (Nd, S) document ids, Nd in {1, N}
-
-
-def _leaves(mask: Mask):
-    """The masks that ``mask`` is the ``&`` of, as rules; None if any is not a rule (or it is an ``|``)."""
-    rule = getattr(mask, "rule", None)
-    if rule is None or rule[0] == "or":
-        return None
-    if rule[0] != "and":
-        return [rule]
-    out = []
-    for m in rule[1]:
-        sub = _leaves(m)
-        if sub is None:
-            return None
-        out += sub
-    return out
+from .masks import EMPTY, PARTIAL, Mask, Rule
 
 
 def rule_of(mask: Mask, L: int, S: int) -> Rule | None:
-    """The kernel rule for a mask function, or None when it must go through its block map."""
-    leaves = _leaves(mask)
-    if leaves is None:
-        return None
-    off = window = prefix = doc = None
-    for kind, *arg in leaves:
-        if kind == "document":
-            if doc is not None:
-                return None
-            doc = arg[0]
-            continue
-        if prefix is not None or (kind == "prefix_lm" and off is not None):
-            return None  # a prefix is an OR with the causal part: it combines with a document only
-        o = S - L if kind == "causal_lower_right" else 0
-        if off is not None and off != o:
-            return None
-        off = o
-        if kind == "sliding_window":
-            window = arg[0] if window is None else min(window, arg[0])
-        elif kind == "prefix_lm":
-            prefix = arg[0]
-    return Rule(off, window, prefix, doc)
-
-
-def _spans(doc: torch.Tensor, block: int, n: int) -> torch.Tensor:
-    """(Nd, tiles, 2): per tile of ``block`` positions, the span [lo, hi) of positions sharing a document
-    with any of them (a superset when a document is not contiguous: the kernel still checks ids)."""
-    rows = []
-    pos = torch.arange(n)
-    for ids in doc.cpu():
-        uniq, inv = torch.unique(ids, return_inverse=True)
-        first = torch.full((len(uniq),), n).scatter_reduce(0, inv, pos, "amin")
-        last = torch.full((len(uniq),), -1).scatter_reduce(0, inv, pos, "amax")
-        pad = -(-n // block) * block - n
-        lo = torch.nn.functional.pad(first[inv], (0, pad), value=n).view(-1, block).amin(1)
-        hi = torch.nn.functional.pad(last[inv] + 1, (0, pad), value=0).view(-1, block).amax(1)
-        rows.append(torch.stack([lo, hi], 1))
-    return torch.stack(rows).to(torch.int32)
+    """The closed form the kernels evaluate for a mask function (its own, :meth:`Mask.rule`), or None when
+    it must go through its block map."""
+    return mask.rule(L, S)
 
 
 def _tile_lists(mask: Mask, N, H, L, S, bq, bk, transpose: bool, device):
@@ -125,7 +65,7 @@ class Plan:
     L: int
     S: int
     rule: Rule | None
-    mask_fn: Mask | None  # a mask function without a rule: through its block map
+    mask_fn: Mask | None  # the mask function; without a rule the kernels read its block map
     dense: torch.Tensor | None  # a mask tensor expanded to (N, H, L, S): uint8 (bool) or float
 
     def args(self, bq: int, bk: int, transpose: bool, dummy: torch.Tensor):
@@ -136,17 +76,20 @@ class Plan:
         doc, doc_sb, span, span_sb = dummy, 0, dummy, 0
         if r.doc is not None:  # (Nd, S) ids and, per row tile, the span of positions sharing a document
             doc = r.doc.to(device=dummy.device, dtype=torch.int32).contiguous()
-            span = _spans(r.doc, bk if transpose else bq, self.S).to(dummy.device)
-            doc_sb, span_sb = (doc.shape[1], span.shape[1] * 2) if doc.shape[0] > 1 else (0, 0)
+            span = self.mask_fn.spans(self.N, self.H, self.L, self.S, bk if transpose else bq, transpose,
+                                      device=dummy.device).to(torch.int32).contiguous()
+            doc_sb = doc.shape[1] if doc.shape[0] > 1 else 0
+            span_sb = span.shape[1] * 2 if span.shape[0] > 1 else 0
         dense = self.dense if self.dense is not None else dummy
         dense_strides = self.dense.stride() if self.dense is not None else (0, 0, 0, 0)
         (lists, pidx, count, pack), width, pack_strides = [dummy] * 4, 1, (0, 0, 0)
-        if self.mask_fn is not None:
+        tiles = self.rule is None and self.mask_fn is not None
+        if tiles:
             (lists, pidx, count, pack), width, pack_strides = _tile_lists(
                 self.mask_fn, self.N, self.H, self.L, self.S, bq, bk, transpose, dummy.device)
         args = (r.off or 0, r.window or 0, r.prefix or 0, doc, doc_sb, dense, *dense_strides, span, span_sb,
                 lists, pidx, count, width, pack, *pack_strides)
         flags = dict(CAUSAL=r.off is not None, WINDOW=r.window is not None, PREFIX=r.prefix is not None,
-                     DOCS=r.doc is not None, TILES=self.mask_fn is not None,
+                     DOCS=r.doc is not None, TILES=tiles,
                      DENSE=0 if self.dense is None else (1 if self.dense.dtype == torch.uint8 else 2))
         return args, flags
