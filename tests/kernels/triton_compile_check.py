@@ -19,8 +19,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from attnlab.kernels import flash_triton, triton_kernels  # noqa: E402
 
 HOPPER_SHARED = 232448  # bytes of shared memory one block may use on sm_90
-POINTERS = {"M": "*fp32", "IL": "*fp32", "D": "*fp32", "DOC": "*i32", "RANGE": "*i32", "LIST": "*i32",
-            "PIDX": "*i32", "COUNT": "*i32", "PACK": "*u8"}
+POINTERS = {"M": "*fp32", "IL": "*fp32", "D": "*fp32", "MT": "*i64", "PACK": "*u8"}
 
 
 def signature(fn, dtype, consts):
@@ -39,7 +38,9 @@ def signature(fn, dtype, consts):
 
 def main(dtype="bf16", head_dim=128) -> int:
     fwd, dkdv, dq = flash_triton._blocks(head_dim, None, None, interp=False, wide=dtype == "fp32")
-    flags = dict(CAUSAL=True, WINDOW=True, PREFIX=True, DOCS=True, DENSE=2, TILES=True)  # every path at once
+    from attnlab.kernels.triton_masks import BITS
+
+    flags = dict(MASKS=sum(BITS.values()) - BITS["DENSE_BOOL"])  # every path at once (the float mask tensor)
     prec = "ieee" if dtype == "fp32" else "tf32"
     bad = 0
     for name, (bm, bn) in (("_fwd", fwd), ("_bwd_dkdv", dkdv), ("_bwd_dq", dq)):

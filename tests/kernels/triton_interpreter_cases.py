@@ -13,10 +13,14 @@ os.environ["TRITON_INTERPRET"] = "1"  # before Triton defines a kernel (this fil
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 import attnlab  # noqa: E402
 from attnlab import kernels, masks  # noqa: E402
+from attnlab.kernels import triton_kernels as tk  # noqa: E402
 from attnlab.kernels import triton_masks  # noqa: E402
+from attnlab.kernels.masks import tile_slices  # noqa: E402
 from attnlab.lab import oracle, rule  # noqa: E402
 from helpers import qkv  # noqa: E402
 
@@ -250,3 +254,122 @@ def test_saved_statistics_agree_with_the_flash_form(logits):
     if logits == "large":  # flash's running max: the shift is each row's largest score, as in the kernel
         torch.testing.assert_close(shift[:, :, ~dead], f_shift[:, :, ~dead], rtol=1e-5, atol=1e-4)
         torch.testing.assert_close(norm[:, :, ~dead], f_norm[:, :, ~dead], rtol=1e-4, atol=0)
+
+
+def _node(out):
+    """The triton form's autograd node under ``out`` (a view of its output)."""
+    fn = out.grad_fn
+    while "TritonFlash" not in type(fn).__name__:
+        fn = fn.next_functions[0][0]
+    return fn
+
+
+@pytest.mark.parametrize("mask", [None, masks.sliding_window(9)], ids=["full", "window"])
+def test_transposed_inputs_are_read_in_place_and_give_the_contiguous_answer(mask):
+    """transformers passes (B, L, H, E).transpose(1, 2): read by its strides, bit for bit the contiguous call."""
+    q, k, v, g = make(1, 4, 2, 33, 33, 16, 16, torch.float32)
+    runs = []
+    for layout in ("contiguous", "transposed"):
+        ins = [t.clone() if layout == "contiguous" else t.transpose(1, 2).contiguous().transpose(1, 2) for t in
+               (q, k, v)]
+        ins = [t.requires_grad_() for t in ins]
+        out = attnlab.attention(*ins, attn_mask=mask, enable_gqa=True, impl="triton", block_q=16, block_k=16)
+        saved = _node(out).saved_tensors[:3]
+        for s, t in zip(saved, ins, strict=True):  # the caller's own memory, in its own layout: no copy
+            assert s.data_ptr() == t.data_ptr(), layout
+            assert all(a == b for a, b, n in zip(s.stride(), t.stride(), t.shape, strict=True) if n > 1), layout
+        runs.append((out, *torch.autograd.grad(out, ins, g)))
+    for name, a, b in zip(("out", "dq", "dk", "dv"), *runs, strict=True):
+        assert torch.equal(a, b), name
+
+
+@triton.jit
+def _probe(MT, MASK, PACK, SPAN, NEED, VIS, L, S, n_other_tiles, MASKS: tl.constexpr, TRANSPOSE: tl.constexpr,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One row tile (program 0) of batch element b (program 1): the loop bounds the kernels would take, and for
+    every tile of the other axis whether it would be masked and which of its pairs are visible."""
+    pid = tl.program_id(0)
+    b = tl.program_id(1)
+    mask = tk._mask_state(MT, MASK, PACK)
+    BLOCK_ROWS: tl.constexpr = BLOCK_N if TRANSPOSE else BLOCK_M
+    BLOCK_OTHER: tl.constexpr = BLOCK_M if TRANSPOSE else BLOCK_N
+    row0 = pid * BLOCK_ROWS
+    t_lo, t_hi = tk._span(row0, pid, b, L if TRANSPOSE else S, mask, MASKS, TRANSPOSE, BLOCK_ROWS, BLOCK_OTHER)
+    tl.store(SPAN + (b * tl.num_programs(0) + pid) * 2, t_lo)
+    tl.store(SPAN + (b * tl.num_programs(0) + pid) * 2 + 1, t_hi)
+    for t in range(0, n_other_tiles):
+        q0 = t * BLOCK_M if TRANSPOSE else row0
+        k0 = row0 if TRANSPOSE else t * BLOCK_N
+        need = tk._needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, S, -1, mask, MASKS)
+        tl.store(NEED + (b * tl.num_programs(0) + pid) * n_other_tiles + t, need.to(tl.int32))
+        i = q0 + tl.arange(0, BLOCK_M)
+        j = k0 + tl.arange(0, BLOCK_N)
+        vis = tk._visible(i[:, None], j[None, :], b, 0, L, S, q0, k0, -1, mask, MASKS, BLOCK_N)
+        tl.store(VIS + b * L * S + i[:, None] * S + j[None, :], vis.to(tl.int8),
+                 mask=(i[:, None] < L) & (j[None, :] < S))
+
+
+def _rule_masks(g, N, L, S):
+    w = int(torch.randint(1, 40, (1,), generator=g))
+    n = int(torch.randint(0, 30, (1,), generator=g))
+    out = [masks.causal(), masks.causal_lower_right(), masks.sliding_window(w), masks.prefix_lm(n),
+           masks.sliding_window(47)]  # 47 = 16 + 32 - 1: a tile's first key on the window's edge, FULL tiles beside
+    if L == S:  # (a window is aligned upper-left: with L != S it has no closed form beside lower-right)
+        out.append(masks.causal_lower_right() & masks.sliding_window(w))
+        ids = torch.randint(0, 5, (N, S), generator=g)  # per batch element, not contiguous: a document may recur
+        out += [masks.document(ids), masks.document(ids) & masks.causal(),
+                masks.document(ids.sort(dim=-1).values) & masks.sliding_window(w) & masks.causal(),
+                masks.prefix_lm(n) & masks.document(ids[0])]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_kernels_closed_form_agrees_with_the_mask_function(seed):
+    """The kernels' predicates (_span, _needs_mask, _visible) on each mask's Rule, against its function, on random
+    sizes: the same visible pairs, every tile outside the loop bounds EMPTY, and no tile left unmasked that is not
+    FULL. On sizes that are whole tiles, also no needless work: the first and the last tile inside the bounds
+    are not EMPTY, and (without document ids, read in every tile) every FULL tile is left unmasked."""
+    g = torch.Generator().manual_seed(seed)
+    bq, bk = (16, 32) if seed == 0 else (32, 16)
+    L0 = int(torch.randint(1, 70, (1,), generator=g))
+    S0 = L0 if seed == 0 else int(torch.randint(1, 70, (1,), generator=g))
+    sizes = [(L0, S0, False)] + ([(96, 96 + 32 * (S0 % 2), True)] if seed == 0 else [])
+    for L, S, whole in sizes:
+        for mask in _rule_masks(g, 2, L, S):
+            _check_closed_form(mask, 2, L, S, bq, bk, whole)
+
+
+def _check_closed_form(mask, N, L, S, bq, bk, whole):
+    rule = mask.rule(L, S)
+    assert rule is not None, mask
+    plan = triton_masks.Plan(N, 1, 1, L, S, rule, mask, None)
+    dense = mask.dense(N, 1, L, S).expand(N, 1, L, S)[:, 0]  # (N, L, S), from the function
+    for transpose in (False, True):
+        (mt, m_, pack), bits = plan.args(bq, bk, transpose, "cpu")
+        n_rows, n_other = (-(-S // bk), -(-L // bq)) if transpose else (-(-L // bq), -(-S // bk))
+        span = torch.zeros(N, n_rows, 2, dtype=torch.int32)
+        need = torch.zeros(N, n_rows, n_other, dtype=torch.int32)
+        vis = torch.zeros(N, L, S, dtype=torch.int8)
+        _probe[(n_rows, N)](mt, m_, pack, span, need, vis, L, S, n_other, MASKS=bits, TRANSPOSE=transpose,
+                            BLOCK_M=bq, BLOCK_N=bk)
+        assert torch.equal(vis.bool(), dense), (mask, L, S)
+        for b in range(N):
+            kinds = _kinds(dense[b], bq, bk)  # (nQ, nK), read off the function
+            k = [list(c) for c in zip(*kinds, strict=True)] if transpose else kinds  # (row tiles, other tiles)
+            for r in range(n_rows):
+                lo, hi = span[b, r].tolist()
+                where = (mask, L, S, transpose, b, r, lo, hi)
+                assert all(k[r][t] == masks.EMPTY for t in range(n_other) if not lo <= t < hi), where
+                assert all(k[r][t] == masks.FULL for t in range(n_other) if not need[b, r, t]), where
+                if whole and lo < hi:
+                    assert k[r][lo] != masks.EMPTY and k[r][hi - 1] != masks.EMPTY, where
+                if whole and rule.doc is None:
+                    assert all(not need[b, r, t] for t in range(n_other) if k[r][t] == masks.FULL), where
+
+
+def _kinds(dense: torch.Tensor, bq: int, bk: int) -> list:
+    """EMPTY / PARTIAL / FULL of each tile of one batch element's (L, S) mask."""
+    def kind(t):
+        return masks.FULL if bool(t.all()) else masks.PARTIAL if bool(t.any()) else masks.EMPTY
+    return [[kind(dense[rows, cols]) for _, cols in tile_slices(dense.shape[1], bk)]
+            for _, rows in tile_slices(dense.shape[0], bq)]

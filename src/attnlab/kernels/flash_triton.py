@@ -117,16 +117,14 @@ def _forward(q, k, v, plan: Plan, scale: float, blocks):
     kern = _kernels()
     N, H, L, E = q.shape
     S, Ev = k.shape[2], v.shape[3]
-    dummy = torch.zeros(2, dtype=torch.int32, device=q.device)
     o = q.new_empty(N, H, L, Ev, dtype=_store_dtype(q))
     m = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # shift, base 2 (+inf: sees nothing)
     inv_l = torch.empty(N, H, L, dtype=torch.float32, device=q.device)  # 1 / normaliser (1: sees nothing)
     (bq, bk), _, _ = blocks
-    margs, flags = plan.args(bq, bk, False, dummy)
-    prec = _dot_precision(q)
+    margs, masks = plan.args(bq, bk, False, q.device)
     kern._fwd[(triton_cdiv(L, bq), N * H)](
-        q, k, v, o, m, inv_l, H, plan.G, L, S, E, Ev, scale * LOG2E, *margs,
-        BLOCK_M=bq, BLOCK_N=bk, BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=prec, **flags)
+        q, k, v, o, m, inv_l, *q.stride(), *k.stride(), *v.stride(), H, plan.G, L, S, E, Ev, scale * LOG2E, *margs,
+        BLOCK_M=bq, BLOCK_N=bk, BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), MASKS=masks, DOT_PREC=_dot_precision(q))
     return o.to(q.dtype), m, inv_l
 
 
@@ -146,21 +144,20 @@ class _TritonFlash(torch.autograd.Function):
         do = do.contiguous()
         N, H, L, E = q.shape
         Hkv, S, Ev = k.shape[1], k.shape[2], v.shape[3]
-        dummy = torch.zeros(2, dtype=torch.int32, device=q.device)
         D = torch.empty(N, H, L, dtype=torch.float32, device=q.device)
         kern._bwd_pre[(triton_cdiv(L, 64), N * H)](o, do, D, L, Ev, BLOCK_M=64, BLOCK_EV=_pow2(Ev))
         store = _store_dtype(q)
-        dq, dk, dv = (torch.empty_like(x, dtype=store) for x in (q, k, v))
-        prec = _dot_precision(q)
-        common = dict(BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=prec)
-        margs, flags = plan.args(bq1, bk1, True, dummy)
+        dq, dk, dv = (torch.empty(x.shape, dtype=store, device=x.device) for x in (q, k, v))  # contiguous
+        common = dict(BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), DOT_PREC=_dot_precision(q))
+        strides = (*q.stride(), *k.stride(), *v.stride())  # the inputs as they came: never copied
+        margs, masks = plan.args(bq1, bk1, True, q.device)
         kern._bwd_dkdv[(triton_cdiv(S, bk1), N * Hkv)](
-            q, k, v, do, m, inv_l, D, dk, dv, H, plan.G, L, S, E, Ev, scale * LOG2E, scale, *margs,
-            BLOCK_M=bq1, BLOCK_N=bk1, **common, **flags)
-        margs, flags = plan.args(bq2, bk2, False, dummy)
+            q, k, v, do, m, inv_l, D, dk, dv, *strides, H, plan.G, L, S, E, Ev, scale * LOG2E, scale, *margs,
+            BLOCK_M=bq1, BLOCK_N=bk1, MASKS=masks, **common)
+        margs, masks = plan.args(bq2, bk2, False, q.device)
         kern._bwd_dq[(triton_cdiv(L, bq2), N * H)](
-            q, k, v, do, m, inv_l, D, dq, H, plan.G, L, S, E, Ev, scale * LOG2E, scale, *margs,
-            BLOCK_M=bq2, BLOCK_N=bk2, **common, **flags)
+            q, k, v, do, m, inv_l, D, dq, *strides, H, plan.G, L, S, E, Ev, scale * LOG2E, scale, *margs,
+            BLOCK_M=bq2, BLOCK_N=bk2, MASKS=masks, **common)
         return dq.to(q.dtype), dk.to(q.dtype), dv.to(q.dtype), None, None, None
 
 
@@ -175,7 +172,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     (the flash form has them)."""
     a, plan, blocks = _prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, block_q,
                                block_k, score_mod)
-    out = _TritonFlash.apply(a.q.contiguous(), a.k.contiguous(), a.v.contiguous(), plan, a.scale, blocks)
+    out = _TritonFlash.apply(a.q, a.k, a.v, plan, a.scale, blocks)  # read by strides, never copied
     return a.unflatten(out)
 
 
@@ -185,7 +182,7 @@ def statistics(query, key, value, attn_mask=None, is_causal=False, scale=None, e
     of :func:`attnlab.kernels.online.finish` -- shift and norm (N, H, L), float32, base-2 units; the kernel
     keeps 1 / norm. The flash form saves the same numbers (its tile sizes and rounding aside)."""
     a, plan, blocks = _prepare(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, block_q, block_k)
-    out, m, inv_l = _forward(a.q.contiguous(), a.k.contiguous(), a.v.contiguous(), plan, a.scale, blocks)
+    out, m, inv_l = _forward(a.q, a.k, a.v, plan, a.scale, blocks)
     return a.unflatten(out), m, 1.0 / inv_l
 
 

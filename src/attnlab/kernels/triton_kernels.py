@@ -31,8 +31,16 @@ import triton.language as tl
 
 from .flash_triton import interpreting
 from .online import LOG2E
+from .triton_masks import BITS, FIELDS
 
 _LOG2E = tl.constexpr(LOG2E)  # a float mask's values join the base-2 scores times log2(e)
+# where each number of the mask table's header sits (triton_masks.FIELDS, in that order)
+(_OFF, _WINDOW, _PREFIX, _DOC_SB, _DOC_AT, _RANGE_SB, _RANGE_AT, _LIST_AT, _PIDX_AT, _COUNT_AT, _N_LIST, _PACK_ST,
+ _PACK_SN, _PACK_SH, _MASK_SB, _MASK_SH, _MASK_SL, _MASK_SS) = (tl.constexpr(i) for i in range(len(FIELDS)))
+# the bits of MASKS (triton_masks.BITS), each tested as ``if CAUSAL & MASKS`` (the constexpr first)
+CAUSAL, WINDOW, PREFIX, DOCS, TILES, DENSE_BOOL, DENSE_FLOAT = (
+    tl.constexpr(BITS[n]) for n in ("CAUSAL", "WINDOW", "PREFIX", "DOCS", "TILES", "DENSE_BOOL", "DENSE_FLOAT"))
+ELEMENTWISE = tl.constexpr(BITS["DOCS"] | BITS["DENSE_BOOL"] | BITS["DENSE_FLOAT"])  # masked in every tile
 INTERPRETED = interpreting()  # Triton decides when a kernel is defined, i.e. now: interpreter or GPU
 
 
@@ -68,99 +76,159 @@ def _operand(x, dtype, DOT_PREC: tl.constexpr):
         return x.to(dtype)
 
 
+# ---- the mask: one table (triton_masks.FIELDS), the mask tensor, the stored tiles; MASKS says what is used ----
+
+
 @triton.jit
-def _tile_range(row0, row1, n_other, off, window, prefix, RANGE, r_base,
-                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, HAS_RANGE: tl.constexpr,
-                TRANSPOSE: tl.constexpr):
+def _mask_state(MT, MASK, PACK):
+    """What every mask helper reads, read once per program: the rule's integers (off, window, prefix; see
+    :class:`attnlab.kernels.masks.Rule`) and the three pointers."""
+    off = tl.load(MT + _OFF).to(tl.int32)
+    window = tl.load(MT + _WINDOW).to(tl.int32)
+    prefix = tl.load(MT + _PREFIX).to(tl.int32)
+    return off, window, prefix, MT, MASK, PACK
+
+
+@triton.jit
+def _tile_range(row0, row1, n_other, mask, r_at, MASKS: tl.constexpr, TRANSPOSE: tl.constexpr):
     """The span [lo, hi) of the other axis that rows row0..row1-1 can see (keys for a query tile,
     queries for a key tile when TRANSPOSE): everything outside it is EMPTY and never visited."""
+    off, window, prefix, MT, _, _ = mask
     lo = row0 * 0
     hi = lo + n_other
     if TRANSPOSE:  # rows are keys j, the span is queries i; visible: j <= i + off and j > i + off - window
-        if CAUSAL:
+        if CAUSAL & MASKS:
             lo = tl.maximum(row0 - off, 0)
-            if PREFIX:
+            if PREFIX & MASKS:
                 lo = tl.where(row0 < prefix, 0, lo)
-        if WINDOW:
+        if WINDOW & MASKS:
             hi = tl.minimum(row1 - 1 - off + window, n_other)
     else:  # rows are queries i, the span is keys j
-        if CAUSAL:
+        if CAUSAL & MASKS:
             hi = tl.minimum(tl.maximum(row1 + off, 0), n_other)
-            if PREFIX:
+            if PREFIX & MASKS:
                 hi = tl.maximum(hi, tl.minimum(prefix, n_other))
-        if WINDOW:
+        if WINDOW & MASKS:
             lo = tl.maximum(row0 + off - window + 1, 0)
-    if HAS_RANGE:  # a per-tile span from the host (document ids)
-        lo = tl.maximum(lo, tl.load(RANGE + r_base))
-        hi = tl.minimum(hi, tl.load(RANGE + r_base + 1))
+    if DOCS & MASKS:  # the tile's range from the mask function (Mask.spans): the keys its documents hold
+        lo = tl.maximum(lo, tl.load(MT + r_at).to(tl.int32))
+        hi = tl.minimum(hi, tl.load(MT + r_at + 1).to(tl.int32))
     return lo, hi
 
 
 @triton.jit
-def _needs_mask(q0, q1, k0, k1, L, S, off, window, prefix, pidx,
-                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, ELEMENTWISE: tl.constexpr,
-                TILES: tl.constexpr):
+def _span(row0, pid, b, n_other, mask, MASKS: tl.constexpr, TRANSPOSE: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+          BLOCK_OTHER: tl.constexpr):
+    """The loop bounds [t_lo, t_hi) over the other axis' tiles for row tile ``pid``: a span of tiles from
+    the mask's rule, or (a block map) an index into the row's list of non-EMPTY tiles."""
+    MT = mask[3]
+    r_at = tl.load(MT + _RANGE_AT) + b * tl.load(MT + _RANGE_SB) + pid * 2
+    lo, hi = _tile_range(row0, row0 + BLOCK_ROWS, n_other, mask, r_at, MASKS, TRANSPOSE)
+    t_lo = lo // BLOCK_OTHER
+    t_hi = tl.cdiv(hi, BLOCK_OTHER)
+    if TILES & MASKS:
+        t_lo = 0
+        t_hi = tl.load(MT + tl.load(MT + _COUNT_AT) + pid).to(tl.int32)
+    return t_lo, t_hi
+
+
+@triton.jit
+def _tile_at(t, pid, mask, MASKS: tl.constexpr):
+    """Step t of row tile ``pid``'s loop: the tile of the other axis it computes, and (a block map) the index
+    of that tile's stored mask, -1 for a FULL one."""
+    other = t
+    pidx = -1
+    if TILES & MASKS:
+        MT = mask[3]
+        at = pid * tl.load(MT + _N_LIST) + t
+        other = tl.load(MT + tl.load(MT + _LIST_AT) + at).to(tl.int32)
+        pidx = tl.load(MT + tl.load(MT + _PIDX_AT) + at).to(tl.int32)
+    return other, pidx
+
+
+@triton.jit
+def _needs_mask(q0, q1, k0, k1, S, pidx, mask, MASKS: tl.constexpr):
     """False when every query q0..q1-1 sees every key k0..k1-1 (a FULL tile: no elementwise work)."""
-    need = (k1 > S) | ELEMENTWISE  # padded query rows need no mask: nothing of them is stored
-    if CAUSAL:
+    off, window, prefix, _, _, _ = mask
+    need = k1 > S  # padded query rows need no mask: nothing of them is stored
+    if ELEMENTWISE & MASKS:  # document ids, a mask tensor: read in every tile
+        need = need | True
+    if CAUSAL & MASKS:
         full = k1 - 1 <= q0 + off  # the first query already sees the last key
-        if WINDOW:
+        if WINDOW & MASKS:
             full = full & (k0 > q1 - 1 + off - window)  # and the last query still sees the first key
-        if PREFIX:
+        if PREFIX & MASKS:
             full = full | (k1 <= prefix)
         need = need | (~full)
-    if TILES:
+    if TILES & MASKS:
         need = need | (pidx >= 0)
     return need
 
 
 @triton.jit
-def _visible(i, j, b, h, L, S, off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
-             PACK, pidx, p_st, p_sn, p_sh, t_q0, t_k0,
-             CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
-             DENSE: tl.constexpr, TILES: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Which (query i, key j) pairs are visible; i and j are index tensors that broadcast to a tile."""
+def _dense_at(i, j, b, h, MT):
+    """Where (b, h, i, j) sits in the mask tensor, from its strides (0 where it broadcasts)."""
+    return (b * tl.load(MT + _MASK_SB) + h * tl.load(MT + _MASK_SH) + i * tl.load(MT + _MASK_SL)
+            + j * tl.load(MT + _MASK_SS))
+
+
+@triton.jit
+def _visible(i, j, b, h, L, S, t_q0, t_k0, pidx, mask, MASKS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Which (query i, key j) pairs are visible; i and j are index tensors that broadcast to a tile whose
+    first query and key are t_q0 and t_k0."""
+    off, window, prefix, MT, MASK, PACK = mask
     vis = (i < L) & (j < S)
-    if CAUSAL:
+    if CAUSAL & MASKS:
         rule = j <= i + off
-        if WINDOW:
+        if WINDOW & MASKS:
             rule = rule & (j > i + off - window)
-        if PREFIX:
+        if PREFIX & MASKS:
             rule = rule | (j < prefix)
         vis = vis & rule
-    if DOCS:
-        di = tl.load(DOC + b * doc_sb + i, mask=i < L, other=-1)
-        dj = tl.load(DOC + b * doc_sb + j, mask=j < S, other=-2)
+    if DOCS & MASKS:
+        DOC = MT + tl.load(MT + _DOC_AT) + b * tl.load(MT + _DOC_SB)
+        di = tl.load(DOC + i, mask=i < L, other=-1)
+        dj = tl.load(DOC + j, mask=j < S, other=-2)
         vis = vis & (di == dj)
-    if DENSE == 1:  # a bool mask tensor, strides 0 where it broadcasts
-        keep = tl.load(MASK + b * m_sb + h * m_sh + i * m_sl + j * m_ss, mask=(i < L) & (j < S), other=0)
+    if DENSE_BOOL & MASKS:  # a bool mask tensor
+        keep = tl.load(MASK + _dense_at(i, j, b, h, MT), mask=(i < L) & (j < S), other=0)
         vis = vis & (keep != 0)
-    if TILES:  # the stored mask of a PARTIAL tile of the block map (pidx < 0: a FULL tile)
+    if TILES & MASKS:  # the stored mask of a PARTIAL tile of the block map (pidx < 0: a FULL tile)
         inside = (pidx >= 0) & (i < L) & (j < S)
-        ptr = PACK + pidx.to(tl.int64) * p_st + b * p_sn + h * p_sh + (i - t_q0) * BLOCK_K + (j - t_k0)
-        keep = tl.load(ptr, mask=inside, other=1)
+        at = pidx.to(tl.int64) * tl.load(MT + _PACK_ST) + b * tl.load(MT + _PACK_SN) + h * tl.load(MT + _PACK_SH)
+        keep = tl.load(PACK + at + (i - t_q0) * BLOCK_K + (j - t_k0), mask=inside, other=1)
         vis = vis & (keep != 0)
     return vis
 
 
 @triton.jit
-def _add_bias(s, i, j, b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE: tl.constexpr):
-    """Scores plus a float mask's values (in base 2); without a float mask, the scores untouched."""
-    if DENSE == 2:
-        x = tl.load(MASK + b * m_sb + h * m_sh + i * m_sl + j * m_ss, mask=(i < L) & (j < S), other=0.0)
+def _masked(s, i, j, b, h, q0, k0, L, S, pidx, mask, MASKS: tl.constexpr, BLOCK_M: tl.constexpr,
+            BLOCK_N: tl.constexpr):
+    """A tile of scores s (base 2) with a float mask added and hidden pairs at -inf; i, j broadcast to s.
+    Only a PARTIAL tile does elementwise masking work."""
+    if DENSE_FLOAT & MASKS:  # a float mask's values, in base 2 as the scores
+        x = tl.load(mask[4] + _dense_at(i, j, b, h, mask[3]), mask=(i < L) & (j < S), other=0.0)
         s = s + x.to(tl.float32) * _LOG2E
+    if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, S, pidx, mask, MASKS):
+        s = tl.where(_visible(i, j, b, h, L, S, q0, k0, pidx, mask, MASKS, BLOCK_N), s, float("-inf"))
     return s
 
 
+# ---- reading a head: (pointer to its first element, row stride, column stride, column offsets, columns) ----
+
+
 @triton.jit
-def _load_pair(X, Y, head, n, offs, offs_e, offs_ev, E, EV):
-    """Rows ``offs`` of head ``head`` of two (heads, n, E) / (heads, n, EV) tensors, zero-padded: (R, E), (R, EV)."""
-    inside = offs[:, None] < n
-    x = tl.load(X + (head.to(tl.int64) * n) * E + offs[:, None] * E + offs_e[None, :],
-                mask=inside & (offs_e[None, :] < E), other=0.0)
-    y = tl.load(Y + (head.to(tl.int64) * n) * EV + offs[:, None] * EV + offs_ev[None, :],
-                mask=inside & (offs_ev[None, :] < EV), other=0.0)
-    return x, y
+def _head(X, base, s_row, s_col, offs_d, D):
+    """One head of a (batch, heads, rows, D) tensor that starts ``base`` elements into X, read by strides."""
+    return X + base, s_row, s_col, offs_d, D
+
+
+@triton.jit
+def _load(x, offs, n):
+    """Rows ``offs`` of head x (:func:`_head`), zero past row n and past its D columns: (R, BLOCK_D)."""
+    ptr, s_row, s_col, offs_d, D = x
+    return tl.load(ptr + offs[:, None].to(tl.int64) * s_row + offs_d[None, :] * s_col,
+                   mask=(offs[:, None] < n) & (offs_d[None, :] < D), other=0.0)
 
 
 @triton.jit
@@ -173,85 +241,51 @@ def _row_stats(M, IL, D, bh, L, offs_m):
 
 
 @triton.jit
-def _span(row0, pid, b, n_other, off, window, prefix, RANGE, r_sb, COUNT,
-          CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
-          TILES: tl.constexpr, TRANSPOSE: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_OTHER: tl.constexpr):
-    """The loop bounds [t_lo, t_hi) over the other axis' tiles for row tile ``pid``: a span of tiles from
-    the mask's rule, or (a block map) an index into the row's list of non-EMPTY tiles."""
-    lo, hi = _tile_range(row0, row0 + BLOCK_ROWS, n_other, off, window, prefix, RANGE, b * r_sb + pid * 2,
-                         CAUSAL, WINDOW, PREFIX, DOCS, TRANSPOSE)
-    t_lo = lo // BLOCK_OTHER
-    t_hi = tl.cdiv(hi, BLOCK_OTHER)
-    if TILES:
-        t_lo = 0
-        t_hi = tl.load(COUNT + pid)
-    return t_lo, t_hi
-
-
-@triton.jit
-def _key_tile(q, k_ptr, v_ptr, t, pid_m, q0, offs_m, offs_e, offs_ev, b, h, L, S, E, EV, qk_scale,
-              off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss, LIST, PIDX, n_list, PACK, p_st, p_sn,
-              p_sh, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
-              PREFIX: tl.constexpr, DOCS: tl.constexpr, DENSE: tl.constexpr, TILES: tl.constexpr,
-              DOT_PREC: tl.constexpr):
-    """Step t of a query tile's loop over key tiles: the tile's keys k, values v and masked scores s (base 2)."""
-    pidx = -1
-    kt = t
-    if TILES:
-        kt = tl.load(LIST + pid_m * n_list + t)
-        pidx = tl.load(PIDX + pid_m * n_list + t)
+def _key_tile(q, kv, t, pid_m, q0, offs_m, b, h, L, S, qk_scale, mask, MASKS: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PREC: tl.constexpr):
+    """Step t of a query tile's loop over key tiles: the tile's keys k, values v and masked scores s (base 2).
+    ``kv``: the key head and the value head (:func:`_head`)."""
+    kt, pidx = _tile_at(t, pid_m, mask, MASKS)
     k0 = kt * BLOCK_N
     offs_n = k0 + tl.arange(0, BLOCK_N)
-    k = tl.load(k_ptr + offs_n[:, None] * E + offs_e[None, :],
-                mask=(offs_n[:, None] < S) & (offs_e[None, :] < E), other=0.0)
-    v = tl.load(v_ptr + offs_n[:, None] * EV + offs_ev[None, :],
-                mask=(offs_n[:, None] < S) & (offs_ev[None, :] < EV), other=0.0)
-    # --- scores of the tile, base 2 ---
+    k = _load(kv[0], offs_n, S)
+    v = _load(kv[1], offs_n, S)
     s = _dot(q, tl.trans(k), DOT_PREC) * qk_scale  # (BLOCK_M, BLOCK_N)
-    s = _add_bias(s, offs_m[:, None], offs_n[None, :], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
-    # --- mask: only a PARTIAL tile does elementwise work ---
-    if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
-                   CAUSAL, WINDOW, PREFIX, DOCS or DENSE > 0, TILES):
-        vis = _visible(offs_m[:, None], offs_n[None, :], b, h, L, S, off, window, prefix, DOC, doc_sb,
-                       MASK, m_sb, m_sh, m_sl, m_ss, PACK, pidx, p_st, p_sn, p_sh, q0, k0,
-                       CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES, BLOCK_M, BLOCK_N)
-        s = tl.where(vis, s, float("-inf"))
+    s = _masked(s, offs_m[:, None], offs_n[None, :], b, h, q0, k0, L, S, pidx, mask, MASKS, BLOCK_M, BLOCK_N)
     return s, k, v
 
 
-@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
+# ---- the kernels ----------------------------------------------------------------------------------------------
+
+
+@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "MASKS"])
 @triton.jit
-def _fwd(Q, K, V, O, M, IL, H, G, L, S, E, EV, qk_scale,
-         off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
-         RANGE, r_sb, LIST, PIDX, COUNT, n_list, PACK, p_st, p_sn, p_sh,
+def _fwd(Q, K, V, O, M, IL, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
+         H, G, L, S, E, EV, qk_scale, MT, MASK, PACK,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
-         CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
-         DENSE: tl.constexpr, TILES: tl.constexpr, DOT_PREC: tl.constexpr):
+         MASKS: tl.constexpr, DOT_PREC: tl.constexpr):
+    """One query tile of one (batch, query head): its output rows, and per row the shift m and 1 / l."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)  # batch * H + query head
     b = bh // H
     h = bh % H
-    hk = b * (H // G) + h // G  # the key/value head this query head shares (GQA): read, never repeated
+    hk = h // G  # the key/value head this query head shares (GQA): read, never repeated
     q0 = pid_m * BLOCK_M
     offs_m = q0 + tl.arange(0, BLOCK_M)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
-    q_ptr = Q + (bh.to(tl.int64) * L) * E
-    k_ptr = K + (hk.to(tl.int64) * S) * E
-    v_ptr = V + (hk.to(tl.int64) * S) * EV
-    q = tl.load(q_ptr + offs_m[:, None] * E + offs_e[None, :], mask=(offs_m[:, None] < L) & (offs_e[None, :] < E),
-                other=0.0)  # (BLOCK_M, BLOCK_E), head dim padded with zeros
-    # --- the three running numbers of every row, as in the flash form ---
+    mask = _mask_state(MT, MASK, PACK)
+    q = _load(_head(Q, b.to(tl.int64) * sq_b + h * sq_h, sq_l, sq_e, offs_e, E), offs_m, L)  # (BLOCK_M, BLOCK_E)
+    kv = (_head(K, b.to(tl.int64) * sk_b + hk * sk_h, sk_s, sk_e, offs_e, E),
+          _head(V, b.to(tl.int64) * sv_b + hk * sv_h, sv_s, sv_e, offs_ev, EV))
+    # --- the three running numbers of every row, as in the flash form (attnlab.kernels.online) ---
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max
     l = tl.zeros([BLOCK_M], tl.float32)  # running normaliser
     acc = tl.zeros([BLOCK_M, BLOCK_EV], tl.float32)  # running unnormalised output
     # --- which key tiles to visit: a span from the mask's rule, or the block map's list of non-EMPTY tiles ---
-    t_lo, t_hi = _span(q0, pid_m, b, S, off, window, prefix, RANGE, r_sb, COUNT,
-                       CAUSAL, WINDOW, PREFIX, DOCS, TILES, False, BLOCK_M, BLOCK_N)
+    t_lo, t_hi = _span(q0, pid_m, b, S, mask, MASKS, False, BLOCK_M, BLOCK_N)
     for t in range(t_lo, t_hi):
-        s, k, v = _key_tile(q, k_ptr, v_ptr, t, pid_m, q0, offs_m, offs_e, offs_ev, b, h, L, S, E, EV, qk_scale,
-                            off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss, LIST, PIDX, n_list,
-                            PACK, p_st, p_sn, p_sh, BLOCK_M, BLOCK_N, CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES,
+        s, k, v = _key_tile(q, kv, t, pid_m, q0, offs_m, b, h, L, S, qk_scale, mask, MASKS, BLOCK_M, BLOCK_N,
                             DOT_PREC)
         # --- online softmax: rescale what was gathered to the new max, then add the tile ---
         m_new = tl.maximum(m, tl.max(s, 1))
@@ -288,51 +322,45 @@ def _bwd_pre(O, DO, D, L, EV, BLOCK_M: tl.constexpr, BLOCK_EV: tl.constexpr):
     tl.store(D + bh.to(tl.int64) * L + offs_m, tl.sum(o * do, 1), mask=offs_m < L)
 
 
-@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
+@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "MASKS"])
 @triton.jit
-def _bwd_dkdv(Q, K, V, DO, M, IL, D, DK, DV, H, G, L, S, E, EV, qk_scale, scale,
-              off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
-              RANGE, r_sb, LIST, PIDX, COUNT, n_list, PACK, p_st, p_sn, p_sh,
+def _bwd_dkdv(Q, K, V, DO, M, IL, D, DK, DV, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
+              H, G, L, S, E, EV, qk_scale, scale, MT, MASK, PACK,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
-              CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
-              DENSE: tl.constexpr, TILES: tl.constexpr, DOT_PREC: tl.constexpr):
+              MASKS: tl.constexpr, DOT_PREC: tl.constexpr):
     """One key tile: dK and dV summed over every query tile and every query head of its group."""
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)  # batch * Hkv + key head
     Hkv = H // G
     b = bhk // Hkv
+    hk = bhk % Hkv
     k0 = pid_n * BLOCK_N
     offs_n = k0 + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
     kv_in = offs_n[:, None] < S
-    k, v = _load_pair(K, V, bhk, S, offs_n, offs_e, offs_ev, E, EV)
+    mask = _mask_state(MT, MASK, PACK)
+    k = _load(_head(K, b.to(tl.int64) * sk_b + hk * sk_h, sk_s, sk_e, offs_e, E), offs_n, S)
+    v = _load(_head(V, b.to(tl.int64) * sv_b + hk * sv_h, sv_s, sv_e, offs_ev, EV), offs_n, S)
     dk = tl.zeros([BLOCK_N, BLOCK_E], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_EV], tl.float32)
-    t_lo, t_hi = _span(k0, pid_n, b, L, off, window, prefix, RANGE, r_sb, COUNT,
-                       CAUSAL, WINDOW, PREFIX, DOCS, TILES, True, BLOCK_N, BLOCK_M)
+    t_lo, t_hi = _span(k0, pid_n, b, L, mask, MASKS, True, BLOCK_N, BLOCK_M)
     for g in range(0, G):
-        h = (bhk % Hkv) * G + g
+        h = hk * G + g
         bh = b * H + h
+        q_head = _head(Q, b.to(tl.int64) * sq_b + h * sq_h, sq_l, sq_e, offs_e, E)
+        do_head = _head(DO, bh.to(tl.int64) * L * EV, EV, 1, offs_ev, EV)  # dO: (N, H, L, EV), contiguous
         for t in range(t_lo, t_hi):
-            pidx = -1
-            qt = t
-            if TILES:
-                qt = tl.load(LIST + pid_n * n_list + t)
-                pidx = tl.load(PIDX + pid_n * n_list + t)
+            qt, pidx = _tile_at(t, pid_n, mask, MASKS)
             q0 = qt * BLOCK_M
             offs_m = q0 + tl.arange(0, BLOCK_M)
-            q, do = _load_pair(Q, DO, bh, L, offs_m, offs_e, offs_ev, E, EV)
+            q = _load(q_head, offs_m, L)
+            do = _load(do_head, offs_m, L)
             m, inv_l, Di = _row_stats(M, IL, D, bh, L, offs_m)
             # --- the tile's weights, transposed (keys x queries), recomputed from the saved m and 1/l ---
             sT = _dot(k, tl.trans(q), DOT_PREC) * qk_scale
-            sT = _add_bias(sT, offs_m[None, :], offs_n[:, None], b, h, L, S, MASK, m_sb, m_sh, m_sl, m_ss, DENSE)
-            if _needs_mask(q0, q0 + BLOCK_M, k0, k0 + BLOCK_N, L, S, off, window, prefix, pidx,
-                           CAUSAL, WINDOW, PREFIX, DOCS or DENSE > 0, TILES):
-                vis = _visible(offs_m[None, :], offs_n[:, None], b, h, L, S, off, window, prefix, DOC, doc_sb,
-                               MASK, m_sb, m_sh, m_sl, m_ss, PACK, pidx, p_st, p_sn, p_sh, q0, k0,
-                               CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES, BLOCK_M, BLOCK_N)
-                sT = tl.where(vis, sT, float("-inf"))
+            sT = _masked(sT, offs_m[None, :], offs_n[:, None], b, h, q0, k0, L, S, pidx, mask, MASKS, BLOCK_M,
+                         BLOCK_N)
             pT = tl.math.exp2(sT - m[None, :]) * inv_l[None, :]  # (BLOCK_N, BLOCK_M), recomputed
             dv += _dot(_operand(pT, do.dtype, DOT_PREC), do, DOT_PREC)  # dV += P^T dO
             dpT = _dot(v, tl.trans(do), DOT_PREC)  # dP^T = V dO^T
@@ -345,36 +373,33 @@ def _bwd_dkdv(Q, K, V, DO, M, IL, D, DK, DV, H, G, L, S, E, EV, qk_scale, scale,
              dv.to(DV.dtype.element_ty), mask=kv_in & (offs_ev[None, :] < EV))
 
 
-@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "CAUSAL"])
+@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "MASKS"])
 @triton.jit
-def _bwd_dq(Q, K, V, DO, M, IL, D, DQ, H, G, L, S, E, EV, qk_scale, scale,
-            off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss,
-            RANGE, r_sb, LIST, PIDX, COUNT, n_list, PACK, p_st, p_sn, p_sh,
+def _bwd_dq(Q, K, V, DO, M, IL, D, DQ, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
+            H, G, L, S, E, EV, qk_scale, scale, MT, MASK, PACK,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
-            CAUSAL: tl.constexpr, WINDOW: tl.constexpr, PREFIX: tl.constexpr, DOCS: tl.constexpr,
-            DENSE: tl.constexpr, TILES: tl.constexpr, DOT_PREC: tl.constexpr):
+            MASKS: tl.constexpr, DOT_PREC: tl.constexpr):
     """One query tile: dQ summed over its key tiles."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
-    hk = b * (H // G) + h // G
+    hk = h // G
     q0 = pid_m * BLOCK_M
     offs_m = q0 + tl.arange(0, BLOCK_M)
     offs_e = tl.arange(0, BLOCK_E)
     offs_ev = tl.arange(0, BLOCK_EV)
     q_in = offs_m[:, None] < L
-    q, do = _load_pair(Q, DO, bh, L, offs_m, offs_e, offs_ev, E, EV)
+    mask = _mask_state(MT, MASK, PACK)
+    q = _load(_head(Q, b.to(tl.int64) * sq_b + h * sq_h, sq_l, sq_e, offs_e, E), offs_m, L)
+    do = _load(_head(DO, bh.to(tl.int64) * L * EV, EV, 1, offs_ev, EV), offs_m, L)
     m, inv_l, Di = _row_stats(M, IL, D, bh, L, offs_m)
-    k_ptr = K + (hk.to(tl.int64) * S) * E
-    v_ptr = V + (hk.to(tl.int64) * S) * EV
+    kv = (_head(K, b.to(tl.int64) * sk_b + hk * sk_h, sk_s, sk_e, offs_e, E),
+          _head(V, b.to(tl.int64) * sv_b + hk * sv_h, sv_s, sv_e, offs_ev, EV))
     dq = tl.zeros([BLOCK_M, BLOCK_E], tl.float32)
-    t_lo, t_hi = _span(q0, pid_m, b, S, off, window, prefix, RANGE, r_sb, COUNT,
-                       CAUSAL, WINDOW, PREFIX, DOCS, TILES, False, BLOCK_M, BLOCK_N)
+    t_lo, t_hi = _span(q0, pid_m, b, S, mask, MASKS, False, BLOCK_M, BLOCK_N)
     for t in range(t_lo, t_hi):
-        s, k, v = _key_tile(q, k_ptr, v_ptr, t, pid_m, q0, offs_m, offs_e, offs_ev, b, h, L, S, E, EV, qk_scale,
-                            off, window, prefix, DOC, doc_sb, MASK, m_sb, m_sh, m_sl, m_ss, LIST, PIDX, n_list,
-                            PACK, p_st, p_sn, p_sh, BLOCK_M, BLOCK_N, CAUSAL, WINDOW, PREFIX, DOCS, DENSE, TILES,
+        s, k, v = _key_tile(q, kv, t, pid_m, q0, offs_m, b, h, L, S, qk_scale, mask, MASKS, BLOCK_M, BLOCK_N,
                             DOT_PREC)
         p = tl.math.exp2(s - m[:, None]) * inv_l[:, None]  # the tile's weights, recomputed
         dp = _dot(do, tl.trans(v), DOT_PREC)  # dP = dO V^T

@@ -11,7 +11,10 @@ The flash form asks its block map about every tile. A GPU kernel wants less to r
   tiles and the stored masks of the PARTIAL ones;
 * a mask tensor is read elementwise, in every tile.
 
-:class:`Plan` turns one call's mask into the kernels' arguments, for the tile sizes of each kernel.
+:class:`Plan` turns one call's mask into the kernels' arguments, for the tile sizes of each kernel:
+one int64 table (a header of :data:`FIELDS`, then the tables it points into: document ids, ranges,
+the block map's lists), the mask tensor as it is (strides in the header, no copy), the stored
+tiles of a block map, and one constexpr ``MASKS`` whose :data:`BITS` say which parts are used.
 """
 
 from __future__ import annotations
@@ -21,6 +24,14 @@ from dataclasses import dataclass
 import torch
 
 from .masks import EMPTY, PARTIAL, Mask, Rule
+
+# The mask table's header, in order: the rule's integers, then where each table starts in the table and
+# its stride per batch element, the block map's list width and its stored tiles' strides, the mask
+# tensor's strides. The kernels read each field at its index here (triton_kernels).
+FIELDS = ("off", "window", "prefix", "doc_sb", "doc_at", "range_sb", "range_at", "list_at", "pidx_at", "count_at",
+          "n_list", "pack_st", "pack_sn", "pack_sh", "mask_sb", "mask_sh", "mask_sl", "mask_ss")
+# The bits of the MASKS constexpr: which parts of a mask a kernel compiles in.
+BITS = {"CAUSAL": 1, "WINDOW": 2, "PREFIX": 4, "DOCS": 8, "TILES": 16, "DENSE_BOOL": 32, "DENSE_FLOAT": 64}
 
 
 def rule_of(mask: Mask, L: int, S: int) -> Rule | None:
@@ -68,28 +79,41 @@ class Plan:
     mask_fn: Mask | None  # the mask function; without a rule the kernels read its block map
     dense: torch.Tensor | None  # a mask tensor expanded to (N, H, L, S): uint8 (bool) or float
 
-    def args(self, bq: int, bk: int, transpose: bool, dummy: torch.Tensor):
-        """The kernels' mask arguments for tiles of bq queries x bk keys (row tiles are keys if transpose),
-        in their order (``off`` .. ``p_sh``), and the constexpr flags that say which of them are used.
-        ``dummy`` stands in for a table the mask does not need."""
+    def args(self, bq: int, bk: int, transpose: bool, device) -> tuple[tuple, int]:
+        """The kernels' mask arguments for tiles of bq queries x bk keys (row tiles are keys if transpose):
+        (MT, MASK, PACK) -- the table, the mask tensor, the stored tiles; MT stands in for what the mask
+        does not need -- and MASKS, the constexpr whose bits (:data:`BITS`) say which parts are used."""
         r = self.rule or Rule()
-        doc, doc_sb, span, span_sb = dummy, 0, dummy, 0
-        if r.doc is not None:  # (Nd, S) ids and, per row tile, the span of positions sharing a document
-            doc = r.doc.to(device=dummy.device, dtype=torch.int32).contiguous()
+        head = dict.fromkeys(FIELDS, 0)
+        head.update(off=r.off or 0, window=r.window or 0, prefix=r.prefix or 0)
+        tables: list[torch.Tensor] = []
+
+        def put(name: str, t: torch.Tensor) -> None:  # a table after the header and those before it
+            head[name] = len(FIELDS) + sum(x.numel() for x in tables)
+            tables.append(t.to(device=device, dtype=torch.int64).reshape(-1))
+
+        if r.doc is not None:  # (Nd, S) ids and, per row tile, the range of the other axis it sees
             span = self.mask_fn.spans(self.N, self.H, self.L, self.S, bk if transpose else bq, transpose,
-                                      device=dummy.device).to(torch.int32).contiguous()
-            doc_sb = doc.shape[1] if doc.shape[0] > 1 else 0
-            span_sb = span.shape[1] * 2 if span.shape[0] > 1 else 0
-        dense = self.dense if self.dense is not None else dummy
-        dense_strides = self.dense.stride() if self.dense is not None else (0, 0, 0, 0)
-        (lists, pidx, count, pack), width, pack_strides = [dummy] * 4, 1, (0, 0, 0)
+                                      device=device)
+            put("doc_at", r.doc)
+            put("range_at", span)
+            head.update(doc_sb=r.doc.shape[1] if r.doc.shape[0] > 1 else 0,
+                        range_sb=span.shape[1] * 2 if span.shape[0] > 1 else 0)
+        pack = None
         tiles = self.rule is None and self.mask_fn is not None
         if tiles:
             (lists, pidx, count, pack), width, pack_strides = _tile_lists(
-                self.mask_fn, self.N, self.H, self.L, self.S, bq, bk, transpose, dummy.device)
-        args = (r.off or 0, r.window or 0, r.prefix or 0, doc, doc_sb, dense, *dense_strides, span, span_sb,
-                lists, pidx, count, width, pack, *pack_strides)
-        flags = dict(CAUSAL=r.off is not None, WINDOW=r.window is not None, PREFIX=r.prefix is not None,
-                     DOCS=r.doc is not None, TILES=tiles,
-                     DENSE=0 if self.dense is None else (1 if self.dense.dtype == torch.uint8 else 2))
-        return args, flags
+                self.mask_fn, self.N, self.H, self.L, self.S, bq, bk, transpose, device)
+            put("list_at", lists)
+            put("pidx_at", pidx)
+            put("count_at", count)
+            head.update(n_list=width, pack_st=pack_strides[0], pack_sn=pack_strides[1], pack_sh=pack_strides[2])
+        if self.dense is not None:
+            head.update(zip(("mask_sb", "mask_sh", "mask_sl", "mask_ss"), self.dense.stride(), strict=True))
+        mt = torch.cat([torch.tensor([head[f] for f in FIELDS], dtype=torch.int64, device=device), *tables])
+        bits = {"CAUSAL": r.off is not None, "WINDOW": r.window is not None, "PREFIX": r.prefix is not None,
+                "DOCS": r.doc is not None, "TILES": tiles, "DENSE_BOOL": self.dense is not None and
+                self.dense.dtype == torch.uint8, "DENSE_FLOAT": self.dense is not None and
+                self.dense.dtype != torch.uint8}
+        masks = sum(BITS[name] for name, on in bits.items() if on)
+        return (mt, self.dense if self.dense is not None else mt, pack if pack is not None else mt), masks
