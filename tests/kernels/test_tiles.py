@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from attnlab.kernels import dropout, masks
-from attnlab.kernels.flash import LN2, Tiles, Weights
+from attnlab.kernels.flash import Tiles
+from attnlab.kernels.flash_backward import Weights
+from attnlab.kernels.online import LN2
 from attnlab.kernels.ring import _Schedule
 from attnlab.kernels.ring_stats import RingStats, pair_work
 

@@ -17,10 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-
-class Unsupported(ValueError):
-    """An input that a form does not handle (e.g. dropout in the triton form); the message names the
-    forms that do. ``attnlab verify`` reports such a case as skipped, with the message, not as failed."""
+from .errors import Unsupported as Unsupported  # a form's refusal, attnlab.kernels.Unsupported to its callers
 
 
 @dataclass(frozen=True)
@@ -89,6 +86,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
 
 def _register_builtin() -> None:
     from . import flash, flash_triton, loops, matrix, ring, sdpa
+    from .interpreter import interpreting
 
     register("loops", loops.attention, "explicit Python loops over batch, head, query and key",
              slow=True, max_work=1_000, score_mod=True)
@@ -97,7 +95,7 @@ def _register_builtin() -> None:
              score_mod=True)
     register("sdpa", sdpa.attention, "PyTorch's own F.scaled_dot_product_attention", shared_dropout=False)
     register("triton", flash_triton.attention, "FlashAttention-2 as Triton GPU kernels (CPU: Triton's interpreter)",
-             slow=flash_triton.interpreting(), max_work=flash_triton.max_work(), shared_dropout=False,
+             slow=interpreting(), max_work=flash_triton.max_work(), shared_dropout=False,
              unavailable=flash_triton.unavailable)
     register("ring", ring.attention, "flash tiles over a sequence sharded across torch.distributed ranks",
              distributed=True)

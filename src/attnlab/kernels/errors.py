@@ -1,4 +1,4 @@
-"""The errors attention's argument checks raise: clear messages, and the class code written for PyTorch catches.
+"""The errors attention raises: clear messages, in the classes that code written for PyTorch catches.
 
 ``F.scaled_dot_product_attention`` raises ``RuntimeError`` for most bad inputs (mismatched dtypes or
 shapes, a mask of the wrong dtype, a dropout probability out of range), and code written against it
@@ -26,3 +26,8 @@ class ArgumentError(ValueError, RuntimeError):
 
 class ArgumentTypeError(TypeError, RuntimeError):
     """A wrong dtype among attention's arguments (PyTorch raises RuntimeError for it)."""
+
+
+class Unsupported(ValueError):
+    """An input that a form does not handle (e.g. dropout in the triton form); the message names the
+    forms that do. ``attnlab verify`` reports such a case as skipped, with the message, not as failed."""

@@ -2,7 +2,9 @@
 
 Read this first: :mod:`attnlab.lab.explore.online_softmax` (``attnlab explore online-softmax``)
 runs the same online softmax on ONE query row, one key tile at a time, and records every number.
-This file is that loop for every row at once, its backward pass, and the tricks that make it fast.
+This file is that loop for every row at once and the form around it; its tiles and their scores are
+:mod:`attnlab.kernels.flash_tiles`, its backward pass :mod:`attnlab.kernels.flash_backward`, and the
+tricks that make them fast are tagged [P1] .. [P9] below.
 
 The matrix form holds all L x S scores at once. This form never does. It walks the keys one tile
 at a time, and for every query row keeps three running numbers:
@@ -52,8 +54,8 @@ Performance notes -- each trick is tagged [P1] .. [P9] at its line:
   the running max (:func:`_online_row_block`). A float mask or a score modifier can move scores
   anywhere, so it always takes the running max.
 * [P3] Buffer reuse. Each tile's scores are written by ``matmul(..., out=)`` into one flat buffer
-  allocated once per call; :func:`_view` gives the first rows x cols elements of it in the tile's
-  shape (edge tiles are smaller). The exp, the mask and dropout then work in place. The backward
+  allocated once per call; ``flash_tiles.buffer_view`` gives the first rows x cols elements of it
+  in the tile's shape (edge tiles are smaller). The exp, the mask and dropout then work in place. The backward
   reuses two such buffers (scores and dP). No allocation per tile.
 * [P4] A float64 lse, float32 tiles. The saved log-sum-exp is float64 (ring attention merges many
   partial results through it), but subtracting a float64 column from float32 scores would run the
@@ -62,13 +64,13 @@ Performance notes -- each trick is tagged [P1] .. [P9] at its line:
       exp(s - lse) = exp(s - hi) * exp(hi - lse) = exp(s - hi) * corr,
 
   so the tile subtracts hi in float32, and corr (about 1) is a per-row factor folded into dO and D,
-  which are small (:class:`Weights`).
+  which are small (``flash_backward.Weights``).
 * [P5] Tiles of 256 x 256 (DEFAULT_BLOCK_Q / DEFAULT_BLOCK_K). Each tile costs about a dozen tensor
   calls whatever its size, so a tile must be large for the arithmetic to outweigh Python and
   dispatch; the memory stays O(tile), never L x S. The flash targets (benchmarks/flash_targets.py)
   are measured with these sizes.
-* [P6] The block map's kinds are read once with ``.tolist()`` (:class:`Tiles`): asking "EMPTY,
-  FULL or PARTIAL?" is then a Python list lookup per tile instead of indexing a tensor (a dispatch
+* [P6] The block map's kinds are read once with ``.tolist()`` (``flash_tiles.Tiles``): asking
+  "EMPTY, FULL or PARTIAL?" is then a Python list lookup per tile instead of indexing a tensor (a dispatch
   and a conversion to a Python int per tile).
 * [P7] Q-outer backward. FlashAttention-2 on a GPU runs key tiles in parallel and would need
   atomic adds for dQ. Here the outer loop is over query tiles: each query tile owns its dQ, which
@@ -84,8 +86,8 @@ Performance notes -- each trick is tagged [P1] .. [P9] at its line:
   the scores. SAFE_LOGIT bounds the true scores, so the bounded path compares with
   SAFE_LOGIT * log2(e).
 * [P9] On the bounded path every score is finite, so a partial tile's bool mask can be *added* as
-  a tile of 0 and -inf (made once per call, :meth:`Tiles.additive`): a plain vectorised add, where
-  ``masked_fill_`` with the negated, broadcast bool tile cost about 8x as much. (An infinite score
+  a tile of 0 and -inf (made once per call, ``flash_tiles.Tiles.additive``): a plain vectorised
+  add, where ``masked_fill_`` with the negated, broadcast bool tile cost about 8x as much. (An infinite score
   plus -inf would be NaN, so the running-max path keeps the masked fill.)
 
 Papers: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness"
@@ -95,168 +97,21 @@ Papers: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-
 import torch
 
-from . import dropout, flash_band, online
+from . import dropout, flash_band, online, vmap_loop
 from ._check import check, check_score_mod, empty_output
 from .argcheck import positive_int
 from .dropout import NO_DROPOUT, Dropout
-from .masks import EMPTY, FULL, PARTIAL, Mask, causal, tile_slices
-from .mods import Mod, indices
-from .online import LN2, LOG2E, SAFE_LOGIT  # [P2] [P8]: the bounded rule, scores in base-2 units
+from .flash_backward import FlashBackward, no_batched_mod_params
+from .flash_tiles import Keys, Tiles, dropout_keep
+from .masks import PARTIAL, causal
+from .mods import Mod
+from .online import SAFE_LOGIT  # [P2]: the bounded rule (read here at each call)
 
 DEFAULT_BLOCK_Q = 256  # [P5]
 DEFAULT_BLOCK_K = 256
 _CAUSAL = causal()  # one instance, so its compiled block maps are cached across calls
-
-
-class Tiles:
-    """What the mask says about each (query tile, key tile): EMPTY, FULL or PARTIAL, and the mask of a partial one.
-
-    Sources: nothing (every tile FULL), a mask function (its cached block map), or a dense tensor
-    (bool: sliced per tile, tiles with no visible key skipped; float: added per tile). With
-    ``skip_empty=False`` a dense mask's hidden tiles are computed anyway (weight 0), so that a NaN in
-    a hidden value still turns the output NaN, as 0 * NaN does in PyTorch.
-    """
-
-    def __init__(self, N, H, L, S, block_q, block_k, mask_fn: Mask | None = None,
-                 dense: torch.Tensor | None = None, device="cpu", skip_empty: bool = True):
-        self.L, self.S = L, S
-        self.block_q, self.block_k = block_q, block_k
-        self.skip_empty = skip_empty
-        self.dense = dense
-        self.has_bias = dense is not None and dense.dtype != torch.bool  # a float mask: scores unbounded
-        self.bm = mask_fn.block_map(N, H, L, S, block_q, block_k, device) if mask_fn is not None else None
-        self._kinds = self.bm.kind.tolist() if self.bm is not None else None  # [P6] Python ints per tile
-        self.band = None  # a flash_band.Plan, when the forward may run as bands instead of tiles
-        self._additive: dict = {}  # [P9] bool tiles as additive ones, for scores known finite
-
-    def query_tiles(self) -> Iterator[tuple[int, slice]]:
-        """(qt, rows) of every query tile."""
-        return tile_slices(self.L, self.block_q)
-
-    def key_tiles(self, qt: int, rows: slice) -> Iterator[tuple[int, slice, int]]:
-        """(kt, cols, kind) of every key tile that query tile ``qt`` must compute: EMPTY ones are skipped."""
-        for kt, cols in tile_slices(self.S, self.block_k):
-            kind = self.kind(qt, kt, rows, cols)
-            if kind != EMPTY:
-                yield kt, cols, kind
-
-    def scores(self) -> int:
-        """How many scores per head the tile walk computes: every tile the mask does not skip."""
-        if self._kinds is None:
-            return self.L * self.S
-        return sum(kind != EMPTY for row in self._kinds for kind in row) * self.block_q * self.block_k
-
-    def kind(self, qt: int, kt: int, rows: slice, cols: slice) -> int:
-        if self._kinds is not None:
-            return self._kinds[qt][kt]
-        if self.dense is None or self.dense.dtype != torch.bool:
-            return FULL if self.dense is None else PARTIAL
-        t = _slice(self.dense, rows, cols)
-        return FULL if bool(t.all()) else (PARTIAL if not self.skip_empty or bool(t.any()) else EMPTY)
-
-    def additive(self, qt: int, kt: int, tile: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """[P9] A bool tile as 0 where seen, -inf where hidden, made once per call and tile."""
-        key = (qt, kt, dtype)
-        if key not in self._additive:
-            self._additive[key] = torch.zeros(tile.shape, dtype=dtype, device=tile.device).masked_fill_(
-                ~tile, float("-inf"))
-        return self._additive[key]
-
-    def tile(self, qt: int, kt: int, rows: slice, cols: slice) -> torch.Tensor:
-        """The (Nb, Hb, rows, cols) bool or float mask of a PARTIAL tile."""
-        if self.bm is not None:
-            return self.bm.partial[(qt, kt)]
-        return _slice(self.dense, rows, cols)
-
-
-def _slice(m: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
-    """Rows and columns of a 4-D mask whose row / column dims may broadcast (size 1)."""
-    return m[..., rows if m.shape[-2] > 1 else slice(None), cols if m.shape[-1] > 1 else slice(None)]
-
-
-def _view(buf: torch.Tensor, shape: tuple) -> torch.Tensor:
-    """[P3] The first elements of a flat, reused buffer, as a contiguous tensor of ``shape``."""
-    n = 1
-    for d in shape:
-        n *= d
-    return buf[:n].view(shape)
-
-
-def _mask_scores(s: torch.Tensor, tile: torch.Tensor, G: int) -> None:
-    """In place on a tile's scores (N, Hkv, G*r, c): bool tile -> -inf where False; float tile -> added."""
-    N, Hkv, _, c = s.shape
-    s5 = s.view(N, Hkv, G, -1, c)  # the mask's heads are query heads: h = hk * G + g
-    t = tile[:, :, None] if tile.shape[1] == 1 else tile.reshape(tile.shape[0], Hkv, G, *tile.shape[2:])
-    if t.dtype == torch.bool:
-        s5.masked_fill_(~t, float("-inf"))
-    else:
-        s5.add_(t.to(s5.dtype), alpha=LOG2E)  # [P8] the scores are in base-2 units
-
-
-def _keep(drop: Dropout, s: torch.Tensor, G: int, rows: slice, cols: slice) -> torch.Tensor:
-    """The dropout keep-mask of one tile of scores s (N, Hkv, G*r, c), scaled by 1/(1-p), in s's shape."""
-    N, Hkv = s.shape[:2]
-    keep = drop.keep(N, Hkv * G, rows, cols, s.device)  # (N, H, r, c)
-    return keep.reshape(s.shape).to(s.dtype) * dropout.factor(drop.p)
-
-
-def _modify(mod: Mod, s: torch.Tensor, G: int, rows: slice, cols: slice) -> torch.Tensor:
-    """Apply a score modifier to a tile's natural-unit scores (N, Hkv, G*r, c), seen as (N, H, r, c), H = Hkv*G."""
-    N, Hkv, _, c = s.shape
-    s4 = s.view(N, Hkv * G, -1, c)  # query head h = hk * G + g: the order of the caller's heads
-    return mod.apply(s4, *indices(N, Hkv * G, rows.start, rows.stop, cols.start, cols.stop, s.device)).view(s.shape)
-
-
-@dataclass(frozen=True)
-class _Keys:
-    """What every query tile of one call walks over: keys, values, the tile map, dropout and the modifier."""
-
-    k: torch.Tensor  # (N, Hkv, S, E)
-    kT3: torch.Tensor  # (N*Hkv, E, S)
-    v: torch.Tensor  # (N, Hkv, S, Ev)
-    tiles: Tiles
-    drop: Dropout
-    mod: Mod | None
-    G: int  # query heads per key head
-    alpha: float  # [P1] [P8] scale * log2(e): what each dot product is multiplied by
-
-    @classmethod
-    def of(cls, k, v, tiles, drop, mod, G, scale) -> _Keys:
-        kT3 = k.reshape(k.shape[0] * k.shape[1], *k.shape[2:]).transpose(1, 2)  # (N*Hkv, E, S)
-        return cls(k, kT3, v, tiles, drop, mod, G, scale * LOG2E)
-
-    def product(self, qi: torch.Tensor, buf: torch.Tensor, cols: slice) -> torch.Tensor:
-        """[P1] [P3] alpha * qi @ k^T for key tile ``cols``, (N, Hkv, G*r, c), written into ``buf``."""
-        N, Hkv, R, E = qi.shape
-        s = _view(buf, (N * Hkv, R, cols.stop - cols.start))
-        torch.baddbmm(s, qi.reshape(N * Hkv, R, E), self.kT3[:, :, cols], beta=0, alpha=self.alpha, out=s)
-        return s.view(N, Hkv, R, -1)
-
-    def scores(self, qi: torch.Tensor, buf: torch.Tensor, qt, rows, kt, cols, kind, finite=False) -> torch.Tensor:
-        """-- 1. scores -- of query tile qi (N, Hkv, G*r, E) against key tile ``cols``: modified, then masked.
-        ``finite``: the scores are known finite (the bounded path), so a bool mask may be added as 0 / -inf."""
-        s = self.product(qi, buf, cols)
-        if self.mod is not None:  # [P8] the modifier sees natural units
-            s = _modify(self.mod, s.mul_(LN2), self.G, rows, cols).mul_(LOG2E)
-        if kind == PARTIAL:
-            tile = self.tiles.tile(qt, kt, rows, cols)
-            if finite and tile.dtype == torch.bool:  # [P9] one add of a cached 0 / -inf tile
-                tile = self.tiles.additive(qt, kt, tile, s.dtype)
-            _mask_scores(s, tile, self.G)
-        return s
-
-    def walk(self, qi: torch.Tensor, buf: torch.Tensor, qt: int, rows: slice, finite: bool = False):
-        """(cols, kind, s, s3) of each computed key tile: its scores s (N, Hkv, G*r, c) and s3, the same
-        memory as (N*Hkv, G*r, c)."""
-        NH, R = qi.shape[0] * qi.shape[1], qi.shape[2]
-        for kt, cols, kind in self.tiles.key_tiles(qt, rows):
-            s = self.scores(qi, buf, qt, rows, kt, cols, kind, finite)
-            yield cols, kind, s, s.view(NH, R, -1)
 
 
 # ---- forward ------------------------------------------------------------------------------------------------
@@ -277,7 +132,7 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod
     out = q5.new_empty(N, Hkv, G, L, Ev)
     lse = q5.new_empty(N, Hkv, G, L, dtype=torch.float64)
     norm = (q5.new_empty(N, Hkv, G, L), q5.new_empty(N, Hkv, G, L)) if keep_norm else None
-    keys = _Keys.of(k, v, tiles, drop, mod, G, scale)
+    keys = Keys.of(k, v, tiles, drop, mod, G, scale)
     buf = q5.new_empty(N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, S))  # [P3] one score tile
     k_norm = k.norm(dim=-1).amax(dim=-1, keepdim=True)  # (N, Hkv, 1): the longest key of each head
     for qt, rows in tiles.query_tiles():
@@ -301,7 +156,7 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod
     return out, lse
 
 
-def _bounded_row_block(qi, keys: _Keys, buf, qt: int, rows: slice) -> online.Running:
+def _bounded_row_block(qi, keys: Keys, buf, qt: int, rows: slice) -> online.Running:
     """[P2] One query tile's running numbers with shift 0: every score is within [-SAFE_LOGIT, SAFE_LOGIT]."""
     run, v3 = _start(qi, keys, shift=0.0)
     for cols, _, s, s3 in keys.walk(qi, buf, qt, rows, finite=True):  # -- 1. scores for each key tile (masked) --
@@ -312,7 +167,7 @@ def _bounded_row_block(qi, keys: _Keys, buf, qt: int, rows: slice) -> online.Run
     return run
 
 
-def _online_row_block(qi, keys: _Keys, buf, qt: int, rows: slice) -> online.Running:
+def _online_row_block(qi, keys: Keys, buf, qt: int, rows: slice) -> online.Running:
     """One query tile's running numbers with the running max: what the online softmax is."""
     run, v3 = _start(qi, keys)
     for cols, kind, s, s3 in keys.walk(qi, buf, qt, rows):  # -- 1. scores for each key tile (modified, masked) --
@@ -323,7 +178,7 @@ def _online_row_block(qi, keys: _Keys, buf, qt: int, rows: slice) -> online.Runn
     return run
 
 
-def _start(qi, keys: _Keys, shift: float = float("-inf")):
+def _start(qi, keys: Keys, shift: float = float("-inf")):
     """The running numbers of query tile qi (N, Hkv, G*r, E), nothing seen yet: m, l (N*Hkv, G*r) and
     acc (N*Hkv, G*r, Ev); and v seen as (N*Hkv, S, Ev)."""
     N, Hkv, R, _ = qi.shape
@@ -331,9 +186,9 @@ def _start(qi, keys: _Keys, shift: float = float("-inf")):
     return online.Running.start(qi, N * Hkv, R, v3.shape[-1], shift), v3
 
 
-def _keep3(keys: _Keys, s, s3, rows: slice, cols: slice):
+def _keep3(keys: Keys, s, s3, rows: slice, cols: slice):
     """The tile's dropout keep-mask in s3's (N*Hkv, G*r, c) shape, or None without dropout."""
-    return _keep(keys.drop, s, keys.G, rows, cols).view(s3.shape) if keys.drop.active else None
+    return dropout_keep(keys.drop, s, keys.G, rows, cols).view(s3.shape) if keys.drop.active else None
 
 
 def _put(dst: torch.Tensor, x: torch.Tensor) -> None:
@@ -341,153 +196,46 @@ def _put(dst: torch.Tensor, x: torch.Tensor) -> None:
     dst.copy_(x.view(dst.shape))
 
 
-# ---- backward -----------------------------------------------------------------------------------------------
+# ---- the autograd Function ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Weights:
-    """How backward rebuilds each row's weights, per row (N, Hkv, G, L):
+class Flash(torch.autograd.Function):
+    """The forward (tiles or bands) under autograd; its backward is :class:`FlashBackward`, a Function of its own,
+    so that the backward pass can itself be vmapped (gradcheck's batched check, ``torch.func.jacrev``): both
+    use :func:`attnlab.kernels.vmap_loop.loop` as their vmap rule. No double backward: the matrix form has one.
 
-        P = exp(s - shift) / norm,   with dO and D multiplied by corr
+    (q5, k, v, bias, tiles, scale, drop, mod, *mod_params) -> (out, m, l); only out is differentiable."""
 
-    (s, shift and hi in base-2 units, as forward's scores: P = exp2(s - shift) / norm [P8]).
-
-    :meth:`from_norm` (the flash form: this block's own forward): shift = m and norm = l, so P is
-    exactly what forward divided (a lone key's weight is e / e = 1, not exp(s - lse) = 1 +- ulp), and
-    D is summed from that very P and dP (``D=None``), so that dS = P * (dP - D) cancels where the true
-    gradient is zero. :meth:`from_lse` (ring attention: the global float64 lse and D): [P4]
-    exp(s - lse) = exp(s - hi) * exp(hi - lse), with hi = lse in the working dtype and
-    corr = exp(hi - lse) ~ 1.
-    """
-
-    shift: torch.Tensor
-    corr: torch.Tensor | None = None
-    norm: torch.Tensor | None = None
-    D: torch.Tensor | None = None  # rowsum(dO * O); None: summed as rowsum(P * dP) in a first pass
-
-    @classmethod
-    def from_norm(cls, m: torch.Tensor, l: torch.Tensor) -> Weights:
-        return cls(m, norm=l)
-
-    @classmethod
-    def from_lse(cls, lse: torch.Tensor, D: torch.Tensor | None, dtype: torch.dtype) -> Weights:
-        hi, corr = online.shift_of_lse(lse, dtype)  # [P4] [P8]; dead rows: P = exp2(s - inf) = 0
-        return cls(hi, corr, None, D)
-
-    def rows(self, rows: slice, dout: torch.Tensor):
-        """One query tile's (c * dO, shift, norm or None, c * D or None), rows as (N, Hkv, G*r, .)."""
-        N, Hkv, G = dout.shape[:3]
-        R = G * (rows.stop - rows.start)
-
-        def cut(t):
-            return None if t is None else t[:, :, :, rows].reshape(N, Hkv, R, 1)
-
-        c = cut(self.corr)
-        doi = dout[:, :, :, rows].reshape(N, Hkv, R, dout.shape[-1])
-        Di = cut(self.D)
-        if c is not None:
-            doi = doi * c
-            Di = None if Di is None else Di * c
-        return doi, cut(self.shift), cut(self.norm), Di
-
-
-def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: Dropout = NO_DROPOUT,
-                   mod: Mod | None = None, *, bias_shape=None, mod_params=()):
-    """FlashAttention-2 backward by recomputation. Returns dq5, dk, dv and (if ``bias_shape``) dbias.
-
-    ``weights`` says how each tile's weights are rebuilt (:class:`Weights`). With a score modifier
-    ``mod``, dS is pulled back through it tile by tile, and the gradients of the tensors in
-    ``mod_params`` are returned as a fifth item (a list). [P7] The outer loop is over query tiles.
-    """
-    N, Hkv, G, L, E = q5.shape
-    dq5, dk, dv = torch.zeros_like(q5), torch.zeros_like(k), torch.zeros_like(v)
-    dk3 = dk.view(N * Hkv, *dk.shape[2:])  # (N*Hkv, S, E): the same memory, for batched matmuls
-    dbias = q5.new_zeros(bias_shape) if bias_shape is not None else None
-    dparams = [None] * len(mod_params)
-    keys = _Keys.of(k, v, tiles, drop, mod, G, scale)
-    n = N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, k.shape[2])
-    bufs = (q5.new_empty(n), q5.new_empty(n))  # [P3] scores and dP, reused: no allocation per tile
-    for qt, rows in tiles.query_tiles():
-        # -- 1. this query tile, and its rows' saved numbers --
-        qi = q5[:, :, :, rows].reshape(N, Hkv, G * (rows.stop - rows.start), E)
-        doi, shift, norm, Di = weights.rows(rows, dout)
-        # [P1] the scores by the same product as forward's: P is rebuilt bit for bit (tile forward)
-        walk = (qi, doi, shift, norm, keys, bufs, qt, rows)
-        # -- 2. D = rowsum(P * dP), from the same P and dP as below, so that dP - D cancels where it should --
-        if Di is None:
-            Di = q5.new_zeros(*qi.shape[:3], 1)
-            for _, P, dP, _, _ in _key_tiles(*walk):
-                Di.add_(P.mul_(dP).sum(dim=-1, keepdim=True))  # P is rebuilt in the next pass
-        # -- 3. each key tile: dV, dS, then dQ (this tile's own) and dK --
-        dqi = torch.zeros_like(qi)
-        for cols, P, dP, keep, through in _key_tiles(*walk):
-            dv[:, :, cols] += torch.matmul((P if keep is None else P * keep).transpose(-2, -1), doi)
-            dS = dP.sub_(Di).mul_(P)  # dS = P * (dP - D)
-            if dbias is not None:
-                _add_bias_grad(dbias, dS.view(N, Hkv * G, -1, dS.shape[-1]), rows, cols)
-            if through is not None:  # chain rule through the modifier: dS to the raw scores and its tensors
-                dS, dparams = _through_mod(*through, mod_params, dS, dparams)
-            dqi.add_(torch.matmul(dS, k[:, :, cols]))
-            R = qi.shape[2]
-            dk3[:, cols].baddbmm_(dS.view(N * Hkv, R, -1).transpose(1, 2), qi.reshape(N * Hkv, R, E),
-                                  alpha=scale)  # [P1] dk += scale * dS^T q
-        dq5[:, :, :, rows] = (dqi * scale).view(N, Hkv, G, rows.stop - rows.start, E)
-    if mod is not None:
-        return dq5, dk, dv, dbias, dparams
-    return dq5, dk, dv, dbias
-
-
-def _key_tiles(qi, doi, shift, norm, keys: _Keys, bufs, qt: int, rows: slice):
-    """Each computed key tile of one query tile: (cols, P, dP, keep, through), weights rebuilt, dP = c dO V^T.
-
-    ``qi`` (N, Hkv, G*r, E) is the query tile (its scores: :meth:`_Keys.product`); ``shift`` / ``norm``
-    (N, Hkv, G*r, 1) rebuild P (:class:`Weights`). P and dP live in the two reused buffers ``bufs``: use
-    them before the next.
-    With a score modifier, ``through`` is (modified scores, raw scores) with the graph between them,
-    for the chain rule; else None.
-    """
-    for kt, cols, kind in keys.tiles.key_tiles(qt, rows):
-        # -- 1. scores, through the modifier under autograd when there is one --
-        if keys.mod is None:
-            s, through = keys.scores(qi, bufs[0], qt, rows, kt, cols, kind), None
+    @staticmethod
+    def forward(q5, k, v, bias, tiles, scale, drop, mod=None, *mod_params):
+        if tiles.band is not None and not drop.active and mod is None:
+            out, _, (m, l) = flash_band.forward(q5, k, v, scale, tiles.band, SAFE_LOGIT)
         else:
-            raw = keys.product(qi, bufs[0], cols).mul_(LN2).detach().requires_grad_(True)  # [P8] natural units
-            with torch.enable_grad():
-                modded = _modify(keys.mod, raw, keys.G, rows, cols)
-            s, through = modded.detach() * LOG2E, (modded, raw)
-            if kind == PARTIAL:
-                _mask_scores(s, keys.tiles.tile(qt, kt, rows, cols), keys.G)
-        # -- 2. the tile's weights, recomputed from the saved shift (and normaliser) --
-        P = s.sub_(shift).exp2_()  # [P8]
-        if norm is not None:
-            P.div_(norm)  # exp(s - m) / l, divided as forward divided: a lone key's weight is exactly 1
-        # -- 3. dP = dO V^T, dropped where forward dropped --
-        dP = torch.matmul(doi, keys.v[:, :, cols].transpose(-2, -1), out=_view(bufs[1], P.shape))
-        keep = _keep(keys.drop, s, keys.G, rows, cols) if keys.drop.active else None
-        if keep is not None:
-            dP.mul_(keep)
-        yield cols, P, dP, keep, through
+            out, _, (m, l) = forward_tiles(q5, k, v, scale, tiles, drop, mod, keep_norm=True)
+        return out, m, l
 
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        q5, k, v, bias, tiles, scale, drop, mod, *mod_params = inputs
+        _, m, l = output
+        ctx.mark_non_differentiable(m, l)
+        ctx.save_for_backward(q5, k, v, bias, m, l)
+        ctx.cfg = (tiles, scale, drop, mod)
+        ctx.mod_params = tuple(mod_params)  # the modifier reads these itself; kept here for the chain rule
 
-def _through_mod(modded, raw, params, dS, dparams):
-    """Backpropagate dS (w.r.t. the modified scores) through the modifier: d raw scores, and add to d params."""
-    want = [t for t in params if t is not None]
-    grads = torch.autograd.grad(modded, [raw, *want], dS, allow_unused=True)
-    it = iter(grads[1:])
-    for i, t in enumerate(params):
-        if t is None:
-            continue
-        g = next(it)
-        if g is not None:
-            dparams[i] = g if dparams[i] is None else dparams[i] + g
-    return grads[0], dparams
+    @staticmethod
+    def backward(ctx, dout, _dm, _dl):
+        q5, k, v, bias, m, l = ctx.saved_tensors
+        wants = (bias is not None and ctx.needs_input_grad[3],
+                 *(ctx.needs_input_grad[8 + i] for i in range(len(ctx.mod_params))))
+        rest = (q5, k, v, bias, m, l, ctx.cfg, wants, *ctx.mod_params)
+        grads = vmap_loop.legacy(FlashBackward, dout, *rest) or FlashBackward.apply(dout, *rest)
+        return (*grads[:4], None, None, None, None, *grads[4:])
 
-
-def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, rows: slice, cols: slice) -> None:
-    """Add a tile's dS (N, H, r, c) to the gradient of a float mask, summed over its broadcast dims."""
-    dims = [d for d in range(4) if dbias.shape[d] == 1 and dS.shape[d] != 1]
-    g = dS.sum(dim=dims, keepdim=True) if dims else dS
-    _slice(dbias, rows, cols).add_(g)
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        no_batched_mod_params(in_dims[8:])
+        return vmap_loop.loop(Flash, info, in_dims, *args)
 
 
 # ---- the form -----------------------------------------------------------------------------------------------
@@ -528,4 +276,3 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     return a.unflatten(out5.reshape(a.N, a.H, a.L, a.Ev).to(a.q.dtype))
 
 
-from .flash_function import Flash  # noqa: E402 -- the autograd Functions build on the tile loops above

@@ -19,25 +19,20 @@ sizes only.
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import torch
 
-from . import Unsupported
 from ._check import check
 from .argcheck import is_int
 from .dtypes import HALF
+from .errors import Unsupported
+from .interpreter import interpreting
 from .online import LOG2E
 from .triton_masks import Plan, Rule, rule_of
 
 OTHER_FORMS = "flash, matrix, loops or sdpa"
 MAX_HEAD_DIM = 256
 INTERPRETER_MAX_WORK = 150_000  # N*H*L*S the CPU interpreter is given by verify (a few seconds a case)
-
-
-def interpreting() -> bool:
-    """True when Triton will run kernels in its CPU interpreter (TRITON_INTERPRET, read as Triton reads it)."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on")
 
 
 def max_work() -> int | None:

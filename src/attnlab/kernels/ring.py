@@ -56,7 +56,9 @@ from . import dropout, online, vmap_loop
 from ._check import check
 from .argcheck import positive_int
 from .dropout import NO_DROPOUT, Dropout
-from .flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, Tiles, Weights, backward_tiles, forward_tiles
+from .flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, forward_tiles
+from .flash_backward import Weights, backward_tiles
+from .flash_tiles import Tiles
 from .masks import causal
 from .ring_layout import LAYOUTS, check_layout, chunk_ids, pieces, positions, shard, unshard
 from .ring_stats import RingStats, pair_work

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .flash import Tiles
+from .flash_tiles import Tiles
 from .masks import EMPTY, tile_slices
 
 

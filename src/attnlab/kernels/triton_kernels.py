@@ -29,7 +29,7 @@ Papers: Dao, "FlashAttention-2" (2023); Triton's fused-attention tutorial (06-fu
 import triton
 import triton.language as tl
 
-from .flash_triton import interpreting
+from .interpreter import interpreting
 from .online import LOG2E
 from .triton_masks import BITS, FIELDS
 

@@ -31,23 +31,9 @@ from collections.abc import Callable
 import torch
 
 from attnlab import kernels
+from attnlab._extras import MissingExtra as MissingExtra  # the one install error, attnlab.hf.MissingExtra too
+from attnlab._extras import require
 from attnlab.kernels.mods import softcap as _softcap
-
-EXTRA = "pip install 'attnlab[hf]'"
-
-
-class MissingExtra(ImportError):
-    """transformers (or tokenizers) is not installed; the message says which extra to install."""
-
-
-def require(module: str = "transformers"):
-    """Import an optional dependency, or raise :class:`MissingExtra` naming the extra."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise MissingExtra(f"{module} is not installed ({e}); install it with {EXTRA}") from None
 
 
 def impl_name(form: str) -> str:

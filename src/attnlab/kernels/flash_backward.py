@@ -1,0 +1,204 @@
+"""The flash form's backward: FlashAttention-2 by recomputation, one query tile at a time.
+
+Each tile's weights are rebuilt from what the forward saved per row (:class:`Weights`: the flash
+form's own shift and normaliser, or ring attention's global log-sum-exp), never stored:
+
+    dV += P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dO * O)),   dQ += dS K,   dK += dS^T Q
+
+With a score modifier, dS is pulled back through it inside the tile (the chain rule under autograd),
+to the raw scores and to any tensor the modifier holds. :class:`FlashBackward` is this pass as an
+autograd Function of its own, so that it can itself be vmapped. The tags [P1] .. [P9] are the
+performance notes in :mod:`attnlab.kernels.flash`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import online, vmap_loop
+from .dropout import NO_DROPOUT, Dropout
+from .flash_tiles import Keys, Tiles, buffer_view, dropout_keep, mask_scores, mask_slice, modify
+from .masks import PARTIAL
+from .mods import Mod
+from .online import LN2, LOG2E
+
+
+@dataclass(frozen=True)
+class Weights:
+    """How backward rebuilds each row's weights, per row (N, Hkv, G, L):
+
+        P = exp(s - shift) / norm,   with dO and D multiplied by corr
+
+    (s, shift and hi in base-2 units, as forward's scores: P = exp2(s - shift) / norm [P8]).
+
+    :meth:`from_norm` (the flash form: this block's own forward): shift = m and norm = l, so P is
+    exactly what forward divided (a lone key's weight is e / e = 1, not exp(s - lse) = 1 +- ulp), and
+    D is summed from that very P and dP (``D=None``), so that dS = P * (dP - D) cancels where the true
+    gradient is zero. :meth:`from_lse` (ring attention: the global float64 lse and D): [P4]
+    exp(s - lse) = exp(s - hi) * exp(hi - lse), with hi = lse in the working dtype and
+    corr = exp(hi - lse) ~ 1.
+    """
+
+    shift: torch.Tensor
+    corr: torch.Tensor | None = None
+    norm: torch.Tensor | None = None
+    D: torch.Tensor | None = None  # rowsum(dO * O); None: summed as rowsum(P * dP) in a first pass
+
+    @classmethod
+    def from_norm(cls, m: torch.Tensor, l: torch.Tensor) -> Weights:
+        return cls(m, norm=l)
+
+    @classmethod
+    def from_lse(cls, lse: torch.Tensor, D: torch.Tensor | None, dtype: torch.dtype) -> Weights:
+        hi, corr = online.shift_of_lse(lse, dtype)  # [P4] [P8]; dead rows: P = exp2(s - inf) = 0
+        return cls(hi, corr, None, D)
+
+    def rows(self, rows: slice, dout: torch.Tensor):
+        """One query tile's (c * dO, shift, norm or None, c * D or None), rows as (N, Hkv, G*r, .)."""
+        N, Hkv, G = dout.shape[:3]
+        R = G * (rows.stop - rows.start)
+
+        def cut(t):
+            return None if t is None else t[:, :, :, rows].reshape(N, Hkv, R, 1)
+
+        c = cut(self.corr)
+        doi = dout[:, :, :, rows].reshape(N, Hkv, R, dout.shape[-1])
+        Di = cut(self.D)
+        if c is not None:
+            doi = doi * c
+            Di = None if Di is None else Di * c
+        return doi, cut(self.shift), cut(self.norm), Di
+
+
+def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: Dropout = NO_DROPOUT,
+                   mod: Mod | None = None, *, bias_shape=None, mod_params=()):
+    """FlashAttention-2 backward by recomputation. Returns dq5, dk, dv and (if ``bias_shape``) dbias.
+
+    ``weights`` says how each tile's weights are rebuilt (:class:`Weights`). With a score modifier
+    ``mod``, dS is pulled back through it tile by tile, and the gradients of the tensors in
+    ``mod_params`` are returned as a fifth item (a list). [P7] The outer loop is over query tiles.
+    """
+    N, Hkv, G, L, E = q5.shape
+    dq5, dk, dv = torch.zeros_like(q5), torch.zeros_like(k), torch.zeros_like(v)
+    dk3 = dk.view(N * Hkv, *dk.shape[2:])  # (N*Hkv, S, E): the same memory, for batched matmuls
+    dbias = q5.new_zeros(bias_shape) if bias_shape is not None else None
+    dparams = [None] * len(mod_params)
+    keys = Keys.of(k, v, tiles, drop, mod, G, scale)
+    n = N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, k.shape[2])
+    bufs = (q5.new_empty(n), q5.new_empty(n))  # [P3] scores and dP, reused: no allocation per tile
+    for qt, rows in tiles.query_tiles():
+        # -- 1. this query tile, and its rows' saved numbers --
+        qi = q5[:, :, :, rows].reshape(N, Hkv, G * (rows.stop - rows.start), E)
+        doi, shift, norm, Di = weights.rows(rows, dout)
+        # [P1] the scores by the same product as forward's: P is rebuilt bit for bit (tile forward)
+        walk = (qi, doi, shift, norm, keys, bufs, qt, rows)
+        # -- 2. D = rowsum(P * dP), from the same P and dP as below, so that dP - D cancels where it should --
+        if Di is None:
+            Di = q5.new_zeros(*qi.shape[:3], 1)
+            for _, P, dP, _, _ in _key_tiles(*walk):
+                Di.add_(P.mul_(dP).sum(dim=-1, keepdim=True))  # P is rebuilt in the next pass
+        # -- 3. each key tile: dV, dS, then dQ (this tile's own) and dK --
+        dqi = torch.zeros_like(qi)
+        for cols, P, dP, keep, through in _key_tiles(*walk):
+            dv[:, :, cols] += torch.matmul((P if keep is None else P * keep).transpose(-2, -1), doi)
+            dS = dP.sub_(Di).mul_(P)  # dS = P * (dP - D)
+            if dbias is not None:
+                _add_bias_grad(dbias, dS.view(N, Hkv * G, -1, dS.shape[-1]), rows, cols)
+            if through is not None:  # chain rule through the modifier: dS to the raw scores and its tensors
+                dS, dparams = _through_mod(*through, mod_params, dS, dparams)
+            dqi.add_(torch.matmul(dS, k[:, :, cols]))
+            R = qi.shape[2]
+            dk3[:, cols].baddbmm_(dS.view(N * Hkv, R, -1).transpose(1, 2), qi.reshape(N * Hkv, R, E),
+                                  alpha=scale)  # [P1] dk += scale * dS^T q
+        dq5[:, :, :, rows] = (dqi * scale).view(N, Hkv, G, rows.stop - rows.start, E)
+    if mod is not None:
+        return dq5, dk, dv, dbias, dparams
+    return dq5, dk, dv, dbias
+
+
+def _key_tiles(qi, doi, shift, norm, keys: Keys, bufs, qt: int, rows: slice):
+    """Each computed key tile of one query tile: (cols, P, dP, keep, through), weights rebuilt, dP = c dO V^T.
+
+    ``qi`` (N, Hkv, G*r, E) is the query tile (its scores: :meth:`Keys.product`); ``shift`` / ``norm``
+    (N, Hkv, G*r, 1) rebuild P (:class:`Weights`). P and dP live in the two reused buffers ``bufs``: use
+    them before the next.
+    With a score modifier, ``through`` is (modified scores, raw scores) with the graph between them,
+    for the chain rule; else None.
+    """
+    for kt, cols, kind in keys.tiles.key_tiles(qt, rows):
+        # -- 1. scores, through the modifier under autograd when there is one --
+        if keys.mod is None:
+            s, through = keys.scores(qi, bufs[0], qt, rows, kt, cols, kind), None
+        else:
+            raw = keys.product(qi, bufs[0], cols).mul_(LN2).detach().requires_grad_(True)  # [P8] natural units
+            with torch.enable_grad():
+                modded = modify(keys.mod, raw, keys.G, rows, cols)
+            s, through = modded.detach() * LOG2E, (modded, raw)
+            if kind == PARTIAL:
+                mask_scores(s, keys.tiles.tile(qt, kt, rows, cols), keys.G)
+        # -- 2. the tile's weights, recomputed from the saved shift (and normaliser) --
+        P = s.sub_(shift).exp2_()  # [P8]
+        if norm is not None:
+            P.div_(norm)  # exp(s - m) / l, divided as forward divided: a lone key's weight is exactly 1
+        # -- 3. dP = dO V^T, dropped where forward dropped --
+        dP = torch.matmul(doi, keys.v[:, :, cols].transpose(-2, -1), out=buffer_view(bufs[1], P.shape))
+        keep = dropout_keep(keys.drop, s, keys.G, rows, cols) if keys.drop.active else None
+        if keep is not None:
+            dP.mul_(keep)
+        yield cols, P, dP, keep, through
+
+
+def _through_mod(modded, raw, params, dS, dparams):
+    """Backpropagate dS (w.r.t. the modified scores) through the modifier: d raw scores, and add to d params."""
+    want = [t for t in params if t is not None]
+    grads = torch.autograd.grad(modded, [raw, *want], dS, allow_unused=True)
+    it = iter(grads[1:])
+    for i, t in enumerate(params):
+        if t is None:
+            continue
+        g = next(it)
+        if g is not None:
+            dparams[i] = g if dparams[i] is None else dparams[i] + g
+    return grads[0], dparams
+
+
+def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, rows: slice, cols: slice) -> None:
+    """Add a tile's dS (N, H, r, c) to the gradient of a float mask, summed over its broadcast dims."""
+    dims = [d for d in range(4) if dbias.shape[d] == 1 and dS.shape[d] != 1]
+    g = dS.sum(dim=dims, keepdim=True) if dims else dS
+    mask_slice(dbias, rows, cols).add_(g)
+
+
+class FlashBackward(torch.autograd.Function):
+    """(dout, q5, k, v, bias, m, l, cfg, wants, *mod_params) -> (dq5, dk, dv, dbias or None, *dparams)."""
+
+    @staticmethod
+    def forward(dout, q5, k, v, bias, m, l, cfg, wants, *mod_params):
+        tiles, scale, drop, mod = cfg
+        want = [t if w else None for t, w in zip(mod_params, wants[1:], strict=True)]
+        grads = backward_tiles(q5, k, v, dout.contiguous(), scale, tiles, Weights.from_norm(m, l), drop, mod,
+                               bias_shape=bias.shape if wants[0] else None, mod_params=want)
+        return (*grads[:4], *(grads[4] if mod is not None else ()))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("the flash form's backward pass is not differentiable (no double backward, "
+                           "e.g. create_graph=True then a second grad); the matrix form's is")
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        no_batched_mod_params(in_dims[9:])
+        return vmap_loop.loop(FlashBackward, info, in_dims, *args)
+
+
+def no_batched_mod_params(dims) -> None:
+    """Refuse a vmap over a score modifier's own tensors (it reads them itself, unbatched)."""
+    if any(d is not None for d in dims):
+        raise RuntimeError("vmap over the tensors a score modifier holds is not supported: the modifier reads its "
+                           "own copies; vmap over q, k, v (and a float mask) instead")
