@@ -43,15 +43,11 @@ def json_folder(path: str | None) -> None:
 
 
 def save_json(result, path: str | None, indent: str = "") -> None:
-    """Write ``result`` to ``--json PATH`` (if given) and say so."""
+    """Write ``result`` to ``--json PATH`` (if given) and say so; a write that fails is
+    :class:`attnlab.lab.files.CannotWrite`, one line from the command."""
     from attnlab.lab.results import write_json
     from attnlab.report.terminal import console
 
-    from . import UsageError
-
     if path:
-        try:
-            write_json(result, Path(path))
-        except OSError as e:
-            raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+        write_json(result, Path(path))
         console.print(f"{indent}wrote {path}")

@@ -81,10 +81,9 @@ def run(args) -> int:
     seconds = time.perf_counter() - start
 
     report.show(result, console)
-    files = [write_json(result, out / "bench.json"), report.write_csv(result, out / "bench.csv"),
-             report.figure(result, out / "bench.png")]
-    for f in files:
-        console.print(f"wrote {f}")
+    for write in (lambda: write_json(result, out / "bench.json"), lambda: report.write_csv(result, out / "bench.csv"),
+                  lambda: report.figure(result, out / "bench.png")):
+        console.print(f"wrote {write()}")  # each said as soon as it is whole: a full disk stops at the next
     if result.interrupted:
         console.print(f"[yellow]interrupted after {seconds:.0f} s: the files hold what was measured[/]")
         return 130

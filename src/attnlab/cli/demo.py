@@ -31,9 +31,7 @@ def run(args) -> int:
     at = r.peak_at(256)
     console.print(f"  d = 256: mean peak attention weight {at['none']:.2f} unscaled vs {at['sqrt']:.2f} scaled "
                   f"by 1/sqrt(d) ({at['inv']:.3f} with 1/d; uniform is {1 / r.scale_T:.3f})")
-    files = [plots.attention_map(r.map_weights, out / "attention_map.png"),
-             plots.scale_demo(r, out / "scale_demo.png"),
-             write_json(r, out / "demo.json")]
-    for f in files:
-        console.print(f"  wrote {f}")
+    for write in (lambda: plots.attention_map(r.map_weights, out / "attention_map.png"),
+                  lambda: plots.scale_demo(r, out / "scale_demo.png"), lambda: write_json(r, out / "demo.json")):
+        console.print(f"  wrote {write()}")  # each said as soon as it is whole: a full disk stops at the next
     return 0 if all(c.ok for c in r.checks) else 1

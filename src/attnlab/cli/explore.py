@@ -38,6 +38,6 @@ def run(args) -> int:
         e = explore.get(name)
         r = e.run(seed=args.seed)
         console.print(f"[bold]{name}[/]: {e.finding(r)}")
-        for f in (figure(name, r, out / f"explore-{name}.png"), write_json(r, out / f"explore-{name}.json")):
-            console.print(f"  wrote {f}")
+        console.print(f"  wrote {figure(name, r, out / f'explore-{name}.png')}")  # each as soon as it is whole
+        console.print(f"  wrote {write_json(r, out / f'explore-{name}.json')}")
     return 0

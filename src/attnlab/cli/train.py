@@ -101,6 +101,8 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
         errors = {o.error for o in e.outcomes}
         if len(errors) == 1 and None not in errors:  # every rank refused the same thing (a checkpoint that differs)
             raise UsageError(errors.pop().removeprefix("UsageError: ").rsplit(" (at ", 1)[0]) from None
+        if e.first.error.startswith("CannotWrite: "):  # rank 0 could not write a checkpoint (a full disk)
+            raise UsageError(e.first.error.removeprefix("CannotWrite: ").rsplit(" (at ", 1)[0]) from None
         raise UsageError(f"training across {world} processes failed: {e}") from None
 
 
@@ -208,8 +210,7 @@ def _write(result, out: Path, kind: str, first: str) -> None:
     from attnlab.report.terminal import console
 
     stem = "train" if kind == "scale" else "tie_kv"
-    files = [report.figure(result, out / f"{stem}.png"), write_json(result, out / f"{stem}.json")]
-    for f in files:
-        console.print(f"  wrote {f}")
+    console.print(f"  wrote {report.figure(result, out / f'{stem}.png')}")  # each said as soon as it is whole
+    console.print(f"  wrote {write_json(result, out / f'{stem}.json')}")
     first_path = checkpoint.path_of(out, kind, first)
     console.print(f"  checkpoints in {first_path.parent} (try: attnlab sample --ckpt {first_path})")

@@ -12,7 +12,6 @@ a checkpoint behind.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -37,12 +36,10 @@ def resume_points(out: str | Path, kind: str, variants: list[str]) -> dict[str, 
 
 
 def save(path: str | Path, state: dict) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save({"format": FORMAT, **state}, tmp)
-    os.replace(tmp, path)
-    return path
+    """Write a checkpoint whole or not at all (:func:`attnlab.lab.files.write_file`)."""
+    from .files import write_file
+
+    return write_file(path, lambda f: torch.save({"format": FORMAT, **state}, f))
 
 
 def load(path: str | Path) -> dict:
