@@ -28,7 +28,9 @@ Grouped-query attention reads each key/value head once for all the query heads t
 A score modifier (:mod:`attnlab.mods`) is applied to each tile's scores before the mask. The
 backward pass applies the chain rule inside the tile: it recomputes the tile's raw scores, runs
 the modifier under autograd, and pulls dS back through it to the raw scores and to any tensor the
-modifier holds (a bias table, ALiBi slopes) -- one tile at a time, never L x S.
+modifier holds (a bias table, ALiBi slopes; listed in its ``params`` or not: :func:`attnlab.mods.unlisted`
+finds the others) -- one tile at a time, never L x S. A modifier that hides every key of a row
+(-inf) leaves it all zeros, as a mask does; one that changes its input in place gets a copy there.
 
 Shapes. The query heads of a group are extra rows: q5 (N, Hkv, G, L, E) is read one query tile
 of r rows at a time as ``qi`` (N, Hkv, G*r, E). In the forward loop the running numbers of those
@@ -95,7 +97,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import dropout, flash_band
+from . import dropout, flash_band, mods
 from ._check import check, check_score_mod, empty_output
 from .argcheck import positive_int
 from .dropout import NO_DROPOUT, Dropout
@@ -130,6 +132,7 @@ class Tiles:
         self.bm = mask_fn.block_map(N, H, L, S, block_q, block_k, device) if mask_fn is not None else None
         self._kinds = self.bm.kind.tolist() if self.bm is not None else None  # [P6] Python ints per tile
         self.band = None  # a flash_band.Plan, when the forward may run as bands instead of tiles
+        self.mod_in_place = False  # the score modifier changed its input in place in the forward
         self._additive: dict = {}  # [P9] bool tiles as additive ones, for scores known finite
 
     def query_tiles(self) -> Iterator[tuple[int, slice]]:
@@ -231,7 +234,12 @@ class _Keys:
         ``finite``: the scores are known finite (the bounded path), so a bool mask may be added as 0 / -inf."""
         s = torch.matmul(qi, self.kT[..., cols], out=_view(buf, (*qi.shape[:3], cols.stop - cols.start)))  # [P3]
         if self.mod is not None:  # [P8] the modifier sees natural units
-            s = _modify(self.mod, s.mul_(LN2), self.G, rows, cols).mul_(LOG2E)
+            raw = s.mul_(LN2)
+            version = raw._version
+            s = _modify(self.mod, raw, self.G, rows, cols)
+            if raw._version != version:  # it changed its input in place (s.mul_): backward gives it a copy
+                self.tiles.mod_in_place = True
+            s = s.mul_(LOG2E)
         if kind == PARTIAL:
             tile = self.tiles.tile(qt, kt, rows, cols)
             if finite and tile.dtype == torch.bool:  # [P9] one add of a cached 0 / -inf tile
@@ -305,7 +313,7 @@ def _online_row_block(qi, keys: _Keys, buf, qt: int, rows: slice):
     for cols, kind, s, s3 in keys.walk(qi, buf, qt, rows):  # -- 1. scores for each key tile (modified, masked) --
         # -- 2. the new running max, and the weights exp(score - m_new) in place --
         m_new = torch.maximum(m, s3.amax(dim=-1))
-        if kind == PARTIAL:  # a row may have seen nothing yet: keep exp(-inf - -inf) from making NaN
+        if kind == PARTIAL or keys.mod:  # a row may have seen nothing yet: keep exp(-inf - -inf) from making NaN
             m_new = torch.where(torch.isneginf(m_new), 0.0, m_new)
         s3.sub_(m_new.unsqueeze(-1)).exp2_()
         # -- 3. rescale what was gathered against the old max --
@@ -462,8 +470,8 @@ def _key_tiles(qi, doi, shift, norm, keys: _Keys, bufs, qt: int, rows: slice):
         else:
             raw = torch.matmul(qi, keys.kT[..., cols], out=_view(bufs[0], (*qi.shape[:3], cols.stop - cols.start)))
             raw = raw.mul_(LN2).detach().requires_grad_(True)  # [P8] the modifier sees natural units
-            with torch.enable_grad():
-                modded = _modify(keys.mod, raw, keys.G, rows, cols)
+            with torch.enable_grad():  # a modifier that works in place gets a copy: raw is a leaf of the graph
+                modded = _modify(keys.mod, raw.clone() if keys.tiles.mod_in_place else raw, keys.G, rows, cols)
             s, through = modded.detach() * LOG2E, (modded, raw)
             if kind == PARTIAL:
                 _mask_scores(s, keys.tiles.tile(qt, kt, rows, cols), keys.G)
@@ -557,6 +565,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         if band is not None and band.scores <= flash_band.SHARE_OF_TILES * tiles.scores():
             tiles.band = band  # documents aligned to the tiles: the tile walk has no waste to save
     drop = Dropout(dropout.draw_seed(), a.dropout_p) if a.dropout_p > 0 else NO_DROPOUT
-    params = mod.params if mod is not None else ()
+    # the modifier's tensors: those it lists, and any it reads that need gradients without listing them
+    params = (*mod.params, *mods.unlisted(mod, a.N, a.H, work, a.q.device)) if mod is not None else ()
     out5 = _Flash.apply(q5, k, v, bias, tiles, a.scale, drop, mod, *params)  # (N, Hkv, G, L, Ev)
     return a.unflatten(out5.reshape(a.N, a.H, a.L, a.Ev).to(a.q.dtype))
