@@ -69,6 +69,8 @@ def run(args) -> int:
     from attnlab.report import bench as report
     from attnlab.report.terminal import console, progress
 
+    from . import UsageError
+
     cfg = _config(args)
     out = output_folder(args.out)  # a folder that cannot take files is a usage error now, not after the run
 
@@ -81,6 +83,10 @@ def run(args) -> int:
     seconds = time.perf_counter() - start
 
     report.show(result, console)
+    if not result.interrupted and all(r.skipped is not None for r in result.results):
+        first = result.results[0]
+        raise UsageError(f"nothing was measured: every case was skipped (the table says why; {first.impl} at "
+                         f"T={first.seq}: {first.skipped}), so no files were written")
     for write in (lambda: write_json(result, out / "bench.json"), lambda: report.write_csv(result, out / "bench.csv"),
                   lambda: report.figure(result, out / "bench.png")):
         console.print(f"wrote {write()}")  # each said as soon as it is whole: a full disk stops at the next

@@ -102,6 +102,14 @@ class BenchConfig:
         for name in self.impls or ():
             if name not in known:
                 raise ValueError(f"unknown impl {name!r}; known forms: {', '.join(known)}")
+        for name in self.impls or ():  # a form asked for by name that could only be skipped: say so now
+            why = flex.unavailable() if name == flex.NAME else kernels.get(name).why_not(dev)
+            if why is not None:
+                raise ValueError(f"impl {name!r} cannot run on {self.device} here: {why}")
+            if self.mod and name != flex.NAME and not kernels.get(name).score_mod:
+                able = [n for n in known if n == flex.NAME or kernels.get(n).score_mod]
+                raise ValueError(f"impl {name!r} takes no score modifier (mod {self.mod!r}); forms that do: "
+                                 f"{', '.join(able)}")
 
     @property
     def half_flops(self) -> bool:
