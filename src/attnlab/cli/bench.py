@@ -6,7 +6,7 @@ import re
 import time
 
 from ._args import seed
-from ._folder import add_out, output_folder
+from ._folder import add_force, add_out, keep_other_run, output_folder
 
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
@@ -47,6 +47,7 @@ def add_parser(sub):
                         "where one product would take over a quarter of a second, as half precision often does)")
     add_out(p)
     p.add_argument("--seed", type=seed, help="random seed, 0 to 2**32 - 1 (default: 0)")
+    add_force(p)
     p.set_defaults(run=run)
 
 
@@ -65,7 +66,7 @@ def run(args) -> int:
     from rich.markup import escape
 
     from attnlab.lab import bench
-    from attnlab.lab.results import write_json
+    from attnlab.lab.results import to_dict, write_json
     from attnlab.report import bench as report
     from attnlab.report.terminal import console, progress
 
@@ -73,6 +74,7 @@ def run(args) -> int:
 
     cfg = _config(args)
     out = output_folder(args.out)  # a folder that cannot take files is a usage error now, not after the run
+    keep_other_run(out / "bench.json", to_dict(bench.resolved(cfg)), lambda d: d["config"], "a benchmark", args.force)
 
     names = cfg.impls or tuple(bench.known_impls())
     note = " (each new flex shape is compiled first; that is not timed)" if "flex" in names else ""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._args import seed
-from ._folder import add_out, output_folder
+from ._folder import add_force, add_out, keep_other_run, output_folder
 
 
 def add_parser(sub):
@@ -12,6 +12,7 @@ def add_parser(sub):
                                    "forms, a causal attention map, and softmax saturation against head width.")
     add_out(p)
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
+    add_force(p)
     p.set_defaults(run=run)
 
 
@@ -22,6 +23,7 @@ def run(args) -> int:
     from attnlab.report.terminal import console
 
     out = output_folder(args.out)  # a folder that cannot take files is a usage error now, not after the run
+    keep_other_run(out / "demo.json", {"seed": args.seed}, lambda d: d, "the demo", args.force)
     r = demo.run(seed=args.seed)
     console.print(f"[bold]One head, T={r.T} tokens, d={r.d}, float32 (seed {r.seed})[/]")
     for c in r.checks:

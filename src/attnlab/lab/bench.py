@@ -207,14 +207,18 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def resolved(cfg: BenchConfig) -> BenchConfig:
+    """``cfg`` as a sweep runs it, and bench.json holds it: each length once, in order; every form when none named."""
+    return replace(cfg, seq=tuple(sorted(set(cfg.seq))), impls=tuple(cfg.impls or known_impls()))
+
+
 def sweep(config: BenchConfig | None = None, progress: Callable[[str], None] | None = None,
           say: Callable[[str], None] | None = None) -> BenchResult:
     """Measure every (form, length) of ``config``; Ctrl-C returns what was measured so far.
 
     ``progress("matrix T=512")`` is called as each case starts.
     """
-    cfg = config or BenchConfig()
-    cfg = replace(cfg, seq=tuple(sorted(set(cfg.seq))), impls=tuple(cfg.impls or known_impls()))
+    cfg = resolved(config or BenchConfig())
     old_threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
