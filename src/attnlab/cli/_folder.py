@@ -37,6 +37,9 @@ def json_folder(path: str | None) -> None:
     from . import UsageError
 
     if path:
+        if Path(path).is_dir():
+            raise UsageError(f"--json {path} is a folder; give the name of a file to write, such as "
+                             f"{Path(path) / 'result.json'}")
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
