@@ -117,7 +117,9 @@ def _config(args):
              "matmul_n": args.matmul_size}
     try:
         given["memory_limit_bytes"] = parse_size(args.max_memory) if args.max_memory else None
-        return bench.BenchConfig(causal=args.causal, backward=args.backward,
-                                 **{k: v for k, v in given.items() if v is not None})
+        cfg = bench.BenchConfig(causal=args.causal, backward=args.backward,
+                                **{k: v for k, v in given.items() if v is not None})
+        bench.check_named(cfg)
+        return cfg
     except ValueError as e:
         raise UsageError(str(e)) from None

@@ -102,14 +102,7 @@ class BenchConfig:
         for name in self.impls or ():
             if name not in known:
                 raise ValueError(f"unknown impl {name!r}; known forms: {', '.join(known)}")
-        for name in self.impls or ():  # a form asked for by name that could only be skipped: say so now
-            why = flex.unavailable() if name == flex.NAME else kernels.get(name).why_not(dev)
-            if why is not None:
-                raise ValueError(f"impl {name!r} cannot run on {self.device} here: {why}")
-            if self.mod and name != flex.NAME and not kernels.get(name).score_mod:
-                able = [n for n in known if n == flex.NAME or kernels.get(n).score_mod]
-                raise ValueError(f"impl {name!r} takes no score modifier (mod {self.mod!r}); forms that do: "
-                                 f"{', '.join(able)}")
+
 
     @property
     def half_flops(self) -> bool:
@@ -207,6 +200,19 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def check_named(cfg: BenchConfig) -> None:
+    """ValueError when a form ``cfg`` names could only be skipped: it cannot run on the device, or takes no score
+    modifier under ``mod``. (Left to the default, every form is swept, and those are skipped rows saying why.)"""
+    for name in cfg.impls or ():
+        why = flex.unavailable() if name == flex.NAME else kernels.get(name).why_not(cfg.device)
+        if why is not None:
+            raise ValueError(f"impl {name!r} cannot run on {cfg.device} here: {why}")
+        if cfg.mod and name != flex.NAME and not kernels.get(name).score_mod:
+            able = [n for n in known_impls() if n == flex.NAME or kernels.get(n).score_mod]
+            raise ValueError(f"impl {name!r} takes no score modifier (mod {cfg.mod!r}); forms that do: "
+                             f"{', '.join(able)}")
+
+
 def resolved(cfg: BenchConfig) -> BenchConfig:
     """``cfg`` as a sweep runs it, and bench.json holds it: each length once, in order; every form when none named."""
     return replace(cfg, seq=tuple(sorted(set(cfg.seq))), impls=tuple(cfg.impls or known_impls()))
@@ -218,7 +224,9 @@ def sweep(config: BenchConfig | None = None, progress: Callable[[str], None] | N
 
     ``progress("matrix T=512")`` is called as each case starts.
     """
-    cfg = resolved(config or BenchConfig())
+    cfg = config or BenchConfig()
+    check_named(cfg)
+    cfg = resolved(cfg)
     old_threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

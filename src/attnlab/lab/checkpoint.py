@@ -20,6 +20,8 @@ import torch
 from attnlab.kernels.argcheck import is_int
 
 FORMAT = "attnlab-train-1"
+MODEL_FIELDS = ("model_config", "model", "chars", "step")  # what a model is built from (sample, lesson)
+RESUME_FIELDS = (*MODEL_FIELDS, "train_config", "optimizer", "data_rng", "torch_rng", "log")  # what a resume needs
 
 
 def path_of(out: str | Path, kind: str, variant: str) -> Path:
@@ -35,7 +37,7 @@ def resume_points(out: str | Path, kind: str, variants: list[str]) -> dict[str, 
     if not any(p.is_file() for p in paths.values()):
         raise ValueError(f"--resume: no checkpoint in {folder} (looked for {', '.join(p.name for p in paths.values())})"
                          "; train without --resume first, or pass the --out of the run to continue")
-    return {name: (p, load(p)["step"] if p.is_file() else None) for name, p in paths.items()}
+    return {name: (p, load(p, need=RESUME_FIELDS)["step"] if p.is_file() else None) for name, p in paths.items()}
 
 
 def save(path: str | Path, state: dict) -> Path:
@@ -43,10 +45,6 @@ def save(path: str | Path, state: dict) -> Path:
     from .files import write_file
 
     return write_file(path, lambda f: torch.save({"format": FORMAT, **state}, f))
-
-
-MODEL_FIELDS = ("model_config", "model", "chars", "step")  # what a model is built from (sample, lesson)
-RESUME_FIELDS = (*MODEL_FIELDS, "train_config", "optimizer", "data_rng", "torch_rng", "log")  # what a resume needs
 
 
 def load(path: str | Path, need: tuple[str, ...] = ()) -> dict:
