@@ -34,9 +34,9 @@ def test_demo_writes_figures_and_json(run_cli, tmp_path, round_trip):
 def test_verify_passes_for_a_registered_form(run_cli, tmp_path, round_trip):
     r = run_cli("verify", "--impl", "matrix", "--dtype", "float32", "--quick", "--json", "v.json")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "ALL PASS" in r.stdout and "33 passed, 0 failed" in r.stdout
+    assert "ALL PASS" in r.stdout and "34 passed, 0 failed" in r.stdout
     j = json.loads((tmp_path / "v.json").read_text())
-    assert len(j["rows"]) == 33 and j["rows"][0]["comparisons"][0]["quantity"] == "out"
+    assert len(j["rows"]) == 34 and j["rows"][0]["comparisons"][0]["quantity"] == "out"
     assert round_trip(j, VerifyResult).passed
 
 

@@ -53,7 +53,7 @@ def test_form_passes_quick_grid_in_every_dtype(form, round_trip):
         w = row.worst
         print(f"{row.case} [{row.dtype}] {row.status} {w.quantity} err={w.err:.2e} torch={w.torch_err:.2e}")
     assert r.passed, [(x.case, x.dtype, x.worst) for x in r.rows if x.status != "pass"]
-    assert len(r.rows) == len(cases) == 33 * 3 + 1  # + learnable ALiBi slopes, float64 only
+    assert len(r.rows) == len(cases) == 34 * 3 + 1  # + learnable ALiBi slopes, float64 only
     assert {row.case for row in r.rows} >= {f"mask fn: {n}" for n in verify.MASK_FAMILIES}
     round_trip(r)
 

@@ -52,6 +52,15 @@ def _alibi_softcap(H, g, dt):
     return [], lambda ts: mods.compose(mods.alibi(H), mods.softcap(CAP))
 
 
+def hide_rows(score, b, h, q_idx, kv_idx):
+    """Every key of every fifth query (2, 7, 12, ...) hidden: a modifier used as a mask, rows left with no key."""
+    return torch.where(q_idx % 5 == 2, float("-inf"), score)
+
+
+def _hide_rows(H, g, dt):
+    return [], lambda ts: mods.Mod.from_fn(hide_rows, "hide rows")
+
+
 ADDITIVE = {"alibi", "alibi slopes", "relative_bias"}  # score + bias: SDPA can take the bias as a float mask
 
 MOD_FAMILIES: dict[str, Callable] = {
@@ -60,6 +69,7 @@ MOD_FAMILIES: dict[str, Callable] = {
     "alibi slopes": _alibi_slopes,
     "relative_bias": _relative_bias,
     "alibi then softcap": _alibi_softcap,
+    "hide rows": _hide_rows,  # rows with no visible key: zeros and zero gradients, as a mask's (FlexAttention's rule)
 }
 PARAM_NAMES = {"alibi slopes": ["dslopes"], "relative_bias": ["dtable"]}
 # The gradient of ALiBi slopes is a sum over every (query, key) pair of dS * (kv_idx - q_idx), whose
@@ -111,7 +121,9 @@ def eager(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         else:
             scores = scores + attn_mask
-    return torch.softmax(scores, dim=-1) @ value
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # no visible key: zeros, as SDPA gives for masked rows
+    weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+    return weights @ value
 
 
 def sdpa_bias(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
