@@ -74,6 +74,8 @@ CASES = [
     ("train --steps 300 --out {ran}", 2, f"attnlab train: {E} {{ran}}/train.json holds a training run with other "
                                          "settings (steps: 150 -> 300); add --resume to train on from where it "
                                          "stopped, add --force"),
+    ("train --preset tiny --scale sqrt --out {interrupted}", 2, f"attnlab train: {E} "
+     "{interrupted}/checkpoints/scale-sqrt.pt holds a checkpoint with other settings (steps: 150 -> 30"),
     (f"{BENCH} --out {{ran}}", 2, f"attnlab bench: {E} {{ran}}/bench.json holds a benchmark with other settings "
                                   "(seq: [128, 512, 2048] -> [16]"),
     # train --resume from a checkpoint that is not whole
@@ -163,8 +165,10 @@ def files(tmp_path_factory):
     for name in ("resume_marker", "lesson_bad"):  # an output folder whose checkpoint is only a format marker
         (root / name / "checkpoints").mkdir(parents=True)
         (root / name / "checkpoints" / "scale-sqrt.pt").write_bytes(made["marker"].read_bytes())
+    interrupted = root / "interrupted"  # a default run stopped before it wrote train.json: checkpoints only
+    checkpoint.save(checkpoint.path_of(interrupted, "scale", "sqrt"), {"train_config": asdict(PRESETS["default"])})
     return Files(root, folder=root / "folder", ran=_ran(root), resume_marker=root / "resume_marker",
-                 lesson_bad=root / "lesson_bad", **made)
+                 lesson_bad=root / "lesson_bad", interrupted=interrupted, **made)
 
 
 def _id(case) -> str:
@@ -226,3 +230,16 @@ def test_a_real_full_disk(tmp_path):
             assert f.suffix != ".png" or f.read_bytes().endswith(b"IEND\xaeB`\x82")
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+@pytest.mark.slow
+def test_force_replaces_a_run_with_other_settings(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "demo.json").write_text(json.dumps({"seed": 0}))
+    assert main(["demo", "--seed", "3", "--out", str(out)]) == 2
+    assert json.loads((out / "demo.json").read_text()) == {"seed": 0}  # refused: nothing replaced
+    assert main(["demo", "--seed", "3", "--force", "--out", str(out)]) == 0
+    assert json.loads((out / "demo.json").read_text())["seed"] == 3
+    assert main(["demo", "--seed", "3", "--out", str(out)]) == 0  # the same settings again: a rerun, not a refusal
+    assert capsys.readouterr().err.count("error") == 1

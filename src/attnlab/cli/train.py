@@ -102,7 +102,7 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
         errors = {o.error for o in e.outcomes}
         if len(errors) == 1 and None not in errors:  # every rank refused the same thing (a checkpoint that differs)
             raise UsageError(errors.pop().removeprefix("UsageError: ").rsplit(" (at ", 1)[0]) from None
-        if e.first.error.startswith("CannotWrite: "):  # rank 0 could not write a checkpoint (a full disk)
+        if (e.first.error or "").startswith("CannotWrite: "):  # rank 0 could not write a checkpoint (a full disk)
             raise UsageError(e.first.error.removeprefix("CannotWrite: ").rsplit(" (at ", 1)[0]) from None
         raise UsageError(f"training across {world} processes failed: {e}") from None
 
