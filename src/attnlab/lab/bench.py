@@ -202,7 +202,8 @@ def fmt_bytes(n: float) -> str:
 
 def check_named(cfg: BenchConfig) -> None:
     """ValueError when a form ``cfg`` names could only be skipped: it cannot run on the device, or takes no score
-    modifier under ``mod``. (Left to the default, every form is swept, and those are skipped rows saying why.)"""
+    modifier under ``mod``. The command line asks this before a sweep, so that such a form is one line, not a run
+    that measures nothing; :func:`sweep` itself records those forms as skipped rows that say why."""
     for name in cfg.impls or ():
         why = flex.unavailable() if name == flex.NAME else kernels.get(name).why_not(cfg.device)
         if why is not None:
@@ -224,9 +225,7 @@ def sweep(config: BenchConfig | None = None, progress: Callable[[str], None] | N
 
     ``progress("matrix T=512")`` is called as each case starts.
     """
-    cfg = config or BenchConfig()
-    check_named(cfg)
-    cfg = resolved(cfg)
+    cfg = resolved(config or BenchConfig())
     old_threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
