@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from .argcheck import nonneg_int, positive_int, takes
+from .mask_mod import PerIndex
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 NO_LIMIT = 2**62  # past every position a tensor can index: a longer window or prefix is the same mask
@@ -87,13 +88,17 @@ class Mask:
 
     @classmethod
     def from_mod(cls, mask_mod: Callable, name: str | None = None) -> Mask:
-        """Wrap a FlexAttention-style ``mask_mod(b, h, q_idx, kv_idx) -> bool``."""
+        """Wrap a FlexAttention-style ``mask_mod(b, h, q_idx, kv_idx) -> bool``.
+
+        Written for one position at a time, as for FlexAttention (indexing tensors with ``q_idx``), or
+        for broadcast index tensors: :class:`attnlab.kernels.mask_mod.PerIndex` tells them apart once.
+        """
         if not callable(mask_mod):
             raise TypeError(f"mask_mod must be a function mask_mod(b, h, q_idx, kv_idx) -> bool tensor, got "
                             f"{type(mask_mod).__name__} {mask_mod!r}")
         name = name or getattr(mask_mod, "__name__", "custom")
         takes(mask_mod, 4, f"mask_mod {name}", "(b, h, q_idx, kv_idx) -> bool tensor")
-        return cls(lambda b, h, i, j, L, S: mask_mod(b, h, i, j), name)
+        return cls(PerIndex(mask_mod), name)
 
     def check_sizes(self, N: int, H: int, L: int, S: int) -> None:
         """Raise ValueError if the mask cannot describe an (N, H, L, S) problem."""
