@@ -78,7 +78,7 @@ class Case:
             "noncontig": self.layout is not None, "dead-rows": self.mask == "dead-rows" or (
                 self.mask in LOWER_RIGHT and self.L > S),
             "bool-mask": self.mask in BOOL_MASKS, "float-mask": self.mask in ("float", "float-heads"),
-            "broadcast-mask": self.mask in ("broadcast", "padding", "float-heads"),
+            "broadcast-mask": self.mask in ("broadcast", "padding", "float-heads", *CAUSAL_BIAS),  # (L, S) for others
             "mask-fn": self.mask in MASK_FAMILIES, "grad-mask": self.grad_mask, "Ev!=E": (self.Ev or self.E) != self.E,
             "batch-dims": len(self.batch) != 1, "L=1": self.L == 1, "L!=S": self.L != S,
         }
