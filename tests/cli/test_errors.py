@@ -91,6 +91,8 @@ CASES = [
                  "No space left on device", marks=pytest.mark.slow),
     pytest.param(f"{BENCH} --out {{full}}", 2, f"attnlab bench: {E} cannot write {{full}}/bench.json: No space left "
                  "on device", marks=pytest.mark.slow),
+    pytest.param("lesson --quick --out {full}", 2, f"attnlab lesson: {E} cannot write {{full}}/lesson.html: No "
+                 "space left on device", marks=pytest.mark.slow),
     pytest.param(f"{TINY} --out {{full}}", 2, f"attnlab train: {E} cannot write {{full}}/checkpoints/scale-sqrt.pt: "
                  "No space left on device", marks=pytest.mark.slow),
     pytest.param(f"{BENCH} --max-memory 1", 2, f"attnlab bench: {E} nothing was measured: every case was skipped",
