@@ -4,8 +4,9 @@ Each case is (command, exit code, the first words on stderr). Every case runs in
 ``attnlab.cli.main`` and must end with that code, its stderr must start with those words and, for an
 error, be that one line; a traceback anywhere fails it. Names in braces are files made once for the
 table (``{full}`` is a new folder each time, whose every output file lies on a full device: each
-``NAME.tmp`` is a link to /dev/full, so the write fails with the kernel's own ENOSPC). A new case is
-one more line.
+``NAME.tmp`` is a link to /dev/full, so the write fails with the kernel's own ENOSPC); the modules of
+functions given as ``--impl module:function`` lie in ``{code}``, on the path of the child process that
+verify runs them in. A new case is one more line.
 """
 
 import json
@@ -54,6 +55,21 @@ CASES = [
     pytest.param("sample --ckpt {good} --impl triton", 2, f"attnlab sample: {E} --impl triton cannot run on cpu here",
                  marks=pytest.mark.skipif(not TRITON, reason="Triton's interpreter is on in this process")),
     # bench: a form named that could only be skipped, a mask that cannot be built
+    pytest.param("train --impl triton --preset tiny --out {folder}", 2, f"attnlab train: {E} --impl triton cannot "
+                 "run on cpu here", marks=pytest.mark.skipif(not TRITON, reason="Triton's interpreter is on")),
+    pytest.param("verify --impl triton --quick", 2, f"attnlab verify: {E} form 'triton' cannot be checked on cpu here",
+                 marks=pytest.mark.skipif(not TRITON, reason="Triton's interpreter is on in this process")),
+    # verify: a name that names nothing, a device that is not here, a function whose module ends the process
+    ("verify --model ''", 2, f"attnlab verify: {E} --model needs a Hugging Face hub name or a local folder, got an "
+                             "empty name"),
+    ("verify --device cuda --impl matrix", 2, f"attnlab verify: {E} --device cuda: no such device here"),
+    ("verify --device nonsense", 2, f"attnlab verify: {E} --device 'nonsense' is not a torch device"),
+    ("verify --only 'no such case'", 2, f"attnlab verify: {E} --only 'no such case' matches no case; case names "
+                                        "read like: basic, causal"),
+    pytest.param("verify --impl ends_at_import:f --quick", 2, f"attnlab verify: {E} loading --impl ends_at_import:f "
+                 "ended the process (exit code 0) before the function was found", marks=pytest.mark.slow),
+    pytest.param("verify --impl exits_at_import:f --quick", 2, f"attnlab verify: {E} module 'exits_at_import' called "
+                 "sys.exit(0) when imported for --impl 'exits_at_import:f'", marks=pytest.mark.slow),
     ("bench --mod alibi --impl sdpa", 2, f"attnlab bench: {E} impl 'sdpa' takes no score modifier (mod 'alibi'); "
                                          "forms that do: loops, matrix, flash"),
     pytest.param("bench --impl triton", 2, f"attnlab bench: {E} impl 'triton' cannot run on cpu here",
@@ -70,6 +86,8 @@ CASES = [
                                                 "no-mask with other settings (seed: 0 -> 2)"),
     ("train --preset tiny --out {ran}", 2, f"attnlab train: {E} {{ran}}/train.json holds a training run with other "
                                            "settings (steps: 150 -> 30; batch_size: 16 -> 8; block_size: 64 -> 32"),
+    ("train --preset tiny --procs 2 --out {ran}", 2, f"attnlab train: {E} {{ran}}/train.json holds a training run "
+                                                     "with other settings (steps: 150 -> 30;"),
     ("train --steps 300 --out {ran}", 2, f"attnlab train: {E} {{ran}}/train.json holds a training run with other "
                                          "settings (steps: 150 -> 300); add --resume to train on from where it "
                                          "stopped, add --force"),
@@ -95,6 +113,8 @@ CASES = [
                  "space left on device", marks=pytest.mark.slow),
     pytest.param(f"{TINY} --out {{full}}", 2, f"attnlab train: {E} cannot write {{full}}/checkpoints/scale-sqrt.pt: "
                  "No space left on device", marks=pytest.mark.slow),
+    pytest.param(f"{TINY} --procs 2 --out {{full}}", 2, f"attnlab train: {E} cannot write "
+                 "{full}/checkpoints/scale-sqrt.pt: No space left on device", marks=pytest.mark.slow),
     pytest.param(f"{BENCH} --max-memory 1", 2, f"attnlab bench: {E} nothing was measured: every case was skipped",
                  marks=pytest.mark.slow),
 ]
@@ -166,20 +186,25 @@ def files(tmp_path_factory):
     for name in ("resume_marker", "lesson_bad"):  # an output folder whose checkpoint is only a format marker
         (root / name / "checkpoints").mkdir(parents=True)
         (root / name / "checkpoints" / "scale-sqrt.pt").write_bytes(made["marker"].read_bytes())
+    code = root / "code"  # the modules of functions given as --impl module:function (on the path of verify's child)
+    code.mkdir()
+    (code / "ends_at_import.py").write_text("import os\nos._exit(0)\n")
+    (code / "exits_at_import.py").write_text("import sys\nsys.exit(0)\n")
     interrupted = root / "interrupted"  # a default run stopped before it wrote train.json: checkpoints only
     checkpoint.save(checkpoint.path_of(interrupted, "scale", "sqrt"), {"train_config": asdict(PRESETS["default"])})
-    return Files(root, folder=root / "folder", ran=_ran(root), resume_marker=root / "resume_marker",
+    return Files(root, code=code, folder=root / "folder", ran=_ran(root), resume_marker=root / "resume_marker",
                  lesson_bad=root / "lesson_bad", interrupted=interrupted, **made)
 
 
 def _id(case) -> str:
     command = case.values[0] if hasattr(case, "values") else case[0]
-    return command[:60]
+    return command[:100]
 
 
 @pytest.mark.parametrize("command, code, says", CASES, ids=[_id(c) for c in CASES])
 def test_the_case_ends_as_the_table_says(files, tmp_path, monkeypatch, capsys, command, code, says):
     monkeypatch.chdir(tmp_path)  # nothing lands in the checkout
+    monkeypatch.setenv("PYTHONPATH", files["code"])
     names = files.case() if "{full}" in command else files
     argv = shlex.split(command.format_map(names))
     says = says.format_map(names)
