@@ -167,9 +167,11 @@ def default_cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), lo
     if long:
         base.append(Case("L=1025 causal", batch=(1,), H=2, L=1025, E=64, is_causal=True))
     cases = [replace(c, dtype=dt) for dt in dtypes for c in base]
-    if "float64" in dtypes:  # learnable ALiBi slopes: float64 only (see mod_cases.FLOAT64_ONLY)
+    if "float64" in dtypes:  # learnable ALiBi slopes and an unlisted bias: float64 only (mod_cases.FLOAT64_ONLY)
         cases.append(Case("score_mod alibi slopes, learnable, padding", mask="padding", mod="alibi slopes",
                           dtype="float64"))
+        cases.append(Case("score_mod reads a learnable bias it does not list, causal", is_causal=True,
+                          mod="unlisted bias", dtype="float64"))
     return cases
 
 
