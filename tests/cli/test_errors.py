@@ -268,3 +268,14 @@ def test_force_replaces_a_run_with_other_settings(tmp_path, capsys):
     assert json.loads((out / "demo.json").read_text())["seed"] == 3
     assert main(["demo", "--seed", "3", "--out", str(out)]) == 0  # the same settings again: a rerun, not a refusal
     assert capsys.readouterr().err.count("error") == 1
+
+
+def test_a_denormal_temperature_decodes_greedily(files):
+    """--temperature 1e-320 (the table's case): the likeliest character every time, whatever the seed, not NaN."""
+    from attnlab.lab.sample import sample
+
+    greedy = sample(files["good"], prompt="ab", tokens=12, top_k=1).text
+    tiny = [sample(files["good"], prompt="ab", tokens=12, temperature=1e-320, seed=s).text for s in (0, 1, 2)]
+    print(repr(greedy), tiny)
+    assert tiny == [greedy] * 3 and len(greedy) == 12
+    assert sample(files["good"], prompt="ab", tokens=12, seed=1).text != greedy  # a real temperature draws
