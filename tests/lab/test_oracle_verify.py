@@ -53,7 +53,8 @@ def test_form_passes_quick_grid_in_every_dtype(form, round_trip):
         w = row.worst
         print(f"{row.case} [{row.dtype}] {row.status} {w.quantity} err={w.err:.2e} torch={w.torch_err:.2e}")
     assert r.passed, [(x.case, x.dtype, x.worst) for x in r.rows if x.status != "pass"]
-    assert len(r.rows) == len(cases) == len(verify.default_cases(["float32"], long=False)) * 3 + 1  # + ALiBi slopes
+    per_dtype = len(verify.default_cases(["float32"], long=False))
+    assert len(r.rows) == len(cases) == per_dtype * 3 + 2  # + the float64-only ALiBi slopes and unlisted bias
     assert {row.case for row in r.rows} >= {f"mask fn: {n}" for n in verify.MASK_FAMILIES}
     round_trip(r)
 

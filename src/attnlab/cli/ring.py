@@ -94,7 +94,7 @@ def _run_here(cfg):
 
     from attnlab.lab import launch, ring_budget
     from attnlab.lab import ring as lab
-    from attnlab.report.terminal import console
+    from attnlab.report import terminal
 
     from . import UsageError
 
@@ -102,11 +102,11 @@ def _run_here(cfg):
     why = ring_budget.refusal(cfg, est)
     if why:
         raise UsageError(why)
-    console.print(f"attnlab ring: {cfg.world} ranks at T={cfg.seq}: estimated {est.describe()}")
+    terminal.console.print(f"attnlab ring: {cfg.world} ranks at T={cfg.seq}: estimated {est.describe()}")
     try:
-        with console.status("starting the ranks") as status:
+        with terminal.status("starting the ranks") as update:  # in a log: a line per step
             t0 = time.monotonic()
-            return lab.run(cfg, lambda text: status.update(f"{text} ({time.monotonic() - t0:.0f} s)"),
+            return lab.run(cfg, lambda text: update(f"{text} ({time.monotonic() - t0:.0f} s)"),
                            dataclasses.asdict(est))
     except launch.LaunchError as e:
         print(f"attnlab ring: failed: {e}", file=sys.stderr)

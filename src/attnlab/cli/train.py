@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from ._args import positive, seconds, seed, single_process_form
-from ._folder import add_out, output_folder
+from ._folder import add_force, add_out, keep_other_run, output_folder, refuse_other_settings
 
 
 def add_parser(sub):
@@ -31,6 +31,7 @@ def add_parser(sub):
     p.add_argument("--seed", type=seed, default=None, help="random seed (default: 0)")
     add_out(p)
     p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --out/checkpoints")
+    add_force(p)
     p.add_argument("--procs", type=positive, metavar="N",
                    help="train in N local CPU processes (gloo on 127.0.0.1) under DistributedDataParallel, each "
                         "with its share of the batch; under torchrun leave it out (torchrun says how many)")
@@ -101,6 +102,8 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
         errors = {o.error for o in e.outcomes}
         if len(errors) == 1 and None not in errors:  # every rank refused the same thing (a checkpoint that differs)
             raise UsageError(errors.pop().removeprefix("UsageError: ").rsplit(" (at ", 1)[0]) from None
+        if (e.first.error or "").startswith("CannotWrite: "):  # rank 0 could not write a checkpoint (a full disk)
+            raise UsageError(e.first.error.removeprefix("CannotWrite: ").rsplit(" (at ", 1)[0]) from None
         raise UsageError(f"training across {world} processes failed: {e}") from None
 
 
@@ -177,6 +180,8 @@ def run(args, grid=None) -> int:
         raise UsageError(str(e)) from None
     if grid is None:
         world, cp = _grid(args, cfg)
+        if not args.resume:  # --resume checks the checkpoints' settings itself
+            _keep_other_runs(args, cfg, kind, names, out, world, cp)
         if world > 1:
             return _parallel(args, cfg, world, cp)
     try:
@@ -200,6 +205,36 @@ def run(args, grid=None) -> int:
     return 0
 
 
+def _keep_other_runs(args, cfg, kind: str, names: list[str], out: Path, world: int, cp: int) -> None:
+    """A UsageError when ``out`` holds the results or checkpoints of a run with other settings (``--force``: none).
+
+    The lesson page and ``sample`` read the folder's train.json and checkpoints by their names, so a run with other
+    settings (a tiny preset, fewer steps, another variant set) must not replace them without a word."""
+    from attnlab.lab import checkpoint
+
+    if args.force:
+        return
+    settings = dataclasses.asdict(cfg)
+    now = {**settings, "variants": names, "data_parallel": world // cp, "context_parallel": cp}
+
+    def resumable(saved: dict) -> str:  # only fewer steps: --resume goes on from where that run stopped
+        other = {k for k, v in settings.items() if saved.get(k) != v}
+        fewer = other == {"steps"} and isinstance(saved.get("steps"), int) and saved["steps"] < cfg.steps
+        return "add --resume to train on from where it stopped, " if fewer else ""
+
+    stem = "train" if kind == "scale" else "tie_kv"
+    keep_other_run(out / f"{stem}.json", now, lambda d: {**d["config"], "variants": list(d["config"]["variants"])},
+                   "a training run", False, resumable)
+    for name in names:  # an interrupted run has checkpoints and no JSON yet
+        path = checkpoint.path_of(out, kind, name)
+        try:
+            saved = checkpoint.load(path)["train_config"] if path.is_file() else None
+        except (ValueError, KeyError, TypeError):  # a damaged file holds no run to keep
+            saved = None
+        if isinstance(saved, dict):
+            refuse_other_settings(path, saved, settings, "a checkpoint", resumable)
+
+
 def _write(result, out: Path, kind: str, first: str) -> None:
     """The figure and the JSON, and where the checkpoints are."""
     from attnlab.lab import checkpoint
@@ -208,8 +243,7 @@ def _write(result, out: Path, kind: str, first: str) -> None:
     from attnlab.report.terminal import console
 
     stem = "train" if kind == "scale" else "tie_kv"
-    files = [report.figure(result, out / f"{stem}.png"), write_json(result, out / f"{stem}.json")]
-    for f in files:
-        console.print(f"  wrote {f}")
+    console.print(f"  wrote {report.figure(result, out / f'{stem}.png')}")  # each said as soon as it is whole
+    console.print(f"  wrote {write_json(result, out / f'{stem}.json')}")
     first_path = checkpoint.path_of(out, kind, first)
     console.print(f"  checkpoints in {first_path.parent} (try: attnlab sample --ckpt {first_path})")

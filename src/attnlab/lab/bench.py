@@ -103,6 +103,7 @@ class BenchConfig:
             if name not in known:
                 raise ValueError(f"unknown impl {name!r}; known forms: {', '.join(known)}")
 
+
     @property
     def half_flops(self) -> bool:
         """Causal work: half the L x S matrix (the causal masks are the same shape as is_causal when L == S)."""
@@ -199,14 +200,32 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def check_named(cfg: BenchConfig) -> None:
+    """ValueError when a form ``cfg`` names could only be skipped: it cannot run on the device, or takes no score
+    modifier under ``mod``. The command line asks this before a sweep, so that such a form is one line, not a run
+    that measures nothing; :func:`sweep` itself records those forms as skipped rows that say why."""
+    for name in cfg.impls or ():
+        why = flex.unavailable() if name == flex.NAME else kernels.get(name).why_not(cfg.device)
+        if why is not None:
+            raise ValueError(f"impl {name!r} cannot run on {cfg.device} here: {why}")
+        if cfg.mod and name != flex.NAME and not kernels.get(name).score_mod:
+            able = [n for n in known_impls() if n == flex.NAME or kernels.get(n).score_mod]
+            raise ValueError(f"impl {name!r} takes no score modifier (mod {cfg.mod!r}); forms that do: "
+                             f"{', '.join(able)}")
+
+
+def resolved(cfg: BenchConfig) -> BenchConfig:
+    """``cfg`` as a sweep runs it, and bench.json holds it: each length once, in order; every form when none named."""
+    return replace(cfg, seq=tuple(sorted(set(cfg.seq))), impls=tuple(cfg.impls or known_impls()))
+
+
 def sweep(config: BenchConfig | None = None, progress: Callable[[str], None] | None = None,
           say: Callable[[str], None] | None = None) -> BenchResult:
     """Measure every (form, length) of ``config``; Ctrl-C returns what was measured so far.
 
     ``progress("matrix T=512")`` is called as each case starts.
     """
-    cfg = config or BenchConfig()
-    cfg = replace(cfg, seq=tuple(sorted(set(cfg.seq))), impls=tuple(cfg.impls or known_impls()))
+    cfg = resolved(config or BenchConfig())
     old_threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

@@ -101,7 +101,7 @@ MASK_FAMILIES = {  # name -> (S -> mask): every mask function of attnlab.masks, 
     "causal_lower_right": lambda S: M.from_spec("causal_lower_right"),
     "sliding_window": lambda S: M.from_spec(f"sliding_window:{max(1, S // 5)}"),
     "prefix_lm": lambda S: M.from_spec(f"prefix_lm:{S // 4}"),
-    "document & causal": lambda S: M.from_spec("document:4", S) & M.from_spec("causal"),
+    "document & causal": lambda S: M.from_spec(f"document:{min(4, S)}", S) & M.from_spec("causal"),
     "sliding_window | prefix_lm": lambda S: M.from_spec("sliding_window:4") | M.from_spec("prefix_lm:3"),
     # a window narrow enough that the flash form runs it as key bands (attnlab.kernels.flash_band)
     "causal_lower_right & sliding_window": lambda S: M.causal_lower_right() & M.sliding_window(max(1, S // 12)),
@@ -161,14 +161,17 @@ def default_cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), lo
         Case("score_mod relative_bias, learnable, L<S", batch=(1,), H=2, L=33, S=97, mod="relative_bias"),
         Case("score_mod alibi then softcap, sliding window", batch=(2,), H=2, L=61, mask="sliding_window",
              mod="alibi then softcap"),
+        Case("score_mod hides whole rows", mod="hide rows"),
     ]
     base += _noncontiguous()
     if long:
         base.append(Case("L=1025 causal", batch=(1,), H=2, L=1025, E=64, is_causal=True))
     cases = [replace(c, dtype=dt) for dt in dtypes for c in base]
-    if "float64" in dtypes:  # learnable ALiBi slopes: float64 only (see mod_cases.FLOAT64_ONLY)
+    if "float64" in dtypes:  # learnable ALiBi slopes and an unlisted bias: float64 only (mod_cases.FLOAT64_ONLY)
         cases.append(Case("score_mod alibi slopes, learnable, padding", mask="padding", mod="alibi slopes",
                           dtype="float64"))
+        cases.append(Case("score_mod reads a learnable bias it does not list, causal", is_causal=True,
+                          mod="unlisted bias", dtype="float64"))
     return cases
 
 

@@ -130,8 +130,8 @@ def _generate(model, ids, mask, pad):
 def load(name_or_path: str, dtype=torch.float32, attn_implementation: str | None = None):
     """A causal LM from the hub (through transformers' own cache) or a local folder."""
     transformers = hf.require("transformers")
-    return transformers.AutoModelForCausalLM.from_pretrained(
-        name_or_path, dtype=dtype, attn_implementation=attn_implementation).eval()
+    return hf.from_pretrained(transformers.AutoModelForCausalLM, name_or_path, dtype=dtype,
+                              attn_implementation=attn_implementation).eval()  # the cache first: fast offline
 
 
 @dataclass

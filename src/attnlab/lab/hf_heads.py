@@ -30,6 +30,11 @@ from .lesson.walkthrough import QUERY_WORD, SENTENCE
 from .results import Result, machine, versions
 
 KEY_WORD = "animal"
+# The most tokens one text is measured on: every head's (T, T) weights are kept (and the page carries them), so a
+# long text would fill memory; a model that reads fewer positions (max_position_embeddings) sets a lower limit.
+MAX_TOKENS = 256
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model",
+                   "vocab.txt")
 
 
 class WordNotFound(ValueError):
@@ -80,14 +85,17 @@ def load(name_or_path: str, impl: str = "matrix"):
         raise ValueError(f"{name_or_path}: no such folder (and not a hub name, which reads owner/name)")
     if path.is_file() or (path.is_dir() and not (path / "config.json").exists()):
         raise ValueError(f"{name_or_path} is not a saved model (a folder with config.json, or a hub name)")
+    if path.is_dir() and not any((path / f).exists() for f in TOKENIZER_FILES):
+        raise ValueError(f"{name_or_path} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): save it beside the "
+                         "model, e.g. tokenizer.save_pretrained(folder)")
     hf.register()
     attn = "attnlab_matrix" if impl == "matrix" else "eager"
-    tok = transformers.AutoTokenizer.from_pretrained(name_or_path)
+    tok = hf.from_pretrained(transformers.AutoTokenizer, name_or_path)  # the cache first: fast offline
     if not getattr(tok, "is_fast", False):
         raise ValueError(f"the tokenizer of {name_or_path!r} is not a fast tokenizer; the head view needs its "
                          f"character offsets")
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(name_or_path, attn_implementation=attn).eval()
+        model = hf.from_pretrained(transformers.AutoModelForCausalLM, name_or_path, attn_implementation=attn).eval()
     except ValueError as e:
         if "Unrecognized configuration class" not in str(e):
             raise
@@ -97,16 +105,35 @@ def load(name_or_path: str, impl: str = "matrix"):
     return tok, model, attn
 
 
+def token_limit(config) -> int:
+    """The most tokens a text is measured on: MAX_TOKENS, or fewer when the model reads fewer positions."""
+    most = [getattr(config, k, None) for k in ("max_position_embeddings", "n_positions", "n_ctx")]
+    return min([MAX_TOKENS] + [m for m in most if isinstance(m, int) and m > 0])
+
+
+def _fitted(text: str, tok, limit: int) -> str:
+    """``text``, or its beginning up to the end of token ``limit`` when the tokenizer makes more of it."""
+    while True:
+        spans = tok(text, return_offsets_mapping=True)["offset_mapping"]
+        if len(spans) <= limit:
+            return text
+        end = max(int(b) for _, b in spans[:limit])
+        text = text[: end if end < len(text) else len(text) - 1]  # cut again should the cut text tokenize longer
+
+
 def model_heads(name_or_path: str, text: str = SENTENCE, *, query_word: str = QUERY_WORD,
                 key_word: str = KEY_WORD, impl: str = "matrix", loaded=None, need_words: bool = True) -> ModelHeads:
     """Run the model on ``text`` and measure its heads (see the module docstring).
 
     ``impl``: ``"matrix"`` (attnlab's matrix form inside the model) or ``"eager"`` (transformers' own).
     ``loaded``: what :func:`load` returned, to run one model on several texts. ``need_words=False``: a text
-    without the two words still gets its weights and statistics, with the measurement fields None.
+    without the two words still gets its weights and statistics, with the measurement fields None. A text of
+    more tokens than :func:`token_limit` allows is measured on its beginning: ``text`` of the result is what was.
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text must be a non-empty string")
+    tok, model, attn = loaded if loaded is not None else load(name_or_path, impl)
+    text = _fitted(text, tok, token_limit(model.config))
     try:
         key_lo, key_hi = word_span(text, key_word)
         q_lo, q_hi = word_span(text, query_word, key_hi)  # "it" after "animal": what it may refer back to
@@ -114,7 +141,6 @@ def model_heads(name_or_path: str, text: str = SENTENCE, *, query_word: str = QU
         if need_words:
             raise
         key_lo = key_hi = q_lo = q_hi = None
-    tok, model, attn = loaded if loaded is not None else load(name_or_path, impl)
     enc = tok(text, return_offsets_mapping=True, return_tensors="pt")
     ids = enc["input_ids"]
     if ids.shape[-1] == 0:

@@ -180,12 +180,13 @@ def expect(case: Case, seed: int, x: Inputs, keep) -> Expected:
     rounding floors, PyTorch's answer in the case's dtype (without dropout), and the oracle's own check."""
     q, k, v, dense, grad_out = x.q, x.k, x.v, x.torch_mask, x.grad_out
     fresh = _modifier(case, seed)
-    mod64, _ = fresh(torch.float64, "cpu")
+    mod64, ts64 = fresh(torch.float64, "cpu")  # the oracle differentiates the tensors made, listed or not
     args = (q, k, v, x.oracle_mask, case.is_causal, case.scale, case.gqa)
-    ref = oracle.reference(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, score_mod=mod64)
+    ref = oracle.reference(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, score_mod=mod64,
+                           score_params=ts64)
     # PyTorch runs without dropout (its dropout draws other random numbers): its error is measured
     # against the oracle without dropout, the form's against the oracle with the form's keep-mask.
-    ref0 = ref if keep is None else oracle.reference(*args, grad_out=grad_out, score_mod=mod64)
+    ref0 = ref if keep is None else oracle.reference(*args, grad_out=grad_out, score_mod=mod64, score_params=ts64)
     budget = rule.rounding_floor(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, score_mod=mod64)
     theirs = _pytorch(case, seed, q, k, v, dense, grad_out, fresh)
     cpu64 = [t.detach().cpu().double() for t in (q, k, v, grad_out)]

@@ -11,7 +11,9 @@ This is what ``torchrun`` does on one machine, cut down to what the lab needs, w
 And two courtesies: a rank can say what it is doing (:func:`progress`), which the parent passes
 to ``on_progress`` while it waits; and the ranks' own output goes to files, not the terminal --
 Ctrl-C reaches only the parent, which stops every rank, and a failure is the first failing rank's
-reason in one line, not pages of tracebacks and C++ frames from every process.
+reason in one line, not pages of tracebacks and C++ frames from every process. A rank also ends
+by itself when the parent is gone (killed outright, or interrupted before it learned the rank's
+pid), rather than wait for its peers until the process group's timeout.
 
 The ranks talk over gloo on the loopback address 127.0.0.1 on a free port. Processes are started
 with ``forkserver`` where the platform has it -- the server imports torch once and every rank is
@@ -25,6 +27,7 @@ import os
 import signal
 import socket
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -106,6 +109,9 @@ def _rank_main(rank: int, world: int, port: int, target: Callable, args: tuple, 
     """Inside one rank: join the group, run ``target(rank, world, *args)``, leave the outcome in a file."""
     global _progress_file
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops every rank
+    if hasattr(signal, "pthread_sigmask"):  # held off while the fork server started (_start_server_deaf): a
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # target may install its own handler
+    _end_with_launcher()
     try:
         log = os.open(Path(folder) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     except OSError:  # the launch is over (Ctrl-C while this rank was being started): nobody waits for it
@@ -140,6 +146,25 @@ def _rank_main(rank: int, world: int, port: int, target: Callable, args: tuple, 
         os._exit(0)
 
 
+def _end_with_launcher() -> None:
+    """Inside a rank: end when the process that launched it is gone.
+
+    The launcher stops its ranks itself, but it cannot when it is killed outright (SIGKILL, the
+    out-of-memory killer), nor stop a rank whose start a Ctrl-C cut short after the fork server had
+    forked it; such a rank would wait for its peers until the process group's timeout. multiprocessing
+    gives every child a sentinel of its parent, ready once the parent's end of their pipe is closed.
+    """
+    parent = mp.parent_process()
+    if parent is None:
+        return
+
+    def watch():
+        parent.join()  # returns when the launcher has gone (or dropped this rank)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="attnlab-launcher-watch", daemon=True).start()
+
+
 def _context():
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
@@ -150,23 +175,45 @@ def _context():
 
 
 def _start_server_deaf() -> None:
-    """Start the fork server (and multiprocessing's resource tracker) with Ctrl-C ignored.
+    """Start the fork server (and multiprocessing's resource tracker) deaf to Ctrl-C, this process not.
 
     Ctrl-C sends SIGINT to every process of the terminal's foreground group. The server would die of
-    it with a traceback while it still imports torch; started with SIGINT ignored, it and every rank
-    forked from it inherit the ignoring, and the parent alone stops the ranks.
+    it with a traceback while it still imports torch. It is started with SIGINT blocked, as the
+    standard library starts its resource tracker: it holds a Ctrl-C pending until its loop ignores
+    SIGINT, and the ranks forked from it ignore it too (:func:`_rank_main`), so the parent alone stops
+    the ranks. This thread holds a Ctrl-C off only while it starts the server and takes it right
+    after: ignoring SIGINT here instead, even for those milliseconds, would drop it and the run go on.
     """
-    import threading
+    from multiprocessing import forkserver, resource_tracker
+
+    resource_tracker.ensure_running()  # first, alone: it blocks and unblocks SIGINT itself while it starts
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        forkserver.ensure_running()  # starts the server and returns; it does not wait for its imports
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _stop_server() -> None:
+    """End the fork server now (the next launch starts another).
+
+    For a Ctrl-C that cut a rank's start short: the server may still be importing torch -- seconds on
+    a busy machine -- and would finish that before it noticed that the launcher had gone. The
+    standard library keeps no public handle on its server, hence the guarded private names.
+    """
+    if "forkserver" not in mp.get_all_start_methods():
+        return
     from multiprocessing import forkserver
 
-    if threading.current_thread() is not threading.main_thread():
-        forkserver.ensure_running()
+    server = getattr(forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None or not hasattr(server, "_stop"):
         return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        forkserver.ensure_running()  # starts the processes and returns; it does not wait for the imports
-    finally:
-        signal.signal(signal.SIGINT, old)
+        os.kill(pid, signal.SIGTERM)
+        server._stop()  # closes its 'alive' pipe, reaps it, forgets it
+    except OSError:  # it was gone already
+        pass
 
 
 def launch(target: Callable, world: int, args: tuple = (), *, timeout_s: float = 120.0, pg_timeout_s: float = 30.0,
@@ -188,12 +235,22 @@ def launch(target: Callable, world: int, args: tuple = (), *, timeout_s: float =
     for name, x in (("timeout_s", timeout_s), ("pg_timeout_s", pg_timeout_s)):
         if not x > 0:
             raise ValueError(f"{name} must be positive, got {x!r}")
-    ctx = _context()
+    procs: list = []
+    try:
+        return _run(_context(), procs, target, world, args, timeout_s, pg_timeout_s, threads, on_progress, show_rank0)
+    except KeyboardInterrupt:
+        if not (procs and all(p.pid is not None for p in procs)):
+            _stop_server()  # before every rank had started: the fork server may still be importing torch
+        raise
+
+
+def _run(ctx, procs: list, target, world, args, timeout_s, pg_timeout_s, threads, on_progress,
+         show_rank0) -> list[Outcome]:
     with tempfile.TemporaryDirectory(prefix="attnlab-ring-") as folder:
         port = free_port()
-        procs = [ctx.Process(target=_rank_main, args=(r, world, port, target, args, pg_timeout_s, threads, folder,
-                                                            show_rank0))
-                 for r in range(world)]
+        procs += [ctx.Process(target=_rank_main, args=(r, world, port, target, args, pg_timeout_s, threads, folder,
+                                                             show_rank0))
+                  for r in range(world)]
         start = time.monotonic()
         failed: dict[int, float] = {}  # rank -> when it was seen to fail
         try:

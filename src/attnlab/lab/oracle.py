@@ -46,15 +46,16 @@ class Forward:
 
 
 def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
-              grad_out=None, keep=None, dropout_p=0.0, score_mod=None):
+              grad_out=None, keep=None, dropout_p=0.0, score_mod=None, score_params=None):
     """Float64 attention. Returns ``out`` or, with ``grad_out``, ``(out, dq, dk, dv[, dmask][, dparams...])``.
 
     ``attn_mask``: None, a bool (True = attend) or float (added) tensor that broadcasts to
     (..., H, L, S), PyTorch's ``CausalBias``, or an ``attnlab.masks`` mask. ``keep`` (bool,
     broadcastable to (N, H, L, S)) applies dropout with a known keep-mask. ``score_mod`` (a function
     ``(score, b, h, q_idx, kv_idx) -> score``, e.g. an ``attnlab.mods.Mod`` built on float64 tensors)
-    changes the scaled scores before the mask; with ``grad_out`` the gradients of the tensors it holds
-    (``params``) that require grad come last.
+    changes the scaled scores before the mask; with ``grad_out`` the gradients of the tensors it reads that
+    require grad come last: ``score_params`` where given (a modifier need not list what it reads), else
+    its ``params``.
     """
     want = grad_out is not None
     q, k, v = (t.detach().double().cpu().requires_grad_(want) for t in (query, key, value))
@@ -68,7 +69,7 @@ def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, en
     if not want:
         return out.detach()
     wrt = [q, k, v] + ([m] if isinstance(m, torch.Tensor) and m.requires_grad else [])
-    wrt += [t for t in getattr(score_mod, "params", ()) if t.requires_grad]
+    wrt += [t for t in (getattr(score_mod, "params", ()) if score_params is None else score_params) if t.requires_grad]
     grads = torch.autograd.grad(out, wrt, grad_out.detach().double().cpu().reshape(out.shape), allow_unused=True)
     grads = [torch.zeros_like(t) if g is None else g for t, g in zip(wrt, grads, strict=True)]
     return (out.detach(), *grads)

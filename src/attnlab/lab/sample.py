@@ -9,11 +9,15 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.nn import GPT, GPTConfig
+from attnlab.nn import GPT
 
 from . import checkpoint as ckpt
 from .corpus import UNKNOWN
 from .results import Result
+
+# The most characters one call generates: their ids are held in memory as the text grows (8 bytes each), and a
+# million take this CPU minutes to hours; a number with no bound (--tokens 10**20) would run until killed.
+MAX_TOKENS = 1_000_000
 
 
 @dataclass
@@ -30,15 +34,10 @@ class SampleResult(Result):
 
 def load_model(path, impl: str | None = None) -> tuple[GPT, list[str], dict]:
     """(model in eval mode, vocabulary, checkpoint metadata) from a checkpoint written by ``attnlab train``."""
-    state = ckpt.load(path)
-    fields = dict(state["model_config"])
-    if impl is not None:
-        fields["impl"] = impl
-    model = GPT(GPTConfig(**fields))
-    model.load_state_dict(state["model"])
-    model.eval()
-    meta = {k: state[k] for k in ("variant", "step", "corpus")}
-    return model, list(state["chars"]), meta
+    state = ckpt.load(path, need=ckpt.MODEL_FIELDS)
+    model, chars = ckpt.build_model(state, path, impl)  # a bad checkpoint: one ValueError naming what is wrong
+    meta = {"variant": str(state.get("variant", "?")), "step": state["step"], "corpus": state.get("corpus")}
+    return model, chars, meta
 
 
 def encode(prompt: str, chars: list[str]) -> torch.Tensor:
@@ -55,6 +54,9 @@ def sample(path, prompt: str = "def ", tokens: int = 200, temperature: float = 0
     """Continue ``prompt`` by ``tokens`` characters; ``on_text(char)`` hears each one as soon as it is drawn."""
     if not isinstance(prompt, str) or not prompt:
         raise ValueError("prompt must be a non-empty string")
+    if not (isinstance(tokens, int) and 0 <= tokens <= MAX_TOKENS):
+        raise ValueError(f"tokens must be a whole number from 0 to {MAX_TOKENS:,} (the most one run generates), "
+                         f"got {tokens!r}; run again with another --seed for more text")
     if not (isinstance(temperature, int | float) and 0 < temperature < math.inf):
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
     model, chars, meta = load_model(path, impl)

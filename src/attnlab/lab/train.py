@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from attnlab.kernels.argcheck import positive_int
+from attnlab.kernels.argcheck import is_int, positive_int
 from attnlab.nn import GPT, GPTConfig, probe
 from attnlab.nn.probe import score_grad_norms, uniform_causal_entropy
 
@@ -268,11 +268,21 @@ def _resume(v: _Variant) -> int | None:
     state = _read_checkpoint(v.path, v.meta, v.grid, v.device)
     if state is None:
         return None
+    ckpt.check_weights(state["model"], v.model, v.path, finite=False)  # a diverged run resumes, and stops at once
     v.model.load_state_dict(state["model"])
-    v.opt.load_state_dict(state["optimizer"])
-    v.gen.set_state(state["data_rng"])
-    ckpt.set_rng_state(state["rank_rng"][v.grid.rank] if "rank_rng" in state else state["torch_rng"], v.device)
-    v.log = VariantLog(**state["log"])
+    for what, restore in (("optimizer", lambda: v.opt.load_state_dict(state["optimizer"])),
+                          ("data_rng", lambda: v.gen.set_state(state["data_rng"])),
+                          ("torch_rng", lambda: ckpt.set_rng_state(state["rank_rng"][v.grid.rank] if "rank_rng" in state
+                                                                   else state["torch_rng"], v.device)),
+                          ("log", lambda: setattr(v, "log", VariantLog.from_dict(state["log"])))):
+        try:
+            restore()
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:  # a damaged or edited checkpoint
+            first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
+            raise ValueError(f"checkpoint {v.path}: its {what} cannot be restored ({type(e).__name__}"
+                             f"{': ' + first if first else ''})") from None
+    if not is_int(state["step"]) or state["step"] < 0:
+        raise ValueError(f"checkpoint {v.path}: step should be a count of steps, got {state['step']!r}")
     if state["step"] > v.cfg.steps:
         raise ValueError(f"checkpoint {v.path} is at step {state['step']}, past steps={v.cfg.steps}")
     return state["step"]
@@ -331,7 +341,10 @@ def _read_checkpoint(path: Path, meta: dict, grid: Grid, device: torch.device) -
     found = None
     if grid.writer and path.is_file():
         try:
-            state = ckpt.load(path)
+            state = ckpt.load(path, need=ckpt.RESUME_FIELDS)
+            for name in ("train_config", "model_config"):
+                if not isinstance(state[name], dict):
+                    raise ValueError(f"checkpoint {path}: {name} should be a table of settings")
             diff = ckpt.differences(state["train_config"], meta["train_config"], ignore=("steps",))
             diff += ckpt.differences(state["model_config"], meta["model_config"])
             diff += ckpt.differences(state.get("grid", {"data_parallel": 1, "context_parallel": 1}), meta["grid"])

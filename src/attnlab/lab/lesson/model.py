@@ -82,15 +82,9 @@ def trained(path: str | Path) -> Loaded:
     """The model in checkpoint ``path``; CannotRead when it was trained without the 1/sqrt(d) scale."""
     from attnlab.lab import checkpoint
 
-    state = checkpoint.load(path)
-    try:
-        cfg = GPTConfig(**state["model_config"])
-        model = GPT(cfg)
-        model.load_state_dict(state["model"])
-        chars = [str(c) for c in state["chars"]]
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise ValueError(f"checkpoint {path} does not hold a model attnlab can build ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0][:120]})") from None
+    state = checkpoint.load(path, need=checkpoint.MODEL_FIELDS)
+    model, chars = checkpoint.build_model(state, path)  # a ValueError naming what is wrong with a bad one
+    cfg = model.cfg
     if cfg.scale != "sqrt":  # the walkthrough's "scale" step explains 1/sqrt(d)
         raise CannotRead(f"the model in {path} was trained with scale {cfg.scale!r}, not the 1/sqrt(d) the "
                          "walkthrough explains")

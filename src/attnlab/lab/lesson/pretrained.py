@@ -88,6 +88,9 @@ def collect_model(name_or_path: str, text: str | None = None, log=lambda msg: No
     for t in texts:
         log(f"measuring every head on {t!r}")
         mh = hf_heads.model_heads(name_or_path, t, loaded=loaded, need_words=False)
+        if mh.text != t:  # longer than the model reads (or the page holds): measured on its beginning, said so
+            log(f"the text has more tokens than {hf_heads.token_limit(loaded[1].config)}, the most measured with "
+                f"this model: measured on its first {len(mh.text)} of {len(t)} characters")
         query = mh.query_token if mh.query_token is not None else len(mh.tokens) - 1
         toks = marked(mh.tokens, mh.spans)
         measured.append(TextHeads(mh, toks, query, heads.all_heads(toks, mh.weights, query)))

@@ -108,9 +108,6 @@ def build(data, path: str | Path) -> Path:
 
 
 def _write(page: str, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    from attnlab.lab.files import write_text
+
+    return write_text(path, page)
