@@ -21,8 +21,8 @@ import torch
 
 from attnlab import kernels
 from attnlab.cli import main
-from attnlab.lab import checkpoint
-from attnlab.lab.train import PRESETS
+from attnlab.lab.train import checkpoint
+from attnlab.lab.train.train import PRESETS
 from attnlab.nn.gpt import GPT, GPTConfig
 
 TRITON = kernels.get("triton").why_not("cpu") is not None  # no interpreter in this process: triton cannot run
@@ -170,7 +170,7 @@ def _ran(root: Path) -> Path:
     config = {**asdict(PRESETS["default"]), "variants": {"sqrt": {}, "none": {}, "inv": {}}, "data_parallel": 1,
               "context_parallel": 1}
     (ran / "train.json").write_text(json.dumps({"config": config}))
-    from attnlab.lab.bench import BenchConfig, known_impls
+    from attnlab.lab.measure.bench import BenchConfig, known_impls
     from attnlab.lab.results import to_dict
 
     default = replace(BenchConfig(), impls=tuple(known_impls()))  # as a sweep with default flags writes it
@@ -272,7 +272,7 @@ def test_force_replaces_a_run_with_other_settings(tmp_path, capsys):
 
 def test_a_denormal_temperature_decodes_greedily(files):
     """--temperature 1e-320 (the table's case): the likeliest character every time, whatever the seed, not NaN."""
-    from attnlab.lab.sample import sample
+    from attnlab.lab.train.sample import sample
 
     greedy = sample(files["good"], prompt="ab", tokens=12, top_k=1).text
     tiny = [sample(files["good"], prompt="ab", tokens=12, temperature=1e-320, seed=s).text for s in (0, 1, 2)]

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 import attnlab
 from attnlab.kernels import mods
-from attnlab.lab import mod_cases, rule, verify
+from attnlab.lab.check import mod_cases, rule, verify
 
 MOD_CASES = [c for c in verify.default_cases(["float32", "float64"], long=False) if c.mod]
 
@@ -65,7 +65,7 @@ def test_the_grid_fails_nan_for_hidden_rows_and_a_gradient_that_never_arrives(mo
 
 def test_pytorch_side_of_the_rule_is_pytorch_not_attnlab():
     """The eager and SDPA-with-bias baselines agree with the float64 oracle to float32 rounding."""
-    from attnlab.lab import oracle
+    from attnlab.lab.check import oracle
 
     case = next(c for c in MOD_CASES if c.mod == "relative_bias")
     q, k, v, mask, dense, _ = verify.make_inputs(case, 0)

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from rich.console import Console
 
 import attnlab
-from attnlab.lab import rule, verify
-from attnlab.lab.verify import Case
+from attnlab.lab.check import rule, verify
+from attnlab.lab.check.verify import Case
 from attnlab.report.terminal import verify_table
 from helpers import qkv
 

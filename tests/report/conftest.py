@@ -32,7 +32,7 @@ TIE = {"config": {"kind": "tie-kv"}, "versions": {}, "machine": {},
 
 def tiny_checkpoint(path, block_size=64):
     """A real checkpoint in `attnlab train`'s format (its model, its saver), with untrained weights."""
-    from attnlab.lab import checkpoint
+    from attnlab.lab.train import checkpoint
     from attnlab.nn.gpt import GPT, GPTConfig
 
     chars = sorted(set("the animal did not cross the street because it was tired.,"))

@@ -11,10 +11,10 @@ import torch
 
 import attnlab
 from attnlab.kernels import matrix
-from attnlab.lab.bench import BenchResult
 from attnlab.lab.demo import DemoResult
 from attnlab.lab.lesson import code, model, sources, walkthrough, worked
-from attnlab.lab.train import TrainResult
+from attnlab.lab.measure.bench import BenchResult
+from attnlab.lab.train.train import TrainResult
 from attnlab.report.lesson import numbers, sections, teach
 
 from .conftest import BENCH, TRAIN, tiny_checkpoint

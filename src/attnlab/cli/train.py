@@ -46,7 +46,7 @@ def add_parser(sub):
 
 def _grid(args, cfg) -> tuple[int, int]:
     """(ranks, context-parallel ranks) asked for, checked against the batch and the sequence length."""
-    from attnlab.lab import parallel
+    from attnlab.lab.dist import parallel
 
     from . import UsageError
 
@@ -77,7 +77,7 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
     """Train on ``world`` ranks: join torchrun's group, or start them here through the local launcher."""
     import os
 
-    from attnlab.lab import launch, parallel
+    from attnlab.lab.dist import launch, parallel
     from attnlab.lab.stop import catch_interrupt
 
     from . import UsageError
@@ -109,7 +109,7 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
 
 def _rank(rank: int, world: int, args, cp: int) -> int:
     """One rank started by the local launcher (its process group is already joined)."""
-    from attnlab.lab import parallel
+    from attnlab.lab.dist import parallel
 
     return _rank_run(args, parallel.grid(cp))
 
@@ -137,7 +137,7 @@ def _first_line(e: BaseException) -> str:
 
 
 def _config(args):
-    from attnlab.lab.train import PRESETS
+    from attnlab.lab.train.train import PRESETS
 
     from . import UsageError
 
@@ -163,7 +163,7 @@ def _config(args):
 
 def run(args, grid=None) -> int:
     """The command; across ranks, every rank runs it with its ``grid`` and rank 0 alone prints and writes."""
-    from attnlab.lab import checkpoint, train
+    from attnlab.lab.train import checkpoint, train
     from attnlab.report import train as report
     from attnlab.report.terminal import console
 
@@ -210,7 +210,7 @@ def _keep_other_runs(args, cfg, kind: str, names: list[str], out: Path, world: i
 
     The lesson page and ``sample`` read the folder's train.json and checkpoints by their names, so a run with other
     settings (a tiny preset, fewer steps, another variant set) must not replace them without a word."""
-    from attnlab.lab import checkpoint
+    from attnlab.lab.train import checkpoint
 
     if args.force:
         return
@@ -237,8 +237,8 @@ def _keep_other_runs(args, cfg, kind: str, names: list[str], out: Path, world: i
 
 def _write(result, out: Path, kind: str, first: str) -> None:
     """The figure and the JSON, and where the checkpoints are."""
-    from attnlab.lab import checkpoint
     from attnlab.lab.results import write_json
+    from attnlab.lab.train import checkpoint
     from attnlab.report import train as report
     from attnlab.report.terminal import console
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .machine import machine, versions  # noqa: F401 -- every result carries them
+from attnlab.lab.machine import machine, versions  # noqa: F401 -- every result carries them
 
 
 def _clean(x):
@@ -157,6 +157,6 @@ class Result:
 
 def write_json(result, path: str | Path) -> Path:
     """Write ``result`` as JSON to ``path`` (whole or not at all: :func:`attnlab.lab.files.write_text`)."""
-    from .files import write_text
+    from attnlab.lab.files import write_text
 
     return write_text(path, json.dumps(to_dict(result), indent=2) + "\n")

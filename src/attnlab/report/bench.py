@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from attnlab._extras import require
-from attnlab.lab.bench import BenchResult
+from attnlab.lab.measure.bench import BenchResult
 
 from .fmt import fmt_bytes, fmt_memory, fmt_time
 from .plots import _plt, save_figure

@@ -1,5 +1,5 @@
-"""Training figures, tables, verdicts and the live progress bar, drawn from :mod:`attnlab.lab.train` results
-(and the summaries and predictions of :mod:`attnlab.lab.train_summary`)."""
+"""Training figures, tables, verdicts and the live progress bar, drawn from :mod:`attnlab.lab.train.train` results
+(and the summaries and predictions of :mod:`attnlab.lab.train.summary`)."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def table(result, summaries: dict):
 
 def verdict_lines(result, summaries: dict, preds: list, tie=None) -> list[str]:
     """The lesson's predictions as lab checked them: the scale checklist, and the tie-kv claim (``tie``)."""
-    from attnlab.lab.train_summary import destabilised
+    from attnlab.lab.train.summary import destabilised
 
     lines = []
     if preds:
@@ -187,7 +187,7 @@ def verdict_lines(result, summaries: dict, preds: list, tie=None) -> list[str]:
 
 def show(result, console) -> None:
     """Everything `attnlab train` prints after training: the table per variant, then the verdicts."""
-    from attnlab.lab import train_summary
+    from attnlab.lab.train import summary as train_summary
 
     summaries, preds = train_summary.summarise(result)
     console.print(table(result, summaries))

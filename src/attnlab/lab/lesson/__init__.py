@@ -14,11 +14,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnlab.lab.lesson import code, model, sources, walkthrough, worked
+from attnlab.lab.lesson.sources import Part
+from attnlab.lab.lesson.walkthrough import Walkthrough
 from attnlab.lab.results import machine, versions
-
-from . import code, model, sources, walkthrough, worked
-from .sources import Part
-from .walkthrough import Walkthrough
 
 
 @dataclass

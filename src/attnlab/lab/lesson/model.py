@@ -80,7 +80,7 @@ def seeded(seed: int = 0, why: str = "") -> Loaded:
 
 def trained(path: str | Path) -> Loaded:
     """The model in checkpoint ``path``; CannotRead when it was trained without the 1/sqrt(d) scale."""
-    from attnlab.lab import checkpoint
+    from attnlab.lab.train import checkpoint
 
     state = checkpoint.load(path, need=checkpoint.MODEL_FIELDS)
     model, chars = checkpoint.build_model(state, path)  # a ValueError naming what is wrong with a bad one

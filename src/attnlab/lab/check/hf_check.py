@@ -5,7 +5,7 @@ transformers by :mod:`attnlab.nn.hf`, three checks on a seeded, left-padded batc
 
 1. **logits** -- the model run with the form against the same model run with transformers' own
    attention (``sdpa``, or ``eager`` for models that soft-cap their scores, which sdpa refuses),
-   under the tolerance rule of :mod:`attnlab.lab.oracle`: the oracle is the model in float64, each
+   under the tolerance rule of :mod:`attnlab.lab.check.oracle`: the oracle is the model in float64, each
    sequence alone and unpadded (so no padded row can put a NaN in it), and the form may be at most
    2x as far from it as the model's own implementation is, plus a rounding floor. Only the real
    (unpadded) positions count: what a model writes at a padding position is not defined;
@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from attnlab.lab.check import rule
+from attnlab.lab.results import Result, machine, versions
 from attnlab.nn import hf
-
-from . import rule
-from .results import Result, machine, versions
 
 LENGTHS = (12, 7)  # the batch: one full row and one left-padded row
 NEW_TOKENS = 16

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from .flops import matmul_flops
+from attnlab.lab.measure.flops import matmul_flops
 
 
 def time_calls(call: Callable[[], object], warmup: int, repeats: int, device: str = "cpu",

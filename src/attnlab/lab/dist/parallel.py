@@ -33,7 +33,7 @@ from attnlab.kernels.argcheck import is_int
 from attnlab.kernels.ring_layout import check_divisible, shard
 from attnlab.nn.shard import SeqShard
 
-from .ring_torchrun import under_torchrun, world_size
+from attnlab.lab.dist.torchrun import under_torchrun, world_size
 
 __all__ = ["LAYOUT", "Grid", "grid", "join", "under_torchrun", "world_size"]
 

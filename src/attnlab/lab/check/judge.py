@@ -9,8 +9,8 @@ the judged function does -- a disagreement never widens a limit.
 :func:`judge` then calls the function on fresh copies laid out as the case says (transposed,
 expanded, sliced), checks the contract (an output of PyTorch's shape, dtype and device; the
 caller's tensors untouched, values and ``requires_grad``), and holds the output and every gradient
-to the rule of :mod:`attnlab.lab.rule`. A failing row also records which wrong semantics its output
-matches (:mod:`attnlab.lab.hypotheses`), for the diagnoses.
+to the rule of :mod:`attnlab.lab.check.rule`. A failing row also records which wrong semantics its output
+matches (:mod:`attnlab.lab.check.hypotheses`), for the diagnoses.
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from attnlab import kernels
+from attnlab.lab.check import hypotheses, mod_cases, oracle, rule
+from attnlab.lab.check.cases import DTYPES, Case, views
+from attnlab.lab.results import Result
 from attnlab.masks import Mask
-
-from . import hypotheses, mod_cases, oracle, rule
-from .cases import DTYPES, Case, views
-from .results import Result
 
 CROSS_FACTOR = 4.0  # PyTorch in float64 within 4x the float64 rounding floor of the oracle: the oracle is right
 
@@ -70,7 +69,7 @@ class Expected:
 
 @dataclass(frozen=True)
 class Inputs:
-    """A case's tensors (:func:`attnlab.lab.cases.make_inputs`): ``mask`` is what attnlab's forms take (an
+    """A case's tensors (:func:`attnlab.lab.check.cases.make_inputs`): ``mask`` is what attnlab's forms take (an
     attnlab mask function stays a function), ``dense`` its tensor twin for PyTorch and other functions."""
 
     q: torch.Tensor

@@ -4,9 +4,9 @@
 evidence, in order of how much they say:
 
 1. the contract: an output of another dtype, inputs changed in place, an exception, a hang;
-2. wrong semantics the output matched (:mod:`attnlab.lab.hypotheses`): "your output is attention
+2. wrong semantics the output matched (:mod:`attnlab.lab.check.hypotheses`): "your output is attention
    without the 1/sqrt(E) scale", "... with the causal mask off the diagonal";
-3. the cases that fail, by what they exercise (:attr:`attnlab.lab.cases.Case.tags`): when every
+3. the cases that fail, by what they exercise (:attr:`attnlab.lab.check.cases.Case.tags`): when every
    failing case passes ``scale=``, the scale argument is the suspect; when only gradients fail,
    the backward is.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .results import Result
+from attnlab.lab.results import Result
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The float64 oracle a slice of query rows at a time: the same numbers in O(T) memory.
 
-The oracle of :mod:`attnlab.lab.oracle` holds the whole (N, H, L, S) matrix of scores in float64,
+The oracle of :mod:`attnlab.lab.check.oracle` holds the whole (N, H, L, S) matrix of scores in float64,
 and autograd keeps several such matrices for the backward pass: at T = 16384 with 4 heads one of
 them is 8.6 GB. The rows of attention are independent of each other, so the same answer can be
 computed for a few query rows at a time; only the key and value gradients gather over rows, and

@@ -1,25 +1,22 @@
 """Check forms of attention -- attnlab's or anyone's -- against a float64 oracle and PyTorch, forward and backward.
 
-For every case of the grid (:mod:`attnlab.lab.cases`) the function's output and its gradients dq,
-dk, dv are compared with the float64 oracle (:mod:`attnlab.lab.oracle`) under the tolerance rule
-(:mod:`attnlab.lab.rule`): at most twice PyTorch's own error on the same inputs, on the same
+For every case of the grid (:mod:`attnlab.lab.check.cases`) the function's output and its gradients dq,
+dk, dv are compared with the float64 oracle (:mod:`attnlab.lab.check.oracle`) under the tolerance rule
+(:mod:`attnlab.lab.check.rule`): at most twice PyTorch's own error on the same inputs, on the same
 device and in the same dtype, plus a rounding floor. What each case is judged by is computed once
-and shared by every function checked on it (:mod:`attnlab.lab.judge`).
+and shared by every function checked on it (:mod:`attnlab.lab.check.judge`).
 
 Any function with PyTorch's SDPA signature can be checked. Its dropout is checked too: with v = I
 the output *is* the weights after dropout, which says which weights the function dropped under a
 seed; the oracle then applies that keep-mask (see :func:`probe_keep`). Each case of a function that
-is not attnlab's runs under a watchdog (:mod:`attnlab.lab.watchdog`), so one that hangs is a FAIL
-row. :func:`attnlab.lab.diagnose.diagnose` reads a result's failures as likely causes.
+is not attnlab's runs under a watchdog (:mod:`attnlab.lab.check.watchdog`), so one that hangs is a FAIL
+row. :func:`attnlab.lab.check.diagnose.diagnose` reads a result's failures as likely causes.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import math
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,9 +24,8 @@ import torch
 
 from attnlab import kernels
 from attnlab.kernels import dropout
-
-from . import judge, mod_cases, oracle
-from .cases import (  # noqa: F401 -- the grid's names, read through verify by callers
+from attnlab.lab.check import judge, mod_cases, oracle
+from attnlab.lab.check.cases import (  # noqa: F401 -- the grid's names, read through verify by callers
     DTYPES,
     MASK_FAMILIES,
     MASK_KINDS,
@@ -38,11 +34,11 @@ from .cases import (  # noqa: F401 -- the grid's names, read through verify by c
     make_inputs,
     random_cases,
 )
-from .diagnose import Diagnosis, diagnose
-from .judge import Inputs, Row
-from .machine import machine, versions
-from .results import Result
-from .watchdog import case_limit, watched
+from attnlab.lab.check.diagnose import Diagnosis, diagnose
+from attnlab.lab.check.judge import Inputs, Row
+from attnlab.lab.check.watchdog import case_limit, watched
+from attnlab.lab.machine import machine, versions
+from attnlab.lab.results import Result
 
 EXPLAINED = 12  # failing rows per function whose output is held against wrong semantics (hypotheses)
 
@@ -160,7 +156,7 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
     """Check each named function over the cases on ``device``. ``targets`` maps a label to a function.
 
     ``check_dropout=False`` skips the dropout cases (for functions without dropout). ``timeout``:
-    seconds per case at the basic case's size (:func:`attnlab.lab.watchdog.case_limit`) for functions
+    seconds per case at the basic case's size (:func:`attnlab.lab.check.watchdog.case_limit`) for functions
     that are not attnlab's registered forms; a case past it is a FAIL row and the function's remaining
     cases are not run. ``None``: no watchdog. Inputs are made on ``device`` (any torch device), the
     oracle runs on the CPU in float64, PyTorch on ``device`` in each case's dtype. ``report`` hears each
@@ -225,42 +221,3 @@ def _skip_reason(fn: Callable, form, case: Case, check_dropout: bool, hung: str 
     if case.mod and not (form.score_mod if form is not None else mod_cases.takes_score_mod(fn)):
         return "takes no score_mod= keyword"
     return None
-
-
-class LoadError(ValueError):
-    """A ``--impl`` value that names nothing usable."""
-
-
-def load_function(spec: str, device="cpu") -> tuple[str, Callable]:
-    """``package.module:function`` -> (spec, function); a registered form name -> (name, form)."""
-    if ":" not in spec:
-        try:
-            form = kernels.get(spec)
-        except ValueError as e:
-            raise LoadError(f"{e}; or give your own function as package.module:function") from None
-        if form.distributed:
-            raise LoadError(f"form {spec!r} runs only across the ranks of a torch.distributed process group; "
-                            f"check it with `attnlab ring`, which holds it to the same tolerance rule")
-        why = form.why_not(device)
-        if why is not None:
-            raise LoadError(f"form {spec!r} cannot be checked on {device} here: {why}")
-        return spec, form.fn
-    mod_name, _, attr = spec.partition(":")
-    if not mod_name or not attr:
-        raise LoadError(f"--impl {spec!r} must look like package.module:function")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` does: the current directory first
-        sys.path.insert(0, os.getcwd())
-    try:
-        mod = importlib.import_module(mod_name)
-    except Exception as e:
-        raise LoadError(f"cannot import module {mod_name!r} for --impl {spec!r}: {type(e).__name__}: {e}") from None
-    except SystemExit as e:
-        raise LoadError(f"module {mod_name!r} called sys.exit({e.code!r}) when imported for --impl {spec!r}") from None
-    obj = mod
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise LoadError(f"module {mod_name!r} has no attribute {attr!r} (from --impl {spec!r})")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise LoadError(f"--impl {spec!r} names a {type(obj).__name__}, not a function")
-    return spec, obj

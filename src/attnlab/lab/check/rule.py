@@ -4,7 +4,7 @@ On the same inputs, for each quantity (the output and each gradient) a form pass
 
     max|form - oracle|  <=  2 * max|PyTorch - oracle|  +  floor
 
-where the oracle is the float64 reference of :mod:`attnlab.lab.oracle` and PyTorch runs in the
+where the oracle is the float64 reference of :mod:`attnlab.lab.check.oracle` and PyTorch runs in the
 input dtype. The ``floor`` is the rounding error the input dtype allows for the sums that make
 that quantity, derived from the computation itself rather than fixed: every sum of n products may
 be off by
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import oracle
-from .results import Result
+from attnlab.lab.check import oracle
+from attnlab.lab.results import Result
 
 NO_GRADS = {"out": 0.0, "dq": 0.0, "dk": 0.0, "dv": 0.0, "dmask": 0.0}
 

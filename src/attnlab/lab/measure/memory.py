@@ -48,7 +48,7 @@ from functools import lru_cache
 
 import torch
 
-from .machine import glibc
+from attnlab.lab.machine import glibc
 
 CLEAR_REFS = "/proc/self/clear_refs"
 STATUS = "/proc/self/status"

@@ -6,7 +6,7 @@ shifted off the diagonal, upper-left and lower-right swapped, the mask ignored o
 heads repeated with ``repeat`` instead of ``repeat_interleave``, dropout's survivors not scaled,
 the softmax taken over the queries. If the output agrees with one of them to within the case's own
 limit (and that answer is really different from the right one), the row records the mistake's key
-(:data:`KEYS`); :mod:`attnlab.lab.diagnose` turns the keys into sentences.
+(:data:`KEYS`); :mod:`attnlab.lab.check.diagnose` turns the keys into sentences.
 
 Two patterns need no second answer: NaN or infinity where the oracle is finite on a case with large
 scores (a softmax without the max subtraction), and a difference only on the rows that see no key.
@@ -18,8 +18,8 @@ import math
 
 import torch
 
-from . import oracle, rule
-from .cases import Case
+from attnlab.lab.check import oracle, rule
+from attnlab.lab.check.cases import Case
 
 KEYS = ("scale-ignored", "unscaled", "scale-1/d", "causal-ignored", "mask-ignored", "mask-inverted",
         "mask-dropped-with-causal", "causal-dropped-with-mask", "diagonal", "lower-right-for-upper-left",

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 
 import torch
 
+from attnlab.lab.results import Result
+from attnlab.lab.train import checkpoint as ckpt
+from attnlab.lab.train.corpus import UNKNOWN
 from attnlab.nn import GPT
-
-from . import checkpoint as ckpt
-from .corpus import UNKNOWN
-from .results import Result
 
 # The most characters one call generates: their ids are held in memory as the text grows (8 bytes each), and a
 # million take this CPU minutes to hours; a number with no bound (--tokens 10**20) would run until killed.

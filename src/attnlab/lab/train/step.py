@@ -2,10 +2,10 @@
 
 The point of context parallelism is memory: a rank holds the activations of T/cp tokens of each
 sequence, so it can train on sequences cp times longer than one process holds. :func:`measure`
-checks that claim by measurement, the way :mod:`attnlab.lab.ring` does for attention alone: in each
+checks that claim by measurement, the way :mod:`attnlab.lab.dist.ring` does for attention alone: in each
 rank, one full training step (forward, backward, gradient all-reduce, optimizer step) on a global
 batch of random tokens, with the step's extra peak resident memory over what the process held
-before it (:func:`attnlab.lab.memory.measure_peak`, blocks of 64 KiB or more on their own pages so
+before it (:func:`attnlab.lab.measure.memory.measure_peak`, blocks of 64 KiB or more on their own pages so
 the peak follows the live tensors), then the time of a few steps. :func:`run` launches the grid and
 one process alone on the same global batch and returns both.
 """
@@ -18,10 +18,11 @@ import time
 
 import torch
 
-from . import launch, memory
-from .memory import exact_heap
-from .parallel import Grid, grid
-from .train import TrainConfig, _loss, _optimizer
+from attnlab.lab.dist import launch
+from attnlab.lab.dist.parallel import Grid, grid
+from attnlab.lab.measure import memory
+from attnlab.lab.measure.memory import exact_heap
+from attnlab.lab.train.train import TrainConfig, _loss, _optimizer
 
 
 @dataclasses.dataclass

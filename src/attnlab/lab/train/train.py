@@ -29,14 +29,13 @@ from pathlib import Path
 import torch
 
 from attnlab.kernels.argcheck import is_int, positive_int
+from attnlab.lab.dist.parallel import Grid
+from attnlab.lab.results import Result, machine, versions
+from attnlab.lab.stop import StopFlag, catch_interrupt
+from attnlab.lab.train import checkpoint as ckpt
+from attnlab.lab.train import corpus as corpora
 from attnlab.nn import GPT, GPTConfig, probe
 from attnlab.nn.probe import score_grad_norms, uniform_causal_entropy
-
-from . import checkpoint as ckpt
-from . import corpus as corpora
-from .parallel import Grid
-from .results import Result, machine, versions
-from .stop import StopFlag, catch_interrupt
 
 SCALE_VARIANTS = {"sqrt": {"scale": "sqrt"}, "none": {"scale": "none"}, "inv": {"scale": "inv"}}
 TIE_KV_VARIANTS = {"untied": {"tie_kv": False}, "tied": {"tie_kv": True}}
@@ -231,7 +230,7 @@ def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corp
                   grid: Grid | None = None) -> VariantLog:
     """Train one variant to ``cfg.steps``, logging and checkpointing to ``path``.
 
-    ``grid``: this process's place among several (:mod:`attnlab.lab.parallel`); every rank calls this
+    ``grid``: this process's place among several (:mod:`attnlab.lab.dist.parallel`); every rank calls this
     with the same arguments, and rank 0 alone writes the checkpoints.
     """
     v = _set_up(cfg, name, variant, data, path, grid or Grid())
@@ -363,7 +362,7 @@ def run(cfg: TrainConfig, kind: str = "scale", variants: list[str] | None = None
         on_step: Callable[[str, int, int, float, float], None] | None = None, grid: Grid | None = None) -> TrainResult:
     """Train every variant of experiment ``kind`` ("scale" or "tie-kv"); checkpoints go to ``out/checkpoints``.
 
-    ``grid``: under several processes, every rank calls this (see :mod:`attnlab.lab.parallel`).
+    ``grid``: under several processes, every rank calls this (see :mod:`attnlab.lab.dist.parallel`).
     """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")

@@ -6,7 +6,7 @@ The lesson predicts that without the 1/sqrt(d) scale
 2. its gradients vanish: the query and key weights stop learning;
 3. the loss plateaus early, above the scaled model's.
 
-:func:`summarise` reads those off a :class:`~attnlab.lab.train.TrainResult` with explicit,
+:func:`summarise` reads those off a :class:`~attnlab.lab.train.train.TrainResult` with explicit,
 printed thresholds, so each verdict can be checked against the numbers beside it. The tie-kv ablation's
 claim ("tying the value projection to the key projection measurably reduces capability") is checked by
 :func:`tie_kv` with the same loss-gap rule.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .results import Result
+from attnlab.lab.results import Result
 
 LOSS_GAP = 0.02  # nats: a final validation loss this much above another's counts as worse (one seed)
 

@@ -23,11 +23,10 @@ from pathlib import Path
 
 import torch
 
+from attnlab.lab.lesson.walkthrough import QUERY_WORD, SENTENCE
+from attnlab.lab.results import Result, machine, versions
 from attnlab.nn import hf
 from attnlab.nn.probe import head_stats
-
-from .lesson.walkthrough import QUERY_WORD, SENTENCE
-from .results import Result, machine, versions
 
 KEY_WORD = "animal"
 # The most tokens one text is measured on: every head's (T, T) weights are kept (and the page carries them), so a

@@ -6,7 +6,7 @@ judges -- in the spirit of FlashAttention's ``attention_ref``. It has its own ar
 by its own code, and imports nothing from ``attnlab.kernels``: the mask and score-modifier
 *definitions* a case hands it (``attnlab.masks``, ``attnlab.mods``) are only called, as functions of
 the indices, on index grids made here. It is itself checked: on every case verify runs, PyTorch's
-own float64 answer must agree with it to float64 rounding (:mod:`attnlab.lab.judge`).
+own float64 answer must agree with it to float64 rounding (:mod:`attnlab.lab.check.judge`).
 
     scores = q kᵀ · scale               (N, H, L, S); query head h reads key head h // (H / Hkv)
     scores = score_mod(scores, b, h, i, j)
@@ -15,7 +15,7 @@ own float64 answer must agree with it to float64 rounding (:mod:`attnlab.lab.jud
     P      = P · keep / (1 - p)         dropout, with the keep-mask the judged form used
     out    = P v
 
-The tolerance rule that compares a form with this answer lives in :mod:`attnlab.lab.rule`.
+The tolerance rule that compares a form with this answer lives in :mod:`attnlab.lab.check.rule`.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ passes, expanded keys and values, a sliced last dim) for every mask kind; dropou
 
 :func:`make_inputs` draws a case's seeded tensors; :func:`views` lays them out as the case says
 (from leaves whose gradients the judge reads). :attr:`Case.tags` names what a case exercises, so that
-a pattern of failures can be read as a likely cause (:mod:`attnlab.lab.diagnose`).
+a pattern of failures can be read as a likely cause (:mod:`attnlab.lab.check.diagnose`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Case:
     dtype: str = "float32"
     grad_mask: bool = False  # float mask that requires grad (a learnable bias)
     dropout_p: float = 0.0
-    mod: str | None = None  # a score modifier family of attnlab.lab.mod_cases (score_mod=)
+    mod: str | None = None  # a score modifier family of attnlab.lab.check.mod_cases (score_mod=)
     scale: float | None = None  # None: 1/sqrt(E)
     scale_tensor: bool = False  # pass the scale as a 0-d tensor, as PyTorch accepts it
     magnitude: float = 1.0  # q and k are multiplied by this (large logits)
@@ -66,7 +66,7 @@ class Case:
 
     @property
     def tags(self) -> frozenset[str]:
-        """What the case exercises, for reading a pattern of failures (see attnlab.lab.diagnose)."""
+        """What the case exercises, for reading a pattern of failures (see attnlab.lab.check.diagnose)."""
         S = self.S or self.L
         t = {self.dtype}
         flags = {

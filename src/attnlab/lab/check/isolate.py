@@ -17,6 +17,7 @@ from the rows, never from the child.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import selectors
@@ -26,9 +27,9 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 
-from .cases import Case
-from .judge import Row, row
-from .watchdog import case_limit
+from attnlab.lab.check.cases import Case
+from attnlab.lab.check.judge import Row, row
+from attnlab.lab.check.watchdog import case_limit
 
 LOAD_SECONDS = 120.0  # importing the function's module (and torch) in the child
 
@@ -37,14 +38,43 @@ class LoadFailed(ValueError):
     """The child could not load the function (the message says why, in one line)."""
 
 
+class LoadError(ValueError):
+    """A ``package.module:function`` that names nothing usable."""
+
+
+def import_function(spec: str) -> Callable:
+    """The function ``package.module:function`` names, imported as ``python -m`` would (the current directory
+    first on the path). Run in the child process, where the function's module may do anything at import."""
+    mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise LoadError(f"--impl {spec!r} must look like package.module:function")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        mod = importlib.import_module(mod_name)
+    except Exception as e:
+        raise LoadError(f"cannot import module {mod_name!r} for --impl {spec!r}: {type(e).__name__}: {e}") from None
+    except SystemExit as e:
+        raise LoadError(f"module {mod_name!r} called sys.exit({e.code!r}) when imported for --impl {spec!r}") from None
+    obj = mod
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise LoadError(f"module {mod_name!r} has no attribute {attr!r} (from --impl {spec!r})")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise LoadError(f"--impl {spec!r} names a {type(obj).__name__}, not a function")
+    return obj
+
+
 def verify_elsewhere(spec: str, cases: list[Case], *, seed: int = 0, check_dropout: bool = True,
                      timeout: float | None = 10.0, device: str = "cpu",
                      progress: Callable[[str], None] | None = None) -> list[Row]:
     """The rows of ``verify({spec: <the function spec names>}, cases, ...)``, run in a child process."""
     job = {"spec": spec, "cases": [asdict(c) for c in cases], "seed": seed, "check_dropout": check_dropout,
            "device": device}
-    child = subprocess.Popen([sys.executable, "-m", "attnlab.lab.isolate", json.dumps(job)], stdout=subprocess.PIPE,
-                             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    child = subprocess.Popen([sys.executable, "-m", "attnlab.lab.check.isolate", json.dumps(job)],
+                             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines = _Lines(child)
     try:
         first = lines.next(LOAD_SECONDS)
@@ -88,7 +118,7 @@ def _lost(spec, left: list[Case], child, timed_out: bool, limit, timeout) -> lis
     if timed_out:
         child.kill()
         child.wait()
-        from .verify import timed_out as words
+        from attnlab.lab.check.verify import timed_out as words
 
         first_row = row(spec, first, "fail", words(limit, timeout))
         why = f"not run: case {first.label!r} timed out"
@@ -141,11 +171,11 @@ def _child(job: dict) -> None:
         out.write(json.dumps(msg) + "\n")
         out.flush()
 
-    from . import verify
+    from attnlab.lab.check import verify
 
     try:
-        name, fn = verify.load_function(job["spec"], job["device"])
-    except verify.LoadError as e:
+        name, fn = job["spec"], import_function(job["spec"])
+    except LoadError as e:
         send({"load_error": str(e)})
         return
     send({"loaded": name})

@@ -3,7 +3,7 @@
 A run at T = 262144 would take hours, one at T = 10⁹ asks for terabytes; both are better refused
 in a second, with the numbers, than found out by the kernel's out-of-memory killer. The estimate
 counts the tensors each phase keeps alive -- they are all O(T) now that the reference is computed
-a slice of rows at a time (:mod:`attnlab.lab.oracle_rows`) -- and times the phases from this
+a slice of rows at a time (:mod:`attnlab.lab.check.oracle_rows`) -- and times the phases from this
 machine's measured rate on one small tile loop, so it speaks for this machine, busy or not.
 
 The phases run one after another:
@@ -30,9 +30,11 @@ import torch
 
 from attnlab.kernels.dtypes import DTYPES, compute_dtype
 
-from . import memory, oracle_rows
-from .flops import attention_flops
-from .results import Result
+from attnlab.lab.measure import memory
+
+from attnlab.lab.check import oracle_rows
+from attnlab.lab.measure.flops import attention_flops
+from attnlab.lab.results import Result
 
 FREE_FRACTION = 0.8  # of the memory free now, the most a run may plan to use
 PROCESS_BYTES = 200 * 2**20  # a rank's own memory besides its tensors (torch's pages are shared with the forkserver)
@@ -44,7 +46,7 @@ PROBE_T = 1024  # the length at which this machine's rate is measured (smaller o
 
 @dataclass(frozen=True)
 class Estimate(Result):
-    """Memory in bytes and time in seconds of each phase of :func:`attnlab.lab.ring.run`."""
+    """Memory in bytes and time in seconds of each phase of :func:`attnlab.lab.dist.ring.run`."""
 
     rank_bytes: int
     ranks_bytes: int  # all ranks at once

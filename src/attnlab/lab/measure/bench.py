@@ -2,15 +2,15 @@
 
 For each length T (queries = keys = T) and each form, on the same seeded inputs (B, H, T, d):
 
-* **time** -- warm-up, then repeated calls each timed alone (:mod:`attnlab.lab.timing`); we keep
+* **time** -- warm-up, then repeated calls each timed alone (:mod:`attnlab.lab.measure.timing`); we keep
   the median and the min / max spread. A case gets up to ``repeats`` timed calls, fewer (never
   under 3) when they would not fit the time budget. ``flex`` compiles during its warm-up;
-* **rate** -- FLOPs from :mod:`attnlab.lab.flops` divided by the median time, and set against the
+* **rate** -- FLOPs from :mod:`attnlab.lab.measure.flops` divided by the median time, and set against the
   machine's own matrix-multiply rate (measured at the start and again at the end; the better of
   the two is the machine's peak);
-* **peak memory** -- measured around one more call by :mod:`attnlab.lab.memory`: the extra bytes
+* **peak memory** -- measured around one more call by :mod:`attnlab.lab.measure.memory`: the extra bytes
   the call needs over its inputs;
-* **growth** -- the slope of log(cost) against log(T) per form (:mod:`attnlab.lab.growth`).
+* **growth** -- the slope of log(cost) against log(T) per form (:mod:`attnlab.lab.measure.growth`).
 
 Before a case runs, its time and memory are estimated from the shorter lengths already measured
 (time as T², memory along its measured slope, or as a few T x T matrices before any measurement);
@@ -35,12 +35,11 @@ from attnlab.kernels import masks as M
 from attnlab.kernels import mods
 from attnlab.kernels.argcheck import is_int, positive_int
 from attnlab.kernels.dtypes import DTYPES, HALF, compute_dtype
-
-from . import flex, growth, memory
-from .flops import attention_flops
-from .machine import load_average, machine, versions
-from .results import Result, to_dict
-from .timing import matmul_peak, time_calls
+from attnlab.lab.machine import load_average, machine, versions
+from attnlab.lab.measure import flex, growth, memory
+from attnlab.lab.measure.flops import attention_flops
+from attnlab.lab.measure.timing import matmul_peak, time_calls
+from attnlab.lab.results import Result, to_dict
 
 MASKS = M.SPECS
 MODS = ("softcap:CAP", "alibi")

@@ -42,7 +42,7 @@ def resume_points(out: str | Path, kind: str, variants: list[str]) -> dict[str, 
 
 def save(path: str | Path, state: dict) -> Path:
     """Write a checkpoint whole or not at all (:func:`attnlab.lab.files.write_file`)."""
-    from .files import write_file
+    from attnlab.lab.files import write_file
 
     return write_file(path, lambda f: torch.save({"format": FORMAT, **state}, f))
 
