@@ -185,6 +185,14 @@ def run(args, grid=None) -> int:
         raise UsageError(str(e)) from None
     for line in report.header_lines(cfg, kind, names, data.describe(), grid) + resuming:
         console.print(line)
+    if grid is None:  # across ranks every step waits for the slowest rank: a one-process timing would mislead
+        from attnlab.lab import train_time
+
+        est = train_time.estimate(cfg, data)
+        left = {n: cfg.steps - (step or 0) for n, (_, step) in
+                (checkpoint.resume_points(out, kind, names) if args.resume else {}).items()}
+        steps = sum(left.get(n, cfg.steps) for n in names)
+        console.print(report.estimate_line(est, est.seconds(steps, cfg.eval_every)))
     try:
         with report.train_progress(cfg.steps, names) as on_step:
             result = train.run(cfg, kind, variants, out, resume=args.resume, data=data, on_step=on_step, grid=grid)

@@ -33,7 +33,10 @@ from attnlab.nn import GPT, GPTConfig, probe
 from attnlab.nn.probe import score_grad_norms, uniform_causal_entropy
 
 from . import checkpoint as ckpt
+from . import circuits as circ
 from . import corpus as corpora
+from . import repeats
+from .circuits import Circuits
 from .parallel import Grid
 from .results import Result, machine, versions
 from .stop import StopFlag, catch_interrupt
@@ -64,6 +67,7 @@ class TrainConfig:
     device: str = "cpu"
     corpus: str | None = None  # a text file; None: Python's standard library
     max_chars: int = 4_000_000
+    repeat_share: float = 0.5  # of each batch: rows of a random segment repeated (see attnlab.lab.repeats)
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "block_size", "eval_every", "eval_batches", "probe_rows", "max_chars"):
@@ -74,6 +78,8 @@ class TrainConfig:
         for name in ("warmup", "weight_decay"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if not 0 <= self.repeat_share < 1:
+            raise ValueError(f"repeat_share must be in [0, 1), got {self.repeat_share!r}")
 
     def model(self, vocab_size: int, **variant) -> GPTConfig:
         return GPTConfig(vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer, n_head=self.n_head,
@@ -84,7 +90,9 @@ class TrainConfig:
 PRESETS = {
     "tiny": TrainConfig(steps=30, batch_size=8, block_size=32, n_layer=1, n_head=2, d_model=32, eval_every=10,
                         eval_batches=2, probe_rows=4, max_chars=200_000),
-    "default": TrainConfig(),
+    # 4 heads of width 32, 32 sequences a step, half of them repeated segments: the previous-token and induction
+    # heads grow after about 450 steps (the loss on the repeats falls from ~4.5 to ~0.1 within ~100 steps)
+    "default": TrainConfig(steps=800, batch_size=32, n_head=4, eval_every=50),
     "large": TrainConfig(steps=1000, batch_size=16, block_size=128, n_layer=4, n_head=4, d_model=256, lr=1e-3,
                          warmup=50, eval_every=50, max_chars=12_000_000),
 }
@@ -99,6 +107,7 @@ class VariantLog(Result):
     entropy: list[list[float]] = field(default_factory=list)  # [logged step][layer], nats
     peak: list[list[float]] = field(default_factory=list)  # [logged step][layer], mean max weight
     qk_grad_norm: list[list[float]] = field(default_factory=list)  # [logged step][layer]: ||grad W_q, W_k||
+    qk_norm: list[list[float]] = field(default_factory=list)  # [logged step][layer]: ||W_q|| * ||W_k|| (Frobenius)
     score_grad_norm: list[list[float]] = field(default_factory=list)  # [logged step][layer]: through the softmax
     params: int = 0
     tokens: int = 0  # tokens trained on
@@ -106,6 +115,7 @@ class VariantLog(Result):
     seconds: float = 0.0  # wall time, everything included
     tokens_per_s: float = 0.0
     diverged_at: int | None = None  # first step with a non-finite loss, if any
+    circuits: Circuits | None = None  # the final model's heads measured on repeated random sequences
 
 
 @dataclass
@@ -144,6 +154,17 @@ def _optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.Optimizer:
     rest = [p for p in model.parameters() if p.dim() < 2]  # biases and LayerNorm gains
     return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                               {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def _qk_norms(model: GPT) -> list[float]:
+    """Per layer ||W_q|| * ||W_k||: the scores q . k grow with it, so a model can undo a small scale by growing it."""
+    out = []
+    for block in model.blocks:
+        a = block.attn
+        w = a.qkv.weight.detach()
+        q, k = w[: a.n_head * a.head_dim], w[a.n_head * a.head_dim: (a.n_head + a.n_kv_head) * a.head_dim]
+        out.append(float(q.norm() * k.norm()))
+    return out
 
 
 def _qk_grad_norms(model: GPT) -> list[float]:
@@ -189,6 +210,7 @@ def _measure(model: GPT, net: torch.nn.Module, fixed: dict, log: VariantLog, ste
     log.val_loss.append(va)
     log.grad_norm.append(gn)
     log.qk_grad_norm.append(qk)
+    log.qk_norm.append(_qk_norms(model))
     log.score_grad_norm.append(scores)
     log.entropy.append(pr.layer_entropy())
     log.peak.append(pr.layer_peak())
@@ -210,6 +232,7 @@ class _Variant:
     train: torch.Tensor  # the training tokens, on the device
     fixed: dict  # the fixed batches every log measures on: "train", "val" and the probe's rows
     log: VariantLog
+    pool: torch.Tensor  # the characters repeated segments are drawn from (attnlab.lab.repeats)
 
     @property
     def device(self) -> torch.device:
@@ -240,6 +263,8 @@ def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corp
         torch.manual_seed(cfg.seed + v.grid.rank)  # dropout's random stream starts from the seed (one per rank)
         start = 0
     _steps(v, start, stop, on_step)
+    if v.log.diverged_at is None and cfg.block_size >= 2 * repeats.MIN_SEGMENT:
+        v.log.circuits = circ.measure(v.model, data.chars, seed=cfg.seed)
     return v.log
 
 
@@ -258,8 +283,9 @@ def _set_up(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, pa
     fixed = {s: [tuple(t.to(device) for t in batch(d.cpu(), cfg.batch_size, cfg.block_size, fixed_gen))
                  for _ in range(cfg.eval_batches)] for s, d in (("train", data.train), ("val", data.val))}
     fixed["probe"] = fixed["val"][0][0][: cfg.probe_rows]
+    ids = repeats.pool(data.chars) if cfg.repeat_share > 0 else torch.empty(0, dtype=torch.int64)
     return _Variant(cfg, name, path, grid, meta, data, model, net, opt, gen, data.train.to(device), fixed,
-                    VariantLog(params=model.num_params()))
+                    VariantLog(params=model.num_params()), ids)
 
 
 def _resume(v: _Variant) -> int | None:
@@ -312,6 +338,7 @@ def _step(v: _Variant, step: int) -> float:
     cfg, log = v.cfg, v.log
     ts = time.perf_counter()
     x, y = batch(v.train, cfg.batch_size, cfg.block_size, v.gen)  # the global batch; each rank takes its part
+    x, y = repeats.mix(x, y, cfg.repeat_share, v.pool, v.gen)  # some rows: a random segment, repeated
     loss = _loss(v.net, v.grid, x, y)
     v.opt.zero_grad(set_to_none=True)
     loss.backward()  # under DDP: the gradients averaged over every rank
