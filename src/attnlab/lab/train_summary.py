@@ -159,4 +159,5 @@ def small_scale(result) -> SmallScale | None:
     a, b = summarise_variant("sqrt", v["sqrt"]), summarise_variant("inv", v["inv"])
     gap = b.val_end - a.val_end if b.diverged_at is None else float("inf")
     return SmallScale(a.val_end, b.val_end, gap, gap > LOSS_GAP, _mean(a.entropy_start), _mean(b.entropy_start),
-                      result.config.get("uniform_entropy", math.nan), qk("sqrt", 0), qk("sqrt", -1), qk("inv", 0), qk("inv", -1))
+                      result.config.get("uniform_entropy", math.nan), qk("sqrt", 0), qk("sqrt", -1), qk("inv", 0),
+                      qk("inv", -1))

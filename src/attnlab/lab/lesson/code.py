@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-
 from pathlib import Path
 
 from attnlab.kernels import loops, matrix

@@ -7,8 +7,6 @@ built; each claim carries its rule and a ✓ only when the measurement meets it.
 
 from __future__ import annotations
 
-from html import escape
-
 
 def _ok(yes: bool) -> str:
     return '<span class="verdict holds">✓</span>' if yes else '<span class="verdict fails">✗</span>'
@@ -27,16 +25,17 @@ def intro(c, source: str) -> str:
     p, i = c.best("previous"), c.best("induction")
     measured = (f"<p>Measured when this page was built, on {c.sequences} random segments of {c.segment} characters "
                 "written twice (the numbers below each rule):</p><ul class=\"verdicts\">"
-                f"<li>{_ok(c.previous_found)} layer {p.layer}, head {p.head} puts <b>{p.previous:.2f}</b> of its weight "
-                f"one step back (a previous-token head needs at least {c.previous_share})</li>"
+                f"<li>{_ok(c.previous_found)} layer {p.layer}, head {p.head} puts <b>{p.previous:.2f}</b> of its "
+                f"weight one step back (a previous-token head needs at least {c.previous_share})</li>"
                 f"<li>{_ok(c.induction_found)} layer {i.layer}, head {i.head} puts <b>{i.induction:.2f}</b> on the "
                 f"character after the earlier copy (an induction head needs at least {c.induction_share})</li>"
-                f"<li>{_ok(c.copies)} the loss is <b>{c.loss_first:.2f}</b> nats per character on the first copy and "
-                f"<b>{c.loss_repeat:.2f}</b> on the repeat (copying needs at most {c.loss_ratio} of the first)</li></ul>")
+                f"<li>{_ok(c.copies)} the loss is <b>{c.loss_first:.2f}</b> nats per character on the first copy "
+                f"and <b>{c.loss_repeat:.2f}</b> on the repeat (copying needs at most {c.loss_ratio} of the first)"
+                "</li></ul>")
     if not c.found:
         why = ("it is seeded, never trained" if source == "seeded" else
-               "its training did not grow them at these settings; the default `attnlab train` does")
-        measured += f"<p><b>So this model does not copy</b>: {escape(why)}. The live part below shows what it does do.</p>"
+               "its training did not grow them at these settings; the default <code>attnlab train</code> does")
+        measured += f"<p><b>So this model does not copy</b>: {why}. The live part below shows what it does do.</p>"
     try_it = ("<p>Type a sequence of your own below (random characters work best: text repeats letters, so a model "
               "can guess it without copying). Each heatmap is one head on your sequence written twice; the numbers "
               "are measured as above.</p>")

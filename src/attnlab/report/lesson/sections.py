@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from html import escape
 
-from attnlab.report.fmt import fmt_bytes, fmt_time
-
 from attnlab.lab import train_summary
+from attnlab.report.fmt import fmt_bytes, fmt_time
 
 from . import numbers as num
 from . import verdicts
@@ -175,8 +173,8 @@ def questions(data) -> str:
         why_sqrt += " Trained: final validation loss " + ", ".join(f"{LABELS.get(n, n)} {v:.3f}" for n, v in fv.items())
         _, preds = train_summary.summarise(data.train_scale.result)
         if preds:
-            why_sqrt += ("; that run shows the destabilising the lesson predicts (saturation and a worse loss, rules in "
-                         "section 5)." if train_summary.destabilised(preds) else
+            why_sqrt += ("; that run shows the destabilising the lesson predicts (saturation and a worse loss, rules "
+                         "in section 5)." if train_summary.destabilised(preds) else
                          "; that run does <b>not</b> show the destabilising the lesson predicts at these settings "
                          "(section 5 says which rule failed).")
         else:

@@ -66,8 +66,9 @@ def small_scale(result) -> str:
         claim = (f"<p><b>1/d learns worse than 1/√d</b>: {mark(True)} — final validation loss {s.val_inv:.3f} against "
                  f"{s.val_sqrt:.3f} ({s.gap:+.3f}; rule: more than {s.loss_gap} above).</p>")
     else:
-        claim = (f"<p><b>1/d learns worse than 1/√d</b>: {mark(False)} — final validation loss {s.val_inv:.3f} with 1/d "
-                 f"against {s.val_sqrt:.3f} with 1/√d ({s.gap:+.3f}; the rule asks for more than {s.loss_gap} above). "
+        claim = (f"<p><b>1/d learns worse than 1/√d</b>: {mark(False)} — final validation loss {s.val_inv:.3f} with "
+                 f"1/d against {s.val_sqrt:.3f} with 1/√d ({s.gap:+.3f}; the rule asks for more than {s.loss_gap} "
+                 "above). "
                  "A trained model is not stuck with its scale: it can grow its query and key weights until the "
                  "scores are as spread as 1/√d would have made them.</p>")
     return claim + f"<p>{escape(at_init)}{escape(norms)}</p>"
