@@ -38,7 +38,8 @@ def figure(result, path: str | Path, *, panels: tuple[str, ...] = PANELS, size: 
         else:
             {"entropy": _entropy, "grad": _grad}[name](ax, result)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)  # under the
+        # axes, not over the curves
     title = _title(result.config)
     if title:
         fig.suptitle(title, fontsize=10)

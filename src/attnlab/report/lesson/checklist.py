@@ -20,7 +20,7 @@ QUADRATIC = 0.25  # memory growth within this of T^2 counts as quadratic
 
 
 def _code(text: str) -> str:  # `command` -> <code>command</code>
-    return re.sub("`([^`]*)`", r"<code>\1</code>", escape(text))
+    return re.sub("`([^`]*)`", r"<code>\1</code>", escape(text, quote=False))
 
 
 def _name(r) -> str:

@@ -66,11 +66,11 @@
       `${ok(copies)}`]].forEach(([t]) => nums.appendChild(U.el("span", "copy-line", t)));
     figs.innerHTML = "";
     const T = 2 * m.n, tokens = m.r.tokens;
-    [[m.prev, `layer ${m.prev.layer}, head ${m.prev.head}: the weight one step back (the diagonal just below the middle)`],
+    [[m.prev, `layer ${m.prev.layer}, head ${m.prev.head}: the weight one step back (the line just under the diagonal)`],
       [m.ind, `layer ${m.ind.layer}, head ${m.ind.head}: the stripe ${m.n - 1} steps back (after the earlier copy)`]]
       .forEach(([h, title]) => U.heat(figs, m.r.layers[h.layer].weights[h.head], { title, kind: "weights",
         rows: tokens.map((c, i) => `${i} ${U.show(c)}`), cols: tokens.map(U.show), rowName: "query", colName: "key",
-        maxPx: 460, masked: (r, c) => c > r, bar: "weights from 0 to the largest" }));
+        maxPx: 400, masked: (r, c) => c > r, bar: "weights from 0 to the largest" }));
     window.attnlab.copy = { n: m.n, heads: m.heads, loss: m.loss, text: seq + seq, T };
   }
   input.value = C ? C.example : "";
