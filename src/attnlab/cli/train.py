@@ -188,10 +188,13 @@ def run(args, grid=None) -> int:
     if grid is None:  # across ranks every step waits for the slowest rank: a one-process timing would mislead
         from attnlab.lab import train_time
 
+        twins = {n: p for n in names if (p := train.reusable(cfg, kind, n, out, data.vocab_size))}
+        for n, p in twins.items():
+            console.print(f"  {n}: the same run as {p} (the same model, settings, seed and data): reused, not trained")
         est = train_time.estimate(cfg, data)
         left = {n: cfg.steps - (step or 0) for n, (_, step) in
                 (checkpoint.resume_points(out, kind, names) if args.resume else {}).items()}
-        steps = sum(left.get(n, cfg.steps) for n in names)
+        steps = sum(left.get(n, cfg.steps) for n in names if n not in twins)
         console.print(report.estimate_line(est, est.seconds(steps, cfg.eval_every)))
     try:
         with report.train_progress(cfg.steps, names) as on_step:

@@ -268,6 +268,43 @@ def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corp
     return v.log
 
 
+TWINS = {("tie-kv", "untied"): ("scale", "sqrt"), ("scale", "sqrt"): ("tie-kv", "untied")}  # the same model
+
+
+def reusable(cfg: TrainConfig, kind: str, name: str, out: str | Path, vocab_size: int,
+             grid: Grid | None = None) -> Path | None:
+    """The finished checkpoint of another experiment's variant that *is* this run (the same model, settings, seed,
+    data and steps: 1/sqrt(d) of the scale comparison is the separate-K/V model of the tie-kv ablation), or None."""
+    twin = TWINS.get((kind, name))
+    if twin is None or (grid is not None and grid.world > 1):
+        return None
+    path = ckpt.path_of(out, *twin)
+    table = {"scale": SCALE_VARIANTS, "tie-kv": TIE_KV_VARIANTS}
+    if not path.is_file():
+        return None
+    try:
+        state = ckpt.load(path)
+    except ValueError:
+        return None
+    same = (state.get("step") == cfg.steps and state.get("train_config") == asdict(cfg)
+            and state.get("model_config") == cfg.model(vocab_size, **table[kind][name]).to_dict()
+            and state.get("model_config") == cfg.model(vocab_size, **table[twin[0]][twin[1]]).to_dict()
+            and state.get("grid", {}).get("data_parallel", 1) * state.get("grid", {}).get("context_parallel", 1) == 1)
+    return path if same else None
+
+
+def _reuse(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, twin: Path, path: Path) -> VariantLog:
+    """This variant's checkpoint and log as the twin run's (it is the same run), its heads measured again."""
+    state = ckpt.load(twin)
+    ckpt.save(path, {**{k: v for k, v in state.items() if k != "format"}, "variant": name})
+    model = GPT(cfg.model(data.vocab_size, **variant))
+    model.load_state_dict(state["model"])
+    log = VariantLog(**state["log"])
+    if log.diverged_at is None and cfg.block_size >= 2 * repeats.MIN_SEGMENT:
+        log.circuits = circ.measure(model, data.chars, seed=cfg.seed)
+    return log
+
+
 def _set_up(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, path: Path, grid: Grid) -> _Variant:
     """A fresh model (the same initial weights for every variant of one shape), its optimizer and data."""
     device = torch.device(cfg.device)
@@ -395,6 +432,12 @@ def run(cfg: TrainConfig, kind: str = "scale", variants: list[str] | None = None
     with catch_interrupt() as stop:
         for name in names:
             path = ckpt.path_of(out, kind, name)
+            twin = reusable(cfg, kind, name, out, data.vocab_size, grid)
+            if twin is not None:
+                logs[name] = _reuse(cfg, name, table[name], data, twin, path)
+                if on_step is not None:
+                    on_step(name, cfg.steps, cfg.steps, logs[name].train_loss[-1], logs[name].tokens_per_s)
+                continue
             logs[name] = train_variant(cfg, name, table[name], data, path, resume=resume, stop=stop, on_step=on_step,
                                        grid=grid)
     mcfg = cfg.model(data.vocab_size)

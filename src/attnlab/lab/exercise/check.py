@@ -1,0 +1,30 @@
+"""``attnlab lab check``: the learner's function, graded, matched, diagnosed and measured, as one result."""
+
+from __future__ import annotations
+
+import time
+
+from attnlab.lab.diagnose import diagnose
+from attnlab.lab.machine import machine, versions
+
+from . import files, grade, measure
+from .result import LabResult
+
+FORMS = {"lab": "the lab's form: attention_by_hand(q, k, v), always causal",
+         "sdpa": "F.scaled_dot_product_attention's signature"}
+
+
+def check(spec: str, quick: bool = False, seed: int = 0, progress=None, on_stage=None) -> LabResult:
+    """Load ``FILE[:FUNCTION]`` and check it; ``on_stage(text)`` hears each stage (grading, measuring) as it starts."""
+    t0 = time.perf_counter()
+    say = on_stage or (lambda text: None)
+    path, name, fn = files.load(spec)
+    form = grade.form_of(fn)
+    say(f"found {name} in {path}: {FORMS[form]}")
+    result, shrunk, note = grade.grade(fn, name, form, quick=quick, seed=seed, progress=progress)
+    found = diagnose(result, form) if not result.passed else []
+    err = grade.match(fn, form, seed)
+    say("measuring its time and peak memory at T = " + ", ".join(map(str, measure.SEQS)))
+    timings, exps, how = measure.measure(fn, form, seed=seed)
+    return LabResult(str(path), name, form, note, result, found, err, result.passed, timings, exps, how,
+                     time.perf_counter() - t0, machine(), versions(), shrunk=shrunk)
