@@ -44,9 +44,9 @@ def lines(r) -> list[str]:
                + ("[green]matches[/]" if ok else "[red]does not match[/]"))
     out.append(f"[bold]Measured[/] ({r.measure_note}):")
     for t in r.timings:
+        mem = fmt_bytes(t.peak_bytes) if t.peak_bytes is not None else "not measured"
         out.append(f"  T = {t.seq:<5} " + (f"skipped: {t.skipped}" if t.skipped else
-                                           f"{fmt_time(t.time_s):>9}   peak memory "
-                                           f"{fmt_bytes(t.peak_bytes) if t.peak_bytes is not None else 'not measured'}"))
+                                           f"{fmt_time(t.time_s):>9}   peak memory {mem}"))
     grow = [f"{k} T^{v:.2f}" for k, v in r.exponents.items() if v is not None]
     if grow:
         verdict = ""

@@ -54,8 +54,9 @@ def measure(fn, form: str, seqs=SEQS, budget_s: float = BUDGET_S, seed: int = 0)
                     break
                 first = time.perf_counter() - t0
                 repeats = 1 if first * 4 > budget_s else max(1, min(5, int(budget_s / 4 / max(first, 1e-6))))
-                times = time_calls(lambda: call(q, k, v, is_causal=True), 0, repeats)
-                peak = memory.measure_peak(lambda: call(q, k, v, is_causal=True), "cpu")
+                once = lambda q=q, k=k, v=v: call(q, k, v, is_causal=True)  # noqa: E731
+                times = time_calls(once, 0, repeats)
+                peak = memory.measure_peak(once, "cpu")
             per_call = statistics.median(times)
             timings.append(Timing(T, per_call, peak))
     finally:
