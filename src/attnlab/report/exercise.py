@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .fmt import fmt_bytes, fmt_time
 from .plots import _plt, save_figure
+from .terminal import escape
 
 SHOWN = 8  # failing cases listed one by one; the rest are counted
 
@@ -16,33 +17,33 @@ SHOWN = 8  # failing cases listed one by one; the rest are counted
 def _fail_line(row) -> str:
     w = row.worst
     if w is None:
-        return f"  [red]{row.status.upper():<5}[/] {row.case} [{row.dtype}]: {row.detail}"
-    return (f"  [red]FAIL[/]  {row.case} [{row.dtype}]: {w.quantity} is {w.err:.2e} from the float64 answer, allowed "
+        return f"  [red]{row.status.upper():<5}[/] {escape(row.case)} ({row.dtype}): {escape(row.detail)}"
+    return (f"  [red]FAIL[/]  {escape(row.case)} ({row.dtype}): {w.quantity} is {w.err:.2e} from the float64 answer, allowed "
             f"{w.allowed:.2e} (PyTorch's own: {w.torch_err:.2e})")
 
 
 def lines(r) -> list[str]:
     c = r.verify.counts()
     graded = len(r.verify.rows)
-    out = [f"[bold]Graded[/] ({r.cases_note}): " + (f"[green]all {c['pass']} passed[/]" if r.passed else
+    out = [f"[bold]Graded[/]: " + (f"[green]all {c['pass']} passed[/]" if r.passed else
            f"{c['pass']} of {graded} passed, [red]{c['fail'] + c['error']} failed[/]")
-           + (f", {c['skipped']} skipped" if c["skipped"] else "")]
+           + (f", {c['skipped']} skipped" if c["skipped"] else "") + f"  ({escape(r.cases_note)})"]
     bad = [row for row in r.verify.rows if row.status in ("fail", "error")]
     out += [_fail_line(row) for row in bad[:SHOWN]]
     if len(bad) > SHOWN:
         out.append(f"  ... and {len(bad) - SHOWN} more failing cases (all of them in the JSON)")
     if r.shrunk:
-        out.append(f"  run smaller, to finish in time: {len(r.shrunk)} cases (e.g. {r.shrunk[0]})")
+        out.append(f"  run smaller, to finish in time: {len(r.shrunk)} cases (e.g. {escape(r.shrunk[0])})")
     if r.diagnoses:
         out.append("[bold]Likely cause[/] (most likely first):")
-        out += [f"  - {d.text}" for d in r.diagnoses]
+        out += [f"  - {escape(d.text)}" for d in r.diagnoses]
     elif not r.passed:
         out.append("[bold]Likely cause[/]: the failures fit no pattern verify knows; read the failing cases above")
     ok = r.match_err <= r.match_tol
     out.append(f"[bold]Match[/]: max |yours - F.scaled_dot_product_attention| = {r.match_err:.1e} on 2 heads, T = 64, "
                f"d = 32, float32 (the lab asks for at most {r.match_tol:g}): "
                + ("[green]matches[/]" if ok else "[red]does not match[/]"))
-    out.append(f"[bold]Measured[/] ({r.measure_note}):")
+    out.append(f"[bold]Measured[/] ({escape(r.measure_note)}):")
     for t in r.timings:
         mem = fmt_bytes(t.peak_bytes) if t.peak_bytes is not None else "not measured"
         out.append(f"  T = {t.seq:<5} " + (f"skipped: {t.skipped}" if t.skipped else
