@@ -18,14 +18,14 @@ def _fail_line(row) -> str:
     w = row.worst
     if w is None:
         return f"  [red]{row.status.upper():<5}[/] {escape(row.case)} ({row.dtype}): {escape(row.detail)}"
-    return (f"  [red]FAIL[/]  {escape(row.case)} ({row.dtype}): {w.quantity} is {w.err:.2e} from the float64 answer, allowed "
-            f"{w.allowed:.2e} (PyTorch's own: {w.torch_err:.2e})")
+    return (f"  [red]FAIL[/]  {escape(row.case)} ({row.dtype}): {w.quantity} is {w.err:.2e} from the float64 "
+            f"answer, allowed {w.allowed:.2e} (PyTorch's own: {w.torch_err:.2e})")
 
 
 def lines(r) -> list[str]:
     c = r.verify.counts()
     graded = len(r.verify.rows)
-    out = [f"[bold]Graded[/]: " + (f"[green]all {c['pass']} passed[/]" if r.passed else
+    out = ["[bold]Graded[/]: " + (f"[green]all {c['pass']} passed[/]" if r.passed else
            f"{c['pass']} of {graded} passed, [red]{c['fail'] + c['error']} failed[/]")
            + (f", {c['skipped']} skipped" if c["skipped"] else "") + f"  ({escape(r.cases_note)})"]
     bad = [row for row in r.verify.rows if row.status in ("fail", "error")]
