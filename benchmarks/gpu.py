@@ -101,7 +101,7 @@ def correctness(device, gpu) -> list[dict]:
 
     import attnlab
     from attnlab import masks
-    from attnlab.lab import oracle
+    from attnlab.lab import rule
 
     f = 1 if gpu else 32  # the dry run divides lengths by 32
     T = 1000 // f
@@ -147,7 +147,7 @@ def correctness(device, gpu) -> list[dict]:
             continue
         theirs = run(F.scaled_dot_product_attention, dense, dtype)
         ref = run(lambda *a, **k_: attnlab.attention(*a, impl="matrix", **k_), dense, torch.float32)
-        comps = [oracle.compare(n, a, b, r, dtype) for n, a, b, r in zip(("out", "dq", "dk", "dv"), mine, theirs,
+        comps = [rule.compare(n, a, b, r, dtype) for n, a, b, r in zip(("out", "dq", "dk", "dv"), mine, theirs,
                                                                          ref, strict=True)]
         ok = all(c.passed for c in comps)
         rows.append({"case": name, "dtype": str(dtype), "sizes": [B, H, Hkv, L, S_, E], "passed": ok,

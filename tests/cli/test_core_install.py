@@ -1,8 +1,8 @@
 """`pip install attnlab` without the 'lab' extra: torch alone runs the kernels and `attnlab verify`;
 what needs matplotlib, rich or numpy says which extra to install.
 
-Each test runs a fresh interpreter in which those three cannot be imported: a sitecustomize puts
-a finder first on sys.meta_path that answers ModuleNotFoundError for them, as if they were not installed.
+Each test runs a fresh interpreter in which those three cannot be imported: a sitecustomize makes the
+path finder find nothing by their names, exactly as if they were not installed.
 """
 
 import json
@@ -14,16 +14,18 @@ import pytest
 BLOCKED = ("numpy", "matplotlib", "rich")
 INSTALL = "pip install 'attnlab[lab]'"
 
-SHIM = """import sys
+SHIM = """from importlib.machinery import PathFinder
+
+_find_spec = PathFinder.find_spec
 
 
-class Blocked:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {blocked!r}:
-            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+def find_spec(cls, name, path=None, target=None):  # as if the module were not installed: no finder finds it
+    if name.split(".")[0] in {blocked!r}:
+        return None
+    return _find_spec(name, path, target)
 
 
-sys.meta_path.insert(0, Blocked())
+PathFinder.find_spec = classmethod(find_spec)
 """
 
 pytestmark = pytest.mark.slow  # each test starts an interpreter and imports torch

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -111,11 +112,12 @@ def test_a_transfer_that_times_out_is_one_line_without_cpp_frames():
     r = subprocess.run([sys.executable, "-m", "attnlab", "ring", "--world", "2", "--seq", "256", "--no-measure",
                         "--timeout", "0.001"], capture_output=True, text=True, timeout=120)
     print(r.stderr)
+    # Behaviour, not wording: where it fails (joining the group, the store, a transfer) and what gloo or the
+    # store says then depends on the machine's load, so no library's words are asserted.
     assert r.returncode == 1
-    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("attnlab ring: failed: rank ")
-    low = r.stderr.lower()  # where: joining the group (gloo says "connect timeout"), or a transfer ("timed out")
-    assert ("timed out" in low and "1ms" in r.stderr) or "connect timeout" in low
-    assert "frame #" not in r.stderr and len(r.stderr) < 600
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert re.match(r"attnlab ring: failed: rank \d+ of 2\b", r.stderr), r.stderr  # the rank named
+    assert "frame #" not in r.stderr and "Traceback" not in r.stderr and len(r.stderr) < 600
 
 
 @pytest.mark.slow

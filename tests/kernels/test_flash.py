@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import attnlab
 from attnlab import masks
 from attnlab.kernels import flash
-from attnlab.lab import oracle
+from attnlab.lab import oracle, rule
 from helpers import qkv
 
 
@@ -24,10 +24,10 @@ def both(size, bq, bk, seed=0, **kw):
     g = torch.randn_like(o1)
     o1.backward(g)
     o2.backward(g)
-    errs = {"out": oracle.max_err(o1, o2)}
-    errs.update({n: oracle.max_err(x.grad, y.grad) for n, x, y in zip(("dq", "dk", "dv"), a, b, strict=True)})
+    errs = {"out": rule.max_err(o1, o2)}
+    errs.update({n: rule.max_err(x.grad, y.grad) for n, x, y in zip(("dq", "dk", "dv"), a, b, strict=True)})
     if isinstance(ma, torch.Tensor) and ma.requires_grad:
-        errs["dmask"] = oracle.max_err(ma.grad, mb.grad)
+        errs["dmask"] = rule.max_err(ma.grad, mb.grad)
     print(size, bq, bk, {k: f"{v:.1e}" for k, v in errs.items()})
     return errs
 
@@ -64,7 +64,7 @@ def test_huge_logits_take_the_online_max_path(dtype):
     mask = torch.rand(40, 33, generator=torch.Generator().manual_seed(0)) > 0.3
     out = attnlab.attention(q, k, v, attn_mask=mask, impl="flash", block_q=8, block_k=8)
     ref = attnlab.attention(q.double(), k.double(), v.double(), attn_mask=mask, impl="matrix")
-    err = oracle.max_err(out, ref)
+    err = rule.max_err(out, ref)
     print(dtype, "max |flash - float64 matrix| with scores up to", float((q @ k.transpose(-2, -1)).abs().max() / 4),
           ":", err)
     assert torch.isfinite(out).all()
@@ -154,10 +154,10 @@ def test_dropout_grads_equal_autograd_through_matrix_with_same_keep_mask():
     g = torch.randn_like(o1)
     o1.backward(g)
     o2.backward(g)
-    errs = [oracle.max_err(o1, o2)] + [oracle.max_err(x.grad, y.grad) for x, y in zip(a, b, strict=True)]
+    errs = [rule.max_err(o1, o2)] + [rule.max_err(x.grad, y.grad) for x, y in zip(a, b, strict=True)]
     print("flash vs matrix with one keep-mask: out/dq/dk/dv", errs)
     assert max(errs) < 1e-12
-    assert oracle.max_err(o1, attnlab.attention(*b, is_causal=True, enable_gqa=True)) > 0.1  # dropout did act
+    assert rule.max_err(o1, attnlab.attention(*b, is_causal=True, enable_gqa=True)) > 0.1  # dropout did act
 
 
 def test_saves_only_output_and_log_sum_exp():
@@ -207,7 +207,7 @@ def test_bad_tile_sizes():
 def test_low_precision_within_rule(dtype):
     q, k, v = qkv(1, 4, 4, 97, 97, 40, 40, dtype=dtype)
     ref = oracle.reference(q, k, v, is_causal=True)
-    c = oracle.compare("out", attnlab.attention(q, k, v, is_causal=True, impl="flash", block_q=32, block_k=16),
+    c = rule.compare("out", attnlab.attention(q, k, v, is_causal=True, impl="flash", block_q=32, block_k=16),
                        F.scaled_dot_product_attention(q, k, v, is_causal=True), ref, dtype)
     print(dtype, c)
     assert c.passed

@@ -6,7 +6,7 @@ import torch
 import attnlab
 from attnlab import masks
 from attnlab.kernels import flash_band
-from attnlab.lab import oracle
+from attnlab.lab import oracle, rule
 from helpers import qkv
 
 from .test_flash import both, path  # noqa: F401  (path: the bounded / online-max fixture)
@@ -65,7 +65,7 @@ def test_bands_float32_against_pytorch_and_oracle(small_bands):
     dense = mask.dense(1, 4, 61, 61)
     ref = oracle.reference(q, k, v, attn_mask=dense, enable_gqa=True)
     torch_out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=dense, enable_gqa=True)
-    c = oracle.compare("out", attnlab.attention(q, k, v, attn_mask=mask, enable_gqa=True, impl="flash"),
+    c = rule.compare("out", attnlab.attention(q, k, v, attn_mask=mask, enable_gqa=True, impl="flash"),
                        torch_out, ref, torch.float32)
     print(c)
     assert c.passed
@@ -77,9 +77,9 @@ def test_rows_that_see_nothing_are_zero(small_bands):
     assert flash_band.plan(mask, 1, 2, 20, 40, 4) is not None
     out = attnlab.attention(q, k, v, attn_mask=mask, impl="flash")
     ref = attnlab.attention(q, k, v, attn_mask=mask.dense(1, 2, 20, 40), impl="matrix")
-    print("max |bands - matrix| with hidden rows:", oracle.max_err(out, ref))
+    print("max |bands - matrix| with hidden rows:", rule.max_err(out, ref))
     assert torch.equal(out[:, :, ::5], torch.zeros_like(out[:, :, ::5]))
-    assert oracle.max_err(out, ref) < 1e-12
+    assert rule.max_err(out, ref) < 1e-12
     out.sum().backward()
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
 
@@ -118,8 +118,8 @@ def test_bands_only_where_they_save_work(monkeypatch):
     out = attnlab.attention(q, k, v, attn_mask=docs, impl="flash")
     assert calls == [1], "aligned documents must walk the tiles"
     ref = oracle.reference(q, k, v, attn_mask=docs.dense(1, 2, 1024, 1024))
-    print("aligned documents, tiles vs float64:", oracle.max_err(out, ref))
-    assert oracle.max_err(out, ref) < 1e-5
+    print("aligned documents, tiles vs float64:", rule.max_err(out, ref))
+    assert rule.max_err(out, ref) < 1e-5
 
 
 def test_a_hidden_score_that_overflows_stays_hidden(small_bands):
@@ -132,7 +132,7 @@ def test_a_hidden_score_that_overflows_stays_hidden(small_bands):
     out = attnlab.attention(q, k, v, attn_mask=mask, impl="flash")
     ref = oracle.reference(q, k, v, attn_mask=mask.dense(1, 2, 37, 37))  # float64: no score overflows
     rows = [i for i in range(37) if not 20 <= i <= 24]
-    err = oracle.max_err(out[:, :, rows], ref[:, :, rows])
+    err = rule.max_err(out[:, :, rows], ref[:, :, rows])
     print("max |bands - float64| on rows that do not see the long key:", err)
     assert torch.isfinite(out[:, :, rows]).all()
     assert err < 1e-5

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import attnlab
 from attnlab import masks
-from attnlab.lab import oracle
+from attnlab.lab import oracle, rule
 from helpers import qkv
 
 FAST = ["matrix", "sdpa"]
@@ -37,7 +37,7 @@ def test_forward_and_grads_match_pytorch_float64(form, size, causal):
     g = torch.randn_like(exp)
     out.backward(g)
     exp.backward(g)
-    errs = [oracle.max_err(out, exp)] + [oracle.max_err(a.grad, b.grad) for a, b in zip(ins, ref, strict=True)]
+    errs = [rule.max_err(out, exp)] + [rule.max_err(a.grad, b.grad) for a, b in zip(ins, ref, strict=True)]
     print(f"{form} {size} causal={causal}: max errors out/dq/dk/dv = {[f'{e:.1e}' for e in errs]}")
     assert out.shape == exp.shape
     assert max(errs) < 1e-12
@@ -57,8 +57,8 @@ def test_fully_masked_rows_are_zero_with_finite_grads(form):
         out.sum().backward()
         assert all(torch.isfinite(t.grad).all() for t in ins)
         assert ins[0].grad[:, :, 2].abs().max() == 0
-        print(form, m.dtype, "max err vs PyTorch", oracle.max_err(out, exp))
-        assert oracle.max_err(out, exp) < 1e-12
+        print(form, m.dtype, "max err vs PyTorch", rule.max_err(out, exp))
+        assert rule.max_err(out, exp) < 1e-12
 
 
 @pytest.mark.parametrize("form", ALL)
@@ -66,16 +66,16 @@ def test_lower_right_alignment_for_decoding(form):
     """The KV-cache trap (pytorch#144858): one new query must see every cached key."""
     q, k, v = qkv((1,), 2, 2, 1, 9, 8, 8)
     upper = attnlab.attention(q, k, v, is_causal=True, impl=form)  # PyTorch's semantics: sees key 0 only
-    assert oracle.max_err(upper, v[:, :, :1]) < 1e-12
+    assert rule.max_err(upper, v[:, :, :1]) < 1e-12
     lower = attnlab.attention(q, k, v, attn_mask=masks.causal_lower_right(), impl=form)
     full = F.scaled_dot_product_attention(q, k, v)  # the last query sees everything
-    print(form, "lower-right vs full attention:", oracle.max_err(lower, full))
-    assert oracle.max_err(lower, full) < 1e-12
+    print(form, "lower-right vs full attention:", rule.max_err(lower, full))
+    assert rule.max_err(lower, full) < 1e-12
     # L=3 queries at the end of S=9: row i sees keys j <= i + 6
     q3 = qkv((1,), 2, 2, 3, 9, 8, 8, seed=1)[0]
     dense = torch.ones(3, 9, dtype=torch.bool).tril(diagonal=6)
     got = attnlab.attention(q3, k, v, attn_mask=masks.causal_lower_right(), impl=form)
-    assert oracle.max_err(got, F.scaled_dot_product_attention(q3, k, v, attn_mask=dense)) < 1e-12
+    assert rule.max_err(got, F.scaled_dot_product_attention(q3, k, v, attn_mask=dense)) < 1e-12
 
 
 @pytest.mark.parametrize("form", ["loops", "matrix"])
@@ -91,7 +91,7 @@ def test_dropout_reproducible_and_shared_across_forms(form):
     m = attnlab.attention(q, k, v, dropout_p=0.3, impl="matrix")
     assert torch.equal(a, b)
     assert not torch.equal(a, c)
-    assert oracle.max_err(a, m) < 1e-12  # the same seed drops the same weights in every attnlab form
+    assert rule.max_err(a, m) < 1e-12  # the same seed drops the same weights in every attnlab form
 
 
 @pytest.mark.slow
@@ -113,7 +113,7 @@ def test_matrix_returns_weights_that_sum_to_one():
     assert w.shape == (2, 5, 6)
     assert torch.allclose(w.sum(-1), torch.ones(2, 5, dtype=w.dtype))
     assert (w.triu(diagonal=1) == 0).all()
-    assert oracle.max_err(out, w @ v) < 1e-12
+    assert rule.max_err(out, w @ v) < 1e-12
 
 
 @pytest.mark.parametrize("form", ALL)
@@ -122,11 +122,11 @@ def test_broadcast_masks_and_two_dim_inputs(form):
     for shape in [(4, 1), (1, 5), (2, 1, 1, 5), (2, 4, 5)]:
         m = torch.rand(shape) > 0.3
         out = attnlab.attention(q, k, v, attn_mask=m, impl=form)
-        assert oracle.max_err(out, F.scaled_dot_product_attention(q, k, v, attn_mask=m)) < 1e-12
+        assert rule.max_err(out, F.scaled_dot_product_attention(q, k, v, attn_mask=m)) < 1e-12
     q2, k2, v2 = q[0, 0], k[0, 0], v[0, 0]  # (L, E): no batch, no head
     out = attnlab.attention(q2, k2, v2, is_causal=True, impl=form)
     assert out.shape == (4, 8)
-    assert oracle.max_err(out, F.scaled_dot_product_attention(q2, k2, v2, is_causal=True)) < 1e-12
+    assert rule.max_err(out, F.scaled_dot_product_attention(q2, k2, v2, is_causal=True)) < 1e-12
 
 
 def test_stable_softmax_survives_huge_logits():
@@ -135,7 +135,7 @@ def test_stable_softmax_survives_huge_logits():
     v = torch.randn(1, 1, 3, 4)
     out = attnlab.attention(q, k, v)  # logits = 30*30*4/2 = 1800: exp overflows without the max
     assert torch.isfinite(out).all()
-    assert oracle.max_err(out, F.scaled_dot_product_attention(q, k, v)) < 1e-5
+    assert rule.max_err(out, F.scaled_dot_product_attention(q, k, v)) < 1e-5
 
 
 @pytest.mark.slow
@@ -145,7 +145,7 @@ def test_low_precision_within_tolerance_rule(dtype):
     ref = oracle.reference(q, k, v, is_causal=True)
     theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     for form in ("matrix", "loops") if dtype == torch.float32 else ("matrix",):
-        c = oracle.compare("out", attnlab.attention(q, k, v, is_causal=True, impl=form), theirs, ref, dtype)
+        c = rule.compare("out", attnlab.attention(q, k, v, is_causal=True, impl=form), theirs, ref, dtype)
         print(form, dtype, c)
         assert c.passed
 
@@ -157,7 +157,7 @@ def test_matrix_equals_pytorch_on_random_shapes(N, Hkv, G, L, S, E, Ev, causal):
     q, k, v = qkv((N,), Hkv * G, Hkv, L, S, E, Ev)
     out = attnlab.attention(q, k, v, is_causal=causal, enable_gqa=G > 1)
     exp = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=G > 1)
-    assert oracle.max_err(out, exp) < 1e-12
+    assert rule.max_err(out, exp) < 1e-12
 
 
 @pytest.mark.parametrize("form", ALL + ["flash"])
@@ -174,4 +174,4 @@ def test_nan_is_not_mistaken_for_a_fully_masked_row(form):
     assert exp[0, :, 1].isnan().all() and exp[0, 0, 4].isnan().all()  # what PyTorch does
     assert torch.equal(out.isnan(), exp.isnan())
     assert torch.equal(out[:, :, 3], torch.zeros_like(out[:, :, 3]))
-    assert oracle.max_err(out.nan_to_num(), exp.nan_to_num()) < 1e-12
+    assert rule.max_err(out.nan_to_num(), exp.nan_to_num()) < 1e-12

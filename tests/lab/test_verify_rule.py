@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from rich.console import Console
 
 import attnlab
-from attnlab.lab import oracle, verify
+from attnlab.lab import rule, verify
 from attnlab.lab.verify import Case
 from attnlab.report.terminal import verify_table
 from helpers import qkv
@@ -53,8 +53,8 @@ def test_quick_grid_passes_at_unlisted_seeds_for_every_form_and_pytorch(seed):
 
 def test_the_floor_grows_with_the_size_of_the_numbers():
     q, k, v, go = qkv(1, 2, 2, 16, 16, 8, dtype=torch.float32, grad_out=True)
-    small = oracle.rounding_floor(q, k, v, grad_out=go, dtype=torch.float32)
-    big = oracle.rounding_floor(q, k, v * 1000, grad_out=go, dtype=torch.float32)
+    small = rule.rounding_floor(q, k, v, grad_out=go, dtype=torch.float32)
+    big = rule.rounding_floor(q, k, v * 1000, grad_out=go, dtype=torch.float32)
     print(small, big, sep="\n")
     assert big["out"] == pytest.approx(1000 * small["out"], rel=1e-6)
     assert big["dq"] > 100 * small["dq"] and big["dv"] == pytest.approx(small["dv"], rel=1e-6)
@@ -178,5 +178,5 @@ def test_flash_gives_exact_zero_where_the_true_gradient_is_zero():
 
 def test_pytorch_nan_answer_leaves_the_floor_alone():
     ref = torch.tensor([1.0, 2.0], dtype=torch.float64)
-    c = oracle.compare("out", ref.float(), torch.tensor([math.nan, 2.0]), ref, torch.float32, rounding=1e-6)
-    assert c.passed and math.isnan(c.torch_err) and c.allowed == pytest.approx(1e-6 + oracle.floor(ref, torch.float32))
+    c = rule.compare("out", ref.float(), torch.tensor([math.nan, 2.0]), ref, torch.float32, rounding=1e-6)
+    assert c.passed and math.isnan(c.torch_err) and c.allowed == pytest.approx(1e-6 + rule.floor(ref, torch.float32))

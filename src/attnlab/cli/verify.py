@@ -16,6 +16,9 @@ def add_parser(sub):
                         "(repeatable; default: every registered form except sdpa)")
     p.add_argument("--dtype", default="float32,float64,bfloat16", help="dtypes to check (comma-separated)")
     p.add_argument("--quick", action="store_true", help="skip the long (L=1025) cases")
+    p.add_argument("--only", metavar="TEXT[,TEXT...]",
+                   help="run only the cases whose name contains one of these (case-insensitive), e.g. --only "
+                        "causal,GQA to rerun what failed")
     p.add_argument("--show", choices=["all", "failures"], default="all", help="which rows to print")
     p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
@@ -28,6 +31,10 @@ def add_parser(sub):
                    help="skip the dropout cases, for a function without dropout (said in the summary); by default "
                         "a function must honour dropout_p: each weight dropped with probability p, the rest scaled "
                         "by 1/(1-p), the same weights for the same torch.manual_seed")
+    p.add_argument("--device", default="cpu", metavar="DEVICE",
+                   help="any torch device (cpu, cuda, cuda:1, ...): inputs are made there in each case's dtype and "
+                        "PyTorch's own F.scaled_dot_product_attention runs there as the 2x baseline; the oracle runs "
+                        "on the CPU in float64 (default: cpu)")
     p.add_argument("--timeout", type=seconds, default=10.0, metavar="SECONDS",
                    help="for your own functions: seconds a case may take at the basic case's size (2x4x64x64), "
                         "more in proportion to N*H*L*S; a case past it is a FAIL row and that function's "
@@ -38,48 +45,110 @@ def add_parser(sub):
 
 def run(args) -> int:
     from attnlab.lab import verify
-    from attnlab.report.terminal import console, progress, verify_summary, verify_table
+    from attnlab.report.terminal import console, diagnosis_lines, oracle_line, progress, verify_summary, verify_table
 
+    from . import UsageError
+
+    if args.model is not None:
+        if not args.model.strip():
+            raise UsageError("--model needs a Hugging Face hub name or a local folder, got an empty name")
+        return run_model(args, _specs(args.impl))
+    device = _device(args.device)
     specs = _specs(args.impl)
-    if args.model:
-        return run_model(args, specs)
-    targets = _targets(specs)
+    ours = _registered(specs, device)  # other people's functions are imported only in child processes
     dtypes = _dtypes(args.dtype)
     json_folder(args.json)  # before the run, not after it: a folder that cannot be made is known now
 
-    cases = verify.default_cases(dtypes, long=not args.quick)
-    with progress(len(cases) * len(targets), "cases") as advance:
-        result = verify.verify(targets, cases, seed=args.seed, progress=advance, check_dropout=not args.no_dropout,
-                               timeout=args.timeout)
+    cases = _only(verify.default_cases(dtypes, long=not args.quick), args.only)
+    kw = {"seed": args.seed, "check_dropout": not args.no_dropout, "timeout": args.timeout, "device": device}
+    rows: dict[str, list] = {}
+    with progress(len(cases) * len(specs), "cases") as advance:
+        if ours:
+            done = verify.verify(ours, cases, progress=advance, **kw)
+            rows.update({name: [r for r in done.rows if r.form == name] for name in ours})
+        for spec in specs:
+            if spec not in ours:
+                rows[spec] = _elsewhere(spec, cases, advance, kw)
+    result = verify.VerifyResult.of([r for spec in specs for r in rows[spec]], device)
     if args.show == "all" or not result.passed:
         console.print(verify_table(result, args.show))
-    console.print(verify_summary(result, list(targets), dropout_skipped=args.no_dropout))
+    for line in diagnosis_lines(result) + [oracle_line(result) or ""]:
+        if line:
+            console.print(line)
+    console.print(verify_summary(result, specs, dropout_skipped=args.no_dropout))
     save_json(result, args.json)
     return 0 if result.passed else 1
 
 
+def _only(cases: list, text: str | None) -> list:
+    """The cases ``--only`` picks (all without it); none picked is a UsageError naming a few case names."""
+    from . import UsageError
+
+    if text is None:
+        return cases
+    words = [w.strip().lower() for w in text.split(",") if w.strip()]
+    picked = [c for c in cases if any(w in c.name.lower() for w in words)]
+    if not picked:
+        names = ", ".join(dict.fromkeys(c.name for c in cases[:6]))
+        raise UsageError(f"--only {text!r} matches no case; case names read like: {names}, ...")
+    return picked
+
+
 def _specs(impl: list[str] | None) -> list[str]:
-    """The names given to --impl (repeatable, comma-separated); none: every registered form but sdpa."""
+    """The names given to --impl (repeatable, comma-separated), each once; none: every registered form but sdpa."""
     from attnlab import kernels
 
     specs = [s.strip() for item in (impl or []) for s in item.split(",") if s.strip()]
-    return specs or [n for n in kernels.forms() if n != "sdpa"]
+    return list(dict.fromkeys(specs)) or [n for n in kernels.forms() if n != "sdpa"]
 
 
-def _targets(specs: list[str]) -> dict:
-    """Each --impl spec loaded as (name -> function): a registered form or package.module:function."""
+def _device(text: str) -> str:
+    """--device as a torch device that is here, or a UsageError in one line."""
+    import torch
+
+    from . import UsageError
+
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError) as e:
+        raise UsageError(f"--device {text!r} is not a torch device ({str(e).splitlines()[0]})") from None
+    try:
+        torch.empty(1, device=dev)
+    except (RuntimeError, AssertionError, AttributeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UsageError(f"--device {text}: no such device here ({first})") from None
+    return str(dev)
+
+
+def _registered(specs: list[str], device: str) -> dict:
+    """The registered forms among --impl, loaded (name -> function); a bad name is a UsageError."""
     from attnlab.lab import verify
 
     from . import UsageError
 
     targets = {}
     for spec in specs:
+        if ":" in spec:
+            continue
         try:
-            name, fn = verify.load_function(spec)
+            name, fn = verify.load_function(spec, device)
         except verify.LoadError as e:
             raise UsageError(str(e)) from None
         targets[name] = fn
     return targets
+
+
+def _elsewhere(spec: str, cases, advance, kw) -> list:
+    """The rows of your function ``package.module:function``, run in a child process (attnlab.lab.isolate)."""
+    from attnlab.lab import isolate
+
+    from . import UsageError
+
+    try:
+        rows = isolate.verify_elsewhere(spec, cases, progress=advance, **kw)
+    except isolate.LoadFailed as e:
+        raise UsageError(str(e)) from None
+    return rows
 
 
 def _dtypes(text: str) -> list[str]:

@@ -3,14 +3,17 @@
 Every form of attention in attnlab takes exactly the arguments of PyTorch's
 ``F.scaled_dot_product_attention``. Rather than each form checking them its own way (and
 drifting apart), every form calls :func:`check` first. It either raises a ``ValueError`` /
-``TypeError`` whose message names the argument and the shapes, or returns an :class:`Args`
-in which
+``TypeError`` whose message names the argument and the shapes -- also a ``RuntimeError`` where
+PyTorch raises one (:mod:`attnlab.kernels.errors`) -- or returns an :class:`Args` in which
 
 * the leading batch dims are flattened into one, so every form sees ``q`` as ``(N, H, L, E)``,
   ``k`` as ``(N, Hkv, S, E)`` and ``v`` as ``(N, Hkv, S, Ev)``;
 * a tensor ``attn_mask`` is 4-D and broadcastable to ``(N, H, L, S)``;
 * a mask *function* (see :mod:`attnlab.kernels.masks`) is kept as it is, so the flash form can
   skip whole tiles; forms that want a dense mask call :meth:`Args.dense_mask`;
+* PyTorch's own ``CausalBias`` (``torch.nn.attention.bias.causal_upper_left / causal_lower_right``,
+  a tensor whose storage is never filled in) becomes the causal variant it names: ``is_causal``
+  for upper-left (and for lower-right when L == S), else the lower-right mask function;
 * ``scale`` is a float (default ``1/sqrt(E)``), ``dropout_p`` a float in [0, 1].
 
 As in PyTorch, query, key and value broadcast against each other over their leading dims (a
@@ -28,10 +31,14 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from .argcheck import is_real
 from .dtypes import FLOAT_DTYPES, compute_dtype
-from .masks import Mask, and_masks, causal
+from .errors import ArgumentError, ArgumentTypeError
+from .masks import Mask, and_masks, causal, causal_lower_right
+
+_LOWER_RIGHT = causal_lower_right()  # one instance for every CausalBias, so its block maps are compiled once
 
 
 @dataclass(frozen=True)
@@ -167,18 +174,18 @@ def _check_tensors(query, key, value) -> None:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dtype not in FLOAT_DTYPES:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{name} has dtype {t.dtype}; attention needs floating-point inputs "
                 "(float16, bfloat16, float32 or float64)"
             )
         if t.dim() < 2:
-            raise ValueError(f"{name} must have at least 2 dims (..., L, E), got shape {_shape(t)}")
+            raise ArgumentError(f"{name} must have at least 2 dims (..., L, E), got shape {_shape(t)}")
     if not (query.dtype == key.dtype == value.dtype):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"query, key and value must have one dtype, got {query.dtype}, {key.dtype} and {value.dtype}"
         )
     if not (query.device == key.device == value.device):
-        raise ValueError(
+        raise ArgumentError(
             f"query, key and value must be on one device, got {query.device}, {key.device} and {value.device}"
         )
 
@@ -187,11 +194,11 @@ def _check_shapes(query, key, value) -> str:
     """query and key share the feature dim E, key and value the positions S; returns the shapes, for messages."""
     shapes = f"query {_shape(query)}, key {_shape(key)}, value {_shape(value)}"
     if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
+        raise ArgumentError(
             f"query has feature dim E={query.shape[-1]} but key has E={key.shape[-1]}; they must match ({shapes})"
         )
     if key.shape[-2] != value.shape[-2]:
-        raise ValueError(
+        raise ArgumentError(
             f"key has {key.shape[-2]} positions but value has {value.shape[-2]}; they must match ({shapes})"
         )
     return shapes
@@ -211,6 +218,8 @@ def _check_mask(attn_mask, is_causal: bool, q, k, batch_shape, squeeze_heads):
     causality is folded into the mask and ``is_causal`` comes back False.
     """
     N, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    if isinstance(attn_mask, CausalBias):
+        attn_mask, is_causal = _causal_bias(attn_mask, is_causal, L, S)
     if isinstance(attn_mask, Mask):
         mask_fn = and_masks(attn_mask, causal()) if is_causal else attn_mask
         mask_fn.check_sizes(N=N, H=H, L=L, S=S)
@@ -221,27 +230,41 @@ def _check_mask(attn_mask, is_causal: bool, q, k, batch_shape, squeeze_heads):
     return (_with_causal(dense, L, S) if is_causal else dense), None, False
 
 
+def _causal_bias(bias: CausalBias, is_causal: bool, L: int, S: int):
+    """PyTorch's CausalBias -> (None, True) for upper-left (lower-right with L == S is the same), else
+    (the lower-right mask, False). Its storage is uninitialised: only its variant and sizes are read."""
+    if is_causal:  # PyTorch's ValueError, in its words
+        raise ValueError("attn_mask is a CausalBias and is_causal=True: CausalBias should not be used with "
+                         "causal=True (it is causal already; pass one of them)")
+    if (bias.seq_len_q, bias.seq_len_kv) != (L, S):
+        raise ArgumentError(f"attn_mask is a CausalBias for ({bias.seq_len_q}, {bias.seq_len_kv}) but the call has "
+                            f"L={L} queries and S={S} keys")
+    if bias.variant == CausalVariant.UPPER_LEFT or L == S:
+        return None, True
+    return _LOWER_RIGHT, False
+
+
 def _check_mask_tensor(m, query, batch_shape, H, L, S, N, squeeze_heads) -> torch.Tensor:
     if not isinstance(m, torch.Tensor):
         raise TypeError(
             f"attn_mask must be a torch.Tensor, an attnlab mask (attnlab.masks) or None, got {type(m).__name__}"
         )
     if m.dtype != torch.bool and m.dtype != query.dtype:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"attn_mask has dtype {m.dtype} but query has {query.dtype}; "
             f"pass a bool mask (True = attend) or a float mask of dtype {query.dtype}"
         )
     if m.device != query.device:
-        raise ValueError(f"attn_mask is on {m.device} but query is on {query.device}")
+        raise ArgumentError(f"attn_mask is on {m.device} but query is on {query.device}")
     full = (*batch_shape, H, L, S) if not squeeze_heads else (L, S)
     target = "(" + ", ".join(str(s) for s in full) + ")"
     if m.dim() < 2 or m.dim() > len(full):
-        raise ValueError(
+        raise ArgumentError(
             f"attn_mask has shape {_shape(m)} but must broadcast to (..., L, S) = {target}"
         )
     for have, want in zip(reversed(m.shape), reversed(full), strict=False):
         if have not in (1, want):
-            raise ValueError(f"attn_mask has shape {_shape(m)} which does not broadcast to {target}")
+            raise ArgumentError(f"attn_mask has shape {_shape(m)} which does not broadcast to {target}")
     if squeeze_heads:
         full = (*batch_shape, H, L, S)
     m = m.reshape((1,) * (len(full) - m.dim()) + tuple(m.shape))
@@ -264,22 +287,22 @@ def _broadcast(query, key, value, enable_gqa, shapes):
     for sizes in zip(query.shape[:-3], key.shape[:-3], value.shape[:-3], strict=True):  # (torch's helper is slow)
         grown = {n for n in sizes if n != 1}
         if len(grown) > 1:
-            raise ValueError(f"batch dims do not broadcast: {shapes}")
+            raise ArgumentError(f"batch dims do not broadcast: {shapes}")
         batch.append(grown.pop() if grown else 1)
     Hk, Hv = key.shape[-3], value.shape[-3]
     if Hk != Hv and 1 not in (Hk, Hv):
-        raise ValueError(f"key has {Hk} heads but value has {Hv}; they must match ({shapes})")
+        raise ArgumentError(f"key has {Hk} heads but value has {Hv}; they must match ({shapes})")
     Hkv = max(Hk, Hv) if 0 not in (Hk, Hv) else 0
     H = query.shape[-3]
     if H == 1 and Hkv > 1 and not enable_gqa:
         H = Hkv  # one query head against many key heads: broadcast, as PyTorch does
     if Hkv != H and Hkv != 1:
         if not enable_gqa:
-            raise ValueError(
+            raise ArgumentError(
                 f"key has {Hkv} heads but query has {H}; pass enable_gqa=True or give key {H} heads ({shapes})"
             )
         if Hkv == 0 or H % Hkv != 0:
-            raise ValueError(
+            raise ArgumentError(
                 f"enable_gqa=True needs query heads to be a multiple of key heads, "
                 f"got query {H} and key {Hkv} heads ({shapes})"
             )
@@ -296,7 +319,7 @@ def _dropout_p(p) -> float:
     if not is_real(p):
         raise TypeError(f"dropout_p must be a number in [0, 1], got {p!r}")
     if not (0.0 <= float(p) <= 1.0):
-        raise ValueError(f"dropout_p must be in [0, 1], got {p}")
+        raise ArgumentError(f"dropout_p must be in [0, 1], got {p}")
     return float(p)
 
 

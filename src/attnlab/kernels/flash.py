@@ -37,8 +37,11 @@ rows are ``m`` and ``l`` (N*Hkv, G*r) and ``acc`` (N*Hkv, G*r, Ev): one batch di
 
 Performance notes -- each trick is tagged [P1] .. [P9] at its line:
 
-* [P1] The scale is folded into q once per query tile (``qi = q * scale``), not multiplied into
-  every tile of scores.
+* [P1] The scale is applied by the matmul itself: ``baddbmm(..., beta=0, alpha=scale)`` multiplies
+  each finished dot product, for free, instead of a pass over every tile of scores. (Folding it into
+  q first, ``q * scale``, is free too, but rounds every element of q before the sum: with large
+  logits that tripled the float32 error against PyTorch's; see docs/flash.md.) dK's ``scale`` rides
+  on its matmul the same way.
 * [P2] The bounded path. For any query row and key, |q.k| <= |q| |k| <= max|q| * max|k| over the
   query tile and the head's keys. When that bound is at most SAFE_LOGIT (40), no score can leave
   [-40, 40], so exp(score) neither overflows nor underflows float32 (about e^-87 .. e^88): the
@@ -69,7 +72,7 @@ Performance notes -- each trick is tagged [P1] .. [P9] at its line:
   atomic adds for dQ. Here the outer loop is over query tiles: each query tile owns its dQ, which
   is complete once its key tiles are walked; dK and dV are summed over the query tiles one after
   the other on the one CPU thread that runs the loop, so no two writes ever race.
-* [P8] Base-2 scores. q is multiplied by scale * log2(e) instead of scale ([P1]), so each score s
+* [P8] Base-2 scores. The products are multiplied by scale * log2(e) instead of scale ([P1]), so each score s
   is the true one times log2(e), and exp(true score - m) = exp2(s - m'): the same number. On a CPU
   torch.exp2 runs about three times faster than torch.exp (it only shifts the exponent and
   evaluates a short polynomial): 0.15-0.19 ns against 0.45-0.65 ns per number here, which saves
@@ -215,21 +218,30 @@ class _Keys:
     """What every query tile of one call walks over: keys, values, the tile map, dropout and the modifier."""
 
     k: torch.Tensor  # (N, Hkv, S, E)
-    kT: torch.Tensor  # (N, Hkv, E, S)
+    kT3: torch.Tensor  # (N*Hkv, E, S)
     v: torch.Tensor  # (N, Hkv, S, Ev)
     tiles: Tiles
     drop: Dropout
     mod: Mod | None
     G: int  # query heads per key head
+    alpha: float  # [P1] [P8] scale * log2(e): what each dot product is multiplied by
 
     @classmethod
-    def of(cls, k, v, tiles, drop, mod, G) -> _Keys:
-        return cls(k, k.transpose(-2, -1), v, tiles, drop, mod, G)
+    def of(cls, k, v, tiles, drop, mod, G, scale) -> _Keys:
+        kT3 = k.reshape(k.shape[0] * k.shape[1], *k.shape[2:]).transpose(1, 2)  # (N*Hkv, E, S)
+        return cls(k, kT3, v, tiles, drop, mod, G, scale * LOG2E)
+
+    def product(self, qi: torch.Tensor, buf: torch.Tensor, cols: slice) -> torch.Tensor:
+        """[P1] [P3] alpha * qi @ k^T for key tile ``cols``, (N, Hkv, G*r, c), written into ``buf``."""
+        N, Hkv, R, E = qi.shape
+        s = _view(buf, (N * Hkv, R, cols.stop - cols.start))
+        torch.baddbmm(s, qi.reshape(N * Hkv, R, E), self.kT3[:, :, cols], beta=0, alpha=self.alpha, out=s)
+        return s.view(N, Hkv, R, -1)
 
     def scores(self, qi: torch.Tensor, buf: torch.Tensor, qt, rows, kt, cols, kind, finite=False) -> torch.Tensor:
         """-- 1. scores -- of query tile qi (N, Hkv, G*r, E) against key tile ``cols``: modified, then masked.
         ``finite``: the scores are known finite (the bounded path), so a bool mask may be added as 0 / -inf."""
-        s = torch.matmul(qi, self.kT[..., cols], out=_view(buf, (*qi.shape[:3], cols.stop - cols.start)))  # [P3]
+        s = self.product(qi, buf, cols)
         if self.mod is not None:  # [P8] the modifier sees natural units
             s = _modify(self.mod, s.mul_(LN2), self.G, rows, cols).mul_(LOG2E)
         if kind == PARTIAL:
@@ -266,15 +278,15 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod
     out = q5.new_empty(N, Hkv, G, L, Ev)
     lse = q5.new_empty(N, Hkv, G, L, dtype=torch.float64)
     norm = (q5.new_empty(N, Hkv, G, L), q5.new_empty(N, Hkv, G, L)) if keep_norm else None
-    keys = _Keys.of(k, v, tiles, drop, mod, G)
+    keys = _Keys.of(k, v, tiles, drop, mod, G, scale)
     buf = q5.new_empty(N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, S))  # [P3] one score tile
     k_norm = k.norm(dim=-1).amax(dim=-1, keepdim=True)  # (N, Hkv, 1): the longest key of each head
     for qt, rows in tiles.query_tiles():
-        # -- 1. this query tile, the scale folded in once --
-        qi = (q5[:, :, :, rows] * (scale * LOG2E)).reshape(N, Hkv, G * (rows.stop - rows.start), E)  # [P1] [P8]
+        # -- 1. this query tile (its query heads' rows together) --
+        qi = q5[:, :, :, rows].reshape(N, Hkv, G * (rows.stop - rows.start), E)
         # -- 2. walk its key tiles: the bounded path when no score can leave [-SAFE_LOGIT, SAFE_LOGIT] --
         bounded = (not tiles.has_bias and mod is None
-                   and float((qi.norm(dim=-1) * k_norm).max()) <= SAFE_LOGIT * LOG2E)
+                   and float((qi.norm(dim=-1) * k_norm).max()) * abs(scale) <= SAFE_LOGIT)
         if bounded:  # [P2]
             m, l, acc = _bounded_row_block(qi, keys, buf, qt, rows)
         else:
@@ -413,18 +425,18 @@ def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: 
     """
     N, Hkv, G, L, E = q5.shape
     dq5, dk, dv = torch.zeros_like(q5), torch.zeros_like(k), torch.zeros_like(v)
+    dk3 = dk.view(N * Hkv, *dk.shape[2:])  # (N*Hkv, S, E): the same memory, for batched matmuls
     dbias = q5.new_zeros(bias_shape) if bias_shape is not None else None
     dparams = [None] * len(mod_params)
-    keys = _Keys.of(k, v, tiles, drop, mod, G)
+    keys = _Keys.of(k, v, tiles, drop, mod, G, scale)
     n = N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, k.shape[2])
     bufs = (q5.new_empty(n), q5.new_empty(n))  # [P3] scores and dP, reused: no allocation per tile
     for qt, rows in tiles.query_tiles():
         # -- 1. this query tile, and its rows' saved numbers --
-        qi = (q5[:, :, :, rows] * scale).reshape(N, Hkv, G * (rows.stop - rows.start), E)  # [P1]
+        qi = q5[:, :, :, rows].reshape(N, Hkv, G * (rows.stop - rows.start), E)
         doi, shift, norm, Di = weights.rows(rows, dout)
-        # [P8] the scores from q * (scale * log2 e), rounded exactly as forward rounded it: P is rebuilt bit for bit
-        q2 = (q5[:, :, :, rows] * (scale * LOG2E)).reshape(qi.shape)
-        walk = (q2, doi, shift, norm, keys, bufs, qt, rows)
+        # [P1] the scores by the same product as forward's: P is rebuilt bit for bit (tile forward)
+        walk = (qi, doi, shift, norm, keys, bufs, qt, rows)
         # -- 2. D = rowsum(P * dP), from the same P and dP as below, so that dP - D cancels where it should --
         if Di is None:
             Di = q5.new_zeros(*qi.shape[:3], 1)
@@ -440,7 +452,9 @@ def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: 
             if through is not None:  # chain rule through the modifier: dS to the raw scores and its tensors
                 dS, dparams = _through_mod(*through, mod_params, dS, dparams)
             dqi.add_(torch.matmul(dS, k[:, :, cols]))
-            dk[:, :, cols] += torch.matmul(dS.transpose(-2, -1), qi)  # qi holds q * scale
+            R = qi.shape[2]
+            dk3[:, cols].baddbmm_(dS.view(N * Hkv, R, -1).transpose(1, 2), qi.reshape(N * Hkv, R, E),
+                                  alpha=scale)  # [P1] dk += scale * dS^T q
         dq5[:, :, :, rows] = (dqi * scale).view(N, Hkv, G, rows.stop - rows.start, E)
     if mod is not None:
         return dq5, dk, dv, dbias, dparams
@@ -450,8 +464,9 @@ def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: 
 def _key_tiles(qi, doi, shift, norm, keys: _Keys, bufs, qt: int, rows: slice):
     """Each computed key tile of one query tile: (cols, P, dP, keep, through), weights rebuilt, dP = c dO V^T.
 
-    ``qi`` (N, Hkv, G*r, E) holds q * scale * log2(e); ``shift`` / ``norm`` (N, Hkv, G*r, 1) rebuild P
-    (:class:`Weights`). P and dP live in the two reused buffers ``bufs``: use them before the next.
+    ``qi`` (N, Hkv, G*r, E) is the query tile (its scores: :meth:`_Keys.product`); ``shift`` / ``norm``
+    (N, Hkv, G*r, 1) rebuild P (:class:`Weights`). P and dP live in the two reused buffers ``bufs``: use
+    them before the next.
     With a score modifier, ``through`` is (modified scores, raw scores) with the graph between them,
     for the chain rule; else None.
     """
@@ -460,8 +475,7 @@ def _key_tiles(qi, doi, shift, norm, keys: _Keys, bufs, qt: int, rows: slice):
         if keys.mod is None:
             s, through = keys.scores(qi, bufs[0], qt, rows, kt, cols, kind), None
         else:
-            raw = torch.matmul(qi, keys.kT[..., cols], out=_view(bufs[0], (*qi.shape[:3], cols.stop - cols.start)))
-            raw = raw.mul_(LN2).detach().requires_grad_(True)  # [P8] the modifier sees natural units
+            raw = keys.product(qi, bufs[0], cols).mul_(LN2).detach().requires_grad_(True)  # [P8] natural units
             with torch.enable_grad():
                 modded = _modify(keys.mod, raw, keys.G, rows, cols)
             s, through = modded.detach() * LOG2E, (modded, raw)
@@ -503,30 +517,6 @@ def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, rows: slice, cols: sli
 # ---- the form -----------------------------------------------------------------------------------------------
 
 
-class _Flash(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q5, k, v, bias, tiles, scale, drop, mod=None, *mod_params):
-        if tiles.band is not None and not drop.active and mod is None:
-            out, lse, (m, l) = flash_band.forward(q5, k, v, scale, tiles.band, SAFE_LOGIT)
-        else:
-            out, lse, (m, l) = forward_tiles(q5, k, v, scale, tiles, drop, mod, keep_norm=True)
-        ctx.save_for_backward(q5, k, v, bias, out, lse, m, l)
-        ctx.cfg = (tiles, scale, drop, mod)
-        ctx.mod_params = mod_params  # the modifier reads these itself; kept here for the chain rule
-        return out
-
-    @staticmethod
-    def backward(ctx, dout):
-        q5, k, v, bias, out, lse, m, l = ctx.saved_tensors
-        tiles, scale, drop, mod = ctx.cfg
-        want_bias = bias is not None and ctx.needs_input_grad[3]
-        want = [t if ctx.needs_input_grad[8 + i] else None for i, t in enumerate(ctx.mod_params)]
-        grads = backward_tiles(q5, k, v, dout.contiguous(), scale, tiles, Weights.from_norm(m, l), drop, mod,
-                               bias_shape=bias.shape if want_bias else None, mod_params=want)
-        dparams = grads[4] if mod is not None else []
-        return (*grads[:4], None, None, None, None, *dparams)
-
-
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_BLOCK_K,
               score_mod=None, bands: bool = True):
@@ -558,5 +548,8 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
             tiles.band = band  # documents aligned to the tiles: the tile walk has no waste to save
     drop = Dropout(dropout.draw_seed(), a.dropout_p) if a.dropout_p > 0 else NO_DROPOUT
     params = mod.params if mod is not None else ()
-    out5 = _Flash.apply(q5, k, v, bias, tiles, a.scale, drop, mod, *params)  # (N, Hkv, G, L, Ev)
+    out5, _, _ = Flash.apply(q5, k, v, bias, tiles, a.scale, drop, mod, *params)  # (N, Hkv, G, L, Ev)
     return a.unflatten(out5.reshape(a.N, a.H, a.L, a.Ev).to(a.q.dtype))
+
+
+from .flash_function import Flash  # noqa: E402 -- the autograd Functions build on the tile loops above

@@ -147,12 +147,15 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float):
     Ev = v.shape[3]
     bq, Z = p.block_q, N * Hkv
     nq = -(-L // bq)
-    qs = q5 * (scale * LOG2E)  # scale and log2(e) folded into q once: exp2 of these scores is exp of the true ones
+    # scale and log2(e) ride on the score matmul (exp2 of these scores is exp of the true ones; flash.py [P1]);
+    # q is read contiguous: a transposed q (as transformers passes it) cannot be viewed below
+    alpha = scale * LOG2E
+    qs = q5.contiguous()
     if nq * bq != L:  # pad the last tile's rows; the plan's mask hides nothing there, they are dropped
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
     qs = qs.view(Z, G, nq, bq, E).transpose(1, 2).reshape(Z, nq, G * bq, E)  # tile-major rows
     # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], exp needs no shift
-    bounded = float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()) <= safe_logit * LOG2E
+    bounded = float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()) * abs(scale) <= safe_logit
     out = q5.new_empty(Z, nq, G * bq, Ev)
     l_all = q5.new_empty(Z, nq, G * bq, 1)  # per row: the sum of its weights
     m_all = q5.new_zeros(Z, nq, G * bq, 1)  # per row: the shift (0 when bounded)
@@ -169,7 +172,8 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float):
         for z in range(Z):  # one head at a time: its bands are a strided view, no copy
             # -- 1. scores of the batch's query tiles against their bands --
             s = buf[:nb * G * bq * W].view(nb, G * bq, W)  # written in place: no fresh pages per batch
-            torch.bmm(qs[z, b.t0:b.t1], _band(kx[z], b, idx, shift).transpose(1, 2), out=s)
+            band = _band(kx[z], b, idx, shift).transpose(1, 2)
+            torch.baddbmm(s, qs[z, b.t0:b.t1], band, beta=0, alpha=alpha, out=s)
             s4 = s.view(nb, G, bq, W)
             for (c0, c1), bias in zip(b.cols, b.bias, strict=True):  # -inf only where some row does not see
                 hide = _bias_of(bias, z, Hkv, G)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from .argcheck import nonneg_int, positive_int
+from .mask_mod import PerIndex
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
 _CACHE_SIZE = 32  # compiled block maps kept per mask (oldest dropped first)
@@ -86,11 +87,15 @@ class Mask:
 
     @classmethod
     def from_mod(cls, mask_mod: Callable, name: str | None = None) -> Mask:
-        """Wrap a FlexAttention-style ``mask_mod(b, h, q_idx, kv_idx) -> bool``."""
+        """Wrap a FlexAttention-style ``mask_mod(b, h, q_idx, kv_idx) -> bool``.
+
+        Written for one position at a time, as for FlexAttention (indexing tensors with ``q_idx``), or
+        for broadcast index tensors: :class:`attnlab.kernels.mask_mod.PerIndex` tells them apart once.
+        """
         if not callable(mask_mod):
             raise TypeError(f"mask_mod must be a function mask_mod(b, h, q_idx, kv_idx) -> bool tensor, got "
                             f"{type(mask_mod).__name__} {mask_mod!r}")
-        return cls(lambda b, h, i, j, L, S: mask_mod(b, h, i, j), name or getattr(mask_mod, "__name__", "custom"))
+        return cls(PerIndex(mask_mod), name or getattr(mask_mod, "__name__", "custom"))
 
     def check_sizes(self, N: int, H: int, L: int, S: int) -> None:
         """Raise ValueError if the mask cannot describe an (N, H, L, S) problem."""

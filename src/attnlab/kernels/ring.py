@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from . import dropout
+from . import dropout, vmap_loop
 from ._check import check
 from .argcheck import positive_int
 from .dropout import NO_DROPOUT, Dropout
@@ -271,18 +271,49 @@ def _backward(q5, k, v, out, lse, dout, call: _Call):
 
 
 class _Ring(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q5, k, v, call):
-        out, lse = _forward(q5, k, v, call)
-        ctx.save_for_backward(q5, k, v, out, lse)
-        ctx.call = call
-        return out
+    """(q5, k, v, call) -> (out, lse); lse is not differentiable. Under torch.func each entry of a vmapped dim
+    is one ring call (:mod:`attnlab.kernels.vmap_loop`): every rank must vmap alike."""
 
     @staticmethod
-    def backward(ctx, dout):
-        q5, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(q5, k, v, out, lse, dout.contiguous(), ctx.call)
-        return dq, dk, dv, None
+    def forward(q5, k, v, call):
+        return _forward(q5, k, v, call)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        q5, k, v, call = inputs
+        out, lse = output
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(q5, k, v, out, lse)
+        ctx.call = call
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        rest = (*ctx.saved_tensors, ctx.call)
+        return (*(vmap_loop.legacy(_RingBackward, dout, *rest) or _RingBackward.apply(dout, *rest)), None)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return vmap_loop.loop(_Ring, info, in_dims, *args)
+
+
+class _RingBackward(torch.autograd.Function):
+    """(dout, q5, k, v, out, lse, call) -> (dq5, dk, dv): the ring walked again; not differentiable itself."""
+
+    @staticmethod
+    def forward(dout, q5, k, v, out, lse, call):
+        return _backward(q5, k, v, out, lse, dout.contiguous(), call)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("ring attention's backward pass is not differentiable (no double backward)")
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return vmap_loop.loop(_RingBackward, info, in_dims, *args)
 
 
 def _agree(a, layout: str, block_q: int, block_k: int, seed: int, group) -> int:
@@ -356,5 +387,5 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     link = _Link(group, stats, a.q.device)
     schedule = _Schedule.of(a, link.rank, link.world, layout, block_q, block_k)
     drop = Dropout(seed, a.dropout_p) if a.dropout_p > 0 else NO_DROPOUT
-    out5 = _Ring.apply(q5, k, v, _Call(link, schedule, a.scale, drop))  # (N, Hkv, G, L, Ev)
+    out5, _ = _Ring.apply(q5, k, v, _Call(link, schedule, a.scale, drop))  # (N, Hkv, G, L, Ev)
     return a.unflatten(out5.reshape(a.N, a.H, a.L, a.Ev).to(a.q.dtype))

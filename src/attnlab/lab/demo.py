@@ -19,7 +19,7 @@ from attnlab.kernels import loops, matrix
 from attnlab.nn.attention import SCALES, resolve_scale
 from attnlab.nn.probe import entropy
 
-from . import oracle
+from . import oracle, rule
 from .results import Result, machine, versions
 
 SCALE_LABELS = {"sqrt": "1/sqrt(d)", "none": "1 (no scale)", "inv": "1/d"}
@@ -77,8 +77,8 @@ def run(seed: int = 0, T: int = 32, d: int = 64, map_T: int = 12, scale_T: int =
             mine = form(q, k, v, is_causal=causal)
             theirs = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             ref = oracle.reference(q, k, v, is_causal=causal)
-            c = oracle.compare("out", mine, theirs, ref, q.dtype)
-            checks.append(Check(name, causal, oracle.max_err(mine, theirs), c.err, c.torch_err, c.allowed, c.passed))
+            c = rule.compare("out", mine, theirs, ref, q.dtype)
+            checks.append(Check(name, causal, rule.max_err(mine, theirs), c.err, c.torch_err, c.allowed, c.passed))
 
     qm, km, vm = (torch.randn(map_T, 16, generator=g) for _ in range(3))
     _, w = matrix.attention(qm, km, vm, is_causal=True, return_weights=True)

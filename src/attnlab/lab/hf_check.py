@@ -26,7 +26,7 @@ import torch
 
 from attnlab.nn import hf
 
-from . import oracle
+from . import rule
 from .results import Result, machine, versions
 
 LENGTHS = (12, 7)  # the batch: one full row and one left-padded row
@@ -40,11 +40,11 @@ class ModelRow(Result):
     form: str  # attnlab form
     impl: str  # its transformers name
     status: str  # pass | fail | error
-    logits: oracle.Comparison | None = None
+    logits: rule.Comparison | None = None
     generation_match: bool | None = None
     generated: int = 0  # tokens compared
     first_difference: int | None = None  # index of the first generated token that differs
-    grads: oracle.Comparison | None = None
+    grads: rule.Comparison | None = None
     seconds: float = 0.0
     detail: str = ""
 
@@ -198,11 +198,11 @@ def _check_form(model, form: str, impl: str, ref: _Reference) -> ModelRow:
                                f"implementation (it does not use transformers' AttentionInterface)")
         with torch.no_grad():
             logits = model(input_ids=ref.ids, attention_mask=ref.mask, position_ids=ref.pos).logits
-        comp_l = oracle.compare("logits", logits[valid], ref.logits[valid], ref.logits64[valid], torch.float32)
+        comp_l = rule.compare("logits", logits[valid], ref.logits[valid], ref.logits64[valid], torch.float32)
         tokens = _generate(model, ref.ids, ref.mask, ref.pad)
         same = torch.equal(tokens, ref.tokens)
         diff = None if same else int((tokens != ref.tokens).any(dim=0).nonzero()[0])
-        comp_g = oracle.compare("grads", _grads(model, ref.ids, ref.mask, ref.pos), ref.grads, ref.grads64,
+        comp_g = rule.compare("grads", _grads(model, ref.ids, ref.mask, ref.pos), ref.grads, ref.grads64,
                                 torch.float32)
     except Exception as e:  # a form that cannot run this model fails it, with the reason
         return ModelRow(form, impl, "error", seconds=time.perf_counter() - start, detail=f"{type(e).__name__}: {e}")

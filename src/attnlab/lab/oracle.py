@@ -1,196 +1,175 @@
-"""The float64 oracle and the one tolerance rule.
+"""The float64 oracle: attention written once, plainly, to judge every other form.
 
-The oracle computes attention in float64 on the CPU, written independently of the forms it
-judges (GQA by viewing query heads in groups, fully masked rows zeroed explicitly).
+Every verdict ``attnlab verify`` gives rests on this file, so it shares no code with the forms it
+judges -- in the spirit of FlashAttention's ``attention_ref``. It has its own argument handling
+(ranks, broadcasting, grouped-query heads by index), turns every kind of mask into a dense tensor
+by its own code, and imports nothing from ``attnlab.kernels``: the mask and score-modifier
+*definitions* a case hands it (``attnlab.masks``, ``attnlab.mods``) are only called, as functions of
+the indices, on index grids made here. It is itself checked: on every case verify runs, PyTorch's
+own float64 answer must agree with it to float64 rounding (:mod:`attnlab.lab.judge`).
 
-The tolerance rule, after FlashAttention's tests: on the same inputs, for each quantity (the
-output and each gradient) a form passes when
+    scores = q kᵀ · scale               (N, H, L, S); query head h reads key head h // (H / Hkv)
+    scores = score_mod(scores, b, h, i, j)
+    scores = masked                     bool: False -> -inf;  float: added;  is_causal: j > i -> -inf
+    P      = softmax(scores)            a row with no visible key: P = 0, as PyTorch returns zeros
+    P      = P · keep / (1 - p)         dropout, with the keep-mask the judged form used
+    out    = P v
 
-    max|form - oracle|  <=  2 * max|PyTorch - oracle|  +  floor
-
-The ``floor`` is the rounding error the input dtype allows for the sums that make that quantity,
-derived from the computation itself rather than fixed: every sum of n products may be off by
-
-    u * sqrt(n) * sum|product|          (u = the dtype's machine epsilon, torch.finfo(dtype).eps)
-
-and these errors are carried, to first order, from the scores (n = E) through the softmax into
-the output (n = S), and through dP = dO V^T (n = Ev), D = rowsum(dO * O) and
-dS = P * (dP - D) into dq (n = S), dk (n = L) and dv (n = L); see :func:`rounding_floor`. The
-floor is the largest such bound over the quantity's elements, plus twice the error of merely
-storing the oracle's answer in the dtype. It grows with the size of the numbers, so the rule holds
-for every seed, and it is ~1e-6 (float32) of the quantities' size, so a wrong form still fails.
-
-Dropout: PyTorch's dropout draws other random numbers, so the form is compared with the oracle
-applying the form's own keep-mask, and PyTorch's error is measured on the same inputs without
-dropout. Every number is reported; nothing hides in ``allclose`` defaults.
+The tolerance rule that compares a form with this answer lives in :mod:`attnlab.lab.rule`.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
 
-from attnlab.kernels import dropout as _dropout
-from attnlab.kernels._check import check, check_score_mod
-from attnlab.kernels.mods import Mod, apply_dense
-from attnlab.lab.results import Result
+from attnlab.masks import Mask
 
 
-def _forward64(query, key, value, attn_mask, is_causal, scale, enable_gqa, want, keep, dropout_p,
-               mod: Mod | None = None):
-    """The oracle's forward in float64: (args, q, k, v, mask, weights before dropout, weights after, out)."""
-    q, k, v = (t.detach().double().cpu().requires_grad_(want) for t in (query, key, value))
-    m = attn_mask
-    if isinstance(attn_mask, torch.Tensor):
-        m = attn_mask.detach().cpu()
-        if m.dtype != torch.bool:
-            m = m.double().requires_grad_(want and attn_mask.requires_grad)
-    a = check(q, k, v, m, 0.0, is_causal, scale, enable_gqa)
-    mask = a.dense_mask()
-    G = a.groups
-    qg = a.q.reshape(a.N, a.Hkv, G, a.L, a.E)  # query heads in groups that share one key head
-    scores = torch.einsum("nkgle,nkse->nkgls", qg, a.k) * a.scale  # (N, Hkv, G, L, S)
-    scores = scores.reshape(a.N, a.H, a.L, a.S)
-    scores = apply_dense(mod, scores)  # the score modifier, if any, before the mask
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        else:
-            scores = scores + mask
-    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # rows with no visible key
-    weights = torch.softmax(torch.where(dead, torch.zeros_like(scores), scores), dim=-1)
-    weights = torch.where(dead, torch.zeros_like(weights), weights)
-    dropped = weights
-    if keep is not None:
-        dropped = weights * keep.double() * _dropout.factor(dropout_p)
-    out = torch.einsum("nkgls,nksv->nkglv", dropped.view(a.N, a.Hkv, G, a.L, a.S), a.v)
-    out = out.reshape(a.N, a.H, a.L, a.Ev)
-    return a, q, k, v, m, weights, dropped, out
+@dataclass(frozen=True)
+class Forward:
+    """One float64 forward pass, flattened to (N, H, L, .): what the rounding floor is computed from."""
+
+    q: torch.Tensor  # (N, H, L, E), float64
+    k: torch.Tensor  # (N, H, S, E): each query head's own key head (GQA read by index)
+    v: torch.Tensor  # (N, H, S, Ev)
+    scale: float
+    groups: int  # query heads per key head
+    P: torch.Tensor  # (N, H, L, S) the weights before dropout
+    Pd: torch.Tensor  # (N, H, L, S) after dropout
+    out: torch.Tensor  # (N, H, L, Ev)
+    batch: tuple[int, ...]  # the caller's leading dims
+    two_d: bool  # the caller passed (L, E) inputs: no batch, no head dim
 
 
 def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
               grad_out=None, keep=None, dropout_p=0.0, score_mod=None):
     """Float64 attention. Returns ``out`` or, with ``grad_out``, ``(out, dq, dk, dv[, dmask][, dparams...])``.
 
-    ``keep`` (bool, broadcastable to (N, H, L, S)) applies dropout with a known keep-mask: the
-    surviving weights are scaled by 1 / (1 - dropout_p). ``score_mod`` (an :class:`attnlab.mods.Mod`,
-    best built on float64 tensors) is applied to the scaled scores before the mask; with ``grad_out``
-    the gradients of its params that require grad come last.
+    ``attn_mask``: None, a bool (True = attend) or float (added) tensor that broadcasts to
+    (..., H, L, S), PyTorch's ``CausalBias``, or an ``attnlab.masks`` mask. ``keep`` (bool,
+    broadcastable to (N, H, L, S)) applies dropout with a known keep-mask. ``score_mod`` (a function
+    ``(score, b, h, q_idx, kv_idx) -> score``, e.g. an ``attnlab.mods.Mod`` built on float64 tensors)
+    changes the scaled scores before the mask; with ``grad_out`` the gradients of the tensors it holds
+    (``params``) that require grad come last.
     """
     want = grad_out is not None
-    mod = check_score_mod(score_mod)
-    a, q, k, v, m, _, _, out = _forward64(query, key, value, attn_mask, is_causal, scale, enable_gqa, want,
-                                          keep, dropout_p, mod)
-    if grad_out is None:
-        return a.unflatten(out.detach())
-    g = grad_out.detach().double().cpu().reshape(out.shape)
+    q, k, v = (t.detach().double().cpu().requires_grad_(want) for t in (query, key, value))
+    m = attn_mask
+    if isinstance(m, torch.Tensor) and causal_variant(m) is None:
+        m = m.detach().cpu()
+        if m.dtype != torch.bool:
+            m = m.double().requires_grad_(want and attn_mask.requires_grad)
+    f = forward(q, k, v, m, is_causal, scale, enable_gqa, keep, dropout_p, score_mod)
+    out = _unflatten(f.out, f)
+    if not want:
+        return out.detach()
     wrt = [q, k, v] + ([m] if isinstance(m, torch.Tensor) and m.requires_grad else [])
-    wrt += [t for t in (mod.params if mod is not None else ()) if t.requires_grad]
-    grads = torch.autograd.grad(out, wrt, g)
-    return (a.unflatten(out.detach()), *grads)
+    wrt += [t for t in getattr(score_mod, "params", ()) if t.requires_grad]
+    grads = torch.autograd.grad(out, wrt, grad_out.detach().double().cpu().reshape(out.shape), allow_unused=True)
+    grads = [torch.zeros_like(t) if g is None else g for t, g in zip(wrt, grads, strict=True)]
+    return (out.detach(), *grads)
 
 
-def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
-                   grad_out=None, keep=None, dropout_p=0.0, dtype=None, score_mod=None) -> dict[str, float]:
-    """The rounding budget of each quantity: ``{"out": ..., "dq": ..., "dk": ..., "dv": ..., "dmask": ...}``.
+def forward(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, keep=None, dropout_p=0.0,
+            score_mod=None) -> Forward:
+    """The oracle's forward on float64 CPU tensors, differentiable: a :class:`Forward`."""
+    two_d = q.dim() == k.dim() == v.dim() == 2
+    q, k, v, batch = _broadcast(q, k, v, enable_gqa)  # (N, H, L, E), (N, Hkv, S, E), (N, Hkv, S, Ev)
+    N, H, L, E = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    G = H // Hkv if Hkv else 1
+    head = torch.arange(H) // G  # query head h reads key head h // G: repeat_interleave, not repeat
+    kx, vx = k[:, head], v[:, head]  # (N, H, S, .)
+    sc = (1.0 / math.sqrt(E) if E else 1.0) if scale is None else float(scale)
+    scores = q @ kx.transpose(-2, -1) * sc  # (N, H, L, S)
+    if score_mod is not None:
+        b, h, i, j = _grids(N, H, L, S)
+        scores = score_mod(scores, b, h, i, j)
+    visible = _visible(attn_mask, is_causal, N, H, L, S, batch, two_d)
+    if visible is not None and visible.dtype == torch.bool:
+        scores = scores.masked_fill(~visible, -math.inf)
+    elif visible is not None:
+        scores = scores + visible
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # rows that see no key: zeros, as PyTorch
+    P = torch.softmax(torch.where(dead, 0.0, scores), dim=-1).masked_fill(dead, 0.0)
+    Pd = P
+    if keep is not None:
+        Pd = P * keep.to(P.device, torch.float64) * (1.0 / (1.0 - dropout_p) if dropout_p < 1 else 0.0)
+    out = Pd @ vx  # (N, H, L, Ev)
+    return Forward(q, kx, vx, sc, G, P, Pd, out, batch, two_d)
 
-    First-order error propagation in float64, with u = ``torch.finfo(dtype).eps`` and every sum of
-    n products allowed ``u * sqrt(n) * sum|product|`` (the probabilistic bound of Higham & Mary).
-    Sums over a row's scores are bounded with norms (|q_i . k_j| <= |q_i| |k_j|), so that every
-    error is a per-row number times the weights P, and the budget costs four products with P.
-    A score modifier is taken not to amplify the scores' error (true of the built-ins: soft-capping's
-    slope is at most 1, ALiBi and relative biases add a constant).
+
+def _broadcast(q, k, v, enable_gqa):
+    """q, k, v as (N, H, L, E), (N, Hkv, S, E), (N, Hkv, S, Ev), and the caller's batch dims.
+
+    Leading dims broadcast as in PyTorch; head counts broadcast (1 against n) unless ``enable_gqa``
+    lets a key head serve H / Hkv query heads. 2-D inputs are one head with no batch.
     """
-    dtype = dtype or query.dtype
-    u = torch.finfo(dtype).eps
-    with torch.no_grad():
-        a, *_, P, Pd, O = _forward64(query, key, value, attn_mask, is_causal, scale, enable_gqa, False, keep,
-                                     dropout_p, check_score_mod(score_mod))
-        G, sc = a.groups, abs(a.scale)
-        q, k, v = a.q.detach(), a.k.detach(), a.v.detach()
-        kx, vx = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)  # (N, H, S, .)
-        drop = _dropout.factor(dropout_p) if keep is not None else 1.0
-        L, S, E, Ev = a.L, a.S, a.E, a.Ev
-        if P.numel() == 0:
-            return {"out": 0.0, "dq": 0.0, "dk": 0.0, "dv": 0.0, "dmask": 0.0}
-        # scores s = scale * q.k, E products, then the mask added and exp taken (relative u): per row,
-        # the largest error over the row's keys. P_ij then moves by at most P_ij * rel_i.
-        k_len = kx.norm(dim=-1).amax(dim=-1, keepdim=True).unsqueeze(-1)  # (N, H, 1, 1)
-        s_err = u * (math.sqrt(E) * sc * q.norm(dim=-1, keepdim=True) * k_len + 1.0)  # (N, H, L, 1)
-        rel = 2.0 * s_err + u * math.sqrt(S)
-        Pv = Pd @ vx.abs()  # (N, H, L, Ev): the sum of |products| that makes the output
-        o_err = (u * math.sqrt(S) + rel) * Pv
-        fl = {"out": o_err.max()}
-        if grad_out is not None:
-            dO = grad_out.detach().double().cpu().reshape(O.shape)
-            dO_len = dO.norm(dim=-1, keepdim=True)  # (N, H, L, 1)
-            v_len = vx.norm(dim=-1).amax(dim=-1, keepdim=True).unsqueeze(-1) * drop  # (N, H, 1, 1)
-            O_len = O.norm(dim=-1, keepdim=True)
-            # dP = dO.v (Ev products) and D = dO.O (Ev products, O carrying its own error): per row
-            gap = dO_len * (v_len + O_len)  # |dP - D| <= |dO| (|v| + |O|)
-            dS_rel = (u * math.sqrt(Ev) * gap + (dO.abs() * o_err).sum(-1, keepdim=True) + rel * gap
-                      + u * gap)  # dS_ij's error <= P_ij * dS_rel_i
-            dS_mag = gap  # |dS_ij| <= P_ij * gap_i
-            Pk = P @ kx.abs()  # (N, H, L, E)
-            dq = sc * (dS_rel + u * math.sqrt(S) * dS_mag) * Pk
-            dk = sc * (P.transpose(-2, -1) @ ((dS_rel + u * math.sqrt(L) * dS_mag) * q.abs()))
-            dv = Pd.transpose(-2, -1) @ ((u * math.sqrt(L) + rel) * dO.abs())
-            fl["dq"] = dq.max()
-            fl["dk"] = dk.max() * G  # the G query heads of a group add into one key head
-            fl["dv"] = dv.max() * G
-            fl["dmask"] = (P * dS_rel).max() * max(1, a.N * a.H * L * S // max(1, _numel(attn_mask)))
-    return {n: float(x) for n, x in fl.items()}
+    if q.dim() == k.dim() == v.dim() == 2:
+        q, k, v = q[None], k[None], v[None]
+    rank = max(3, q.dim(), k.dim(), v.dim())
+    q, k, v = (t.reshape((1,) * (rank - t.dim()) + tuple(t.shape)) for t in (q, k, v))
+    batch = tuple(torch.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3]))
+    Hkv = torch.broadcast_shapes((k.shape[-3],), (v.shape[-3],))[0]
+    H = q.shape[-3]
+    if not (enable_gqa and Hkv and H % Hkv == 0):
+        H = Hkv = torch.broadcast_shapes((H,), (Hkv,))[0]
+    N = math.prod(batch)
+    q = q.expand(*batch, H, *q.shape[-2:]).reshape(N, H, *q.shape[-2:])
+    k = k.expand(*batch, Hkv, *k.shape[-2:]).reshape(N, Hkv, *k.shape[-2:])
+    v = v.expand(*batch, Hkv, *v.shape[-2:]).reshape(N, Hkv, *v.shape[-2:])
+    return q, k, v, batch
 
 
-def _numel(m) -> int:
-    return m.numel() if isinstance(m, torch.Tensor) else 1
+def _grids(N, H, L, S):
+    """Index tensors b (N,1,1,1), h (1,H,1,1), i (1,1,L,1), j (1,1,1,S) that broadcast against the scores."""
+    return (torch.arange(N).view(N, 1, 1, 1), torch.arange(H).view(1, H, 1, 1),
+            torch.arange(L).view(1, 1, L, 1), torch.arange(S).view(1, 1, 1, S))
 
 
-def max_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    d = (x.detach().double().cpu() - ref.detach().double().cpu()).abs()
-    return d.max().item() if d.numel() else 0.0
+def _visible(attn_mask, is_causal, N, H, L, S, batch, two_d):
+    """Every kind of mask as one dense tensor broadcastable to (N, H, L, S): bool (True = attend) or float."""
+    _, _, i, j = _grids(N, H, L, S)
+    variant = causal_variant(attn_mask)
+    if variant is not None:  # PyTorch's CausalBias: its storage is not a bias, it names a causal variant
+        m = j <= i + (S - L if variant == "lower_right" else 0)
+    elif isinstance(attn_mask, Mask):
+        m = _evaluate(attn_mask, N, H, L, S)
+    elif isinstance(attn_mask, torch.Tensor):
+        full = (L, S) if two_d else (*batch, H, L, S)
+        m = attn_mask.expand(full).reshape(N, H, L, S)
+    else:
+        m = None
+    if is_causal:  # upper-left, as PyTorch; with a mask too, the keys both allow
+        causal = j <= i
+        m = causal if m is None else (m & causal if m.dtype == torch.bool else m.masked_fill(~causal, -math.inf))
+    return m
 
 
-def mean_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    d = (x.detach().double().cpu() - ref.detach().double().cpu()).abs()
-    return d.mean().item() if d.numel() else 0.0
+def causal_variant(m) -> str | None:
+    """"upper_left" or "lower_right" for PyTorch's ``CausalBias`` (``torch.nn.attention.bias``), else None.
+    (Its module is imported only where such a mask exists: importing it costs seconds.)"""
+    bias = sys.modules.get("torch.nn.attention.bias")
+    if bias is None or not isinstance(m, bias.CausalBias):
+        return None
+    return "lower_right" if m.variant == bias.CausalVariant.LOWER_RIGHT else "upper_left"
 
 
-def floor(ref: torch.Tensor, dtype: torch.dtype) -> float:
-    """Twice the error of storing ``ref`` in ``dtype``, plus a hair for exactly representable cases."""
-    if not ref.numel():
-        return 1e-12
-    stored = ref.detach().to(dtype).double()
-    return 2.0 * (stored - ref.detach().double()).abs().max().item() + 1e-12
+def _evaluate(mask: Mask, N, H, L, S) -> torch.Tensor:
+    """A mask function asked once per (b, h, i, j), as FlexAttention asks it (through torch.vmap): (N, H, L, S)."""
+    b, h, i, j = (t.reshape(-1) for t in torch.meshgrid(torch.arange(N), torch.arange(H), torch.arange(L),
+                                                        torch.arange(S), indexing="ij"))
+    seen = torch.vmap(lambda b, h, i, j: torch.as_tensor(mask(b, h, i, j, L, S)))(b, h, i, j)
+    if seen.dtype != torch.bool:
+        raise TypeError(f"mask {mask!r} returned dtype {seen.dtype}; a mask function returns bools")
+    return seen.reshape(N, H, L, S)
 
 
-@dataclass(frozen=True)
-class Comparison(Result):
-    """One quantity (out, dq, dk, dv, dmask) of one case: the form's error, PyTorch's, the limit."""
-
-    quantity: str
-    err: float
-    mean_err: float
-    torch_err: float
-    allowed: float
-    passed: bool
-
-
-def compare(quantity: str, mine: torch.Tensor, theirs: torch.Tensor, ref: torch.Tensor,
-            dtype: torch.dtype, rounding: float = 0.0, theirs_ref: torch.Tensor | None = None) -> Comparison:
-    """Apply the tolerance rule to ``mine`` given PyTorch's ``theirs`` and the float64 ``ref``.
-
-    ``rounding`` is the quantity's computed rounding budget (:func:`rounding_floor`); ``theirs_ref``
-    the oracle PyTorch's answer is measured against when it differs from ``ref`` (dropout).
-    """
-    terr = max_err(theirs, ref if theirs_ref is None else theirs_ref)
-    if mine.shape != ref.shape:
-        return Comparison(quantity, float("inf"), float("inf"), terr, 0.0, False)
-    err = max_err(mine, ref)
-    # PyTorch answering NaN where the oracle is finite (2.13's CPU kernel, is_causal with scale < 0) gives no
-    # error to scale: the limit is then the rounding floor alone.
-    allowed = (2.0 * terr if math.isfinite(terr) else 0.0) + rounding + floor(ref, dtype)
-    ok = bool(err <= allowed) and bool(torch.isfinite(mine.detach()).all())
-    return Comparison(quantity, err, mean_err(mine, ref), terr, allowed, ok)
+def _unflatten(x: torch.Tensor, f: Forward) -> torch.Tensor:
+    """(N, H, L, .) -> the caller's leading dims + (H, L, .), or (L, .) for 2-D inputs."""
+    x = x.reshape(*f.batch, *x.shape[1:])
+    return x[0] if f.two_d else x

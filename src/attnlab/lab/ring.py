@@ -34,7 +34,7 @@ from attnlab.kernels.dtypes import DTYPES
 from attnlab.kernels.ring_layout import LAYOUTS, check_divisible, check_layout, shard, unshard
 from attnlab.kernels.ring_stats import RingStats
 
-from . import launch, memory, oracle, oracle_rows
+from . import launch, memory, oracle_rows, rule
 from .machine import load_average, machine, versions
 from .results import Result
 from .timing import time_calls
@@ -93,7 +93,7 @@ class RingConfig:
 @dataclass
 class LayoutCheck(Result):
     layout: str
-    comparisons: list[oracle.Comparison]  # out (and dq, dk, dv), gathered from every rank
+    comparisons: list[rule.Comparison]  # out (and dq, dk, dv), gathered from every rank
     work: list[dict]  # per rank, one forward: pairs / tiles computed and skipped, scores computed
 
     @property
@@ -269,7 +269,7 @@ def check_case(cfg: RingConfig, per_rank: list[dict], progress=None) -> list[Lay
     checks = []
     for layout in cfg.layouts():
         names = QUANTITIES if cfg.backward else QUANTITIES[:1]
-        comps = [oracle.compare(n, unshard([r[layout][n] for r in per_rank], layout), theirs[i], ref[i],
+        comps = [rule.compare(n, unshard([r[layout][n] for r in per_rank], layout), theirs[i], ref[i],
                                 DTYPES[cfg.dtype]) for i, n in enumerate(names)]
         checks.append(LayoutCheck(layout, comps, [r[layout]["work"] for r in per_rank]))
     return checks

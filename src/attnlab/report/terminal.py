@@ -41,9 +41,11 @@ def progress(total: int, what: str):
         yield advance
 
 
-def verify_table(result, show: str = "all") -> Table:
-    """One row per (form, case): worst quantity, its error, PyTorch's error, the limit, the verdict."""
-    t = Table(title="attnlab verify: max error against the float64 oracle (limit = 2 x PyTorch's + rounding floor)")
+def verify_table(result, show: str = "all", table=None) -> Table:
+    """One row per (form, case): worst quantity, its error, PyTorch's error, the limit, the verdict.
+    ``table``: the table class (default rich's, or the plain one on a core install)."""
+    t = (table or Table)(title="attnlab verify: max error against the float64 oracle (limit = 2 x PyTorch's + "
+                               "rounding floor)")
     for col in ("form", "case", "dtype", "worst", "error", "PyTorch's error", "limit", "result"):
         t.add_column(col, justify="right" if col in ("error", "PyTorch's error", "limit") else "left",
                      overflow="fold", min_width=24 if col == "result" else None)  # long reasons wrap, never cut
@@ -67,3 +69,24 @@ def verify_summary(result, forms: list[str], dropout_skipped: bool = False) -> s
     return (f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, {c['skipped']} skipped, over "
             f"{len(forms)} form(s): {', '.join(forms)}" + (" (dropout not checked: --no-dropout)" if dropout_skipped
                                                            else ""))
+
+
+def diagnosis_lines(result) -> list[str]:
+    """Under the table, for each form that failed: what its failures point to, one line each."""
+    lines = []
+    for form, found in result.diagnoses.items():
+        if found:
+            lines.append(f"[bold]{escape(form)}[/]: what the failures point to")
+            lines += [f"  - {escape(d.text)}" for d in found]
+    return lines
+
+
+def oracle_line(result) -> str | None:
+    """The oracle's own check: the largest float64 disagreement with PyTorch over the cases, against its limit."""
+    w = result.worst_cross()
+    if w is None:
+        return None
+    return (f"oracle check: PyTorch in float64 agrees with the float64 oracle on every case (worst {w.err:.1e} on "
+            f"{w.quantity}, limit {w.allowed:.1e})" if all(r.cross is None or r.cross.passed for r in result.rows)
+            else f"[red]oracle check failed[/]: PyTorch in float64 and the oracle disagree (worst {w.err:.1e} on "
+                 f"{w.quantity}, limit {w.allowed:.1e}); those cases judge nothing")

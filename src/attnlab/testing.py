@@ -1,0 +1,83 @@
+"""attnlab's judge inside your own test suite: the checks of ``attnlab verify``, as pytest assertions.
+
+For kernel authors who want every test run to hold their attention to the float64 oracle::
+
+    import attnlab.testing
+    from mykernels import my_attention        # F.scaled_dot_product_attention's signature
+
+    def test_my_attention_matches():          # the whole quick grid, one test
+        attnlab.testing.assert_attention_matches(my_attention, device="cuda")
+
+    @pytest.mark.parametrize("case", attnlab.testing.cases(dtypes=["float16", "bfloat16"]))
+    def test_case(case):                      # one test per case, with readable ids
+        attnlab.testing.assert_case(my_attention, case, device="cuda")
+
+A failure raises ``AssertionError`` whose message is verify's table of the failing rows (the
+function's error, PyTorch's own error on the same device and dtype, the limit) and the diagnoses:
+what the pattern of failures points to. The rule is verify's: ``max|yours - oracle| <= 2 x
+max|PyTorch - oracle| + floor`` for the output and every gradient. See ``examples/test_my_attention.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from attnlab.lab import cases as _cases
+from attnlab.lab import verify as _verify
+from attnlab.lab.cases import Case
+from attnlab.report import plain
+
+__all__ = ["Case", "assert_attention_matches", "assert_case", "cases"]
+
+
+def cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), *, quick: bool = True,
+          only: str | Iterable[str] | None = None) -> list:
+    """verify's grid, for ``pytest.mark.parametrize``: one ``pytest.param`` per case with the case's label as its
+    id (plain :class:`Case` objects where pytest is not installed). ``only``: case names containing these words."""
+    picked = _cases.default_cases(list(dtypes), long=not quick)
+    if only is not None:
+        words = [only] if isinstance(only, str) else list(only)
+        picked = [c for c in picked if any(w.lower() in c.name.lower() for w in words)]
+    try:
+        import pytest
+    except ModuleNotFoundError:
+        return picked
+    return [pytest.param(c, id=c.label) for c in picked]
+
+
+def assert_case(fn: Callable, case: Case, *, device="cpu", seed: int = 0, check_dropout: bool = True,
+                timeout: float | None = None) -> None:
+    """Hold ``fn`` to the rule on one case (see :func:`cases`); AssertionError with the row and its diagnosis."""
+    r = _check(fn, [case], device=device, seed=seed, check_dropout=check_dropout, timeout=timeout)
+    if r.rows[0].status == "skipped":  # e.g. a score-modifier case for a function without score_mod=
+        import pytest
+
+        pytest.skip(r.rows[0].detail)
+
+
+def assert_attention_matches(fn: Callable, *, device="cpu", dtypes: Iterable[str] = ("float32", "float64", "bfloat16"),
+                             quick: bool = True, seed: int = 0, check_dropout: bool = True,
+                             timeout: float | None = None) -> None:
+    """Hold ``fn`` to the rule on every case of the grid (``quick``: without the long L = 1025 case) in ``dtypes`` on
+    ``device``. ``check_dropout=False`` skips the dropout cases, for a function without dropout. ``timeout``:
+    seconds a case may take at the basic case's size (None: no limit)."""
+    _check(fn, _cases.default_cases(list(dtypes), long=not quick), device=device, seed=seed,
+           check_dropout=check_dropout, timeout=timeout)
+
+
+def _check(fn, picked, *, device, seed, check_dropout, timeout):
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    r = _verify.verify({name: fn}, picked, seed=seed, check_dropout=check_dropout, timeout=timeout, device=device)
+    if any(row.status in ("fail", "error") for row in r.rows):
+        raise AssertionError(message(r, name))
+    return r
+
+
+def message(result, name: str) -> str:
+    """The failing rows as a plain table, then what they point to and the counts."""
+    from attnlab.report.terminal import diagnosis_lines, verify_summary, verify_table
+
+    lines = verify_table(result, "failures", table=plain.Table).lines()
+    lines += [plain.strip(x) for x in diagnosis_lines(result)]
+    lines.append(plain.strip(verify_summary(result, [name])))
+    return "\n".join(lines)

@@ -1,0 +1,241 @@
+"""A corpus of wrong attention functions, each one bug people really write, and right ones to pass.
+
+Every function has ``F.scaled_dot_product_attention``'s signature. :func:`attend` is a plain,
+correct implementation with switches; each mutant flips one switch (or is a small function of its
+own where the bug lives in a structure: an online softmax, a tile loop, a custom backward). Each
+mutant names the diagnosis key (:mod:`attnlab.lab.diagnose`) that states its cause; ``None`` where
+no one-line cause can be read from the failures (the test reports how many got theirs).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                          scale=scale, enable_gqa=enable_gqa)
+
+
+def attend(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
+           work=None, bug=None):
+    """Correct attention with ``bug`` (one name, see MUTANTS) switched on; computes in ``work`` (default:
+    float32 for half precision, else the inputs' dtype) and returns the inputs' dtype."""
+    dtype = q.dtype
+    work = work or (torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype)
+    if bug == "fp32-always":
+        work = torch.float32
+    if bug == "bf16-weights" or bug == "fp16-matmul":
+        work = torch.float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    if bug == "only-4d":
+        B, H, L, E = q.shape
+    L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
+    if enable_gqa and k.shape[-3] != q.shape[-3]:
+        G = q.shape[-3] // k.shape[-3]
+        if bug == "gqa-repeat":
+            k, v = (t.repeat(*[1] * (t.dim() - 3), G, 1, 1) for t in (k, v))
+        else:
+            k, v = (t.repeat_interleave(G, dim=-3) for t in (k, v))
+    if bug == "scale-ignored" or scale is None:
+        scale = 1 / math.sqrt(E)
+    if bug == "unscaled":
+        scale = 1.0
+    if bug == "scale-1/d":
+        scale = 1.0 / E
+    if bug == "scale-tensor" and not isinstance(scale, float):
+        scale = 1 / math.sqrt(E)
+    if bug == "fp16-matmul":
+        s = (q.half() @ k.half().transpose(-2, -1)).to(work) * float(scale)
+    elif bug == "view-flatten":
+        s = (q.view(-1, L, E) @ k.view(-1, S, E).transpose(-2, -1)).view(*q.shape[:-1], S) * float(scale)
+    else:
+        s = q @ k.transpose(-2, -1) * float(scale)  # (..., H, L, S)
+    if is_causal and bug != "causal-ignored" and not (bug == "causal-dropped-with-mask" and attn_mask is not None):
+        if bug == "diagonal":
+            keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril(-1)
+        elif bug == "lower-right":
+            keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril(S - L)
+        elif bug == "square-causal":
+            keep = torch.ones(L, L, dtype=torch.bool, device=s.device).tril()
+        else:
+            keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril()
+        s = s.masked_fill(~keep, -math.inf)
+    if attn_mask is not None and bug != "mask-ignored" and not (bug == "mask-dropped-with-causal" and is_causal):
+        m = attn_mask
+        if bug == "mask-view":
+            m = m.view(s.shape)
+        if m.dtype == torch.bool:
+            if bug == "mask-inverted":
+                m = ~m
+            if bug == "mask-in-place":
+                attn_mask.logical_not_()
+                m = ~attn_mask
+            s = s + m.to(work) if bug == "bool-added" else s.masked_fill(~m, -math.inf)
+        elif bug == "float-as-bool":
+            s = s.masked_fill(~m.bool(), -math.inf)
+        elif bug == "float-multiplied":
+            s = s * m.to(work)
+        else:
+            s = s + m.to(work)
+    if bug == "no-max":
+        e = s.exp()
+        w = e / e.sum(dim=-1, keepdim=True)
+    elif bug == "nan-rows":
+        w = torch.softmax(s, dim=-1)
+    elif bug == "minus-1e9":
+        w = torch.softmax(s.clamp(min=-1e9), dim=-1)  # a row that sees nothing spreads evenly
+    elif bug == "softmax-dim":
+        w = torch.softmax(s, dim=-2)
+    else:
+        m_ = s.amax(dim=-1, keepdim=True).detach()
+        m_ = torch.where(torch.isneginf(m_), 0.0, m_)
+        e = (s - m_).exp()
+        total = e.sum(dim=-1, keepdim=True)
+        w = e / torch.where(total == 0, 1.0, total)
+    if bug == "bf16-weights":
+        w = w.bfloat16().to(work)
+    if dropout_p > 0 and bug != "dropout-ignored":
+        keep = torch.rand_like(w) >= dropout_p
+        w = w * keep if bug == "dropout-unscaled" else w * keep / (1 - dropout_p)
+    out = w @ v
+    return out.float() if bug == "fp32-always-returned" else out.to(dtype)
+
+
+def tiled(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *, tile=16,
+          bug=None):
+    """The online softmax over key tiles of 16, in float32 (float64 inputs stay float64): right unless ``bug``."""
+    dtype = q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
+    if enable_gqa and k.shape[-3] != q.shape[-3]:
+        k, v = (t.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3) for t in (k, v))
+    sc = 1 / math.sqrt(E) if scale is None else float(scale)
+    bias = torch.zeros(L, S, dtype=work, device=q.device)
+    if is_causal:
+        bias = bias.masked_fill(~torch.ones(L, S, dtype=torch.bool, device=q.device).tril(), -math.inf)
+    if attn_mask is not None:
+        bias = (bias.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool
+                else bias + attn_mask.to(work))
+    shape = torch.broadcast_shapes(q.shape[:-1], bias.shape[:-1])
+    m = torch.full(shape, -math.inf, dtype=work, device=q.device)
+    l = torch.zeros(shape, dtype=work, device=q.device)
+    acc = torch.zeros(*shape, v.shape[-1], dtype=work, device=q.device)
+    stop = S - S % tile if bug == "drop-tail" and tile <= S else S
+    for j0 in range(0, stop, tile):
+        j1 = min(stop, j0 + tile)
+        s = q @ k[..., j0:j1, :].transpose(-2, -1) * sc + bias[..., j0:j1]
+        m_new = torch.maximum(m, s.amax(dim=-1))
+        m_safe = torch.where(torch.isneginf(m_new), 0.0, m_new)
+        p = (s - m_safe[..., None]).exp()
+        alpha = (m - m_safe).exp()
+        if bug == "no-rescale":
+            alpha = torch.ones_like(alpha)
+        l = l * alpha + p.sum(dim=-1)
+        if dropout_p > 0:
+            p = p * (torch.rand_like(p) >= dropout_p) / (1 - dropout_p)
+        acc = acc * alpha[..., None] + p @ v[..., j0:j1, :]
+        m = m_new
+    return (acc / torch.where(l == 0, 1.0, l)[..., None]).to(dtype)
+
+
+class _BrokenBackward(torch.autograd.Function):
+    """Right forward; backward forgets D = rowsum(dO * O) in dS = P * (dP - D) (``bug="no-D"``) or the scale in dq."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, bug):
+        P = torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)
+        out = P @ v
+        ctx.save_for_backward(q, k, v, P, out)
+        ctx.scale, ctx.bug = scale, bug
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, P, out = ctx.saved_tensors
+        dv = P.transpose(-2, -1) @ dout
+        dP = dout @ v.transpose(-2, -1)
+        D = 0.0 if ctx.bug == "no-D" else (dout * out).sum(dim=-1, keepdim=True)
+        dS = P * (dP - D)
+        dq = dS @ k * (1.0 if ctx.bug == "dq-unscaled" else ctx.scale)
+        dk = dS.transpose(-2, -1) @ q * ctx.scale
+        return dq, dk, dv, None, None
+
+
+def custom_backward(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
+                    *, bug=None):
+    """A custom autograd.Function for the no-mask case; everything else goes to PyTorch."""
+    if attn_mask is not None or is_causal or dropout_p or enable_gqa:
+        return sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    sc = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    return _BrokenBackward.apply(q, k, v, sc, bug)
+
+
+def detached_keys(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return sdpa(q, k.detach(), v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def under_no_grad(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    with torch.no_grad():
+        return sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def _bug(fn, name):
+    f = functools.partial(fn, bug=name)
+    f.__name__ = name
+    return f
+
+
+F32, BF16, F64 = ("float32",), ("float32", "bfloat16"), ("float64",)
+
+# name -> (function, the diagnosis key that names its cause (None where no single cause shows), the dtypes
+# whose grid shows the bug: float32 for most; precision bugs pass in bfloat16, where PyTorch rounds as much)
+MUTANTS = {
+    "ignores scale=": (_bug(attend, "scale-ignored"), "scale", F32),
+    "never scales": (_bug(attend, "unscaled"), "unscaled", F32),
+    "scales by 1/d": (_bug(attend, "scale-1/d"), "scale-1/d", F32),
+    "scale only as a float": (_bug(attend, "scale-tensor"), "scale-tensor", F32),
+    "ignores is_causal": (_bug(attend, "causal-ignored"), "causal-ignored", F32),
+    "causal mask hides the diagonal": (_bug(attend, "diagonal"), "diagonal", F32),
+    "causal aligned lower-right": (_bug(attend, "lower-right"), "causal-alignment", F32),
+    "causal mask built L x L": (_bug(attend, "square-causal"), "causal-alignment", F32),
+    "drops attn_mask when is_causal": (_bug(attend, "mask-dropped-with-causal"), "causal+mask", F32),
+    "drops is_causal when attn_mask": (_bug(attend, "causal-dropped-with-mask"), "causal+mask", F32),
+    "ignores attn_mask": (_bug(attend, "mask-ignored"), "mask-ignored", F32),
+    "bool mask inverted": (_bug(attend, "mask-inverted"), "mask-inverted", F32),
+    "bool mask added as 0/1": (_bug(attend, "bool-added"), "bool-mask", F32),
+    "float mask as bool": (_bug(attend, "float-as-bool"), "float-mask", F32),
+    "float mask multiplied": (_bug(attend, "float-multiplied"), "float-mask", F32),
+    "mask viewed to (N, H, L, S)": (_bug(attend, "mask-view"), "broadcast-mask", F32),
+    "plain softmax: NaN on dead rows": (_bug(attend, "nan-rows"), "dead-rows", F32),
+    "-1e9 for -inf: dead rows spread evenly": (_bug(attend, "minus-1e9"), "dead-rows", F32),
+    "GQA with repeat": (_bug(attend, "gqa-repeat"), "gqa", F32),
+    "no max subtraction": (_bug(attend, "no-max"), "max-subtraction", F32),
+    "softmax over the queries": (_bug(attend, "softmax-dim"), "softmax-dim", F32),
+    "dropout survivors not scaled": (_bug(attend, "dropout-unscaled"), "dropout-scale", F32),
+    "ignores dropout_p": (_bug(attend, "dropout-ignored"), "dropout", F32),
+    "weights rounded to bfloat16": (_bug(attend, "bf16-weights"), "precision", BF16),
+    "scores in float16": (_bug(attend, "fp16-matmul"), "precision", BF16),
+    "float64 computed in float32": (_bug(attend, "fp32-always"), "float64", ("float32", "float64")),
+    "returns float32 whatever the input": (_bug(attend, "fp32-always-returned"), "dtype", F64),
+    "view instead of reshape": (_bug(attend, "view-flatten"), "noncontig", F32),
+    "only 4-D inputs": (_bug(attend, "only-4d"), "batch-dims", F32),
+    "flips the caller's bool mask in place": (_bug(attend, "mask-in-place"), "in-place", F32),
+    "detaches the keys": (detached_keys, "gradients-only", F32),
+    "runs under torch.no_grad": (under_no_grad, "no-grad", F32),
+    "custom backward without D": (_bug(custom_backward, "no-D"), "gradients-only", F32),
+    "custom backward: dq unscaled": (_bug(custom_backward, "dq-unscaled"), "gradients-only", F32),
+    "online softmax without the rescale": (_bug(tiled, "no-rescale"), None, F32),
+    "tile loop drops the last partial tile": (_bug(tiled, "drop-tail"), None, F32),
+}
+
+CORRECT = {
+    "PyTorch's own": sdpa,
+    "float64 inside": functools.partial(attend, work=torch.float64),
+    "tiled online softmax": tiled,
+}

@@ -1,0 +1,61 @@
+"""attnlab.testing: verify as pytest assertions. It fails a wrong function with the table and the diagnosis, passes a
+right one, and the example file a kernel author copies runs as it is."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch.nn.functional as F
+
+import attnlab.testing
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def right(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                          scale=scale, enable_gqa=enable_gqa)
+
+
+def gqa_with_repeat(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    if enable_gqa and k.shape[-3] != q.shape[-3]:
+        g = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                          scale=scale)
+
+
+def test_a_wrong_function_raises_with_the_failing_rows_and_the_cause():
+    with pytest.raises(AssertionError) as e:
+        attnlab.testing.assert_attention_matches(gqa_with_repeat, dtypes=["float32"])
+    text = str(e.value)
+    print(text)
+    assert "GQA 6/2 causal" in text and "FAIL" in text and "basic" not in text.split("\n", 3)[3]
+    assert "only GQA cases fail: query head h uses key head h // (H / Hkv)" in text
+    assert "[green]" not in text and "\x1b" not in text  # plain text, for any terminal or CI log
+
+
+def test_a_right_function_passes_and_cases_have_readable_ids():
+    attnlab.testing.assert_attention_matches(right, dtypes=["float64"])
+    params = [p for p in attnlab.testing.cases(dtypes=["float32"], only="GQA") if p.values[0].mod is None]
+    assert len(params) >= 3 and all("GQA" in p.id and p.id.endswith("[float32]") for p in params)
+    for p in params:
+        attnlab.testing.assert_case(right, p.values[0])
+    with pytest.raises(AssertionError, match="only GQA cases fail|GQA"):
+        attnlab.testing.assert_case(gqa_with_repeat, params[0].values[0])
+
+
+@pytest.mark.slow
+def test_a_case_the_function_cannot_take_is_skipped_not_failed():
+    mod = next(p.values[0] for p in attnlab.testing.cases(dtypes=["float32"]) if p.values[0].mod)
+    with pytest.raises(pytest.skip.Exception, match="takes no score_mod"):
+        attnlab.testing.assert_case(right, mod)
+
+
+@pytest.mark.slow
+def test_the_example_file_passes_as_it_is():
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "examples")],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    print(r.stdout[-2000:], r.stderr[-2000:])
+    assert r.returncode == 0 and " passed" in r.stdout and "failed" not in r.stdout
