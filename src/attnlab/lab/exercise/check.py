@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-from attnlab.lab.diagnose import diagnose
 from attnlab.lab.machine import machine, versions
 
 from . import files, grade, measure
@@ -22,9 +21,14 @@ def check(spec: str, quick: bool = False, seed: int = 0, progress=None, on_stage
     form = grade.form_of(fn)
     say(f"found {name} in {path}: {FORMS[form]}")
     result, shrunk, note = grade.grade(fn, name, form, quick=quick, seed=seed, progress=progress)
-    found = diagnose(result, form) if not result.passed else []
-    err = grade.match(fn, form, seed)
-    say("measuring its time and peak memory at T = " + ", ".join(map(str, measure.SEQS)))
-    timings, exps, how = measure.measure(fn, form, seed=seed)
+    found = result.diagnoses.get(name, [])  # verify's diagnoses of the failures, most likely first
+    hung = next((r for r in result.rows if r.detail.startswith("timed out")), None)
+    if hung is not None:  # a function that hung once would hang the measurements too
+        err, timings, exps = float("inf"), [], {"time": None, "memory": None}
+        how = f"not measured: it timed out on the case {hung.case!r} while it was graded"
+    else:
+        err = grade.match(fn, form, seed)
+        say("measuring its time and peak memory at T = " + ", ".join(map(str, measure.SEQS)))
+        timings, exps, how = measure.measure(fn, form, seed=seed)
     return LabResult(str(path), name, form, note, result, found, err, result.passed, timings, exps, how,
                      time.perf_counter() - t0, machine(), versions(), shrunk=shrunk)
