@@ -9,7 +9,7 @@ from attnlab.lab.machine import machine, versions
 from . import files, grade, measure
 from .result import LabResult
 
-FORMS = {"lab": "the lab's form: attention_by_hand(q, k, v), always causal",
+FORMS = {"lab": "the lab's form, (q, k, v), always causal",
          "sdpa": "F.scaled_dot_product_attention's signature"}
 
 
