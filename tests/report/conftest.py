@@ -27,7 +27,7 @@ def _log(scale_entropy, qk_growth=1.5):
             "qk_norm": [[30.0, 30.0], [30.0 * qk_growth, 30.0 * qk_growth]]}
 
 
-TRAIN = {"config": {"kind": "scale", "uniform_entropy": 2.1}, "versions": {}, "machine": {},
+TRAIN = {"config": {"kind": "scale", "uniform_entropy": 2.1, "head_dim": 16}, "versions": {}, "machine": {},
          "variants": {"sqrt": _log(1.9), "none": _log(0.2), "inv": _log(3.2, qk_growth=4.0)}}
 TIE = {"config": {"kind": "tie-kv", "uniform_entropy": 2.1}, "versions": {}, "machine": {},
        "variants": {"untied": _log(1.9), "tied": _log(2.5)}}

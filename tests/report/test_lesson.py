@@ -286,7 +286,8 @@ def test_the_page_says_when_a_measured_claim_does_not_hold():
                           part("train tie-kv", "file", "from tie_kv.json", TrainResult.from_dict(tie)), {})
     assert "1/d learns worse than 1/√d</b>: <span class=\"verdict fails\">✗ does not hold at these settings" in html
     assert "from 30.0 to 120.0 (×4.00)" in html and "×2.67 as much as 1/√d did" in html
-    assert "undid much of the smaller scale" in html and "nearly uniform" in html
+    assert "starts with scores 0.25 of 1/√d's; by the end they were 0.67 of them: it undid part" in html
+    assert "nearly uniform" in html and "a worse final loss is not" in html
     assert "Tying them measurably reduces capability</b>: <span class=\"verdict fails\">✗" in html
     assert "cost nothing measurable" in html and "not tested here" in html
     assert "visibly destabilised training</b>: <b>not measured at these settings" in html

@@ -131,6 +131,9 @@ class SmallScale(Result):
     qk_end_sqrt: float | None
     qk_start_inv: float | None
     qk_end_inv: float | None
+    head_dim: int | None = None  # d: 1/d gives scores 1/sqrt(d) times 1/sqrt(d)'s, for the same weights
+    entropy_end_sqrt: float | None = None
+    entropy_end_inv: float | None = None
     loss_gap: float = LOSS_GAP
 
     @property
@@ -144,6 +147,14 @@ class SmallScale(Result):
         if None in (self.qk_start_inv, self.qk_end_inv, self.qk_start_sqrt, self.qk_end_sqrt):
             return None
         return (self.qk_end_inv / self.qk_start_inv) / (self.qk_end_sqrt / self.qk_start_sqrt)
+
+    @property
+    def score_ratio_end(self) -> float | None:
+        """1/d's scores against 1/sqrt(d)'s at the end, for the weights each grew: 1/sqrt(d) at the start, times
+        how much more 1/d grew ||W_q|| * ||W_k|| (None: not logged)."""
+        if self.inv_grew is None or not self.head_dim:
+            return None
+        return self.inv_grew / math.sqrt(self.head_dim)
 
 
 def small_scale(result) -> SmallScale | None:
@@ -160,4 +171,4 @@ def small_scale(result) -> SmallScale | None:
     gap = b.val_end - a.val_end if b.diverged_at is None else float("inf")
     return SmallScale(a.val_end, b.val_end, gap, gap > LOSS_GAP, _mean(a.entropy_start), _mean(b.entropy_start),
                       result.config.get("uniform_entropy", math.nan), qk("sqrt", 0), qk("sqrt", -1), qk("inv", 0),
-                      qk("inv", -1))
+                      qk("inv", -1), result.config.get("head_dim"), _mean(a.entropy_end), _mean(b.entropy_end))
