@@ -22,10 +22,14 @@ def _title_in_sight(page) -> tuple[float, float, float]:
 def test_the_step_title_stays_in_sight_and_figures_stay_legible(browser, lesson, size):  # noqa: F811
     w, h = size
     page, url, errors, requests = _open(browser, lesson, viewport={"width": w, "height": h})
-    for how in ("next", "box", "next-after-reading"):
-        if how == "box":
-            page.locator("[data-box=softmax]").scroll_into_view_if_needed()
-            page.click("[data-box=softmax]")
+    for how in ("next", "box", "box-from-the-top", "next-after-reading"):
+        if how.startswith("box"):
+            if how == "box-from-the-top":  # the section's start in view: the stage is below the screen
+                page.evaluate("document.getElementById('walk').scrollIntoView()")
+                page.click("[data-box=mask]")
+            else:
+                page.locator("[data-box=softmax]").scroll_into_view_if_needed()
+                page.click("[data-box=softmax]")
         else:
             if how == "next-after-reading":  # read down the stage's figures first, then press Next
                 page.evaluate("document.getElementById('stage-figs').scrollIntoView({block: 'end'})")

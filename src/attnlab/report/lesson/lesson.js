@@ -436,8 +436,9 @@
   }
   function reveal() { // the step's title in sight, below the sticky Back/Next bar (never hidden under it)
     const bar = document.querySelector(".controls").getBoundingClientRect();
-    const t = $("stage-title").getBoundingClientRect(), top = bar.bottom + 8;
-    if (t.top < top || t.bottom > window.innerHeight * 0.7) window.scrollBy(0, t.top - top);
+    const t = $("stage-title").getBoundingClientRect();
+    // hidden under the bar, or low on the screen: scroll until it sits just under the bar, which sticks at the top
+    if (t.top < bar.bottom + 8 || t.bottom > window.innerHeight * 0.7) window.scrollBy(0, t.top - (bar.height + 8));
   }
   const go = (delta) => { if (S.stage + delta >= 0 && S.stage + delta < STAGES.length) goTo(S.stage + delta); };
   $("prev").addEventListener("click", () => go(-1));
