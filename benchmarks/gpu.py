@@ -3,6 +3,8 @@
     python benchmarks/gpu.py [--out DIR]        # one H200: under 8 minutes
     python benchmarks/gpu.py --dry-run          # the same code on a CPU, Triton's interpreter, tiny sizes
 
+0. `attnlab verify --device cuda --quick` for the triton form and sdpa (float32, float16, bfloat16),
+   its JSON beside gpu.json: the whole grid, judged where the kernel runs.
 1. Correctness: forward and dq, dk, dv of the triton form on masks, GQA, odd lengths and head dims,
    each held to the tolerance rule against a float32 reference: at most 2 x PyTorch's own error
    (F.scaled_dot_product_attention on the same inputs) plus the rounding floor of the dtype.
@@ -70,6 +72,7 @@ def main(argv=None) -> int:
     out["correctness"] = correctness(device, gpu)
     print(f"correctness: {sum(c['passed'] for c in out['correctness'])} of {len(out['correctness'])} cases pass "
           f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    out["verify"] = verify_on_device(device, gpu, folder=Path(args.out))
     out["speed"] = speed(S, device, repeats, budget)
     out["window"] = window(S, device, repeats, budget)
     out["targets"] = targets(out, max(S["dims"]), min(4096, max(S["lengths"])))
@@ -83,6 +86,32 @@ def main(argv=None) -> int:
         print(f"target {t['what']}: {t['value']:.2f} (target {t['target']}) {verdict}")
     print(f"wrote {folder / 'gpu.json'} and {folder / 'gpu.png'} in {out['seconds']:.0f} s")
     return 0
+
+
+def verify_on_device(device, gpu, folder: Path) -> list[dict]:
+    """`attnlab verify --device DEVICE --quick` for the triton form and for sdpa: the judge where the kernel runs
+    (inputs on the device in each case's dtype, PyTorch on the device as the 2x baseline, the oracle on the CPU
+    in float64). The dry run checks a few cases on the CPU under the interpreter."""
+    import subprocess
+
+    rows = []
+    folder.mkdir(parents=True, exist_ok=True)
+    for impl in ("triton", "sdpa"):
+        path = folder / f"verify-{impl}.json"
+        cmd = [sys.executable, "-m", "attnlab", "verify", "--impl", impl, "--device", device, "--quick",
+               "--show", "failures", "--json", str(path)]
+        cmd += ["--dtype", "float32,float16,bfloat16"] if gpu else [
+            "--dtype", "bfloat16", "--only", "basic,GQA 6/2 causal,transposed (B, L, H, E) views"]
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        result = json.loads(path.read_text()) if path.exists() else {}
+        statuses = [x["status"] for x in result.get("rows", [])]
+        counts = {s: statuses.count(s) for s in ("pass", "fail", "error", "skipped")}
+        rows.append({"impl": impl, "exit_code": r.returncode, "seconds": time.perf_counter() - t0, "counts": counts,
+                     "diagnoses": result.get("diagnoses", {}), "stderr": r.stderr.strip().splitlines()[-3:]})
+        print(f"verify --device {device} --impl {impl}: exit {r.returncode}, {counts} "
+              f"({rows[-1]['seconds']:.0f} s)", flush=True)
+    return rows
 
 
 def inputs(B, H, Hkv, L, S_, E, dtype, device, grad=False, seed=0):

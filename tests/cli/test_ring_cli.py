@@ -132,13 +132,13 @@ def test_ctrl_c_stops_every_rank_and_says_one_line():
             assert p.poll() is None, p.stderr.read()
         time.sleep(4.0)
         os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C does: every process of the group gets SIGINT
-        _, err = p.communicate(timeout=30)
+        _, err = p.communicate(timeout=120)  # a guard against a hang, not a claim about speed: a busy machine is slow
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
     print(repr(err))
     assert p.returncode == 130 and err == "attnlab ring: interrupted\n"
-    deadline = time.monotonic() + 5.0
+    deadline = time.monotonic() + 30.0
     while time.monotonic() < deadline:  # no rank, fork server or tracker left behind
         try:
             os.killpg(p.pid, 0)

@@ -48,11 +48,11 @@ def test_every_form_reads_causal_bias_as_its_variant(impl, variant, size, dtype)
     ref = oracle.reference(q, k, v, spelled_out(variant), grad_out=g)
     rounding = rule.rounding_floor(q, k, v, spelled_out(variant), grad_out=g)
     for name, a, b, c, r in zip(("out", "dq", "dk", "dv"), got, want, theirs, ref, strict=True):
-        rule = rule.compare(name, a, c, r, dtype, rounding[name])
-        print(impl, variant, size, dtype, name, f"{rule.err:.1e} (torch {rule.torch_err:.1e}, max {rule.allowed:.1e})")
+        cmp = rule.compare(name, a, c, r, dtype, rounding[name])
+        print(impl, variant, size, dtype, name, f"{cmp.err:.1e} (torch {cmp.torch_err:.1e}, max {cmp.allowed:.1e})")
         assert a.dtype == dtype and a.shape == b.shape
         assert torch.equal(a, b), name  # exactly the spelled-out mask: no value of the bias is read
-        assert rule.passed, name
+        assert cmp.passed, name
 
 
 def test_causal_bias_with_is_causal_is_pytorchs_value_error():

@@ -104,6 +104,8 @@ def test_gpu_benchmark_dry_run(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads((tmp_path / "gpu.json").read_text())
     assert out["dry_run"] and out["correctness"] and all(c["passed"] for c in out["correctness"])
+    assert [v["impl"] for v in out["verify"]] == ["triton", "sdpa"]
+    assert all(v["exit_code"] == 0 and v["counts"]["pass"] >= 3 for v in out["verify"]), out["verify"]
     measured = {r["impl"] for r in out["speed"] if "tflops" in r}
     assert {"triton", "sdpa-flash", "flash (PyTorch)", "matrix"} <= measured
     assert any(r["impl"] == "triton" and "seconds" in r for r in out["window"])

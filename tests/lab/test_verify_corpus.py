@@ -1,21 +1,22 @@
 """verify against a corpus of wrong attention functions: it fails every one, passes every right one, and names
-the cause of most (mutants.py holds the corpus, corpus_run.py runs it)."""
+the cause of most (mutants.py holds the corpus, corpus.py runs it)."""
 
-import corpus_run
-import mutants
 import pytest
+
+import corpus
+import mutants
 
 pytestmark = pytest.mark.slow  # the corpus runs ~40 functions over the quick grid
 
 
 @pytest.fixture(scope="module")
 def outcome():
-    return corpus_run.run(seed=0)
+    return corpus.run(seed=0)
 
 
 def test_every_mutant_fails_and_every_right_function_passes(outcome):
     result, out = outcome
-    print(corpus_run.table(out))
+    print(corpus.table(out))
     assert len(mutants.MUTANTS) >= 30
     alive = [name for name, o in out.items() if not o.killed]
     assert not alive, f"verify passed wrong functions: {alive}"
@@ -23,7 +24,7 @@ def test_every_mutant_fails_and_every_right_function_passes(outcome):
         rows = [r for r in result.rows if r.form == name]
         bad = [(r.case, r.dtype, r.status, r.detail, r.worst) for r in rows if r.status not in ("pass", "skipped")]
         assert rows and not bad, (name, bad[:3])
-        assert {r.dtype for r in rows} == set(corpus_run.ALL)
+        assert {r.dtype for r in rows} == set(corpus.ALL)
 
 
 def test_the_diagnoses_name_the_cause_of_most_mutants(outcome):

@@ -28,10 +28,10 @@ No ``assert`` guards user input anywhere in attnlab: this module is where input 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
-from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from .argcheck import is_real
 from .dtypes import FLOAT_DTYPES, compute_dtype
@@ -218,8 +218,9 @@ def _check_mask(attn_mask, is_causal: bool, q, k, batch_shape, squeeze_heads):
     causality is folded into the mask and ``is_causal`` comes back False.
     """
     N, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    if isinstance(attn_mask, CausalBias):
-        attn_mask, is_causal = _causal_bias(attn_mask, is_causal, L, S)
+    bias = sys.modules.get("torch.nn.attention.bias")  # a CausalBias exists only once its module is imported
+    if bias is not None and isinstance(attn_mask, bias.CausalBias):  # (importing it here would cost seconds)
+        attn_mask, is_causal = _causal_bias(attn_mask, bias.CausalVariant, is_causal, L, S)
     if isinstance(attn_mask, Mask):
         mask_fn = and_masks(attn_mask, causal()) if is_causal else attn_mask
         mask_fn.check_sizes(N=N, H=H, L=L, S=S)
@@ -230,7 +231,7 @@ def _check_mask(attn_mask, is_causal: bool, q, k, batch_shape, squeeze_heads):
     return (_with_causal(dense, L, S) if is_causal else dense), None, False
 
 
-def _causal_bias(bias: CausalBias, is_causal: bool, L: int, S: int):
+def _causal_bias(bias, variants, is_causal: bool, L: int, S: int):
     """PyTorch's CausalBias -> (None, True) for upper-left (lower-right with L == S is the same), else
     (the lower-right mask, False). Its storage is uninitialised: only its variant and sizes are read."""
     if is_causal:  # PyTorch's ValueError, in its words
@@ -239,7 +240,7 @@ def _causal_bias(bias: CausalBias, is_causal: bool, L: int, S: int):
     if (bias.seq_len_q, bias.seq_len_kv) != (L, S):
         raise ArgumentError(f"attn_mask is a CausalBias for ({bias.seq_len_q}, {bias.seq_len_kv}) but the call has "
                             f"L={L} queries and S={S} keys")
-    if bias.variant == CausalVariant.UPPER_LEFT or L == S:
+    if bias.variant == variants.UPPER_LEFT or L == S:
         return None, True
     return _LOWER_RIGHT, False
 

@@ -32,6 +32,8 @@ class PerIndex:
         self.vmapped: bool | None = None  # decided on the first call
 
     def __call__(self, b, h, i, j, L, S):
+        if all(isinstance(t, torch.Tensor) and t.dim() == 0 for t in (b, h, i, j)):
+            return self.mask_mod(b, h, i, j)  # asked one position at a time already (under vmap, as FlexAttention)
         if self.vmapped is None:
             self.vmapped = self._needs_vmap(b, h, i, j)
         return self._per_index(b, h, i, j) if self.vmapped else self.mask_mod(b, h, i, j)

@@ -24,7 +24,7 @@ import torch
 from attnlab import masks as M
 from attnlab.kernels.dtypes import DTYPES as ALL_DTYPES
 
-DTYPES = {name: ALL_DTYPES[name] for name in ("float32", "float64", "bfloat16")}  # the dtypes verify checks
+DTYPES = {name: ALL_DTYPES[name] for name in ("float32", "float64", "bfloat16", "float16")}  # the dtypes verify checks
 LAYOUTS = ("transposed", "expanded", "sliced")  # how non-contiguous inputs arrive (see views)
 LARGE = 10.0  # q and k times this: with E = 32 the scaled scores have a spread of about 100
 
@@ -78,7 +78,7 @@ class Case:
             "noncontig": self.layout is not None, "dead-rows": self.mask == "dead-rows" or (
                 self.mask in LOWER_RIGHT and self.L > S),
             "bool-mask": self.mask in BOOL_MASKS, "float-mask": self.mask in ("float", "float-heads"),
-            "broadcast-mask": self.mask in ("broadcast", "padding", "float-heads"),
+            "broadcast-mask": self.mask in ("broadcast", "padding", "float-heads", *CAUSAL_BIAS),  # (L, S) for others
             "mask-fn": self.mask in MASK_FAMILIES, "grad-mask": self.grad_mask, "Ev!=E": (self.Ev or self.E) != self.E,
             "batch-dims": len(self.batch) != 1, "L=1": self.L == 1, "L!=S": self.L != S,
         }
@@ -107,10 +107,13 @@ MASK_FAMILIES = {  # name -> (S -> mask): every mask function of attnlab.masks, 
     "causal_lower_right & sliding_window": lambda S: M.causal_lower_right() & M.sliding_window(max(1, S // 12)),
 }
 BANDS = "causal_lower_right & sliding_window"  # at L=128, S=217 the flash form runs it as key bands
-MASK_KINDS = ("bool", "float", "float-heads", "broadcast", "padding", "dead-rows", "lower-right", *MASK_FAMILIES)
-BOOL_MASKS = {"bool", "dead-rows", "broadcast", "padding", "lower-right", *MASK_FAMILIES}  # (functions: bool tensors)
-CAUSAL_MASKS = {"lower-right", *MASK_FAMILIES} - {"sliding_window | prefix_lm"}
-LOWER_RIGHT = {"lower-right", "causal_lower_right", "causal_lower_right & sliding_window"}
+CAUSAL_BIAS = ("causal-bias upper-left", "causal-bias lower-right")  # torch.nn.attention.bias.CausalBias
+MASK_KINDS = ("bool", "float", "float-heads", "broadcast", "padding", "dead-rows", "lower-right", *CAUSAL_BIAS,
+              *MASK_FAMILIES)
+# masks that other people's functions receive as bool tensors (mask functions too)
+BOOL_MASKS = {"bool", "dead-rows", "broadcast", "padding", "lower-right", *CAUSAL_BIAS, *MASK_FAMILIES}
+CAUSAL_MASKS = {"lower-right", *CAUSAL_BIAS, *MASK_FAMILIES} - {"sliding_window | prefix_lm"}
+LOWER_RIGHT = {"lower-right", "causal-bias lower-right", "causal_lower_right", "causal_lower_right & sliding_window"}
 
 
 def default_cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), long: bool = True) -> list[Case]:
@@ -133,6 +136,8 @@ def default_cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), lo
         Case("broadcast mask (L, S)", mask="broadcast"),
         Case("padding mask (N,1,1,S)", mask="padding"),
         Case("fully masked rows", mask="dead-rows"),
+        Case("CausalBias upper-left, L>S", batch=(1,), H=2, L=47, S=33, mask="causal-bias upper-left"),
+        Case("CausalBias lower-right, L<S", batch=(1,), H=2, L=33, S=47, mask="causal-bias lower-right"),
         Case("GQA 6/2 causal", batch=(1,), H=6, Hkv=2, L=40, E=32, is_causal=True),
         Case("MQA 4/1 bool mask", batch=(1,), H=4, Hkv=1, L=40, E=32, mask="bool"),
     ]
@@ -172,7 +177,7 @@ def _noncontiguous() -> list[Case]:
     out = [Case("transposed (B, L, H, E) views", layout="transposed"),
            Case("transposed views, causal", is_causal=True, layout="transposed")]
     for kind in MASK_KINDS:
-        S = 217 if kind == BANDS else (47 if kind == "lower-right" else None)
+        S = 217 if kind == BANDS else (47 if kind in ("lower-right", *CAUSAL_BIAS) else None)
         L = 128 if S == 217 else (33 if S == 47 else 40)
         out.append(Case(f"transposed views, mask {kind}", batch=(2,), H=2, L=L, S=S, mask=kind, layout="transposed"))
     out += [Case("expanded k, v (stride 0 over the batch)", layout="expanded"),
@@ -198,7 +203,9 @@ def make_inputs(case: Case, seed: int, device="cpu"):
     if case.layout == "expanded" and case.batch:  # one batch element's keys and values, seen by all
         k, v = (t[:1].expand(t.shape).clone() for t in (k, v))
     mask = _mask(case, g)
-    if isinstance(mask, M.Mask):  # PyTorch's own reading of the mask function (FlexAttention's create_mask)
+    if case.mask in CAUSAL_BIAS:  # PyTorch's CausalBias, and the bool mask it stands for (for other functions)
+        dense = torch.ones(case.L, S, dtype=torch.bool).tril(S - case.L if "lower" in case.mask else 0)
+    elif isinstance(mask, M.Mask):  # PyTorch's own reading of the mask function (FlexAttention's create_mask)
         from torch.nn.attention.flex_attention import create_mask  # imported only here: it costs seconds
 
         n = math.prod(case.batch)
@@ -207,7 +214,9 @@ def make_inputs(case: Case, seed: int, device="cpu"):
     else:
         dense = mask
     q, k, v, grad_out = (t.to(device=device, dtype=dt) for t in (q, k, v, grad_out))
-    if isinstance(mask, torch.Tensor):
+    if case.mask in CAUSAL_BIAS:
+        dense = dense.to(device)
+    elif isinstance(mask, torch.Tensor):
         mask = mask.detach().to(device, dt if mask.is_floating_point() else torch.bool).requires_grad_(case.grad_mask)
         dense = mask
     elif dense is not None:
@@ -237,6 +246,10 @@ def _mask(case: Case, g: torch.Generator):
         mask[..., ::5, :] = False  # every fifth query sees no key at all
     elif case.mask == "lower-right":
         mask = M.causal_lower_right()
+    elif case.mask in CAUSAL_BIAS:
+        from torch.nn.attention import bias  # imported only here: it costs seconds
+
+        mask = (bias.causal_lower_right if "lower" in case.mask else bias.causal_upper_left)(case.L, S)
     elif case.mask is not None:
         mask = MASK_FAMILIES[case.mask](S)
     else:

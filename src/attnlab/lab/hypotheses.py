@@ -51,21 +51,17 @@ def matches(case: Case, x, mine, exp, comps) -> list[str]:
 
 def _dead_rows(case: Case, x, exp) -> torch.Tensor | None:
     """(..., L, 1) True where a query sees no key (the oracle's weights sum to 0 there)."""
-    f = oracle.forward(*(t.detach().double().cpu() for t in (x.q, x.k, x.v)), _m64(x.oracle_mask), case.is_causal,
-                       case.scale, case.gqa, exp.keep, case.dropout_p)
+    q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
+    f = oracle.forward(q, k, v, oracle.cpu64(x.oracle_mask), case.is_causal, case.scale, case.gqa, exp.keep,
+                       case.dropout_p)
     dead = f.P.sum(dim=-1, keepdim=True) == 0  # (N, H, L, 1)
     return dead.reshape(*exp.ref[0].shape[:-1], 1).expand(exp.ref[0].shape)
-
-
-def _m64(m):
-    return m.detach().cpu().double() if isinstance(m, torch.Tensor) and m.is_floating_point() else (
-        m.cpu() if isinstance(m, torch.Tensor) else m)
 
 
 def _alternatives(case: Case, x, exp):
     """(key, the output a bug of that kind gives): the oracle asked a slightly different question."""
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
-    dense = _m64(x.dense)
+    dense = oracle.cpu64(x.dense)
     L, S, E = case.L, case.S or case.L, case.E
     base = dict(attn_mask=dense, is_causal=case.is_causal, scale=case.scale, enable_gqa=case.gqa,
                 keep=exp.keep, dropout_p=case.dropout_p)

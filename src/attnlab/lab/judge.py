@@ -85,8 +85,13 @@ class Inputs:
 
     @property
     def oracle_mask(self):
-        """The oracle reads a mask function itself (its own evaluation), a tensor as it is."""
-        return self.mask if isinstance(self.mask, Mask) else self.dense
+        """The oracle reads a mask function (its own evaluation) and PyTorch's CausalBias itself, a tensor as it is."""
+        return self.mask if isinstance(self.mask, Mask) or oracle.causal_variant(self.mask) else self.dense
+
+    @property
+    def torch_mask(self):
+        """What PyTorch is given: its own CausalBias as it is, else the dense tensor."""
+        return self.mask if oracle.causal_variant(self.mask) else self.dense
 
 
 def quantities(case: Case) -> list[str]:
@@ -129,9 +134,10 @@ def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=No
     to the tensors ``f`` was given."""
     _, (qq, kk, vv) = views(case, q, k, v) if layout else (None, [t.detach().clone().requires_grad_(True)
                                                                  for t in (q, k, v)])
-    mm = m.detach().clone().requires_grad_(case.grad_mask) if isinstance(m, torch.Tensor) else m  # the caller's own
+    tensor = isinstance(m, torch.Tensor) and oracle.causal_variant(m) is None  # (a CausalBias holds no values)
+    mm = m.detach().clone().requires_grad_(case.grad_mask) if tensor else m  # the caller's own copy
     mod, ts = fresh(device=q.device) if fresh is not None else (None, [])
-    given = [qq, kk, vv] + ([mm] if isinstance(mm, torch.Tensor) else [])
+    given = [qq, kk, vv] + ([mm] if tensor else [])
     before = [(t.detach().clone(), t.requires_grad) for t in given]
     if p > 0:  # the dropout a function draws follows torch.manual_seed
         torch.manual_seed(seed)
@@ -172,7 +178,7 @@ def _contract(out, q, given, before) -> list[str]:
 def expect(case: Case, seed: int, x: Inputs, keep) -> Expected:
     """What a form is judged by: the oracle (with the keep-mask), the oracle without dropout, the
     rounding floors, PyTorch's answer in the case's dtype (without dropout), and the oracle's own check."""
-    q, k, v, dense, grad_out = x.q, x.k, x.v, x.dense, x.grad_out
+    q, k, v, dense, grad_out = x.q, x.k, x.v, x.torch_mask, x.grad_out
     fresh = _modifier(case, seed)
     mod64, _ = fresh(torch.float64, "cpu")
     args = (q, k, v, x.oracle_mask, case.is_causal, case.scale, case.gqa)
@@ -183,8 +189,7 @@ def expect(case: Case, seed: int, x: Inputs, keep) -> Expected:
     budget = rule.rounding_floor(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, score_mod=mod64)
     theirs = _pytorch(case, seed, q, k, v, dense, grad_out, fresh)
     cpu64 = [t.detach().cpu().double() for t in (q, k, v, grad_out)]
-    d64 = dense.detach().cpu().double() if isinstance(dense, torch.Tensor) and dense.is_floating_point() else (
-        dense.cpu() if isinstance(dense, torch.Tensor) else dense)
+    d64 = oracle.cpu64(dense)
     case64 = Case(**{**case.__dict__, "dtype": "float64", "layout": None})
     ours64 = _pytorch(case64, seed, *cpu64[:3], d64, cpu64[3], lambda dtype=None, device=None: fresh(torch.float64))
     if keep is None:  # every term of the floor is linear in the unit roundoff u

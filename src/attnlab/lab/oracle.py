@@ -150,6 +150,14 @@ def _visible(attn_mask, is_causal, N, H, L, S, batch, two_d):
     return m
 
 
+def cpu64(mask):
+    """A mask argument as the oracle reads it: a float tensor in float64 on the CPU, a bool one on the CPU; a mask
+    function, PyTorch's CausalBias and None as they are."""
+    if not isinstance(mask, torch.Tensor) or causal_variant(mask) is not None:
+        return mask
+    return mask.detach().cpu().double() if mask.is_floating_point() else mask.detach().cpu()
+
+
 def causal_variant(m) -> str | None:
     """"upper_left" or "lower_right" for PyTorch's ``CausalBias`` (``torch.nn.attention.bias``), else None.
     (Its module is imported only where such a mask exists: importing it costs seconds.)"""

@@ -40,18 +40,24 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
                    grad_out=None, keep=None, dropout_p=0.0, dtype=None, score_mod=None) -> dict[str, float]:
     """The rounding budget of each quantity: ``{"out": ..., "dq": ..., "dk": ..., "dv": ..., "dmask": ...}``.
 
-    First-order error propagation in float64, with u = ``torch.finfo(dtype).eps`` and every sum of
-    n products allowed ``u * sqrt(n) * sum|product|`` (the probabilistic bound of Higham & Mary).
-    Sums over a row's scores are bounded with norms (|q_i . k_j| <= |q_i| |k_j|), so that every
-    error is a per-row number times the weights P, and the budget costs four products with P.
-    A score modifier is taken not to amplify the scores' error (true of the built-ins: soft-capping's
-    slope is at most 1, ALiBi and relative biases add a constant).
+    First-order error propagation in float64: every sum of n products is allowed
+    ``u * sqrt(n) * sum|product|`` (the probabilistic bound of Higham & Mary), with u the unit roundoff
+    of the precision the sums accumulate in, and the weights P and dS = P * (dP - D) are allowed one
+    rounding each, h, in the dtype they are stored in before their matmuls. In float32 and float64
+    u = h = ``torch.finfo(dtype).eps``. In half precision (float16, bfloat16) sums accumulate in
+    float32 on every backend that does it right (PyTorch's kernels, FlashAttention, tensor cores),
+    so u is float32's eps and h the half dtype's: P and dS are rounded to it before P V and dS K,
+    as FlashAttention does. Sums over a row's scores are bounded with norms (|q_i . k_j| <= |q_i| |k_j|),
+    so that every error is a per-row number times the weights P, and the budget costs four products
+    with P. A score modifier is taken not to amplify the scores' error (true of the built-ins:
+    soft-capping's slope is at most 1, ALiBi and relative biases add a constant). The output's own
+    rounding to the dtype is :func:`floor`'s.
     """
-    u = torch.finfo(dtype or query.dtype).eps
+    dtype = dtype or query.dtype
+    h = torch.finfo(dtype).eps
+    u = torch.finfo(torch.float32).eps if dtype in (torch.float16, torch.bfloat16) else h
     with torch.no_grad():
-        m = attn_mask.detach().cpu() if isinstance(attn_mask, torch.Tensor) else attn_mask
-        if isinstance(m, torch.Tensor) and m.dtype.is_floating_point:
-            m = m.double()
+        m = oracle.cpu64(attn_mask)
         f = oracle.forward(*(t.detach().double().cpu() for t in (query, key, value)), m, is_causal, scale,
                            enable_gqa, keep, dropout_p, score_mod)
         if f.P.numel() == 0:
@@ -59,34 +65,40 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
         q, kx, vx, P, Pd, O = f.q, f.k, f.v, f.P, f.Pd, f.out
         N, H, L, E = q.shape
         S, Ev, G, sc = kx.shape[2], vx.shape[3], f.groups, abs(f.scale)
-        drop = (1.0 / (1.0 - dropout_p) if dropout_p < 1 else 0.0) if keep is not None else 1.0
         # scores s = scale * q.k, E products, then the mask added and exp taken (relative u): per row,
         # the largest error over the row's keys. P_ij then moves by at most P_ij * rel_i.
         k_len = kx.norm(dim=-1).amax(dim=-1, keepdim=True).unsqueeze(-1)  # (N, H, 1, 1)
         s_err = u * (math.sqrt(E) * sc * q.norm(dim=-1, keepdim=True) * k_len + 1.0)  # (N, H, L, 1)
-        rel = 2.0 * s_err + u * math.sqrt(S)
+        rel = 2.0 * s_err + u * math.sqrt(S) + h  # P's relative error: the scores', the sum's, its own rounding
         Pv = Pd @ vx.abs()  # (N, H, L, Ev): the sum of |products| that makes the output
         o_err = (u * math.sqrt(S) + rel) * Pv
         fl = {"out": o_err.max()}
         if grad_out is not None:
-            dO = grad_out.detach().double().cpu().reshape(O.shape)
-            dO_len = dO.norm(dim=-1, keepdim=True)  # (N, H, L, 1)
-            v_len = vx.norm(dim=-1).amax(dim=-1, keepdim=True).unsqueeze(-1) * drop  # (N, H, 1, 1)
-            O_len = O.norm(dim=-1, keepdim=True)
-            # dP = dO.v (Ev products) and D = dO.O (Ev products, O carrying its own error): per row
-            gap = dO_len * (v_len + O_len)  # |dP - D| <= |dO| (|v| + |O|)
-            dS_rel = (u * math.sqrt(Ev) * gap + (dO.abs() * o_err).sum(-1, keepdim=True) + rel * gap
-                      + u * gap)  # dS_ij's error <= P_ij * dS_rel_i
-            dS_mag = gap  # |dS_ij| <= P_ij * gap_i
-            Pk = P @ kx.abs()  # (N, H, L, E)
-            dq = sc * (dS_rel + u * math.sqrt(S) * dS_mag) * Pk
-            dk = sc * (P.transpose(-2, -1) @ ((dS_rel + u * math.sqrt(L) * dS_mag) * q.abs()))
-            dv = Pd.transpose(-2, -1) @ ((u * math.sqrt(L) + rel) * dO.abs())
+            dO = grad_out.detach().double().cpu().reshape(O.shape)  # (N, H, L, Ev)
+            kf = torch.where(P > 0, Pd / P, 0.0)  # dropout's keep * 1/(1-p) per weight (1 without dropout)
+            D = (dO * O).sum(dim=-1, keepdim=True)  # (N, H, L, 1)
+            g = (dO @ vx.transpose(-2, -1)) * kf - D  # dP - D, (N, H, L, S)
+            # dP = dO.v and D = dO.O are sums of Ev products (O carrying its own error); dS = P (dP - D) moves
+            # with P, with them, and by its own rounding before dS K: per element, then into the matmuls
+            dD = u * math.sqrt(Ev) * dO.norm(dim=-1, keepdim=True) * O.norm(dim=-1, keepdim=True) + (
+                dO.abs() * o_err).sum(dim=-1, keepdim=True)
+            dP = u * math.sqrt(Ev) * dO.norm(dim=-1, keepdim=True) * vx.norm(dim=-1).unsqueeze(-2) * kf
+            dS_err = P * ((rel + h + u) * g.abs() + dP + dD)  # (N, H, L, S)
+            dS_abs = P * g.abs()
+            dq = sc * (dS_err + u * math.sqrt(S) * dS_abs) @ kx.abs()
+            dk = sc * (dS_err + u * math.sqrt(L) * dS_abs).transpose(-2, -1) @ q.abs()
+            dv = (Pd * (rel + u * math.sqrt(L))).transpose(-2, -1) @ dO.abs()
             fl["dq"] = dq.max()
-            fl["dk"] = dk.max() * G  # the G query heads of a group add into one key head
-            fl["dv"] = dv.max() * G
-            fl["dmask"] = (P * dS_rel).max() * max(1, N * H * L * S // max(1, _numel(attn_mask)))
+            fl["dk"] = _per_key_head(dk, G).max()  # the G query heads of a group add into one key head
+            fl["dv"] = _per_key_head(dv, G).max()
+            fl["dmask"] = dS_err.max() * max(1, N * H * L * S // max(1, _numel(attn_mask)))
     return {n: float(x) for n, x in fl.items()}
+
+
+def _per_key_head(x: torch.Tensor, G: int) -> torch.Tensor:
+    """(N, H, S, .) per query head -> (N, Hkv, S, .), summed over the G query heads that share a key head."""
+    N, H = x.shape[:2]
+    return x.reshape(N, H // G, G, *x.shape[2:]).sum(dim=2)
 
 
 def _numel(m) -> int:

@@ -1,7 +1,7 @@
-"""Run the corpus of wrong attention functions (mutants.py) and the right ones through verify: one result.
+"""Run the corpus of wrong attention functions (tests/mutants.py) and the right ones through verify: one result.
 
 Each mutant runs on the quick grid in the dtypes that show its bug, the right functions in every dtype;
-the oracle's work is shared by every function on a case. Used by test_verify_corpus.py and by
+the oracle's work is shared by every function on a case. Used by tests/lab/test_verify_corpus.py and by
 benchmarks/verify_corpus.py (more seeds).
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mutants
-
 from attnlab.lab import diagnose, verify
 
 ALL = ("float32", "float64", "bfloat16")
