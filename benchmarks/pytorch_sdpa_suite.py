@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/pytorch_sdpa_suite.py PATH/test_transformers.py
         [--forms torch,sdpa,matrix,flash,loops,triton] [-k EXPR] [--quick] [--out DIR] [--timeout S]
 
-PATH is PyTorch's ``test/test_transformers.py`` (not shipped with torch; it needs ``pip install
-expecttest`` for torch.testing._internal). Each form runs the selected CPU tests in a pytest process
+PATH is PyTorch's ``test/test_transformers.py`` (not shipped with torch; torch.testing._internal
+needs expecttest, which the dev extra installs). Each form runs the selected CPU tests in a pytest process
 of its own, through benchmarks/sdpa_suite_plugin.py, which swaps the function in before the file is
 imported. ``torch`` is PyTorch unpatched, the baseline: a test that fails there (the file may be older
 or newer than the installed torch) says nothing about a form. ``sdpa`` is attnlab's own registration

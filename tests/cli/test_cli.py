@@ -33,13 +33,14 @@ def test_demo_writes_figures_and_json(run_cli, tmp_path, round_trip):
 
 
 def test_verify_passes_for_a_registered_form(run_cli, tmp_path, round_trip):
-    r = run_cli("verify", "--impl", "matrix", "--dtype", "float32", "--quick", "--json", "v.json")
+    r = run_cli("verify", "--impl", "matrix", "--device", "cpu", "--dtype", "float32", "--quick", "--json", "v.json")
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "oracle check: PyTorch in float64 agrees with the float64 oracle on every case" in r.stdout
     n = len(verify.default_cases(["float32"], long=False))
     assert "ALL PASS" in r.stdout and f"{n} passed, 0 failed" in r.stdout
     j = json.loads((tmp_path / "v.json").read_text())
     assert len(j["rows"]) == n and j["rows"][0]["comparisons"][0]["quantity"] == "out"
-    assert round_trip(j, VerifyResult).passed
+    assert round_trip(j, VerifyResult).passed and j["device"] == "cpu" and j["diagnoses"] == {}
 
 
 def test_verify_users_own_function_and_exit_code(run_cli, tmp_path):
