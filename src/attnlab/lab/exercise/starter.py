@@ -3,7 +3,8 @@
     out = softmax(mask(q @ kᵀ / √E)) @ v        query i may look at keys 0 .. i only
 
 `attention_by_hand` does it one query and one key at a time. Four pieces are left for you, each
-marked TODO; as it stands it runs, and gives the wrong answer. After each one, run
+marked TODO; as it stands it runs, and gives the wrong answer. (Half precision is computed in
+float32 here, as PyTorch does: a bfloat16 score has 3 significant digits, too few for exp.) After each one, run
 
     attnlab lab check attention_lab.py
 
@@ -27,7 +28,9 @@ def attention_by_hand(q, k, v):
     """
     *lead, L, E = q.shape
     S, Ev = k.shape[-2], v.shape[-1]
-    q, k, v = q.reshape(-1, L, E), k.reshape(-1, S, E), v.reshape(-1, S, Ev)  # every batch and head in one dim
+    dtype = q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32  # half precision is computed in float32
+    q, k, v = (t.reshape(-1, *t.shape[-2:]).to(work) for t in (q, k, v))  # every batch and head in one dim
     rows = []
     for n in range(q.shape[0]):
         outs = []
@@ -42,18 +45,21 @@ def attention_by_hand(q, k, v):
             # TODO 3 (softmax): exp overflows past ~88 in float32; subtract the row's largest score first
             e = torch.exp(scores)
             weights = e / e.sum()  # (S,): adds up to 1
-            out = torch.zeros(Ev)  # TODO 4 (dtype): start from zeros in v's dtype, or the output's dtype is wrong
+            out = torch.zeros(Ev, dtype=work)
             for j in range(S):
                 out = out + weights[j] * v[n, j]  # the weighted sum of the values
             outs.append(out)
         rows.append(torch.stack(outs))  # (L, Ev)
-    return torch.stack(rows).reshape(*lead, L, Ev)
+    out = torch.stack(rows).reshape(*lead, L, Ev)
+    return out  # TODO 4 (dtype): return it in the inputs' dtype, as PyTorch does (bfloat16 in, bfloat16 out)
 
 
 def attention_matrix(q, k, v):
     """The same attention in four matrix lines: (..., L, E), (..., S, E), (..., S, Ev) -> (..., L, Ev)."""
-    L, S = q.shape[-2], k.shape[-2]
+    L, S, dtype = q.shape[-2], k.shape[-2], q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32  # half precision is computed in float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (..., L, S): every query against every key
     future = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1)  # key j after query i
     weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)  # rows add up to 1
-    return weights @ v  # (..., L, Ev)
+    return (weights @ v).to(dtype)  # (..., L, Ev), in the inputs' dtype

@@ -31,12 +31,12 @@ STEPS = {
 }
 # step -> the lines of the lab's starter where the learner writes the same step, one query and one key at a time
 LAB_STEPS = {
-    "qkv": ["q, k, v = q.reshape(-1, L, E)"],
+    "qkv": ["q, k, v = (t.reshape(-1, *t.shape[-2:]).to(work)"],
     "scores": ["score = (q[n, i] * k[n, j]).sum()"],
     "scale": ["# TODO 1 (scale)"],
     "mask": ["# TODO 2 (mask)"],
     "softmax": ["# TODO 3 (softmax)", "e = torch.exp(scores)", "weights = e / e.sum()"],
-    "out": ["out = torch.zeros(Ev)", "out = out + weights[j] * v[n, j]"],
+    "out": ["out = torch.zeros(Ev, dtype=work)", "out = out + weights[j] * v[n, j]", "return out  # TODO 4"],
 }
 STARTER_FILE = "attention_lab.py"  # what `attnlab lab start` names the learner's copy
 
