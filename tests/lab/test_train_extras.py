@@ -52,3 +52,16 @@ def test_the_final_heads_are_measured_and_tie_kv_reuses_the_same_run(data, tmp_p
     assert tie.variants["untied"].circuits == c
     state = checkpoint.load(checkpoint.path_of(tmp_path, "tie-kv", "untied"))
     assert state["variant"] == "untied" and state["step"] == TINY.steps
+
+
+@pytest.mark.slow
+def test_the_default_model_grows_a_previous_token_and_an_induction_head(tmp_path):
+    """The lesson's model, trained as `attnlab train` trains it (the 1/sqrt(d) run alone): both heads measured."""
+    r = train.run(train.PRESETS["default"], variants=["sqrt"], out=tmp_path)
+    c = r.variants["sqrt"].circuits
+    p, i = c.best("previous"), c.best("induction")
+    print(f"default model after {train.PRESETS['default'].steps} steps: previous-token layer {p.layer} head {p.head} "
+          f"{p.previous:.2f}, induction layer {i.layer} head {i.head} {i.induction:.2f}, loss {c.loss_first:.2f} -> "
+          f"{c.loss_repeat:.2f}; {r.variants['sqrt'].seconds:.0f} s")
+    assert c.found and p.layer == 0 and i.layer == 1  # the induction head reads what layer 0 wrote
+    assert c.loss_repeat < 0.1 * c.loss_first
