@@ -13,8 +13,8 @@ DONE = {
     "mask": ("                # TODO 2 (mask): a key after the query (j > i) gets no weight: make its score -inf\n",
              "                if j > i:\n                    score = torch.full_like(score, -math.inf)\n"),
     "softmax": ("            e = torch.exp(scores)\n", "            e = torch.exp(scores - scores.max())\n"),
-    "dtype": ("    return out  # TODO 4 (dtype): return it in the inputs' dtype, as PyTorch does (bfloat16 in, bfloat16 "
-              "out)\n", "    return out.to(dtype)\n"),
+    "dtype": ("    return out  # TODO 4 (dtype): return it in the inputs' dtype, as PyTorch does (bfloat16 in, "
+              "bfloat16 out)\n", "    return out.to(dtype)\n"),
 }
 # the TODO left undone -> the diagnosis verify must put first
 FIRST = {"scale": "unscaled", "mask": "causal-ignored", "softmax": "max-subtraction", "dtype": "dtype"}

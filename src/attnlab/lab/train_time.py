@@ -9,6 +9,7 @@ gets busier later makes the run slower than said; the progress lines show that a
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -29,8 +30,9 @@ class Estimate(Result):
         return variants * (steps * self.step_s + logs * self.log_s)
 
 
-def estimate(cfg, data, steps: int = 3) -> Estimate:
-    """Time ``steps`` steps and one log of ``cfg``'s model on ``data`` (a Corpus); the weights are thrown away."""
+def estimate(cfg, data, steps: int = 5) -> Estimate:
+    """Time ``steps`` steps (their median: a burst of other work on a shared machine moves one step, not the
+    estimate) and one log of ``cfg``'s model on ``data`` (a Corpus); the weights are thrown away."""
     from .parallel import Grid
     from .train import _measure, _set_up, _step
 
@@ -39,10 +41,12 @@ def estimate(cfg, data, steps: int = 3) -> Estimate:
         with tempfile.TemporaryDirectory() as tmp:
             v = _set_up(cfg, "estimate", {}, data, Path(tmp) / "estimate.pt", Grid())
             _step(v, 0)  # warm-up: the first call allocates and picks kernels
-            t0 = time.perf_counter()
+            times = []
             for s in range(steps):
+                t0 = time.perf_counter()
                 _step(v, s + 1)
-            step_s = (time.perf_counter() - t0) / steps
+                times.append(time.perf_counter() - t0)
+            step_s = statistics.median(times)
             t0 = time.perf_counter()
             _measure(v.model, v.net, v.fixed, v.log, 0, v.grid)
             v.save(0)
