@@ -58,9 +58,12 @@ def test_each_todo_left_fails_with_its_diagnosis_a_solution_passes_a_planted_bug
         result, keys = _grade(tmp_path, f"left_{todo}", _solution(left=[todo]))
         print(f"TODO {todo} left: {result.counts()['fail']} of {len(result.rows)} fail; diagnoses {keys}")
         assert not result.passed and keys[0] == key, (todo, keys)
-    result, keys = _grade(tmp_path, "starter", files.starter_text())  # every TODO left: several causes at once
+    result, keys = _grade(tmp_path, "left_scale_mask", _solution(left=["scale", "mask"]))  # the two loop TODOs
+    print(f"TODOs scale and mask left: diagnoses {keys}")
+    assert not result.passed and set(keys[:2]) == {"unscaled", "causal-ignored"}, keys
+    result, keys = _grade(tmp_path, "starter", files.starter_text())  # every TODO left: a cause for each
     print(f"the starter as written: diagnoses {keys}")
-    assert not result.passed and result.counts()["pass"] == 0 and keys
+    assert not result.passed and result.counts()["pass"] == 0 and set(keys) == set(FIRST.values()), keys
     result, keys = _grade(tmp_path, "diagonal", _solution(planted=DIAGONAL))
     print(f"mask hiding the diagonal: diagnoses {keys}")
     assert not result.passed and keys[0] == "diagonal"

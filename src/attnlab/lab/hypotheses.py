@@ -4,7 +4,8 @@ When a function fails a case, its output is held against the oracle's answer to 
 different question* -- the one a common bug answers instead: the scale ignored, the causal mask
 shifted off the diagonal, upper-left and lower-right swapped, the mask ignored or inverted, key
 heads repeated with ``repeat`` instead of ``repeat_interleave``, dropout's survivors not scaled,
-the softmax taken over the queries. If the output agrees with one of them to within the case's own
+the softmax taken over the queries -- and the two a from-scratch version starts with together, no
+scale and no causal mask, which name both keys. If the output agrees with one of them to within the case's own
 limit (and that answer is really different from the right one), the row records the mistake's key
 (:data:`KEYS`); :mod:`attnlab.lab.diagnose` turns the keys into sentences.
 
@@ -45,7 +46,7 @@ def matches(case: Case, x, mine, exp, comps) -> list[str]:
             found.append("dead-rows")
     for key, alt in _alternatives(case, x, exp):
         if rule.max_err(alt, ref) > 2 * limit and torch.isfinite(out).all() and rule.max_err(out, alt) <= limit:
-            found.append(key)
+            found += [k for k in key.split("+") if k not in found]  # "a+b": two mistakes at once
     return found
 
 
@@ -77,6 +78,7 @@ def _alternatives(case: Case, x, exp):
     yield "scale-1/d", alt(scale=1.0 / E)
     if case.is_causal:
         yield "causal-ignored", alt(is_causal=False)
+        yield "unscaled+causal-ignored", alt(is_causal=False, scale=1.0)  # neither the scale nor the mask yet
         if dense is not None:
             yield "mask-dropped-with-causal", alt(attn_mask=None)
             yield "causal-dropped-with-mask", alt(is_causal=False)
