@@ -98,6 +98,10 @@ def test_a_loops_version_is_measured_at_the_sizes_it_can_finish():
     assert timings[0].time_s and timings[1].time_s and timings[2].skipped.startswith("estimated")
     assert 1024 not in calls and "skipped" in note
     assert exps["time"] is not None
+    calls.clear()  # a call over a quarter of the budget is made once: timed, and its peak memory measured in it
+    timings, _, note = measure.measure(slow, "lab", seqs=(64, 256), budget_s=0.2)
+    assert calls.count(256) == 1 and calls.count(64) > 1, calls
+    assert timings[1].time_s > 0.06 and timings[1].peak_bytes is not None and "one call where" in note
 
 
 def test_the_starter_is_a_lab_form_that_runs_and_is_wrong():
