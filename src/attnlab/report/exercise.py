@@ -56,9 +56,13 @@ def lines(r) -> list[str]:
             verdict = (" (quadratic: doubling T quadruples it)" if abs(p - 2) <= 0.25 else
                        " (not quadratic: it does not hold the whole T x T matrix at once)")
         out.append(f"  growth: {', '.join(grow)}{verdict}")
+    load, cpus = r.machine.get("load_average"), r.machine.get("cpu_count") or 1
+    if r.timings and load is not None and load >= cpus:
+        out.append(f"  [yellow]note: the machine was busy while it was timed (load {load:.1f} on {cpus} cores): the "
+                   "times are noisy, the short ones most, and so is their growth; the memory is not affected[/]")
     out.append("[bold]Next[/]: " + (
         "fix the most likely cause and run the check again." if not r.passed else
-        "check the matrix version too (attnlab lab check FILE:attention_matrix) and compare its memory; "
+        f"check the matrix version too (attnlab lab check {escape(r.file)}:attention_matrix) and compare its memory; "
         "`attnlab lesson` then ticks the lab's checklist from these results." if r.function != "attention_matrix" else
         "`attnlab lesson` ticks the lab's checklist from your results."))
     return out
