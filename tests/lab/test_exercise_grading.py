@@ -67,3 +67,7 @@ def test_each_todo_left_fails_with_its_diagnosis_a_solution_passes_a_planted_bug
     result, keys = _grade(tmp_path, "diagonal", _solution(planted=DIAGONAL))
     print(f"mask hiding the diagonal: diagnoses {keys}")
     assert not result.passed and keys[0] == "diagonal"
+    # the same slip in the starter's own softmax: query 0 sees no key and its row is NaN -- the mask, not an overflow
+    result, keys = _grade(tmp_path, "diagonal_nan", _solution(planted=DIAGONAL[:1]))
+    print(f"mask hiding the diagonal, plain softmax: diagnoses {keys}")
+    assert not result.passed and keys == ["diagonal"], keys

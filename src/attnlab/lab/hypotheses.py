@@ -11,6 +11,9 @@ limit (and that answer is really different from the right one), the row records 
 
 Two patterns need no second answer: NaN or infinity where the oracle is finite on a case with large
 scores (a softmax without the max subtraction), and a difference only on the rows that see no key.
+Rows that are wholly NaN are compared as zeros: a mask that leaves a row no key (the diagonal hidden)
+gives NaN there through a plain softmax, where that mask's own answer is zeros -- that is the mask's
+mistake, not an overflow.
 """
 
 from __future__ import annotations
@@ -37,16 +40,24 @@ def matches(case: Case, x, mine, exp, comps) -> list[str]:
     if not math.isfinite(limit) or (comps and comps[0].passed):
         return []  # the output is right: the fault is in the gradients
     found = []
-    if bool((~torch.isfinite(out) & torch.isfinite(ref)).any()) and case.magnitude > 1:
-        found.append("max-subtraction")
     dead = _dead_rows(case, x, exp)
     if dead is not None and dead.any() and not dead.all():
         live = ~dead
         if rule.max_err(out[live], ref[live]) <= limit:
             found.append("dead-rows")
+    # A wrong mask can leave a row no key (the diagonal hidden: query 0 sees nothing), and a plain softmax turns
+    # such a row into NaN where the bug's own answer, PyTorch's, is zeros: rows wholly NaN are compared as zeros.
+    finite = torch.isfinite(out)
+    nan_rows = ~finite.all(dim=-1, keepdim=True)  # (..., L, 1)
+    whole = bool((finite | nan_rows).all())  # every row all finite or all not
+    held = out.masked_fill(nan_rows, 0.0) if whole else None
+    explained = False  # the NaN rows are a wrong mask's rows with no key, not an overflow
     for key, alt in _alternatives(case, x, exp):
-        if rule.max_err(alt, ref) > 2 * limit and torch.isfinite(out).all() and rule.max_err(out, alt) <= limit:
+        if held is not None and rule.max_err(alt, ref) > 2 * limit and rule.max_err(held, alt) <= limit:
             found += [k for k in key.split("+") if k not in found]  # "a+b": two mistakes at once
+            explained = explained or bool(nan_rows.any())
+    if bool((~finite & torch.isfinite(ref)).any()) and case.magnitude > 1 and not explained:
+        found.insert(0, "max-subtraction")
     return found
 
 
