@@ -23,7 +23,7 @@ def test_start_then_check_a_wrong_and_a_right_function(run_cli, tmp_path, round_
     assert wrong.returncode == 1 and "Traceback" not in wrong.stderr
     assert "found attention_matrix in mylab/attention_lab.py: the lab's form, (q, k, v), always causal" in wrong.stdout
     assert "failed" in wrong.stdout and "the output is attention without the scale" in wrong.stdout
-    assert "does not match" in wrong.stdout
+    assert "does not match" in wrong.stdout and "as it came" not in wrong.stdout  # edited: the learner's own now
     lab.write_text(lab.read_text().replace(UNSCALED[1], UNSCALED[0]))
     right = run_cli("lab", "check", "mylab/attention_lab.py:attention_matrix", "--quick", timeout=600)
     assert right.returncode == 0, right.stdout[-2000:] + right.stderr
@@ -31,6 +31,7 @@ def test_start_then_check_a_wrong_and_a_right_function(run_cli, tmp_path, round_
     data = json.loads((tmp_path / "attnlab-out" / "lab-attention_matrix.json").read_text())
     result = round_trip(data, LabResult)
     assert result.passed and result.form == "lab" and result.match_err < 1e-6 and result.diagnoses == []
+    assert result.given and "the starter's code as it came" in right.stdout  # fixed back: the starter's own text
     assert [t.seq for t in result.timings] == [128, 512, 2048] and abs(result.exponents["memory"] - 2) < 0.25
     assert (tmp_path / "attnlab-out" / "lab-attention_matrix.png").stat().st_size > 10_000
 

@@ -104,6 +104,18 @@ def test_a_loops_version_is_measured_at_the_sizes_it_can_finish():
     assert timings[1].time_s > 0.06 and timings[1].peak_bytes is not None and "one call where" in note
 
 
+def test_the_starters_own_functions_are_told_from_the_learners(tmp_path):
+    files.start(tmp_path)
+    path = tmp_path / "attention_lab.py"
+    assert all(files.given(files.load(f"{path}:{name}")[2]) for name in ("attention_by_hand", "attention_matrix"))
+    text = path.read_text()
+    path.write_text(text.replace("# (..., L, Ev), in the inputs' dtype", "# my note"))  # a comment is not a change
+    assert files.given(files.load(f"{path}:attention_matrix")[2])
+    path.write_text(text.replace("/ math.sqrt(q.shape[-1])", "* q.shape[-1] ** -0.5"))
+    assert not files.given(files.load(f"{path}:attention_matrix")[2])
+    assert not files.given(lambda q, k, v: q) and not files.given(torch.softmax)
+
+
 def test_the_starter_is_a_lab_form_that_runs_and_is_wrong():
     q = torch.randn(2, 3, 6, 8)
     out = starter.attention_by_hand(q, q, q)

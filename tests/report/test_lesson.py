@@ -233,7 +233,7 @@ def test_bench_table_says_memory_reasons_noise_and_growth():
     assert "noisy" not in sections.bench(sources.Part("bench", "file", "from bench.json", quiet), {})
 
 
-def _lab(passed=True, err=3e-7, memory=2.01, seqs=(128, 512, 2048), function="attention_by_hand"):
+def _lab(passed=True, err=3e-7, memory=2.01, seqs=(128, 512, 2048), function="attention_by_hand", given=False):
     """What the checklist reads of an `attnlab lab check` result."""
     from types import SimpleNamespace
 
@@ -244,7 +244,7 @@ def _lab(passed=True, err=3e-7, memory=2.01, seqs=(128, 512, 2048), function="at
                            verify=SimpleNamespace(rows=rows, counts=lambda: counts),
                            diagnoses=[] if passed else [SimpleNamespace(key="scale", text="is the scale used?")],
                            timings=[SimpleNamespace(seq=T, peak_bytes=8 * T * T, skipped=None) for T in seqs],
-                           exponents={"memory": memory, "time": 2.0})
+                           exponents={"memory": memory, "time": 2.0}, given=given)
 
 
 def test_checklist_ticks_from_the_learners_own_results():
@@ -265,6 +265,13 @@ def test_checklist_ticks_from_the_learners_own_results():
     assert "0 of 4 done" in html and "1 of 15 graded cases failed; likely cause: is the scale used?" in html
     assert "T^0.40, not quadratically" in html and "attention_lab.py:attention_matrix" in html
     assert "measured at 128, 512" in html
+    data.lab = [_lab(function="attention_matrix", given=True)]  # only the starter's finished version, checked
+    html = checklist.checklist(data)
+    assert "2 of 4 done" in html and html.index('class="todo"') < html.index('class="done"')  # the match is not
+    assert "the starter's code as it came (attention_matrix), which does not count as yours" in html
+    assert "attention_matrix in attention_lab.py (the starter's code as it came, measured by you)" in html
+    data.lab = [_lab(function="attention_matrix", given=True), _lab(memory=0.7)]  # and the learner's loops
+    assert "3 of 4 done" in checklist.checklist(data)
     destabilised = json.loads(json.dumps(TRAIN))
     destabilised["variants"]["none"]["val_loss"][-1] = 3.9  # above the scaled model's 3.39
     destabilised["variants"]["none"]["entropy"] = [[0.1, 0.1], [0.1, 0.1]]  # saturated at every log

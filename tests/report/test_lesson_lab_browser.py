@@ -9,7 +9,17 @@ import pytest
 
 from .test_lesson_browser import _open, browser  # noqa: F401 -- the module's browser, shared
 
-UNSCALED = ("scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])", "scores = q @ k.transpose(-2, -1)")
+# the learner's own matrix version, first without the scale (the starter's finished one would not count as theirs)
+MINE = """
+
+def my_attention(q, k, v):
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    scores = q.to(work) @ k.to(work).transpose(-2, -1)  # the scale: not yet
+    L, S = scores.shape[-2:]
+    scores = scores.masked_fill(torch.ones(L, S, dtype=torch.bool).triu(1), float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ v.to(work)).to(q.dtype)
+"""
+UNSCALED = ("  # the scale: not yet", " / math.sqrt(q.shape[-1])")
 
 
 def _cli(*args, cwd):
@@ -25,8 +35,8 @@ def test_the_learner_checks_a_function_and_the_page_ticks_their_own_results(brow
     shutil.copytree(built, out)  # the lesson folder of the other page tests: bench, train, a checkpoint
     assert _cli("lab", "start", ".", cwd=tmp_path).returncode == 0
     lab = tmp_path / "attention_lab.py"
-    lab.write_text(lab.read_text().replace(*UNSCALED))  # a first try that forgets the scale
-    wrong = _cli("lab", "check", "attention_lab.py:attention_matrix", "--quick", "--out", str(out), cwd=tmp_path)
+    lab.write_text(lab.read_text() + MINE)  # a first try that forgets the scale
+    wrong = _cli("lab", "check", "attention_lab.py:my_attention", "--quick", "--out", str(out), cwd=tmp_path)
     assert wrong.returncode == 1 and "without the scale" in wrong.stdout
     assert _cli("lesson", "--quick", "--out", str(out), cwd=tmp_path).returncode == 0
     page, url, errors, requests = _open(browser, (subprocess.CompletedProcess([], 0), out),
@@ -34,11 +44,11 @@ def test_the_learner_checks_a_function_and_the_page_ticks_their_own_results(brow
     items = page.locator("ul.checklist li")
     assert items.count() == 4
     first = items.nth(0).inner_text()
-    assert first.startswith("✗") and "attention_matrix in attention_lab.py" in first and "failed" in first
+    assert first.startswith("✗") and "my_attention in attention_lab.py" in first and "failed" in first
     assert "likely cause: the output is attention without the scale" in first
     assert items.nth(1).inner_text().startswith("✓")  # it was measured all the same: memory at the three lengths
-    lab.write_text(lab.read_text().replace(UNSCALED[1], UNSCALED[0]))  # fixed
-    right = _cli("lab", "check", "attention_lab.py:attention_matrix", "--quick", "--out", str(out), cwd=tmp_path)
+    lab.write_text(lab.read_text().replace(*UNSCALED))  # fixed
+    right = _cli("lab", "check", "attention_lab.py:my_attention", "--quick", "--out", str(out), cwd=tmp_path)
     assert right.returncode == 0, right.stdout[-1500:]
     assert _cli("lesson", "--quick", "--out", str(out), cwd=tmp_path).returncode == 0
     page.reload()

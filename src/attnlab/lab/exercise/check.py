@@ -19,7 +19,9 @@ def check(spec: str, quick: bool = False, seed: int = 0, progress=None, on_stage
     say = on_stage or (lambda text: None)
     path, name, fn = files.load(spec)
     form = grade.form_of(fn)
-    say(f"found {name} in {path}: {FORMS[form]}")
+    starters = files.given(fn)
+    say(f"found {name} in {path}: {FORMS[form]}" + ("; it is the starter's code as it came, unchanged: what it "
+                                                    "scores is not yours" if starters else ""))
     result, shrunk, note = grade.grade(fn, name, form, quick=quick, seed=seed, progress=progress)
     found = result.diagnoses.get(name, [])  # verify's diagnoses of the failures, most likely first
     hung = next((r for r in result.rows if r.detail.startswith("timed out")), None)
@@ -33,4 +35,5 @@ def check(spec: str, quick: bool = False, seed: int = 0, progress=None, on_stage
         load = load_average()  # others' work while it is timed: noise in the times (not in the memory)
         timings, exps, how = measure.measure(fn, form, seed=seed)
     return LabResult(str(path), name, form, note, result, found, err, result.passed, timings, exps, how,
-                     time.perf_counter() - t0, {**machine(), "load_average": load}, versions(), shrunk=shrunk)
+                     time.perf_counter() - t0, {**machine(), "load_average": load}, versions(), shrunk=shrunk,
+                     given=starters)

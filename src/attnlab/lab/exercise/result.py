@@ -43,3 +43,4 @@ class LabResult(Result):
     versions: dict
     match_tol: float = MATCH_TOL
     shrunk: list[str] = field(default_factory=list)  # the graded cases that were run smaller, to finish in time
+    given: bool = False  # the starter's own finished function, unchanged: its pass is not the learner's

@@ -3,9 +3,11 @@
 The lab asks the learner to write causal attention, match PyTorch to 1e-4, measure memory at
 T = 128, 512 and 2048 and see it grow quadratically, and see what removing 1/√d does to training.
 The first three are ticked only from what ``attnlab lab check`` wrote for the learner's own
-function (``lab-*.json`` in the output folder), never from attnlab's forms; when nothing is there,
-the item says what to do. Training is the lab's given, so the ablation item is the machine's run,
-and it says so; it is ticked only when the run's rules say the scale's removal destabilised it.
+function (``lab-*.json`` in the output folder), never from attnlab's forms; the match never from
+the starter's code as it came either (the memory may be: the learner measured it, and the page
+says whose function it was). When nothing is there, the item says what to do. Training is the
+lab's given, so the ablation item is the machine's run, and it says so; it is ticked only when
+the run's rules say the scale's removal destabilised it.
 """
 
 from __future__ import annotations
@@ -24,13 +26,22 @@ def _code(text: str) -> str:  # `command` -> <code>command</code>
 
 
 def _name(r) -> str:
-    return f"{r.function} in {r.file}"
+    return f"{r.function} in {r.file}" + (" (the starter's code as it came, measured by you)" if _given(r) else "")
+
+
+def _given(r) -> bool:
+    return bool(getattr(r, "given", False))
 
 
 def _match(results) -> tuple[bool, str]:
-    if not results:
+    mine = [r for r in results if not _given(r)]  # the starter's finished matrix version matches, and is not yours
+    if not mine:
         return False, ("not done yet: `attnlab lab start` writes attention_lab.py; fill in its TODOs, then "
-                       "`attnlab lab check attention_lab.py`")
+                       "`attnlab lab check attention_lab.py`" + (
+                           "; what you checked so far is the starter's code as it came ("
+                           + ", ".join(sorted({r.function for r in results})) + "), which does not count as yours"
+                           if results else ""))
+    results = mine
     good = [r for r in results if r.passed and r.match_err <= r.match_tol]
     if good:
         r = good[0]
