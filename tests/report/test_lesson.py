@@ -332,6 +332,8 @@ def test_the_train_figure_keeps_its_legends_off_the_curves(tmp_path):
     def spy(fig, *a, **k):
         fig.canvas.draw()
         seen["boxes"] = [(ax.get_window_extent(), ax.get_legend().get_window_extent()) for ax in fig.axes]
+        seen["texts"] = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+        seen["labels"] = [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()]
         return save(fig, *a, **k)
 
     matplotlib.figure.Figure.savefig = spy
@@ -342,6 +344,8 @@ def test_the_train_figure_keeps_its_legends_off_the_curves(tmp_path):
     assert len(seen["boxes"]) == 2
     for axes, legend in seen["boxes"]:
         assert not axes.overlaps(legend), (axes, legend)
+    assert seen["texts"] == [[], []]  # no words written over the curves ("uniform attention" is in the legend)
+    assert any(t.startswith("uniform attention (") for t in seen["labels"])
 
 
 DEMO = {"seed": 0, "T": 32, "d": 64}

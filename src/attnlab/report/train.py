@@ -78,8 +78,8 @@ def _entropy(ax, result) -> None:
     _per_layer(ax, result, lambda log: log.entropy)
     uniform = result.config.get("uniform_entropy")
     if uniform is not None:
-        ax.axhline(uniform, color="grey", lw=0.8, ls=":")
-        ax.text(0, uniform, " uniform attention", va="bottom", fontsize=8, color="grey")
+        # named in the legend, not written on the axes: 1/d's curves start right on this line
+        ax.axhline(uniform, color="grey", lw=0.8, ls=":", label=f"uniform attention ({uniform:.2f})")
     ax.set(xlabel="step", ylabel="softmax entropy (nats)", title="Attention entropy per layer", ylim=(0, None))
 
 
