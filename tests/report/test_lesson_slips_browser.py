@@ -71,6 +71,8 @@ def test_the_diagram_the_mask_off_long_input_and_newlines(browser, lesson):  # n
     assert page.locator("[data-box=mask]").inner_text() == "No mask (off)" and "no causal mask" in note.inner_text()
     page.click("[data-box=mask]")
     assert "No mask" in page.locator("#stage-title").inner_text() and "Now off" in page.locator("#explain").inner_text()
+    captions = page.locator("#stage-figs figcaption").all_inner_texts()
+    assert "scores with nothing masked (the mask is off)" in captions and not any("grey: masked" in c for c in captions)
     T = len(page.evaluate("window.attnlab.current().tokens"))
     spreads = [float(t.split("even spread ")[1].rstrip(")")) for t in page.locator(".hv-label").all_inner_texts()
                if "even spread" in t]

@@ -319,7 +319,8 @@
         return S.causal ? `${n} of the ${T * T} cells are keys in the future of their query; they become −∞ (grey, ` +
           `“masked”). The query at ${tokName(S.query)} may see ${S.query + 1} keys.` :
           "The mask is off: every query sees every key, the future too. A model trained with the mask never saw this."; },
-      figs: (p) => tokMap(p, Hd().scores[S.head].map((r) => r.map((v) => v * S.r.scale)), "masked scores (grey: masked)",
+      figs: (p) => tokMap(p, Hd().scores[S.head].map((r) => r.map((v) => v * S.r.scale)),
+        S.causal ? "masked scores (grey: masked)" : "scores with nothing masked (the mask is off)",
         "signed", { span: sharedSpan(), bar: "one colour scale for steps 2, 3 and 4",
           masked: (r, c) => S.causal && c > r }) },
     { title: "Softmax: scores become weights", box: "softmax", step: "softmax",
