@@ -71,3 +71,9 @@ def test_each_todo_left_fails_with_its_diagnosis_a_solution_passes_a_planted_bug
     result, keys = _grade(tmp_path, "diagonal_nan", _solution(planted=DIAGONAL[:1]))
     print(f"mask hiding the diagonal, plain softmax: diagnoses {keys}")
     assert not result.passed and keys == ["diagonal"], keys
+    for slip, planted, key in (("a future score set to 0", ("torch.full_like(score, -math.inf)",
+                                                            "torch.zeros_like(score)"), "mask-zero"),
+                               ("the mask turned round", ("if j > i:", "if j < i:"), "causal-reversed")):
+        result, keys = _grade(tmp_path, key.replace("-", "_"), _solution(planted=[planted]))
+        print(f"{slip}: diagnoses {keys}")
+        assert not result.passed and keys[0] == key, (slip, keys)

@@ -4,8 +4,9 @@ When a function fails a case, its output is held against the oracle's answer to 
 different question* -- the one a common bug answers instead: the scale ignored, the causal mask
 shifted off the diagonal, upper-left and lower-right swapped, the mask ignored or inverted, key
 heads repeated with ``repeat`` instead of ``repeat_interleave``, dropout's survivors not scaled,
-the softmax taken over the queries -- and the two a from-scratch version starts with together, no
-scale and no causal mask, which name both keys. If the output agrees with one of them to within the case's own
+the softmax taken over the queries, future scores set to 0 instead of -inf, the causal mask turned
+round -- and the two a from-scratch version starts with together, no scale and no causal mask,
+which name both keys. If the output agrees with one of them to within the case's own
 limit (and that answer is really different from the right one), the row records the mistake's key
 (:data:`KEYS`); :mod:`attnlab.lab.diagnose` turns the keys into sentences.
 
@@ -28,7 +29,7 @@ from .cases import Case
 KEYS = ("scale-ignored", "unscaled", "scale-1/d", "causal-ignored", "mask-ignored", "mask-inverted",
         "mask-dropped-with-causal", "causal-dropped-with-mask", "diagonal", "lower-right-for-upper-left",
         "upper-left-for-lower-right", "gqa-repeat", "dropout-unscaled", "softmax-dim", "max-subtraction",
-        "dead-rows")
+        "dead-rows", "mask-zero", "causal-reversed")
 
 
 def matches(case: Case, x, mine, exp, comps) -> list[str]:
@@ -95,6 +96,12 @@ def _alternatives(case: Case, x, exp):
             yield "causal-dropped-with-mask", alt(is_causal=False)
         else:
             yield "diagonal", alt(is_causal=False, attn_mask=torch.ones(L, S, dtype=torch.bool).tril(-1))
+            yield "causal-reversed", alt(is_causal=False, attn_mask=torch.ones(L, S, dtype=torch.bool).triu())
+            if not case.gqa:  # a future key's score set to 0, not -inf: it still gets exp(0) of weight
+                sc = 1.0 / math.sqrt(E) if case.scale is None else case.scale
+                future = torch.ones(L, S, dtype=torch.bool).triu(1)
+                yield "mask-zero", alt(is_causal=False, attn_mask=torch.where(future, -(q @ k.transpose(-2, -1)) * sc,
+                                                                            0.0))
             if L != S:
                 lower_right = torch.ones(L, S, dtype=torch.bool).tril(S - L)
                 yield "lower-right-for-upper-left", alt(is_causal=False, attn_mask=lower_right)
