@@ -198,7 +198,8 @@ def questions(data) -> str:
         kv += f"The tied model has not been trained on this machine yet ({escape(data.train_tie_kv.note)})."
     r_m, r_l = num.ratio(data.bench.result, "matrix"), num.ratio(data.bench.result, "loops")
     yourself = ("Not for real work: use <code>torch.nn.functional.scaled_dot_product_attention</code>. Write it to "
-                "learn it, and check yours with <code>attnlab verify</code>. ")
+                "learn it: the lab (<code>attnlab lab start</code>, then <code>attnlab lab check</code>) grades "
+                "yours, and <code>attnlab verify</code> checks any function with PyTorch's signature. ")
     if r_m:
         yourself += (f"On this machine ({escape(how(data.bench))}, fastest of the repeats) the four-line matrix form "
                      f"took {r_m[0]:.2g}× as long as PyTorch's kernel at T = {r_m[1]}")
