@@ -35,6 +35,7 @@ BENCH = "bench --seq 16 --impl matrix --heads 1 --head-dim 8 --repeats 1 --warmu
 TINY = "train --preset tiny --scale sqrt --steps 1 --eval-every 1"
 
 E = "error:"
+_DEF, _TINY = PRESETS["default"], PRESETS["tiny"]  # the refusals name the settings that differ
 CASES = [
     # a checkpoint that is not what `sample` needs: named in one line
     ("sample --ckpt {marker}", 2, f"attnlab sample: {E} checkpoint {{marker}} has no model_config, model, chars, "
@@ -85,14 +86,16 @@ CASES = [
     ("explore no-mask --seed 2 --out {ran}", 2, f"attnlab explore: {E} {{ran}}/explore-no-mask.json holds experiment "
                                                 "no-mask with other settings (seed: 0 -> 2)"),
     ("train --preset tiny --out {ran}", 2, f"attnlab train: {E} {{ran}}/train.json holds a training run with other "
-                                           "settings (steps: 150 -> 30; batch_size: 16 -> 8; block_size: 64 -> 32"),
+                                           f"settings (steps: {_DEF.steps} -> {_TINY.steps}; batch_size: "
+                                           f"{_DEF.batch_size} -> {_TINY.batch_size}"),
     ("train --preset tiny --procs 2 --out {ran}", 2, f"attnlab train: {E} {{ran}}/train.json holds a training run "
-                                                     "with other settings (steps: 150 -> 30;"),
-    ("train --steps 300 --out {ran}", 2, f"attnlab train: {E} {{ran}}/train.json holds a training run with other "
-                                         "settings (steps: 150 -> 300); add --resume to train on from where it "
-                                         "stopped, add --force"),
+                                                     f"with other settings (steps: {_DEF.steps} -> {_TINY.steps};"),
+    (f"train --steps {2 * _DEF.steps} --out {{ran}}", 2, f"attnlab train: {E} {{ran}}/train.json holds a training "
+     f"run with other settings (steps: {_DEF.steps} -> {2 * _DEF.steps}); add --resume to train on from where it "
+     "stopped, add --force"),
     ("train --preset tiny --scale sqrt --out {interrupted}", 2, f"attnlab train: {E} "
-     "{interrupted}/checkpoints/scale-sqrt.pt holds a checkpoint with other settings (steps: 150 -> 30"),
+     f"{{interrupted}}/checkpoints/scale-sqrt.pt holds a checkpoint with other settings (steps: {_DEF.steps} -> "
+     f"{_TINY.steps}"),
     (f"{BENCH} --out {{ran}}", 2, f"attnlab bench: {E} {{ran}}/bench.json holds a benchmark with other settings "
                                   "(seq: [128, 512, 2048] -> [16]"),
     # train --resume from a checkpoint that is not whole

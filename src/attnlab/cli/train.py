@@ -15,8 +15,9 @@ def add_parser(sub):
                                    "attention scale 1/sqrt(d), 1 and 1/d, and measure loss, gradient norms and "
                                    "softmax entropy per layer. Writes train.png, train.json and checkpoints.")
     p.add_argument("--preset", choices=["tiny", "default", "large"], default="default",
-                   help="model and run size: tiny (1 layer, seconds), default (2 layers, d_model 128, 150 steps: "
-                        "about 3 min on 2 CPU cores), large (4 layers, d_model 256, T 128, 1000 steps: hours on 2 "
+                   help="model and run size: tiny (1 layer, seconds), default (2 layers, d_model 128, 4 heads, "
+                        "800 steps with repeated segments mixed in: about a minute per variant on 2 idle CPU cores), "
+                        "large (4 layers, d_model 256, T 128, 1000 steps: hours on 2 "
                         "CPU cores, meant for --device cuda)")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--compare", action="store_true", help="train sqrt, none and inv side by side (the default)")
@@ -190,6 +191,17 @@ def run(args, grid=None) -> int:
         raise UsageError(str(e)) from None
     for line in report.header_lines(cfg, kind, names, data.describe(), grid) + resuming:
         console.print(line)
+    if grid is None:  # across ranks every step waits for the slowest rank: a one-process timing would mislead
+        from attnlab.lab.train import estimate as train_time
+
+        twins = {n: p for n in names if (p := train.reusable(cfg, kind, n, out, data.vocab_size))}
+        for n, p in twins.items():
+            console.print(f"  {n}: the same run as {p} (the same model, settings, seed and data): reused, not trained")
+        est = train_time.estimate(cfg, data)
+        left = {n: cfg.steps - (step or 0) for n, (_, step) in
+                (checkpoint.resume_points(out, kind, names) if args.resume else {}).items()}
+        steps = sum(left.get(n, cfg.steps) for n in names if n not in twins)
+        console.print(report.estimate_line(est, est.seconds(steps, cfg.eval_every)))
     try:
         with report.train_progress(cfg.steps, names) as on_step:
             result = train.run(cfg, kind, variants, out, resume=args.resume, data=data, on_step=on_step, grid=grid)

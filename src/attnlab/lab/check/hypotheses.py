@@ -4,12 +4,17 @@ When a function fails a case, its output is held against the oracle's answer to 
 different question* -- the one a common bug answers instead: the scale ignored, the causal mask
 shifted off the diagonal, upper-left and lower-right swapped, the mask ignored or inverted, key
 heads repeated with ``repeat`` instead of ``repeat_interleave``, dropout's survivors not scaled,
-the softmax taken over the queries. If the output agrees with one of them to within the case's own
+the softmax taken over the queries, future scores set to 0 instead of -inf, the causal mask turned
+round -- and the two a from-scratch version starts with together, no scale and no causal mask,
+which name both keys. If the output agrees with one of them to within the case's own
 limit (and that answer is really different from the right one), the row records the mistake's key
 (:data:`KEYS`); :mod:`attnlab.lab.check.diagnose` turns the keys into sentences.
 
 Two patterns need no second answer: NaN or infinity where the oracle is finite on a case with large
 scores (a softmax without the max subtraction), and a difference only on the rows that see no key.
+Rows that are wholly NaN are compared as zeros: a mask that leaves a row no key (the diagonal hidden)
+gives NaN there through a plain softmax, where that mask's own answer is zeros -- that is the mask's
+mistake, not an overflow.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from attnlab.lab.check.cases import Case
 KEYS = ("scale-ignored", "unscaled", "scale-1/d", "causal-ignored", "mask-ignored", "mask-inverted",
         "mask-dropped-with-causal", "causal-dropped-with-mask", "diagonal", "lower-right-for-upper-left",
         "upper-left-for-lower-right", "gqa-repeat", "dropout-unscaled", "softmax-dim", "max-subtraction",
-        "dead-rows")
+        "dead-rows", "mask-zero", "causal-reversed")
 
 
 def matches(case: Case, x, mine, exp, comps) -> list[str]:
@@ -36,16 +41,24 @@ def matches(case: Case, x, mine, exp, comps) -> list[str]:
     if not math.isfinite(limit) or (comps and comps[0].passed):
         return []  # the output is right: the fault is in the gradients
     found = []
-    if bool((~torch.isfinite(out) & torch.isfinite(ref)).any()) and case.magnitude > 1:
-        found.append("max-subtraction")
     dead = _dead_rows(case, x, exp)
     if dead is not None and dead.any() and not dead.all():
         live = ~dead
         if rule.max_err(out[live], ref[live]) <= limit:
             found.append("dead-rows")
+    # A wrong mask can leave a row no key (the diagonal hidden: query 0 sees nothing), and a plain softmax turns
+    # such a row into NaN where the bug's own answer, PyTorch's, is zeros: rows wholly NaN are compared as zeros.
+    finite = torch.isfinite(out)
+    nan_rows = ~finite.all(dim=-1, keepdim=True)  # (..., L, 1)
+    whole = bool((finite | nan_rows).all())  # every row all finite or all not
+    held = out.masked_fill(nan_rows, 0.0) if whole else None
+    explained = False  # the NaN rows are a wrong mask's rows with no key, not an overflow
     for key, alt in _alternatives(case, x, exp):
-        if rule.max_err(alt, ref) > 2 * limit and torch.isfinite(out).all() and rule.max_err(out, alt) <= limit:
-            found.append(key)
+        if held is not None and rule.max_err(alt, ref) > 2 * limit and rule.max_err(held, alt) <= limit:
+            found += [k for k in key.split("+") if k not in found]  # "a+b": two mistakes at once
+            explained = explained or bool(nan_rows.any())
+    if bool((~finite & torch.isfinite(ref)).any()) and case.magnitude > 1 and not explained:
+        found.insert(0, "max-subtraction")
     return found
 
 
@@ -77,11 +90,18 @@ def _alternatives(case: Case, x, exp):
     yield "scale-1/d", alt(scale=1.0 / E)
     if case.is_causal:
         yield "causal-ignored", alt(is_causal=False)
+        yield "unscaled+causal-ignored", alt(is_causal=False, scale=1.0)  # neither the scale nor the mask yet
         if dense is not None:
             yield "mask-dropped-with-causal", alt(attn_mask=None)
             yield "causal-dropped-with-mask", alt(is_causal=False)
         else:
             yield "diagonal", alt(is_causal=False, attn_mask=torch.ones(L, S, dtype=torch.bool).tril(-1))
+            yield "causal-reversed", alt(is_causal=False, attn_mask=torch.ones(L, S, dtype=torch.bool).triu())
+            if not case.gqa:  # a future key's score set to 0, not -inf: it still gets exp(0) of weight
+                sc = 1.0 / math.sqrt(E) if case.scale is None else case.scale
+                future = torch.ones(L, S, dtype=torch.bool).triu(1)
+                yield "mask-zero", alt(is_causal=False, attn_mask=torch.where(future, -(q @ k.transpose(-2, -1)) * sc,
+                                                                            0.0))
             if L != S:
                 lower_right = torch.ones(L, S, dtype=torch.bool).tril(S - L)
                 yield "lower-right-for-upper-left", alt(is_causal=False, attn_mask=lower_right)

@@ -131,13 +131,9 @@ def reference(m: Loaded, text: str, scale: str = "sqrt") -> dict:
     if scale != model.cfg.scale:
         model = GPT(replace(model.cfg, scale=scale)).eval()
         model.load_state_dict(m.model.state_dict())
+    from attnlab.lab.train.circuits import maps
+
     idx = torch.tensor([[m.chars.index(c) for c in text]])  # (1, T)
-    x = model.wte(idx)
-    if model.wpe is not None:
-        x = x + model.wpe(torch.arange(idx.shape[1]))
-    weights = []
-    for block in model.blocks:
-        weights.append(block.attn.attention_weights(block.ln_1(x))[0].tolist())  # H x (T, T)
-        x = block(x)
-    logits, _ = model(idx)
-    return {"tokens": list(text), "weights": weights, "probs": torch.softmax(logits[0], -1).tolist()}
+    weights, logits = maps(model, idx)  # [layer] (1, H, T, T), (1, T, V)
+    return {"tokens": list(text), "weights": [w[0].tolist() for w in weights],
+            "probs": torch.softmax(logits[0], -1).tolist()}

@@ -171,3 +171,17 @@ def explore(out: Path, seed: int) -> dict[str, Part]:
             result, origin, note = e.run(seed=seed), "computed now", "computed while this page was built"
         parts[name] = Part(name, origin, note, result, e.finding(result))
     return parts
+
+
+def lab(out: Path) -> list:
+    """The learner's ``attnlab lab check`` results in ``out`` (lab-*.json), newest first; a broken one is an error
+    naming it."""
+    paths = sorted(out.glob("lab-*.json"))
+    if not paths:
+        return []
+    from attnlab.lab.exercise.result import LabResult
+
+    found = []
+    for path in paths:
+        found.append((path.stat().st_mtime, read.result(LabResult, _read(path), path, "attnlab lab check")))
+    return [r for _, r in sorted(found, key=lambda x: -x[0])]

@@ -14,6 +14,7 @@ claim ("tying the value projection to the key projection measurably reduces capa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from attnlab.lab.results import Result
@@ -109,3 +110,65 @@ def tie_kv(summaries: dict[str, VariantSummary]) -> Prediction | None:
     gap = summaries["tied"].val_end - summaries["untied"].val_end
     return Prediction("tying them measurably reduces capability", gap > LOSS_GAP,
                       f"rule: tied loss above separate by more than {LOSS_GAP}, one seed")
+
+
+@dataclass
+class SmallScale(Result):
+    """1/d against 1/sqrt(d), measured: the lesson says 1/d starts nearly uniform and learns worse.
+
+    A model can undo a scale by growing its query and key weights (the scores grow with
+    ||W_q|| * ||W_k||), so after training the gap may be small or gone; the norms show whether that happened.
+    """
+
+    val_sqrt: float  # final validation loss
+    val_inv: float
+    gap: float  # val_inv - val_sqrt
+    holds: bool  # gap > LOSS_GAP: 1/d ended measurably worse
+    entropy_start_sqrt: float  # mean over layers at step 0, nats
+    entropy_start_inv: float
+    uniform: float  # an even spread over the keys a causal row sees
+    qk_start_sqrt: float | None  # mean over layers of ||W_q|| * ||W_k|| at step 0 (None: not logged)
+    qk_end_sqrt: float | None
+    qk_start_inv: float | None
+    qk_end_inv: float | None
+    head_dim: int | None = None  # d: 1/d gives scores 1/sqrt(d) times 1/sqrt(d)'s, for the same weights
+    entropy_end_sqrt: float | None = None
+    entropy_end_inv: float | None = None
+    loss_gap: float = LOSS_GAP
+
+    @property
+    def nearly_uniform_at_start(self) -> bool:
+        """The lesson's point at initialisation: 1/d's softmax within 10% of an even spread."""
+        return self.entropy_start_inv >= 0.9 * self.uniform
+
+    @property
+    def inv_grew(self) -> float | None:
+        """How many times 1/d's ||W_q|| * ||W_k|| grew over training, against 1/sqrt(d)'s (None: not logged)."""
+        if None in (self.qk_start_inv, self.qk_end_inv, self.qk_start_sqrt, self.qk_end_sqrt):
+            return None
+        return (self.qk_end_inv / self.qk_start_inv) / (self.qk_end_sqrt / self.qk_start_sqrt)
+
+    @property
+    def score_ratio_end(self) -> float | None:
+        """1/d's scores against 1/sqrt(d)'s at the end, for the weights each grew: 1/sqrt(d) at the start, times
+        how much more 1/d grew ||W_q|| * ||W_k|| (None: not logged)."""
+        if self.inv_grew is None or not self.head_dim:
+            return None
+        return self.inv_grew / math.sqrt(self.head_dim)
+
+
+def small_scale(result) -> SmallScale | None:
+    """The 1/d claim checked, when both 'sqrt' and 'inv' ran and neither diverged."""
+    v = result.variants
+    if "sqrt" not in v or "inv" not in v or not v["sqrt"].val_loss or not v["inv"].val_loss:
+        return None
+
+    def qk(name, at):
+        rows = v[name].qk_norm
+        return _mean(rows[at]) if rows and len(rows) == len(v[name].step) else None
+
+    a, b = summarise_variant("sqrt", v["sqrt"]), summarise_variant("inv", v["inv"])
+    gap = b.val_end - a.val_end if b.diverged_at is None else float("inf")
+    return SmallScale(a.val_end, b.val_end, gap, gap > LOSS_GAP, _mean(a.entropy_start), _mean(b.entropy_start),
+                      result.config.get("uniform_entropy", math.nan), qk("sqrt", 0), qk("sqrt", -1), qk("inv", 0),
+                      qk("inv", -1), result.config.get("head_dim"), _mean(a.entropy_end), _mean(b.entropy_end))

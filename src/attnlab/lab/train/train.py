@@ -33,7 +33,10 @@ from attnlab.lab.dist.parallel import Grid
 from attnlab.lab.results import Result, machine, versions
 from attnlab.lab.stop import StopFlag, catch_interrupt
 from attnlab.lab.train import checkpoint as ckpt
+from attnlab.lab.train import circuits as circ
 from attnlab.lab.train import corpus as corpora
+from attnlab.lab.train import repeats
+from attnlab.lab.train.circuits import Circuits
 from attnlab.nn import GPT, GPTConfig, probe
 from attnlab.nn.probe import score_grad_norms, uniform_causal_entropy
 
@@ -63,6 +66,7 @@ class TrainConfig:
     device: str = "cpu"
     corpus: str | None = None  # a text file; None: Python's standard library
     max_chars: int = 4_000_000
+    repeat_share: float = 0.5  # of each batch: rows of a random segment repeated (see attnlab.lab.train.repeats)
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "block_size", "eval_every", "eval_batches", "probe_rows", "max_chars"):
@@ -73,6 +77,8 @@ class TrainConfig:
         for name in ("warmup", "weight_decay"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if not 0 <= self.repeat_share < 1:
+            raise ValueError(f"repeat_share must be in [0, 1), got {self.repeat_share!r}")
 
     def model(self, vocab_size: int, **variant) -> GPTConfig:
         return GPTConfig(vocab_size=vocab_size, block_size=self.block_size, n_layer=self.n_layer, n_head=self.n_head,
@@ -83,7 +89,10 @@ class TrainConfig:
 PRESETS = {
     "tiny": TrainConfig(steps=30, batch_size=8, block_size=32, n_layer=1, n_head=2, d_model=32, eval_every=10,
                         eval_batches=2, probe_rows=4, max_chars=200_000),
-    "default": TrainConfig(),
+    # 4 heads of width 32, 32 sequences a step, half of them repeated segments: the previous-token and induction
+    # heads grow after about 450 steps (the loss on the repeats falls from ~4.5 to ~0.1 within ~100 steps); with
+    # 700 steps (a faster decay of the learning rate) they had not grown. A log costs about ten steps' time.
+    "default": TrainConfig(steps=800, batch_size=32, n_head=4, eval_every=100),
     "large": TrainConfig(steps=1000, batch_size=16, block_size=128, n_layer=4, n_head=4, d_model=256, lr=1e-3,
                          warmup=50, eval_every=50, max_chars=12_000_000),
 }
@@ -98,6 +107,7 @@ class VariantLog(Result):
     entropy: list[list[float]] = field(default_factory=list)  # [logged step][layer], nats
     peak: list[list[float]] = field(default_factory=list)  # [logged step][layer], mean max weight
     qk_grad_norm: list[list[float]] = field(default_factory=list)  # [logged step][layer]: ||grad W_q, W_k||
+    qk_norm: list[list[float]] = field(default_factory=list)  # [logged step][layer]: ||W_q|| * ||W_k|| (Frobenius)
     score_grad_norm: list[list[float]] = field(default_factory=list)  # [logged step][layer]: through the softmax
     params: int = 0
     tokens: int = 0  # tokens trained on
@@ -105,6 +115,7 @@ class VariantLog(Result):
     seconds: float = 0.0  # wall time, everything included
     tokens_per_s: float = 0.0
     diverged_at: int | None = None  # first step with a non-finite loss, if any
+    circuits: Circuits | None = None  # the final model's heads measured on repeated random sequences
 
 
 @dataclass
@@ -143,6 +154,17 @@ def _optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.Optimizer:
     rest = [p for p in model.parameters() if p.dim() < 2]  # biases and LayerNorm gains
     return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                               {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def _qk_norms(model: GPT) -> list[float]:
+    """Per layer ||W_q|| * ||W_k||: the scores q . k grow with it, so a model can undo a small scale by growing it."""
+    out = []
+    for block in model.blocks:
+        a = block.attn
+        w = a.qkv.weight.detach()
+        q, k = w[: a.n_head * a.head_dim], w[a.n_head * a.head_dim: (a.n_head + a.n_kv_head) * a.head_dim]
+        out.append(float(q.norm() * k.norm()))
+    return out
 
 
 def _qk_grad_norms(model: GPT) -> list[float]:
@@ -188,6 +210,7 @@ def _measure(model: GPT, net: torch.nn.Module, fixed: dict, log: VariantLog, ste
     log.val_loss.append(va)
     log.grad_norm.append(gn)
     log.qk_grad_norm.append(qk)
+    log.qk_norm.append(_qk_norms(model))
     log.score_grad_norm.append(scores)
     log.entropy.append(pr.layer_entropy())
     log.peak.append(pr.layer_peak())
@@ -209,6 +232,7 @@ class _Variant:
     train: torch.Tensor  # the training tokens, on the device
     fixed: dict  # the fixed batches every log measures on: "train", "val" and the probe's rows
     log: VariantLog
+    pool: torch.Tensor  # the characters repeated segments are drawn from (attnlab.lab.train.repeats)
 
     @property
     def device(self) -> torch.device:
@@ -239,7 +263,46 @@ def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corp
         torch.manual_seed(cfg.seed + v.grid.rank)  # dropout's random stream starts from the seed (one per rank)
         start = 0
     _steps(v, start, stop, on_step)
+    if v.log.diverged_at is None and cfg.block_size >= 2 * repeats.MIN_SEGMENT:
+        v.log.circuits = circ.measure(v.model, data.chars, seed=cfg.seed)
     return v.log
+
+
+TWINS = {("tie-kv", "untied"): ("scale", "sqrt"), ("scale", "sqrt"): ("tie-kv", "untied")}  # the same model
+
+
+def reusable(cfg: TrainConfig, kind: str, name: str, out: str | Path, vocab_size: int,
+             grid: Grid | None = None) -> Path | None:
+    """The finished checkpoint of another experiment's variant that *is* this run (the same model, settings, seed,
+    data and steps: 1/sqrt(d) of the scale comparison is the separate-K/V model of the tie-kv ablation), or None."""
+    twin = TWINS.get((kind, name))
+    if twin is None or (grid is not None and grid.world > 1):
+        return None
+    path = ckpt.path_of(out, *twin)
+    table = {"scale": SCALE_VARIANTS, "tie-kv": TIE_KV_VARIANTS}
+    if not path.is_file():
+        return None
+    try:
+        state = ckpt.load(path)
+    except ValueError:
+        return None
+    same = (state.get("step") == cfg.steps and state.get("train_config") == asdict(cfg)
+            and state.get("model_config") == cfg.model(vocab_size, **table[kind][name]).to_dict()
+            and state.get("model_config") == cfg.model(vocab_size, **table[twin[0]][twin[1]]).to_dict()
+            and state.get("grid", {}).get("data_parallel", 1) * state.get("grid", {}).get("context_parallel", 1) == 1)
+    return path if same else None
+
+
+def _reuse(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, twin: Path, path: Path) -> VariantLog:
+    """This variant's checkpoint and log as the twin run's (it is the same run), its heads measured again."""
+    state = ckpt.load(twin)
+    ckpt.save(path, {**{k: v for k, v in state.items() if k != "format"}, "variant": name})
+    model = GPT(cfg.model(data.vocab_size, **variant))
+    model.load_state_dict(state["model"])
+    log = VariantLog(**state["log"])
+    if log.diverged_at is None and cfg.block_size >= 2 * repeats.MIN_SEGMENT:
+        log.circuits = circ.measure(model, data.chars, seed=cfg.seed)
+    return log
 
 
 def _set_up(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, path: Path, grid: Grid) -> _Variant:
@@ -257,8 +320,9 @@ def _set_up(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, pa
     fixed = {s: [tuple(t.to(device) for t in batch(d.cpu(), cfg.batch_size, cfg.block_size, fixed_gen))
                  for _ in range(cfg.eval_batches)] for s, d in (("train", data.train), ("val", data.val))}
     fixed["probe"] = fixed["val"][0][0][: cfg.probe_rows]
+    ids = repeats.pool(data.chars) if cfg.repeat_share > 0 else torch.empty(0, dtype=torch.int64)
     return _Variant(cfg, name, path, grid, meta, data, model, net, opt, gen, data.train.to(device), fixed,
-                    VariantLog(params=model.num_params()))
+                    VariantLog(params=model.num_params()), ids)
 
 
 def _resume(v: _Variant) -> int | None:
@@ -321,6 +385,7 @@ def _step(v: _Variant, step: int) -> float:
     cfg, log = v.cfg, v.log
     ts = time.perf_counter()
     x, y = batch(v.train, cfg.batch_size, cfg.block_size, v.gen)  # the global batch; each rank takes its part
+    x, y = repeats.mix(x, y, cfg.repeat_share, v.pool, v.gen)  # some rows: a random segment, repeated
     loss = _loss(v.net, v.grid, x, y)
     v.opt.zero_grad(set_to_none=True)
     loss.backward()  # under DDP: the gradients averaged over every rank
@@ -380,6 +445,12 @@ def run(cfg: TrainConfig, kind: str = "scale", variants: list[str] | None = None
     with catch_interrupt() as stop:
         for name in names:
             path = ckpt.path_of(out, kind, name)
+            twin = reusable(cfg, kind, name, out, data.vocab_size, grid)
+            if twin is not None:
+                logs[name] = _reuse(cfg, name, table[name], data, twin, path)
+                if on_step is not None:
+                    on_step(name, cfg.steps, cfg.steps, logs[name].train_loss[-1], logs[name].tokens_per_s)
+                continue
             logs[name] = train_variant(cfg, name, table[name], data, path, resume=resume, stop=stop, on_step=on_step,
                                        grid=grid)
     mcfg = cfg.model(data.vocab_size)
