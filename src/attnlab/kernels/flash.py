@@ -4,7 +4,7 @@ Read this first: :mod:`attnlab.lab.explore.online_softmax` (``attnlab explore on
 runs the same online softmax on ONE query row, one key tile at a time, and records every number.
 This file is that loop for every row at once and the form around it; its tiles and their scores are
 :mod:`attnlab.kernels.flash_tiles`, its backward pass :mod:`attnlab.kernels.flash_backward`, and the
-tricks that make them fast are tagged [P1] .. [P9] below.
+tricks that make them fast are tagged [P1] .. [P10] below.
 
 The matrix form holds all L x S scores at once. This form never does. It walks the keys one tile
 at a time, and for every query row keeps three running numbers:
@@ -39,7 +39,7 @@ of r rows at a time as ``qi`` (N, Hkv, G*r, E). In the forward loop the running 
 rows are ``m`` and ``l`` (N*Hkv, G*r) and ``acc`` (N*Hkv, G*r, Ev): one batch dimension, so that
 ``acc += weights @ v`` is one batched matmul into ``acc`` itself.
 
-Performance notes -- each trick is tagged [P1] .. [P9] at its line:
+Performance notes -- each trick is tagged [P1] .. [P10] at its line:
 
 * [P1] The scale is applied by the matmul itself: ``baddbmm(..., beta=0, alpha=scale)`` multiplies
   each finished dot product, for free, instead of a pass over every tile of scores. (Folding it into
@@ -89,6 +89,14 @@ Performance notes -- each trick is tagged [P1] .. [P9] at its line:
   a tile of 0 and -inf (made once per call, ``flash_tiles.Tiles.additive``): a plain vectorised
   add, where ``masked_fill_`` with the negated, broadcast bool tile cost about 8x as much. (An infinite score
   plus -inf would be NaN, so the running-max path keeps the masked fill.)
+* [P10] D = rowsum(dO * O) from forward's own output (``flash_backward.delta``), once per row.
+  Summing it as rowsum(P * dP) instead costs a first pass over every key tile in the backward (the
+  scores, exp2 and dP again: about a fifth of a causal forward + backward at T = 4096, by a profile).
+  What that pass bought is exactness where the true gradient is zero: a row that sees one key has
+  P = 1 there, and rowsum(P * dP) is that very dP, so dP - D cancels to 0; rowsum(dO * O) rounds
+  differently and leaves about 1e-6. Such rows are known from the mask (``flash_tiles.Tiles.lone``:
+  the widths of a query tile's FULL key tiles, plus the row sums of its PARTIAL ones), and their dS
+  is set to 0: a fill in the query tiles that have them, not a pass per tile.
 
 Papers: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness"
 (2022); Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning"
@@ -217,18 +225,18 @@ class Flash(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         q5, k, v, bias, tiles, scale, drop, mod, *mod_params = inputs
-        _, m, l = output
+        out, m, l = output
         ctx.mark_non_differentiable(m, l)
-        ctx.save_for_backward(q5, k, v, bias, m, l)
+        ctx.save_for_backward(q5, k, v, bias, m, l, out)  # out: D = rowsum(dO * O) [P10]
         ctx.cfg = (tiles, scale, drop, mod)
         ctx.mod_params = tuple(mod_params)  # the modifier reads these itself; kept here for the chain rule
 
     @staticmethod
     def backward(ctx, dout, _dm, _dl):
-        q5, k, v, bias, m, l = ctx.saved_tensors
+        q5, k, v, bias, m, l, out = ctx.saved_tensors
         wants = (bias is not None and ctx.needs_input_grad[3],
                  *(ctx.needs_input_grad[8 + i] for i in range(len(ctx.mod_params))))
-        rest = (q5, k, v, bias, m, l, ctx.cfg, wants, *ctx.mod_params)
+        rest = (q5, k, v, bias, m, l, out, ctx.cfg, wants, *ctx.mod_params)
         grads = vmap_loop.legacy(FlashBackward, dout, *rest) or FlashBackward.apply(dout, *rest)
         return (*grads[:4], None, None, None, None, *grads[4:])
 

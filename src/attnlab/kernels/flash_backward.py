@@ -7,7 +7,7 @@ form's own shift and normaliser, or ring attention's global log-sum-exp), never 
 
 With a score modifier, dS is pulled back through it inside the tile (the chain rule under autograd),
 to the raw scores and to any tensor the modifier holds. :class:`FlashBackward` is this pass as an
-autograd Function of its own, so that it can itself be vmapped. The tags [P1] .. [P9] are the
+autograd Function of its own, so that it can itself be vmapped. The tags [P1] .. [P10] are the
 performance notes in :mod:`attnlab.kernels.flash`.
 """
 
@@ -25,38 +25,46 @@ from .mods import Mod
 from .online import LN2, LOG2E
 
 
+def delta(dout: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """[P10] D = rowsum(dO * O) (..., L) from forward's output in the working dtype, summed in float64: the term
+    dS = P * (dP - D) subtracts, computed once per row instead of once per key tile."""
+    return (dout.double() * out.double()).sum(dim=-1).to(out.dtype)
+
+
 @dataclass(frozen=True)
 class Weights:
     """How backward rebuilds each row's weights, per row (N, Hkv, G, L):
 
         P = exp(s - shift) / norm,   with dO and D multiplied by corr
 
-    (s, shift and hi in base-2 units, as forward's scores: P = exp2(s - shift) / norm [P8]).
+    (s, shift and hi in base-2 units, as forward's scores: P = exp2(s - shift) / norm [P8]), and D = rowsum(dO * O).
 
     :meth:`from_norm` (the flash form: this block's own forward): shift = m and norm = l, so P is
-    exactly what forward divided (a lone key's weight is e / e = 1, not exp(s - lse) = 1 +- ulp), and
-    D is summed from that very P and dP (``D=None``), so that dS = P * (dP - D) cancels where the true
-    gradient is zero. :meth:`from_lse` (ring attention: the global float64 lse and D): [P4]
-    exp(s - lse) = exp(s - hi) * exp(hi - lse), with hi = lse in the working dtype and
-    corr = exp(hi - lse) ~ 1.
+    exactly what forward divided (a lone key's weight is e / e = 1, not exp(s - lse) = 1 +- ulp).
+    ``whole``: the tiles hold every key of every row, so a row that sees exactly one key (its true
+    gradient is 0) gets dS = 0 exactly [P10]: D from O and dP from dO V^T round differently, and
+    would leave ~1e-6 there. :meth:`from_lse` (ring attention: the global float64 lse and D, one
+    block of a larger problem): [P4] exp(s - lse) = exp(s - hi) * exp(hi - lse), with hi = lse in
+    the working dtype and corr = exp(hi - lse) ~ 1.
     """
 
     shift: torch.Tensor
+    D: torch.Tensor  # rowsum(dO * O): delta()
     corr: torch.Tensor | None = None
     norm: torch.Tensor | None = None
-    D: torch.Tensor | None = None  # rowsum(dO * O); None: summed as rowsum(P * dP) in a first pass
+    whole: bool = False  # every key of every row is in these tiles: lone rows get dS = 0
 
     @classmethod
-    def from_norm(cls, m: torch.Tensor, l: torch.Tensor) -> Weights:
-        return cls(m, norm=l)
+    def from_norm(cls, m: torch.Tensor, l: torch.Tensor, D: torch.Tensor) -> Weights:
+        return cls(m, D, norm=l, whole=True)
 
     @classmethod
-    def from_lse(cls, lse: torch.Tensor, D: torch.Tensor | None, dtype: torch.dtype) -> Weights:
+    def from_lse(cls, lse: torch.Tensor, D: torch.Tensor, dtype: torch.dtype) -> Weights:
         hi, corr = online.shift_of_lse(lse, dtype)  # [P4] [P8]; dead rows: P = exp2(s - inf) = 0
-        return cls(hi, corr, None, D)
+        return cls(hi, D, corr)
 
     def rows(self, rows: slice, dout: torch.Tensor):
-        """One query tile's (c * dO, shift, norm or None, c * D or None), rows as (N, Hkv, G*r, .)."""
+        """One query tile's (c * dO, shift, norm or None, c * D), rows as (N, Hkv, G*r, .)."""
         N, Hkv, G = dout.shape[:3]
         R = G * (rows.stop - rows.start)
 
@@ -67,8 +75,7 @@ class Weights:
         doi = dout[:, :, :, rows].reshape(N, Hkv, R, dout.shape[-1])
         Di = cut(self.D)
         if c is not None:
-            doi = doi * c
-            Di = None if Di is None else Di * c
+            doi, Di = doi * c, Di * c
         return doi, cut(self.shift), cut(self.norm), Di
 
 
@@ -94,16 +101,14 @@ def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: 
         doi, shift, norm, Di = weights.rows(rows, dout)
         # [P1] the scores by the same product as forward's: P is rebuilt bit for bit (tile forward)
         walk = (qi, doi, shift, norm, keys, bufs, qt, rows)
-        # -- 2. D = rowsum(P * dP), from the same P and dP as below, so that dP - D cancels where it should --
-        if Di is None:
-            Di = q5.new_zeros(*qi.shape[:3], 1)
-            for _, P, dP, _, _ in _key_tiles(*walk):
-                Di.add_(P.mul_(dP).sum(dim=-1, keepdim=True))  # P is rebuilt in the next pass
-        # -- 3. each key tile: dV, dS, then dQ (this tile's own) and dK --
+        lone = _lone_rows(tiles, qt, rows, N, Hkv, G) if weights.whole else None  # [P10]
+        # -- 2. each key tile: dV, dS, then dQ (this tile's own) and dK --
         dqi = torch.zeros_like(qi)
         for cols, P, dP, keep, through in _key_tiles(*walk):
             dv[:, :, cols] += torch.matmul((P if keep is None else P * keep).transpose(-2, -1), doi)
-            dS = dP.sub_(Di).mul_(P)  # dS = P * (dP - D)
+            dS = dP.sub_(Di).mul_(P)  # dS = P * (dP - D), D from forward's output [P10]
+            if lone is not None:
+                dS.masked_fill_(lone, 0.0)  # [P10] one visible key: its weight is 1 whatever its score
             if dbias is not None:
                 _add_bias_grad(dbias, dS.view(N, Hkv * G, -1, dS.shape[-1]), rows, cols)
             if through is not None:  # chain rule through the modifier: dS to the raw scores and its tensors
@@ -116,6 +121,15 @@ def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: 
     if mod is not None:
         return dq5, dk, dv, dbias, dparams
     return dq5, dk, dv, dbias
+
+
+def _lone_rows(tiles: Tiles, qt: int, rows: slice, N: int, Hkv: int, G: int) -> torch.Tensor | None:
+    """[P10] The rows of a query tile that see exactly one key, as a bool (Nb, Hkv, G*r, 1) for dS's rows, or None."""
+    lone = tiles.lone(qt, rows)  # (Nb, Hb, r), query heads h = hk * G + g
+    if lone is None:
+        return None
+    Nb, r = lone.shape[0], rows.stop - rows.start
+    return lone.expand(Nb, Hkv * G, r).reshape(Nb, Hkv, G * r, 1)
 
 
 def _key_tiles(qi, doi, shift, norm, keys: Keys, bufs, qt: int, rows: slice):
@@ -172,13 +186,17 @@ def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, rows: slice, cols: sli
 
 
 class FlashBackward(torch.autograd.Function):
-    """(dout, q5, k, v, bias, m, l, cfg, wants, *mod_params) -> (dq5, dk, dv, dbias or None, *dparams)."""
+    """(dout, q5, k, v, bias, m, l, out, cfg, wants, *mod_params) -> (dq5, dk, dv, dbias or None, *dparams).
+
+    ``out`` is forward's own output in the working dtype (before any rounding to a half input dtype): D = rowsum(dO * O)
+    is taken from it [P10]."""
 
     @staticmethod
-    def forward(dout, q5, k, v, bias, m, l, cfg, wants, *mod_params):
+    def forward(dout, q5, k, v, bias, m, l, out, cfg, wants, *mod_params):
         tiles, scale, drop, mod = cfg
         want = [t if w else None for t, w in zip(mod_params, wants[1:], strict=True)]
-        grads = backward_tiles(q5, k, v, dout.contiguous(), scale, tiles, Weights.from_norm(m, l), drop, mod,
+        dout = dout.contiguous()
+        grads = backward_tiles(q5, k, v, dout, scale, tiles, Weights.from_norm(m, l, delta(dout, out)), drop, mod,
                                bias_shape=bias.shape if wants[0] else None, mod_params=want)
         return (*grads[:4], *(grads[4] if mod is not None else ()))
 
@@ -193,7 +211,7 @@ class FlashBackward(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, *args):
-        no_batched_mod_params(in_dims[9:])
+        no_batched_mod_params(in_dims[10:])
         return vmap_loop.loop(FlashBackward, info, in_dims, *args)
 
 
