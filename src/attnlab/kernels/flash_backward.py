@@ -7,7 +7,7 @@ form's own shift and normaliser, or ring attention's global log-sum-exp), never 
 
 With a score modifier, dS is pulled back through it inside the tile (the chain rule under autograd),
 to the raw scores and to any tensor the modifier holds. :class:`FlashBackward` is this pass as an
-autograd Function of its own, so that it can itself be vmapped. The tags [P1] .. [P10] are the
+autograd Function of its own, so that it can itself be vmapped. The tags [P1] .. [P11] are the
 performance notes in :mod:`attnlab.kernels.flash`.
 """
 
@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-from . import online, vmap_loop
+from . import dropout, online, vmap_loop
 from .dropout import NO_DROPOUT, Dropout
-from .flash_tiles import Keys, Tiles, buffer_view, dropout_keep, mask_scores, mask_slice, modify
+from .dtypes import half_product_fits
+from .flash_tiles import Keys, Tiles, buffer_view, dropout_keep, mask_scores, mask_slice, modify, rounded
 from .masks import PARTIAL
 from .mods import Mod
 from .online import LN2, LOG2E
@@ -80,32 +81,42 @@ class Weights:
 
 
 def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: Dropout = NO_DROPOUT,
-                   mod: Mod | None = None, *, bias_shape=None, mod_params=()):
+                   mod: Mod | None = None, *, bias_shape=None, mod_params=(), half: torch.dtype | None = None):
     """FlashAttention-2 backward by recomputation. Returns dq5, dk, dv and (if ``bias_shape``) dbias.
 
     ``weights`` says how each tile's weights are rebuilt (:class:`Weights`). With a score modifier
     ``mod``, dS is pulled back through it tile by tile, and the gradients of the tensors in
     ``mod_params`` are returned as a fifth item (a list). [P7] The outer loop is over query tiles.
+    ``half``: the inputs' half dtype (q5, k, v and dout hold half values, upcast): P^T dO, dS K and
+    dS^T Q are half-precision matmuls of P and dS rounded to it [P11]; the scores, dP, D and dS are
+    float32, and so are the sums dq, dk, dv.
     """
     N, Hkv, G, L, E = q5.shape
     dq5, dk, dv = torch.zeros_like(q5), torch.zeros_like(k), torch.zeros_like(v)
     dk3 = dk.view(N * Hkv, *dk.shape[2:])  # (N*Hkv, S, E): the same memory, for batched matmuls
     dbias = q5.new_zeros(bias_shape) if bias_shape is not None else None
     dparams = [None] * len(mod_params)
-    keys = Keys.of(k, v, tiles, drop, mod, G, scale)
+    keys = Keys.of(k, v, tiles, drop, mod, G, scale, half)
     n = N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, k.shape[2])
     bufs = (q5.new_empty(n), q5.new_empty(n))  # [P3] scores and dP, reused: no allocation per tile
+    hbuf = None if half is None else q5.new_empty(n, dtype=half)  # [P3] [P11] P, then dS, rounded
     for qt, rows in tiles.query_tiles():
         # -- 1. this query tile, and its rows' saved numbers --
         qi = q5[:, :, :, rows].reshape(N, Hkv, G * (rows.stop - rows.start), E)
         doi, shift, norm, Di = weights.rows(rows, dout)
+        R = qi.shape[2]
+        qih, doih = (qi.reshape(N * Hkv, R, E).to(half), doi.to(half)) if half is not None else (None, None)
         # [P1] the scores by the same product as forward's: P is rebuilt bit for bit (tile forward)
         walk = (qi, doi, shift, norm, keys, bufs, qt, rows)
         lone = _lone_rows(tiles, qt, rows, N, Hkv, G) if weights.whole else None  # [P10]
         # -- 2. each key tile: dV, dS, then dQ (this tile's own) and dK --
         dqi = torch.zeros_like(qi)
         for cols, P, dP, keep, through in _key_tiles(*walk):
-            dv[:, :, cols] += torch.matmul((P if keep is None else P * keep).transpose(-2, -1), doi)
+            Pk = P if keep is None else P * keep
+            if half is None:
+                dv[:, :, cols] += torch.matmul(Pk.transpose(-2, -1), doi)
+            else:  # [P11] P rounded to the input dtype; the half product is added into the float32 dV
+                dv[:, :, cols] += torch.matmul(rounded(hbuf, Pk).transpose(-2, -1), doih)
             dS = dP.sub_(Di).mul_(P)  # dS = P * (dP - D), D from forward's output [P10]
             if lone is not None:
                 dS.masked_fill_(lone, 0.0)  # [P10] one visible key: its weight is 1 whatever its score
@@ -113,11 +124,17 @@ def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: 
                 _add_bias_grad(dbias, dS.view(N, Hkv * G, -1, dS.shape[-1]), rows, cols)
             if through is not None:  # chain rule through the modifier: dS to the raw scores and its tensors
                 dS, dparams = _through_mod(*through, mod_params, dS, dparams)
-            dqi.add_(torch.matmul(dS, k[:, :, cols]))
-            R = qi.shape[2]
-            dk3[:, cols].baddbmm_(dS.view(N * Hkv, R, -1).transpose(1, 2), qi.reshape(N * Hkv, R, E),
-                                  alpha=scale)  # [P1] dk += scale * dS^T q
+            if half is None:
+                dqi.add_(torch.matmul(dS, k[:, :, cols]))
+                dk3[:, cols].baddbmm_(dS.view(N * Hkv, R, -1).transpose(1, 2), qi.reshape(N * Hkv, R, E),
+                                      alpha=scale)  # [P1] dk += scale * dS^T q
+            else:  # [P11] dS rounded to the input dtype once, for both half products; dk scaled at the end
+                dSh = rounded(hbuf, dS)
+                dqi.add_(torch.matmul(dSh, keys.kh[:, :, cols]))
+                dk3[:, cols].add_(torch.bmm(dSh.view(N * Hkv, R, -1).transpose(1, 2), qih))
         dq5[:, :, :, rows] = (dqi * scale).view(N, Hkv, G, rows.stop - rows.start, E)
+    if half is not None:
+        dk.mul_(scale)
     if mod is not None:
         return dq5, dk, dv, dbias, dparams
     return dq5, dk, dv, dbias
@@ -193,11 +210,12 @@ class FlashBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(dout, q5, k, v, bias, m, l, out, cfg, wants, *mod_params):
-        tiles, scale, drop, mod = cfg
+        tiles, scale, drop, mod, half = cfg
         want = [t if w else None for t, w in zip(mod_params, wants[1:], strict=True)]
         dout = dout.contiguous()
+        half = _backward_half(half, q5, k, v, dout, tiles, drop, mod)
         grads = backward_tiles(q5, k, v, dout, scale, tiles, Weights.from_norm(m, l, delta(dout, out)), drop, mod,
-                               bias_shape=bias.shape if wants[0] else None, mod_params=want)
+                               bias_shape=bias.shape if wants[0] else None, mod_params=want, half=half)
         return (*grads[:4], *(grads[4] if mod is not None else ()))
 
     @staticmethod
@@ -213,6 +231,25 @@ class FlashBackward(torch.autograd.Function):
     def vmap(info, in_dims, *args):
         no_batched_mod_params(in_dims[10:])
         return vmap_loop.loop(FlashBackward, info, in_dims, *args)
+
+
+def _backward_half(half, q5, k, v, dout, tiles: Tiles, drop: Dropout, mod) -> torch.dtype | None:
+    """[P11] The backward's matmul dtype: ``half``, unless it is float16 and a product could pass 65504.
+
+    With P <= 1 and the keep-mask at most f = 1/(1-p): |dP_ij| <= f |dO_i| |v_j| and |D_i| <= |dO_i| |O_i|
+    <= f |dO_i| max|v|, so |dS_ij| <= P_ij * 2 f |dO| |v| (norms over the head dim) and a row's dS sums
+    to at most that bound. Hence |P^T dO| <= R f max|dO|, |dS K| <= bound * max|k| and
+    |dS^T Q| <= R bound max|q| over a tile of R rows (dK's scale is applied after, in float32). A score
+    modifier's chain rule may scale dS without a bound: float32 then."""
+    if half != torch.float16:
+        return half
+    if mod is not None:
+        return None
+    f = dropout.factor(drop.p) if drop.active else 1.0
+    R = q5.shape[2] * min(tiles.block_q, q5.shape[3])
+    ds = 2 * f * float(dout.norm(dim=-1).amax()) * float(v.norm(dim=-1).amax())
+    worst = max(ds, R * f * float(dout.abs().amax()), ds * float(k.abs().amax()), R * ds * float(q5.abs().amax()))
+    return half if half_product_fits(half, worst) else None
 
 
 def no_batched_mod_params(dims) -> None:

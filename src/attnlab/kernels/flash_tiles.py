@@ -5,7 +5,7 @@ mask) or PARTIAL (masked) -- from a mask function's block map (:mod:`attnlab.ker
 mask tensor. :class:`Keys` holds what every query tile of one call walks over: the keys and values,
 the tile map, dropout and the score modifier; :meth:`Keys.walk` yields each computed key tile's
 scores, modified and masked, in base-2 units. The forward (:mod:`attnlab.kernels.flash`) and the
-backward (:mod:`attnlab.kernels.flash_backward`) both walk them; the tags [P1] .. [P10] are the
+backward (:mod:`attnlab.kernels.flash_backward`) both walk them; the tags [P1] .. [P11] are the
 performance notes in :mod:`attnlab.kernels.flash`.
 """
 
@@ -127,6 +127,12 @@ def buffer_view(buf: torch.Tensor, shape: tuple) -> torch.Tensor:
     return buf[:n].view(shape)
 
 
+def rounded(hbuf: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    """[P11] x (float32 weights P or dS) rounded to the half dtype of the reused buffer ``hbuf``, in x's shape:
+    FlashAttention's rounding just before a half-precision matmul."""
+    return buffer_view(hbuf, tuple(x.shape)).copy_(x)
+
+
 def mask_scores(s: torch.Tensor, tile: torch.Tensor, G: int) -> None:
     """In place on a tile's scores (N, Hkv, G*r, c): bool tile -> -inf where False; float tile -> added."""
     N, Hkv, _, c = s.shape
@@ -164,11 +170,15 @@ class Keys:
     mod: Mod | None
     G: int  # query heads per key head
     alpha: float  # [P1] [P8] scale * log2(e): what each dot product is multiplied by
+    half: torch.dtype | None = None  # [P11] the dtype of the weight matmuls when it is a half one, else None
+    kh: torch.Tensor | None = None  # [P11] k and v in that dtype (exact: they are half values upcast)
+    vh: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, k, v, tiles, drop, mod, G, scale) -> Keys:
+    def of(cls, k, v, tiles, drop, mod, G, scale, half: torch.dtype | None = None) -> Keys:
         kT3 = k.reshape(k.shape[0] * k.shape[1], *k.shape[2:]).transpose(1, 2)  # (N*Hkv, E, S)
-        return cls(k, kT3, v, tiles, drop, mod, G, scale * LOG2E)
+        kh, vh = (k.to(half), v.to(half)) if half is not None else (None, None)
+        return cls(k, kT3, v, tiles, drop, mod, G, scale * LOG2E, half, kh, vh)
 
     def product(self, qi: torch.Tensor, buf: torch.Tensor, cols: slice) -> torch.Tensor:
         """[P1] [P3] alpha * qi @ k^T for key tile ``cols``, (N, Hkv, G*r, c), written into ``buf``."""

@@ -29,6 +29,10 @@ The backward pass walks the ring again. Each rank recomputes its tiles from the 
 gradients it has gathered along with the keys, so each gradient arrives home summed over every
 query that used it. The gradients equal single-process attention's.
 
+Half-precision inputs are computed in float32 throughout, weights included: the ring does not take
+the flash form's half-precision matmuls (flash.py [P11]); each step calls the tile loops without
+``half``, so a ring run in bfloat16 rounds only its inputs and its result, on any hardware.
+
 With a causal mask, a key part wholly in the future of a query part is skipped. The layout
 decides how fair that is (see :mod:`attnlab.kernels.ring_layout`): zigzag gives every rank equal work.
 
