@@ -6,7 +6,7 @@ float32, batch 1, 8 heads, head dim 64. Every comparison runs both sides in one 
 alternating calls (flash, PyTorch, flash, PyTorch, ...) so that a noisy machine slows both alike;
 the table reports the median of each side and the median of the ratios of adjacent pairs (the JSON
 also keeps the ratio of the two medians). Peak memory is *measured* (the extra
-resident-set high-water mark of the call over its inputs, see attnlab.lab.memory), never computed.
+resident-set high-water mark of the call over its inputs, see attnlab.lab.measure.memory), never computed.
 
 Targets:
   forward            flash <= 1.25 x F.scaled_dot_product_attention at T = 2048, 4096, 8192, full and causal
@@ -35,8 +35,8 @@ import torch.nn.functional as F
 
 import attnlab
 from attnlab import masks
-from attnlab.lab import flex, memory
-from attnlab.lab.growth import exponent
+from attnlab.lab.measure import flex, memory
+from attnlab.lab.measure.growth import exponent
 from attnlab.lab.results import machine, versions
 
 B, H, D = 1, 8, 64

@@ -12,7 +12,7 @@
    backward, batch x heads sized so that every T has the same number of tokens (enough to fill the
    GPU): the triton form; PyTorch SDPA's flash, cuDNN and memory-efficient backends; compiled
    flex_attention; attnlab's plain-PyTorch flash form and the matrix form (while they fit). TFLOP/s by
-   the one FLOP formula (attnlab.lab.flops), peak memory from torch.cuda.max_memory_allocated.
+   the one FLOP formula (attnlab.lab.measure.flops), peak memory from torch.cuda.max_memory_allocated.
 3. A sliding window (w = 1024, T = 16k): the triton form (the window is evaluated in the kernel and
    the tiles outside it are never visited) against SDPA given the dense bool mask, and flex.
 
@@ -130,7 +130,7 @@ def correctness(device, gpu) -> list[dict]:
 
     import attnlab
     from attnlab import masks
-    from attnlab.lab import rule
+    from attnlab.lab.check import rule
 
     f = 1 if gpu else 32  # the dry run divides lengths by 32
     T = 1000 // f
@@ -192,7 +192,7 @@ def backends():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import attnlab
-    from attnlab.lab import flex
+    from attnlab.lab.measure import flex
 
     def sdpa(backend):
         def fn(q, k, v, causal, mask):
@@ -215,8 +215,8 @@ def measure(fn, q, k, v, go, causal, mask, backward, device, repeats, budget):
     """Median seconds of one call (forward, or forward + backward) and its peak memory in bytes."""
     import torch
 
-    from attnlab.lab import memory
-    from attnlab.lab.timing import time_calls
+    from attnlab.lab.measure import memory
+    from attnlab.lab.measure.timing import time_calls
 
     def call():
         if backward:
@@ -246,7 +246,7 @@ def measure(fn, q, k, v, go, causal, mask, backward, device, repeats, budget):
 def speed(S, device, repeats, budget) -> list[dict]:
     import torch
 
-    from attnlab.lab.flops import attention_flops
+    from attnlab.lab.measure.flops import attention_flops
 
     lines = backends()
     rows, slow = [], {}  # slow: (impl, d, causal, mode) -> seconds at the last T, to skip what cannot fit

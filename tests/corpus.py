@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mutants
-from attnlab.lab import diagnose, verify
+from attnlab.lab.check import diagnose, verify
 
 ALL = ("float32", "float64", "bfloat16")
 

@@ -3,7 +3,7 @@
 Every function has ``F.scaled_dot_product_attention``'s signature. :func:`attend` is a plain,
 correct implementation with switches; each mutant flips one switch (or is a small function of its
 own where the bug lives in a structure: an online softmax, a tile loop, a custom backward). Each
-mutant names the diagnosis key (:mod:`attnlab.lab.diagnose`) that states its cause; ``None`` where
+mutant names the diagnosis key (:mod:`attnlab.lab.check.diagnose`) that states its cause; ``None`` where
 no one-line cause can be read from the failures (the test reports how many got theirs).
 """
 
@@ -58,13 +58,15 @@ def attend(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, 
     if is_causal and bug != "causal-ignored" and not (bug == "causal-dropped-with-mask" and attn_mask is not None):
         if bug == "diagonal":
             keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril(-1)
+        elif bug == "causal-reversed":
+            keep = torch.ones(L, S, dtype=torch.bool, device=s.device).triu()
         elif bug == "lower-right":
             keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril(S - L)
         elif bug == "square-causal":
             keep = torch.ones(L, L, dtype=torch.bool, device=s.device).tril()
         else:
             keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril()
-        s = s.masked_fill(~keep, -math.inf)
+        s = s.masked_fill(~keep, 0.0 if bug == "mask-zero" else -math.inf)
     if attn_mask is not None and bug != "mask-ignored" and not (bug == "mask-dropped-with-causal" and is_causal):
         m = attn_mask
         if bug == "mask-view":
@@ -202,6 +204,8 @@ MUTANTS = {
     "scale only as a float": (_bug(attend, "scale-tensor"), "scale-tensor", F32),
     "ignores is_causal": (_bug(attend, "causal-ignored"), "causal-ignored", F32),
     "causal mask hides the diagonal": (_bug(attend, "diagonal"), "diagonal", F32),
+    "causal mask turned round": (_bug(attend, "causal-reversed"), "causal-reversed", F32),
+    "masked scores set to 0, not -inf": (_bug(attend, "mask-zero"), "mask-zero", F32),
     "causal aligned lower-right": (_bug(attend, "lower-right"), "causal-alignment", F32),
     "causal mask built L x L": (_bug(attend, "square-causal"), "causal-alignment", F32),
     "drops attn_mask when is_causal": (_bug(attend, "mask-dropped-with-causal"), "causal+mask", F32),

@@ -46,6 +46,19 @@ def test_a_right_function_passes_and_cases_have_readable_ids():
         attnlab.testing.assert_case(gqa_with_repeat, params[0].values[0])
 
 
+def test_a_function_that_calls_sys_exit_fails_its_case_and_the_test_goes_on():
+    """sys.exit(0) inside the function is an error row naming it, never an exit code 0 for the suite."""
+
+    def exits(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        sys.exit(0)
+
+    basic = next(p.values[0] for p in attnlab.testing.cases(dtypes=["float32"], only="basic"))
+    with pytest.raises(AssertionError) as e:
+        attnlab.testing.assert_case(exits, basic)
+    print(e.value)
+    assert "ERROR" in str(e.value) and "called sys.exit(0) while running the case" in str(e.value)
+
+
 @pytest.mark.slow
 def test_a_case_the_function_cannot_take_is_skipped_not_failed():
     mod = next(p.values[0] for p in attnlab.testing.cases(dtypes=["float32"]) if p.values[0].mod)

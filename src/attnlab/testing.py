@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from attnlab.lab import cases as _cases
-from attnlab.lab import verify as _verify
-from attnlab.lab.cases import Case
+from attnlab.lab.check import cases as _cases
+from attnlab.lab.check import verify as _verify
+from attnlab.lab.check.cases import Case
 from attnlab.report import plain
 
 __all__ = ["Case", "assert_attention_matches", "assert_case", "cases"]

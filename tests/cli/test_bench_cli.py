@@ -48,11 +48,15 @@ def test_bad_impl_end_to_end_is_one_line_exit_2(run_cli):
 @pytest.mark.slow
 def test_guard_prints_a_skip_line(capsys, tmp_path):
     assert main(["bench", "--seq", "16", "32", "--heads", "1", "--head-dim", "8", "--repeats", "1", "--impl", "matrix",
-                 "--matmul-size", "64", "--max-memory", "1K", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+                 "--matmul-size", "64", "--max-memory", "1K", "--out", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    out = captured.out
     assert "skipped matrix T=16: estimated" in out and "(--max-memory)" in out
     assert "[ ] quadratic memory growth measured" in out
-    assert json.loads((tmp_path / "bench.json").read_text())["results"][0]["skipped"].startswith("estimated")
+    # every case skipped: a failed job, not a result -- one line, and no bench.json that holds nothing
+    assert captured.err.startswith("attnlab bench: error: nothing was measured: every case was skipped (the table "
+                                   "says why; matrix at T=16: estimated")
+    assert len(captured.err.strip().splitlines()) == 1 and not (tmp_path / "bench.json").exists()
 
 
 @pytest.mark.parametrize("args, msg", [
@@ -90,7 +94,7 @@ def test_parse_size():
 
 def test_help_states_the_config_defaults():
     from attnlab.cli import build_parser
-    from attnlab.lab.bench import BenchConfig
+    from attnlab.lab.measure.bench import BenchConfig
 
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices["bench"]
     helps = {a.dest: a.help or "" for a in sub._actions}

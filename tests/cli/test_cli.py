@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from attnlab.lab import verify
+from attnlab.lab.check import verify
+from attnlab.lab.check.verify import VerifyResult
 from attnlab.lab.demo import DemoResult
-from attnlab.lab.verify import VerifyResult
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -97,7 +97,7 @@ def test_a_command_that_needs_the_lab_extra_says_so_in_one_line(core, argv, need
     assert lines[0].startswith(f"attnlab {argv[0]}: error: needs ") and INSTALL in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("module, needs", [("attnlab.report.bench", "rich"), ("attnlab.lab.corpus", "numpy"),
+@pytest.mark.parametrize("module, needs", [("attnlab.report.bench", "rich"), ("attnlab.lab.train.corpus", "numpy"),
                                            ("attnlab.report.explore", "numpy")])
 def test_importing_a_module_that_needs_the_extra_raises_importerror_with_the_pip_command(core, module, needs):
     code = f"""

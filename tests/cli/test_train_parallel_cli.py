@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli import main
-from attnlab.lab import launch
-from attnlab.lab.launch import free_port
+from attnlab.lab.dist import launch
+from attnlab.lab.dist.launch import free_port
 
 TINY = ["train", "--preset", "tiny", "--scale", "sqrt"]
 

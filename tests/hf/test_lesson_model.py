@@ -128,8 +128,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, built, capsys):
         said.append(err.strip())
         assert code == 2 and len(err.strip().splitlines()) == 1, (args, err)
         assert says in err and err.startswith("attnlab lesson: error:")
-    with capsys.disabled():
-        print("", *said, sep="\n")
+    print("", *said, sep="\n")  # captured: shown with the test's report when it fails (or under -s)
     blocker = tmp_path / "blocker"  # a transformers that cannot be imported, in a process of its own
     blocker.mkdir()
     (blocker / "transformers.py").write_text("raise ImportError('No module named transformers')\n")

@@ -13,7 +13,7 @@ from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import attnlab
 from attnlab import masks
-from attnlab.lab import oracle, rule
+from attnlab.lab.check import oracle, rule
 from helpers import qkv
 
 SIZES = {"L<S": (2, 3, 5, 9, 8), "L>S": (1, 2, 9, 5, 8), "L=S": (2, 2, 7, 7, 4)}  # N, H, L, S, E

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import attnlab
 from attnlab import masks
 from attnlab.kernels import flash
-from attnlab.lab import oracle, rule
+from attnlab.lab.check import oracle, rule
 from helpers import qkv
 
 

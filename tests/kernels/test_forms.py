@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import attnlab
 from attnlab import masks
-from attnlab.lab import oracle, rule
+from attnlab.lab.check import oracle, rule
 from helpers import qkv
 
 FAST = ["matrix", "sdpa"]

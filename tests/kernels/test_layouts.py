@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import attnlab
 from attnlab import masks
 from attnlab.kernels import flash_band
-from attnlab.lab import oracle, rule
+from attnlab.lab.check import oracle, rule
 from helpers import qkv
 
 LAYOUTS = ("transposed", "expanded", "sliced")

@@ -14,7 +14,7 @@ import attnlab
 from attnlab import masks
 from attnlab.kernels import flash_band
 from attnlab.kernels.mask_mod import PerIndex
-from attnlab.lab import oracle, rule
+from attnlab.lab.check import oracle, rule
 from helpers import qkv
 
 

@@ -21,7 +21,7 @@ from attnlab import kernels, masks  # noqa: E402
 from attnlab.kernels import triton_kernels as tk  # noqa: E402
 from attnlab.kernels import triton_masks  # noqa: E402
 from attnlab.kernels.masks import tile_slices  # noqa: E402
-from attnlab.lab import oracle, rule  # noqa: E402
+from attnlab.lab.check import oracle, rule  # noqa: E402
 from helpers import qkv  # noqa: E402
 
 torch.set_num_threads(1)

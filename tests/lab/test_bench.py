@@ -13,8 +13,8 @@ import torch
 
 from attnlab import kernels
 from attnlab.kernels import sdpa
-from attnlab.lab import bench, flex, growth, memory, timing
-from attnlab.lab.flops import attention_flops, matmul_flops
+from attnlab.lab.measure import bench, flex, growth, memory, timing
+from attnlab.lab.measure.flops import attention_flops, matmul_flops
 from attnlab.lab.results import to_dict
 from attnlab.report import bench as report
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnlab.cli import main
-from attnlab.lab import bench, growth, memory
+from attnlab.lab.measure import bench, growth, memory
 
 
 def test_the_fit_keeps_the_longer_half_of_the_lengths():

@@ -5,7 +5,7 @@ import torch
 
 from attnlab import mods
 from attnlab.kernels import flash
-from attnlab.lab import bench, flex
+from attnlab.lab.measure import bench, flex
 
 
 def test_mod_names_and_errors():

@@ -2,7 +2,8 @@
 
 import os
 
-from attnlab.lab import machine, memory, results
+from attnlab.lab import machine, results
+from attnlab.lab.measure import memory
 
 
 def test_results_carry_the_same_functions():

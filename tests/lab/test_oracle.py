@@ -10,8 +10,8 @@ from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import attnlab
 from attnlab import masks
-from attnlab.lab import judge, oracle, rule, verify
-from attnlab.lab.verify import Case
+from attnlab.lab.check import judge, oracle, rule, verify
+from attnlab.lab.check.verify import Case
 from helpers import qkv
 
 

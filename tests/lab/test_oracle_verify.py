@@ -5,8 +5,9 @@ import torch
 import torch.nn.functional as F
 
 import attnlab
-from attnlab.lab import oracle, rule, verify
-from attnlab.lab.verify import Case
+from attnlab.cli import _args
+from attnlab.lab.check import isolate, oracle, rule, verify
+from attnlab.lab.check.verify import Case
 from helpers import qkv
 
 
@@ -53,7 +54,8 @@ def test_form_passes_quick_grid_in_every_dtype(form, round_trip):
         w = row.worst
         print(f"{row.case} [{row.dtype}] {row.status} {w.quantity} err={w.err:.2e} torch={w.torch_err:.2e}")
     assert r.passed, [(x.case, x.dtype, x.worst) for x in r.rows if x.status != "pass"]
-    assert len(r.rows) == len(cases) == len(verify.default_cases(["float32"], long=False)) * 3 + 1  # + ALiBi slopes
+    per_dtype = len(verify.default_cases(["float32"], long=False))
+    assert len(r.rows) == len(cases) == per_dtype * 3 + 2  # + the float64-only ALiBi slopes and unlisted bias
     assert {row.case for row in r.rows} >= {f"mask fn: {n}" for n in verify.MASK_FAMILIES}
     round_trip(r)
 
@@ -93,12 +95,12 @@ def test_a_form_that_raises_is_an_error_row_with_the_reason():
 
 
 def test_load_function_errors():
-    assert verify.load_function("matrix")[1] is attnlab.forms()["matrix"].fn
-    assert verify.load_function("torch.nn.functional:scaled_dot_product_attention")[1] is F.scaled_dot_product_attention
+    assert _args.load_function("matrix")[1] is attnlab.forms()["matrix"].fn
+    assert _args.load_function("torch.nn.functional:scaled_dot_product_attention")[1] is F.scaled_dot_product_attention
     for spec, msg in [("nosuchmod:f", "cannot import module 'nosuchmod'"), ("math:nope", "has no attribute 'nope'"),
                       ("math:pi", "names a float, not a function"), ("fast", "unknown impl 'fast'"),
                       (":f", "must look like package.module:function"),
                       ("ring", "runs only across the ranks of a torch.distributed process group; check it with "
                                "`attnlab ring`")]:
-        with pytest.raises(verify.LoadError, match=msg):
-            verify.load_function(spec)
+        with pytest.raises(isolate.LoadError, match=msg):
+            _args.load_function(spec)

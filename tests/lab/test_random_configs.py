@@ -11,7 +11,7 @@ import collections
 import pytest
 
 import attnlab
-from attnlab.lab import verify
+from attnlab.lab.check import verify
 
 N_CONFIGS = 500
 

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from attnlab.lab import demo, ring_budget
+from attnlab.lab import demo
+from attnlab.lab.dist import budget as ring_budget
+from attnlab.lab.dist.ring import RingConfig
 from attnlab.lab.results import BadField, Result, write_json
-from attnlab.lab.ring import RingConfig
 
 
 @dataclass

@@ -5,8 +5,10 @@ import dataclasses
 import pytest
 import torch
 
-from attnlab.lab import memory, oracle, oracle_rows, ring_budget, rule
-from attnlab.lab.ring import RingConfig
+from attnlab.lab.check import oracle, oracle_rows, rule
+from attnlab.lab.dist import budget as ring_budget
+from attnlab.lab.dist.ring import RingConfig
+from attnlab.lab.measure import memory
 from helpers import qkv
 
 

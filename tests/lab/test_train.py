@@ -7,8 +7,9 @@ import signal
 import pytest
 import torch
 
-from attnlab.lab import corpus, train, train_summary
 from attnlab.lab.results import to_dict
+from attnlab.lab.train import corpus, train
+from attnlab.lab.train import summary as train_summary
 
 TINY = train.PRESETS["tiny"]
 

@@ -1,9 +1,11 @@
 """verify's score-modifier cases: the oracle applies the same modifier; forms without one are skipped."""
 
+import torch
 import torch.nn.functional as F
 
 import attnlab
-from attnlab.lab import mod_cases, rule, verify
+from attnlab.kernels import mods
+from attnlab.lab.check import mod_cases, rule, verify
 
 MOD_CASES = [c for c in verify.default_cases(["float32", "float64"], long=False) if c.mod]
 
@@ -16,7 +18,7 @@ def test_mod_cases_cover_every_family_and_learnable_tensors():
         print(row.case, [(c.quantity, f"{c.err:.2e}", f"{c.allowed:.2e}") for c in row.comparisons])
     assert r.passed
     quantities = {c.quantity for row in r.rows for c in row.comparisons}
-    assert {"dslopes", "dtable"} <= quantities  # gradients of the modifier's own tensors are checked
+    assert {"dslopes", "dtable", "dbias"} <= quantities  # gradients of the modifier's own tensors are checked
 
 
 def test_a_user_function_that_ignores_the_modifier_fails_and_one_without_it_is_skipped():
@@ -35,9 +37,35 @@ def test_a_user_function_that_ignores_the_modifier_fails_and_one_without_it_is_s
     assert status[("plain", MOD_CASES[0].name)].detail == "takes no score_mod= keyword"
 
 
+def naive(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, score_mod=None):
+    """softmax(score_mod(q k^T / sqrt(E))) v as first written: a row whose every score is -inf becomes NaN."""
+    s = q @ k.transpose(-2, -1) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    N, H, L, S = s.shape
+    s = score_mod(s, *mods.indices(N, H, 0, L, 0, S, q.device)) if score_mod is not None else s
+    if is_causal:
+        s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool, device=q.device).tril(), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def test_the_grid_fails_nan_for_hidden_rows_and_a_gradient_that_never_arrives(monkeypatch):
+    """The two modifier cases catch what they are there for: NaN where a modifier hides a whole row, and the
+    flash form without the search for tensors a modifier reads unlisted (their gradient is left None)."""
+    hide = next(c for c in MOD_CASES if c.mod == "hide rows" and c.dtype == "float32")
+    unlisted = next(c for c in MOD_CASES if c.mod == "unlisted bias")
+    softcap = next(c for c in MOD_CASES if c.mod == "softcap" and c.dtype == "float32")
+    r = verify.verify({"naive": naive}, [softcap, hide])
+    print([(row.case, row.status, row.detail) for row in r.rows])
+    assert [row.status for row in r.rows] == ["pass", "fail"]
+    assert verify.verify({"flash": attnlab.forms()["flash"].fn}, [unlisted]).passed
+    monkeypatch.setattr(mods, "unlisted", lambda *a: ())
+    (row,) = verify.verify({"flash": attnlab.forms()["flash"].fn}, [unlisted]).rows
+    print(row.status, [(c.quantity, c.err, c.allowed) for c in row.comparisons])
+    assert row.status == "fail" and [c.quantity for c in row.comparisons if not c.passed] == ["dbias"]
+
+
 def test_pytorch_side_of_the_rule_is_pytorch_not_attnlab():
     """The eager and SDPA-with-bias baselines agree with the float64 oracle to float32 rounding."""
-    from attnlab.lab import oracle
+    from attnlab.lab.check import oracle
 
     case = next(c for c in MOD_CASES if c.mod == "relative_bias")
     q, k, v, mask, dense, _ = verify.make_inputs(case, 0)

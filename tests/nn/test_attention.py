@@ -136,3 +136,34 @@ def test_bad_arguments_name_themselves():
         CausalSelfAttention(32, 4)(torch.zeros(2, 5, 16))
     with pytest.raises(ValueError, match="even head_dim"):
         MultiHeadAttention(30, 2, rope=True)
+
+
+@pytest.mark.parametrize("T", [1, 6, 17])
+def test_the_lessons_module_equals_multi_head_attention(T):
+    """The ~20-line CausalSelfAttention and the library's module, on the same weights: the same output and gradients."""
+    torch.manual_seed(0)
+    lesson = CausalSelfAttention(32, 4).double()
+    lib = MultiHeadAttention(32, 4).double()
+    lib.load_state_dict(lesson.state_dict())  # the same parameter names and shapes
+    x = x_of(B=3, T=T)
+    xl, xm = x.clone().requires_grad_(), x.clone().requires_grad_()
+    yl, ym = lesson(xl), lib(xm)
+    g = torch.randn_like(yl)
+    (yl * g).sum().backward()
+    (ym * g).sum().backward()
+    out_err, grad_err = (yl - ym).abs().max().item(), (xl.grad - xm.grad).abs().max().item()
+    w_err = max((a.grad - b.grad).abs().max().item() for a, b in zip(lesson.parameters(), lib.parameters(),
+                                                                      strict=True))
+    print(f"T={T}: max |lesson - MultiHeadAttention| out {out_err:.1e}, dx {grad_err:.1e}, dweights {w_err:.1e}")
+    assert out_err < 1e-12 and grad_err < 1e-12 and w_err < 1e-12
+
+
+def test_the_lessons_module_is_short():
+    """The module the page quotes stays about twenty lines of code (no docstrings, comments or blank lines)."""
+    import inspect
+
+    from attnlab.nn import causal
+
+    code = [ln for ln in inspect.getsource(causal.CausalSelfAttention).splitlines()
+            if ln.strip() and not ln.strip().startswith(("#", '"""'))]
+    assert len(code) <= 26, len(code)

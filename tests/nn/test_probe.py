@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from attnlab.nn import GPT, CausalSelfAttention, GPTConfig, probe
+from attnlab.nn import GPT, GPTConfig, MultiHeadAttention, probe
 from attnlab.nn.probe import entropy, head_stats, uniform_causal_entropy
 
 
@@ -26,7 +26,7 @@ def test_one_hot_weights_give_zero_entropy():
 def test_probe_of_a_layer_with_zero_queries_is_uniform_causal():
     """q = 0 makes every score 0: query i spreads evenly over its i + 1 keys."""
     torch.manual_seed(0)
-    m = CausalSelfAttention(16, 2)
+    m = MultiHeadAttention(16, 2)
     with torch.no_grad():
         m.qkv.weight[:16] = 0
         m.qkv.bias[:16] = 0

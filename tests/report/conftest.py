@@ -19,20 +19,23 @@ BENCH = {"machine": {}, "versions": {}, "config": {"seq": [128, 512]}, "matmul_g
          "exponents": {"matrix": {"time": 2.0, "memory": 2.0}, "sdpa": {"time": 1.9, "memory": 1.1}}}
 
 
-def _log(scale_entropy):
+def _log(scale_entropy, qk_growth=1.5):
     return {"step": [0, 10], "train_loss": [4.0, 3.0], "val_loss": [4.1, 3.2 + scale_entropy / 10],
-            "grad_norm": [1.0, 0.5], "entropy": [[2.0, 2.1], [scale_entropy, scale_entropy]]}
+            "grad_norm": [1.0, 0.5], "entropy": [[2.0, 2.1], [scale_entropy, scale_entropy]],
+            "peak": [[0.2, 0.2], [0.5, 0.5]], "qk_grad_norm": [[0.3, 0.3], [0.1, 0.1]],
+            "score_grad_norm": [[0.02, 0.02], [0.01 * scale_entropy, 0.01 * scale_entropy]],
+            "qk_norm": [[30.0, 30.0], [30.0 * qk_growth, 30.0 * qk_growth]]}
 
 
-TRAIN = {"config": {"kind": "scale"}, "versions": {}, "machine": {},
-         "variants": {"sqrt": _log(1.9), "none": _log(0.2), "inv": _log(3.2)}}
-TIE = {"config": {"kind": "tie-kv"}, "versions": {}, "machine": {},
+TRAIN = {"config": {"kind": "scale", "uniform_entropy": 2.1, "head_dim": 16}, "versions": {}, "machine": {},
+         "variants": {"sqrt": _log(1.9), "none": _log(0.2), "inv": _log(3.2, qk_growth=4.0)}}
+TIE = {"config": {"kind": "tie-kv", "uniform_entropy": 2.1}, "versions": {}, "machine": {},
        "variants": {"untied": _log(1.9), "tied": _log(2.5)}}
 
 
 def tiny_checkpoint(path, block_size=64):
     """A real checkpoint in `attnlab train`'s format (its model, its saver), with untrained weights."""
-    from attnlab.lab import checkpoint
+    from attnlab.lab.train import checkpoint
     from attnlab.nn.gpt import GPT, GPTConfig
 
     chars = sorted(set("the animal did not cross the street because it was tired.,"))

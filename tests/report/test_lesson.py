@@ -11,11 +11,11 @@ import torch
 
 import attnlab
 from attnlab.kernels import matrix
-from attnlab.lab.bench import BenchResult
 from attnlab.lab.demo import DemoResult
 from attnlab.lab.lesson import code, model, sources, walkthrough, worked
-from attnlab.lab.train import TrainResult
-from attnlab.report.lesson import numbers, sections, teach
+from attnlab.lab.measure.bench import BenchResult
+from attnlab.lab.train.train import TrainResult
+from attnlab.report.lesson import checklist, numbers, sections, teach
 
 from .conftest import BENCH, TRAIN, tiny_checkpoint
 
@@ -32,7 +32,9 @@ def test_cli_builds_one_self_contained_page(lesson):
     # nothing to fetch: every src is inline data, every href an anchor on the page or a reading-list link
     assert not re.findall(r"""src\s*=\s*["'](?!data:)""", html)
     links = re.findall(r"""href\s*=\s*["'](?!#)([^"']*)""", html)
-    assert sorted(links) == sorted(u for _, u in teach.READING)
+    source = [u for u in links if u.startswith("file://")]  # the production code, on this machine, for the curious
+    assert len(source) == 3 and all(u.endswith(".py") for u in source)
+    assert sorted(u for u in links if u not in source) == sorted(u for _, u in teach.READING)
     assert html.count("https://") == len(teach.READING) and "http://" not in html  # nowhere else
     assert not re.search(r"""url\((?!["']?data:)""", html)
     assert "{{" not in html.split('<script type="application/json"')[0]
@@ -138,13 +140,28 @@ def test_worked_example_by_hand():
     assert w.err_matrix < 1e-12 and w.err_torch < 1e-12
 
 
-def test_code_quotes_are_the_source_lines():
+def test_code_quotes_are_the_lessons_module_and_the_labs_starter():
+    from attnlab.lab.exercise import starter
+
     c = code.collect()
-    for step, s in c.steps.items():
-        src = (Path(attnlab.__file__).parent / s.file).read_text().splitlines()
-        assert [src[n - 1].strip() for n in s.lines] == s.code, step
-    assert any("safe_softmax" in line for line in c.steps["softmax"].code)
-    assert "def attention(" in c.loops.code[0] and any("def project" in line for line in c.module.code)
+    module = (Path(attnlab.__file__).parent / "nn" / "causal.py").read_text().splitlines()
+    for step, snip in c.steps.items():
+        assert snip.file == "nn/causal.py" and [module[n - 1].strip() for n in snip.lines] == snip.code, step
+    lab = Path(starter.__file__).read_text().splitlines()
+    for step, snip in c.lab_steps.items():
+        assert snip.file == "attention_lab.py" and [lab[n - 1].strip() for n in snip.lines] == snip.code, step
+    assert c.steps["scale"].code == ["scores = scores * self.scale  # keeps the spread of the scores the same at "
+                                     "every head width"]
+    assert "TODO 2 (mask)" in c.lab_steps["mask"].code[0]
+    for whole in (c.module, c.starter):  # every line numbered, in order: no "65, 29, 31"
+        assert whole.lines == sorted(whole.lines) and len(whole.lines) == len(whole.code)
+    assert c.module.code[0].startswith("class CausalSelfAttention") and len(c.module.code) < 40
+    assert any("def attention_by_hand" in x for x in c.starter.code) and any("def attention_matrix" in x
+                                                                              for x in c.starter.code)
+    assert set(c.links) == {"attnlab/nn/attention.py", "attnlab/kernels/matrix.py", "attnlab/kernels/loops.py"}
+    assert all(u.startswith("file://") for u in c.links.values())
+    html = teach.code_blocks(c)
+    assert html.count('<details class="listing"') == 2 and "nn/causal.py, lines " in html
     with pytest.raises(RuntimeError, match="no longer has it"):
         code.quote(matrix, ["this line is not there"])
 
@@ -216,23 +233,119 @@ def test_bench_table_says_memory_reasons_noise_and_growth():
     assert "noisy" not in sections.bench(sources.Part("bench", "file", "from bench.json", quiet), {})
 
 
-def test_checklist_ticks_what_was_measured(tmp_path):
+def _lab(passed=True, err=3e-7, memory=2.01, seqs=(128, 512, 2048), function="attention_by_hand", given=False):
+    """What the checklist reads of an `attnlab lab check` result."""
     from types import SimpleNamespace
 
-    demo = DemoResult.from_dict(demo_json(("loops", 3e-7), ("matrix", 1e-7)))
-    bench = json.loads(json.dumps(BENCH))
-    bench["results"] += [{"impl": "matrix", "seq": 2048, "time_s": 1.0, "peak_bytes": 8 * 2048**2}]
+    rows = [SimpleNamespace(status="pass" if passed or i else "fail") for i in range(15)]
+    counts = {"pass": sum(r.status == "pass" for r in rows), "fail": sum(r.status == "fail" for r in rows),
+              "error": 0, "skipped": 0}
+    return SimpleNamespace(file="attention_lab.py", function=function, passed=passed, match_err=err, match_tol=1e-4,
+                           verify=SimpleNamespace(rows=rows, counts=lambda: counts),
+                           diagnoses=[] if passed else [SimpleNamespace(key="scale", text="is the scale used?")],
+                           timings=[SimpleNamespace(seq=T, peak_bytes=8 * T * T, skipped=None) for T in seqs],
+                           exponents={"memory": memory, "time": 2.0}, given=given)
+
+
+def test_checklist_ticks_from_the_learners_own_results():
+    from types import SimpleNamespace
+
     part = sources.Part
-    data = SimpleNamespace(demo=part("demo", "file", "from x/demo.json", demo),
-                           bench=part("bench", "file", "from x/bench.json", BenchResult.from_dict(bench)),
-                           train_scale=part("train scale", "file", "from x/train.json", TrainResult.from_dict(TRAIN)),
-                           train_tie_kv=part("train tie-kv", "not measured", "no tie_kv.json", None))
-    html = sections.checklist(data)
-    assert "4 of 5 done" in html and html.count('class="done"') == 4 and html.count('class="todo"') == 1
-    assert "largest difference 3.0e-07 (demo.json)" in html and "measured at 128, 512, 2048" in html
-    assert "measured T^2.00" in html and "run <code>attnlab train --ablation tie-kv</code>" in html
-    demo.checks[0].max_err = 2e-3
-    assert "3 of 5 done" in sections.checklist(data)
+    train = part("train scale", "file", "from x/train.json", TrainResult.from_dict(TRAIN))
+    data = SimpleNamespace(lab=[], train_scale=train)
+    html = checklist.checklist(data)
+    assert "0 of 4 done" in html and html.count('class="todo"') == 4  # the machine's forms never tick the learner's
+    assert "<code>attnlab lab start</code>" in html and "not done yet" in html
+    assert "the machine's run" in html and "not measured at these settings" in html  # TRAIN's unscaled loss is lower
+    data.lab = [_lab()]
+    html = checklist.checklist(data)
+    assert "3 of 4 done" in html and "max |yours − F.sdpa| 3.0e-07" in html and "T^2.01" in html
+    data.lab = [_lab(passed=False, memory=0.4, seqs=(128, 512))]
+    html = checklist.checklist(data)
+    assert "0 of 4 done" in html and "1 of 15 graded cases failed; likely cause: is the scale used?" in html
+    assert "T^0.40, not quadratically" in html and "attention_lab.py:attention_matrix" in html
+    assert "measured at 128, 512" in html
+    data.lab = [_lab(function="attention_matrix", given=True)]  # only the starter's finished version, checked
+    html = checklist.checklist(data)
+    assert "2 of 4 done" in html and html.index('class="todo"') < html.index('class="done"')  # the match is not
+    assert "the starter's code as it came (attention_matrix), which does not count as yours" in html
+    assert "attention_matrix in attention_lab.py (the starter's code as it came, measured by you)" in html
+    data.lab = [_lab(function="attention_matrix", given=True), _lab(memory=0.7)]  # and the learner's loops
+    assert "3 of 4 done" in checklist.checklist(data)
+    destabilised = json.loads(json.dumps(TRAIN))
+    destabilised["variants"]["none"]["val_loss"][-1] = 3.9  # above the scaled model's 3.39
+    destabilised["variants"]["none"]["entropy"] = [[0.1, 0.1], [0.1, 0.1]]  # saturated at every log
+    data.train_scale = part("train scale", "file", "from x/train.json", TrainResult.from_dict(destabilised))
+    assert "✓</span> <b>Removing the 1/√d scale" in checklist.checklist(data)
+    assert "training is the lab's given" in checklist.checklist(data)
+
+
+def test_the_page_says_when_a_measured_claim_does_not_hold():
+    """Result files where the lesson's claims fail: the page says so with the rule, and ticks nothing."""
+    from .conftest import TIE
+
+    tie = json.loads(json.dumps(TIE))
+    tie["variants"]["tied"]["val_loss"][-1] = 3.36  # tied better than untied (3.39): the claim fails
+    scale = json.loads(json.dumps(TRAIN))
+    scale["variants"]["inv"]["val_loss"][-1] = 3.37  # 1/d beats 1/sqrt(d) (3.39), its q/k norms grew 4x against 1.5x
+    part = sources.Part
+    html = sections.train(part("train scale", "file", "from train.json", TrainResult.from_dict(scale)),
+                          part("train tie-kv", "file", "from tie_kv.json", TrainResult.from_dict(tie)), {})
+    assert "1/d learns worse than 1/√d</b>: <span class=\"verdict fails\">✗ does not hold at these settings" in html
+    assert "from 30.0 to 120.0 (×4.00)" in html and "×2.67 as much as 1/√d did" in html
+    assert "starts with scores 0.25 of 1/√d's; by the end they were 0.67 of them: it undid part" in html
+    assert "nearly uniform" in html and "a worse final loss is not" in html
+    assert "Tying them measurably reduces capability</b>: <span class=\"verdict fails\">✗" in html
+    assert "cost nothing measurable" in html and "not tested here" in html
+    assert "visibly destabilised training</b>: <b>not measured at these settings" in html
+    assert "✓ holds" in html  # one prediction does hold (the gradient through the softmax), and only it is ticked
+    assert html.count("✓ holds") == 1
+    from types import SimpleNamespace
+
+    explore = sources.explore(Path("/nonexistent"), seed=0)
+    demo = DemoResult.from_dict(demo_json(("loops", 3e-7)) | {"widths": [256], "peak": {"none": [0.9], "sqrt": [0.1],
+                                                                                          "inv": [0.02]}})
+    walk = walkthrough.seeded(0)[1]
+    data = SimpleNamespace(demo=part("demo", "file", "from demo.json", demo), explore=explore, walkthrough=walk,
+                           train_scale=part("train scale", "file", "from train.json", TrainResult.from_dict(scale)),
+                           train_tie_kv=part("train tie-kv", "file", "from tie_kv.json", TrainResult.from_dict(tie)),
+                           bench=part("bench", "file", "from bench.json", BenchResult.from_dict(BENCH)))
+    answers = sections.questions(data)
+    assert "does <b>not</b> show the destabilising the lesson predicts" in answers
+    assert "That does <b>not</b> support the argument at these settings" in answers
+    tie["variants"]["tied"]["val_loss"][-1] = 3.6
+    data.train_tie_kv = part("train tie-kv", "file", "from tie_kv.json", TrainResult.from_dict(tie))
+    assert "That supports the argument: the tied model learned measurably worse." in sections.questions(data)
+
+
+def test_the_train_figure_keeps_its_legends_off_the_curves(tmp_path):
+    import matplotlib
+
+    from attnlab.report import train as train_figs
+
+    matplotlib.use("Agg")
+    seen = {}
+    import matplotlib.figure
+
+    save = matplotlib.figure.Figure.savefig
+
+    def spy(fig, *a, **k):
+        fig.canvas.draw()
+        seen["boxes"] = [(ax.get_window_extent(), ax.get_legend().get_window_extent()) for ax in fig.axes]
+        seen["texts"] = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+        seen["labels"] = [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()]
+        return save(fig, *a, **k)
+
+    matplotlib.figure.Figure.savefig = spy
+    try:
+        train_figs.figure(TrainResult.from_dict(TRAIN), tmp_path / "t.png", panels=("loss", "entropy"))
+    finally:
+        matplotlib.figure.Figure.savefig = save
+    assert len(seen["boxes"]) == 2
+    for axes, legend in seen["boxes"]:
+        assert not axes.overlaps(legend), (axes, legend)
+    assert seen["texts"] == [[], []]  # no words written over the curves ("uniform attention" is in the legend)
+    assert any(t.startswith("uniform attention (") for t in seen["labels"])
 
 
 DEMO = {"seed": 0, "T": 32, "d": 64}
@@ -304,3 +417,24 @@ def test_head_labels_follow_the_measurements():
     assert total == [0.1, 0.8] and mean == [0.1, 0.4]  # per character, a long word does not win by length
     with pytest.raises(ValueError, match="weights must be 7 x 7"):
         heads.head_stats(tokens, torch.zeros(6, 6))
+
+
+def test_induction_and_the_even_spread_without_the_mask():
+    from attnlab.lab.lesson import heads
+
+    tokens = list("abcabc")  # query 3..5 repeat 0..2: the token after the earlier copy is i - 2
+    T = len(tokens)
+    copy = torch.zeros(T, T)
+    copy[0, 0], copy[1, 0], copy[2, 0] = 1, 1, 1
+    for i in range(3, T):
+        copy[i, i - 2] = 1.0
+    s = heads.head_stats(tokens, copy)
+    assert s.induction == pytest.approx(1.0) and s.pattern == "induction"
+    assert s.label == "induction head: 1.00 of its weight on the token after an earlier copy of the query's"
+    assert heads.head_stats(list("abcd"), torch.eye(4)).induction is None  # no token appears twice
+    full = torch.full((T, T), 1.0 / T)  # no mask: every query spreads over all T keys
+    causal, free = heads.head_stats(tokens, full), heads.head_stats(tokens, full, causal=False)
+    assert free.label.endswith(f"even spread {math.log(T):.2f})")  # log T: every key visible
+    assert heads.even_spread(T, causal=True) < math.log(T)
+    assert causal.pattern == free.pattern == "broad" and causal.entropy == free.entropy
+    assert heads.even_spread(T, causal=False) == pytest.approx(math.log(T))

@@ -119,7 +119,7 @@ def test_lesson_page_in_chromium(browser, lesson, tmp_path):
         page.click("#next")
         assert ind.inner_text() == f"{n}/6"
         titles.append(title.inner_text())
-        assert "kernels/matrix.py:" in page.locator("#stage-code").inner_text()
+        assert "nn/causal.py:" in page.locator("#stage-code").inner_text()
     assert len(set(titles)) == 6 and "Softmax" in titles[4] and "Weighted sum" in explain.inner_text()
     assert "more (their weights add up to" in page.locator(".calc").inner_text()  # the rest of the sum, counted
     assert page.get_attribute("#next", "aria-disabled") == "true"  # the last stage: Next is off
@@ -129,7 +129,8 @@ def test_lesson_page_in_chromium(browser, lesson, tmp_path):
     for n in range(5, 0, -1):
         page.keyboard.press("ArrowLeft")
         assert ind.inner_text() == f"{n}/6"
-    assert "nn/attention.py:" in page.locator("#stage-code").inner_text()  # the projections' lines
+    assert "nn/causal.py:" in page.locator("#stage-code").inner_text()  # the projections' lines
+    assert "attention_lab.py:" in page.locator("#stage-code").inner_text()  # and the starter's
     page.keyboard.press("ArrowRight")
     assert ind.inner_text() == "2/6"
     page.focus("#next")  # keyboard only: Enter presses a focused control

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-COMMANDS = ["demo", "verify", "bench", "explore", "lesson", "train", "sample", "ring"]
+COMMANDS = ["demo", "verify", "bench", "explore", "lesson", "lab", "train", "sample", "ring"]
 
 
 class UsageError(Exception):
@@ -41,9 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    from attnlab.lab.files import CannotWrite
+
     try:
         return int(args.run(args) or 0)
-    except UsageError as e:
+    except (UsageError, CannotWrite) as e:  # bad input, or a file that could not be written (a full disk)
         print(f"attnlab {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

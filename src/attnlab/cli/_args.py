@@ -1,5 +1,5 @@
 """The argparse types and argument checks several commands share: a seed, a number of seconds, a positive
-integer, and a form that runs in one process."""
+integer, a form that runs in one process, and ``--impl``: a registered form or your ``package.module:function``."""
 
 from __future__ import annotations
 
@@ -61,3 +61,25 @@ def single_process_form(name: str, what: str, device: str | None = None):
     if why is not None:
         raise UsageError(f"--impl {name} cannot run on {device} here: {why}")
     return form
+
+
+def load_function(spec: str, device="cpu"):
+    """``--impl`` -> (name, function): a registered form by its name, or ``package.module:function`` imported
+    here (verify imports other people's functions in a child process instead: attnlab.lab.check.isolate).
+    Raises ``isolate.LoadError`` with a message for the user when it names nothing usable."""
+    from attnlab import kernels
+    from attnlab.lab.check.isolate import LoadError, import_function
+
+    if ":" in spec:
+        return spec, import_function(spec)
+    try:
+        form = kernels.get(spec)
+    except ValueError as e:
+        raise LoadError(f"{e}; or give your own function as package.module:function") from None
+    if form.distributed:
+        raise LoadError(f"form {spec!r} runs only across the ranks of a torch.distributed process group; "
+                        f"check it with `attnlab ring`, which holds it to the same tolerance rule")
+    why = form.why_not(device)
+    if why is not None:
+        raise LoadError(f"form {spec!r} cannot be checked on {device} here: {why}")
+    return spec, form.fn

@@ -6,13 +6,13 @@ import re
 import time
 
 from ._args import seed
-from ._folder import add_out, output_folder
+from ._folder import add_force, add_out, keep_other_run, output_folder
 
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
 def add_parser(sub):
-    # Defaults left as None fall back to BenchConfig's (attnlab.lab.bench), so they are written once;
+    # Defaults left as None fall back to BenchConfig's (attnlab.lab.measure.bench), so they are written once;
     # the help repeats them so that `attnlab bench --help` does not have to import torch.
     p = sub.add_parser("bench", help="time and peak memory of the forms against sequence length, with growth "
                                      "exponents and a plot",
@@ -47,6 +47,7 @@ def add_parser(sub):
                         "where one product would take over a quarter of a second, as half precision often does)")
     add_out(p)
     p.add_argument("--seed", type=seed, help="random seed, 0 to 2**32 - 1 (default: 0)")
+    add_force(p)
     p.set_defaults(run=run)
 
 
@@ -64,13 +65,16 @@ def parse_size(text: str) -> int:
 def run(args) -> int:
     from rich.markup import escape
 
-    from attnlab.lab import bench
-    from attnlab.lab.results import write_json
+    from attnlab.lab.measure import bench
+    from attnlab.lab.results import to_dict, write_json
     from attnlab.report import bench as report
     from attnlab.report.terminal import console, progress
 
+    from . import UsageError
+
     cfg = _config(args)
     out = output_folder(args.out)  # a folder that cannot take files is a usage error now, not after the run
+    keep_other_run(out / "bench.json", to_dict(bench.resolved(cfg)), lambda d: d["config"], "a benchmark", args.force)
 
     names = cfg.impls or tuple(bench.known_impls())
     note = " (each new flex shape is compiled first; that is not timed)" if "flex" in names else ""
@@ -81,10 +85,13 @@ def run(args) -> int:
     seconds = time.perf_counter() - start
 
     report.show(result, console)
-    files = [write_json(result, out / "bench.json"), report.write_csv(result, out / "bench.csv"),
-             report.figure(result, out / "bench.png")]
-    for f in files:
-        console.print(f"wrote {f}")
+    if not result.interrupted and all(r.skipped is not None for r in result.results):
+        first = result.results[0]
+        raise UsageError(f"nothing was measured: every case was skipped (the table says why; {first.impl} at "
+                         f"T={first.seq}: {first.skipped}), so no files were written")
+    for write in (lambda: write_json(result, out / "bench.json"), lambda: report.write_csv(result, out / "bench.csv"),
+                  lambda: report.figure(result, out / "bench.png")):
+        console.print(f"wrote {write()}")  # each said as soon as it is whole: a full disk stops at the next
     if result.interrupted:
         console.print(f"[yellow]interrupted after {seconds:.0f} s: the files hold what was measured[/]")
         return 130
@@ -94,7 +101,7 @@ def run(args) -> int:
 
 def _config(args):
     """The BenchConfig the flags ask for (flags left out keep BenchConfig's defaults), or a UsageError."""
-    from attnlab.lab import bench
+    from attnlab.lab.measure import bench
 
     from . import UsageError
 
@@ -110,7 +117,9 @@ def _config(args):
              "matmul_n": args.matmul_size}
     try:
         given["memory_limit_bytes"] = parse_size(args.max_memory) if args.max_memory else None
-        return bench.BenchConfig(causal=args.causal, backward=args.backward,
-                                 **{k: v for k, v in given.items() if v is not None})
+        cfg = bench.BenchConfig(causal=args.causal, backward=args.backward,
+                                **{k: v for k, v in given.items() if v is not None})
+        bench.check_named(cfg)
+        return cfg
     except ValueError as e:
         raise UsageError(str(e)) from None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._args import seed
-from ._folder import add_out, output_folder
+from ._folder import add_force, add_out, keep_other_run, output_folder
 
 
 def add_parser(sub):
@@ -12,6 +12,7 @@ def add_parser(sub):
                                    "forms, a causal attention map, and softmax saturation against head width.")
     add_out(p)
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
+    add_force(p)
     p.set_defaults(run=run)
 
 
@@ -22,6 +23,7 @@ def run(args) -> int:
     from attnlab.report.terminal import console
 
     out = output_folder(args.out)  # a folder that cannot take files is a usage error now, not after the run
+    keep_other_run(out / "demo.json", {"seed": args.seed}, lambda d: d, "the demo", args.force)
     r = demo.run(seed=args.seed)
     console.print(f"[bold]One head, T={r.T} tokens, d={r.d}, float32 (seed {r.seed})[/]")
     for c in r.checks:
@@ -31,9 +33,7 @@ def run(args) -> int:
     at = r.peak_at(256)
     console.print(f"  d = 256: mean peak attention weight {at['none']:.2f} unscaled vs {at['sqrt']:.2f} scaled "
                   f"by 1/sqrt(d) ({at['inv']:.3f} with 1/d; uniform is {1 / r.scale_T:.3f})")
-    files = [plots.attention_map(r.map_weights, out / "attention_map.png"),
-             plots.scale_demo(r, out / "scale_demo.png"),
-             write_json(r, out / "demo.json")]
-    for f in files:
-        console.print(f"  wrote {f}")
+    for write in (lambda: plots.attention_map(r.map_weights, out / "attention_map.png"),
+                  lambda: plots.scale_demo(r, out / "scale_demo.png"), lambda: write_json(r, out / "demo.json")):
+        console.print(f"  wrote {write()}")  # each said as soon as it is whole: a full disk stops at the next
     return 0 if all(c.ok for c in r.checks) else 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._args import seed
-from ._folder import add_out, output_folder
+from ._folder import add_force, add_out, keep_other_run, output_folder
 
 
 def add_parser(sub):
@@ -14,6 +14,7 @@ def add_parser(sub):
     p.add_argument("name", nargs="?", help="experiment to run, or 'all'")
     add_out(p)
     p.add_argument("--seed", type=seed, default=0, help="random seed (default: 0)")
+    add_force(p)
     p.set_defaults(run=run)
 
 
@@ -34,10 +35,13 @@ def run(args) -> int:
         raise UsageError(f"unknown experiment {args.name!r}; choose one of: {', '.join(explore.EXPERIMENTS)}, all")
     out = output_folder(args.out)
     names = list(explore.EXPERIMENTS) if args.name == "all" else [args.name]
+    for name in names:  # before any runs: a refusal leaves every file as it was
+        keep_other_run(out / f"explore-{name}.json", {"seed": args.seed}, lambda d: d, f"experiment {name}",
+                       args.force)
     for name in names:
         e = explore.get(name)
         r = e.run(seed=args.seed)
         console.print(f"[bold]{name}[/]: {e.finding(r)}")
-        for f in (figure(name, r, out / f"explore-{name}.png"), write_json(r, out / f"explore-{name}.json")):
-            console.print(f"  wrote {f}")
+        console.print(f"  wrote {figure(name, r, out / f'explore-{name}.png')}")  # each as soon as it is whole
+        console.print(f"  wrote {write_json(r, out / f'explore-{name}.json')}")
     return 0

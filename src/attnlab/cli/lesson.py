@@ -15,6 +15,10 @@ def add_parser(sub):
     add_out(p, "output folder, read and written")
     p.add_argument("--open", action="store_true", help="open the page in the default browser when it is built")
     p.add_argument("--quick", action="store_true", help="smallest quick runs for missing results; no training")
+    p.add_argument("--build", action="store_true",
+                   help="first run the commands whose results are missing or stale (demo, bench, train, the tie-kv "
+                        "ablation, explore), saying beforehand how long they will take, then build the page; a line "
+                        "per step, in lesson-build.log too")
     p.add_argument("--seed", type=seed, default=0, help="random seed for the seeded model and quick runs (default: 0)")
     p.add_argument("--model", metavar="NAME_OR_PATH",
                    help="a pretrained causal LM instead (a Hugging Face hub name or a local folder; needs "
@@ -33,9 +37,16 @@ def run(args) -> int:
 
     if args.text is not None and args.model is None:
         raise UsageError("--text goes with --model; the built-in model's page reads any text you type in it")
+    if args.build and (args.quick or args.model is not None):
+        raise UsageError(f"--build runs the full measurements for the built-in lesson; it does not go with "
+                         f"{'--quick' if args.quick else '--model'}")
     out = output_folder(args.out)
     if args.model is not None:
         return run_model(args, out)
+    if args.build:
+        from ._lesson_build import build_steps
+
+        steps_log = build_steps(out)
     try:
         data = collect(out, quick=args.quick, seed=args.seed, log=lambda m: console.print(f"  {m}"))
     except ValueError as e:  # a broken results file or an unreadable checkpoint in the folder
@@ -45,6 +56,8 @@ def run(args) -> int:
         console.print(f"  {part.name}{how}: {part.note}")
     path = build(data, out / "lesson.html")
     console.print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB, {data.seconds:.1f} s)")
+    if args.build:
+        steps_log.finish(data.seconds)
     _open(path, args.open)
     return 0
 

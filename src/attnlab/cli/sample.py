@@ -14,7 +14,8 @@ def add_parser(sub):
                                    "once, then every new character is a single query against it.")
     p.add_argument("--ckpt", required=True, help="checkpoint, e.g. attnlab-out/checkpoints/scale-sqrt.pt")
     p.add_argument("--prompt", default="def ", help="text to continue (default: 'def ')")
-    p.add_argument("--tokens", type=positive, default=200, help="characters to generate (default: 200)")
+    p.add_argument("--tokens", type=positive, default=200,
+                   help="characters to generate, at most 1,000,000 (default: 200)")
     p.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default: 0.8)")
     p.add_argument("--top-k", type=positive, default=None, help="sample only from the k likeliest characters")
     p.add_argument("--seed", type=seed, default=0, help="random seed (default: 0)")
@@ -23,14 +24,17 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from attnlab.lab import sample
+    from attnlab.lab.train import sample
 
     from . import UsageError
 
     if not 0 < args.temperature < math.inf:
         raise UsageError(f"--temperature must be a finite number > 0, got {args.temperature}")
+    if not args.tokens <= sample.MAX_TOKENS:  # before the checkpoint is read: known from the flag alone
+        raise UsageError(f"--tokens {args.tokens}: at most {sample.MAX_TOKENS:,} characters in one run; run again "
+                         "with another --seed for more text")
     if args.impl is not None:
-        single_process_form(args.impl, "sampling")
+        single_process_form(args.impl, "sampling", "cpu")  # the model is read onto the CPU
 
     shown = []
 

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from ._args import positive, seconds, seed, single_process_form
-from ._folder import add_out, output_folder
+from ._folder import add_force, add_out, keep_other_run, output_folder, refuse_other_settings
 
 
 def add_parser(sub):
@@ -15,8 +15,9 @@ def add_parser(sub):
                                    "attention scale 1/sqrt(d), 1 and 1/d, and measure loss, gradient norms and "
                                    "softmax entropy per layer. Writes train.png, train.json and checkpoints.")
     p.add_argument("--preset", choices=["tiny", "default", "large"], default="default",
-                   help="model and run size: tiny (1 layer, seconds), default (2 layers, d_model 128, 150 steps: "
-                        "about 3 min on 2 CPU cores), large (4 layers, d_model 256, T 128, 1000 steps: hours on 2 "
+                   help="model and run size: tiny (1 layer, seconds), default (2 layers, d_model 128, 4 heads, "
+                        "800 steps with repeated segments mixed in: about a minute per variant on 2 idle CPU cores), "
+                        "large (4 layers, d_model 256, T 128, 1000 steps: hours on 2 "
                         "CPU cores, meant for --device cuda)")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--compare", action="store_true", help="train sqrt, none and inv side by side (the default)")
@@ -31,6 +32,7 @@ def add_parser(sub):
     p.add_argument("--seed", type=seed, default=None, help="random seed (default: 0)")
     add_out(p)
     p.add_argument("--resume", action="store_true", help="continue from the checkpoints in --out/checkpoints")
+    add_force(p)
     p.add_argument("--procs", type=positive, metavar="N",
                    help="train in N local CPU processes (gloo on 127.0.0.1) under DistributedDataParallel, each "
                         "with its share of the batch; under torchrun leave it out (torchrun says how many)")
@@ -45,7 +47,7 @@ def add_parser(sub):
 
 def _grid(args, cfg) -> tuple[int, int]:
     """(ranks, context-parallel ranks) asked for, checked against the batch and the sequence length."""
-    from attnlab.lab import parallel
+    from attnlab.lab.dist import parallel
 
     from . import UsageError
 
@@ -76,7 +78,7 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
     """Train on ``world`` ranks: join torchrun's group, or start them here through the local launcher."""
     import os
 
-    from attnlab.lab import launch, parallel
+    from attnlab.lab.dist import launch, parallel
     from attnlab.lab.stop import catch_interrupt
 
     from . import UsageError
@@ -101,12 +103,14 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
         errors = {o.error for o in e.outcomes}
         if len(errors) == 1 and None not in errors:  # every rank refused the same thing (a checkpoint that differs)
             raise UsageError(errors.pop().removeprefix("UsageError: ").rsplit(" (at ", 1)[0]) from None
+        if (e.first.error or "").startswith("CannotWrite: "):  # rank 0 could not write a checkpoint (a full disk)
+            raise UsageError(e.first.error.removeprefix("CannotWrite: ").rsplit(" (at ", 1)[0]) from None
         raise UsageError(f"training across {world} processes failed: {e}") from None
 
 
 def _rank(rank: int, world: int, args, cp: int) -> int:
     """One rank started by the local launcher (its process group is already joined)."""
-    from attnlab.lab import parallel
+    from attnlab.lab.dist import parallel
 
     return _rank_run(args, parallel.grid(cp))
 
@@ -134,7 +138,7 @@ def _first_line(e: BaseException) -> str:
 
 
 def _config(args):
-    from attnlab.lab.train import PRESETS
+    from attnlab.lab.train.train import PRESETS
 
     from . import UsageError
 
@@ -160,7 +164,7 @@ def _config(args):
 
 def run(args, grid=None) -> int:
     """The command; across ranks, every rank runs it with its ``grid`` and rank 0 alone prints and writes."""
-    from attnlab.lab import checkpoint, train
+    from attnlab.lab.train import checkpoint, train
     from attnlab.report import train as report
     from attnlab.report.terminal import console
 
@@ -177,6 +181,8 @@ def run(args, grid=None) -> int:
         raise UsageError(str(e)) from None
     if grid is None:
         world, cp = _grid(args, cfg)
+        if not args.resume:  # --resume checks the checkpoints' settings itself
+            _keep_other_runs(args, cfg, kind, names, out, world, cp)
         if world > 1:
             return _parallel(args, cfg, world, cp)
     try:
@@ -185,6 +191,17 @@ def run(args, grid=None) -> int:
         raise UsageError(str(e)) from None
     for line in report.header_lines(cfg, kind, names, data.describe(), grid) + resuming:
         console.print(line)
+    if grid is None:  # across ranks every step waits for the slowest rank: a one-process timing would mislead
+        from attnlab.lab.train import estimate as train_time
+
+        twins = {n: p for n in names if (p := train.reusable(cfg, kind, n, out, data.vocab_size))}
+        for n, p in twins.items():
+            console.print(f"  {n}: the same run as {p} (the same model, settings, seed and data): reused, not trained")
+        est = train_time.estimate(cfg, data)
+        left = {n: cfg.steps - (step or 0) for n, (_, step) in
+                (checkpoint.resume_points(out, kind, names) if args.resume else {}).items()}
+        steps = sum(left.get(n, cfg.steps) for n in names if n not in twins)
+        console.print(report.estimate_line(est, est.seconds(steps, cfg.eval_every)))
     try:
         with report.train_progress(cfg.steps, names) as on_step:
             result = train.run(cfg, kind, variants, out, resume=args.resume, data=data, on_step=on_step, grid=grid)
@@ -200,16 +217,45 @@ def run(args, grid=None) -> int:
     return 0
 
 
+def _keep_other_runs(args, cfg, kind: str, names: list[str], out: Path, world: int, cp: int) -> None:
+    """A UsageError when ``out`` holds the results or checkpoints of a run with other settings (``--force``: none).
+
+    The lesson page and ``sample`` read the folder's train.json and checkpoints by their names, so a run with other
+    settings (a tiny preset, fewer steps, another variant set) must not replace them without a word."""
+    from attnlab.lab.train import checkpoint
+
+    if args.force:
+        return
+    settings = dataclasses.asdict(cfg)
+    now = {**settings, "variants": names, "data_parallel": world // cp, "context_parallel": cp}
+
+    def resumable(saved: dict) -> str:  # only fewer steps: --resume goes on from where that run stopped
+        other = {k for k, v in settings.items() if saved.get(k) != v}
+        fewer = other == {"steps"} and isinstance(saved.get("steps"), int) and saved["steps"] < cfg.steps
+        return "add --resume to train on from where it stopped, " if fewer else ""
+
+    stem = "train" if kind == "scale" else "tie_kv"
+    keep_other_run(out / f"{stem}.json", now, lambda d: {**d["config"], "variants": list(d["config"]["variants"])},
+                   "a training run", False, resumable)
+    for name in names:  # an interrupted run has checkpoints and no JSON yet
+        path = checkpoint.path_of(out, kind, name)
+        try:
+            saved = checkpoint.load(path)["train_config"] if path.is_file() else None
+        except (ValueError, KeyError, TypeError):  # a damaged file holds no run to keep
+            saved = None
+        if isinstance(saved, dict):
+            refuse_other_settings(path, saved, settings, "a checkpoint", resumable)
+
+
 def _write(result, out: Path, kind: str, first: str) -> None:
     """The figure and the JSON, and where the checkpoints are."""
-    from attnlab.lab import checkpoint
     from attnlab.lab.results import write_json
+    from attnlab.lab.train import checkpoint
     from attnlab.report import train as report
     from attnlab.report.terminal import console
 
     stem = "train" if kind == "scale" else "tie_kv"
-    files = [report.figure(result, out / f"{stem}.png"), write_json(result, out / f"{stem}.json")]
-    for f in files:
-        console.print(f"  wrote {f}")
+    console.print(f"  wrote {report.figure(result, out / f'{stem}.png')}")  # each said as soon as it is whole
+    console.print(f"  wrote {write_json(result, out / f'{stem}.json')}")
     first_path = checkpoint.path_of(out, kind, first)
     console.print(f"  checkpoints in {first_path.parent} (try: attnlab sample --ckpt {first_path})")

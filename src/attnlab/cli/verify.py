@@ -44,7 +44,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from attnlab.lab import verify
+    from attnlab.lab.check import verify
     from attnlab.report.terminal import console, diagnosis_lines, oracle_line, progress, verify_summary, verify_table
 
     from . import UsageError
@@ -122,25 +122,26 @@ def _device(text: str) -> str:
 
 def _registered(specs: list[str], device: str) -> dict:
     """The registered forms among --impl, loaded (name -> function); a bad name is a UsageError."""
-    from attnlab.lab import verify
+    from attnlab.lab.check.isolate import LoadError
 
     from . import UsageError
+    from ._args import load_function
 
     targets = {}
     for spec in specs:
         if ":" in spec:
             continue
         try:
-            name, fn = verify.load_function(spec, device)
-        except verify.LoadError as e:
+            name, fn = load_function(spec, device)
+        except LoadError as e:
             raise UsageError(str(e)) from None
         targets[name] = fn
     return targets
 
 
 def _elsewhere(spec: str, cases, advance, kw) -> list:
-    """The rows of your function ``package.module:function``, run in a child process (attnlab.lab.isolate)."""
-    from attnlab.lab import isolate
+    """The rows of your function ``package.module:function``, run in a child process (attnlab.lab.check.isolate)."""
+    from attnlab.lab.check import isolate
 
     from . import UsageError
 
@@ -153,7 +154,7 @@ def _elsewhere(spec: str, cases, advance, kw) -> list:
 
 def _dtypes(text: str) -> list[str]:
     """--dtype as a list of names, each once, or a UsageError naming the choices."""
-    from attnlab.lab import verify
+    from attnlab.lab.check import verify
 
     from . import UsageError
 
@@ -165,7 +166,7 @@ def _dtypes(text: str) -> list[str]:
 
 
 def run_model(args, specs: list[str]) -> int:
-    """`verify --model`: the three checks of attnlab.lab.hf_check, one table row per form."""
+    """`verify --model`: the three checks of attnlab.lab.check.hf_check, one table row per form."""
     from attnlab.nn import hf
 
     from . import UsageError
@@ -174,7 +175,7 @@ def run_model(args, specs: list[str]) -> int:
         hf.require("transformers")
     except hf.MissingExtra as e:
         raise UsageError(str(e)) from None
-    from attnlab.lab import hf_check
+    from attnlab.lab.check import hf_check
     from attnlab.report.hf import model_summary, model_table
     from attnlab.report.terminal import console, progress
 

@@ -12,6 +12,7 @@ call are checked in :mod:`attnlab.kernels._check`; this module holds the checks 
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 
@@ -66,3 +67,16 @@ def real_in_range(name: str, value, low: float, high: float, *, high_open: bool 
     if not inside:
         raise fail(name, value, what or f"a number in [{low:g}, {high:g}{')' if high_open else ']'}")
     return float(value)
+
+
+def takes(fn, n: int, what: str, signature: str) -> None:
+    """TypeError naming ``what`` and the ``signature`` it must have when ``fn`` cannot be called with ``n``
+    positional arguments (checked once, when it is given, not deep inside a kernel)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: it will say so itself when called
+        return
+    try:
+        sig.bind(*range(n))
+    except TypeError:
+        raise TypeError(f"{what} must take {n} arguments {signature}; it takes {sig}") from None

@@ -32,7 +32,9 @@ Grouped-query attention reads each key/value head once for all the query heads t
 A score modifier (:mod:`attnlab.mods`) is applied to each tile's scores before the mask. The
 backward pass applies the chain rule inside the tile: it recomputes the tile's raw scores, runs
 the modifier under autograd, and pulls dS back through it to the raw scores and to any tensor the
-modifier holds (a bias table, ALiBi slopes) -- one tile at a time, never L x S.
+modifier holds (a bias table, ALiBi slopes; listed in its ``params`` or not: :func:`attnlab.mods.unlisted`
+finds the others) -- one tile at a time, never L x S. A modifier that hides every key of a row
+(-inf) leaves it all zeros, as a mask does; one that changes its input in place gets a copy there.
 
 Shapes. The query heads of a group are extra rows: q5 (N, Hkv, G, L, E) is read one query tile
 of r rows at a time as ``qi`` (N, Hkv, G*r, E). In the forward loop the running numbers of those
@@ -117,7 +119,7 @@ from __future__ import annotations
 
 import torch
 
-from . import dropout, flash_band, online, vmap_loop
+from . import dropout, flash_band, mods, online, vmap_loop
 from ._check import check, check_score_mod, empty_output
 from .argcheck import fail, positive_int
 from .dropout import NO_DROPOUT, Dropout
@@ -197,7 +199,8 @@ def _online_row_block(qi, keys: Keys, buf, hbuf, qt: int, rows: slice) -> online
     run, v3 = _start(qi, keys)
     for cols, kind, s, s3 in keys.walk(qi, buf, qt, rows):  # -- 1. scores for each key tile (modified, masked) --
         # -- 2. the weights exp(score - m_new) in place; what was gathered rescaled to the new max --
-        run.rescale(s3, may_see_nothing=kind == PARTIAL)  # a masked tile: a row may have seen nothing yet
+        # a masked tile, or a modifier's -inf: a row may have seen nothing yet
+        run.rescale(s3, may_see_nothing=kind == PARTIAL or keys.mod is not None)
         # -- 3. into the running sums --
         run.add(s3, v3[:, cols], _keep3(keys, s, s3, rows, cols), _half(hbuf, s3))
     return run
@@ -314,7 +317,8 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         if band is not None and band.scores <= flash_band.SHARE_OF_TILES * tiles.scores():
             tiles.band = band  # documents aligned to the tiles: the tile walk has no waste to save
     drop = Dropout(dropout.draw_seed(), a.dropout_p) if a.dropout_p > 0 else NO_DROPOUT
-    params = mod.params if mod is not None else ()
+    # the modifier's tensors: those it lists, and any it reads that need gradients without listing them
+    params = (*mod.params, *mods.unlisted(mod, a.N, a.H, work, a.q.device)) if mod is not None else ()
     out5, _, _ = Flash.apply(q5, k, v, bias, tiles, a.scale, drop, half, mod, *params)  # (N, Hkv, G, L, Ev)
     return a.unflatten(out5.reshape(a.N, a.H, a.L, a.Ev).to(a.q.dtype))
 

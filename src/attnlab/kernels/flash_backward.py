@@ -164,8 +164,8 @@ def _key_tiles(qi, doi, shift, norm, keys: Keys, bufs, qt: int, rows: slice):
             s, through = keys.scores(qi, bufs[0], qt, rows, kt, cols, kind), None
         else:
             raw = keys.product(qi, bufs[0], cols).mul_(LN2).detach().requires_grad_(True)  # [P8] natural units
-            with torch.enable_grad():
-                modded = modify(keys.mod, raw, keys.G, rows, cols)
+            with torch.enable_grad():  # a modifier that works in place gets a copy: raw is a leaf of the graph
+                modded = modify(keys.mod, raw.clone() if keys.tiles.mod_in_place else raw, keys.G, rows, cols)
             s, through = modded.detach() * LOG2E, (modded, raw)
             if kind == PARTIAL:
                 mask_scores(s, keys.tiles.tile(qt, kt, rows, cols), keys.G)

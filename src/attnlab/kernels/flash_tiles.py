@@ -43,6 +43,7 @@ class Tiles:
         self.bm = mask_fn.block_map(N, H, L, S, block_q, block_k, device) if mask_fn is not None else None
         self._kinds = self.bm.kind.tolist() if self.bm is not None else None  # [P6] Python ints per tile
         self.band = None  # a flash_band.Plan, when the forward may run as bands instead of tiles
+        self.mod_in_place = False  # the score modifier changed its input in place in the forward
         self._additive: dict = {}  # [P9] bool tiles as additive ones, for scores known finite
         self._lone: dict = {}  # [P10] per query tile: its rows that see exactly one key, or None
 
@@ -192,7 +193,12 @@ class Keys:
         ``finite``: the scores are known finite (the bounded path), so a bool mask may be added as 0 / -inf."""
         s = self.product(qi, buf, cols)
         if self.mod is not None:  # [P8] the modifier sees natural units
-            s = modify(self.mod, s.mul_(LN2), self.G, rows, cols).mul_(LOG2E)
+            raw = s.mul_(LN2)
+            version = raw._version
+            s = modify(self.mod, raw, self.G, rows, cols)
+            if raw._version != version:  # it changed its input in place (s.mul_): backward gives it a copy
+                self.tiles.mod_in_place = True
+            s = s.mul_(LOG2E)
         if kind == PARTIAL:
             tile = self.tiles.tile(qt, kt, rows, cols)
             if finite and tile.dtype == torch.bool:  # [P9] one add of a cached 0 / -inf tile

@@ -33,10 +33,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .argcheck import nonneg_int, positive_int
+from .argcheck import nonneg_int, positive_int, takes
 from .mask_mod import PerIndex
 
 EMPTY, PARTIAL, FULL = 0, 1, 2
+NO_LIMIT = 2**62  # past every position a tensor can index: a longer window or prefix is the same mask
 _CACHE_SIZE = 32  # compiled block maps kept per mask (oldest dropped first)
 
 # fn(b, h, i, j, L, S) -> bool tensor; b, h, i, j are broadcastable index tensors.
@@ -129,7 +130,9 @@ class Mask:
         if not callable(mask_mod):
             raise TypeError(f"mask_mod must be a function mask_mod(b, h, q_idx, kv_idx) -> bool tensor, got "
                             f"{type(mask_mod).__name__} {mask_mod!r}")
-        return cls(PerIndex(mask_mod), name or getattr(mask_mod, "__name__", "custom"))
+        name = name or getattr(mask_mod, "__name__", "custom")
+        takes(mask_mod, 4, f"mask_mod {name}", "(b, h, q_idx, kv_idx) -> bool tensor")
+        return cls(PerIndex(mask_mod), name)
 
     def check_sizes(self, N: int, H: int, L: int, S: int) -> None:
         """Raise ValueError if the mask cannot describe an (N, H, L, S) problem."""
@@ -158,7 +161,11 @@ class Mask:
         h = torch.arange(H, device=device).view(1, H, 1, 1)
         i = torch.arange(q0, q1, device=device).view(1, 1, -1, 1)
         j = torch.arange(k0, k1, device=device).view(1, 1, 1, -1)
-        out = torch.as_tensor(self._fn(b, h, i, j, L, S), device=device)
+        raw = self._fn(b, h, i, j, L, S)
+        if not isinstance(raw, torch.Tensor):  # a plain True would hide nothing, by accident, without a word
+            raise TypeError(f"mask {self.name} returned a Python {type(raw).__name__} ({raw!r}), not a bool tensor: "
+                            "build it from the index tensors, e.g. q_idx >= kv_idx (for no mask, pass none)")
+        out = raw.to(device)
         if out.dtype != torch.bool:
             raise TypeError(f"mask {self.name} returned dtype {out.dtype}; a mask function must return bools")
         out = out.reshape((1,) * (4 - out.dim()) + tuple(out.shape))
@@ -238,15 +245,17 @@ def causal_lower_right() -> Mask:
 def sliding_window(window: int) -> Mask:
     """Key j visible to query i when i - window < j <= i: the last ``window`` tokens, itself included."""
     positive_int("window", window, owner="sliding_window")
-    return Mask(lambda b, h, i, j, L, S: (j <= i) & (j > i - window), f"sliding_window({window})",
-                rule=lambda L, S: Rule(off=0, window=window))
+    w = min(window, NO_LIMIT)  # a window past any position is no limit (and 2**70 would overflow int64)
+    return Mask(lambda b, h, i, j, L, S: (j <= i) & (j > i - w), f"sliding_window({window})",
+                rule=lambda L, S: Rule(off=0, window=w))
 
 
 def prefix_lm(n: int) -> Mask:
     """The first ``n`` keys are visible to every query; the rest causally (j <= i)."""
     nonneg_int("prefix length", n, owner="prefix_lm")
-    return Mask(lambda b, h, i, j, L, S: (j < n) | (j <= i), f"prefix_lm({n})",
-                rule=lambda L, S: Rule(off=0, prefix=n))
+    p = min(n, NO_LIMIT)  # a prefix past any position is every key (and 2**70 would overflow int64)
+    return Mask(lambda b, h, i, j, L, S: (j < p) | (j <= i), f"prefix_lm({n})",
+                rule=lambda L, S: Rule(off=0, prefix=p))
 
 
 def document(doc_ids: torch.Tensor) -> Mask:
@@ -337,6 +346,9 @@ def from_spec(spec: str, length: int | None = None) -> Mask:
         if name == "document":
             if length is None:
                 raise ValueError(f"mask {spec!r} needs the sequence length to split it into {number} documents")
+            if number > length:
+                raise ValueError(f"mask {spec!r} asks for {number} documents in {length} positions; K can be at "
+                                 f"most the length ({length}), one position per document")
             return document(torch.arange(length) * number // length)
     raise ValueError(f"unknown mask {spec!r}; choose from {', '.join(SPECS)} "
                      "(W and K positive integers, N an integer >= 0)")

@@ -16,7 +16,8 @@ head, query position, key position). Real models use three:
 
 :meth:`Mod.from_fn` wraps any FlexAttention-style function, :func:`compose` chains modifiers. A
 modifier that holds tensors (a bias table, ALiBi slopes given as a tensor) lists them in
-``params``: every form passes gradients to them, and the flash form does so tile by tile.
+``params``: every form passes gradients to them, and the flash form does so tile by tile (it also
+finds a tensor that needs a gradient and is read without being listed: :func:`unlisted`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .argcheck import is_int, positive_int, positive_real
+from .argcheck import is_int, positive_int, positive_real, takes
 
 ModFn = Callable[..., torch.Tensor]  # (score, b, h, q_idx, kv_idx) -> score
 
@@ -37,6 +38,7 @@ class Mod:
     def __init__(self, fn: ModFn, name: str, params: Sequence[torch.Tensor] = ()):
         if not callable(fn):
             raise TypeError(f"score_mod must be callable as fn(score, b, h, q_idx, kv_idx), got {type(fn).__name__}")
+        takes(fn, 5, f"score_mod {name}", "(score, b, h, q_idx, kv_idx) -> score")
         for p in params:
             if not isinstance(p, torch.Tensor):
                 raise TypeError(f"score modifier {name}: params must be tensors, got {type(p).__name__}")
@@ -69,6 +71,53 @@ class Mod:
             raise TypeError(f"score modifier {self.name} returned dtype {out.dtype} for scores of dtype "
                             f"{score.dtype}; cast what it adds to score.dtype")
         return out
+
+
+class _Reads(torch.overrides.TorchFunctionMode):
+    """Records the tensors a function reads that need gradients and that it did not make itself."""
+
+    def __init__(self, own: tuple):
+        super().__init__()
+        self.made = list(own)  # kept alive while recording, so that an id is never reused
+        self.found: list[torch.Tensor] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        seen = {id(t) for t in self.made} | {id(t) for t in self.found}
+        for x in _tensors((args, kwargs)):
+            if x.requires_grad and id(x) not in seen:
+                self.found.append(x)
+                seen.add(id(x))
+        self.made += list(_tensors(out))
+        return out
+
+
+def _tensors(x):
+    """Every tensor in a nest of tuples, lists and dicts."""
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, tuple | list):
+        for y in x:
+            yield from _tensors(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _tensors(y)
+
+
+def unlisted(mod: Mod, N: int, H: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, ...]:
+    """The tensors that need gradients which ``mod`` reads without listing them in its ``params`` (a closure
+    over a learnable ``w``, say), found by calling it once on one score per head while watching every tensor
+    it touches. A form that computes the modifier's gradient itself (the flash form) adds them to ``params``,
+    so that they get their gradients as a listed one would."""
+    if not torch.is_grad_enabled() or _tracing():
+        return ()
+    score = torch.zeros(N, H, 1, 1, dtype=dtype, device=device)
+    idx = indices(N, H, 0, 1, 0, 1, device)
+    reads = _Reads((score, *idx))
+    with reads:
+        mod.fn(score, *idx)
+    listed = {id(p) for p in mod.params}
+    return tuple(t for t in reads.found if id(t) not in listed)
 
 
 def as_mod(score_mod) -> Mod | None:
@@ -138,6 +187,10 @@ def alibi(num_heads: int | None = None, *, slopes: torch.Tensor | None = None) -
         if not isinstance(slopes, torch.Tensor) or slopes.dim() != 1 or not slopes.is_floating_point():
             raise ValueError(f"alibi slopes must be a 1-d float tensor (one per head), got "
                              f"{tuple(slopes.shape) if isinstance(slopes, torch.Tensor) else type(slopes).__name__}")
+        bad = ~torch.isfinite(slopes.detach())
+        if bool(bad.any()):
+            raise ValueError(f"alibi slopes must be finite numbers; slope {int(bad.nonzero()[0, 0])} of "
+                             f"{slopes.shape[0]} is {float(slopes.detach()[bad][0])}")
         t, params = slopes, (slopes,)
     H = t.shape[0]
 
@@ -177,6 +230,8 @@ def relative_bias(table: torch.Tensor, num_buckets: int | None = None, max_dista
         raise ValueError(f"relative_bias needs a float table of shape (H, num_buckets), got "
                          f"{tuple(table.shape) if isinstance(table, torch.Tensor) else type(table).__name__}")
     H, nb = table.shape
+    if not bool(torch.isfinite(table.detach()).all()):
+        raise ValueError(f"relative_bias: the table of shape {(H, nb)} holds NaN or infinite values")
     num_buckets = nb if num_buckets is None else num_buckets
     if num_buckets != nb:
         raise ValueError(f"relative_bias: table has {nb} buckets but num_buckets={num_buckets}")

@@ -16,11 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.kernels import loops, matrix
+from attnlab.lab.check import oracle, rule
+from attnlab.lab.results import Result, machine, versions
 from attnlab.nn.attention import SCALES, resolve_scale
 from attnlab.nn.probe import entropy
-
-from . import oracle, rule
-from .results import Result, machine, versions
 
 SCALE_LABELS = {"sqrt": "1/sqrt(d)", "none": "1 (no scale)", "inv": "1/d"}
 

@@ -3,7 +3,7 @@
 Every result carries :func:`machine` and :func:`versions`, so a number read later says where it came
 from. :func:`load_average` is the work other programs were doing (noise in a timing), and
 :func:`glibc` is the C library when it is glibc, whose ``malloc_trim`` and ``mallopt`` the memory
-measurements use (see :mod:`attnlab.lab.memory`).
+measurements use (see :mod:`attnlab.lab.measure.memory`).
 """
 
 from __future__ import annotations

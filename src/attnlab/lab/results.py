@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .machine import machine, versions  # noqa: F401 -- every result carries them
+from attnlab.lab.machine import machine, versions  # noqa: F401 -- every result carries them
 
 
 def _clean(x):
@@ -156,9 +156,7 @@ class Result:
 
 
 def write_json(result, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(to_dict(result), indent=2) + "\n")
-    tmp.replace(path)  # atomic: a reader never sees half a file
-    return path
+    """Write ``result`` as JSON to ``path`` (whole or not at all: :func:`attnlab.lab.files.write_text`)."""
+    from attnlab.lab.files import write_text
+
+    return write_text(path, json.dumps(to_dict(result), indent=2) + "\n")

@@ -193,10 +193,3 @@ class MultiHeadAttention(nn.Module):
                                 return_weights=True)
         return w
 
-
-class CausalSelfAttention(MultiHeadAttention):
-    """The lesson's module: fused qkv, ``n_head`` heads, causal attention, output projection, dropout."""
-
-    def __init__(self, d_model: int, n_head: int, dropout: float = 0.0, *, impl: str = "sdpa", scale="sqrt",
-                 bias: bool = True):
-        super().__init__(d_model, n_head, None, dropout, impl=impl, scale=scale, bias=bias)

@@ -184,18 +184,23 @@ class GPT(nn.Module):
             positive_int("top_k", top_k, "a positive integer or None")
         was_training = self.training
         self.eval()
-        out = idx
+        T = idx.shape[1]
+        out = idx.new_empty(idx.shape[0], T + max_new_tokens)  # (B, T + new): filled in place, never re-copied
+        out[:, :T] = idx
         caches, step_in = self.new_cache(), idx[:, -self.cfg.block_size:]
-        for _ in range(max_new_tokens):
+        for t in range(T, T + max_new_tokens):
             if len(caches[0]) + step_in.shape[1] > self.cfg.block_size:  # context full: re-prefill
-                caches, step_in = self.new_cache(), out[:, -(self.cfg.block_size // 2 or 1):]
+                caches, step_in = self.new_cache(), out[:, max(0, t - (self.cfg.block_size // 2 or 1)):t]
             logits, _ = self(step_in, caches=caches)
-            logits = logits[:, -1, :] / temperature  # (B, V)
+            logits = logits[:, -1, :]  # (B, V)
+            # shifted to a maximum of 0 and divided in float64: a tiny temperature (1e-320, which float32 reads as
+            # 0) cannot make inf or NaN; it sends every other logit to -inf: greedy decoding, its limit
+            logits = (logits - logits.amax(dim=-1, keepdim=True)).double() / temperature
             if top_k is not None:
                 kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
             nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)  # (B, 1)
-            out = torch.cat([out, nxt], dim=1)
+            out[:, t:t + 1] = nxt
             step_in = nxt
             if on_token is not None:
                 on_token(nxt)

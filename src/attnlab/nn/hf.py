@@ -27,6 +27,7 @@ transformers is an optional extra: ``pip install 'attnlab[hf]'``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -34,6 +35,46 @@ from attnlab import kernels
 from attnlab._extras import MissingExtra as MissingExtra  # the one install error, attnlab.hf.MissingExtra too
 from attnlab._extras import require
 from attnlab.kernels.mods import softcap as _softcap
+
+
+def from_pretrained(cls, name_or_path: str, **kwargs):
+    """``cls.from_pretrained(name_or_path, **kwargs)`` (a transformers Auto class), failing fast without a network.
+
+    A local folder loads as it is. A hub name is read from the local cache first, with no network call
+    at all; only a model that is not there is fetched, and only when the hub answers -- where it
+    cannot be reached the error says so at once, instead of after a minute of retries.
+    """
+    import huggingface_hub.constants as hub
+
+    if Path(str(name_or_path)).exists() or hub.HF_HUB_OFFLINE:
+        return cls.from_pretrained(name_or_path, **kwargs)
+    try:
+        return cls.from_pretrained(name_or_path, local_files_only=True, **kwargs)
+    except OSError:  # not (wholly) in the cache: fetch it, if the hub answers
+        pass
+    why = hub_unreachable(hub.ENDPOINT)
+    if why is not None:
+        raise OSError(f"{name_or_path} is not in the local Hugging Face cache ({hub.HF_HUB_CACHE}) and the hub cannot "
+                      f"be reached ({why}): download it once where there is a network, or pass a local folder")
+    return cls.from_pretrained(name_or_path, **kwargs)
+
+
+def hub_unreachable(endpoint: str, timeout_s: float = 5.0) -> str | None:
+    """None when a connection to the hub's ``endpoint`` opens (or a proxy is set, which decides for itself),
+    else why not, in a few words."""
+    import os
+    import socket
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return None
+    url = urlsplit(endpoint)
+    host, port = url.hostname or endpoint, url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        return f"{host}:{port}: {e.strerror or type(e).__name__}"
+    return None
 
 
 def impl_name(form: str) -> str:

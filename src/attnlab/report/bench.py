@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from attnlab._extras import require
-from attnlab.lab.bench import BenchResult
+from attnlab.lab.measure.bench import BenchResult
 
 from .fmt import fmt_bytes, fmt_memory, fmt_time
 from .plots import _plt, save_figure
@@ -124,14 +124,16 @@ def show(result: BenchResult, console) -> None:
 
 def write_csv(result: BenchResult, path: str | Path) -> Path:
     """One line per (form, length), the same fields as the results of bench.json."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        for r in result.results:
-            w.writerow({k: "" if getattr(r, k) is None else getattr(r, k) for k in COLUMNS})
-    return path
+    import io
+
+    from attnlab.lab.files import write_text
+
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, fieldnames=COLUMNS)
+    w.writeheader()
+    for r in result.results:
+        w.writerow({k: "" if getattr(r, k) is None else getattr(r, k) for k in COLUMNS})
+    return write_text(path, table.getvalue())
 
 
 def figure(result: BenchResult, path: str | Path, *, size: tuple[float, float] = (11, 4.4), dpi: int = 120) -> Path:

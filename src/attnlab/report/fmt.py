@@ -1,14 +1,14 @@
 """Numbers for people: times, bytes, errors and counts, written the same way in every table and page.
 
-``fmt_bytes`` lives in :mod:`attnlab.lab.bench`, whose skip messages need it (the lab cannot import
+``fmt_bytes`` lives in :mod:`attnlab.lab.measure.bench`, whose skip messages need it (the lab cannot import
 the report); it is re-exported here so that the report has one place to format from.
 """
 
 from __future__ import annotations
 
-from attnlab.lab.bench import fmt_bytes
+from attnlab.lab.measure.bench import fmt_bytes
 
-__all__ = ["fmt_bytes", "fmt_count", "fmt_err", "fmt_memory", "fmt_mib", "fmt_time"]
+__all__ = ["fmt_bytes", "fmt_count", "fmt_err", "fmt_estimate", "fmt_memory", "fmt_mib", "fmt_time"]
 
 
 def fmt_time(s: float | None) -> str:
@@ -44,3 +44,10 @@ def fmt_mib(b: int | None) -> str:
 def fmt_count(n: int) -> str:
     """A count in thousands or millions: '1.50M', '12.3k', '999'."""
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else str(n)
+
+
+def fmt_estimate(seconds: float) -> str:
+    """A duration said as an estimate, rounded as one: 'about 40 s', 'about 3 min', 'about 1.5 h'."""
+    if seconds < 90:
+        return f"about {max(5, round(seconds / 5) * 5):.0f} s"
+    return f"about {seconds / 60:.0f} min" if seconds < 5400 else f"about {seconds / 3600:.1f} h"

@@ -21,16 +21,20 @@ def save_figure(fig, path: str | Path) -> Path:
 
     The folder is created; a figure without a layout engine is laid out tight first; it is saved at
     its own dpi, cropped to what it draws (``bbox_inches="tight"``, so no label is cut and no margin
-    wasted); then closed, so a long run that draws many figures does not keep them all in memory.
+    wasted), whole or not at all (:func:`attnlab.lab.files.write_file`); then closed, so a long run
+    that draws many figures does not keep them all in memory.
     """
+    from attnlab.lab.files import write_file
+
     plt = _plt()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if fig.get_layout_engine() is None:
-        fig.tight_layout()
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    try:
+        if fig.get_layout_engine() is None:
+            fig.tight_layout()
+        # whole or not at all, like every file attnlab writes; the format from the name, not from NAME.tmp
+        return write_file(path, lambda f: fig.savefig(f, format=path.suffix.lstrip(".") or "png", bbox_inches="tight"))
+    finally:
+        plt.close(fig)
 
 
 def attention_map(weights, path: str | Path, title: str = "Causal attention weights",

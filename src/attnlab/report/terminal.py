@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import sys
+import time
 from contextlib import contextmanager
 
 try:
@@ -18,6 +20,31 @@ except ModuleNotFoundError:  # the core install (no 'lab' extra): verify's table
 from .fmt import fmt_err
 
 console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 150)
+HEARTBEAT_S = 10.0  # in a log, a step that goes on says how far it is at most this often
+
+
+@contextmanager
+def status(text: str):
+    """What a long job is doing now; yields update(text).
+
+    On a terminal: one line that changes in place, with a spinner. In a log or a pipe: a line when the
+    job moves on to another step (the text changes in more than its numbers), and while one step goes
+    on, a line at most every HEARTBEAT_S -- each step is in the log, without a line per update.
+    """
+    if getattr(console, "is_terminal", False):
+        with console.status(text) as s:
+            yield s.update
+        return
+    last = {"step": None, "at": 0.0}
+
+    def update(now_doing: str) -> None:
+        step, now = re.sub(r"\d[\d,.]*", "#", now_doing), time.monotonic()
+        if step != last["step"] or now - last["at"] >= HEARTBEAT_S:
+            last.update(step=step, at=now)
+            console.print(escape(now_doing))
+
+    update(text)
+    yield update
 
 
 @contextmanager

@@ -1,5 +1,5 @@
-"""Training figures, tables, verdicts and the live progress bar, drawn from :mod:`attnlab.lab.train` results
-(and the summaries and predictions of :mod:`attnlab.lab.train_summary`)."""
+"""Training figures, tables, verdicts and the live progress bar, drawn from :mod:`attnlab.lab.train.train` results
+(and the summaries and predictions of :mod:`attnlab.lab.train.summary`)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def figure(result, path: str | Path, *, panels: tuple[str, ...] = PANELS, size: 
         else:
             {"entropy": _entropy, "grad": _grad}[name](ax, result)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)  # under the
+        # axes, not over the curves
     title = _title(result.config)
     if title:
         fig.suptitle(title, fontsize=10)
@@ -77,8 +78,8 @@ def _entropy(ax, result) -> None:
     _per_layer(ax, result, lambda log: log.entropy)
     uniform = result.config.get("uniform_entropy")
     if uniform is not None:
-        ax.axhline(uniform, color="grey", lw=0.8, ls=":")
-        ax.text(0, uniform, " uniform attention", va="bottom", fontsize=8, color="grey")
+        # named in the legend, not written on the axes: 1/d's curves start right on this line
+        ax.axhline(uniform, color="grey", lw=0.8, ls=":", label=f"uniform attention ({uniform:.2f})")
     ax.set(xlabel="step", ylabel="softmax entropy (nats)", title="Attention entropy per layer", ylim=(0, None))
 
 
@@ -100,22 +101,79 @@ def _title(cfg: dict) -> str:
 
 
 @contextmanager
-def train_progress(total_steps: int, variants: list[str]):
-    """A progress bar over every variant's steps, with loss and tokens/s; yields ``on_step``."""
+def train_progress(total_steps: int, variants: list[str], lines: int = 10):
+    """Progress over every variant's steps, with loss, tokens/s and the time left; yields ``on_step``.
+
+    On a terminal a bar; elsewhere (a log file, a pipe) a line ``lines`` times per variant, so a log shows
+    how far the run got and how long it still needs."""
+    import time
+
+    from .fmt import fmt_estimate
+
     require("rich")
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    offset = {name: i * total_steps for i, name in enumerate(variants)}
+    total = total_steps * len(variants)
+    if not console.is_terminal:
+        t0, every = time.perf_counter(), max(1, total_steps // lines)
+
+        def on_line(name: str, step: int, steps: int, loss: float, tokens_per_s: float) -> None:
+            if step % every and step != steps:
+                return
+            done = offset.get(name, 0) + step
+            spent = time.perf_counter() - t0
+            left = spent / max(1, done - offset.get(variants[0], 0)) * (total - done) if done < total else 0.0
+            console.print(f"  train {name}: step {step}/{steps}, loss {loss:.3f}, {tokens_per_s:,.0f} tokens/s, "
+                          f"{spent:.0f} s so far" + (f", {fmt_estimate(left)} left" if done < total else ""))
+
+        yield on_line
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     cols = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} tokens/s"), TimeElapsedColumn()]
+            TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} tokens/s"), TimeElapsedColumn(),
+            TextColumn("left"), TimeRemainingColumn()]
     with Progress(*cols, console=console, transient=True) as p:
-        task = p.add_task("train", total=total_steps * len(variants), loss="-", rate="-")
-        offset = {name: i * total_steps for i, name in enumerate(variants)}
+        task = p.add_task("train", total=total, loss="-", rate="-")
 
         def on_step(name: str, step: int, steps: int, loss: float, tokens_per_s: float) -> None:
             p.update(task, completed=offset.get(name, 0) + step, description=f"train {name}",
                      loss=f"{loss:.3f}", rate=f"{tokens_per_s:,.0f}")
 
         yield on_step
+
+
+def estimate_line(est, seconds: float) -> str:
+    """What the run will take, said before it starts (``est``: :class:`attnlab.lab.train.estimate.Estimate`)."""
+    from .fmt import fmt_estimate
+
+    return (f"  estimate: {fmt_estimate(seconds)} on this machine now ({est.step_s * 1e3:.0f} ms a step and "
+            f"{est.log_s:.1f} s a log, timed on a few steps before starting)")
+
+
+def circuit_lines(result) -> list[str]:
+    """The heads each variant grew, measured on repeated random sequences (:mod:`attnlab.lab.train.circuits`)."""
+    lines = []
+    for name, log in result.variants.items():
+        c = log.circuits
+        if c is None:
+            continue
+        p, i = c.best("previous"), c.best("induction")
+        lines.append(f"  {name:<5} heads on {c.sequences} random segments of {c.segment} characters written twice: "
+                     f"previous-token layer {p.layer} head {p.head} {p.previous:.2f} "
+                     f"({'[green]found[/]' if c.previous_found else '[red]none[/]'}, rule >= {c.previous_share}); "
+                     f"induction layer {i.layer} head {i.head} {i.induction:.2f} "
+                     f"({'[green]found[/]' if c.induction_found else '[red]none[/]'}, rule >= {c.induction_share}); "
+                     f"loss {c.loss_first:.2f} on the first copy, {c.loss_repeat:.2f} on the repeat "
+                     f"({'[green]copies[/]' if c.copies else '[red]does not copy[/]'}, rule <= {c.loss_ratio} of the "
+                     "first)")
+    return ["[bold]Heads with a job[/] (measured on the final models):"] + lines if lines else []
 
 
 def header_lines(cfg, kind: str, names: list[str], corpus: dict, grid=None) -> list[str]:
@@ -163,7 +221,7 @@ def table(result, summaries: dict):
 
 def verdict_lines(result, summaries: dict, preds: list, tie=None) -> list[str]:
     """The lesson's predictions as lab checked them: the scale checklist, and the tie-kv claim (``tie``)."""
-    from attnlab.lab.train_summary import destabilised
+    from attnlab.lab.train.summary import destabilised
 
     lines = []
     if preds:
@@ -187,9 +245,9 @@ def verdict_lines(result, summaries: dict, preds: list, tie=None) -> list[str]:
 
 def show(result, console) -> None:
     """Everything `attnlab train` prints after training: the table per variant, then the verdicts."""
-    from attnlab.lab import train_summary
+    from attnlab.lab.train import summary as train_summary
 
     summaries, preds = train_summary.summarise(result)
     console.print(table(result, summaries))
-    for line in verdict_lines(result, summaries, preds, train_summary.tie_kv(summaries)):
+    for line in verdict_lines(result, summaries, preds, train_summary.tie_kv(summaries)) + circuit_lines(result):
         console.print(line)

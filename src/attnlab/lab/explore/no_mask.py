@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnlab.kernels import matrix
+from attnlab.lab.explore._common import embed, projections
 from attnlab.lab.results import Result, machine, versions
-
-from ._common import embed, projections
 
 WORDS = ["the", "animal", "did", "not", "cross", "the", "street", "because", "it", "was", "tired"]
 

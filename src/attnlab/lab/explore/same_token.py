@@ -17,10 +17,9 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.kernels import matrix
+from attnlab.lab.explore._common import embed, max_abs, projections
 from attnlab.lab.results import Result, machine, versions
 from attnlab.nn import rope as rotary
-
-from ._common import embed, max_abs, projections
 
 WORDS = ["the", "cat", "saw", "the", "dog"]
 

@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnlab.lab.lesson import code, model, sources, walkthrough, worked
+from attnlab.lab.lesson.sources import Part
+from attnlab.lab.lesson.walkthrough import Walkthrough
 from attnlab.lab.results import machine, versions
-
-from . import code, model, sources, walkthrough, worked
-from .sources import Part
-from .walkthrough import Walkthrough
+from attnlab.lab.train import circuits as circ
 
 
 @dataclass
@@ -34,6 +34,8 @@ class LessonData:
     train_scale: Part
     train_tie_kv: Part
     explore: dict[str, Part]
+    circuits: circ.Circuits | None  # the live model's heads, measured on repeated random sequences
+    lab: list  # the learner's own `attnlab lab check` results (attnlab.lab.exercise.result.LabResult)
     seconds: float
     machine: dict
     versions: dict
@@ -61,5 +63,15 @@ def collect(out: str | Path, quick: bool = False, seed: int = 0, log=lambda msg:
     scale, tie = sources.train(out, quick)
     log("explore")
     explore = sources.explore(out, seed)
+    heads = None
+    if loaded.model.cfg.block_size >= 2 * circ.repeats.MIN_SEGMENT:
+        heads = circ.measure(loaded.model, loaded.chars, seed=seed)
+        p, i = heads.best("previous"), heads.best("induction")
+        log(f"heads: previous-token {p.previous:.2f} (layer {p.layer} head {p.head}), induction {i.induction:.2f} "
+            f"(layer {i.layer} head {i.head}), loss {heads.loss_first:.2f} on the first copy, {heads.loss_repeat:.2f} "
+            "on the repeat")
+    mine = sources.lab(out)
+    log(f"lab: {len(mine)} result{'s' if len(mine) != 1 else ''} of yours (lab-*.json)")
     return LessonData(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), quick, walk, paged, worked.run(),
-                      code.collect(), demo, bench, scale, tie, explore, time.perf_counter() - t0, machine(), versions())
+                      code.collect(), demo, bench, scale, tie, explore, heads, mine, time.perf_counter() - t0,
+                      machine(), versions())

@@ -1,30 +1,44 @@
-"""The lines of attnlab's own source that compute each step, read when the page is built.
+"""The lines of the lesson's own code that compute each step, read when the page is built.
 
-The page shows code, not a retyped copy of it: each walkthrough step quotes the line of the matrix
-form (:mod:`attnlab.kernels.matrix`) or of the attention module that computes it, with its file and
-line number, and the module and the loops form appear whole. If a line moves or changes, the page
-follows; if it disappears, building the page fails loudly instead of showing stale code.
+The page shows code, not a retyped copy of it: each walkthrough step quotes the line of the
+lesson's module (:class:`attnlab.nn.causal.CausalSelfAttention`, about twenty lines, tested equal
+to the library's MultiHeadAttention) that computes it, and the line of the lab's starter
+(:mod:`attnlab.lab.exercise.starter`) where the learner writes the same step with loops; both appear
+whole too. The production code (GQA, RoPE, a KV cache, every kernel) stays a link for the curious.
+If a line moves or changes, the page follows; if it disappears, building the page fails loudly
+instead of showing stale code.
 """
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 
 from attnlab.kernels import loops, matrix
-from attnlab.nn import attention
+from attnlab.lab.exercise import starter
+from attnlab.nn import attention, causal
 
-# step -> (module, the start of each line to quote, in order)
+# step -> the start of each line of the lesson's module to quote, in order
 STEPS = {
-    "qkv": (attention, ["parts = self.qkv(x)", "q = parts[0].view", "k = parts[1].view", "v = k if self.tie_kv"]),
-    "scores": (matrix, ["scores = (q @ k.transpose(-2, -1)) * a.scale"]),
-    "scale": (matrix, ["scores = (q @ k.transpose(-2, -1)) * a.scale"]),
-    "mask": (matrix, ["scores = apply_mask(scores, a.dense_mask())", "return scores.masked_fill(~mask"]),
-    "softmax": (matrix, ["weights = safe_softmax(scores)", "m = scores.amax(dim=-1", "e = torch.exp(scores - m)",
-                         "s = e.sum(dim=-1", "return e / torch.where"]),
-    "out": (matrix, ["out = weights @ v"]),
-    "merge": (attention, ["y = y.transpose(1, 2).reshape(B, T, C)", "return self.resid_drop(self.proj(y))"]),
+    "qkv": ["q, k, v = self.qkv(x).split", "q = q.view", "k = k.view", "v = v.view"],
+    "scores": ["scores = q @ k.transpose(-2, -1)"],
+    "scale": ["scores = scores * self.scale"],
+    "mask": ["future = torch.ones(T, T", "scores = scores.masked_fill(future"],
+    "softmax": ["weights = torch.softmax(scores"],
+    "out": ["y = self.attn_drop(weights) @ v"],
+    "merge": ["y = y.transpose(1, 2).reshape(B, T, C)", "return self.resid_drop(self.proj(y))"],
 }
+# step -> the lines of the lab's starter where the learner writes the same step, one query and one key at a time
+LAB_STEPS = {
+    "qkv": ["q, k, v = (t.reshape(-1, *t.shape[-2:]).to(work)"],
+    "scores": ["score = (q[n, i] * k[n, j]).sum()"],
+    "scale": ["# TODO 1 (scale)"],
+    "mask": ["# TODO 2 (mask)"],
+    "softmax": ["# TODO 3 (softmax)", "e = torch.exp(scores)", "weights = e / e.sum()"],
+    "out": ["out = torch.zeros(Ev, dtype=work)", "out = out + weights[j] * v[n, j]", "return out  # TODO 4"],
+}
+STARTER_FILE = "attention_lab.py"  # what `attnlab lab start` names the learner's copy
 
 
 @dataclass
@@ -36,9 +50,11 @@ class Snippet:
 
 @dataclass
 class Code:
-    steps: dict[str, Snippet]
-    module: Snippet  # MultiHeadAttention.project and forward: the module the lesson trains
-    loops: Snippet  # the loops form, whole
+    steps: dict[str, Snippet]  # from the lesson's module
+    lab_steps: dict[str, Snippet]  # from the lab's starter
+    module: Snippet  # CausalSelfAttention, whole
+    starter: Snippet  # attention_by_hand and attention_matrix, as `attnlab lab start` writes them
+    links: dict[str, str]  # the production code for the curious: name -> file URI of the installed source
 
 
 def _file(mod) -> str:
@@ -58,19 +74,23 @@ def quote(mod, starts: list[str]) -> Snippet:
     return Snippet(_file(mod), nums, code)
 
 
-def _whole(mod, *objs) -> Snippet:
+def _whole(mod, *objs, file: str | None = None) -> Snippet:
+    """The source of ``objs``, one after another, each line with its own number (a gap where they are apart)."""
     lines, nums = [], []
     for obj in objs:
         body, first = inspect.getsourcelines(obj)
-        if lines:
-            lines.append("")
         lines += [x.rstrip("\n") for x in body]
-        nums.append(first)
-    return Snippet(_file(mod), nums, lines)
+        nums += range(first, first + len(body))
+    return Snippet(file or _file(mod), nums, lines)
 
 
 def collect() -> Code:
-    mha = attention.MultiHeadAttention
-    return Code({step: quote(mod, starts) for step, (mod, starts) in STEPS.items()},
-                _whole(attention, mha.project, mha.forward, attention.CausalSelfAttention),
-                _whole(loops, loops.attention))
+    links = {f"attnlab/{_file(m)}": Path(m.__file__).resolve().as_uri() for m in (attention, matrix, loops)}
+    return Code({step: quote(causal, starts) for step, starts in STEPS.items()},
+                {step: _named(quote(starter, starts)) for step, starts in LAB_STEPS.items()},
+                _whole(causal, causal.CausalSelfAttention),
+                _whole(starter, starter.attention_by_hand, starter.attention_matrix, file=STARTER_FILE), links)
+
+
+def _named(s: Snippet) -> Snippet:
+    return Snippet(STARTER_FILE, s.lines, s.code)

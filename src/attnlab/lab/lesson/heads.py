@@ -8,9 +8,12 @@ measured on its (T, T) weights, averaged over the queries 1 .. T-1 (query 0 can 
     same      the weight on the query's own token                  w[i, i]
     first     the weight on the first token                        w[i, 0]
     boundary  the weight on spaces and punctuation                 sum of w[i, j] over those j
+    induction the weight on the token just after an earlier copy    sum of w[i, j] over j < i with
+              of the query's token (averaged over the queries       tokens[j-1] == tokens[i]
+              that have an earlier copy)
     entropy   how spread the weights are, in nats                  -sum w log w
 
-and a plain label from the largest of the first four when it reaches :data:`PATTERN_SHARE`
+and a plain label from the largest of the first five when it reaches :data:`PATTERN_SHARE`
 ("previous-token head: 0.71 of its weight one step back"). A word is named ("-> animal") only when
 the chosen query puts at least :data:`WORD_SHARE` of its weight on that word's tokens.
 
@@ -37,8 +40,9 @@ class HeadStats:
     same: float | None
     first: float | None
     boundary: float | None
+    induction: float | None  # None when no query's token appeared before
     entropy: float | None  # nats
-    pattern: str  # "previous", "same", "first", "boundary", "broad" or "mixed"
+    pattern: str  # "previous", "same", "first", "boundary", "induction", "broad" or "mixed"
     label: str  # the plain sentence the page shows
     word: str | None  # the word the query listens to, when its share reaches WORD_SHARE
     word_share: float  # the largest share of the query's weight on one word
@@ -80,22 +84,40 @@ def word_shares(tokens: list[str], row: list[float]) -> tuple[list[float], list[
     return total, [t / c if c else 0.0 for t, c in zip(total, count, strict=True)]
 
 
-def _label(s: dict, entropy: float, T: int) -> tuple[str, str]:
-    name, share = max(s.items(), key=lambda kv: kv[1])
+def even_spread(T: int, causal: bool = True) -> float:
+    """The mean entropy over queries 1..T-1 of weights spread evenly over every key each query sees."""
+    return sum(math.log(i + 1 if causal else T) for i in range(1, T)) / (T - 1)
+
+
+def _label(s: dict, entropy: float, T: int, causal: bool) -> tuple[str, str]:
+    name, share = max(((k, v) for k, v in s.items() if v is not None), key=lambda kv: kv[1])
     if share >= PATTERN_SHARE:
         what = {"previous": ("previous-token head", "one step back"),
                 "same": ("same-token head", "on the query's own token"),
                 "first": ("first-token head", "on the first token"),
-                "boundary": ("boundary head", "on spaces and punctuation")}[name]
+                "boundary": ("boundary head", "on spaces and punctuation"),
+                "induction": ("induction head", "on the token after an earlier copy of the query's")}[name]
         return name, f"{what[0]}: {share:.2f} of its weight {what[1]}"
-    uniform = sum(math.log(i + 1) for i in range(1, T)) / (T - 1)  # a causal head that spreads evenly
+    uniform = even_spread(T, causal)
     if entropy >= 0.75 * uniform:
         return "broad", f"broad head: spreads its weight (entropy {entropy:.2f} nats; even spread {uniform:.2f})"
     return "mixed", f"mixed head: no pattern reaches {PATTERN_SHARE} (largest: {name} {share:.2f})"
 
 
-def head_stats(tokens: list[str], weights, query: int | None = None, layer: int = 0, head: int = 0) -> HeadStats:
-    """The numbers of one head: ``weights`` is its (T, T) matrix (nested lists or a tensor), rows sum to 1."""
+def induction(tokens: list[str], w) -> float | None:
+    """Mean over the queries whose token appeared before of the weight on the tokens right after those copies."""
+    shares = []
+    for i in range(2, len(tokens)):
+        after = [j for j in range(1, i) if tokens[j - 1] == tokens[i]]
+        if after:
+            shares.append(sum(w[i][j] for j in after))
+    return sum(shares) / len(shares) if shares else None
+
+
+def head_stats(tokens: list[str], weights, query: int | None = None, layer: int = 0, head: int = 0,
+               causal: bool = True) -> HeadStats:
+    """The numbers of one head: ``weights`` is its (T, T) matrix (nested lists or a tensor), rows sum to 1;
+    ``causal=False`` when they were computed without the mask (the even spread then covers every key)."""
     w = weights.tolist() if hasattr(weights, "tolist") else weights
     T = len(tokens)
     if len(w) != T or any(len(r) != T for r in w):
@@ -107,19 +129,21 @@ def head_stats(tokens: list[str], weights, query: int | None = None, layer: int 
     word_share = total[best] if best is not None else 0.0
     word = ws[best] if best is not None and word_share >= WORD_SHARE else None
     if T < 2:
-        return HeadStats(layer, head, None, None, None, None, None, "mixed", "one token: nothing to measure", word,
-                         word_share)
+        return HeadStats(layer, head, None, None, None, None, None, None, "mixed", "one token: nothing to measure",
+                         word, word_share)
     rows = range(1, T)
     s = {"previous": sum(w[i][i - 1] for i in rows) / (T - 1),
          "same": sum(w[i][i] for i in rows) / (T - 1),
          "first": sum(w[i][0] for i in rows) / (T - 1),
-         "boundary": sum(w[i][j] for i in rows for j in range(T) if word_of[j] < 0) / (T - 1)}
+         "boundary": sum(w[i][j] for i in rows for j in range(T) if word_of[j] < 0) / (T - 1),
+         "induction": induction(tokens, w)}
     entropy = sum(-sum(x * math.log(x) for x in w[i] if x > 0) for i in rows) / (T - 1)
-    pattern, label = _label(s, entropy, T)
-    return HeadStats(layer, head, s["previous"], s["same"], s["first"], s["boundary"], entropy, pattern, label,
-                     word, word_share)
+    pattern, label = _label(s, entropy, T, causal)
+    return HeadStats(layer, head, s["previous"], s["same"], s["first"], s["boundary"], s["induction"], entropy,
+                     pattern, label, word, word_share)
 
 
-def all_heads(tokens: list[str], weights, query: int | None = None) -> list[list[HeadStats]]:
+def all_heads(tokens: list[str], weights, query: int | None = None, causal: bool = True) -> list[list[HeadStats]]:
     """:func:`head_stats` for weights[layer][head] (T, T)."""
-    return [[head_stats(tokens, h, query, li, hi) for hi, h in enumerate(layer)] for li, layer in enumerate(weights)]
+    return [[head_stats(tokens, h, query, li, hi, causal) for hi, h in enumerate(layer)]
+            for li, layer in enumerate(weights)]

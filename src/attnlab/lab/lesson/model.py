@@ -80,17 +80,11 @@ def seeded(seed: int = 0, why: str = "") -> Loaded:
 
 def trained(path: str | Path) -> Loaded:
     """The model in checkpoint ``path``; CannotRead when it was trained without the 1/sqrt(d) scale."""
-    from attnlab.lab import checkpoint
+    from attnlab.lab.train import checkpoint
 
-    state = checkpoint.load(path)
-    try:
-        cfg = GPTConfig(**state["model_config"])
-        model = GPT(cfg)
-        model.load_state_dict(state["model"])
-        chars = [str(c) for c in state["chars"]]
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise ValueError(f"checkpoint {path} does not hold a model attnlab can build ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0][:120]})") from None
+    state = checkpoint.load(path, need=checkpoint.MODEL_FIELDS)
+    model, chars = checkpoint.build_model(state, path)  # a ValueError naming what is wrong with a bad one
+    cfg = model.cfg
     if cfg.scale != "sqrt":  # the walkthrough's "scale" step explains 1/sqrt(d)
         raise CannotRead(f"the model in {path} was trained with scale {cfg.scale!r}, not the 1/sqrt(d) the "
                          "walkthrough explains")
@@ -137,13 +131,9 @@ def reference(m: Loaded, text: str, scale: str = "sqrt") -> dict:
     if scale != model.cfg.scale:
         model = GPT(replace(model.cfg, scale=scale)).eval()
         model.load_state_dict(m.model.state_dict())
+    from attnlab.lab.train.circuits import maps
+
     idx = torch.tensor([[m.chars.index(c) for c in text]])  # (1, T)
-    x = model.wte(idx)
-    if model.wpe is not None:
-        x = x + model.wpe(torch.arange(idx.shape[1]))
-    weights = []
-    for block in model.blocks:
-        weights.append(block.attn.attention_weights(block.ln_1(x))[0].tolist())  # H x (T, T)
-        x = block(x)
-    logits, _ = model(idx)
-    return {"tokens": list(text), "weights": weights, "probs": torch.softmax(logits[0], -1).tolist()}
+    weights, logits = maps(model, idx)  # [layer] (1, H, T, T), (1, T, V)
+    return {"tokens": list(text), "weights": [w[0].tolist() for w in weights],
+            "probs": torch.softmax(logits[0], -1).tolist()}

@@ -3,7 +3,7 @@
 The built-in page runs attnlab's own character-level GPT live in the browser. A Hugging Face model
 cannot run there, so for one the page shows weights measured here, when the page is built: for the
 lesson sentence and any other text, the tokens as the model's tokenizer cut them, every head's
-(T, T) weights (from :func:`attnlab.lab.hf_heads.model_heads`, attnlab's matrix form inside the
+(T, T) weights (from :func:`attnlab.lab.lesson.hf_heads.model_heads`, attnlab's matrix form inside the
 model), each head's honest statistics (:func:`attnlab.lab.lesson.heads.head_stats`, the same
 numbers as the built-in model's head view) and the head that puts the most weight from "it" on
 "animal", found by measuring every head. Scores, values and the weighted sum are not kept: the
@@ -17,11 +17,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnlab.lab import hf_heads
+from attnlab.lab.lesson import heads, hf_heads
+from attnlab.lab.lesson.walkthrough import SENTENCE
 from attnlab.lab.results import machine, versions
-
-from . import heads
-from .walkthrough import SENTENCE
 
 
 @dataclass
@@ -88,6 +86,9 @@ def collect_model(name_or_path: str, text: str | None = None, log=lambda msg: No
     for t in texts:
         log(f"measuring every head on {t!r}")
         mh = hf_heads.model_heads(name_or_path, t, loaded=loaded, need_words=False)
+        if mh.text != t:  # longer than the model reads (or the page holds): measured on its beginning, said so
+            log(f"the text has more tokens than {hf_heads.token_limit(loaded[1].config)}, the most measured with "
+                f"this model: measured on its first {len(mh.text)} of {len(t)} characters")
         query = mh.query_token if mh.query_token is not None else len(mh.tokens) - 1
         toks = marked(mh.tokens, mh.spans)
         measured.append(TextHeads(mh, toks, query, heads.all_heads(toks, mh.weights, query)))

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import torch
 
+from attnlab.lab.lesson import read
 from attnlab.lab.results import machine, versions
-
-from . import read
 
 
 @dataclass
@@ -68,10 +67,10 @@ def demo(out: Path, seed: int) -> Part:
 def quick_bench(seqs: list[int], repeats: int, heads: int = 2, d: int = 64):
     """Forward time of every registered form at a few lengths (no memory, no matmul peak): a smaller BenchResult."""
     import attnlab
-    from attnlab.lab.bench import BenchResult, Row
-    from attnlab.lab.flops import attention_flops
-    from attnlab.lab.growth import exponent
-    from attnlab.lab.timing import time_calls
+    from attnlab.lab.measure.bench import BenchResult, Row
+    from attnlab.lab.measure.flops import attention_flops
+    from attnlab.lab.measure.growth import exponent
+    from attnlab.lab.measure.timing import time_calls
 
     results = []
     for name, form in attnlab.forms().items():
@@ -95,7 +94,7 @@ def quick_bench(seqs: list[int], repeats: int, heads: int = 2, d: int = 64):
 
 
 def bench(out: Path, quick: bool) -> Part:
-    from attnlab.lab.bench import BenchResult
+    from attnlab.lab.measure.bench import BenchResult
 
     found = _from_file(out, "bench", BenchResult, "attnlab bench")
     if found:
@@ -124,7 +123,7 @@ def train(out: Path, quick: bool) -> tuple[Part, Part]:
     ``attnlab train`` writes train.json (the scales) and tie_kv.json (the ablation); any train*.json or
     tie_kv*.json is read and told apart by its variants.
     """
-    from attnlab.lab.train import TrainResult
+    from attnlab.lab.train.train import TrainResult
 
     found: dict[str, Part] = {}
     for path in sorted(out.glob("train*.json")) + sorted(out.glob("tie_kv*.json")):
@@ -142,7 +141,7 @@ def train(out: Path, quick: bool) -> tuple[Part, Part]:
                                "page again",
                                None)
             continue
-        from attnlab.lab import train as lab_train
+        from attnlab.lab.train import train as lab_train
 
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
@@ -172,3 +171,17 @@ def explore(out: Path, seed: int) -> dict[str, Part]:
             result, origin, note = e.run(seed=seed), "computed now", "computed while this page was built"
         parts[name] = Part(name, origin, note, result, e.finding(result))
     return parts
+
+
+def lab(out: Path) -> list:
+    """The learner's ``attnlab lab check`` results in ``out`` (lab-*.json), newest first; a broken one is an error
+    naming it."""
+    paths = sorted(out.glob("lab-*.json"))
+    if not paths:
+        return []
+    from attnlab.lab.exercise.result import LabResult
+
+    found = []
+    for path in paths:
+        found.append((path.stat().st_mtime, read.result(LabResult, _read(path), path, "attnlab lab check")))
+    return [r for _, r in sorted(found, key=lambda x: -x[0])]

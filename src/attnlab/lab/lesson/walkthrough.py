@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import heads as H
-from . import model as M
-from .model import CannotRead
+from attnlab.lab.lesson import heads as H
+from attnlab.lab.lesson import model as M
+from attnlab.lab.lesson.model import CannotRead
 
 SENTENCE = "the animal did not cross the street because it was tired"
 QUERY_WORD = "it"

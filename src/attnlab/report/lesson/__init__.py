@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import struct
 from html import escape
 from importlib import resources
 from pathlib import Path
@@ -19,18 +20,21 @@ from pathlib import Path
 from attnlab.lab.lesson import heads
 from attnlab.lab.results import to_dict
 
-from . import figures, sections, teach
+from . import checklist, copying, figures, sections, teach
 
 
 def _asset(name: str) -> str:
     return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
 
 
-def _data_uri(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+def _data_uri(png: bytes) -> dict:
+    """The PNG as a data address, with the CSS size it is shown at (it is drawn at figures.SHARPNESS times that)."""
+    w, h = struct.unpack(">II", png[16:24])  # the IHDR chunk: width and height in image pixels
+    return {"src": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
+            "width": round(w / figures.SHARPNESS), "height": round(h / figures.SHARPNESS)}
 
 
-def images(data) -> dict[str, str]:
+def images(data) -> dict[str, dict]:
     """Every figure, drawn from its part's result at the page's size (see :mod:`.figures`)."""
     demo, scale, tie = data.demo.result, data.train_scale.result, data.train_tie_kv.result
     imgs = {"demo_map": _data_uri(figures.demo_map(demo)), "demo_scale": _data_uri(figures.demo_scale(demo)),
@@ -58,10 +62,13 @@ def render(data) -> str:
     fill = {
         "css": _asset("lesson.css"),
         "js": _asset("lesson.js"),
+        "copy_js": _asset("copy.js"),
+        "page_js": _asset("page.js"),
         "model_js": _asset("model.js"),
         "data": _script_json({"walk": {"text": data.walkthrough.text, "query": data.walkthrough.query,
                                        "source": data.walkthrough.source},
                               "model": to_dict(data.model), "code": to_dict(data.code),
+                              "circuits": to_dict(data.circuits) if data.circuits else None,
                               "heads": {"pattern_share": heads.PATTERN_SHARE, "word_share": heads.WORD_SHARE}}),
         "created": escape(data.created),
         "where": escape(where),
@@ -76,7 +83,8 @@ def render(data) -> str:
         "several": teach.several_heads(data.model.config, len(data.walkthrough.tokens)),
         "code_blocks": teach.code_blocks(data.code),
         "heads_intro": teach.heads_intro(),
-        "checklist": sections.checklist(data),
+        "copy_intro": copying.intro(data.circuits, data.walkthrough.source),
+        "checklist": checklist.checklist(data),
         "reading": teach.reading(),
         "demo": sections.demo(data.demo, imgs),
         "bench": sections.bench(data.bench, imgs),
@@ -108,9 +116,6 @@ def build(data, path: str | Path) -> Path:
 
 
 def _write(page: str, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    from attnlab.lab.files import write_text
+
+    return write_text(path, page)

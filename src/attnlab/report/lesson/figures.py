@@ -3,9 +3,10 @@
 The commands' PNGs are made for a file viewer: wide, with 7-point legends that shrink to a few
 pixels in a 940-pixel column. Here the same functions draw from the same results, narrower, and
 while they draw a matplotlib figure hook raises any text smaller than what reads as 12 CSS pixels
-once the figure is scaled to the column (:data:`COLUMN_PX`), then lays the figure out again. Axes
-are autoscaled over every value, so no curve is cut. The page shows each figure at the column's
-width and at its full size on a click.
+once the figure is scaled to the column (:data:`COLUMN_PX`), then lays the figure out again, and
+draws it at :data:`SHARPNESS` image pixels per CSS pixel. Axes are autoscaled over every value, so
+no curve is cut. The page shows each figure at the column's width (a phone scrolls it sideways
+rather than shrink its text under 10 px) and at up to twice that on a click.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from attnlab.report import train as train_figs
 
 COLUMN_PX = 940  # the page's column, in CSS pixels
 MIN_PX = 12.5  # the smallest text the page shows, in CSS pixels
+SHARPNESS = 2  # image pixels per CSS pixel: sharp on high-density screens, and when enlarged to twice the size
 
 
 def _enlarge(fig) -> None:
@@ -30,13 +32,14 @@ def _enlarge(fig) -> None:
         import matplotlib.text
 
         w_in = fig.get_figwidth()
-        px_per_pt = min(fig.dpi, COLUMN_PX / w_in) / 72  # CSS px per point once scaled into the column
+        px_per_in = min(fig.dpi, COLUMN_PX / w_in)  # CSS px per inch once scaled into the column
+        px_per_pt = px_per_in / 72
         for t in fig.findobj(matplotlib.text.Text):
             if t.get_text() and t.get_fontsize() * px_per_pt < MIN_PX:
                 t.set_fontsize(MIN_PX / px_per_pt)
         if fig.get_layout_engine() is None:
             fig.tight_layout()
-        return save(*args, **kwargs)
+        return save(*args, **{**kwargs, "dpi": SHARPNESS * px_per_in})
 
     fig.savefig = savefig
 

@@ -16,7 +16,8 @@
     if (text !== undefined) e.textContent = text;
     return e;
   }
-  const show = (c) => (c === " " ? "␣" : c);
+  const SHOW = { " ": "␣", "\n": "⏎", "\t": "⇥" };  // characters that would print as nothing
+  const show = (c) => SHOW[c] || c;
   const tokName = (i) => `${i} “${show(S.r.tokens[i])}”`;
   function fmt(v) {
     if (v === null || v === undefined || v === -Infinity) return "masked";
@@ -154,14 +155,18 @@
   }
 
   // ---- the code behind each step -------------------------------------------------------------------------------
-  function code(parent, step) { // where it is, then the lines with their numbers
-    const s = CODE.steps[step];
+  function quote(parent, s, what) { // where it is, then the lines with their numbers
     const many = s.lines.length > 1;
-    parent.appendChild(el("p", "code-where", `${s.file}:${s.lines.join(", ")} — the line${many ? "s" : ""} of ` +
-      `attnlab's source that compute${many ? "" : "s"} this step`));
+    parent.appendChild(el("p", "code-where", `${s.file}:${s.lines.join(", ")} — ${what}`));
     const pre = el("pre", "code");
     pre.textContent = s.code.map((line, i) => `${String(s.lines[i]).padStart(3)}  ${line}`).join("\n");
     parent.appendChild(pre);
+    return many;
+  }
+  function code(parent, step) { // the lesson's module, then the same step in the lab's starter
+    quote(parent, CODE.steps[step], "in the lesson's module, CausalSelfAttention");
+    if (CODE.lab_steps[step]) quote(parent, CODE.lab_steps[step], "in the lab's starter, one query and one key at a " +
+      "time (attnlab lab start writes it; you fill in the TODOs)");
   }
 
   // ---- the explanations behind each box ------------------------------------------------------------------------
@@ -186,8 +191,24 @@
         "vectors, weighted by how much the query listens to each."],
   };
   const STEP_OF = { x: 0, q: 0, k: 0, v: 0, scores: 1, scale: 2, mask: 3, softmax: 4, out: 5 };
+  const SCALE_BOX = { sqrt: "Scale ÷√d", none: "No scale (×1)", inv: "Scale ÷d" };
+  const maskBox = () => (S.causal ? "Causal mask" : "No mask (off)");
+  function labelBoxes() { // the diagram says what is switched on now
+    document.querySelector("[data-box=scale]").textContent = SCALE_BOX[S.scale];
+    document.querySelector("[data-box=mask]").textContent = maskBox();
+    const trained = cfg.scale === undefined ? "sqrt" : cfg.scale, note = $("trained-note");
+    const off = [];
+    if (S.scale !== trained) off.push(`the scale ${scaleName[S.scale]} (it was trained with ${scaleName[trained] || trained})`);
+    if (!S.causal) off.push("no causal mask (it was trained with one)");
+    note.hidden = !off.length;
+    note.textContent = off.length ? `This model was never trained with ${off.join(" or ")}: the page runs the same ` +
+      "weights anyway, to show what that switch alone does to their scores and weights. It is not what a model " +
+      "trained that way would do (section 5 has models trained with each scale)." : "";
+  }
   function explain(name) {
-    const [title, text] = BOX[name];
+    const title = name === "scale" ? SCALE_BOX[S.scale] : name === "mask" ? maskBox() : BOX[name][0];
+    const text = name === "mask" && !S.causal ? `Now off: every query sees every key, the future too. ${BOX.mask[1]}` :
+      BOX[name][1];
     const box = $("explain");
     box.innerHTML = "";
     box.append(el("h4", "", title), el("p", "", text));
@@ -251,7 +272,7 @@
   }
   function honest(row) { // what this head really does with the query, in words
     const order = row.map((v, j) => [v, j]).sort((a, b) => b[0] - a[0]).slice(0, 3);
-    const st = A.headStats(S.r.tokens, Hd().weights[S.head], S.query, S.layer, S.head);
+    const st = A.headStats(S.r.tokens, Hd().weights[S.head], S.query, S.layer, S.head, S.causal);
     const top = order.map(([v, j]) => `${tokName(j)} ${v.toFixed(3)}`).join(", ");
     const word = st.word ? ` It puts ${st.word_share.toFixed(2)} of its weight on “${st.word}”, above the ` +
       `${D.heads.word_share} threshold, so the head view names it.` : ` No word gets ${D.heads.word_share} of its weight ` +
@@ -293,12 +314,13 @@
       figs: (p) => tokMap(p, Hd().scores[S.head].map((r) => r.map((v) => v * S.r.scale)),
         `Q·Kᵀ × ${scaleName[S.scale]}: ${S.r.tokens.length}×${S.r.tokens.length}`, "signed",
         { span: sharedSpan(), bar: "one colour scale for steps 2, 3 and 4" }) },
-    { title: "The causal mask", box: "mask", step: "mask",
+    { title: () => (S.causal ? "The causal mask" : "No mask: the causal mask is switched off"), box: "mask", step: "mask",
       text: () => { const T = S.r.tokens.length, n = S.causal ? (T * (T - 1)) / 2 : 0;
         return S.causal ? `${n} of the ${T * T} cells are keys in the future of their query; they become −∞ (grey, ` +
           `“masked”). The query at ${tokName(S.query)} may see ${S.query + 1} keys.` :
           "The mask is off: every query sees every key, the future too. A model trained with the mask never saw this."; },
-      figs: (p) => tokMap(p, Hd().scores[S.head].map((r) => r.map((v) => v * S.r.scale)), "masked scores (grey: masked)",
+      figs: (p) => tokMap(p, Hd().scores[S.head].map((r) => r.map((v) => v * S.r.scale)),
+        S.causal ? "masked scores (grey: masked)" : "scores with nothing masked (the mask is off)",
         "signed", { span: sharedSpan(), bar: "one colour scale for steps 2, 3 and 4",
           masked: (r, c) => S.causal && c > r }) },
     { title: "Softmax: scores become weights", box: "softmax", step: "softmax",
@@ -332,7 +354,8 @@
   }
   function compute() {
     const status = $("text-status"), input = $("text");
-    const text = input.value;
+    const typed = Array.from(input.value), cut = typed.length > cfg.block_size;
+    const text = cut ? typed.slice(-cfg.block_size).join("") : input.value;  // the model's context: the last block_size
     const { bad } = A.encode(text);
     if (bad.length) {
       status.textContent = `Not in the model's vocabulary: ${bad.map((c) => `“${c}”`).join(" ")}. It knows ` +
@@ -340,17 +363,15 @@
       status.className = "text-status refused"; return false;
     }
     if (!text.length) { status.textContent = "Type at least one character."; status.className = "text-status refused"; return false; }
-    if (Array.from(text).length > cfg.block_size) {
-      status.textContent = `The model reads at most ${cfg.block_size} characters; this is ${Array.from(text).length}.`;
-      status.className = "text-status refused"; return false;
-    }
     const changed = text !== S.text;
     S.text = text;
     S.r = A.run(text, { scale: S.scale, causal: S.causal });
     if (changed && !S.userQuery) S.query = defaultQuery(S.r.tokens);
     S.query = Math.min(S.query, S.r.tokens.length - 1);
-    status.textContent = `${S.r.tokens.length} of at most ${cfg.block_size} characters, all in the vocabulary.`;
-    status.className = "text-status";
+    status.textContent = cut ? `Your text has ${typed.length} characters; the model reads at most ${cfg.block_size} ` +
+      `(the context it was trained on), so it reads the last ${cfg.block_size}: “${text}”.` :
+      `${S.r.tokens.length} of at most ${cfg.block_size} characters, all in the vocabulary.`;
+    status.className = cut ? "text-status cut" : "text-status";
     syncQuery();
     return true;
   }
@@ -390,7 +411,9 @@
   function render() {
     const s = STAGES[S.stage];
     $("stage-ind").textContent = `${S.stage + 1}/${STAGES.length}`;
-    $("stage-title").textContent = `${S.stage + 1}. ${s.title} (layer ${S.layer}, head ${S.head})`;
+    $("stage-title").textContent = `${S.stage + 1}. ${typeof s.title === "function" ? s.title() : s.title} ` +
+      `(layer ${S.layer}, head ${S.head})`;
+    labelBoxes();
     $("stage-text").textContent = s.text();
     const figs = $("stage-figs");
     figs.innerHTML = "";
@@ -410,10 +433,13 @@
     S.stage = n;
     explain(box || STAGES[n].box);
     render();
-    if (moved) { // on a small screen the stage may be out of sight: bring it up
-      const top = $("stage").getBoundingClientRect().top;
-      if (top < 0 || top > window.innerHeight * 0.6) $("stage").scrollIntoView({ block: "start" });
-    }
+    if (moved) reveal();
+  }
+  function reveal() { // the step's title in sight, below the sticky Back/Next bar (never hidden under it)
+    const bar = document.querySelector(".controls").getBoundingClientRect();
+    const t = $("stage-title").getBoundingClientRect();
+    // hidden under the bar, or low on the screen: scroll until it sits just under the bar, which sticks at the top
+    if (t.top < bar.bottom + 8 || t.bottom > window.innerHeight * 0.7) window.scrollBy(0, t.top - (bar.height + 8));
   }
   const go = (delta) => { if (S.stage + delta >= 0 && S.stage + delta < STAGES.length) goTo(S.stage + delta); };
   $("prev").addEventListener("click", () => go(-1));
@@ -434,7 +460,7 @@
       wrap.appendChild(el("h3", "", `Layer ${l}`));
       const row = el("div", "hv-row");
       L.weights.forEach((M, h) => {
-        const st = A.headStats(S.r.tokens, M, S.query, l, h);
+        const st = A.headStats(S.r.tokens, M, S.query, l, h, S.causal);
         const card = el("div", "hv-card" + (l === S.layer && h === S.head ? " chosen" : ""));
         card.dataset.layer = String(l); card.dataset.head = String(h);
         row.appendChild(card);
@@ -444,7 +470,8 @@
           masked: (r, c) => S.causal && c > r });
         card.appendChild(el("p", "hv-label", st.label));
         card.appendChild(el("p", "hv-stats", `previous ${f2(st.previous)} · same ${f2(st.same)} · first ` +
-          `${f2(st.first)} · spaces ${f2(st.boundary)} · entropy ${f2(st.entropy)} nats`));
+          `${f2(st.first)} · spaces ${f2(st.boundary)} · after an earlier copy ${f2(st.induction)} · entropy ` +
+          `${f2(st.entropy)} nats`));
         const pickBtn = el("button", "hv-pick", l === S.layer && h === S.head ? "followed above" : "follow this head");
         pickBtn.type = "button";
         pickBtn.addEventListener("click", () => { S.layer = l; S.head = h; render(); });
@@ -456,58 +483,12 @@
   }
   let resizeTimer = null;
   window.addEventListener("resize", () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(render, 150); });
+  window.attnlab.ui = { heat, el, show };  // for the page's other scripts (copy.js)
+  window.attnlab.label = show;
   window.attnlab.current = () => ({ tokens: S.r.tokens, query: S.query, layer: S.layer, head: S.head, scale: S.scale,
     causal: S.causal, stage: S.stage, weights: S.r.layers.map((L) => L.weights.map((M) => M.map((r) => Array.from(r)))) });
 
-  // ---- the test ------------------------------------------------------------------------------------------------
-  const form = $("quiz");
-  form.addEventListener("submit", (e) => {
-    e.preventDefault();
-    const qs = Array.from(form.querySelectorAll(".quiz-q"));
-    let right = 0;
-    qs.forEach((fs) => {
-      const answer = fs.dataset.answer;
-      const chosen = fs.querySelector("input:checked");
-      const labels = Array.from(fs.querySelectorAll("label"));
-      const correct = labels[Number(answer)];
-      labels.forEach((lb) => lb.classList.toggle("answer", lb === correct));
-      const ok = chosen !== null && chosen.value === answer;
-      if (ok) right += 1;
-      fs.classList.toggle("right", ok);
-      fs.classList.toggle("wrong", !ok);
-      const text = correct.textContent.trim();
-      fs.querySelector(".quiz-feedback").textContent = (ok ? "Right. " :
-        `${chosen ? "Not quite" : "Not answered"}: the answer is “${text}”. `) + fs.dataset.why;
-    });
-    const need = Math.ceil(0.6 * qs.length), pass = right >= need;
-    const res = $("quiz-result");
-    res.textContent = `You scored ${right}/${qs.length} (${Math.round((100 * right) / qs.length)} %): ` +
-      `${pass ? "passed" : "not passed yet"}. The pass mark is ${need}/${qs.length} (60 %). ` +
-      "The right answers are marked in green.";
-    res.className = `quiz-result ${pass ? "pass" : "fail"}`;
-    res.focus();
-  });
-  $("quiz-reset").addEventListener("click", () => {
-    form.reset();
-    form.querySelectorAll(".quiz-q").forEach((fs) => {
-      fs.classList.remove("right", "wrong");
-      fs.querySelectorAll("label").forEach((lb) => lb.classList.remove("answer"));
-      fs.querySelector(".quiz-feedback").textContent = "";
-    });
-    $("quiz-result").textContent = "";
-    $("quiz-result").className = "quiz-result";
-  });
-
-  // ---- figures: click to enlarge -------------------------------------------------------------------------------
-  document.querySelectorAll("figure.zoom img").forEach((img) => {
-    img.tabIndex = 0;
-    const toggle = () => img.closest("figure").classList.toggle("big");
-    img.addEventListener("click", toggle);
-    img.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); toggle(); } });
-  });
-
   $("text").value = D.walk.text;
-  $("text").maxLength = cfg.block_size;
   compute();
   S.query = D.walk.query;
   syncQuery();

@@ -148,29 +148,43 @@
     row.forEach((w, j) => { if (wordOf[j] >= 0) { total[wordOf[j]] += w; count[wordOf[j]] += 1; } });
     return { words: ws, total, mean: total.map((t, i) => (count[i] ? t / count[i] : 0)) };
   }
-  function headStats(tokens, W, query, layer, head) {
+  function induction(tokens, W) { // over the queries whose token appeared before: weight just after those copies
+    let sum = 0, n = 0;
+    for (let i = 2; i < tokens.length; i++) {
+      let share = 0, any = false;
+      for (let j = 1; j < i; j++) if (tokens[j - 1] === tokens[i]) { share += W[i][j]; any = true; }
+      if (any) { sum += share; n += 1; }
+    }
+    return n ? sum / n : null;
+  }
+  function evenSpread(T, causal) { let u = 0; for (let i = 1; i < T; i++) u += Math.log(causal ? i + 1 : T); return u / (T - 1); }
+  function headStats(tokens, W, query, layer, head, causal) {
     const T = tokens.length, q = query === undefined || query === null ? T - 1 : query;
+    const masked = causal === undefined ? true : causal;
     const { wordOf } = words(tokens), sh = wordShares(tokens, W[q]);
     let best = -1; sh.total.forEach((t, i) => { if (best < 0 || t > sh.total[best]) best = i; });
     const wordShare = best >= 0 ? sh.total[best] : 0, word = best >= 0 && wordShare >= HD.word_share ? sh.words[best] : null;
     const base = { layer, head, word, word_share: wordShare };
-    if (T < 2) return Object.assign(base, { previous: null, same: null, first: null, boundary: null, entropy: null,
-      pattern: "mixed", label: "one token: nothing to measure" });
+    if (T < 2) return Object.assign(base, { previous: null, same: null, first: null, boundary: null, induction: null,
+      entropy: null, pattern: "mixed", label: "one token: nothing to measure" });
     const s = { previous: 0, same: 0, first: 0, boundary: 0 }; let ent = 0;
     for (let i = 1; i < T; i++) {
       s.previous += W[i][i - 1]; s.same += W[i][i]; s.first += W[i][0];
       for (let j = 0; j < T; j++) { if (wordOf[j] < 0) s.boundary += W[i][j]; if (W[i][j] > 0) ent -= W[i][j] * Math.log(W[i][j]); }
     }
     Object.keys(s).forEach((key) => { s[key] /= T - 1; }); ent /= T - 1;
-    let name = "previous"; ["same", "first", "boundary"].forEach((key) => { if (s[key] > s[name]) name = key; });
+    s.induction = induction(tokens, W);
+    let name = "previous";
+    ["same", "first", "boundary", "induction"].forEach((key) => { if (s[key] !== null && s[key] > s[name]) name = key; });
     const share = s[name], f2 = (v) => v.toFixed(2);
     let pattern, label;
     if (share >= HD.pattern_share) {
       const what = { previous: ["previous-token head", "one step back"], same: ["same-token head", "on the query's own token"],
-        first: ["first-token head", "on the first token"], boundary: ["boundary head", "on spaces and punctuation"] }[name];
+        first: ["first-token head", "on the first token"], boundary: ["boundary head", "on spaces and punctuation"],
+        induction: ["induction head", "on the token after an earlier copy of the query's"] }[name];
       pattern = name; label = `${what[0]}: ${f2(share)} of its weight ${what[1]}`;
     } else {
-      let uni = 0; for (let i = 1; i < T; i++) uni += Math.log(i + 1); uni /= T - 1;
+      const uni = evenSpread(T, masked);
       if (ent >= 0.75 * uni) { pattern = "broad"; label = `broad head: spreads its weight (entropy ${f2(ent)} nats; even spread ${f2(uni)})`; }
       else { pattern = "mixed"; label = `mixed head: no pattern reaches ${HD.pattern_share} (largest: ${name} ${f2(share)})`; }
     }

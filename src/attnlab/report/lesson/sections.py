@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from html import escape
 
+from attnlab.lab.train import summary as train_summary
 from attnlab.report.fmt import fmt_bytes, fmt_time
 
 from . import numbers as num
+from . import verdicts
 
 LABELS = {"sqrt": "1/√d", "none": "no scale", "inv": "1/d"}
 
@@ -24,10 +25,12 @@ def how(part) -> str:
     return "a quick run" if part.origin == "quick run" else part.origin
 
 
-def figure(src: str | None, alt: str, caption: str) -> str:
-    if not src:
+def figure(img: dict | None, alt: str, caption: str) -> str:
+    """A figure (``img``: src, width, height in CSS px) that enlarges to twice its size on a click."""
+    if not img:
         return ""
-    return (f'<figure class="zoom"><img src="{src}" alt="{escape(alt)}" title="click for full size">'
+    return (f'<figure class="zoom"><div class="figscroll"><img src="{img["src"]}" width="{img["width"]}" '
+            f'height="{img["height"]}" alt="{escape(alt)}" title="click to enlarge"></div>'
             f"<figcaption>{escape(caption)} (click to enlarge)</figcaption></figure>")
 
 
@@ -119,38 +122,6 @@ def bench(part, imgs) -> str:
                      "Time (and memory, when measured) against length, both axes logarithmic."))
 
 
-def checklist(data) -> str:
-    """The lab's "you are done when", each item ticked from what was measured."""
-    demo, bench = data.demo.result, data.bench.result
-    loops = [c.max_err for c in demo.checks if c.form == "loops"] if demo else []
-    rows = {(r.impl, r.seq): r for r in bench.results} if bench else {}
-    mem = [T for T in (128, 512, 2048) if ("matrix", T) in rows and rows["matrix", T].peak_bytes is not None]
-    p = (bench.exponents.get("matrix") or {}).get("memory") if bench else None
-    fv, tie = num.final_val(data.train_scale.result), num.final_val(data.train_tie_kv.result)
-    items = [
-        (bool(loops) and max(loops) <= 1e-4, "The loops form matches PyTorch to 1e-4",
-         f"largest difference {max(loops):.1e} ({how(data.demo)})" if loops else "run `attnlab demo`"),
-        (len(mem) == 3, "Memory measured at T = 128, 512 and 2048",
-         f"measured at {', '.join(map(str, mem)) or 'none of them'} ({how(data.bench)})"),
-        (p is not None and abs(p - 2) < 0.25, "The matrix form's memory grows quadratically",
-         f"measured T^{p:.2f}" if p is not None else "no memory growth measured yet: run `attnlab bench`"),
-        ({"sqrt", "none"} <= set(fv) and data.train_scale.origin == "file", "The 1/√d ablation trained",
-         ", ".join(f"{LABELS.get(n, n)} {v:.3f}" for n, v in fv.items()) + f" ({how(data.train_scale)})"
-         if fv else "run `attnlab train`"),
-        ({"tied", "untied"} <= set(tie) and data.train_tie_kv.origin == "file", "The tied key/value ablation trained",
-         ", ".join(f"{n} {v:.3f}" for n, v in tie.items()) + f" ({how(data.train_tie_kv)})"
-         if tie else "run `attnlab train --ablation tie-kv`"),
-    ]
-    def code(text: str) -> str:  # `command` -> <code>command</code>
-        return re.sub("`([^`]*)`", r"<code>\1</code>", escape(text))
-
-    lis = "".join(f'<li class="{"done" if ok else "todo"}"><span class="tick">{"✓" if ok else "✗"}</span> '
-                  f"<b>{escape(text)}</b> — {code(detail)}</li>" for ok, text, detail in items)
-    done = sum(1 for ok, _, _ in items if ok)
-    return (f"<h3>The lab: you are done when</h3><p>{done} of {len(items)} done, from the results this page was "
-            f'built from.</p><ul class="checklist">{lis}</ul>')
-
-
 def train(scale, tie, imgs) -> str:
     out = f"<h3>train: the 1/√d ablation</h3>{badge(scale)}"
     if scale.result:
@@ -159,12 +130,14 @@ def train(scale, tie, imgs) -> str:
                        f"<td>{ent[n][0]:.2f} → {ent[n][1]:.2f}</td></tr>" for n in fv if n in ent)
         out += ("<table><thead><tr><th>scale</th><th>final validation loss</th><th>entropy, start → end (nats)</th>"
                 f"</tr></thead><tbody>{rows}</tbody></table>")
+        out += verdicts.scale(scale.result) + verdicts.small_scale(scale.result)
         out += figure(imgs.get("train"), "loss and entropy curves", "Validation loss and softmax entropy per step.")
     out += f"<h3>train: tying the value to the key</h3>{badge(tie)}"
     if tie.result:
         fv = num.final_val(tie.result)
         out += "<ul>" + "".join(f"<li>{escape(n)}: final validation loss <b>{v:.3f}</b></li>" for n, v in fv.items())
-        out += "</ul>" + figure(imgs.get("tie_kv"), "tied against untied", "Keys and values tied against separate.")
+        out += "</ul>" + verdicts.tie_kv(tie.result)
+        out += figure(imgs.get("tie_kv"), "tied against untied", "Keys and values tied against separate.")
     return out
 
 
@@ -198,7 +171,14 @@ def questions(data) -> str:
                 "1/√d is the one scale that keeps the spread of the scores the same at every width.")
     if fv:
         why_sqrt += " Trained: final validation loss " + ", ".join(f"{LABELS.get(n, n)} {v:.3f}" for n, v in fv.items())
-        why_sqrt += "."
+        _, preds = train_summary.summarise(data.train_scale.result)
+        if preds:
+            why_sqrt += ("; that run shows the destabilising the lesson predicts (saturation and a worse loss, rules "
+                         "in section 5)." if train_summary.destabilised(preds) else
+                         "; that run does <b>not</b> show the destabilising the lesson predicts at these settings "
+                         "(section 5 says which rule failed).")
+        else:
+            why_sqrt += "."
     memory = ("No. The weights are recomputed from the current context on every forward pass and thrown away; nothing "
               "is stored between calls except what is in the context itself. A KV cache keeps the keys and values "
               "of the tokens so far, to avoid recomputing them, not to remember anything new. In the walkthrough "
@@ -208,13 +188,18 @@ def questions(data) -> str:
     kv = ("The key is what a token advertises for matching; the value is what it hands over once matched. Tie them "
           "and a token can only pass on the same thing it is found by. ")
     if {"tied", "untied"} <= set(tie):
+        rule = train_summary.tie_kv(train_summary.summarise(data.train_tie_kv.result)[0])
         kv += (f"Measured here ({escape(how(data.train_tie_kv))}): final validation loss {tie['untied']:.3f} "
-               f"untied against {tie['tied']:.3f} tied ({tie['tied'] - tie['untied']:+.3f}).")
+               f"untied against {tie['tied']:.3f} tied ({tie['tied'] - tie['untied']:+.3f}). ")
+        kv += ("That supports the argument: the tied model learned measurably worse." if rule.holds else
+               f"That does <b>not</b> support the argument at these settings: the tied model was not more than "
+               f"{train_summary.LOSS_GAP} worse, so here tying cost nothing measurable (section 5 says why it can).")
     else:
         kv += f"The tied model has not been trained on this machine yet ({escape(data.train_tie_kv.note)})."
     r_m, r_l = num.ratio(data.bench.result, "matrix"), num.ratio(data.bench.result, "loops")
     yourself = ("Not for real work: use <code>torch.nn.functional.scaled_dot_product_attention</code>. Write it to "
-                "learn it, and check yours with <code>attnlab verify</code>. ")
+                "learn it: the lab (<code>attnlab lab start</code>, then <code>attnlab lab check</code>) grades "
+                "yours, and <code>attnlab verify</code> checks any function with PyTorch's signature. ")
     if r_m:
         yourself += (f"On this machine ({escape(how(data.bench))}, fastest of the repeats) the four-line matrix form "
                      f"took {r_m[0]:.2g}× as long as PyTorch's kernel at T = {r_m[1]}")

@@ -102,17 +102,23 @@ def heads_intro() -> str:
             "the steps above.</p>")
 
 
-def _listing(s, summary: str) -> str:
-    first = ", ".join(str(n) for n in s.lines)
-    return (f'<details class="listing"><summary>{escape(summary)} <span class="where">{escape(s.file)}, starting at '
-            f'line{"s" if len(s.lines) > 1 else ""} {first}</span></summary>'
-            f'<pre class="code">{escape(chr(10).join(s.code))}</pre></details>')
+def _listing(s, summary: str, open_: bool = False) -> str:
+    """A whole listing, each line with its number in the file, in order; the summary says where it starts and ends."""
+    where = f"{s.file}, lines {s.lines[0]}–{s.lines[-1]}" if s.lines else s.file
+    body = "\n".join(f"{n:>3}  {line}" for n, line in zip(s.lines, s.code, strict=True))
+    return (f'<details class="listing"{" open" if open_ else ""}><summary>{escape(summary)} '
+            f'<span class="where">{escape(where)}</span></summary><pre class="code">{escape(body)}</pre></details>')
 
 
 def code_blocks(code) -> str:
-    return (_listing(code.module, "The module: MultiHeadAttention.project and forward (CausalSelfAttention is this "
-                     "with one key/value head per query head)")
-            + _listing(code.loops, "The loops form: the same arithmetic, one query and one key at a time"))
+    links = ", ".join(f'<a href="{escape(u)}">{escape(n)}</a>' for n, u in code.links.items())
+    return (_listing(code.module, "The lesson's module: CausalSelfAttention, every step on its own line", True)
+            + "<p class=\"note\">The model in the page runs attnlab's MultiHeadAttention, which computes the same "
+              "thing (the tests load the same weights into both and compare) and adds grouped-query attention, rotary "
+              "positions, a KV cache and a choice of kernel. For the curious, the production code: "
+              f"{links}.</p>"
+            + _listing(code.starter, "The lab's starter: attention_by_hand with its TODOs, and the matrix version "
+                       "(attnlab lab start writes it)"))
 
 
 READING = [

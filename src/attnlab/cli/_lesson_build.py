@@ -1,0 +1,71 @@
+"""`attnlab lesson --build`: run the lesson's missing or stale measurements, each with an estimate and a line when
+done (on the terminal and in lesson-build.log), then hand back to `attnlab lesson`, which builds the page."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+class _Log:
+    """Lines to the terminal and to ``out/lesson-build.log``; the measured steps to ``out/lesson-build.json``."""
+
+    def __init__(self, out: Path, log):
+        self.out, self.log, self.t0 = out, log, time.perf_counter()
+        self.path = out / "lesson-build.log"
+        self.path.write_text("")
+
+    def say(self, line: str) -> None:
+        from attnlab.report.terminal import console
+
+        console.print(line)
+        with self.path.open("a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+
+    def finish(self, page_s: float) -> None:
+        from attnlab.lab.results import write_json
+
+        self.log.page_s, self.log.total_s = page_s, time.perf_counter() - self.t0
+        ran = [s for s in self.log.steps if s.seconds is not None]
+        parts = ", ".join(f"{s.name} {s.seconds:.0f} s" for s in ran)
+        self.say(f"lesson --build: done in {self.log.total_s:.0f} s ({parts}{', ' if parts else ''}page "
+                 f"{page_s:.0f} s); wrote {write_json(self.log, self.out / 'lesson-build.json')}")
+
+
+def build_steps(out: Path) -> _Log:
+    """Run what the default lesson still needs in ``out``; a UsageError (one line) when a step fails."""
+    from attnlab import cli
+    from attnlab.lab.lesson import build
+    from attnlab.lab.train import estimate as train_time
+    from attnlab.lab.train import train as lab_train
+    from attnlab.report.fmt import fmt_estimate
+
+    from . import UsageError
+
+    steps = build.plan(out)
+    if any(s.why for s in steps if s.name.startswith("train")):  # time a few real steps: the estimate that matters
+        cfg = lab_train.PRESETS["default"]
+        est = train_time.estimate(cfg, lab_train.load_corpus(cfg))
+        steps = build.plan(out, est.seconds(cfg.steps, cfg.eval_every))
+    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else []
+    log = _Log(out, build.BuildLog(str(out), steps, load_average=load, cpu_count=os.cpu_count()))
+    todo = [s for s in steps if s.why]
+    total = sum(s.estimate_s for s in todo) + build.SECONDS["page"]
+    busy = f", load {load[0]:.1f} on {os.cpu_count()} cores" if load else ""
+    log.say(f"lesson --build: {len(todo)} of {len(steps)} steps to run, then the page: {fmt_estimate(total)} on this "
+            f"machine now{busy}")
+    for s in steps:
+        log.say(f"  {s.name}: {s.why}; {fmt_estimate(s.estimate_s)} (attnlab {' '.join(s.argv)})" if s.why else
+                f"  {s.name}: up to date")
+    for i, s in enumerate(todo, 1):
+        log.say(f"[{i}/{len(todo)}] {s.name}: starting ({fmt_estimate(s.estimate_s)})")
+        t0 = time.perf_counter()
+        code = cli.main(s.argv)
+        s.seconds = time.perf_counter() - t0
+        if code:
+            log.say(f"[{i}/{len(todo)}] {s.name}: failed (exit {code})")
+            raise UsageError(f"--build: `attnlab {' '.join(s.argv)}` failed (exit {code}); its message is above")
+        log.say(f"[{i}/{len(todo)}] {s.name}: done in {s.seconds:.0f} s (estimated {fmt_estimate(s.estimate_s)})")
+    log.say(f"[page] collecting the results and writing lesson.html ({fmt_estimate(build.SECONDS['page'])})")
+    return log

@@ -1,0 +1,87 @@
+"""`attnlab lab`: the learner's own attention. `lab start` writes the starter; `lab check` grades and measures it."""
+
+from __future__ import annotations
+
+from ._args import seed
+from ._folder import add_out, output_folder
+
+
+def add_parser(sub):
+    p = sub.add_parser("lab", help="the lab: write attention yourself, then have it graded and measured",
+                       description="`attnlab lab start [DIR]` writes attention_lab.py (attention_by_hand with TODOs, "
+                                   "and a finished matrix version); `attnlab lab check FILE[:FUNCTION]` grades your "
+                                   "function against a float64 oracle and PyTorch, says the likely cause of what "
+                                   "fails, measures its time and memory at T = 128, 512, 2048 and writes the result "
+                                   "as JSON, which `attnlab lesson` reads.")
+    what = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
+    s = what.add_parser("start", help="write attention_lab.py into DIR (never over a file already there)")
+    s.add_argument("dir", nargs="?", default=".", metavar="DIR", help="folder for the starter (default: here)")
+    c = what.add_parser("check", help="grade and measure your function")
+    c.add_argument("spec", metavar="FILE[:FUNCTION]", help="your file, and the function in it (default: "
+                                                           "attention_by_hand)")
+    c.add_argument("--quick", action="store_true", help="leave out the longest case (L = 1025)")
+    c.add_argument("--seed", type=seed, default=0, help="random seed of the inputs (default: 0)")
+    add_out(c, "where lab-FUNCTION.json and lab-FUNCTION.png go")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from . import UsageError
+
+    if args.action == "start":
+        return start(args)
+    if args.action == "check":
+        return check(args)
+    raise UsageError("say what to do: `attnlab lab start [DIR]` or `attnlab lab check FILE[:FUNCTION]`")
+
+
+def start(args) -> int:
+    from attnlab.lab.exercise import files
+    from attnlab.report.terminal import console
+
+    from . import UsageError
+
+    try:
+        s = files.start(args.dir)
+    except (files.LoadError, OSError) as e:
+        raise UsageError(f"cannot write the starter into {args.dir}: {getattr(e, 'strerror', None) or e}") from None
+    if not s.written:
+        console.print(f"{s.path} is already there: it is yours, so it was left as it is. Check it with\n"
+                      f"  attnlab lab check {s.path}")
+        return 0
+    console.print(f"wrote {s.path}. Open it: attention_by_hand has four TODOs (the scale, the causal mask, a "
+                  "stable softmax, the output's dtype).\nAfter each one, run\n"
+                  f"  attnlab lab check {s.path}\n"
+                  "It grades your function against a float64 oracle and PyTorch, says what failed and the likely "
+                  "cause, then measures its time and memory at T = 128, 512 and 2048.")
+    return 0
+
+
+def check(args) -> int:
+    from attnlab.lab.exercise import files, grade
+    from attnlab.lab.exercise.check import check as run_check
+    from attnlab.lab.results import write_json
+    from attnlab.report import exercise
+    from attnlab.report.terminal import console, progress
+
+    from . import UsageError
+
+    out = output_folder(args.out)
+    try:
+        path, name, fn = files.load(args.spec)
+        n = len(grade.cases(grade.form_of(fn), None, args.quick)[0])
+    except files.LoadError as e:
+        raise UsageError(str(e)) from None
+    console.print(f"[bold]attnlab lab check[/] {path}:{name}")
+    try:
+        with progress(n, "cases") as advance:
+            result = run_check(args.spec, quick=args.quick, seed=args.seed, progress=advance,
+                               on_stage=lambda text: console.print(f"  {text}"))
+    except files.LoadError as e:
+        raise UsageError(str(e)) from None
+    for line in exercise.lines(result):
+        console.print(line)
+    stem = f"lab-{name}"
+    for f in (exercise.figure(result, out / f"{stem}.png"), write_json(result, out / f"{stem}.json")):
+        console.print(f"  wrote {f}")
+    return 0 if result.passed and result.match_err <= result.match_tol else 1

@@ -1,0 +1,86 @@
+"""How the learner's own function grows with the length: its time and peak memory at T = 128, 512 and 2048.
+
+The lab asks for quadratic memory, measured. The matrix form holds the whole T x T matrix of scores,
+so its memory grows like T² and doubling the context quadruples it. A loops version that keeps one
+row of scores at a time grows more slowly -- and takes far longer: a Python step per query-key pair.
+So each length is estimated from the one before (along T², the growth of every exact form's time)
+and skipped, with the estimate, when it would take longer than :data:`BUDGET_S`; a call that takes
+over a quarter of it is timed once, and its peak memory measured in that same call.
+
+Forward only, one head of width 64, float32, without autograd; peak memory is the extra resident
+memory while the call runs (:func:`attnlab.lab.measure.memory.measure_peak`), the growth exponent the
+least-squares slope on a log-log plot (:func:`attnlab.lab.measure.growth.exponent`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from attnlab.lab.measure import growth, memory
+from attnlab.lab.measure.timing import time_calls
+
+from .grade import as_sdpa
+from .result import Timing
+
+SEQS = (128, 512, 2048)
+BUDGET_S = 20.0  # the most one length may take (its calls together)
+HEADS, HEAD_DIM = 1, 64
+
+
+def measure(fn, form: str, seqs=SEQS, budget_s: float = BUDGET_S, seed: int = 0) -> tuple[list[Timing], dict, str]:
+    """(a Timing per length, the fitted growth {"time", "memory"}, a note on how it was measured)."""
+    call = as_sdpa(fn) if form == "lab" else fn
+    timings, per_call = [], None
+    memory.exact_heap("cpu")
+    try:
+        for i, T in enumerate(seqs):
+            if per_call is not None and i:
+                est = per_call * (T / seqs[i - 1]) ** 2
+                if est > budget_s:
+                    timings.append(Timing(T, skipped=f"estimated {est:.3g} s a call (from T = {seqs[i - 1]}, "
+                                                     f"growing like T²), over the {budget_s:g} s budget"))
+                    per_call = est
+                    continue
+            g = torch.Generator().manual_seed(seed + T)
+            q, k, v = (torch.randn(1, HEADS, T, HEAD_DIM, generator=g) for _ in range(3))
+            once = lambda q=q, k=k, v=v: call(q, k, v, is_causal=True)  # noqa: E731
+            took = []
+
+            def timed(once=once, took=took):
+                t0 = time.perf_counter()
+                out = once()
+                took.append(time.perf_counter() - t0)  # the call alone, not the garbage collection before it
+                return out
+
+            with torch.no_grad():
+                try:
+                    peak = memory.measure_peak(timed, "cpu")  # the first call, timed and measured at once
+                    if not took:  # memory is not measurable here, so measure_peak did not call it
+                        timed()
+                except Exception as e:  # the grading above says what is wrong with it
+                    timings.append(Timing(T, skipped=f"it raised {type(e).__name__}: {str(e)[:80]}"))
+                    break
+                first = took[0]
+                if first * 4 > budget_s:  # a slow call is its own measurement: another would only double the wait
+                    times = [first]
+                else:  # warmed up now: time a few, and measure the peak again (the first may hold one-time costs)
+                    times = time_calls(once, 0, max(1, min(5, int(budget_s / 4 / max(first, 1e-6)))))
+                    peak = memory.measure_peak(once, "cpu")
+            per_call = statistics.median(times)
+            timings.append(Timing(T, per_call, peak))
+    finally:
+        memory.exact_heap("cpu", exact=False)
+    done = [t for t in timings if t.time_s is not None]
+    exps = {"time": growth.exponent([t.seq for t in done], [t.time_s for t in done]),
+            "memory": growth.exponent([t.seq for t in done if t.peak_bytes], [t.peak_bytes for t in done
+                                                                                if t.peak_bytes])}
+    note = (f"forward only, batch 1, {HEADS} head of width {HEAD_DIM}, float32, no autograd; the median of up to "
+            f"5 calls, one call where it takes over {budget_s / 4:g} s; memory: "
+            f"{memory.method('cpu') or 'not measurable here'}")
+    skipped = [t.seq for t in timings if t.skipped]
+    if skipped:
+        note += f"; T = {', '.join(map(str, skipped))} skipped, over the {budget_s:g} s budget or failing"
+    return timings, exps, note

@@ -1,0 +1,46 @@
+"""What ``attnlab lab check`` found about the learner's function: graded, matched, measured. Written as JSON.
+
+The lesson page reads these files (``lab-FUNCTION.json``) to tick the lab's checklist from the
+learner's own results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from attnlab.lab.check.diagnose import Diagnosis
+from attnlab.lab.check.verify import VerifyResult
+from attnlab.lab.results import Result
+
+MATCH_TOL = 1e-4  # the lab's "matches F.scaled_dot_product_attention to 1e-4"
+
+
+@dataclass
+class Timing(Result):
+    """One length: the learner's function's median forward time and its extra peak memory, or why it was skipped."""
+
+    seq: int
+    time_s: float | None = None
+    peak_bytes: int | None = None
+    skipped: str | None = None  # e.g. "estimated 95 s a call, over the 20 s budget"
+
+
+@dataclass
+class LabResult(Result):
+    file: str  # as given on the command line
+    function: str
+    form: str  # "lab": (q, k, v), always causal; "sdpa": F.scaled_dot_product_attention's signature
+    cases_note: str  # which cases were graded, and why those
+    verify: VerifyResult  # verify's rows for the graded cases
+    diagnoses: list[Diagnosis]  # the likely causes of the failures, most likely first
+    match_err: float  # max |yours - F.sdpa| on the lesson's causal input (float32)
+    passed: bool  # every graded case passed
+    timings: list[Timing]
+    exponents: dict[str, float | None]  # "time", "memory": the fitted growth with T
+    measure_note: str  # how the times and memory were measured (sizes, heads, what was skipped)
+    seconds: float
+    machine: dict
+    versions: dict
+    match_tol: float = MATCH_TOL
+    shrunk: list[str] = field(default_factory=list)  # the graded cases that were run smaller, to finish in time
+    given: bool = False  # the starter's own finished function, unchanged: its pass is not the learner's

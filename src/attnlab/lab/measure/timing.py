@@ -1,0 +1,60 @@
+"""Timing a call honestly, and the machine's own speed limit.
+
+A first call is slower than the rest: code is loaded, memory is touched for the first time, a
+compiled form compiles. So we run a **warm-up** first and do not time it. Then we time each call
+alone with ``time.perf_counter``, and keep all the times: their median says what a call costs,
+their min and max how much the machine disturbed the measurement. On a GPU a call only *queues*
+work, so we wait for the device (``torch.cuda.synchronize``) before starting and stopping the clock.
+
+How fast could it be? Attention is mostly matrix multiplies, so the rate a plain square matrix
+multiply reaches on this machine, in this dtype, is the practical ceiling. :func:`matmul_peak`
+measures it once; a form's GFLOP/s divided by it reads as "this much of what the machine can do".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from attnlab.lab.measure.flops import matmul_flops
+
+
+def time_calls(call: Callable[[], object], warmup: int, repeats: int, device: str = "cpu",
+               before: Callable[[], None] | None = None, budget_s: float | None = None,
+               min_repeats: int = 3) -> list[float]:
+    """Wall-clock seconds of ``repeats`` calls, each timed alone, after ``warmup`` untimed calls.
+
+    ``before()`` runs ahead of every call, outside the clock (e.g. to clear gradients). With
+    ``budget_s``, the timed calls stop early -- never before ``min_repeats`` of them -- once one more
+    would take their total past the budget.
+    """
+    if warmup < 0 or repeats < 1:
+        raise ValueError(f"time_calls needs warmup >= 0 and repeats >= 1, got {warmup} and {repeats}")
+    cuda = torch.device(device).type == "cuda"
+    times: list[float] = []
+    for i in range(warmup + repeats):
+        if budget_s is not None and len(times) >= min_repeats and sum(times) + times[-1] > budget_s:
+            break
+        if before:
+            before()
+        if cuda:
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        call()
+        if cuda:
+            torch.cuda.synchronize(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def matmul_peak(dtype: torch.dtype = torch.float32, device: str = "cpu", n: int | None = None,
+                repeats: int = 5) -> float:
+    """This machine's matrix-multiply rate in GFLOP/s: the best of a few n x n products."""
+    n = n or (4096 if torch.device(device).type == "cuda" else 1024)
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=g).to(dtype).to(device) for _ in range(2))
+    times = time_calls(lambda: a @ b, 1, repeats, device)
+    return matmul_flops(n, n, n) / min(times) / 1e9

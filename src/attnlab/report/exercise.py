@@ -1,0 +1,96 @@
+"""What ``attnlab lab check`` tells the learner: what passed, what failed and the likely cause, then the numbers.
+
+Drawn from an :class:`attnlab.lab.exercise.result.LabResult`; nothing here is measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .fmt import fmt_bytes, fmt_time
+from .plots import _plt, save_figure
+from .terminal import escape
+
+SHOWN = 8  # failing cases listed one by one; the rest are counted
+
+
+def _fail_line(row) -> str:
+    w = row.worst
+    if w is None:
+        return f"  [red]{row.status.upper():<5}[/] {escape(row.case)} ({row.dtype}): {escape(row.detail)}"
+    return (f"  [red]FAIL[/]  {escape(row.case)} ({row.dtype}): {w.quantity} is {w.err:.2e} from the float64 "
+            f"answer, allowed {w.allowed:.2e} (PyTorch's own: {w.torch_err:.2e})")
+
+
+def lines(r) -> list[str]:
+    c = r.verify.counts()
+    graded = len(r.verify.rows)
+    out = ["[bold]Graded[/]: " + (f"[green]all {c['pass']} passed[/]" if r.passed else
+           f"{c['pass']} of {graded} passed, [red]{c['fail'] + c['error']} failed[/]")
+           + (f", {c['skipped']} skipped" if c["skipped"] else "") + f"  ({escape(r.cases_note)})"]
+    bad = [row for row in r.verify.rows if row.status in ("fail", "error")]
+    out += [_fail_line(row) for row in bad[:SHOWN]]
+    if len(bad) > SHOWN:
+        out.append(f"  ... and {len(bad) - SHOWN} more failing cases (all of them in the JSON)")
+    if r.shrunk:
+        out.append(f"  run smaller, to finish in time: {len(r.shrunk)} cases (e.g. {escape(r.shrunk[0])})")
+    if r.diagnoses:
+        out.append("[bold]Likely cause[/] (most likely first):")
+        out += [f"  - {escape(d.text)}" for d in r.diagnoses]
+    elif not r.passed:
+        out.append("[bold]Likely cause[/]: the failures fit no pattern verify knows; read the failing cases above")
+    ok = r.match_err <= r.match_tol
+    out.append(f"[bold]Match[/]: max |yours - F.scaled_dot_product_attention| = {r.match_err:.1e} on 2 heads, T = 64, "
+               f"d = 32, float32 (the lab asks for at most {r.match_tol:g}): "
+               + ("[green]matches[/]" if ok else "[red]does not match[/]"))
+    out.append(f"[bold]Measured[/] ({escape(r.measure_note)}):")
+    for t in r.timings:
+        mem = fmt_bytes(t.peak_bytes) if t.peak_bytes is not None else "not measured"
+        out.append(f"  T = {t.seq:<5} " + (f"skipped: {t.skipped}" if t.skipped else
+                                           f"{fmt_time(t.time_s):>9}   peak memory {mem}"))
+    grow = [f"{k} T^{v:.2f}" for k, v in r.exponents.items() if v is not None]
+    if grow:
+        verdict = ""
+        p = r.exponents.get("memory")
+        if p is not None:
+            verdict = (" (quadratic: doubling T quadruples it)" if abs(p - 2) <= 0.25 else
+                       " (not quadratic: it does not hold the whole T x T matrix at once)")
+        out.append(f"  growth: {', '.join(grow)}{verdict}")
+    load, cpus = r.machine.get("load_average"), r.machine.get("cpu_count") or 1
+    if r.timings and load is not None and load >= cpus:
+        out.append(f"  [yellow]note: the machine was busy while it was timed (load {load:.1f} on {cpus} cores): the "
+                   "times are noisy, the short ones most, and so is their growth; the memory is not affected[/]")
+    out.append("[bold]Next[/]: " + (
+        "fix the most likely cause and run the check again." if not r.passed else
+        f"this was the starter's finished version, unchanged: its memory counts as measured by you; the match the "
+        f"lab asks for is your own (attnlab lab check {escape(r.file)}, attention_by_hand with its TODOs done)."
+        if getattr(r, "given", False) else
+        f"check the matrix version too (attnlab lab check {escape(r.file)}:attention_matrix) and compare its memory; "
+        "`attnlab lesson` then ticks the lab's checklist from these results." if r.function != "attention_matrix" else
+        "`attnlab lesson` ticks the lab's checklist from your results."))
+    return out
+
+
+def figure(r, path: str | Path) -> Path:
+    """Time and peak memory against length, both axes logarithmic, with T and T² guides through the first point."""
+    plt = _plt()
+    done = [t for t in r.timings if t.time_s is not None]
+    fig, axes = plt.subplots(1, 2, figsize=(9.4, 3.8), dpi=110)
+    for ax, key, label in ((axes[0], "time_s", "seconds per call"), (axes[1], "peak_bytes", "extra peak memory (MiB)")):
+        pts = [(t.seq, getattr(t, key) / (2**20 if key == "peak_bytes" else 1)) for t in done if getattr(t, key)]
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            p = r.exponents.get("time" if key == "time_s" else "memory")
+            ax.plot(xs, ys, "o-", label=f"{r.function}" + (f" (T^{p:.2f})" if p is not None else ""))
+            x0, y0 = pts[0]
+            for power, style in ((1, ":"), (2, "--")):
+                ax.plot([x0, 2048], [y0, y0 * (2048 / x0) ** power], style, color="grey", lw=0.8,
+                        label=f"slope {power} (∝ T{'²' if power == 2 else ''})")
+        for t in r.timings:
+            if t.skipped:
+                ax.axvline(t.seq, color="tab:red", lw=0.6, ls=":")
+        ax.set(xscale="log", yscale="log", xlabel="sequence length T", ylabel=label)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{r.function}: time and memory against length (forward, one head of width 64)", fontsize=10)
+    return save_figure(fig, path)

@@ -1,0 +1,52 @@
+"""`attnlab lab`: start writes the learner's file once; check grades it, says the likely cause in words, measures it
+and writes JSON the lesson reads; a file that cannot be checked is one line, exit 2."""
+
+import json
+
+import pytest
+
+from attnlab.lab.exercise.result import LabResult
+
+UNSCALED = ("scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])", "scores = q @ k.transpose(-2, -1)")
+
+
+@pytest.mark.slow
+def test_start_then_check_a_wrong_and_a_right_function(run_cli, tmp_path, round_trip):
+    r = run_cli("lab", "start", "mylab")
+    assert r.returncode == 0 and "wrote mylab/attention_lab.py" in r.stdout and "attnlab lab check" in r.stdout
+    lab = tmp_path / "mylab" / "attention_lab.py"
+    lab.write_text(lab.read_text().replace(*UNSCALED))  # the learner's first try: the matrix version, unscaled
+    again = run_cli("lab", "start", "mylab")
+    assert again.returncode == 0 and "already there" in again.stdout and UNSCALED[1] in lab.read_text()
+    wrong = run_cli("lab", "check", "mylab/attention_lab.py:attention_matrix", "--quick", timeout=600)
+    print(wrong.stdout[-3000:])
+    assert wrong.returncode == 1 and "Traceback" not in wrong.stderr
+    assert "found attention_matrix in mylab/attention_lab.py: the lab's form, (q, k, v), always causal" in wrong.stdout
+    assert "failed" in wrong.stdout and "the output is attention without the scale" in wrong.stdout
+    assert "does not match" in wrong.stdout and "as it came" not in wrong.stdout  # edited: the learner's own now
+    lab.write_text(lab.read_text().replace(UNSCALED[1], UNSCALED[0]))
+    right = run_cli("lab", "check", "mylab/attention_lab.py:attention_matrix", "--quick", timeout=600)
+    assert right.returncode == 0, right.stdout[-2000:] + right.stderr
+    assert "all 21 passed" in right.stdout and "matches" in right.stdout and "T = 2048" in right.stdout
+    data = json.loads((tmp_path / "attnlab-out" / "lab-attention_matrix.json").read_text())
+    result = round_trip(data, LabResult)
+    assert result.passed and result.form == "lab" and result.match_err < 1e-6 and result.diagnoses == []
+    assert result.given and "the starter's code as it came" in right.stdout  # fixed back: the starter's own text
+    assert [t.seq for t in result.timings] == [128, 512, 2048] and abs(result.exponents["memory"] - 2) < 0.25
+    assert (tmp_path / "attnlab-out" / "lab-attention_matrix.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("args", "says"), [
+    (("lab", "check", "nothere.py"), "nothere.py: no such file"),
+    (("lab", "check", "bad.py"), "bad.py, line 1: syntax error"),
+    (("lab", "check", "bad.py:other"), "bad.py, line 1: syntax error"),
+    (("lab", "check", "two.py"), "takes neither (q, k, v) nor F.scaled_dot_product_attention's arguments"),
+    (("lab",), "say what to do"),
+])
+def test_what_cannot_be_checked_is_one_line(run_cli, tmp_path, args, says):
+    (tmp_path / "bad.py").write_text("def attention_by_hand(q, k, v)\n")
+    (tmp_path / "two.py").write_text("def attention_by_hand(q, k):\n    return q\n")
+    r = run_cli(*args)
+    assert r.returncode == 2 and says in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

@@ -1,0 +1,124 @@
+"""The learner's lab: the starter is written once, the learner's file is loaded or refused in a line, the right
+cases are chosen for each form, and the measurements are the learner's function's own."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.lab.check import verify as V
+from attnlab.lab.exercise import files, grade, measure, starter
+
+
+def test_start_writes_the_starter_once_and_never_over_the_learners_file(tmp_path):
+    first = files.start(tmp_path / "lab")
+    assert first.written and first.path.endswith("attention_lab.py")
+    text = (tmp_path / "lab" / "attention_lab.py").read_text()
+    assert text == files.starter_text() and text.count("# TODO") == 4
+    (tmp_path / "lab" / "attention_lab.py").write_text("# my own work\n")
+    again = files.start(tmp_path / "lab")
+    assert not again.written and (tmp_path / "lab" / "attention_lab.py").read_text() == "# my own work\n"
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(files.LoadError, match="is a file, not a folder"):
+        files.start(tmp_path / "afile")
+
+
+@pytest.mark.parametrize(("text", "spec", "says"), [
+    (None, "nothere.py", "nothere.py: no such file"),
+    ("def attention_by_hand(q, k, v)\n    return q\n", "f.py", "f.py, line 1: syntax error"),
+    ("import math\nx = 1 / 0\n", "f.py", "f.py, line 2: importing it raised ZeroDivisionError"),
+    ("def mine(q, k, v):\n    return q\n", "f.py", "f.py has no function 'attention_by_hand'; it has mine"),
+    ("attention_by_hand = 3\n", "f.py", "is a int, not a function"),
+])
+def test_a_file_that_cannot_be_checked_is_one_line(tmp_path, monkeypatch, text, spec, says):
+    monkeypatch.chdir(tmp_path)
+    if text is not None:
+        (tmp_path / "f.py").write_text(text)
+    with pytest.raises(files.LoadError) as e:
+        files.load(spec)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_forms_are_told_apart_by_their_signature():
+    assert grade.form_of(starter.attention_by_hand) == "lab" and grade.form_of(starter.attention_matrix) == "lab"
+    assert grade.form_of(F.scaled_dot_product_attention) == "sdpa"
+    assert grade.form_of(lambda query, key, value, attn_mask=None, is_causal=False: query) == "sdpa"
+    assert grade.form_of(lambda q, k, v, **kw: q) == "sdpa"
+    with pytest.raises(files.LoadError, match="takes neither"):
+        grade.form_of(lambda q, k: q)
+    assert files.split("attention_lab.py") == (files.Path("attention_lab.py"), "attention_by_hand")
+    assert files.split("dir/attention_lab.py:attention_matrix")[1] == "attention_matrix"
+
+
+def test_the_lab_form_is_graded_on_the_cases_it_can_answer():
+    grid = V.default_cases()
+    chosen = [c for c in grid if grade.answerable(c)]
+    assert chosen and all(c.is_causal and c.mask is None and c.scale is None and c.dropout_p == 0
+                          and (c.Hkv or c.H) == c.H and c.mod is None for c in chosen)
+    left = [c for c in grid if not grade.answerable(c)]  # each left out for a reason a (q, k, v) function cannot meet
+    assert any(c.is_causal and c.Hkv for c in left) and any(c.is_causal and c.mod for c in left)
+    assert any(c.is_causal and c.dropout_p for c in left) and any(not c.is_causal for c in left)
+    graded, _ = grade.cases("lab", None)
+    assert len(graded) == len(chosen)
+    assert len(grade.cases("sdpa", None)[0]) == len(grid)
+    slow, shrunk = grade.cases("lab", per_pair=1e-3)  # 1 ms a pair: every case cut to about 2 s
+    assert shrunk and all(c.work <= 2_000 for c in slow)
+    lab = grade.as_sdpa(starter.attention_matrix)
+    q = torch.randn(1, 2, 5, 4)
+    assert torch.allclose(lab(q, q, q, is_causal=True), F.scaled_dot_product_attention(q, q, q, is_causal=True),
+                          atol=1e-6)
+    with pytest.raises(TypeError, match="always causal"):
+        lab(q, q, q)
+
+
+def test_the_matrix_version_matches_and_its_memory_grows_quadratically():
+    err = grade.match(starter.attention_matrix, "lab")
+    assert err < 1e-6
+    assert grade.match(lambda q, k, v: q * 0, "lab") > 0.1 and grade.match(lambda q, k, v: 1 / 0, "lab") == float("inf")
+    timings, exps, note = measure.measure(starter.attention_matrix, "lab", seqs=(256, 512, 1024))
+    print(f"matrix version: memory T^{exps['memory']:.2f}, time T^{exps['time']:.2f}; "
+          + ", ".join(f"T={t.seq} {t.peak_bytes} B" for t in timings))
+    assert [t.seq for t in timings] == [256, 512, 1024] and all(t.time_s and t.peak_bytes for t in timings)
+    assert abs(exps["memory"] - 2) < 0.25  # the T x T matrix of scores, measured
+    assert "forward only" in note
+
+
+def test_a_loops_version_is_measured_at_the_sizes_it_can_finish():
+    calls = []
+
+    def slow(q, k, v):  # pretends to take 1 ms per query-key pair
+        calls.append(q.shape[-2])
+        import time
+
+        time.sleep(q.shape[-2] * k.shape[-2] * 1e-6)
+        return starter.attention_matrix(q, k, v)
+
+    timings, exps, note = measure.measure(slow, "lab", seqs=(64, 256, 1024), budget_s=0.5)
+    assert timings[0].time_s and timings[1].time_s and timings[2].skipped.startswith("estimated")
+    assert 1024 not in calls and "skipped" in note
+    assert exps["time"] is not None
+    calls.clear()  # a call over a quarter of the budget is made once: timed, and its peak memory measured in it
+    timings, _, note = measure.measure(slow, "lab", seqs=(64, 256), budget_s=0.2)
+    assert calls.count(256) == 1 and calls.count(64) > 1, calls
+    assert timings[1].time_s > 0.06 and timings[1].peak_bytes is not None and "one call where" in note
+
+
+def test_the_starters_own_functions_are_told_from_the_learners(tmp_path):
+    files.start(tmp_path)
+    path = tmp_path / "attention_lab.py"
+    assert all(files.given(files.load(f"{path}:{name}")[2]) for name in ("attention_by_hand", "attention_matrix"))
+    text = path.read_text()
+    path.write_text(text.replace("# (..., L, Ev), in the inputs' dtype", "# my note"))  # a comment is not a change
+    assert files.given(files.load(f"{path}:attention_matrix")[2])
+    path.write_text(text.replace("/ math.sqrt(q.shape[-1])", "* q.shape[-1] ** -0.5"))
+    assert not files.given(files.load(f"{path}:attention_matrix")[2])
+    assert not files.given(lambda q, k, v: q) and not files.given(torch.softmax)
+
+
+def test_the_starter_is_a_lab_form_that_runs_and_is_wrong():
+    q = torch.randn(2, 3, 6, 8)
+    out = starter.attention_by_hand(q, q, q)
+    assert out.shape == (2, 3, 6, 8)
+    assert (out - F.scaled_dot_product_attention(q, q, q, is_causal=True)).abs().max() > 0.1
+    assert json.dumps(files.start.__doc__)  # documented

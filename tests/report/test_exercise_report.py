@@ -1,0 +1,23 @@
+"""What `attnlab lab check` prints, drawn from a result: the next step names the learner's own file, and a busy
+machine is said beside the times it makes noisy."""
+
+from attnlab.lab.check.verify import VerifyResult
+from attnlab.lab.exercise.result import LabResult, Timing
+from attnlab.report import exercise
+
+
+def _result(load, function="attention_by_hand"):
+    timings = [Timing(128, 0.8, 370_000), Timing(512, 30.0, 1_000_000), Timing(2048, skipped="estimated 479 s")]
+    return LabResult("mylab/attention_lab.py", function, "lab", "24 cases", VerifyResult([], {}, {}), [], 4.8e-7,
+                     True, timings, {"time": 2.6, "memory": 0.75}, "forward only", 88.0,
+                     {"cpu_count": 2, "load_average": load}, {})
+
+
+def test_the_next_step_names_the_file_and_a_busy_machine_is_said():
+    text = "\n".join(exercise.lines(_result(load=5.4)))
+    print(text)
+    assert "attnlab lab check mylab/attention_lab.py:attention_matrix" in text and "FILE" not in text
+    assert "busy while it was timed (load 5.4 on 2 cores)" in text and "the memory is not affected" in text
+    assert "not quadratic" in text and "T = 2048  skipped: estimated 479 s" in text
+    assert "busy" not in "\n".join(exercise.lines(_result(load=0.7)))
+    assert "busy" not in "\n".join(exercise.lines(_result(load=None)))  # a result from before the load was kept
