@@ -96,6 +96,48 @@ def test_flash_masks_and_mask_gradients(name, path):
         assert "dmask" in errs
 
 
+@pytest.mark.parametrize("source", ["window 1", "window 3", "bool per head", "float", "no mask, S = 1"])
+def test_rows_that_see_one_key_get_exactly_zero_gradients(source):
+    """D comes from forward's output ([P10]), which rounds unlike dP: a row that sees one key (true dq = 0,
+    true d mask = 0) is found from the mask and given dS = 0. Every other row still matches float64."""
+    N, H, Hkv, L, E = 2, 4, 2, 29, 16
+    S = 1 if source == "no mask, S = 1" else L
+    g = torch.Generator().manual_seed(3)
+    mask, lone = None, torch.zeros(1, H, L, dtype=torch.bool)
+    if source.startswith("window"):
+        w = int(source.split()[1])
+        mask = masks.sliding_window(w)
+        lone[..., :1] = True
+        if w == 1:
+            lone[:] = True
+    elif source in ("bool per head", "float"):
+        seen = torch.rand(1, H, L, S, generator=g) > 0.4
+        lone = torch.rand(1, H, L, generator=g) > 0.6
+        seen[lone] = False
+        seen[..., 5][lone] = True  # these (head, row)s see key 5 alone
+        seen[..., 6] |= ~lone  # every other row sees at least two keys
+        seen[..., 7] |= ~lone
+        mask = seen if source == "bool per head" else torch.zeros(seen.shape).masked_fill(~seen, float("-inf"))
+        mask = mask.requires_grad_() if source == "float" else mask
+    else:
+        lone[:] = True
+    q, k, v, go = (t.float() for t in qkv(N, H, Hkv, L, S, E, grad_out=True, generator=g))
+    ins = [t.clone().requires_grad_() for t in (q, k, v)]
+    attnlab.attention(*ins, attn_mask=mask, enable_gqa=True, impl="flash", block_q=8, block_k=8).backward(go)
+    _, ref_dq, ref_dk, _ = oracle.reference(q, k, v, attn_mask=mask.detach() if source == "float" else mask,
+                                            enable_gqa=True, grad_out=go)[:4]
+    dq = ins[0].grad
+    print(source, "lone rows:", int(lone.sum()), "|dq| there:", float(dq.masked_select(lone[..., None]).abs().max()),
+          "max |dq - oracle|:", rule.max_err(dq, ref_dq))
+    assert int(lone.sum()) > 0
+    assert torch.equal(dq.masked_select(lone[..., None]), torch.zeros(int(lone.expand(N, H, L).sum()) * E))
+    assert rule.max_err(dq, ref_dq) < 1e-5 and rule.max_err(ins[1].grad, ref_dk) < 1e-5
+    if lone.all():
+        assert torch.equal(ins[1].grad, torch.zeros_like(k))
+    if source == "float":
+        assert torch.equal(mask.grad.sum(-1).masked_select(lone), torch.zeros(int(lone.sum())))
+
+
 def test_fully_masked_rows_zero_with_finite_grads():
     q, k, v = (t.requires_grad_() for t in qkv(1, 2, 2, 9, 11, 8, 8))
     mask = torch.ones(9, 11, dtype=torch.bool)

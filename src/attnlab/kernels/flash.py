@@ -4,7 +4,7 @@ Read this first: :mod:`attnlab.lab.explore.online_softmax` (``attnlab explore on
 runs the same online softmax on ONE query row, one key tile at a time, and records every number.
 This file is that loop for every row at once and the form around it; its tiles and their scores are
 :mod:`attnlab.kernels.flash_tiles`, its backward pass :mod:`attnlab.kernels.flash_backward`, and the
-tricks that make them fast are tagged [P1] .. [P9] below.
+tricks that make them fast are tagged [P1] .. [P11] below.
 
 The matrix form holds all L x S scores at once. This form never does. It walks the keys one tile
 at a time, and for every query row keeps three running numbers:
@@ -41,7 +41,7 @@ of r rows at a time as ``qi`` (N, Hkv, G*r, E). In the forward loop the running 
 rows are ``m`` and ``l`` (N*Hkv, G*r) and ``acc`` (N*Hkv, G*r, Ev): one batch dimension, so that
 ``acc += weights @ v`` is one batched matmul into ``acc`` itself.
 
-Performance notes -- each trick is tagged [P1] .. [P9] at its line:
+Performance notes -- each trick is tagged [P1] .. [P11] at its line:
 
 * [P1] The scale is applied by the matmul itself: ``baddbmm(..., beta=0, alpha=scale)`` multiplies
   each finished dot product, for free, instead of a pass over every tile of scores. (Folding it into
@@ -91,6 +91,24 @@ Performance notes -- each trick is tagged [P1] .. [P9] at its line:
   a tile of 0 and -inf (made once per call, ``flash_tiles.Tiles.additive``): a plain vectorised
   add, where ``masked_fill_`` with the negated, broadcast bool tile cost about 8x as much. (An infinite score
   plus -inf would be NaN, so the running-max path keeps the masked fill.)
+* [P10] D = rowsum(dO * O) from forward's own output (``flash_backward.delta``), once per row.
+  Summing it as rowsum(P * dP) instead costs a first pass over every key tile in the backward (the
+  scores, exp2 and dP again: about a fifth of a causal forward + backward at T = 4096, by a profile).
+  What that pass bought is exactness where the true gradient is zero: a row that sees one key has
+  P = 1 there, and rowsum(P * dP) is that very dP, so dP - D cancels to 0; rowsum(dO * O) rounds
+  differently and leaves about 1e-6. Such rows are known from the mask (``flash_tiles.Tiles.lone``:
+  the widths of a query tile's FULL key tiles, plus the row sums of its PARTIAL ones), and their dS
+  is set to 0: a fill in the query tiles that have them, not a pass per tile.
+* [P11] Half-precision weights, FlashAttention's recipe for bfloat16 and float16 inputs, where the
+  hardware multiplies half precision fast (``dtypes.matmul_dtype``; ``half_matmuls=`` forces it):
+  each tile's weights P are rounded to the input dtype just before ``P V`` (a half-precision matmul
+  whose product is added into the float32 accumulator), and in the backward P before ``P^T dO`` and
+  dS before ``dS K`` and ``dS^T Q``. The scores, the running max and sum, dP = dO V^T, D and dS
+  itself stay float32: a CPU has no half x half -> float32 matmul, and rounding the scores to half
+  precision fails verify's large-logits cases (docs/flash.md). float16 never takes the bounded path
+  [P2] (exp(40) passes its 65504; the running max keeps P <= 1), and a float16 product whose bound
+  could pass 2^15 is computed in float32. On a CPU without AMX or AVX512-BF16 torch emulates half
+  matmuls, many times slower than float32 ones: there everything stays float32.
 
 Papers: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness"
 (2022); Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning"
@@ -103,10 +121,11 @@ import torch
 
 from . import dropout, flash_band, mods, online, vmap_loop
 from ._check import check, check_score_mod, empty_output
-from .argcheck import positive_int
+from .argcheck import fail, positive_int
 from .dropout import NO_DROPOUT, Dropout
+from .dtypes import half_product_fits, matmul_dtype
 from .flash_backward import FlashBackward, no_batched_mod_params
-from .flash_tiles import Keys, Tiles, dropout_keep
+from .flash_tiles import Keys, Tiles, buffer_view, dropout_keep
 from .masks import PARTIAL, causal
 from .mods import Mod
 from .online import SAFE_LOGIT  # [P2]: the bounded rule (read here at each call)
@@ -120,7 +139,7 @@ _CAUSAL = causal()  # one instance, so its compiled block maps are cached across
 
 
 def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod: Mod | None = None,
-                  keep_norm=False):
+                  keep_norm=False, half: torch.dtype | None = None):
     """Online-softmax forward. q5 (N, Hkv, G, L, E), k (N, Hkv, S, E), v (N, Hkv, S, Ev).
 
     Returns ``out`` (N, Hkv, G, L, Ev) and ``lse`` (N, Hkv, G, L, float64); rows with no visible key
@@ -128,24 +147,30 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod
     attention); a score modifier ``mod`` sees this block's own positions.
     ``keep_norm=True`` also returns ``(m, l)`` (N, Hkv, G, L) in the working dtype, each row's final
     shift and normaliser, so that backward can rebuild the weights exactly as forward divided them.
+    ``half``: the inputs' half dtype, to multiply the weights by the values in it [P11] (None: float32).
     """
     N, Hkv, G, L, E = q5.shape
     S, Ev = k.shape[2], v.shape[3]
     out = q5.new_empty(N, Hkv, G, L, Ev)
     lse = q5.new_empty(N, Hkv, G, L, dtype=torch.float64)
     norm = (q5.new_empty(N, Hkv, G, L), q5.new_empty(N, Hkv, G, L)) if keep_norm else None
-    keys = Keys.of(k, v, tiles, drop, mod, G, scale)
+    f = dropout.factor(drop.p) if drop.active else 1.0  # [P11] |P V| <= block_k * max|v| * f (P <= 1)
+    if half == torch.float16 and not half_product_fits(half, min(tiles.block_k, S) * f * float(v.abs().amax())):
+        half = None
+    keys = Keys.of(k, v, tiles, drop, mod, G, scale, half)
     buf = q5.new_empty(N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, S))  # [P3] one score tile
+    hbuf = None if half is None else q5.new_empty(buf.numel(), dtype=half)  # [P3] [P11] the weights, rounded
     k_norm = k.norm(dim=-1).amax(dim=-1, keepdim=True)  # (N, Hkv, 1): the longest key of each head
     for qt, rows in tiles.query_tiles():
         # -- 1. this query tile (its query heads' rows together) --
         qi = q5[:, :, :, rows].reshape(N, Hkv, G * (rows.stop - rows.start), E)
         # -- 2. walk its key tiles: the bounded path when no score can leave [-SAFE_LOGIT, SAFE_LOGIT] --
-        if not tiles.has_bias and mod is None and online.bounded(float((qi.norm(dim=-1) * k_norm).max()), scale,
-                                                                 SAFE_LOGIT):  # [P2]
-            run = _bounded_row_block(qi, keys, buf, qt, rows)
+        # (never in float16 weights [P11]: exp(40) would overflow its 65504; the running max keeps P <= 1)
+        if not tiles.has_bias and mod is None and half != torch.float16 and online.bounded(
+                float((qi.norm(dim=-1) * k_norm).max()), scale, SAFE_LOGIT):  # [P2]
+            run = _bounded_row_block(qi, keys, buf, hbuf, qt, rows)
         else:
-            run = _online_row_block(qi, keys, buf, qt, rows)
+            run = _online_row_block(qi, keys, buf, hbuf, qt, rows)
         # -- 3. normalise, and keep what backward needs (rows that saw no key: online.finish's rule) --
         o, lse_t, shift, l = online.finish(run.m, run.l, run.acc)
         _put(out[:, :, :, rows], o)
@@ -158,18 +183,18 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod
     return out, lse
 
 
-def _bounded_row_block(qi, keys: Keys, buf, qt: int, rows: slice) -> online.Running:
+def _bounded_row_block(qi, keys: Keys, buf, hbuf, qt: int, rows: slice) -> online.Running:
     """[P2] One query tile's running numbers with shift 0: every score is within [-SAFE_LOGIT, SAFE_LOGIT]."""
     run, v3 = _start(qi, keys, shift=0.0)
     for cols, _, s, s3 in keys.walk(qi, buf, qt, rows, finite=True):  # -- 1. scores for each key tile (masked) --
         # -- 2. weights exp(score - 0), in place: no max, no rescale --
         s.exp2_()  # [P8]
         # -- 3. into the running sums --
-        run.add(s3, v3[:, cols], _keep3(keys, s, s3, rows, cols))
+        run.add(s3, v3[:, cols], _keep3(keys, s, s3, rows, cols), _half(hbuf, s3))
     return run
 
 
-def _online_row_block(qi, keys: Keys, buf, qt: int, rows: slice) -> online.Running:
+def _online_row_block(qi, keys: Keys, buf, hbuf, qt: int, rows: slice) -> online.Running:
     """One query tile's running numbers with the running max: what the online softmax is."""
     run, v3 = _start(qi, keys)
     for cols, kind, s, s3 in keys.walk(qi, buf, qt, rows):  # -- 1. scores for each key tile (modified, masked) --
@@ -177,16 +202,22 @@ def _online_row_block(qi, keys: Keys, buf, qt: int, rows: slice) -> online.Runni
         # a masked tile, or a modifier's -inf: a row may have seen nothing yet
         run.rescale(s3, may_see_nothing=kind == PARTIAL or keys.mod is not None)
         # -- 3. into the running sums --
-        run.add(s3, v3[:, cols], _keep3(keys, s, s3, rows, cols))
+        run.add(s3, v3[:, cols], _keep3(keys, s, s3, rows, cols), _half(hbuf, s3))
     return run
 
 
 def _start(qi, keys: Keys, shift: float = float("-inf")):
     """The running numbers of query tile qi (N, Hkv, G*r, E), nothing seen yet: m, l (N*Hkv, G*r) and
-    acc (N*Hkv, G*r, Ev); and v seen as (N*Hkv, S, Ev)."""
+    acc (N*Hkv, G*r, Ev); and v seen as (N*Hkv, S, Ev), in the weights' matmul dtype [P11]."""
     N, Hkv, R, _ = qi.shape
-    v3 = keys.v.reshape(N * Hkv, *keys.v.shape[2:])
+    v = keys.v if keys.vh is None else keys.vh
+    v3 = v.reshape(N * Hkv, *v.shape[2:])
     return online.Running.start(qi, N * Hkv, R, v3.shape[-1], shift), v3
+
+
+def _half(hbuf, s3):
+    """[P11] The reused half buffer in the shape of the tile's weights s3, or None on the float32 path."""
+    return None if hbuf is None else buffer_view(hbuf, tuple(s3.shape))
 
 
 def _keep3(keys: Keys, s, s3, rows: slice, cols: slice):
@@ -207,37 +238,38 @@ class Flash(torch.autograd.Function):
     so that the backward pass can itself be vmapped (gradcheck's batched check, ``torch.func.jacrev``): both
     use :func:`attnlab.kernels.vmap_loop.loop` as their vmap rule. No double backward: the matrix form has one.
 
-    (q5, k, v, bias, tiles, scale, drop, mod, *mod_params) -> (out, m, l); only out is differentiable."""
+    (q5, k, v, bias, tiles, scale, drop, half, mod, *mod_params) -> (out, m, l); only out is differentiable.
+    ``half``: the inputs' half dtype for the weight matmuls [P11], or None (float32)."""
 
     @staticmethod
-    def forward(q5, k, v, bias, tiles, scale, drop, mod=None, *mod_params):
+    def forward(q5, k, v, bias, tiles, scale, drop, half, mod=None, *mod_params):
         if tiles.band is not None and not drop.active and mod is None:
-            out, _, (m, l) = flash_band.forward(q5, k, v, scale, tiles.band, SAFE_LOGIT)
+            out, _, (m, l) = flash_band.forward(q5, k, v, scale, tiles.band, SAFE_LOGIT, half)
         else:
-            out, _, (m, l) = forward_tiles(q5, k, v, scale, tiles, drop, mod, keep_norm=True)
+            out, _, (m, l) = forward_tiles(q5, k, v, scale, tiles, drop, mod, keep_norm=True, half=half)
         return out, m, l
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        q5, k, v, bias, tiles, scale, drop, mod, *mod_params = inputs
-        _, m, l = output
+        q5, k, v, bias, tiles, scale, drop, half, mod, *mod_params = inputs
+        out, m, l = output
         ctx.mark_non_differentiable(m, l)
-        ctx.save_for_backward(q5, k, v, bias, m, l)
-        ctx.cfg = (tiles, scale, drop, mod)
+        ctx.save_for_backward(q5, k, v, bias, m, l, out)  # out: D = rowsum(dO * O) [P10]
+        ctx.cfg = (tiles, scale, drop, mod, half)
         ctx.mod_params = tuple(mod_params)  # the modifier reads these itself; kept here for the chain rule
 
     @staticmethod
     def backward(ctx, dout, _dm, _dl):
-        q5, k, v, bias, m, l = ctx.saved_tensors
+        q5, k, v, bias, m, l, out = ctx.saved_tensors
         wants = (bias is not None and ctx.needs_input_grad[3],
-                 *(ctx.needs_input_grad[8 + i] for i in range(len(ctx.mod_params))))
-        rest = (q5, k, v, bias, m, l, ctx.cfg, wants, *ctx.mod_params)
+                 *(ctx.needs_input_grad[9 + i] for i in range(len(ctx.mod_params))))
+        rest = (q5, k, v, bias, m, l, out, ctx.cfg, wants, *ctx.mod_params)
         grads = vmap_loop.legacy(FlashBackward, dout, *rest) or FlashBackward.apply(dout, *rest)
-        return (*grads[:4], None, None, None, None, *grads[4:])
+        return (*grads[:4], None, None, None, None, None, *grads[4:])
 
     @staticmethod
     def vmap(info, in_dims, *args):
-        no_batched_mod_params(in_dims[8:])
+        no_batched_mod_params(in_dims[9:])
         return vmap_loop.loop(Flash, info, in_dims, *args)
 
 
@@ -246,7 +278,7 @@ class Flash(torch.autograd.Function):
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_BLOCK_K,
-              score_mod=None, bands: bool = True):
+              score_mod=None, bands: bool = True, half_matmuls: bool | None = None):
     """The flash form. ``block_q`` / ``block_k``: tile sizes (any L, S; tiles need not divide them).
 
     ``bands``: with a sparse mask function (a sliding window, documents), run the forward as one
@@ -254,14 +286,25 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
 
     ``score_mod(score, b, h, q_idx, kv_idx)`` (:mod:`attnlab.mods`) changes each tile's scaled scores
     before the mask; gradients reach q, k, v and the tensors the modifier holds.
+
+    ``half_matmuls`` (bfloat16 and float16 inputs; nothing changes for others): multiply the weights in
+    the input's dtype, FlashAttention's recipe [P11] -- P rounded before P V, dS before dS K and dS^T Q,
+    the scores, statistics and accumulators in float32. None (the default) does so where the hardware
+    multiplies half precision fast (``dtypes.matmul_dtype``: a GPU, a CPU with AMX or AVX512-BF16);
+    True forces it, False keeps everything in float32. A float16 product that could pass 65504 is
+    computed in float32 whatever it says.
     """
     a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     mod = check_score_mod(score_mod)
     for name, b in (("block_q", block_q), ("block_k", block_k)):
         positive_int(name, b, "a positive integer tile size")
+    if half_matmuls is not None and not isinstance(half_matmuls, bool):
+        raise fail("half_matmuls", half_matmuls, "True, False or None")
     if a.trivial:  # an empty dim: nothing to attend to
         return a.unflatten(empty_output(a))
     work = a.work
+    mm = matmul_dtype(a.q.dtype, a.q.device, half_matmuls)  # [P11]
+    half = mm if mm != work else None
     q5 = a.q.to(work).reshape(a.N, a.Hkv, a.groups, a.L, a.E)  # query heads grouped by their key head
     k, v = a.k.to(work).contiguous(), a.v.to(work).contiguous()
     mask_fn = _CAUSAL if a.is_causal else a.mask
@@ -276,7 +319,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     drop = Dropout(dropout.draw_seed(), a.dropout_p) if a.dropout_p > 0 else NO_DROPOUT
     # the modifier's tensors: those it lists, and any it reads that need gradients without listing them
     params = (*mod.params, *mods.unlisted(mod, a.N, a.H, work, a.q.device)) if mod is not None else ()
-    out5, _, _ = Flash.apply(q5, k, v, bias, tiles, a.scale, drop, mod, *params)  # (N, Hkv, G, L, Ev)
+    out5, _, _ = Flash.apply(q5, k, v, bias, tiles, a.scale, drop, half, mod, *params)  # (N, Hkv, G, L, Ev)
     return a.unflatten(out5.reshape(a.N, a.H, a.L, a.Ev).to(a.q.dtype))
 
 

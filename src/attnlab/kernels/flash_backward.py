@@ -7,7 +7,7 @@ form's own shift and normaliser, or ring attention's global log-sum-exp), never 
 
 With a score modifier, dS is pulled back through it inside the tile (the chain rule under autograd),
 to the raw scores and to any tensor the modifier holds. :class:`FlashBackward` is this pass as an
-autograd Function of its own, so that it can itself be vmapped. The tags [P1] .. [P9] are the
+autograd Function of its own, so that it can itself be vmapped. The tags [P1] .. [P11] are the
 performance notes in :mod:`attnlab.kernels.flash`.
 """
 
@@ -17,12 +17,19 @@ from dataclasses import dataclass
 
 import torch
 
-from . import online, vmap_loop
+from . import dropout, online, vmap_loop
 from .dropout import NO_DROPOUT, Dropout
-from .flash_tiles import Keys, Tiles, buffer_view, dropout_keep, mask_scores, mask_slice, modify
+from .dtypes import half_product_fits
+from .flash_tiles import Keys, Tiles, buffer_view, dropout_keep, mask_scores, mask_slice, modify, rounded
 from .masks import PARTIAL
 from .mods import Mod
 from .online import LN2, LOG2E
+
+
+def delta(dout: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """[P10] D = rowsum(dO * O) (..., L) from forward's output in the working dtype, summed in float64: the term
+    dS = P * (dP - D) subtracts, computed once per row instead of once per key tile."""
+    return (dout.double() * out.double()).sum(dim=-1).to(out.dtype)
 
 
 @dataclass(frozen=True)
@@ -31,32 +38,34 @@ class Weights:
 
         P = exp(s - shift) / norm,   with dO and D multiplied by corr
 
-    (s, shift and hi in base-2 units, as forward's scores: P = exp2(s - shift) / norm [P8]).
+    (s, shift and hi in base-2 units, as forward's scores: P = exp2(s - shift) / norm [P8]), and D = rowsum(dO * O).
 
     :meth:`from_norm` (the flash form: this block's own forward): shift = m and norm = l, so P is
-    exactly what forward divided (a lone key's weight is e / e = 1, not exp(s - lse) = 1 +- ulp), and
-    D is summed from that very P and dP (``D=None``), so that dS = P * (dP - D) cancels where the true
-    gradient is zero. :meth:`from_lse` (ring attention: the global float64 lse and D): [P4]
-    exp(s - lse) = exp(s - hi) * exp(hi - lse), with hi = lse in the working dtype and
-    corr = exp(hi - lse) ~ 1.
+    exactly what forward divided (a lone key's weight is e / e = 1, not exp(s - lse) = 1 +- ulp).
+    ``whole``: the tiles hold every key of every row, so a row that sees exactly one key (its true
+    gradient is 0) gets dS = 0 exactly [P10]: D from O and dP from dO V^T round differently, and
+    would leave ~1e-6 there. :meth:`from_lse` (ring attention: the global float64 lse and D, one
+    block of a larger problem): [P4] exp(s - lse) = exp(s - hi) * exp(hi - lse), with hi = lse in
+    the working dtype and corr = exp(hi - lse) ~ 1.
     """
 
     shift: torch.Tensor
+    D: torch.Tensor  # rowsum(dO * O): delta()
     corr: torch.Tensor | None = None
     norm: torch.Tensor | None = None
-    D: torch.Tensor | None = None  # rowsum(dO * O); None: summed as rowsum(P * dP) in a first pass
+    whole: bool = False  # every key of every row is in these tiles: lone rows get dS = 0
 
     @classmethod
-    def from_norm(cls, m: torch.Tensor, l: torch.Tensor) -> Weights:
-        return cls(m, norm=l)
+    def from_norm(cls, m: torch.Tensor, l: torch.Tensor, D: torch.Tensor) -> Weights:
+        return cls(m, D, norm=l, whole=True)
 
     @classmethod
-    def from_lse(cls, lse: torch.Tensor, D: torch.Tensor | None, dtype: torch.dtype) -> Weights:
+    def from_lse(cls, lse: torch.Tensor, D: torch.Tensor, dtype: torch.dtype) -> Weights:
         hi, corr = online.shift_of_lse(lse, dtype)  # [P4] [P8]; dead rows: P = exp2(s - inf) = 0
-        return cls(hi, corr, None, D)
+        return cls(hi, D, corr)
 
     def rows(self, rows: slice, dout: torch.Tensor):
-        """One query tile's (c * dO, shift, norm or None, c * D or None), rows as (N, Hkv, G*r, .)."""
+        """One query tile's (c * dO, shift, norm or None, c * D), rows as (N, Hkv, G*r, .)."""
         N, Hkv, G = dout.shape[:3]
         R = G * (rows.stop - rows.start)
 
@@ -67,55 +76,77 @@ class Weights:
         doi = dout[:, :, :, rows].reshape(N, Hkv, R, dout.shape[-1])
         Di = cut(self.D)
         if c is not None:
-            doi = doi * c
-            Di = None if Di is None else Di * c
+            doi, Di = doi * c, Di * c
         return doi, cut(self.shift), cut(self.norm), Di
 
 
 def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: Dropout = NO_DROPOUT,
-                   mod: Mod | None = None, *, bias_shape=None, mod_params=()):
+                   mod: Mod | None = None, *, bias_shape=None, mod_params=(), half: torch.dtype | None = None):
     """FlashAttention-2 backward by recomputation. Returns dq5, dk, dv and (if ``bias_shape``) dbias.
 
     ``weights`` says how each tile's weights are rebuilt (:class:`Weights`). With a score modifier
     ``mod``, dS is pulled back through it tile by tile, and the gradients of the tensors in
     ``mod_params`` are returned as a fifth item (a list). [P7] The outer loop is over query tiles.
+    ``half``: the inputs' half dtype (q5, k, v and dout hold half values, upcast): P^T dO, dS K and
+    dS^T Q are half-precision matmuls of P and dS rounded to it [P11]; the scores, dP, D and dS are
+    float32, and so are the sums dq, dk, dv.
     """
     N, Hkv, G, L, E = q5.shape
     dq5, dk, dv = torch.zeros_like(q5), torch.zeros_like(k), torch.zeros_like(v)
     dk3 = dk.view(N * Hkv, *dk.shape[2:])  # (N*Hkv, S, E): the same memory, for batched matmuls
     dbias = q5.new_zeros(bias_shape) if bias_shape is not None else None
     dparams = [None] * len(mod_params)
-    keys = Keys.of(k, v, tiles, drop, mod, G, scale)
+    keys = Keys.of(k, v, tiles, drop, mod, G, scale, half)
     n = N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, k.shape[2])
     bufs = (q5.new_empty(n), q5.new_empty(n))  # [P3] scores and dP, reused: no allocation per tile
+    hbuf = None if half is None else q5.new_empty(n, dtype=half)  # [P3] [P11] P, then dS, rounded
     for qt, rows in tiles.query_tiles():
         # -- 1. this query tile, and its rows' saved numbers --
         qi = q5[:, :, :, rows].reshape(N, Hkv, G * (rows.stop - rows.start), E)
         doi, shift, norm, Di = weights.rows(rows, dout)
+        R = qi.shape[2]
+        qih, doih = (qi.reshape(N * Hkv, R, E).to(half), doi.to(half)) if half is not None else (None, None)
         # [P1] the scores by the same product as forward's: P is rebuilt bit for bit (tile forward)
         walk = (qi, doi, shift, norm, keys, bufs, qt, rows)
-        # -- 2. D = rowsum(P * dP), from the same P and dP as below, so that dP - D cancels where it should --
-        if Di is None:
-            Di = q5.new_zeros(*qi.shape[:3], 1)
-            for _, P, dP, _, _ in _key_tiles(*walk):
-                Di.add_(P.mul_(dP).sum(dim=-1, keepdim=True))  # P is rebuilt in the next pass
-        # -- 3. each key tile: dV, dS, then dQ (this tile's own) and dK --
+        lone = _lone_rows(tiles, qt, rows, N, Hkv, G) if weights.whole else None  # [P10]
+        # -- 2. each key tile: dV, dS, then dQ (this tile's own) and dK --
         dqi = torch.zeros_like(qi)
         for cols, P, dP, keep, through in _key_tiles(*walk):
-            dv[:, :, cols] += torch.matmul((P if keep is None else P * keep).transpose(-2, -1), doi)
-            dS = dP.sub_(Di).mul_(P)  # dS = P * (dP - D)
+            Pk = P if keep is None else P * keep
+            if half is None:
+                dv[:, :, cols] += torch.matmul(Pk.transpose(-2, -1), doi)
+            else:  # [P11] P rounded to the input dtype; the half product is added into the float32 dV
+                dv[:, :, cols] += torch.matmul(rounded(hbuf, Pk).transpose(-2, -1), doih)
+            dS = dP.sub_(Di).mul_(P)  # dS = P * (dP - D), D from forward's output [P10]
+            if lone is not None:
+                dS.masked_fill_(lone, 0.0)  # [P10] one visible key: its weight is 1 whatever its score
             if dbias is not None:
                 _add_bias_grad(dbias, dS.view(N, Hkv * G, -1, dS.shape[-1]), rows, cols)
             if through is not None:  # chain rule through the modifier: dS to the raw scores and its tensors
                 dS, dparams = _through_mod(*through, mod_params, dS, dparams)
-            dqi.add_(torch.matmul(dS, k[:, :, cols]))
-            R = qi.shape[2]
-            dk3[:, cols].baddbmm_(dS.view(N * Hkv, R, -1).transpose(1, 2), qi.reshape(N * Hkv, R, E),
-                                  alpha=scale)  # [P1] dk += scale * dS^T q
+            if half is None:
+                dqi.add_(torch.matmul(dS, k[:, :, cols]))
+                dk3[:, cols].baddbmm_(dS.view(N * Hkv, R, -1).transpose(1, 2), qi.reshape(N * Hkv, R, E),
+                                      alpha=scale)  # [P1] dk += scale * dS^T q
+            else:  # [P11] dS rounded to the input dtype once, for both half products; dk scaled at the end
+                dSh = rounded(hbuf, dS)
+                dqi.add_(torch.matmul(dSh, keys.kh[:, :, cols]))
+                dk3[:, cols].add_(torch.bmm(dSh.view(N * Hkv, R, -1).transpose(1, 2), qih))
         dq5[:, :, :, rows] = (dqi * scale).view(N, Hkv, G, rows.stop - rows.start, E)
+    if half is not None:
+        dk.mul_(scale)
     if mod is not None:
         return dq5, dk, dv, dbias, dparams
     return dq5, dk, dv, dbias
+
+
+def _lone_rows(tiles: Tiles, qt: int, rows: slice, N: int, Hkv: int, G: int) -> torch.Tensor | None:
+    """[P10] The rows of a query tile that see exactly one key, as a bool (Nb, Hkv, G*r, 1) for dS's rows, or None."""
+    lone = tiles.lone(qt, rows)  # (Nb, Hb, r), query heads h = hk * G + g
+    if lone is None:
+        return None
+    Nb, r = lone.shape[0], rows.stop - rows.start
+    return lone.expand(Nb, Hkv * G, r).reshape(Nb, Hkv, G * r, 1)
 
 
 def _key_tiles(qi, doi, shift, norm, keys: Keys, bufs, qt: int, rows: slice):
@@ -172,14 +203,19 @@ def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, rows: slice, cols: sli
 
 
 class FlashBackward(torch.autograd.Function):
-    """(dout, q5, k, v, bias, m, l, cfg, wants, *mod_params) -> (dq5, dk, dv, dbias or None, *dparams)."""
+    """(dout, q5, k, v, bias, m, l, out, cfg, wants, *mod_params) -> (dq5, dk, dv, dbias or None, *dparams).
+
+    ``out`` is forward's own output in the working dtype (before any rounding to a half input dtype): D = rowsum(dO * O)
+    is taken from it [P10]."""
 
     @staticmethod
-    def forward(dout, q5, k, v, bias, m, l, cfg, wants, *mod_params):
-        tiles, scale, drop, mod = cfg
+    def forward(dout, q5, k, v, bias, m, l, out, cfg, wants, *mod_params):
+        tiles, scale, drop, mod, half = cfg
         want = [t if w else None for t, w in zip(mod_params, wants[1:], strict=True)]
-        grads = backward_tiles(q5, k, v, dout.contiguous(), scale, tiles, Weights.from_norm(m, l), drop, mod,
-                               bias_shape=bias.shape if wants[0] else None, mod_params=want)
+        dout = dout.contiguous()
+        half = _backward_half(half, q5, k, v, dout, tiles, drop, mod)
+        grads = backward_tiles(q5, k, v, dout, scale, tiles, Weights.from_norm(m, l, delta(dout, out)), drop, mod,
+                               bias_shape=bias.shape if wants[0] else None, mod_params=want, half=half)
         return (*grads[:4], *(grads[4] if mod is not None else ()))
 
     @staticmethod
@@ -193,8 +229,27 @@ class FlashBackward(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, *args):
-        no_batched_mod_params(in_dims[9:])
+        no_batched_mod_params(in_dims[10:])
         return vmap_loop.loop(FlashBackward, info, in_dims, *args)
+
+
+def _backward_half(half, q5, k, v, dout, tiles: Tiles, drop: Dropout, mod) -> torch.dtype | None:
+    """[P11] The backward's matmul dtype: ``half``, unless it is float16 and a product could pass 65504.
+
+    With P <= 1 and the keep-mask at most f = 1/(1-p): |dP_ij| <= f |dO_i| |v_j| and |D_i| <= |dO_i| |O_i|
+    <= f |dO_i| max|v|, so |dS_ij| <= P_ij * 2 f |dO| |v| (norms over the head dim) and a row's dS sums
+    to at most that bound. Hence |P^T dO| <= R f max|dO|, |dS K| <= bound * max|k| and
+    |dS^T Q| <= R bound max|q| over a tile of R rows (dK's scale is applied after, in float32). A score
+    modifier's chain rule may scale dS without a bound: float32 then."""
+    if half != torch.float16:
+        return half
+    if mod is not None:
+        return None
+    f = dropout.factor(drop.p) if drop.active else 1.0
+    R = q5.shape[2] * min(tiles.block_q, q5.shape[3])
+    ds = 2 * f * float(dout.norm(dim=-1).amax()) * float(v.norm(dim=-1).amax())
+    worst = max(ds, R * f * float(dout.abs().amax()), ds * float(k.abs().amax()), R * ds * float(q5.abs().amax()))
+    return half if half_product_fits(half, worst) else None
 
 
 def no_batched_mod_params(dims) -> None:

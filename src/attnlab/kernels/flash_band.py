@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from . import online
+from .dtypes import half_product_fits
 from .masks import Mask
 from .online import LOG2E
 
@@ -137,9 +138,13 @@ def _runs(flags: list) -> list:
     return runs
 
 
-def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT):
+def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, half: torch.dtype | None = None):
     """Out (N, Hkv, G, L, Ev), lse (N, Hkv, G, L) and each row's (shift, normaliser) in base-2 units, as
-    :func:`attnlab.kernels.flash.forward_tiles` with ``keep_norm=True`` gives them (:func:`online.finish`)."""
+    :func:`attnlab.kernels.flash.forward_tiles` with ``keep_norm=True`` gives them (:func:`online.finish`).
+
+    ``half``: the inputs' half dtype; the weights are rounded to it and multiplied by the values in it,
+    the sums kept in float32 (flash.py [P11]). A band holds a row's every key, so its product is
+    rounded once, not once per tile. float16 always subtracts the max (exp(40) would overflow it)."""
     N, Hkv, G, L, E = q5.shape
     Ev = v.shape[3]
     bq, Z = p.block_q, N * Hkv
@@ -152,15 +157,21 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT):
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
     qs = qs.view(Z, G, nq, bq, E).transpose(1, 2).reshape(Z, nq, G * bq, E)  # tile-major rows
     # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], exp needs no shift
-    bounded = online.bounded(float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()), scale, safe_logit)
+    bounded = half != torch.float16 and online.bounded(float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()), scale,
+                                                       safe_logit)
+    if half == torch.float16 and not half_product_fits(half, max(b.W for b in p.batches) * float(v.abs().amax())):
+        half = None  # |P V| <= W max|v| with P <= 1: a float16 product could pass 65504
     out = q5.new_empty(Z, nq, G * bq, Ev)  # per row: the weighted sum of its values, then divided by l
     l_all = q5.new_empty(Z, nq, G * bq, 1)  # per row: the sum of its weights
     m_all = q5.new_zeros(Z, nq, G * bq, 1)  # per row: the shift (0 when bounded)
     k3, v3 = k.reshape(Z, -1, E), v.reshape(Z, -1, Ev)
     early = [min(b.starts) < p.pad for b in p.batches]  # batches with a band that starts before key 0
     front = max((max(b.starts) + b.W for b, e in zip(p.batches, early, strict=True) if e), default=p.pad) - p.pad
+    if half is not None:  # [P11] the values in the half dtype (exact: they are half values upcast)
+        v3 = v3.to(half)
     kp, vp = _front(k3, p.pad, front), _front(v3, p.pad, front)  # only the keys they reach are copied
     buf = q5.new_empty(max((b.t1 - b.t0) * G * bq * b.W for b in p.batches))  # one batch of scores, reused
+    hbuf = None if half is None else torch.empty_like(buf, dtype=half)  # [P11] the weights, rounded
     for b, e in zip(p.batches, early, strict=True):
         nb, W = b.t1 - b.t0, b.W
         kx, vx, shift = (kp, vp, 0) if e else (k3, v3, p.pad)  # the early keys behind their zeros, or k itself
@@ -184,7 +195,11 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT):
                 m_all[z, b.t0:b.t1] = m
             l_all[z, b.t0:b.t1] = s.exp2_().sum(dim=-1, keepdim=True)
             # -- 3. weights @ values, normalised below --
-            torch.bmm(s, _band(vx[z], b, idx, shift), out=out[z, b.t0:b.t1])
+            if hbuf is None:
+                torch.bmm(s, _band(vx[z], b, idx, shift), out=out[z, b.t0:b.t1])
+            else:  # [P11] P rounded to the input dtype, a half product into the float32 output
+                hs = hbuf[:s.numel()].view(s.shape).copy_(s)
+                out[z, b.t0:b.t1].copy_(torch.bmm(hs, _band(vx[z], b, idx, shift)))
 
     def rows(x):  # (Z, nq, G*bq, ...) in tile-major rows -> (N, Hkv, G, L, ...)
         x = x.view(Z, nq, G, bq, *x.shape[3:]).transpose(1, 2).reshape(N, Hkv, G, nq * bq, *x.shape[3:])

@@ -5,7 +5,7 @@ mask) or PARTIAL (masked) -- from a mask function's block map (:mod:`attnlab.ker
 mask tensor. :class:`Keys` holds what every query tile of one call walks over: the keys and values,
 the tile map, dropout and the score modifier; :meth:`Keys.walk` yields each computed key tile's
 scores, modified and masked, in base-2 units. The forward (:mod:`attnlab.kernels.flash`) and the
-backward (:mod:`attnlab.kernels.flash_backward`) both walk them; the tags [P1] .. [P9] are the
+backward (:mod:`attnlab.kernels.flash_backward`) both walk them; the tags [P1] .. [P11] are the
 performance notes in :mod:`attnlab.kernels.flash`.
 """
 
@@ -37,6 +37,7 @@ class Tiles:
         self.L, self.S = L, S
         self.block_q, self.block_k = block_q, block_k
         self.skip_empty = skip_empty
+        self.device = device
         self.dense = dense
         self.has_bias = dense is not None and dense.dtype != torch.bool  # a float mask: scores unbounded
         self.bm = mask_fn.block_map(N, H, L, S, block_q, block_k, device) if mask_fn is not None else None
@@ -44,6 +45,7 @@ class Tiles:
         self.band = None  # a flash_band.Plan, when the forward may run as bands instead of tiles
         self.mod_in_place = False  # the score modifier changed its input in place in the forward
         self._additive: dict = {}  # [P9] bool tiles as additive ones, for scores known finite
+        self._lone: dict = {}  # [P10] per query tile: its rows that see exactly one key, or None
 
     def query_tiles(self) -> Iterator[tuple[int, slice]]:
         """(qt, rows) of every query tile."""
@@ -78,6 +80,34 @@ class Tiles:
                 ~tile, float("-inf"))
         return self._additive[key]
 
+    def lone(self, qt: int, rows: slice) -> torch.Tensor | None:
+        """[P10] The rows of query tile ``qt`` that see exactly one key, as a bool (Nb, Hb, r) broadcastable
+        to (N, H, r); None when no row does (the usual answer, found without a pass over a mask when the
+        tile's FULL key tiles alone show at least two keys). Counted once per call and tile."""
+        if qt not in self._lone:
+            self._lone[qt] = self._count_lone(qt, rows)
+        return self._lone[qt]
+
+    def _count_lone(self, qt: int, rows: slice) -> torch.Tensor | None:
+        if self.dense is not None:  # a bool mask hides False; a float mask hides -inf
+            m = mask_slice(self.dense, rows, slice(None))
+            seen = m if m.dtype == torch.bool else m != float("-inf")
+            count = seen.expand(*seen.shape[:-1], self.S).sum(dim=-1)
+        elif self._kinds is None:  # no mask: every row sees all S keys
+            count = torch.full((1, 1, rows.stop - rows.start), self.S, device=self.device)
+        else:
+            full = sum(c.stop - c.start for kt, c in tile_slices(self.S, self.block_k) if self._kinds[qt][kt] == FULL)
+            if full >= 2:
+                return None
+            count = full
+            for kt, kind in enumerate(self._kinds[qt]):
+                if kind == PARTIAL:
+                    count = count + self.bm.partial[(qt, kt)].sum(dim=-1)
+            if not isinstance(count, torch.Tensor):
+                count = torch.full((1, 1, rows.stop - rows.start), count, device=self.device)
+        lone = count == 1
+        return lone if bool(lone.any()) else None
+
     def tile(self, qt: int, kt: int, rows: slice, cols: slice) -> torch.Tensor:
         """The (Nb, Hb, rows, cols) bool or float mask of a PARTIAL tile."""
         if self.bm is not None:
@@ -96,6 +126,12 @@ def buffer_view(buf: torch.Tensor, shape: tuple) -> torch.Tensor:
     for d in shape:
         n *= d
     return buf[:n].view(shape)
+
+
+def rounded(hbuf: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    """[P11] x (float32 weights P or dS) rounded to the half dtype of the reused buffer ``hbuf``, in x's shape:
+    FlashAttention's rounding just before a half-precision matmul."""
+    return buffer_view(hbuf, tuple(x.shape)).copy_(x)
 
 
 def mask_scores(s: torch.Tensor, tile: torch.Tensor, G: int) -> None:
@@ -135,11 +171,15 @@ class Keys:
     mod: Mod | None
     G: int  # query heads per key head
     alpha: float  # [P1] [P8] scale * log2(e): what each dot product is multiplied by
+    half: torch.dtype | None = None  # [P11] the dtype of the weight matmuls when it is a half one, else None
+    kh: torch.Tensor | None = None  # [P11] k and v in that dtype (exact: they are half values upcast)
+    vh: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, k, v, tiles, drop, mod, G, scale) -> Keys:
+    def of(cls, k, v, tiles, drop, mod, G, scale, half: torch.dtype | None = None) -> Keys:
         kT3 = k.reshape(k.shape[0] * k.shape[1], *k.shape[2:]).transpose(1, 2)  # (N*Hkv, E, S)
-        return cls(k, kT3, v, tiles, drop, mod, G, scale * LOG2E)
+        kh, vh = (k.to(half), v.to(half)) if half is not None else (None, None)
+        return cls(k, kT3, v, tiles, drop, mod, G, scale * LOG2E, half, kh, vh)
 
     def product(self, qi: torch.Tensor, buf: torch.Tensor, cols: slice) -> torch.Tensor:
         """[P1] [P3] alpha * qi @ k^T for key tile ``cols``, (N, Hkv, G*r, c), written into ``buf``."""

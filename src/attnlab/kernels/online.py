@@ -94,15 +94,23 @@ class Running:
         self.m = m_new
         return s
 
-    def add(self, p: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None = None) -> None:
+    def add(self, p: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None = None,
+            half: torch.Tensor | None = None) -> None:
         """Gather weights p (B, R, c) against values v (B, c, Ev): l += rowsum(p), acc += (p * keep) @ v.
 
         The normaliser counts the weights before dropout; ``keep`` (p's shape, scaled by 1/(1-p)) drops
-        some of them from the output only. p is used up (multiplied by ``keep``)."""
+        some of them from the output only. p is used up (multiplied by ``keep``).
+
+        ``half``: a buffer of p's shape in the inputs' half dtype, v in that dtype too (FlashAttention's
+        recipe): p is rounded into it just before the matmul, and the half product is added into the
+        float32 ``acc``. The normaliser is summed from the float32 p, before the rounding."""
         self.l.add_(p.sum(dim=-1))
         if keep is not None:
             p.mul_(keep)
-        self.acc.baddbmm_(p, v)
+        if half is None:
+            self.acc.baddbmm_(p, v)
+        else:
+            self.acc.add_(torch.bmm(half.copy_(p), v))  # P rounded to the input dtype, accumulated in float32
 
 
 def finish(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor):

@@ -29,6 +29,10 @@ The backward pass walks the ring again. Each rank recomputes its tiles from the 
 gradients it has gathered along with the keys, so each gradient arrives home summed over every
 query that used it. The gradients equal single-process attention's.
 
+Half-precision inputs are computed in float32 throughout, weights included: the ring does not take
+the flash form's half-precision matmuls (flash.py [P11]); each step calls the tile loops without
+``half``, so a ring run in bfloat16 rounds only its inputs and its result, on any hardware.
+
 With a causal mask, a key part wholly in the future of a query part is skipped. The layout
 decides how fair that is (see :mod:`attnlab.kernels.ring_layout`): zigzag gives every rank equal work.
 
@@ -57,7 +61,7 @@ from ._check import check
 from .argcheck import positive_int
 from .dropout import NO_DROPOUT, Dropout
 from .flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, forward_tiles
-from .flash_backward import Weights, backward_tiles
+from .flash_backward import Weights, backward_tiles, delta
 from .flash_tiles import Tiles
 from .masks import causal
 from .ring_layout import LAYOUTS, check_layout, chunk_ids, pieces, positions, shard, unshard
@@ -227,7 +231,7 @@ def _forward(q5, k, v, call: _Call):
 def _backward(q5, k, v, out, lse, dout, call: _Call):
     """Ring backward: dq stays home; (dk, dv) of each key part travel with it and arrive home complete."""
     link, E = call.link, k.shape[-1]
-    D = (dout.double() * out.double()).sum(dim=-1).to(out.dtype)  # (N, Hkv, G, L): rowsum(dO * O), global
+    D = delta(dout, out)  # (N, Hkv, G, L): rowsum(dO * O), global
     dq5 = torch.zeros_like(q5)
     kv = torch.cat([k, v], dim=-1)
     dkv = torch.zeros_like(kv)  # gradient of the key/value part held now, summed over the ranks it has visited

@@ -44,6 +44,27 @@ def machine() -> dict:
     return info
 
 
+def cpu_features() -> dict:
+    """The processor's vector and matrix units that decide how fast half precision multiplies: the flags
+    /proc/cpuinfo lists (None where it cannot be read), and what torch itself detects."""
+    flags = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    names = ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
+    out = {name: (None if flags is None else name in flags) for name in names}
+    out["torch_capability"] = torch.backends.cpu.get_cpu_capability()
+    for name in ("avx512_bf16", "amx_tile", "amx_fp16"):
+        check = getattr(torch.cpu, f"_is_{name}_supported", None)
+        out[f"torch_{name}"] = bool(check()) if check is not None else None
+    return out
+
+
 def versions() -> dict:
     from attnlab import __version__
 

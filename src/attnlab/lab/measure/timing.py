@@ -58,3 +58,16 @@ def matmul_peak(dtype: torch.dtype = torch.float32, device: str = "cpu", n: int 
     a, b = (torch.randn(n, n, generator=g).to(dtype).to(device) for _ in range(2))
     times = time_calls(lambda: a @ b, 1, repeats, device)
     return matmul_flops(n, n, n) / min(times) / 1e9
+
+
+def bmm_rate(dtype: torch.dtype, batch: int, m: int, k: int, n: int, device: str = "cpu", repeats: int = 5) -> float:
+    """GFLOP/s of a batched product (batch, m, k) @ (batch, k, n) in ``dtype``: the best of a few calls.
+
+    At the shapes of an attention tile (8 heads x 256 queries x 64 dims against 256 keys) it says what one
+    tile's matmuls reach in that dtype; a CPU without half-precision matrix units emulates bfloat16 and
+    float16 ones, often many times slower than float32."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(batch, m, k, generator=g).to(dtype).to(device)
+    b = torch.randn(batch, k, n, generator=g).to(dtype).to(device)
+    times = time_calls(lambda: torch.bmm(a, b), 1, repeats, device)
+    return batch * matmul_flops(m, n, k) / min(times) / 1e9
