@@ -24,3 +24,22 @@ def test_glibc_is_loaded_once_and_the_memory_method_says_whether_it_trims():
     how = memory.method("cpu")
     if how is not None:
         assert ("after malloc_trim" in how) == (lib is not None)
+
+
+def test_cpu_features_read_the_flags_and_what_torch_detects(tmp_path, monkeypatch):
+    import builtins
+
+    import torch
+
+    feats = machine.cpu_features()
+    assert feats["torch_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert feats["torch_avx512_bf16"] == torch.cpu._is_avx512_bf16_supported()
+    assert feats["torch_amx_tile"] == torch.cpu._is_amx_tile_supported()
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor\t: 0\nflags\t\t: fpu avx2 fma amx_tile amx_bf16\n")
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda p, *a, **k: real_open(fake if p == "/proc/cpuinfo" else p, *a, **k))
+    feats = machine.cpu_features()
+    assert feats["avx2"] and feats["amx_bf16"] and feats["amx_tile"] and not feats["avx512_bf16"]
+    monkeypatch.setattr(builtins, "open", lambda p, *a, **k: (_ for _ in ()).throw(OSError("no /proc")))
+    assert machine.cpu_features()["avx2"] is None  # unknown, not False
