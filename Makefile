@@ -38,7 +38,7 @@ demo: install
 	$(VENV)/bin/attnlab demo
 
 lint: install-dev
-	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
+	$(VENV)/bin/ruff check src tests benchmarks
 
 test: install-dev browser lint
 	$(VENV)/bin/python -m pytest -q

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli import main
-from attnlab.lab.dist import launch
-from attnlab.lab.dist import ring as lab_ring
-from attnlab.lab.dist.budget import Estimate
-from attnlab.lab.dist.launch import free_port
+from attnlab.lab.distributed import launch
+from attnlab.lab.distributed import ring as lab_ring
+from attnlab.lab.distributed.budget import Estimate
+from attnlab.lab.distributed.launch import free_port
 from processes import Lines, foreground, group_alive, kill_group, wait_until_gone
 
 

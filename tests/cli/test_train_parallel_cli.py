@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli import main
-from attnlab.lab.dist import launch
-from attnlab.lab.dist.launch import free_port
+from attnlab.lab.distributed import launch
+from attnlab.lab.distributed.launch import free_port
 
 TINY = ["train", "--preset", "tiny", "--scale", "sqrt"]
 

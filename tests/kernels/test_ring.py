@@ -15,8 +15,8 @@ import torch.distributed as dist
 import attnlab
 from attnlab.kernels import flash, ring
 from attnlab.lab.check import rule
-from attnlab.lab.dist import launch
-from attnlab.lab.dist import ring as lab
+from attnlab.lab.distributed import launch
+from attnlab.lab.distributed import ring as lab
 
 TINY = dict(heads=2, head_dim=8, backward=True, measure=False, pg_timeout_s=20.0)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.lab.dist import launch
+from attnlab.lab.distributed import launch
 from processes import alive, sigint_as_at_a_terminal, wait_until_gone
 
 pytestmark = pytest.mark.skipif("forkserver" not in mp.get_all_start_methods() or not Path("/proc/self").exists(),
@@ -73,7 +73,7 @@ def test_a_ctrl_c_while_a_rank_starts_stops_the_started_ones_and_the_fork_server
 LAUNCHER = """
     import os, sys, time
     from pathlib import Path
-    from attnlab.lab.dist import launch
+    from attnlab.lab.distributed import launch
 
     def says_its_pid_then_sleeps(rank, world, folder):
         Path(folder, f"rank{rank}.pid").write_text(str(os.getpid()))

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from attnlab.lab import demo
-from attnlab.lab.dist import budget as ring_budget
-from attnlab.lab.dist.ring import RingConfig
+from attnlab.lab.distributed import budget as ring_budget
+from attnlab.lab.distributed.ring import RingConfig
 from attnlab.lab.results import BadField, Result, write_json
 
 

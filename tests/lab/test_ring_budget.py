@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from attnlab.lab.check import oracle, oracle_rows, rule
-from attnlab.lab.dist import budget as ring_budget
-from attnlab.lab.dist.ring import RingConfig
+from attnlab.lab.distributed import budget as ring_budget
+from attnlab.lab.distributed.ring import RingConfig
 from attnlab.lab.measure import memory
 from helpers import qkv
 

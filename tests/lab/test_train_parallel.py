@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attnlab.kernels.ring_layout import unshard
-from attnlab.lab.dist import launch, parallel
+from attnlab.lab.distributed import launch, parallel
 from attnlab.lab.train import corpus, train
 from attnlab.lab.train import step as train_step
 from attnlab.nn import GPT, GPTConfig

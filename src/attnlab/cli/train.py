@@ -47,7 +47,7 @@ def add_parser(sub):
 
 def _grid(args, cfg) -> tuple[int, int]:
     """(ranks, context-parallel ranks) asked for, checked against the batch and the sequence length."""
-    from attnlab.lab.dist import parallel
+    from attnlab.lab.distributed import parallel
 
     from . import UsageError
 
@@ -78,7 +78,7 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
     """Train on ``world`` ranks: join torchrun's group, or start them here through the local launcher."""
     import os
 
-    from attnlab.lab.dist import launch, parallel
+    from attnlab.lab.distributed import launch, parallel
     from attnlab.lab.stop import catch_interrupt
 
     from . import UsageError
@@ -110,7 +110,7 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
 
 def _rank(rank: int, world: int, args, cp: int) -> int:
     """One rank started by the local launcher (its process group is already joined)."""
-    from attnlab.lab.dist import parallel
+    from attnlab.lab.distributed import parallel
 
     return _rank_run(args, parallel.grid(cp))
 

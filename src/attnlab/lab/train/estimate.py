@@ -33,7 +33,7 @@ class Estimate(Result):
 def estimate(cfg, data, steps: int = 5) -> Estimate:
     """Time ``steps`` steps (their median: a burst of other work on a shared machine moves one step, not the
     estimate) and one log of ``cfg``'s model on ``data`` (a Corpus); the weights are thrown away."""
-    from attnlab.lab.dist.parallel import Grid
+    from attnlab.lab.distributed.parallel import Grid
     from attnlab.lab.train.train import _measure, _set_up, _step
 
     state = torch.random.get_rng_state()

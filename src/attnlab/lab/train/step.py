@@ -2,7 +2,7 @@
 
 The point of context parallelism is memory: a rank holds the activations of T/cp tokens of each
 sequence, so it can train on sequences cp times longer than one process holds. :func:`measure`
-checks that claim by measurement, the way :mod:`attnlab.lab.dist.ring` does for attention alone: in each
+checks that claim by measurement, the way :mod:`attnlab.lab.distributed.ring` does for attention alone: in each
 rank, one full training step (forward, backward, gradient all-reduce, optimizer step) on a global
 batch of random tokens, with the step's extra peak resident memory over what the process held
 before it (:func:`attnlab.lab.measure.memory.measure_peak`, blocks of 64 KiB or more on their own pages so
@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from attnlab.lab.dist import launch
-from attnlab.lab.dist.parallel import Grid, grid
+from attnlab.lab.distributed import launch
+from attnlab.lab.distributed.parallel import Grid, grid
 from attnlab.lab.measure import memory
 from attnlab.lab.measure.memory import exact_heap
 from attnlab.lab.train.train import TrainConfig, _loss, _optimizer

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from attnlab.kernels.argcheck import is_int, positive_int
-from attnlab.lab.dist.parallel import Grid
+from attnlab.lab.distributed.parallel import Grid
 from attnlab.lab.results import Result, machine, versions
 from attnlab.lab.stop import StopFlag, catch_interrupt
 from attnlab.lab.train import checkpoint as ckpt
@@ -254,7 +254,7 @@ def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corp
                   grid: Grid | None = None) -> VariantLog:
     """Train one variant to ``cfg.steps``, logging and checkpointing to ``path``.
 
-    ``grid``: this process's place among several (:mod:`attnlab.lab.dist.parallel`); every rank calls this
+    ``grid``: this process's place among several (:mod:`attnlab.lab.distributed.parallel`); every rank calls this
     with the same arguments, and rank 0 alone writes the checkpoints.
     """
     v = _set_up(cfg, name, variant, data, path, grid or Grid())
@@ -427,7 +427,7 @@ def run(cfg: TrainConfig, kind: str = "scale", variants: list[str] | None = None
         on_step: Callable[[str, int, int, float, float], None] | None = None, grid: Grid | None = None) -> TrainResult:
     """Train every variant of experiment ``kind`` ("scale" or "tie-kv"); checkpoints go to ``out/checkpoints``.
 
-    ``grid``: under several processes, every rank calls this (see :mod:`attnlab.lab.dist.parallel`).
+    ``grid``: under several processes, every rank calls this (see :mod:`attnlab.lab.distributed.parallel`).
     """
     if not isinstance(cfg, TrainConfig):
         raise TypeError(f"cfg must be a TrainConfig, got {type(cfg).__name__}")

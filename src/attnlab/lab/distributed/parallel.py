@@ -31,9 +31,8 @@ import torch
 
 from attnlab.kernels.argcheck import is_int
 from attnlab.kernels.ring_layout import check_divisible, shard
+from attnlab.lab.distributed.torchrun import under_torchrun, world_size
 from attnlab.nn.shard import SeqShard
-
-from attnlab.lab.dist.torchrun import under_torchrun, world_size
 
 __all__ = ["LAYOUT", "Grid", "grid", "join", "under_torchrun", "world_size"]
 

@@ -29,10 +29,8 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.kernels.dtypes import DTYPES, compute_dtype
-
-from attnlab.lab.measure import memory
-
 from attnlab.lab.check import oracle_rows
+from attnlab.lab.measure import memory
 from attnlab.lab.measure.flops import attention_flops
 from attnlab.lab.results import Result
 
@@ -46,7 +44,7 @@ PROBE_T = 1024  # the length at which this machine's rate is measured (smaller o
 
 @dataclass(frozen=True)
 class Estimate(Result):
-    """Memory in bytes and time in seconds of each phase of :func:`attnlab.lab.dist.ring.run`."""
+    """Memory in bytes and time in seconds of each phase of :func:`attnlab.lab.distributed.ring.run`."""
 
     rank_bytes: int
     ranks_bytes: int  # all ranks at once

@@ -1,18 +1,19 @@
 """The ring attention experiment: W local processes, checked against one process, measured per rank.
 
-:func:`run` starts W ranks on this machine (:mod:`attnlab.lab.dist.launch`: gloo over 127.0.0.1). Every
+:func:`run` starts W ranks on this machine (:mod:`attnlab.lab.distributed.launch`: gloo over 127.0.0.1). Every
 rank builds the same full-length inputs from the seed, keeps its own shard, and runs ring attention
 (forward, and backward with ``backward=True``). The parent puts the shards back together and holds
 them to the project's tolerance rule against the float64 oracle: the error may be at most twice
 PyTorch's own on the same inputs, plus a rounding floor. The oracle is computed a slice of query
 rows at a time (:mod:`attnlab.lab.check.oracle_rows`), so every phase needs O(T) memory; before anything
-starts, :mod:`attnlab.lab.dist.budget` estimates memory and time and the CLI refuses what will not fit.
+starts, :mod:`attnlab.lab.distributed.budget` estimates memory and time and the CLI refuses what will not fit.
 
 It then measures what ring attention is for. Per rank: the time of one step (the slowest rank
 sets the pace), how much of it was spent waiting for a transfer, and the peak memory of the step,
 inputs included -- against single-process flash at the same total length, measured the same way in
 a process of its own. On the CPU the peaks are taken with glibc's mmap threshold fixed
-(:func:`attnlab.lab.measure.memory.exact_heap`), so that they follow the live tensors rather than the heap's fragmentation.
+(:func:`attnlab.lab.measure.memory.exact_heap`), so that they follow the live tensors rather than the
+heap's fragmentation.
 The work per rank is counted by the kernel itself for both layouts: under a causal mask the
 contiguous layout loads the last rank with most of it, the zigzag layout spreads it evenly.
 """
@@ -33,15 +34,12 @@ from attnlab.kernels.argcheck import positive_int, positive_real
 from attnlab.kernels.dtypes import DTYPES
 from attnlab.kernels.ring_layout import LAYOUTS, check_divisible, check_layout, shard, unshard
 from attnlab.kernels.ring_stats import RingStats
-
-from attnlab.lab.dist import launch
-
-from attnlab.lab.measure import memory
-
 from attnlab.lab.check import oracle_rows, rule
+from attnlab.lab.distributed import launch
 from attnlab.lab.machine import load_average, machine, versions
-from attnlab.lab.results import Result
+from attnlab.lab.measure import memory
 from attnlab.lab.measure.timing import time_calls
+from attnlab.lab.results import Result
 
 QUANTITIES = ("out", "dq", "dk", "dv")
 
@@ -283,7 +281,7 @@ def run(cfg: RingConfig, progress=None, estimate: dict | None = None) -> RingRes
     """Launch ``cfg.world`` ranks, check ring attention against one process, and measure it (see the module notes).
 
     ``progress(text)``, if given, hears what is being done about twice a second; ``estimate`` (a
-    :class:`attnlab.lab.dist.budget.Estimate` as a dict) is kept in the result.
+    :class:`attnlab.lab.distributed.budget.Estimate` as a dict) is kept in the result.
     """
     cfg.validate()
     t0 = time.perf_counter()

@@ -4,7 +4,7 @@
 (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) and where the group meets (``MASTER_ADDR`` and
 ``MASTER_PORT``, settled by its rendezvous). :func:`run` joins that group -- NCCL with one GPU per
 process when CUDA is present, gloo on CPUs otherwise -- runs the very per-rank case that the local
-launcher runs (:func:`attnlab.lab.dist.ring.rank_case`), and gathers every rank's shards on rank 0,
+launcher runs (:func:`attnlab.lab.distributed.ring.rank_case`), and gathers every rank's shards on rank 0,
 which checks them against one process and measures single-process flash. Only rank 0 reports.
 """
 
@@ -18,7 +18,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from attnlab.lab.dist import ring
+from attnlab.lab.distributed import ring
 
 
 def under_torchrun() -> bool:
