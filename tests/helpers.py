@@ -1,5 +1,10 @@
-"""Inputs shared by the tests: one seeded query, key and value (and output gradient) builder."""
+"""Inputs shared by the tests: one seeded query, key and value (and output gradient) builder, and a full device."""
 
+import os
+import stat
+from pathlib import Path
+
+import pytest
 import torch
 
 
@@ -15,3 +20,21 @@ def qkv(N, H, Hkv, L, S, E, Ev=None, dtype=torch.float64, seed=0, grad_out=False
     Ev = E if Ev is None else Ev
     shapes = [(*batch, H, L, E), (*batch, Hkv, S, E), (*batch, Hkv, S, Ev)] + ([(*batch, H, L, Ev)] if grad_out else [])
     return tuple(torch.randn(*s, generator=g, dtype=dtype) for s in shapes)
+
+
+def full_device(folder: Path) -> Path:
+    """A path whose every write fails with the kernel's own ENOSPC: /dev/full, or a node of that device in ``folder``.
+
+    Some containers have no /dev/full; there a write to it creates a plain file that takes anything, and a test
+    of a full disk would pass a command that ignores one. Such a machine gets the device (major 1, minor 7) made
+    in ``folder`` where this process may (root); elsewhere the test is skipped.
+    """
+    if stat.S_ISCHR(os.stat("/dev/full").st_mode if os.path.exists("/dev/full") else 0):
+        return Path("/dev/full")
+    node = Path(folder) / "full-device"
+    if not node.exists():
+        try:
+            os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        except (OSError, AttributeError):
+            pytest.skip("no full device: /dev/full is missing and this process cannot make one")
+    return node

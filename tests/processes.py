@@ -40,6 +40,40 @@ def foreground(cmd: list[str], **kw) -> subprocess.Popen:
                                 start_new_session=True, **kw)
 
 
+MARK = "ATTNLAB_TEST_RUN"  # an environment variable every process of one run inherits
+
+
+def marked_env(tag: str) -> dict:
+    """This environment with ``tag`` added: every process a run started with it starts inherits the tag."""
+    return {**os.environ, MARK: tag}
+
+
+def of_run(tag: str) -> list[int]:
+    """The processes still running that carry ``tag`` in their environment (:func:`marked_env`).
+
+    Every process the run started, however started: a rank forked by a fork server, a helper that left the
+    process group or lost its parent -- what a count of the group or of the children would miss.
+    """
+    needle = f"{MARK}={tag}".encode() + b"\0"
+    found = []
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (p / "environ").read_bytes() + b"\0" and alive(int(p.name)):
+                found.append(int(p.name))
+        except OSError:
+            pass
+    return found
+
+
+def left_by(tag: str) -> dict[int, str]:
+    """What a run marked ``tag`` left running, each with its command line; SIGKILLed, so a failing test cleans up."""
+    left = {p: _cmdline(p) for p in of_run(tag)}
+    for p in left:
+        with suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+    return left
+
+
 class Lines:
     """A child's output read line by line in a thread, so that a test can wait for a line without hanging."""
 

@@ -4,7 +4,7 @@ Each case is (command, exit code, the first words on stderr). Every case runs in
 ``attnlab.cli.main`` and must end with that code, its stderr must start with those words and, for an
 error, be that one line; a traceback anywhere fails it. Names in braces are files made once for the
 table (``{full}`` is a new folder each time, whose every output file lies on a full device: each
-``NAME.tmp`` is a link to /dev/full, so the write fails with the kernel's own ENOSPC); the modules of
+``NAME.tmp`` is a link to the full device, so the write fails with the kernel's own ENOSPC); the modules of
 functions given as ``--impl module:function`` lie in ``{code}``, on the path of the child process that
 verify runs them in. A new case is one more line.
 """
@@ -24,6 +24,7 @@ from attnlab.cli import main
 from attnlab.lab.train import checkpoint
 from attnlab.lab.train.train import PRESETS
 from attnlab.nn.gpt import GPT, GPTConfig
+from helpers import full_device
 
 TRITON = kernels.get("triton").why_not("cpu") is not None  # no interpreter in this process: triton cannot run
 
@@ -137,10 +138,11 @@ class Files(dict):
 
 
 def full_folder(path: Path) -> Path:
-    """A folder in which every output file lies on a full device (its NAME.tmp links to /dev/full)."""
+    """A folder in which every output file lies on a full device (its NAME.tmp links to one)."""
+    full = full_device(path.parent)
     for name in OUTPUTS:
         (path / name).parent.mkdir(parents=True, exist_ok=True)
-        (path / f"{name}.tmp").symlink_to("/dev/full")
+        (path / f"{name}.tmp").symlink_to(full)
     return path
 
 
@@ -227,7 +229,7 @@ def test_after_a_failed_write_the_files_before_it_are_whole_and_the_old_one_kept
     out = tmp_path / "out"
     out.mkdir()
     (out / "demo.json").write_text('{"seed": 0, "earlier": true}')
-    (out / "demo.json.tmp").symlink_to("/dev/full")
+    (out / "demo.json.tmp").symlink_to(full_device(tmp_path))
     assert main(["demo", "--out", str(out)]) == 2
     captured = capsys.readouterr()
     assert captured.err.strip() == (f"attnlab demo: error: cannot write {out}/demo.json: No space left on device; "

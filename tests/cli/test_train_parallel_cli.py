@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from attnlab.cli import main
 from attnlab.lab.distributed import launch
 from attnlab.lab.distributed.launch import free_port
+from processes import left_by, marked_env
 
 TINY = ["train", "--preset", "tiny", "--scale", "sqrt"]
 
@@ -102,7 +104,8 @@ def _children(pid: int) -> list[int]:
 def test_a_killed_rank_ends_the_run_with_one_line(tmp_path):
     cmd = [sys.executable, "-m", "attnlab", *TINY, "--procs", "2", "--steps", "100000", "--eval-every", "100000",
            "--out", str(tmp_path), "--timeout", "10"]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tag = uuid.uuid4().hex
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=marked_env(tag))
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "checkpoints" / "scale-sqrt.pt").is_file():  # step 0 is saved: training runs
@@ -118,7 +121,9 @@ def test_a_killed_rank_ends_the_run_with_one_line(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
-    print(f"exit {p.returncode} after {took:.1f} s: {err}")
+    left = left_by(tag)  # right after the exit: the other rank, the fork server and the tracker have ended too
+    print(f"exit {p.returncode} after {took:.1f} s: {err}", left)
+    assert left == {}
     assert p.returncode == 2 and took < 60  # it ends (communicate's limit), however busy the machine is
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "attnlab train: error: training across 2 processes failed: rank 1 of 2: killed by SIGKILL" in err

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.lab.distributed import launch
+from attnlab.lab.distributed import launch, servers
 from processes import alive, sigint_as_at_a_terminal, wait_until_gone
 
 pytestmark = pytest.mark.skipif("forkserver" not in mp.get_all_start_methods() or not Path("/proc/self").exists(),
@@ -33,7 +33,7 @@ def test_a_ctrl_c_while_the_fork_server_starts_is_raised_not_dropped(monkeypatch
 
     monkeypatch.setattr(forkserver, "ensure_running", start_with_a_ctrl_c)
     with sigint_as_at_a_terminal(), pytest.raises(KeyboardInterrupt):
-        launch._start_server_deaf()
+        servers.start_server_deaf()
     assert seen["held"]  # the server starts deaf to Ctrl-C ...
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # ... and this process hears it again
 

@@ -93,7 +93,7 @@ def _run_here(cfg):
     import time
 
     from attnlab.lab.distributed import budget as ring_budget
-    from attnlab.lab.distributed import launch
+    from attnlab.lab.distributed import launch, servers
     from attnlab.lab.distributed import ring as lab
     from attnlab.report import terminal
 
@@ -104,8 +104,8 @@ def _run_here(cfg):
     if why:
         raise UsageError(why)
     terminal.console.print(f"attnlab ring: {cfg.world} ranks at T={cfg.seq}: estimated {est.describe()}")
-    try:
-        with terminal.status("starting the ranks") as update:  # in a log: a line per step
+    try:  # after the session no process of the run is left, however it ends
+        with servers.session(), terminal.status("starting the ranks") as update:  # in a log: a line per step
             t0 = time.monotonic()
             return lab.run(cfg, lambda text: update(f"{text} ({time.monotonic() - t0:.0f} s)"),
                            dataclasses.asdict(est))

@@ -78,7 +78,7 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
     """Train on ``world`` ranks: join torchrun's group, or start them here through the local launcher."""
     import os
 
-    from attnlab.lab.distributed import launch, parallel
+    from attnlab.lab.distributed import launch, parallel, servers
     from attnlab.lab.stop import catch_interrupt
 
     from . import UsageError
@@ -94,7 +94,9 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
         dist.destroy_process_group()
         return code
     threads = max(1, (os.cpu_count() or 1) // world)
-    with catch_interrupt():  # a first Ctrl-C reaches every rank: they save at the same step and stop; wait for them
+    # A first Ctrl-C reaches every rank: they save at the same step and stop; wait for them. After the session no
+    # process of the run is left, however it ends.
+    with servers.session(), catch_interrupt():
         outcomes = launch.launch(_rank, world, (args, cp), timeout_s=30 * 24 * 3600.0, pg_timeout_s=args.timeout,
                                  threads=threads, show_rank0=True)
     try:

@@ -17,7 +17,9 @@ pid), rather than wait for its peers until the process group's timeout.
 
 The ranks talk over gloo on the loopback address 127.0.0.1 on a free port. Processes are started
 with ``forkserver`` where the platform has it -- the server imports torch once and every rank is
-forked from it, which saves seconds per rank -- and with ``spawn`` elsewhere.
+forked from it, which saves seconds per rank -- and with ``spawn`` elsewhere. A command wraps its
+launches in :func:`attnlab.lab.distributed.servers.session`, so that the fork server and the resource
+tracker end with it too.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 import torch
 
 from attnlab.kernels.argcheck import positive_int
+from attnlab.lab.distributed import servers
 
 PRELOAD = ["torch", "torch.distributed", "attnlab.kernels.ring"]
 POLL_S = 0.02  # how often the parent looks at its ranks
@@ -109,7 +112,7 @@ def _rank_main(rank: int, world: int, port: int, target: Callable, args: tuple, 
     """Inside one rank: join the group, run ``target(rank, world, *args)``, leave the outcome in a file."""
     global _progress_file
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops every rank
-    if hasattr(signal, "pthread_sigmask"):  # held off while the fork server started (_start_server_deaf): a
+    if hasattr(signal, "pthread_sigmask"):  # held off while the fork server started (servers.start_server_deaf): a
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # target may install its own handler
     _end_with_launcher()
     try:
@@ -165,57 +168,6 @@ def _end_with_launcher() -> None:
     threading.Thread(target=watch, name="attnlab-launcher-watch", daemon=True).start()
 
 
-def _context():
-    if "forkserver" in mp.get_all_start_methods():
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)  # used when the server starts (once per parent process)
-        _start_server_deaf()
-        return ctx
-    return mp.get_context("spawn")
-
-
-def _start_server_deaf() -> None:
-    """Start the fork server (and multiprocessing's resource tracker) deaf to Ctrl-C, this process not.
-
-    Ctrl-C sends SIGINT to every process of the terminal's foreground group. The server would die of
-    it with a traceback while it still imports torch. It is started with SIGINT blocked, as the
-    standard library starts its resource tracker: it holds a Ctrl-C pending until its loop ignores
-    SIGINT, and the ranks forked from it ignore it too (:func:`_rank_main`), so the parent alone stops
-    the ranks. This thread holds a Ctrl-C off only while it starts the server and takes it right
-    after: ignoring SIGINT here instead, even for those milliseconds, would drop it and the run go on.
-    """
-    from multiprocessing import forkserver, resource_tracker
-
-    resource_tracker.ensure_running()  # first, alone: it blocks and unblocks SIGINT itself while it starts
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        forkserver.ensure_running()  # starts the server and returns; it does not wait for its imports
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-def _stop_server() -> None:
-    """End the fork server now (the next launch starts another).
-
-    For a Ctrl-C that cut a rank's start short: the server may still be importing torch -- seconds on
-    a busy machine -- and would finish that before it noticed that the launcher had gone. The
-    standard library keeps no public handle on its server, hence the guarded private names.
-    """
-    if "forkserver" not in mp.get_all_start_methods():
-        return
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    pid = getattr(server, "_forkserver_pid", None)
-    if pid is None or not hasattr(server, "_stop"):
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-        server._stop()  # closes its 'alive' pipe, reaps it, forgets it
-    except OSError:  # it was gone already
-        pass
-
-
 def launch(target: Callable, world: int, args: tuple = (), *, timeout_s: float = 120.0, pg_timeout_s: float = 30.0,
            threads: int = 1, on_progress: Callable[[dict[int, str]], None] | None = None,
            show_rank0: bool = False) -> list[Outcome]:
@@ -237,10 +189,11 @@ def launch(target: Callable, world: int, args: tuple = (), *, timeout_s: float =
             raise ValueError(f"{name} must be positive, got {x!r}")
     procs: list = []
     try:
-        return _run(_context(), procs, target, world, args, timeout_s, pg_timeout_s, threads, on_progress, show_rank0)
+        return _run(servers.context(PRELOAD), procs, target, world, args, timeout_s, pg_timeout_s, threads,
+                    on_progress, show_rank0)
     except KeyboardInterrupt:
         if not (procs and all(p.pid is not None for p in procs)):
-            _stop_server()  # before every rank had started: the fork server may still be importing torch
+            servers.stop_server()  # before every rank had started: the fork server may still be importing torch
         raise
 
 
