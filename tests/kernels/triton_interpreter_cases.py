@@ -20,7 +20,7 @@ import attnlab  # noqa: E402
 from attnlab import kernels, masks  # noqa: E402
 from attnlab.kernels import triton_kernels as tk  # noqa: E402
 from attnlab.kernels import triton_masks  # noqa: E402
-from attnlab.kernels.masks import tile_slices  # noqa: E402
+from attnlab.kernels.masks import index_grid, tile_slices  # noqa: E402
 from attnlab.lab.check import oracle, rule  # noqa: E402
 from helpers import qkv  # noqa: E402
 
@@ -324,8 +324,9 @@ def _rule_masks(g, N, L, S):
 
 
 @pytest.mark.parametrize("seed", range(2))
-def test_the_kernels_closed_form_agrees_with_the_mask_function(seed):
-    """The kernels' predicates (_span, _needs_mask, _visible) on each mask's Rule, against its function, on random
+def test_the_kernels_closed_form_agrees_with_the_rule_and_the_mask_function(seed):
+    """The kernels' predicates (_span, _needs_mask, _visible) on each mask's Rule, against the Rule evaluated in
+    PyTorch (Rule.visible) and against the mask's function, on random
     sizes: the same visible pairs, every tile outside the loop bounds EMPTY, and no tile left unmasked that is not
     FULL. On sizes that are whole tiles, also no needless work: the first and the last tile inside the bounds
     are not EMPTY, and (without document ids, read in every tile) every FULL tile is left unmasked."""
@@ -344,6 +345,7 @@ def _check_closed_form(mask, N, L, S, bq, bk, whole):
     assert rule is not None, mask
     plan = triton_masks.Plan(N, 1, 1, L, S, rule, mask, None)
     dense = mask.dense(N, 1, L, S).expand(N, 1, L, S)[:, 0]  # (N, L, S), from the function
+    by_rule = rule.visible(*index_grid(N, 1, 0, L, 0, S)).expand(N, 1, L, S)[:, 0]  # the rule, in PyTorch
     for transpose in (False, True):
         (mt, m_, pack), bits = plan.args(bq, bk, transpose, "cpu")
         n_rows, n_other = (-(-S // bk), -(-L // bq)) if transpose else (-(-L // bq), -(-S // bk))
@@ -352,7 +354,8 @@ def _check_closed_form(mask, N, L, S, bq, bk, whole):
         vis = torch.zeros(N, L, S, dtype=torch.int8)
         _probe[(n_rows, N)](mt, m_, pack, span, need, vis, L, S, n_other, MASKS=bits, TRANSPOSE=transpose,
                             BLOCK_M=bq, BLOCK_N=bk)
-        assert torch.equal(vis.bool(), dense), (mask, L, S)
+        assert torch.equal(vis.bool(), by_rule), (mask, L, S, "the predicates against the rule")
+        assert torch.equal(vis.bool(), dense), (mask, L, S, "the predicates against the function")
         for b in range(N):
             kinds = _kinds(dense[b], bq, bk)  # (nQ, nK), read off the function
             k = [list(c) for c in zip(*kinds, strict=True)] if transpose else kinds  # (row tiles, other tiles)

@@ -23,7 +23,8 @@ here, once per sizes and cached: the block map (:meth:`Mask.block_map`) and, per
 range of columns its rows see (:meth:`Mask.spans`: the band path's key ranges, the triton form's
 document ranges). A kernel that evaluates a mask itself instead (the triton form's predicates) reads
 the mask's closed form, a :class:`Rule` that the mask's own constructor declares beside its
-function (:meth:`Mask.rule`); a test checks those predicates against the function.
+function (:meth:`Mask.rule`). :meth:`Rule.visible` evaluates a rule in PyTorch: tests hold each rule to its
+mask's function with it, and the triton predicates to both.
 """
 
 from __future__ import annotations
@@ -105,6 +106,33 @@ class Rule:
         windows = [w for w in (a.window, b.window) if w is not None]
         return Rule(a.off, min(windows) if windows else None, None, doc)
 
+    def visible(self, b: torch.Tensor, h: torch.Tensor, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+        """The formula above at broadcast index tensors (as :func:`index_grid` makes them): a bool tensor of
+        their broadcast shape. The one evaluation of a rule in PyTorch, the reference for the kernels that
+        evaluate it themselves."""
+        seen = torch.ones(torch.broadcast_shapes(b.shape, h.shape, i.shape, j.shape), dtype=torch.bool,
+                          device=i.device)
+        if self.off is not None:
+            causal = j <= i + self.off
+            if self.window is not None:
+                causal = causal & (j > i + self.off - self.window)
+            if self.prefix is not None:
+                causal = causal | (j < self.prefix)
+            seen = seen & causal
+        if self.doc is not None:
+            d = self.doc.to(i.device)
+            bb = b if d.shape[0] > 1 else torch.zeros_like(b)
+            seen = seen & (d[bb, i] == d[bb, j])
+        return seen
+
+
+def index_grid(N: int, H: int, q0: int, q1: int, k0: int, k1: int, device="cpu") -> tuple[torch.Tensor, ...]:
+    """The broadcast index tensors a mask is asked about: b (N,1,1,1), h (1,H,1,1), i (1,1,r,1), j (1,1,1,c)
+    for rows q0:q1 and columns k0:k1."""
+    return (torch.arange(N, device=device).view(N, 1, 1, 1), torch.arange(H, device=device).view(1, H, 1, 1),
+            torch.arange(q0, q1, device=device).view(1, 1, -1, 1),
+            torch.arange(k0, k1, device=device).view(1, 1, 1, -1))
+
 
 class Mask:
     """A mask function. Call :meth:`dense` for the tensor, :meth:`block_map` for the tile map."""
@@ -157,10 +185,7 @@ class Mask:
         """The mask on rows q0:q1 and columns k0:k1, shape (Nb, Hb, q1-q0, k1-k0), Nb in {1, N}, Hb in {1, H}."""
         q1 = L if q1 is None else q1
         k1 = S if k1 is None else k1
-        b = torch.arange(N, device=device).view(N, 1, 1, 1)
-        h = torch.arange(H, device=device).view(1, H, 1, 1)
-        i = torch.arange(q0, q1, device=device).view(1, 1, -1, 1)
-        j = torch.arange(k0, k1, device=device).view(1, 1, 1, -1)
+        b, h, i, j = index_grid(N, H, q0, q1, k0, k1, device)
         raw = self._fn(b, h, i, j, L, S)
         if not isinstance(raw, torch.Tensor):  # a plain True would hide nothing, by accident, without a word
             raise TypeError(f"mask {self.name} returned a Python {type(raw).__name__} ({raw!r}), not a bool tensor: "
