@@ -48,11 +48,31 @@ def test_the_plan_runs_only_what_is_missing_or_stale(tmp_path):
     (tmp_path / "train.json").write_text(json.dumps(other))
     (tmp_path / "checkpoints" / "scale-sqrt.pt").unlink()
     why = {s.name: s.why for s in build.plan(tmp_path)}
-    assert why["bench"] == f"stale: bench.json was written by attnlab 0.0.1, this is {__version__}"
+    assert why["bench"] == "stale: written by another version"  # which version: said once, for every file
+    assert build.other_versions(tmp_path) == {"bench.json": {"attnlab": "0.0.1"}}
     assert why["train"] == "stale: trained with other settings (steps)" and why["demo"] is None
     other["config"]["steps"] = train.PRESETS["default"].steps
     (tmp_path / "train.json").write_text(json.dumps(other))
     assert {s.name: s.why for s in build.plan(tmp_path)}["train"] == "scale-sqrt.pt is missing"
+
+
+def test_the_files_another_version_wrote_are_named_in_one_line_with_their_versions(tmp_path):
+    import torch
+
+    _up_to_date(tmp_path)
+    assert build.versions_line(build.other_versions(tmp_path), "made again") is None
+    for name, wrote in (("demo.json", {"attnlab": "0.0.1", "torch": "2.0.0"}), ("bench.json", {"attnlab": "0.0.1",
+                        "torch": "2.0.0"}), ("tie_kv.json", {}), ("lab-mine.json", {"attnlab": "0.0.2",
+                        "torch": torch.__version__})):
+        (tmp_path / name).write_text(json.dumps({"versions": wrote}))
+    line = build.versions_line(build.other_versions(tmp_path), "made again")
+    assert line == (f"written by another version (this is attnlab {__version__} with torch {torch.__version__}): "
+                    "demo.json, bench.json by attnlab 0.0.1 with torch 2.0.0; tie_kv.json by a version that did not "
+                    "say; lab-mine.json by attnlab 0.0.2; made again")
+    assert "lab-mine.json" not in build.versions_line(build.other_versions(tmp_path, build.REBUILT), "made again")
+    plan = {s.name: s.why for s in build.plan(tmp_path)}
+    assert plan["demo"] == plan["bench"] == plan["train tie-kv"] == "stale: written by another version"
+    assert plan["train"] is None and plan["explore"] is None
 
 
 @pytest.mark.slow
