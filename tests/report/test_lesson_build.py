@@ -97,3 +97,22 @@ def test_build_says_what_it_will_run_and_how_long_then_logs_each_step(run_cli, t
     assert json.loads((out / "demo.json").read_text())["versions"]["attnlab"] == __version__
     bad = run_cli("lesson", "--build", "--quick")
     assert bad.returncode == 2 and "does not go with --quick" in bad.stderr
+
+
+@pytest.mark.slow
+def test_lesson_says_which_file_another_version_wrote_before_reading_it(run_cli, tmp_path):
+    out = tmp_path / "out"
+    (out / "checkpoints").mkdir(parents=True)
+    _up_to_date(out)
+    (out / "demo.json").unlink()  # a real one, then marked as another version's
+    assert run_cli("demo", "--out", "out").returncode == 0
+    demo = json.loads((out / "demo.json").read_text())
+    demo["versions"] |= {"attnlab": "0.0.1", "torch": "2.0.0"}
+    (out / "demo.json").write_text(json.dumps(demo))
+    r = run_cli("lesson", "--out", "out")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    said = [i for i, x in enumerate(lines) if "written by another version" in x]
+    assert len(said) == 1 and said[0] < next(i for i, x in enumerate(lines) if x.strip() == "demo"), r.stdout
+    assert "demo.json by attnlab 0.0.1 with torch 2.0.0; the page shows them as they are" in lines[said[0]]
+    assert "  demo: from out/demo.json" in lines
