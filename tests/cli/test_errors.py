@@ -148,6 +148,19 @@ CASES = [
                                          "directory"),
     pytest.param("lesson --build --out {logfull}", 2, f"attnlab lesson: {E} cannot write {{logfull}}/lesson-build.log: "
                  "No space left on device", marks=pytest.mark.slow),
+    # empty names that quietly meant "every form", "the default", "here"; folders where a file belongs
+    ("verify --impl ''", 2, f"attnlab verify: {E} --impl '': an empty form name; give one or more of"),
+    ("verify --impl matrix,", 2, f"attnlab verify: {E} --impl 'matrix,': an empty form name"),
+    (f"{BENCH} --max-memory ''", 2, f"attnlab bench: {E} --max-memory '': give a size such as 512M"),
+    ("lesson --model ''", 2, f"attnlab lesson: {E} --model needs a Hugging Face hub name or a local folder, got an "
+                             "empty name"),
+    ("sample --ckpt ''", 2, f"attnlab sample: {E} --ckpt needs a checkpoint file"),
+    ("sample --ckpt {folder}", 2, f"attnlab sample: {E} checkpoint {{folder}} is a folder, not a file"),
+    ("train --preset tiny --corpus {folder}", 2, f"attnlab train: {E} --corpus {{folder}}: no such file (it is a "
+                                                 "folder)"),
+    ("lab start ''", 2, f"attnlab lab: {E} lab start DIR: an empty folder name"),
+    ("lesson --quick --out {resultdir}", 2, f"attnlab lesson: {E} {{resultdir}}/demo.json is a folder, not a result "
+                                           "file; remove it or run the command again"),
 ]
 
 
@@ -225,12 +238,13 @@ def files(tmp_path_factory):
     (root / "logdir" / "lesson-build.log").mkdir(parents=True)  # lesson --build's log: a folder, or on a full device
     (root / "logfull").mkdir()
     (root / "logfull" / "lesson-build.log").symlink_to("/dev/full")
+    (root / "resultdir" / "demo.json").mkdir(parents=True)  # a folder where lesson reads demo's result
     (root / "devfull.json").symlink_to("/dev/full")  # written through, the link's target is a full device
     interrupted = root / "interrupted"  # a default run stopped before it wrote train.json: checkpoints only
     checkpoint.save(checkpoint.path_of(interrupted, "scale", "sqrt"), {"train_config": asdict(PRESETS["default"])})
     return Files(root, code=code, folder=root / "folder", ran=_ran(root), resume_marker=root / "resume_marker",
                  lesson_bad=root / "lesson_bad", interrupted=interrupted, logdir=root / "logdir",
-                 logfull=root / "logfull", devfull=root / "devfull.json", **made)
+                 logfull=root / "logfull", devfull=root / "devfull.json", resultdir=root / "resultdir", **made)
 
 
 def _id(case) -> str:

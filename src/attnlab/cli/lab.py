@@ -44,6 +44,8 @@ def start(args) -> int:
 
     from . import UsageError
 
+    if not args.dir.strip():  # Path("") is the current folder: an empty name must not quietly mean "here"
+        raise UsageError("lab start DIR: an empty folder name; give a folder, or leave DIR out for this one")
     there = Path(args.dir) / files.STARTER_NAME
     empty = there.is_file() and there.stat().st_size == 0  # no one's work: written over
     try:

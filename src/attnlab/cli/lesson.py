@@ -40,6 +40,8 @@ def run(args) -> int:
     if args.build and (args.quick or args.model is not None):
         raise UsageError(f"--build runs the full measurements for the built-in lesson; it does not go with "
                          f"{'--quick' if args.quick else '--model'}")
+    if args.model is not None and not args.model.strip():
+        raise UsageError("--model needs a Hugging Face hub name or a local folder, got an empty name")
     out = output_folder(args.out)
     if args.model is not None:
         return run_model(args, out)

@@ -98,10 +98,15 @@ def _specs(impl: list[str] | None) -> list[str]:
     """The names given to --impl (repeatable, comma-separated), each once; none: every registered form but sdpa."""
     from attnlab import kernels
 
+    from . import UsageError
     from ._args import function_spec
 
-    specs = [s.strip() for item in (impl or []) for s in item.split(",") if s.strip()]
-    specs = [function_spec(s) if ":" in s else s for s in specs]  # a misspelt one is said now, not by a child
+    names = [s.strip() for item in (impl or []) for s in item.split(",")]
+    if "" in names:  # an empty name must not quietly mean "every form"
+        given = " ".join(f"--impl {item!r}" for item in impl)
+        raise UsageError(f"{given}: an empty form name; give one or more of {', '.join(kernels.forms())} or "
+                         "package.module:function, or leave --impl out to check every form")
+    specs = [function_spec(s) if ":" in s else s for s in names]  # a misspelt one is said now, not by a child
     return list(dict.fromkeys(specs)) or [n for n in kernels.forms() if n != "sdpa"]
 
 
