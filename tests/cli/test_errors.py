@@ -31,7 +31,7 @@ TRITON = kernels.get("triton").why_not("cpu") is not None  # no interpreter in t
 # Every file a command writes into its --out folder.
 OUTPUTS = ["attention_map.png", "scale_demo.png", "demo.json", "bench.json", "bench.csv", "bench.png",
            "explore-no-mask.png", "explore-no-mask.json", "lesson.html", "train.png", "train.json",
-           "checkpoints/scale-sqrt.pt", "checkpoints/scale-none.pt", "checkpoints/scale-inv.pt"]
+           "checkpoints/scale-sqrt.pt", "checkpoints/scale-none.pt", "checkpoints/scale-inv.pt", "attention_lab.py"]
 BENCH = "bench --seq 16 --impl matrix --heads 1 --head-dim 8 --repeats 1 --warmup 1 --matmul-size 64"
 TINY = "train --preset tiny --scale sqrt --steps 1 --eval-every 1"
 
@@ -121,6 +121,47 @@ CASES = [
                  "{full}/checkpoints/scale-sqrt.pt: No space left on device", marks=pytest.mark.slow),
     pytest.param(f"{BENCH} --max-memory 1", 2, f"attnlab bench: {E} nothing was measured: every case was skipped",
                  marks=pytest.mark.slow),
+    # devices that torch names but that are not here, checked before anything runs (a user's function too)
+    ("verify --device cpu:1 --impl matrix", 2, f"attnlab verify: {E} --device cpu:1: no such device here (torch has "
+                                               "one CPU device, cpu"),
+    ("verify --device meta --impl matrix", 2, f"attnlab verify: {E} --device meta: meta tensors hold shapes without "
+                                              "numbers, so there is nothing to check on it"),
+    ("verify --device meta --impl plain:attention", 2, f"attnlab verify: {E} --device meta: meta tensors hold shapes"),
+    ("verify --device cuda:99 --impl matrix", 2, f"attnlab verify: {E} --device cuda:99: no such device here ("),
+    # --json and --out that would write nothing, or onto a full device
+    ("verify --json '' --impl matrix", 2, f"attnlab verify: {E} --json '': an empty file name; give the name of a "
+                                         "file to write"),
+    ("ring --json ''", 2, f"attnlab ring: {E} --json '': an empty file name"),
+    pytest.param("verify --json {devfull} --impl matrix --quick --only basic --show failures", 2,
+                 f"attnlab verify: {E} cannot write {{devfull}}: No space left on device; the files written before "
+                 "it are complete", marks=pytest.mark.slow),
+    ("demo --out ''", 2, f"attnlab demo: {E} --out '': an empty folder name; give a folder, or leave --out out"),
+    (f"{BENCH} --out ''", 2, f"attnlab bench: {E} --out '': an empty folder name"),
+    # --impl package.module:function spelt with a space: named before a child process looks for ' fn'
+    ("verify --impl 'plain: attention'", 2, f"attnlab verify: {E} --impl 'plain: attention' has a space in it; "
+                                           "write package.module:function without spaces, e.g. 'plain:attention'"),
+    ("verify --impl plain:", 2, f"attnlab verify: {E} --impl 'plain:': '' is not a function name"),
+    # lab start onto a full disk: no file is left, so a second run fails the same way (the next case's own folder)
+    ("lab start {full}", 2, f"attnlab lab: {E} cannot write {{full}}/attention_lab.py: No space left on device; no "
+                            "file was left, run it again when there is room"),
+    # lesson --build: a log that cannot be written stops it in one line
+    ("lesson --build --out {logdir}", 2, f"attnlab lesson: {E} cannot write {{logdir}}/lesson-build.log: Is a "
+                                         "directory"),
+    pytest.param("lesson --build --out {logfull}", 2, f"attnlab lesson: {E} cannot write {{logfull}}/lesson-build.log: "
+                 "No space left on device", marks=pytest.mark.slow),
+    # empty names that quietly meant "every form", "the default", "here"; folders where a file belongs
+    ("verify --impl ''", 2, f"attnlab verify: {E} --impl '': an empty form name; give one or more of"),
+    ("verify --impl matrix,", 2, f"attnlab verify: {E} --impl 'matrix,': an empty form name"),
+    (f"{BENCH} --max-memory ''", 2, f"attnlab bench: {E} --max-memory '': give a size such as 512M"),
+    ("lesson --model ''", 2, f"attnlab lesson: {E} --model needs a Hugging Face hub name or a local folder, got an "
+                             "empty name"),
+    ("sample --ckpt ''", 2, f"attnlab sample: {E} --ckpt needs a checkpoint file"),
+    ("sample --ckpt {folder}", 2, f"attnlab sample: {E} checkpoint {{folder}} is a folder, not a file"),
+    ("train --preset tiny --corpus {folder}", 2, f"attnlab train: {E} --corpus {{folder}}: no such file (it is a "
+                                                 "folder)"),
+    ("lab start ''", 2, f"attnlab lab: {E} lab start DIR: an empty folder name"),
+    ("lesson --quick --out {resultdir}", 2, f"attnlab lesson: {E} {{resultdir}}/demo.json is a folder, not a result "
+                                           "file; remove it or run the command again"),
 ]
 
 
@@ -195,10 +236,17 @@ def files(tmp_path_factory):
     code.mkdir()
     (code / "ends_at_import.py").write_text("import os\nos._exit(0)\n")
     (code / "exits_at_import.py").write_text("import sys\nsys.exit(0)\n")
+    (code / "plain.py").write_text("from torch.nn.functional import scaled_dot_product_attention as attention\n")
+    (root / "logdir" / "lesson-build.log").mkdir(parents=True)  # lesson --build's log: a folder, or on a full device
+    (root / "logfull").mkdir()
+    (root / "logfull" / "lesson-build.log").symlink_to("/dev/full")
+    (root / "resultdir" / "demo.json").mkdir(parents=True)  # a folder where lesson reads demo's result
+    (root / "devfull.json").symlink_to("/dev/full")  # written through, the link's target is a full device
     interrupted = root / "interrupted"  # a default run stopped before it wrote train.json: checkpoints only
     checkpoint.save(checkpoint.path_of(interrupted, "scale", "sqrt"), {"train_config": asdict(PRESETS["default"])})
     return Files(root, code=code, folder=root / "folder", ran=_ran(root), resume_marker=root / "resume_marker",
-                 lesson_bad=root / "lesson_bad", interrupted=interrupted, **made)
+                 lesson_bad=root / "lesson_bad", interrupted=interrupted, logdir=root / "logdir",
+                 logfull=root / "logfull", devfull=root / "devfull.json", resultdir=root / "resultdir", **made)
 
 
 def _id(case) -> str:
@@ -284,3 +332,27 @@ def test_a_denormal_temperature_decodes_greedily(files):
     print(repr(greedy), tiny)
     assert tiny == [greedy] * 3 and len(greedy) == 12
     assert sample(files["good"], prompt="ab", tokens=12, seed=1).text != greedy  # a real temperature draws
+
+
+def test_lab_start_on_a_full_disk_leaves_no_file_and_a_second_run_fails_too(tmp_path, capsys):
+    """The starter is written whole or not at all: no empty attention_lab.py for the next run to take for the
+    learner's; an empty one (as an earlier version left) is written over, a learner's file never."""
+    from attnlab.lab.exercise.files import starter_text
+
+    folder = tmp_path / "lab"
+    folder.mkdir()
+    for _ in range(2):
+        (folder / "attention_lab.py.tmp").symlink_to("/dev/full")  # the starter's file lies on a full device
+        assert main(["lab", "start", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert err.strip() == (f"attnlab lab: error: cannot write {folder}/attention_lab.py: No space left on device; "
+                               "no file was left, run it again when there is room")
+        assert not (folder / "attention_lab.py").exists() and not (folder / "attention_lab.py.tmp").exists()
+    (folder / "attention_lab.py").write_text("")
+    assert main(["lab", "start", str(folder)]) == 0
+    assert f"wrote {folder}/attention_lab.py over the empty file that was there" in capsys.readouterr().out
+    assert (folder / "attention_lab.py").read_text() == starter_text()
+    (folder / "attention_lab.py").write_text("def attention_by_hand(): ...\n")
+    assert main(["lab", "start", str(folder)]) == 0
+    assert "is already there: it is yours" in capsys.readouterr().out
+    assert (folder / "attention_lab.py").read_text() == "def attention_by_hand(): ...\n"

@@ -48,11 +48,31 @@ def test_the_plan_runs_only_what_is_missing_or_stale(tmp_path):
     (tmp_path / "train.json").write_text(json.dumps(other))
     (tmp_path / "checkpoints" / "scale-sqrt.pt").unlink()
     why = {s.name: s.why for s in build.plan(tmp_path)}
-    assert why["bench"] == f"stale: bench.json was written by attnlab 0.0.1, this is {__version__}"
+    assert why["bench"] == "stale: written by another version"  # which version: said once, for every file
+    assert build.other_versions(tmp_path) == {"bench.json": {"attnlab": "0.0.1"}}
     assert why["train"] == "stale: trained with other settings (steps)" and why["demo"] is None
     other["config"]["steps"] = train.PRESETS["default"].steps
     (tmp_path / "train.json").write_text(json.dumps(other))
     assert {s.name: s.why for s in build.plan(tmp_path)}["train"] == "scale-sqrt.pt is missing"
+
+
+def test_the_files_another_version_wrote_are_named_in_one_line_with_their_versions(tmp_path):
+    import torch
+
+    _up_to_date(tmp_path)
+    assert build.versions_line(build.other_versions(tmp_path), "made again") is None
+    for name, wrote in (("demo.json", {"attnlab": "0.0.1", "torch": "2.0.0"}), ("bench.json", {"attnlab": "0.0.1",
+                        "torch": "2.0.0"}), ("tie_kv.json", {}), ("lab-mine.json", {"attnlab": "0.0.2",
+                        "torch": torch.__version__})):
+        (tmp_path / name).write_text(json.dumps({"versions": wrote}))
+    line = build.versions_line(build.other_versions(tmp_path), "made again")
+    assert line == (f"written by another version (this is attnlab {__version__} with torch {torch.__version__}): "
+                    "demo.json, bench.json by attnlab 0.0.1 with torch 2.0.0; tie_kv.json by a version that did not "
+                    "say; lab-mine.json by attnlab 0.0.2; made again")
+    assert "lab-mine.json" not in build.versions_line(build.other_versions(tmp_path, build.REBUILT), "made again")
+    plan = {s.name: s.why for s in build.plan(tmp_path)}
+    assert plan["demo"] == plan["bench"] == plan["train tie-kv"] == "stale: written by another version"
+    assert plan["train"] is None and plan["explore"] is None
 
 
 @pytest.mark.slow
@@ -77,3 +97,22 @@ def test_build_says_what_it_will_run_and_how_long_then_logs_each_step(run_cli, t
     assert json.loads((out / "demo.json").read_text())["versions"]["attnlab"] == __version__
     bad = run_cli("lesson", "--build", "--quick")
     assert bad.returncode == 2 and "does not go with --quick" in bad.stderr
+
+
+@pytest.mark.slow
+def test_lesson_says_which_file_another_version_wrote_before_reading_it(run_cli, tmp_path):
+    out = tmp_path / "out"
+    (out / "checkpoints").mkdir(parents=True)
+    _up_to_date(out)
+    (out / "demo.json").unlink()  # a real one, then marked as another version's
+    assert run_cli("demo", "--out", "out").returncode == 0
+    demo = json.loads((out / "demo.json").read_text())
+    demo["versions"] |= {"attnlab": "0.0.1", "torch": "2.0.0"}
+    (out / "demo.json").write_text(json.dumps(demo))
+    r = run_cli("lesson", "--out", "out")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    said = [i for i, x in enumerate(lines) if "written by another version" in x]
+    assert len(said) == 1 and said[0] < next(i for i, x in enumerate(lines) if x.strip() == "demo"), r.stdout
+    assert "demo.json by attnlab 0.0.1 with torch 2.0.0; the page shows them as they are" in lines[said[0]]
+    assert "  demo: from out/demo.json" in lines

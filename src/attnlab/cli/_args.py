@@ -63,6 +63,24 @@ def single_process_form(name: str, what: str, device: str | None = None):
     return form
 
 
+def function_spec(spec: str) -> str:
+    """``spec`` when it reads ``package.module:function`` (no spaces, dotted names); else a UsageError naming it.
+
+    Checked before anything runs: ``'pkg.mod: fn'`` would otherwise go to a child process, which looks for an
+    attribute named ``' fn'``."""
+    from . import UsageError
+
+    module, _, attr = spec.partition(":")
+    if any(ch.isspace() for ch in spec):
+        raise UsageError(f"--impl {spec!r} has a space in it; write package.module:function without spaces, e.g. "
+                         f"{''.join(spec.split())!r}")
+    if not module or "" in module.split("."):  # a module file may be named my-mod.py; a function is a Python name
+        raise UsageError(f"--impl {spec!r}: {module!r} is not a module name; give package.module:function")
+    if not all(name.isidentifier() for name in attr.split(".")):
+        raise UsageError(f"--impl {spec!r}: {attr!r} is not a function name; give package.module:function")
+    return spec
+
+
 def load_function(spec: str, device="cpu"):
     """``--impl`` -> (name, function): a registered form by its name, or ``package.module:function`` imported
     here (verify imports other people's functions in a child process instead: attnlab.lab.check.isolate).

@@ -19,6 +19,8 @@ def output_folder(path) -> Path:
     """``path`` as a folder this process can write to, or a UsageError saying why not (one line)."""
     from . import UsageError
 
+    if not str(path).strip():  # Path("") is the current folder: an empty name must not quietly mean "here"
+        raise UsageError(f"--out {str(path)!r}: an empty folder name; give a folder, or leave --out out for ./{OUT}")
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a folder")
@@ -36,7 +38,10 @@ def json_folder(path: str | None) -> None:
     error."""
     from . import UsageError
 
-    if path:
+    if path is not None:
+        if not path.strip():  # an empty name would write nothing, and say nothing
+            raise UsageError(f"--json {path!r}: an empty file name; give the name of a file to write, such as "
+                             "result.json")
         if Path(path).is_dir():
             raise UsageError(f"--json {path} is a folder; give the name of a file to write, such as "
                              f"{Path(path) / 'result.json'}")
@@ -52,7 +57,7 @@ def save_json(result, path: str | None, indent: str = "") -> None:
     from attnlab.lab.results import write_json
     from attnlab.report.terminal import console
 
-    if path:
+    if path is not None:
         write_json(result, Path(path))
         console.print(f"{indent}wrote {path}")
 

@@ -14,14 +14,23 @@ class _Log:
     def __init__(self, out: Path, log):
         self.out, self.log, self.t0 = out, log, time.perf_counter()
         self.path = out / "lesson-build.log"
-        self.path.write_text("")
+        self._write("w", "")  # before any step: a log that cannot be written stops the build now
 
     def say(self, line: str) -> None:
-        from attnlab.report.terminal import console
+        from attnlab.report.terminal import console, escape
 
-        console.print(line)
-        with self.path.open("a") as f:
-            f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+        console.print(escape(line))  # "[page]" is a step's name, not rich markup
+        self._write("a", f"{time.strftime('%H:%M:%S')} {line}\n")
+
+    def _write(self, mode: str, text: str) -> None:
+        """Append (or start) the log; a full disk or a folder in its place is a CannotWrite, one line."""
+        from attnlab.lab.files import CannotWrite, reason
+
+        try:
+            with self.path.open(mode) as f:
+                f.write(text)
+        except OSError as e:
+            raise CannotWrite(self.path, reason(e), None) from None
 
     def finish(self, page_s: float) -> None:
         from attnlab.lab.results import write_json
@@ -43,18 +52,22 @@ def build_steps(out: Path) -> _Log:
 
     from . import UsageError
 
+    log = _Log(out, None)  # a log that cannot be started (a folder of its name) is said before the plan's timing
     steps = build.plan(out)
     if any(s.why for s in steps if s.name.startswith("train")):  # time a few real steps: the estimate that matters
         cfg = lab_train.PRESETS["default"]
         est = train_time.estimate(cfg, lab_train.load_corpus(cfg))
         steps = build.plan(out, est.seconds(cfg.steps, cfg.eval_every))
     load = list(os.getloadavg()) if hasattr(os, "getloadavg") else []
-    log = _Log(out, build.BuildLog(str(out), steps, load_average=load, cpu_count=os.cpu_count()))
+    log.log = build.BuildLog(str(out), steps, load_average=load, cpu_count=os.cpu_count())
     todo = [s for s in steps if s.why]
     total = sum(s.estimate_s for s in todo) + build.SECONDS["page"]
     busy = f", load {load[0]:.1f} on {os.cpu_count()} cores" if load else ""
     log.say(f"lesson --build: {len(todo)} of {len(steps)} steps to run, then the page: {fmt_estimate(total)} on this "
             f"machine now{busy}")
+    line = build.versions_line(build.other_versions(out, build.REBUILT), "they are made again below")
+    if line:
+        log.say(f"  {line}")
     for s in steps:
         log.say(f"  {s.name}: {s.why}; {fmt_estimate(s.estimate_s)} (attnlab {' '.join(s.argv)})" if s.why else
                 f"  {s.name}: up to date")

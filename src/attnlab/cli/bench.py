@@ -116,7 +116,7 @@ def _config(args):
              "budget_s": args.budget, "mask": args.mask, "mod": args.mod, "seed": args.seed,
              "matmul_n": args.matmul_size}
     try:
-        given["memory_limit_bytes"] = parse_size(args.max_memory) if args.max_memory else None
+        given["memory_limit_bytes"] = parse_size(args.max_memory) if args.max_memory is not None else None
         cfg = bench.BenchConfig(causal=args.causal, backward=args.backward,
                                 **{k: v for k, v in given.items() if v is not None})
         bench.check_named(cfg)

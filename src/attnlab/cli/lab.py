@@ -36,20 +36,31 @@ def run(args) -> int:
 
 
 def start(args) -> int:
+    from pathlib import Path
+
     from attnlab.lab.exercise import files
+    from attnlab.lab.files import CannotWrite
     from attnlab.report.terminal import console
 
     from . import UsageError
 
+    if not args.dir.strip():  # Path("") is the current folder: an empty name must not quietly mean "here"
+        raise UsageError("lab start DIR: an empty folder name; give a folder, or leave DIR out for this one")
+    there = Path(args.dir) / files.STARTER_NAME
+    empty = there.is_file() and there.stat().st_size == 0  # no one's work: written over
     try:
         s = files.start(args.dir)
+    except CannotWrite as e:  # a full disk: no file is left behind, so the next run tries again
+        raise UsageError(f"cannot write {e.path}: {e.reason}; no file was left, run it again when there is room") \
+            from None
     except (files.LoadError, OSError) as e:
         raise UsageError(f"cannot write the starter into {args.dir}: {getattr(e, 'strerror', None) or e}") from None
     if not s.written:
         console.print(f"{s.path} is already there: it is yours, so it was left as it is. Check it with\n"
                       f"  attnlab lab check {s.path}")
         return 0
-    console.print(f"wrote {s.path}. Open it: attention_by_hand has four TODOs (the scale, the causal mask, a "
+    over = " over the empty file that was there" if empty else ""
+    console.print(f"wrote {s.path}{over}. Open it: attention_by_hand has four TODOs (the scale, the causal mask, a "
                   "stable softmax, the output's dtype).\nAfter each one, run\n"
                   f"  attnlab lab check {s.path}\n"
                   "It grades your function against a float64 oracle and PyTorch, says what failed and the likely "

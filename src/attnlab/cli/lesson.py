@@ -31,7 +31,7 @@ def add_parser(sub):
 def run(args) -> int:
     from attnlab.lab.lesson import collect
     from attnlab.report.lesson import build
-    from attnlab.report.terminal import console
+    from attnlab.report.terminal import console, escape
 
     from . import UsageError
 
@@ -40,6 +40,8 @@ def run(args) -> int:
     if args.build and (args.quick or args.model is not None):
         raise UsageError(f"--build runs the full measurements for the built-in lesson; it does not go with "
                          f"{'--quick' if args.quick else '--model'}")
+    if args.model is not None and not args.model.strip():
+        raise UsageError("--model needs a Hugging Face hub name or a local folder, got an empty name")
     out = output_folder(args.out)
     if args.model is not None:
         return run_model(args, out)
@@ -47,6 +49,12 @@ def run(args) -> int:
         from ._lesson_build import build_steps
 
         steps_log = build_steps(out)
+    from attnlab.lab.lesson import build as lesson_build
+
+    line = lesson_build.versions_line(lesson_build.other_versions(out), "the page shows them as they are (their "
+                                      "commands, or `attnlab lesson --build`, make them again with this version)")
+    if line:  # said before they are read
+        console.print(f"  {escape(line)}")
     try:
         data = collect(out, quick=args.quick, seed=args.seed, log=lambda m: console.print(f"  {m}"))
     except ValueError as e:  # a broken results file or an unreadable checkpoint in the folder

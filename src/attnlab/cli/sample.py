@@ -28,6 +28,9 @@ def run(args) -> int:
 
     from . import UsageError
 
+    if not args.ckpt.strip():  # Path("") is the current folder
+        raise UsageError("--ckpt needs a checkpoint file, such as attnlab-out/checkpoints/scale-sqrt.pt; got an "
+                         "empty name")
     if not 0 < args.temperature < math.inf:
         raise UsageError(f"--temperature must be a finite number > 0, got {args.temperature}")
     if not args.tokens <= sample.MAX_TOKENS:  # before the checkpoint is read: known from the flag alone

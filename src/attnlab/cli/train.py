@@ -157,7 +157,8 @@ def _config(args):
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is available")
     if args.corpus is not None and not Path(args.corpus).is_file():
-        raise UsageError(f"--corpus {args.corpus}: no such file")
+        raise UsageError(f"--corpus {args.corpus or repr(args.corpus)}: no such file" +
+                         (" (it is a folder)" if args.corpus and Path(args.corpus).is_dir() else ""))
     try:
         return dataclasses.replace(PRESETS[args.preset], **changes)
     except ValueError as e:

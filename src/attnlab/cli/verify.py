@@ -98,12 +98,23 @@ def _specs(impl: list[str] | None) -> list[str]:
     """The names given to --impl (repeatable, comma-separated), each once; none: every registered form but sdpa."""
     from attnlab import kernels
 
-    specs = [s.strip() for item in (impl or []) for s in item.split(",") if s.strip()]
+    from . import UsageError
+    from ._args import function_spec
+
+    names = [s.strip() for item in (impl or []) for s in item.split(",")]
+    if "" in names:  # an empty name must not quietly mean "every form"
+        given = " ".join(f"--impl {item!r}" for item in impl)
+        raise UsageError(f"{given}: an empty form name; give one or more of {', '.join(kernels.forms())} or "
+                         "package.module:function, or leave --impl out to check every form")
+    specs = [function_spec(s) if ":" in s else s for s in names]  # a misspelt one is said now, not by a child
     return list(dict.fromkeys(specs)) or [n for n in kernels.forms() if n != "sdpa"]
 
 
 def _device(text: str) -> str:
-    """--device as a torch device that is here, or a UsageError in one line."""
+    """--device as a torch device that is here and computes, or a UsageError in one line -- before anything runs.
+
+    torch takes ``cpu:1`` (there is one CPU device) and makes tensors on ``meta`` (shapes without numbers), so
+    both are refused by name; an index is checked against the devices of its kind that torch counts here."""
     import torch
 
     from . import UsageError
@@ -112,6 +123,17 @@ def _device(text: str) -> str:
         dev = torch.device(text)
     except (RuntimeError, ValueError) as e:
         raise UsageError(f"--device {text!r} is not a torch device ({str(e).splitlines()[0]})") from None
+    if dev.type == "meta":
+        raise UsageError(f"--device {text}: meta tensors hold shapes without numbers, so there is nothing to check "
+                         "on it; give cpu or a GPU (cuda, cuda:0)")
+    if dev.type == "cpu" and dev.index not in (None, 0):
+        raise UsageError(f"--device {text}: no such device here (torch has one CPU device, cpu; its threads are "
+                         "not devices)")
+    count = getattr(getattr(torch, dev.type, None), "device_count", None)
+    n = count() if callable(count) and dev.type != "cpu" else None
+    if n and dev.index is not None and dev.index >= n:
+        raise UsageError(f"--device {text}: no such device here ({n} {dev.type} device{'s' if n > 1 else ''}: "
+                         f"{dev.type}:0{f' to {dev.type}:{n - 1}' if n > 1 else ''})")
     try:
         torch.empty(1, device=dev)
     except (RuntimeError, AssertionError, AttributeError) as e:

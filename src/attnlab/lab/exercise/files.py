@@ -1,7 +1,7 @@
 """The learner's file: written once by ``attnlab lab start``, loaded by ``attnlab lab check``.
 
-:func:`start` copies the starter (:mod:`.starter`) into a folder as ``attention_lab.py`` -- created
-exclusively, so a file already there, the learner's own work, is never overwritten. :func:`load`
+:func:`start` copies the starter (:mod:`.starter`) into a folder as ``attention_lab.py`` -- whole or
+not at all, and never over a file already there, the learner's own work. :func:`load`
 imports ``FILE[:FUNCTION]`` from its path (not from ``sys.path``), and turns whatever goes wrong --
 no file, a syntax error, an exception at import, no such function -- into one :class:`LoadError`
 line that names the file and the line. :func:`given` tells the starter's own finished functions (the
@@ -41,15 +41,20 @@ def starter_text() -> str:
 
 
 def start(folder: str | Path) -> Started:
-    """Write the starter into ``folder`` (made if needed) as attention_lab.py, unless a file of that name is there."""
+    """Write the starter into ``folder`` (made if needed) as attention_lab.py, unless a file of that name is there.
+
+    Written whole or not at all (:func:`attnlab.lab.files.write_text`): a full disk leaves no file. An empty
+    attention_lab.py holds no one's work (an earlier version left one on a full disk), so it is written over."""
+    from attnlab.lab.files import write_text
+
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise LoadError(f"{folder} is a file, not a folder")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / STARTER_NAME
-    try:
-        with path.open("x", encoding="utf-8") as f:  # "x": fails if it exists, even if it appeared a moment ago
-            f.write(starter_text())
+    empty = path.is_file() and not path.is_symlink() and path.stat().st_size == 0
+    try:  # never over a file that is there, even one that appeared a moment ago
+        write_text(path, starter_text(), over=empty)
     except FileExistsError:
         return Started(str(path), False)
     return Started(str(path), True)

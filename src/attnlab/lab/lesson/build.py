@@ -51,14 +51,55 @@ def _json(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+# the results the page reads from the output folder, by name, and those `lesson --build` makes again when stale
+READ = ("demo.json", "bench.json", "train*.json", "tie_kv*.json", "explore-*.json", "lab-*.json")
+REBUILT = ("demo.json", "bench.json", "train.json", "tie_kv.json", "explore-*.json")
+
+
+def written_by(data: dict) -> dict:
+    """The versions a result says wrote it (``{}`` when it says none)."""
+    found = data.get("versions")
+    return found if isinstance(found, dict) else {}
+
+
+def other_versions(out: str | Path, patterns=READ) -> dict[str, dict]:
+    """The results in ``out`` (those the lesson reads, or ``patterns``) that another version of attnlab wrote:
+    file name -> their versions."""
+    out, found = Path(out), {}
+    for pattern in patterns:
+        for path in sorted(out.glob(pattern)):
+            data = _json(path)
+            if data is not None and written_by(data).get("attnlab") != __version__:
+                found[path.name] = written_by(data)
+    return found
+
+
+def versions_line(found: dict[str, dict], then: str) -> str | None:
+    """One line naming each file of ``found`` (:func:`other_versions`) with the version that wrote it, this
+    version, and ``then`` (what happens to them); None when there are none. torch is named where it differs."""
+    import torch
+
+    if not found:
+        return None
+    groups: dict[str, list[str]] = {}
+    for name, v in found.items():
+        by = f"attnlab {v['attnlab']}" if v.get("attnlab") else "a version that did not say"
+        if v.get("torch") and v["torch"] != torch.__version__:
+            by += f" with torch {v['torch']}"
+        groups.setdefault(by, []).append(name)
+    said = "; ".join(f"{', '.join(names)} by {by}" for by, names in groups.items())
+    torch_now = f" with torch {torch.__version__}" if "torch" in said else ""
+    return f"written by another version (this is attnlab {__version__}{torch_now}): {said}; {then}"
+
+
 def _stale(path: Path, extra=None) -> str | None:
-    """Why the result in ``path`` must be made again (missing, unreadable, another version, ``extra``), or None."""
+    """Why the result in ``path`` must be made again (missing, unreadable, another version, ``extra``), or None.
+    Which version wrote it is said once for all files, before the steps (:func:`versions_line`)."""
     data = _json(path)
     if data is None:
         return f"{path.name} is missing" if not path.exists() else f"{path.name} is not readable JSON"
-    wrote = (data.get("versions") or {}).get("attnlab")
-    if wrote != __version__:
-        return f"stale: {path.name} was written by attnlab {wrote or 'of unknown version'}, this is {__version__}"
+    if written_by(data).get("attnlab") != __version__:
+        return "stale: written by another version"
     return extra(data) if extra else None
 
 
@@ -85,7 +126,7 @@ def plan(out: str | Path, train_estimate_s: float | None = None) -> list[Step]:
     trained = _trained_otherwise(cfg)
     ckpt = out / "checkpoints" / "scale-sqrt.pt"
     train_why = _stale(out / "train.json", trained) or (None if ckpt.is_file() else f"{ckpt.name} is missing")
-    stale_explore = [w for name in explore.EXPERIMENTS if (w := _stale(out / f"explore-{name}.json"))]
+    stale_explore = dict.fromkeys(w for name in explore.EXPERIMENTS if (w := _stale(out / f"explore-{name}.json")))
     o = ["--out", str(out)]
     return [
         Step("demo", ["demo", *o], _stale(out / "demo.json"), SECONDS["demo"]),

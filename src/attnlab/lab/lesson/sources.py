@@ -32,8 +32,12 @@ class Part:
 
 
 def _read(path: Path) -> dict | None:
-    """A JSON object from ``path``, or None when there is none; a broken file is an error naming it."""
+    """A JSON object from ``path``, or None when there is none; a broken file is an error naming it, and so is a
+    folder or a broken link of its name (read as none, it would be measured again without a word)."""
     if not path.is_file():
+        if path.exists() or path.is_symlink():
+            what = "a folder" if path.is_dir() else "a link to nothing readable"
+            raise ValueError(f"{path} is {what}, not a result file; remove it or run the command again")
         return None
     try:
         data = json.loads(path.read_text())

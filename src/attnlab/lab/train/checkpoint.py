@@ -52,7 +52,7 @@ def load(path: str | Path, need: tuple[str, ...] = ()) -> dict:
     lacks one of the fields ``need`` names."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"checkpoint {path} does not exist")
+        raise ValueError(f"checkpoint {path} " + ("is a folder, not a file" if path.is_dir() else "does not exist"))
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated or foreign file: torch raises many kinds, some with pages of advice
