@@ -48,8 +48,8 @@ def _name(r, newest) -> str:
 
 def _verdict(r, newest) -> str:
     """The newest check's verdict, said beside an item that comes from another check."""
-    return (f"your newest check, {r.file}:{r.function} at {_at(r, newest)}" + (f", {GIVEN}" if _given(r) else "")
-            + (", passed" if store.passed(r) else ", failed"))
+    return (f"Your newest check: {r.file}:{r.function} at {_at(r, newest)}" + (f" ({GIVEN})" if _given(r) else "")
+            + (", passed." if store.passed(r) else ", failed."))
 
 
 def _measured_at(r) -> list[int]:
@@ -60,10 +60,9 @@ def _not_passed(checks) -> str:
     """Why a measurement item waits: none of the learner's functions passes now."""
     r = checks[0]
     have = _measured_at(r)
-    return (f"not yet: only a passing function's measurements count, and none of your functions passes now; "
-            f"{_name(r, r)} failed its grading" + (f" (it was measured at T = {', '.join(map(str, have))} all the "
-                                                   "same: a wrong function's memory is not attention's)"
-                                                   if have else ""))
+    return (f"not yet: only a passing function's measurements count, and none of yours passes now; {_name(r, r)} "
+            "failed its grading" + (f" (it was measured at T = {', '.join(map(str, have))} all the same: a wrong "
+                                    "function's memory is not attention's)" if have else ""))
 
 
 def _match(checks) -> tuple[object | None, bool, str]:
@@ -144,7 +143,7 @@ def checklist(data) -> str:
              (None, *_ablation(data.train_scale), "Removing the 1/√d scale visibly destabilised training")]
     lis = "".join(f'<li class="{"done" if ok else "todo"}"><span class="tick">{"✓" if ok else "✗"}</span> '
                   f"<b>{escape(text)}</b> — {_code(detail)}"
-                  + (f' <span class="newest">({escape(_verdict(newest, newest))})</span>'
+                  + (f' <span class="newest">{escape(_verdict(newest, newest))}</span>'
                      if newest is not None and i < 3 and source is not newest else "") + "</li>"
                   for i, (source, ok, detail, text) in enumerate(items))
     done = sum(1 for _, ok, _, _ in items if ok)
