@@ -28,12 +28,14 @@ def test_start_then_check_a_wrong_and_a_right_function(run_cli, tmp_path, round_
     right = run_cli("lab", "check", "mylab/attention_lab.py:attention_matrix", "--quick", timeout=600)
     assert right.returncode == 0, right.stdout[-2000:] + right.stderr
     assert "all 21 passed" in right.stdout and "matches" in right.stdout and "T = 2048" in right.stdout
-    data = json.loads((tmp_path / "attnlab-out" / "lab-attention_matrix.json").read_text())
+    saved = sorted((tmp_path / "attnlab-out" / "lab-checks").glob("attention_lab-attention_matrix-*.json"))
+    assert len(saved) == 2 and f"wrote attnlab-out/lab-checks/{saved[1].name}" in right.stdout  # both checks kept
+    data = json.loads(saved[1].read_text())
     result = round_trip(data, LabResult)
     assert result.passed and result.form == "lab" and result.match_err < 1e-6 and result.diagnoses == []
     assert result.given and "the starter's code as it came" in right.stdout  # fixed back: the starter's own text
     assert [t.seq for t in result.timings] == [128, 512, 2048] and abs(result.exponents["memory"] - 2) < 0.25
-    assert (tmp_path / "attnlab-out" / "lab-attention_matrix.png").stat().st_size > 10_000
+    assert saved[1].with_suffix(".png").stat().st_size > 10_000
 
 
 @pytest.mark.slow

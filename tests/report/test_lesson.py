@@ -15,7 +15,7 @@ from attnlab.lab.demo import DemoResult
 from attnlab.lab.lesson import code, model, sources, walkthrough, worked
 from attnlab.lab.measure.bench import BenchResult
 from attnlab.lab.train.train import TrainResult
-from attnlab.report.lesson import checklist, numbers, sections, teach
+from attnlab.report.lesson import numbers, sections, teach
 
 from .conftest import BENCH, TRAIN, tiny_checkpoint
 
@@ -231,53 +231,6 @@ def test_bench_table_says_memory_reasons_noise_and_growth():
     assert "Doubling the context quadruples the matrix form's memory: measured T<sup>2.00</sup>" in html
     quiet = BenchResult.from_dict(BENCH | {"machine": {"load_average": 0.5, "cpu_count": 2}})
     assert "noisy" not in sections.bench(sources.Part("bench", "file", "from bench.json", quiet), {})
-
-
-def _lab(passed=True, err=3e-7, memory=2.01, seqs=(128, 512, 2048), function="attention_by_hand", given=False):
-    """What the checklist reads of an `attnlab lab check` result."""
-    from types import SimpleNamespace
-
-    rows = [SimpleNamespace(status="pass" if passed or i else "fail") for i in range(15)]
-    counts = {"pass": sum(r.status == "pass" for r in rows), "fail": sum(r.status == "fail" for r in rows),
-              "error": 0, "skipped": 0}
-    return SimpleNamespace(file="attention_lab.py", function=function, passed=passed, match_err=err, match_tol=1e-4,
-                           verify=SimpleNamespace(rows=rows, counts=lambda: counts),
-                           diagnoses=[] if passed else [SimpleNamespace(key="scale", text="is the scale used?")],
-                           timings=[SimpleNamespace(seq=T, peak_bytes=8 * T * T, skipped=None) for T in seqs],
-                           exponents={"memory": memory, "time": 2.0}, given=given)
-
-
-def test_checklist_ticks_from_the_learners_own_results():
-    from types import SimpleNamespace
-
-    part = sources.Part
-    train = part("train scale", "file", "from x/train.json", TrainResult.from_dict(TRAIN))
-    data = SimpleNamespace(lab=[], train_scale=train)
-    html = checklist.checklist(data)
-    assert "0 of 4 done" in html and html.count('class="todo"') == 4  # the machine's forms never tick the learner's
-    assert "<code>attnlab lab start</code>" in html and "not done yet" in html
-    assert "the machine's run" in html and "not measured at these settings" in html  # TRAIN's unscaled loss is lower
-    data.lab = [_lab()]
-    html = checklist.checklist(data)
-    assert "3 of 4 done" in html and "max |yours − F.sdpa| 3.0e-07" in html and "T^2.01" in html
-    data.lab = [_lab(passed=False, memory=0.4, seqs=(128, 512))]
-    html = checklist.checklist(data)
-    assert "0 of 4 done" in html and "1 of 15 graded cases failed; likely cause: is the scale used?" in html
-    assert "T^0.40, not quadratically" in html and "attention_lab.py:attention_matrix" in html
-    assert "measured at 128, 512" in html
-    data.lab = [_lab(function="attention_matrix", given=True)]  # only the starter's finished version, checked
-    html = checklist.checklist(data)
-    assert "2 of 4 done" in html and html.index('class="todo"') < html.index('class="done"')  # the match is not
-    assert "the starter's code as it came (attention_matrix), which does not count as yours" in html
-    assert "attention_matrix in attention_lab.py (the starter's code as it came, measured by you)" in html
-    data.lab = [_lab(function="attention_matrix", given=True), _lab(memory=0.7)]  # and the learner's loops
-    assert "3 of 4 done" in checklist.checklist(data)
-    destabilised = json.loads(json.dumps(TRAIN))
-    destabilised["variants"]["none"]["val_loss"][-1] = 3.9  # above the scaled model's 3.39
-    destabilised["variants"]["none"]["entropy"] = [[0.1, 0.1], [0.1, 0.1]]  # saturated at every log
-    data.train_scale = part("train scale", "file", "from x/train.json", TrainResult.from_dict(destabilised))
-    assert "✓</span> <b>Removing the 1/√d scale" in checklist.checklist(data)
-    assert "training is the lab's given" in checklist.checklist(data)
 
 
 def test_the_page_says_when_a_measured_claim_does_not_hold():

@@ -21,7 +21,7 @@ def add_parser(sub):
                                                            "attention_by_hand)")
     c.add_argument("--quick", action="store_true", help="leave out the longest case (L = 1025)")
     c.add_argument("--seed", type=seed, default=0, help="random seed of the inputs (default: 0)")
-    add_out(c, "where lab-FUNCTION.json and lab-FUNCTION.png go")
+    add_out(c, "output folder; every check is kept in its lab-checks/ as FILE-FUNCTION-TIME.json and .png")
     p.set_defaults(run=run)
 
 
@@ -69,9 +69,8 @@ def start(args) -> int:
 
 
 def check(args) -> int:
-    from attnlab.lab.exercise import files, grade
+    from attnlab.lab.exercise import files, grade, store
     from attnlab.lab.exercise.check import check as run_check
-    from attnlab.lab.results import write_json
     from attnlab.report import exercise
     from attnlab.report.terminal import console, progress
 
@@ -92,7 +91,7 @@ def check(args) -> int:
         raise UsageError(str(e)) from None
     for line in exercise.lines(result):
         console.print(line)
-    stem = f"lab-{name}"
-    for f in (exercise.figure(result, out / f"{stem}.png"), write_json(result, out / f"{stem}.json")):
+    saved = store.save(result, out)  # every check kept: lab-checks/STEM-FUNCTION-TIME.json, the figure beside it
+    for f in (saved, exercise.figure(result, saved.with_suffix(".png"))):
         console.print(f"  wrote {f}")
     return 0 if result.passed and result.match_err <= result.match_tol else 1

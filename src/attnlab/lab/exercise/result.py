@@ -1,7 +1,7 @@
 """What ``attnlab lab check`` found about the learner's function: graded, matched, measured. Written as JSON.
 
-The lesson page reads these files (``lab-FUNCTION.json``) to tick the lab's checklist from the
-learner's own results.
+Each check is kept in a file of its own (:mod:`.store`), with the time it was made; the lesson page
+reads them to tick the lab's checklist from the learner's own newest results.
 """
 
 from __future__ import annotations
@@ -44,3 +44,4 @@ class LabResult(Result):
     match_tol: float = MATCH_TOL
     shrunk: list[str] = field(default_factory=list)  # the graded cases that were run smaller, to finish in time
     given: bool = False  # the starter's own finished function, unchanged: its pass is not the learner's
+    time: str = ""  # when it was checked: ISO 8601, UTC (given by store.save when the check is kept)

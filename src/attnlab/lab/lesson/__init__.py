@@ -35,7 +35,7 @@ class LessonData:
     train_tie_kv: Part
     explore: dict[str, Part]
     circuits: circ.Circuits | None  # the live model's heads, measured on repeated random sequences
-    lab: list  # the learner's own `attnlab lab check` results (attnlab.lab.exercise.result.LabResult)
+    lab: list  # the learner's own `attnlab lab check` results (attnlab.lab.exercise.result.LabResult), newest first
     seconds: float
     machine: dict
     versions: dict
@@ -71,7 +71,7 @@ def collect(out: str | Path, quick: bool = False, seed: int = 0, log=lambda msg:
             f"(layer {i.layer} head {i.head}), loss {heads.loss_first:.2f} on the first copy, {heads.loss_repeat:.2f} "
             "on the repeat")
     mine = sources.lab(out)
-    log(f"lab: {len(mine)} result{'s' if len(mine) != 1 else ''} of yours (lab-*.json)")
+    log(f"lab: {len(mine)} check{'s' if len(mine) != 1 else ''} of yours (lab-checks/*.json)")
     return LessonData(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), quick, walk, paged, worked.run(),
                       code.collect(), demo, bench, scale, tie, explore, heads, mine, time.perf_counter() - t0,
                       machine(), versions())

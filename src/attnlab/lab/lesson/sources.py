@@ -178,14 +178,8 @@ def explore(out: Path, seed: int) -> dict[str, Part]:
 
 
 def lab(out: Path) -> list:
-    """The learner's ``attnlab lab check`` results in ``out`` (lab-*.json), newest first; a broken one is an error
-    naming it."""
-    paths = sorted(out.glob("lab-*.json"))
-    if not paths:
-        return []
-    from attnlab.lab.exercise.result import LabResult
+    """The learner's ``attnlab lab check`` results kept in ``out`` (:mod:`attnlab.lab.exercise.store`), every
+    check newest first; a broken one is an error naming it."""
+    from attnlab.lab.exercise import store
 
-    found = []
-    for path in paths:
-        found.append((path.stat().st_mtime, read.result(LabResult, _read(path), path, "attnlab lab check")))
-    return [r for _, r in sorted(found, key=lambda x: -x[0])]
+    return store.history(out)

@@ -1,13 +1,17 @@
-"""The lab's "you are done when", ticked from the learner's own results.
+"""The lab's "you are done when", ticked from the learner's own newest results.
 
 The lab asks the learner to write causal attention, match PyTorch to 1e-4, measure memory at
 T = 128, 512 and 2048 and see it grow quadratically, and see what removing 1/√d does to training.
-The first three are ticked only from what ``attnlab lab check`` wrote for the learner's own
-function (``lab-*.json`` in the output folder), never from attnlab's forms; the match never from
-the starter's code as it came either (the memory may be: the learner measured it, and the page
-says whose function it was). When nothing is there, the item says what to do. Training is the
-lab's given, so the ablation item is the machine's run, and it says so; it is ticked only when
-the run's rules say the scale's removal destabilised it.
+The first three are ticked only from what ``attnlab lab check`` kept for the learner's functions
+(:mod:`attnlab.lab.exercise.store`), never from attnlab's forms: for each file and function its
+newest check is what that function is now, and an item ticks from the newest such check that
+passed and shows what the item asks (a failing function's memory is not attention's memory). The
+match is never ticked from the starter's code as it came (the memory may be: the learner measured
+it, and the page says whose function it was). Each item names the check it comes from and when,
+and, when that is not the learner's newest check, that check's verdict beside it. When nothing is
+there, the item says what to do. Training is the lab's given, so the ablation item is the
+machine's run, and it says so; it is ticked only when the run's rules say the scale's removal
+destabilised it.
 """
 
 from __future__ import annotations
@@ -15,70 +19,104 @@ from __future__ import annotations
 import re
 from html import escape
 
+from attnlab.lab.exercise import store
 from attnlab.lab.train import summary as ts
 
 SEQS = (128, 512, 2048)
 QUADRATIC = 0.25  # memory growth within this of T^2 counts as quadratic
+GIVEN = "the starter's code as it came"
 
 
 def _code(text: str) -> str:  # `command` -> <code>command</code>
     return re.sub("`([^`]*)`", r"<code>\1</code>", escape(text, quote=False))
 
 
-def _name(r) -> str:
-    return f"{r.function} in {r.file}" + (" (the starter's code as it came, measured by you)" if _given(r) else "")
-
-
 def _given(r) -> bool:
     return bool(getattr(r, "given", False))
 
 
-def _match(results) -> tuple[bool, str]:
-    mine = [r for r in results if not _given(r)]  # the starter's finished matrix version matches, and is not yours
+def _at(r, newest) -> str:
+    """When ``r`` was checked: the time of day (UTC), and the day too when it is not the newest check's."""
+    t, day = store.when(r), store.when(newest).date()
+    return f"{t:%H:%M:%S} UTC" + (f" on {t:%Y-%m-%d}" if t.date() != day else "")
+
+
+def _name(r, newest) -> str:
+    """The check, named: ``attention_lab.py:my_attention, checked at 22:47:03 UTC``."""
+    return f"{r.file}:{r.function}, checked at {_at(r, newest)}" + (f" ({GIVEN}, measured by you)" if _given(r) else "")
+
+
+def _verdict(r, newest) -> str:
+    """The newest check's verdict, said beside an item that comes from another check."""
+    return (f"Your newest check: {r.file}:{r.function} at {_at(r, newest)}" + (f" ({GIVEN})" if _given(r) else "")
+            + (", passed." if store.passed(r) else ", failed."))
+
+
+def _measured_at(r) -> list[int]:
+    return [t.seq for t in r.timings if t.peak_bytes is not None]
+
+
+def _not_passed(checks) -> str:
+    """Why a measurement item waits: none of the learner's functions passes now."""
+    r = checks[0]
+    have = _measured_at(r)
+    return (f"not yet: only a passing function's measurements count, and none of yours passes now; {_name(r, r)} "
+            "failed its grading" + (f" (it was measured at T = {', '.join(map(str, have))} all the same: a wrong "
+                                    "function's memory is not attention's)" if have else ""))
+
+
+def _match(checks) -> tuple[object | None, bool, str]:
+    mine = [r for r in checks if not _given(r)]  # the starter's finished matrix version matches, and is not yours
     if not mine:
-        return False, ("not done yet: `attnlab lab start` writes attention_lab.py; fill in its TODOs, then "
-                       "`attnlab lab check attention_lab.py`" + (
-                           "; what you checked so far is the starter's code as it came ("
-                           + ", ".join(sorted({r.function for r in results})) + "), which does not count as yours"
-                           if results else ""))
-    results = mine
-    good = [r for r in results if r.passed and r.match_err <= r.match_tol]
-    if good:
-        r = good[0]
-        return True, (f"{_name(r)}: every one of its {len(r.verify.rows)} graded cases passed; max |yours − F.sdpa| "
-                      f"{r.match_err:.1e} (rule ≤ {r.match_tol:g})")
-    r = results[0]
+        return None, False, ("not done yet: `attnlab lab start` writes attention_lab.py; fill in its TODOs, then "
+                             "`attnlab lab check attention_lab.py`" + (
+                                 f"; what you checked so far is {GIVEN} ("
+                                 + ", ".join(sorted({r.function for r in checks})) + "), which does not count as yours"
+                                 if checks else ""))
+    newest = checks[0]
+    r = next((r for r in mine if store.passed(r)), None)
+    if r is not None:
+        return r, True, (f"from {_name(r, newest)}: every one of its {len(r.verify.rows)} graded cases passed; max "
+                         f"|yours − F.sdpa| {r.match_err:.1e} (rule ≤ {r.match_tol:g})")
+    r = mine[0]
     c = r.verify.counts()
     why = f"; likely cause: {r.diagnoses[0].text}" if r.diagnoses else ""
-    return False, (f"{_name(r)}: {c['fail'] + c['error']} of {len(r.verify.rows)} graded cases failed{why}; max |yours "
-                   f"− F.sdpa| {r.match_err:.1e} (rule ≤ {r.match_tol:g}). Fix it and run `attnlab lab check "
-                   f"{r.file}:{r.function}` again")
+    failed = (f"{c['fail'] + c['error']} of {len(r.verify.rows)} graded cases failed{why}" if not r.passed else
+              f"every one of its {len(r.verify.rows)} graded cases passed, but its output does not match")
+    return r, False, (f"{_name(r, newest)}: {failed}; max |yours − F.sdpa| {r.match_err:.1e} (rule ≤ "
+                      f"{r.match_tol:g}). Fix it and run `attnlab lab check {r.file}:{r.function}` again")
 
 
-def _measured(results) -> tuple[bool, str]:
-    for r in results:
-        have = [t.seq for t in r.timings if t.peak_bytes is not None]
-        if all(T in have for T in SEQS):
-            return True, f"{_name(r)}: peak memory at T = {', '.join(map(str, SEQS))}"
-    if not results:
-        return False, "not done yet: `attnlab lab check` measures your function at these lengths"
-    r = results[0]
-    have = [t.seq for t in r.timings if t.peak_bytes is not None]
-    return False, (f"{_name(r)}: measured at {', '.join(map(str, have)) or 'none of them'}"
-                   + "".join(f"; T = {t.seq} {t.skipped}" for t in r.timings if t.skipped))
+def _measured(checks) -> tuple[object | None, bool, str]:
+    if not checks:
+        return None, False, "not done yet: `attnlab lab check` measures your function at these lengths"
+    newest, good = checks[0], [r for r in checks if store.passed(r)]
+    if not good:
+        return newest, False, _not_passed(checks)
+    r = next((r for r in good if all(T in _measured_at(r) for T in SEQS)), None)
+    if r is not None:
+        return r, True, f"from {_name(r, newest)}: peak memory at T = {', '.join(map(str, SEQS))}"
+    r = good[0]
+    return r, False, (f"{_name(r, newest)}: measured at {', '.join(map(str, _measured_at(r))) or 'none of them'}"
+                      + "".join(f"; T = {t.seq} {t.skipped}" for t in r.timings if t.skipped))
 
 
-def _quadratic(results) -> tuple[bool, str]:
-    grown = [(r, r.exponents.get("memory")) for r in results if r.exponents.get("memory") is not None]
+def _quadratic(checks) -> tuple[object | None, bool, str]:
+    if not checks:
+        return None, False, "not done yet: needs your function's memory at two lengths or more"
+    newest, good = checks[0], [r for r in checks if store.passed(r)]
+    if not good:
+        return newest, False, _not_passed(checks)
+    grown = [(r, r.exponents.get("memory")) for r in good if r.exponents.get("memory") is not None]
     for r, p in grown:
         if abs(p - 2) <= QUADRATIC:
-            return True, f"{_name(r)}: memory grew as T^{p:.2f} (rule: within {QUADRATIC} of 2)"
+            return r, True, f"from {_name(r, newest)}: memory grew as T^{p:.2f} (rule: within {QUADRATIC} of 2)"
     if not grown:
-        return False, "not done yet: needs your function's memory at two lengths or more"
+        return good[0], False, f"{_name(good[0], newest)}: needs its memory at two lengths or more"
     r, p = grown[0]
-    return False, (f"{_name(r)}: memory grew as T^{p:.2f}, not quadratically (rule: within {QUADRATIC} of 2). Loops "
-                   "that keep one row of scores at a time need memory like T, not T²: check the matrix version too "
-                   f"(`attnlab lab check {r.file}:attention_matrix`)")
+    return r, False, (f"{_name(r, newest)}: memory grew as T^{p:.2f}, not quadratically (rule: within {QUADRATIC} of "
+                      "2). Loops that keep one row of scores at a time need memory like T, not T²: check the matrix "
+                      f"version too (`attnlab lab check {r.file}:attention_matrix`)")
 
 
 def _ablation(part) -> tuple[bool, str]:
@@ -97,15 +135,21 @@ def _ablation(part) -> tuple[bool, str]:
 
 
 def checklist(data) -> str:
-    mine = list(data.lab)
-    items = [(*_match(mine), "Your attention matches PyTorch to 1e-4"),
-             (*_measured(mine), "You measured its memory at T = 128, 512 and 2048"),
-             (*_quadratic(mine), "Your measurements show quadratic memory growth"),
-             (*_ablation(data.train_scale), "Removing the 1/√d scale visibly destabilised training")]
+    checks = store.latest(list(data.lab))  # each file and function as it is now: its newest check
+    newest = checks[0] if checks else None
+    items = [(*_match(checks), "Your attention matches PyTorch to 1e-4"),
+             (*_measured(checks), "You measured its memory at T = 128, 512 and 2048"),
+             (*_quadratic(checks), "Your measurements show quadratic memory growth"),
+             (None, *_ablation(data.train_scale), "Removing the 1/√d scale visibly destabilised training")]
     lis = "".join(f'<li class="{"done" if ok else "todo"}"><span class="tick">{"✓" if ok else "✗"}</span> '
-                  f"<b>{escape(text)}</b> — {_code(detail)}</li>" for ok, detail, text in items)
-    done = sum(1 for ok, _, _ in items if ok)
-    source = ("the first three from your own `attnlab lab check` results, the last from the machine's training run"
-              if mine else "nothing of yours checked yet; the last item is the machine's training run")
+                  f"<b>{escape(text)}</b> — {_code(detail)}"
+                  + (f' <span class="newest">{escape(_verdict(newest, newest))}</span>'
+                     if newest is not None and i < 3 and source is not newest else "") + "</li>"
+                  for i, (source, ok, detail, text) in enumerate(items))
+    done = sum(1 for _, ok, _, _ in items if ok)
+    n = len(data.lab)
+    source = (f"the first three from your own newest `attnlab lab check` results ({n} check{'s' if n != 1 else ''} "
+              f"kept in {store.FOLDER}/), the last from the machine's training run"
+              if checks else "nothing of yours checked yet; the last item is the machine's training run")
     return (f'<h3 id="lab-done">The lab: you are done when</h3><p>{done} of {len(items)} done — {_code(source)}.</p>'
             f'<ul class="checklist">{lis}</ul>')

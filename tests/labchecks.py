@@ -1,0 +1,42 @@
+"""`attnlab lab check` results for the store, checklist and page tests, without running whole checks.
+
+`made` builds a LabResult with the verdict, the measurements and the time a test wants, to break one
+claim at a time. `graded` grades a real function with verify's rule on a few small cases of the lab's
+grid (what `lab check` grades it on, smaller), so its verdict, failure count and likely cause are the
+judge's own; only the time and memory measurements, which `lab check` takes minutes over, are given.
+"""
+
+from attnlab.lab.check import verify as V
+from attnlab.lab.check.diagnose import Diagnosis
+from attnlab.lab.check.judge import Row
+from attnlab.lab.exercise import files, grade
+from attnlab.lab.exercise.measure import SEQS
+from attnlab.lab.exercise.result import LabResult, Timing
+
+
+def measured(memory=2.0, seqs=SEQS):
+    """Timings at ``seqs`` whose peak memory grows exactly as T**memory, and their fitted exponents."""
+    timings = [Timing(T, 1e-3 * (T / 128) ** 2, int(1e5 * (T / 128) ** memory)) for T in seqs]
+    return timings, {"time": 2.0 if len(seqs) > 1 else None, "memory": memory if len(seqs) > 1 else None}
+
+
+def made(file="attention_lab.py", function="my_attention", passed=True, err=3e-7, memory=2.0, seqs=SEQS,
+         given=False, time=""):
+    """A check of ``file:function``: 15 graded cases (one failed unless ``passed``), measured at ``seqs``."""
+    rows = [Row(function, f"case {i}", "float32", "pass" if passed or i else "fail") for i in range(15)]
+    causes = [] if passed else [Diagnosis("unscaled", "the output is attention without the scale")]
+    timings, exponents = measured(memory, seqs)
+    return LabResult(file, function, "lab", "15 cases", V.VerifyResult(rows, {}, {}), causes, err, passed,
+                     timings, exponents, "made by the test", 1.0, {}, {}, given=given, time=time)
+
+
+def graded(fn, file, function=None, memory=2.0, cases=6):
+    """A check of ``fn`` as ``file:function``: graded for real on the first ``cases`` cases a (q, k, v) function
+    can answer, each run at 16 x 16 query-key pairs at most; the starter's own code is told as `lab check` tells it."""
+    function = function or fn.__name__
+    chosen = [c.shrunk(256) for c in V.default_cases(long=False) if grade.answerable(c)][:cases]
+    result = V.verify({function: grade.as_sdpa(fn)}, chosen, seed=0)
+    timings, exponents = measured(memory)
+    return LabResult(file, function, "lab", f"{len(chosen)} small cases", result, result.diagnoses.get(function, []),
+                     grade.match(fn, "lab"), result.passed, timings, exponents, "measurements made by the test", 1.0,
+                     {}, {}, given=files.given(fn))

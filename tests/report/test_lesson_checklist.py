@@ -1,0 +1,137 @@
+"""The lab's checklist, read from the checks kept in the output folder: each item from the learner's newest
+check of each function, only from a passing one, naming the check and when, with the newest check's verdict
+beside it. Each test feeds checks that would break one of those claims."""
+
+import json
+import re
+from html import unescape
+from types import SimpleNamespace
+
+from attnlab.lab.exercise import store
+from attnlab.lab.lesson import sources
+from attnlab.lab.train.train import TrainResult
+from attnlab.report.lesson import checklist
+from labchecks import made
+
+from .conftest import TRAIN
+
+
+def at(minute: int) -> str:
+    return f"2026-12-01T10:{minute:02d}:00.000000+00:00"
+
+
+def _page(out, *checks, train=TRAIN):
+    """The checklist of a folder holding ``checks`` (kept as `lab check` keeps them): (header, [(tick, text)])."""
+    for r in checks:
+        store.save(r, out)
+    data = SimpleNamespace(lab=sources.lab(out), train_scale=sources.Part(
+        "train scale", "file", "from x/train.json", TrainResult.from_dict(train)))
+    html = checklist.checklist(data)
+    text = lambda h: unescape(re.sub("<[^>]+>", "", h))  # noqa: E731
+    items = [text(li) for li in re.findall(r"<li class=\"(?:done|todo)\">(.*?)</li>", html)]
+    assert len(items) == 4 and all(i[0] in "✓✗" for i in items), items
+    for li, i in zip(re.findall(r'<li class="(done|todo)">', html), items, strict=True):
+        assert (li == "done") == (i[0] == "✓")
+    return text(re.search("<p>(.*?)</p>", html)[1]), items
+
+
+def test_nothing_checked_says_what_to_do(tmp_path):
+    head, items = _page(tmp_path)
+    assert head.startswith("0 of 4 done — nothing of yours checked yet")
+    assert [i[0] for i in items] == ["✗"] * 4  # the machine's forms never tick the learner's items
+    assert "attnlab lab start" in items[0] and "not done yet" in items[1] and "not done yet" in items[2]
+    assert "the machine's run" in items[3] and "not measured at these settings" in items[3]  # TRAIN's unscaled: lower
+    assert "Your newest check" not in " ".join(items)
+
+
+def test_a_failing_function_ticks_nothing_though_it_was_measured(tmp_path):
+    head, items = _page(tmp_path, made(passed=False, memory=2.0, time=at(1)))  # wrong, with quadratic memory
+    assert head.startswith("0 of 4 done — the first three from your own newest attnlab lab check results (1 check")
+    assert [i[0] for i in items] == ["✗"] * 4
+    assert "attention_lab.py:my_attention, checked at 10:01:00 UTC: 1 of 15 graded cases failed; likely cause: the " \
+           "output is attention without the scale; max |yours − F.sdpa| 3.0e-07" in items[0]
+    assert "Fix it and run attnlab lab check attention_lab.py:my_attention again" in items[0]
+    for item in items[1:3]:
+        assert "only a passing function's measurements count, and none of yours passes now" in item
+        assert ("attention_lab.py:my_attention, checked at 10:01:00 UTC failed its grading (it was measured at T = "
+                "128, 512, 2048 all the same") in item
+        assert "T^" not in item and "Your newest check" not in item  # the item is from the newest check itself
+
+
+def test_fixed_then_a_second_failing_function_keeps_the_passing_one_and_says_the_newest(tmp_path):
+    wrong, fixed = made(passed=False, time=at(1)), made(memory=2.01, time=at(2))
+    second = made("my_second.py", "attention_by_hand", passed=False, memory=2.0, time=at(3))
+    head, items = _page(tmp_path, wrong, fixed, second)
+    assert head.startswith("3 of 4 done") and "(3 checks kept in lab-checks/)" in head
+    assert [i[0] for i in items] == ["✓", "✓", "✓", "✗"]
+    assert "from attention_lab.py:my_attention, checked at 10:02:00 UTC: every one of its 15 graded" in items[0]
+    assert "from attention_lab.py:my_attention, checked at 10:02:00 UTC: peak memory at T = 128, 512, 2048" in items[1]
+    assert "from attention_lab.py:my_attention, checked at 10:02:00 UTC: memory grew as T^2.01" in items[2]
+    for item in items[:3]:
+        assert item.endswith(" Your newest check: my_second.py:attention_by_hand at 10:03:00 UTC, failed.")
+    assert "Your newest check" not in items[3]  # the machine's run is not a check
+
+
+def test_quadratic_memory_comes_from_a_passing_function_never_a_failing_one(tmp_path):
+    loops = made("my_loops.py", "attention_by_hand", memory=0.7, time=at(1))  # passes, memory like T
+    wrong = made("attention_lab.py", "my_matrix", passed=False, memory=2.0, time=at(2))  # fails, memory like T²
+    head, items = _page(tmp_path, loops, wrong)
+    assert [i[0] for i in items] == ["✓", "✓", "✗", "✗"]
+    assert "my_loops.py:attention_by_hand, checked at 10:01:00 UTC: memory grew as T^0.70, not quadratically" \
+           in items[2] and "T^2.00" not in items[2]
+    assert "check the matrix version too (attnlab lab check my_loops.py:attention_matrix)" in items[2]
+    assert items[2].endswith(" Your newest check: attention_lab.py:my_matrix at 10:02:00 UTC, failed.")
+
+
+def test_a_function_that_failed_after_it_passed_is_what_it_is_now(tmp_path):
+    _, items = _page(tmp_path, made(time=at(1)), made(passed=False, time=at(2)))  # the same file and function
+    assert [i[0] for i in items[:3]] == ["✗", "✗", "✗"]
+    assert "attention_lab.py:my_attention, checked at 10:02:00 UTC: 1 of 15 graded cases failed" in items[0]
+
+
+def test_the_starter_checked_last_never_ticks_the_match_and_replaces_nothing(tmp_path):
+    mine = made("my_loops.py", "attention_by_hand", memory=1.0, time=at(1))
+    starter = made("attention_lab.py", "attention_by_hand", passed=False, given=True, time=at(2))  # as it came
+    head, items = _page(tmp_path, mine, starter)
+    assert [i[0] for i in items] == ["✓", "✓", "✗", "✗"] and "(2 checks kept" in head
+    assert "from my_loops.py:attention_by_hand, checked at 10:01:00 UTC: every one" in items[0]
+    assert "from my_loops.py:attention_by_hand, checked at 10:01:00 UTC: peak memory" in items[1]
+    assert "my_loops.py:attention_by_hand, checked at 10:01:00 UTC: memory grew as T^1.00" in items[2]
+    beside = (" Your newest check: attention_lab.py:attention_by_hand at 10:02:00 UTC (the starter's code as it came), "
+              "failed.")
+    assert all(i.endswith(beside) for i in items[:3])
+    # the starter's finished matrix version, checked last: its memory is measured by the learner, its match is not
+    matrix = made("attention_lab.py", "attention_matrix", memory=2.02, given=True, time=at(3))
+    head, items = _page(tmp_path, matrix)
+    assert head.startswith("3 of 4 done") and [i[0] for i in items] == ["✓", "✓", "✓", "✗"]
+    assert "from my_loops.py:attention_by_hand" in items[0]
+    assert items[0].endswith(" Your newest check: attention_lab.py:attention_matrix at 10:03:00 UTC (the starter's "
+                             "code as it came), passed.")
+    whose = "from attention_lab.py:attention_matrix, checked at 10:03:00 UTC (the starter's code as it came, measured"
+    assert whose in items[1] and whose in items[2] and "T^2.02" in items[2]
+    assert "Your newest check" not in items[1] + items[2]
+
+
+def test_only_the_starters_code_checked_counts_its_memory_not_its_match(tmp_path):
+    head, items = _page(tmp_path, made("attention_lab.py", "attention_matrix", given=True, time=at(1)))
+    assert head.startswith("2 of 4 done") and [i[0] for i in items] == ["✗", "✓", "✓", "✗"]
+    assert "the starter's code as it came (attention_matrix), which does not count as yours" in items[0]
+
+
+def test_a_passing_function_not_measured_at_every_length_says_which(tmp_path):
+    partial = made(memory=1.9, seqs=(128, 512), time=at(1))
+    partial.timings.append(type(partial.timings[0])(2048, skipped="estimated 95 s a call, over the 20 s budget"))
+    _, items = _page(tmp_path, partial)
+    assert [i[0] for i in items] == ["✓", "✗", "✓", "✗"]
+    assert "measured at 128, 512; T = 2048 estimated 95 s a call, over the 20 s budget" in items[1]
+
+
+def test_an_older_day_is_said_and_a_destabilised_run_ticks_the_machines_item(tmp_path):
+    old = made(time="2026-11-30T09:00:00.000000+00:00")
+    newer = made("other.py", "f", passed=False, time=at(1))
+    destabilised = json.loads(json.dumps(TRAIN))
+    destabilised["variants"]["none"]["val_loss"][-1] = 3.9  # above the scaled model's 3.39
+    destabilised["variants"]["none"]["entropy"] = [[0.1, 0.1], [0.1, 0.1]]  # saturated at every log
+    head, items = _page(tmp_path, old, newer, train=destabilised)
+    assert "from attention_lab.py:my_attention, checked at 09:00:00 UTC on 2026-11-30:" in items[0]
+    assert items[3].startswith("✓") and "training is the lab's given" in items[3] and head.startswith("4 of 4")
