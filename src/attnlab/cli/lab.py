@@ -58,7 +58,7 @@ def start(args) -> int:
 
 
 def check(args) -> int:
-    from attnlab.lab.exercise import files, grade
+    from attnlab.lab.exercise import files, grade, judged
     from attnlab.lab.exercise.check import check as run_check
     from attnlab.lab.results import write_json
     from attnlab.report import exercise
@@ -68,20 +68,18 @@ def check(args) -> int:
 
     out = output_folder(args.out)
     try:
-        path, name, fn = files.load(args.spec)
-        n = len(grade.cases(grade.form_of(fn), None, args.quick)[0])
+        learner = judged.open_learner(args.spec)  # loaded in a process of its own, never in this one
     except files.LoadError as e:
         raise UsageError(str(e)) from None
-    console.print(f"[bold]attnlab lab check[/] {path}:{name}")
-    try:
+    with learner:
+        n = len(grade.cases(learner.form, None, args.quick)[0])
+        console.print(f"[bold]attnlab lab check[/] {learner.path}:{learner.name}")
         with progress(n, "cases") as advance:
-            result = run_check(args.spec, quick=args.quick, seed=args.seed, progress=advance,
+            result = run_check(learner, quick=args.quick, seed=args.seed, progress=advance,
                                on_stage=lambda text: console.print(f"  {text}"))
-    except files.LoadError as e:
-        raise UsageError(str(e)) from None
     for line in exercise.lines(result):
         console.print(line)
-    stem = f"lab-{name}"
+    stem = f"lab-{learner.name}"
     for f in (exercise.figure(result, out / f"{stem}.png"), write_json(result, out / f"{stem}.json")):
         console.print(f"  wrote {f}")
     return 0 if result.passed and result.match_err <= result.match_tol else 1

@@ -44,3 +44,4 @@ class LabResult(Result):
     match_tol: float = MATCH_TOL
     shrunk: list[str] = field(default_factory=list)  # the graded cases that were run smaller, to finish in time
     given: bool = False  # the starter's own finished function, unchanged: its pass is not the learner's
+    ended: str | None = None  # how the learner's process ended before the check was done (then it does not pass)
