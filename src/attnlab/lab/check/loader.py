@@ -86,7 +86,14 @@ def import_function(spec: str) -> Callable:
                         f"line {e.lineno}: syntax error: {e.msg}") from None
     except BaseException as e:  # the module may raise anything, SystemExit and KeyboardInterrupt included
         raise LoadError(f"cannot import module {mod_name!r} for --impl {spec!r}: importing it {_raised(e)}") from None
-    return _attribute(mod, attr, f"module {mod_name!r}", f"--impl {spec!r}")
+    obj = mod
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise LoadError(f"module {mod_name!r} has no attribute {attr!r} (from --impl {spec!r})")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise LoadError(f"--impl {spec!r} names a {type(obj).__name__}, not a function")
+    return obj
 
 
 def load_file(path: Path, name: str, module_name: str = "attnlab_lab_learner") -> Callable:
@@ -110,17 +117,11 @@ def load_file(path: Path, name: str, module_name: str = "attnlab_lab_learner") -
         raise LoadError(f"{path}, line {e.lineno}: syntax error: {e.msg}") from None
     except BaseException as e:  # the learner's module raised (or exited) while it was imported
         raise LoadError(f"{path}{_line_in(e, path)}: importing it {_raised(e)}") from None
-    return _attribute(module, name, str(path), f"{path}:NAME", module_name)
-
-
-def _attribute(mod, attr: str, what: str, pick: str, own: str | None = None) -> Callable:
-    obj = mod
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            found = [n for n, v in vars(mod).items() if inspect.isfunction(v) and v.__module__ == (own or mod.__name__)]
-            raise LoadError(f"{what} has no function {attr!r}" + (f"; it has {', '.join(found)}" if found else "")
-                            + f" (pick one with {pick})")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise LoadError(f"{what}: {attr} is a {type(obj).__name__}, not a function")
-    return obj
+    fn = getattr(module, name, None)
+    if fn is None:
+        found = [n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module_name]
+        raise LoadError(f"{path} has no function {name!r}" + (f"; it has {', '.join(found)}" if found else "")
+                        + f" (pick one with {path}:NAME)")
+    if not callable(fn):
+        raise LoadError(f"{path}:{name} is a {type(fn).__name__}, not a function")
+    return fn

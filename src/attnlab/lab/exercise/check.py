@@ -23,11 +23,12 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
     """Check the loaded learner's function; ``on_stage(text)`` hears each stage (grading, measuring) as it starts."""
     t0 = time.perf_counter()
     say = on_stage or (lambda text: None)
-    name, fn = learner.name, learner.fn
+    name = learner.name
     say(f"found {name} in {learner.path}: {FORMS[learner.form]}" + (
         "; it is the starter's code as it came, unchanged: what it scores is not yours" if learner.given else ""))
-    result, shrunk, note = grade.grade(fn, name, learner.form, judged.rate(learner), quick=quick, seed=seed,
-                                       progress=progress)
+    per_pair = judged.rate(learner)  # (a process that ends or hangs here is started again: the cases say how)
+    fn = learner.fn
+    result, shrunk, note = grade.grade(fn, name, learner.form, per_pair, quick=quick, seed=seed, progress=progress)
     found = result.diagnoses.get(name, [])  # verify's diagnoses of the failures, most likely first
     hung = next((r for r in result.rows if r.detail.startswith("timed out")), None)
     load, err, timings, exps = None, float("inf"), [], {"time": None, "memory": None}

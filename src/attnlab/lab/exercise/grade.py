@@ -28,6 +28,7 @@ from .files import LoadError
 
 SDPA_ARGS = ("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 CASE_SECONDS = 2.0  # what one graded case may take, forward and backward, on this machine
+CASE_TIMEOUT = 10.0  # a case with no answer after this (at the basic case's size) is a FAIL, and the check stops
 MAX_WORK = 40_000  # query-key pairs per case at most, however fast the function (the grid's own sizes are below)
 
 
@@ -106,7 +107,7 @@ def grade(target, name: str, form: str, per_pair: float | None, quick: bool = Fa
     """(verify's result on the graded cases, the cases run smaller, a note saying which cases and why). ``target``:
     the learner's function in F.sdpa's signature (in its own process: a :class:`attnlab.lab.check.remote.Remote`)."""
     graded, shrunk = cases(form, per_pair, quick)
-    result = V.verify({name: target}, graded, seed=seed, progress=progress, timeout=max(10.0, 5 * CASE_SECONDS),
+    result = V.verify({name: target}, graded, seed=seed, progress=progress, timeout=CASE_TIMEOUT,
                       check_dropout=True)
     which = ("the grid's cases a (q, k, v) function that is always causal can answer: causal, no attn_mask, the "
              "default scale, no dropout, no GQA" if form == "lab" else "the whole grid")
