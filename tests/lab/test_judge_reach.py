@@ -1,8 +1,10 @@
-"""The judged code cannot reach the judge. Each plant is a module that, when imported, patches what a judge in its
-process would read -- PyTorch's SDPA (so that PyTorch's answer agrees with the wrong function), torch.allclose and
-torch.testing, attnlab's own rule and verify, sys.modules -- and defines a wrong function (out x 1.05 but in float64). Judged in the
-plant's own process, the first plants do make it pass (that is the reach); verify --impl, lab check and
-attnlab.testing fail it every time, the judge never sharing a process with it."""
+"""The judged code cannot reach the judge.
+
+Each plant is a module that, when imported, patches what a judge in its process would read -- PyTorch's
+SDPA (so that PyTorch's answer agrees with the wrong function), torch.allclose and torch.testing,
+attnlab's own rule and verify, sys.modules -- and defines a wrong function (out x 1.05 but in float64).
+Judged in the plant's own process, the first plants do make it pass (that is the reach); verify --impl,
+lab check and attnlab.testing fail it every time, the judge never sharing a process with it."""
 
 import json
 import subprocess
