@@ -6,6 +6,8 @@ grid (what `lab check` grades it on, smaller), so its verdict, failure count and
 judge's own; only the time and memory measurements, which `lab check` takes minutes over, are given.
 """
 
+import inspect
+
 from attnlab.lab.check import verify as V
 from attnlab.lab.check.diagnose import Diagnosis
 from attnlab.lab.check.judge import Row
@@ -38,5 +40,5 @@ def graded(fn, file, function=None, memory=2.0, cases=6):
     result = V.verify({function: grade.as_sdpa(fn)}, chosen, seed=0)
     timings, exponents = measured(memory)
     return LabResult(file, function, "lab", f"{len(chosen)} small cases", result, result.diagnoses.get(function, []),
-                     grade.match(fn, "lab"), result.passed, timings, exponents, "measurements made by the test", 1.0,
-                     {}, {}, given=files.given(fn))
+                     grade.match(grade.as_sdpa(fn)), result.passed, timings, exponents, "measurements made by the test", 1.0,
+                     {}, {}, given=files.given_text(inspect.getsource(inspect.getmodule(fn)), function))

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from attnlab.lab.check import cases as _cases
-from attnlab.lab.check import verify as _verify
+from attnlab.lab.check import isolate
 from attnlab.lab.check.cases import Case
 from attnlab.report import plain
 
@@ -67,7 +67,7 @@ def assert_attention_matches(fn: Callable, *, device="cpu", dtypes: Iterable[str
 
 def _check(fn, picked, *, device, seed, check_dropout, timeout):
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    r = _verify.verify({name: fn}, picked, seed=seed, check_dropout=check_dropout, timeout=timeout, device=device)
+    r = isolate.judge_apart(fn, name, picked, seed=seed, check_dropout=check_dropout, timeout=timeout, device=device)
     if any(row.status in ("fail", "error") for row in r.rows):
         raise AssertionError(message(r, name))
     return r

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnlab.lab.check import loader
 from attnlab.lab.check import verify as V
 from attnlab.lab.exercise import files, grade, measure, starter
 
@@ -30,13 +31,18 @@ def test_start_writes_the_starter_once_and_never_over_the_learners_file(tmp_path
     ("import math\nx = 1 / 0\n", "f.py", "f.py, line 2: importing it raised ZeroDivisionError"),
     ("def mine(q, k, v):\n    return q\n", "f.py", "f.py has no function 'attention_by_hand'; it has mine"),
     ("attention_by_hand = 3\n", "f.py", "is a int, not a function"),
+    ("import sys\nsys.exit(3)\n", "f.py", "f.py, line 2: importing it called sys.exit(3)"),
+    ("raise KeyboardInterrupt\n", "f.py", "f.py, line 1: importing it raised KeyboardInterrupt"),
 ])
 def test_a_file_that_cannot_be_checked_is_one_line(tmp_path, monkeypatch, text, spec, says):
+    """The loader's errors, in this process (what happens to the process itself: test_lab_exits.py)."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(loader.sys, "meta_path", list(loader.sys.meta_path))  # its finder is for a judged process
+    monkeypatch.setattr(loader.sys, "dont_write_bytecode", loader.sys.dont_write_bytecode)
     if text is not None:
         (tmp_path / "f.py").write_text(text)
     with pytest.raises(files.LoadError) as e:
-        files.load(spec)
+        loader.load_file(*files.split(spec), module_name=f"attnlab_test_{abs(hash(text))}")
     assert says in str(e.value) and "\n" not in str(e.value)
 
 
@@ -73,9 +79,10 @@ def test_the_lab_form_is_graded_on_the_cases_it_can_answer():
 
 
 def test_the_matrix_version_matches_and_its_memory_grows_quadratically():
-    err = grade.match(starter.attention_matrix, "lab")
+    err = grade.match(grade.as_sdpa(starter.attention_matrix))
     assert err < 1e-6
-    assert grade.match(lambda q, k, v: q * 0, "lab") > 0.1 and grade.match(lambda q, k, v: 1 / 0, "lab") == float("inf")
+    assert grade.match(grade.as_sdpa(lambda q, k, v: q * 0)) > 0.1
+    assert grade.match(grade.as_sdpa(lambda q, k, v: 1 / 0)) == float("inf")
     timings, exps, note = measure.measure(starter.attention_matrix, "lab", seqs=(256, 512, 1024))
     print(f"matrix version: memory T^{exps['memory']:.2f}, time T^{exps['time']:.2f}; "
           + ", ".join(f"T={t.seq} {t.peak_bytes} B" for t in timings))
@@ -106,14 +113,15 @@ def test_a_loops_version_is_measured_at_the_sizes_it_can_finish():
 
 def test_the_starters_own_functions_are_told_from_the_learners(tmp_path):
     files.start(tmp_path)
-    path = tmp_path / "attention_lab.py"
-    assert all(files.given(files.load(f"{path}:{name}")[2]) for name in ("attention_by_hand", "attention_matrix"))
-    text = path.read_text()
-    path.write_text(text.replace("# (..., L, Ev), in the inputs' dtype", "# my note"))  # a comment is not a change
-    assert files.given(files.load(f"{path}:attention_matrix")[2])
-    path.write_text(text.replace("/ math.sqrt(q.shape[-1])", "* q.shape[-1] ** -0.5"))
-    assert not files.given(files.load(f"{path}:attention_matrix")[2])
-    assert not files.given(lambda q, k, v: q) and not files.given(torch.softmax)
+    text = (tmp_path / "attention_lab.py").read_text()
+    assert all(files.given_text(text, name) for name in ("attention_by_hand", "attention_matrix"))
+    noted = text.replace("# (..., L, Ev), in the inputs' dtype", "# my note")  # a comment is not a change
+    assert noted != text and files.given_text(noted, "attention_matrix")
+    edited = text.replace("/ math.sqrt(q.shape[-1])", "* q.shape[-1] ** -0.5")
+    assert edited != text and not files.given_text(edited, "attention_matrix")
+    assert files.given_text(edited, "attention_by_hand")  # the other function is still the starter's
+    assert not files.given_text("def attention_matrix(q, k, v):\n    return q\n", "attention_matrix")
+    assert not files.given_text("x = 1\n", "attention_matrix") and not files.given_text("def (", "attention_by_hand")
 
 
 def test_the_starter_is_a_lab_form_that_runs_and_is_wrong():

@@ -4,6 +4,7 @@ starter's real text."""
 
 import pytest
 
+from attnlab.lab.check import loader
 from attnlab.lab.exercise import files, grade
 
 # each TODO of the starter, and the line that does it
@@ -40,17 +41,20 @@ def _solution(left=(), planted=()) -> str:
 
 
 def _grade(tmp_path, name, text):
+    """Grade the learner's file as lab check does, the function loaded here (the grading, not the process, is
+    tested: test_lab_exits.py runs the real judged process)."""
     path = tmp_path / f"{name}.py"
     path.write_text(text)
-    _, fn_name, fn = files.load(str(path))
-    result, _, _ = grade.grade(fn, fn_name, grade.form_of(fn))
-    return result, [d.key for d in result.diagnoses.get(fn_name, [])]
+    fn = loader.load_file(path, "attention_by_hand", module_name=f"attnlab_test_{name}")
+    result, _, _ = grade.grade(grade.as_sdpa(fn), "attention_by_hand", grade.form_of(fn), per_pair=None)
+    return result, [d.key for d in result.diagnoses.get("attention_by_hand", [])]
 
 
 @pytest.mark.slow
 def test_each_todo_left_fails_with_its_diagnosis_a_solution_passes_a_planted_bug_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(grade, "MAX_WORK", 300)  # every case small enough for loops (the grid's shapes kept)
-    monkeypatch.setattr(grade, "rate", lambda *a, **k: None)  # sizes from MAX_WORK alone: the same on any machine
+    monkeypatch.setattr(loader.sys, "meta_path", list(loader.sys.meta_path))  # the loader's finder, for this test only
+    monkeypatch.setattr(loader.sys, "dont_write_bytecode", True)
     result, keys = _grade(tmp_path, "solution", _solution())
     print(f"solution: {result.counts()}")
     assert result.passed and keys == [] and len(result.rows) == len([c for c in grade.V.default_cases()

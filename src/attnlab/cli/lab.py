@@ -69,7 +69,7 @@ def start(args) -> int:
 
 
 def check(args) -> int:
-    from attnlab.lab.exercise import files, grade, store
+    from attnlab.lab.exercise import files, grade, judged, store
     from attnlab.lab.exercise.check import check as run_check
     from attnlab.report import exercise
     from attnlab.report.terminal import console, progress
@@ -78,17 +78,15 @@ def check(args) -> int:
 
     out = output_folder(args.out)
     try:
-        path, name, fn = files.load(args.spec)
-        n = len(grade.cases(grade.form_of(fn), None, args.quick)[0])
+        learner = judged.open_learner(args.spec)  # loaded in a process of its own, never in this one
     except files.LoadError as e:
         raise UsageError(str(e)) from None
-    console.print(f"[bold]attnlab lab check[/] {path}:{name}")
-    try:
+    with learner:
+        n = len(grade.cases(learner.form, None, args.quick)[0])
+        console.print(f"[bold]attnlab lab check[/] {learner.path}:{learner.name}")
         with progress(n, "cases") as advance:
-            result = run_check(args.spec, quick=args.quick, seed=args.seed, progress=advance,
+            result = run_check(learner, quick=args.quick, seed=args.seed, progress=advance,
                                on_stage=lambda text: console.print(f"  {text}"))
-    except files.LoadError as e:
-        raise UsageError(str(e)) from None
     for line in exercise.lines(result):
         console.print(line)
     saved = store.save(result, out)  # every check kept: lab-checks/STEM-FUNCTION-TIME.json, the figure beside it

@@ -28,6 +28,8 @@ def lines(r) -> list[str]:
     out = ["[bold]Graded[/]: " + (f"[green]all {c['pass']} passed[/]" if r.passed else
            f"{c['pass']} of {graded} passed, [red]{c['fail'] + c['error']} failed[/]")
            + (f", {c['skipped']} skipped" if c["skipped"] else "") + f"  ({escape(r.cases_note)})"]
+    if getattr(r, "ended", None):
+        out.append(f"  [red]your function's process ended early[/]: {escape(r.ended)}; the check is not a pass")
     bad = [row for row in r.verify.rows if row.status in ("fail", "error")]
     out += [_fail_line(row) for row in bad[:SHOWN]]
     if len(bad) > SHOWN:
@@ -91,6 +93,9 @@ def figure(r, path: str | Path) -> Path:
                 ax.axvline(t.seq, color="tab:red", lw=0.6, ls=":")
         ax.set(xscale="log", yscale="log", xlabel="sequence length T", ylabel=label)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+        if pts:
+            ax.legend(fontsize=8)
+        else:  # nothing was measured: say so on the axes instead of an empty legend
+            ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="grey")
     fig.suptitle(f"{r.function}: time and memory against length (forward, one head of width 64)", fontsize=10)
     return save_figure(fig, path)

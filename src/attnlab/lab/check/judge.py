@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from attnlab import kernels
 from attnlab.lab.check import hypotheses, mod_cases, oracle, rule
 from attnlab.lab.check.cases import DTYPES, Case, views
+from attnlab.lab.check.remote import Remote, described
 from attnlab.lab.results import Result
 from attnlab.masks import Mask
 
@@ -99,6 +100,8 @@ def quantities(case: Case) -> list[str]:
 
 def call(fn, q, k, v, mask, case: Case, dropout_p: float = 0.0, score_mod=None):
     """Call a form passing only non-default keywords (user functions may not take them all)."""
+    if isinstance(fn, Remote):  # a function in another process: the call goes there, its output comes back
+        return fn.call(q, k, v, mask, case, dropout_p)
     kw = {"dropout_p": dropout_p} if dropout_p > 0 else {}
     if score_mod is not None:
         kw["score_mod"] = score_mod
@@ -130,7 +133,10 @@ def _modifier(case: Case, seed: int):
 def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=None, layout: bool = True):
     """Call ``f`` on fresh inputs after ``torch.manual_seed(seed)``; returns ((out, dq, dk, dv[, dmask][, dparams]),
     contract problems). Inputs are laid out as the case says (``layout``); gradients are taken with respect
-    to the tensors ``f`` was given."""
+    to the tensors ``f`` was given. A :class:`Remote` function does all of it in its own process, and sends back
+    the tensors and the problems as values."""
+    if isinstance(f, Remote):
+        return f.run(case, seed, q, k, v, m, grad_out, p, fresh, layout)
     _, (qq, kk, vv) = views(case, q, k, v) if layout else (None, [t.detach().clone().requires_grad_(True)
                                                                  for t in (q, k, v)])
     tensor = isinstance(m, torch.Tensor) and oracle.causal_variant(m) is None  # (a CausalBias holds no values)
@@ -252,7 +258,7 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
     except kernels.Unsupported as e:  # an input the form says it does not take: skipped, with the reason
         return row(name, case, "skipped", str(e), cross=exp.cross)
     except Exception as e:  # a function that cannot run a case fails it, with the reason
-        return row(name, case, "error", f"{type(e).__name__}: {e}", cross=exp.cross)
+        return row(name, case, "error", described(e), cross=exp.cross)
     except SystemExit as e:  # sys.exit() inside the function: a failure, never the process's exit code
         return row(name, case, "error", f"called sys.exit({e.code!r}) while running the case", cross=exp.cross)
     comps = []

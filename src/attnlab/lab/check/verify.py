@@ -36,6 +36,7 @@ from attnlab.lab.check.cases import (  # noqa: F401 -- the grid's names, read th
 )
 from attnlab.lab.check.diagnose import Diagnosis, diagnose
 from attnlab.lab.check.judge import Inputs, Row
+from attnlab.lab.check.remote import QUIET_SECONDS, Remote, described
 from attnlab.lab.check.watchdog import case_limit, watched
 from attnlab.lab.machine import machine, versions
 from attnlab.lab.results import Result
@@ -135,7 +136,7 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
         except kernels.Unsupported as e:  # as in judge: an input the form says it does not take is skipped
             return judge.row(name, case, "skipped", str(e))
         except Exception as e:  # as in judge: a function that cannot run a case fails it, with the reason
-            return judge.row(name, case, "error", f"{type(e).__name__}: {e}")
+            return judge.row(name, case, "error", described(e))
         except SystemExit as e:
             return judge.row(name, case, "error", f"called sys.exit({e.code!r}) while running the case")
         if keep is None:
@@ -180,7 +181,9 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
                     progress(f"{name}: {c.label}")
                 row = _run_case(name, fn, form, c, seed + i, shared, device, explained[name] < EXPLAINED, timeout)
                 if row.detail.startswith("timed out"):
-                    hung[name] = f"case {c.label!r}"
+                    hung[name] = f"not run: case {c.label!r} timed out"
+                elif isinstance(fn, Remote) and fn.lost is not None:
+                    hung[name] = f"not run: the process ended during case {c.label!r}"
                 explained[name] += row.status == "fail"
             rows[name].append(row)
             if report:
@@ -200,6 +203,15 @@ def _run_case(name: str, fn: Callable, form, c: Case, seed: int, shared: dict, d
             x = inputs(c, seed, device)
             shared[c] = (x, judge.expect(c, seed, x, shared_keep(c, seed, device)))
         run = functools.partial(judge.judge, name, fn, c, seed, *shared[c], ours, explain)
+    if isinstance(fn, Remote):  # a process of its own: killed when it is past the limit
+        fn.deadline = None if timeout is None else case_limit(c, timeout)
+        row = run()
+        if fn.timed_out:
+            return judge.row(name, c, "fail", timed_out(fn.deadline or QUIET_SECONDS, timeout or QUIET_SECONDS))
+        if fn.lost is not None:
+            return judge.row(name, c, "error", f"{fn.lost} while running this case: the function, or something it "
+                             "called, ended it (sys.exit, os._exit, a kill, a crash, out of memory)")
+        return row
     if timeout is None or form is not None:  # attnlab's own forms run without a watchdog
         return run()
     limit = case_limit(c, timeout)
@@ -217,7 +229,11 @@ def _skip_reason(fn: Callable, form, case: Case, check_dropout: bool, hung: str 
     if case.dropout_p > 0 and not check_dropout:
         return "dropout not checked (--no-dropout)"
     if hung is not None:
-        return f"not run: {hung} timed out"
-    if case.mod and not (form.score_mod if form is not None else mod_cases.takes_score_mod(fn)):
+        return hung
+    if isinstance(fn, Remote) and fn.lost is not None:
+        return f"not run: {fn.lost}"
+    takes = form.score_mod if form is not None else (fn.takes_score_mod if isinstance(fn, Remote) else
+                                                      mod_cases.takes_score_mod(fn))
+    if case.mod and not takes:
         return "takes no score_mod= keyword"
     return None

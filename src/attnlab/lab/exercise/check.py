@@ -1,4 +1,10 @@
-"""``attnlab lab check``: the learner's function, graded, matched, diagnosed and measured, as one result."""
+"""``attnlab lab check``: the learner's function, graded, matched, diagnosed and measured, as one result.
+
+The learner's file is loaded in a process of its own (:mod:`.judged`); this process, the judge's,
+never imports it. Whatever the learner's code does -- ``sys.exit``, ``os._exit``, a kill, a crash, a
+hang, running out of memory -- the check ends in a verdict: the case it was running is an ERROR (or,
+past its time, a FAIL) row, what could not be measured says why, and the result does not pass.
+"""
 
 from __future__ import annotations
 
@@ -6,34 +12,41 @@ import time
 
 from attnlab.lab.machine import load_average, machine, versions
 
-from . import files, grade, measure
+from . import grade, judged, measure
 from .result import LabResult
 
 FORMS = {"lab": "the lab's form, (q, k, v), always causal",
          "sdpa": "F.scaled_dot_product_attention's signature"}
 
 
-def check(spec: str, quick: bool = False, seed: int = 0, progress=None, on_stage=None) -> LabResult:
-    """Load ``FILE[:FUNCTION]`` and check it; ``on_stage(text)`` hears each stage (grading, measuring) as it starts."""
+def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=None, on_stage=None) -> LabResult:
+    """Check the loaded learner's function; ``on_stage(text)`` hears each stage (grading, measuring) as it starts."""
     t0 = time.perf_counter()
     say = on_stage or (lambda text: None)
-    path, name, fn = files.load(spec)
-    form = grade.form_of(fn)
-    starters = files.given(fn)
-    say(f"found {name} in {path}: {FORMS[form]}" + ("; it is the starter's code as it came, unchanged: what it "
-                                                    "scores is not yours" if starters else ""))
-    result, shrunk, note = grade.grade(fn, name, form, quick=quick, seed=seed, progress=progress)
+    name = learner.name
+    say(f"found {name} in {learner.path}: {FORMS[learner.form]}" + (
+        "; it is the starter's code as it came, unchanged: what it scores is not yours" if learner.given else ""))
+    per_pair = judged.rate(learner)  # (a process that ends or hangs here is started again: the cases say how)
+    fn = learner.fn
+    result, shrunk, note = grade.grade(fn, name, learner.form, per_pair, quick=quick, seed=seed, progress=progress)
     found = result.diagnoses.get(name, [])  # verify's diagnoses of the failures, most likely first
     hung = next((r for r in result.rows if r.detail.startswith("timed out")), None)
-    load = None
+    load, err, timings, exps = None, float("inf"), [], {"time": None, "memory": None}
     if hung is not None:  # a function that hung once would hang the measurements too
-        err, timings, exps = float("inf"), [], {"time": None, "memory": None}
         how = f"not measured: it timed out on the case {hung.case!r} while it was graded"
+    elif fn.lost is not None:
+        how = f"not measured: {fn.lost} while it was graded"
     else:
-        err = grade.match(fn, form, seed)
+        err = grade.match(fn, seed)
         say("measuring its time and peak memory at T = " + ", ".join(map(str, measure.SEQS)))
         load = load_average()  # others' work while it is timed: noise in the times (not in the memory)
-        timings, exps, how = measure.measure(fn, form, seed=seed)
-    return LabResult(str(path), name, form, note, result, found, err, result.passed, timings, exps, how,
-                     time.perf_counter() - t0, {**machine(), "load_average": load}, versions(), shrunk=shrunk,
-                     given=starters)
+        try:
+            timings, exps, how = judged.measure(learner, measure.SEQS, measure.BUDGET_S, seed=seed)
+        except judged.remote.Raised as e:
+            how = f"not measured: measuring it raised {e.text}"
+        except judged.remote.Lost:
+            how = f"not measured: {fn.lost} while it was measured"
+    ended = fn.lost if fn.lost is not None else None
+    return LabResult(str(learner.path), name, learner.form, note, result, found, err,
+                     result.passed and ended is None, timings, exps, how, time.perf_counter() - t0,
+                     {**machine(), "load_average": load}, versions(), shrunk=shrunk, given=learner.given, ended=ended)

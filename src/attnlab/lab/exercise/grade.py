@@ -9,7 +9,7 @@ Two kinds of function are accepted, and :func:`form_of` says which it found:
 * a function with ``F.scaled_dot_product_attention``'s signature: graded on the whole grid.
 
 A loops version is slow (a Python step per query-key pair, and autograd through all of them), so
-:func:`rate` times one small call first and every case bigger than :data:`CASE_SECONDS` allows is
+:func:`per_pair` times one small call first and every case bigger than :data:`CASE_SECONDS` allows is
 run smaller (the ratio of its lengths kept) and said so. The verdict is verify's: the tolerance rule
 of :mod:`attnlab.lab.check.oracle`, forward and backward, against the float64 oracle and PyTorch.
 """
@@ -23,12 +23,12 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.lab.check import verify as V
-from attnlab.lab.check.watchdog import watched
 
 from .files import LoadError
 
 SDPA_ARGS = ("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 CASE_SECONDS = 2.0  # what one graded case may take, forward and backward, on this machine
+CASE_TIMEOUT = 10.0  # a case with no answer after this (at the basic case's size) is a FAIL, and the check stops
 MAX_WORK = 40_000  # query-key pairs per case at most, however fast the function (the grid's own sizes are below)
 
 
@@ -73,12 +73,12 @@ def as_sdpa(fn):
     return lab_form
 
 
-def rate(fn, form: str, timeout: float = 60.0) -> float | None:
-    """Seconds per query-key pair of a forward and backward call, from two sizes (2 heads x 16 x 16 and x 32 x 32,
-    after a warm-up call): the difference leaves out the fixed cost of a call, which is all a matrix version
-    has at these sizes. None if the function fails or hangs."""
+def per_pair(call) -> float | None:
+    """Seconds per query-key pair of a forward and backward call of ``call`` (F.sdpa's signature), from two sizes
+    (2 heads x 16 x 16 and x 32 x 32, after a warm-up call): the difference leaves out the fixed cost of a call,
+    which is all a matrix version has at these sizes. None if the function fails. Run where the function lives
+    (:mod:`.judged`), whose judge kills it if it hangs."""
     g = torch.Generator().manual_seed(0)
-    call = as_sdpa(fn) if form == "lab" else fn
 
     def once(T: int) -> float:
         q, k, v = (torch.randn(1, 2, T, 16, generator=g, requires_grad=True) for _ in range(3))
@@ -86,15 +86,12 @@ def rate(fn, form: str, timeout: float = 60.0) -> float | None:
         call(q, k, v, is_causal=True).float().sum().backward()
         return time.perf_counter() - t0
 
-    def run():
+    try:
         once(16)  # the first call pays for warming up
         small, big = once(16), once(32)
-        return max(big - small, 0.25 * big) / (2 * (32 * 32 - 16 * 16))  # noise can make the difference tiny
-
-    try:
-        return watched(run, timeout)
     except Exception:  # a function that cannot run: the grading that follows says why, case by case
         return None
+    return max(big - small, 0.25 * big) / (2 * (32 * 32 - 16 * 16))  # noise can make the difference tiny
 
 
 def cases(form: str, per_pair: float | None, quick: bool = False) -> tuple[list, list[str]]:
@@ -106,12 +103,11 @@ def cases(form: str, per_pair: float | None, quick: bool = False) -> tuple[list,
     return out, [c.label for c in out if c.name not in {x.name for x in chosen}]
 
 
-def grade(fn, name: str, form: str, quick: bool = False, seed: int = 0, progress=None):
-    """(verify's result on the graded cases, the cases run smaller, a note saying which cases and why)."""
-    per_pair = rate(fn, form)
+def grade(target, name: str, form: str, per_pair: float | None, quick: bool = False, seed: int = 0, progress=None):
+    """(verify's result on the graded cases, the cases run smaller, a note saying which cases and why). ``target``:
+    the learner's function in F.sdpa's signature (in its own process: a :class:`attnlab.lab.check.remote.Remote`)."""
     graded, shrunk = cases(form, per_pair, quick)
-    target = as_sdpa(fn) if form == "lab" else fn
-    result = V.verify({name: target}, graded, seed=seed, progress=progress, timeout=max(10.0, 5 * CASE_SECONDS),
+    result = V.verify({name: target}, graded, seed=seed, progress=progress, timeout=CASE_TIMEOUT,
                       check_dropout=True)
     which = ("the grid's cases a (q, k, v) function that is always causal can answer: causal, no attn_mask, the "
              "default scale, no dropout, no GQA" if form == "lab" else "the whole grid")
@@ -124,14 +120,20 @@ def grade(fn, name: str, form: str, quick: bool = False, seed: int = 0, progress
     return result, shrunk, note
 
 
-def match(fn, form: str, seed: int = 0) -> float:
-    """max |yours - F.scaled_dot_product_attention| on the lesson's causal input: 2 heads, T = 64, d = 32, float32."""
+MATCH_CASE = V.Case("the lesson's causal input", batch=(1,), H=2, L=64, E=32, is_causal=True)
+
+
+def match(target, seed: int = 0) -> float:
+    """max |yours - F.scaled_dot_product_attention| on the lesson's causal input: 2 heads, T = 64, d = 32, float32.
+    ``target`` in F.sdpa's signature; PyTorch's answer is computed here, where the learner's code never ran."""
+    from attnlab.lab.check import judge
+
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(1, 2, 64, 32, generator=g) for _ in range(3))
     with torch.no_grad():
         ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         try:
-            mine = (as_sdpa(fn) if form == "lab" else fn)(q, k, v, is_causal=True)
+            mine = judge.call(target, q, k, v, None, MATCH_CASE)
         except Exception:  # the graded cases above say what goes wrong; here it simply does not match
             return float("inf")
     if not isinstance(mine, torch.Tensor) or mine.shape != ref.shape:

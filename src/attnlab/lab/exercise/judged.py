@@ -1,0 +1,109 @@
+"""The learner's function in a process of its own: the lab's judged process.
+
+``attnlab lab check`` never imports the learner's file: :func:`open_learner` starts this module as a
+judged process (:mod:`attnlab.lab.check.worker`), which loads the file once, from its source, says
+which form it found (:func:`attnlab.lab.exercise.grade.form_of`), and then answers the judge's
+requests -- the graded cases, and the lab's own two: ``rate`` (how long one query-key pair takes)
+and ``measure`` (time and peak memory against length, :mod:`.measure`). Both are measured here, in
+the process that runs the function, so the memory counted is the function's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnlab.lab.check import remote, worker
+
+from . import files
+from .result import Timing
+
+
+@dataclass
+class Learner:
+    """The learner's function as the judge holds it: where it is, which form, and its process."""
+
+    path: Path
+    name: str
+    form: str  # "lab" or "sdpa" (see grade.form_of)
+    given: bool  # the starter's own code, unchanged
+    fn: remote.Remote  # the function, in its process (already in F.sdpa's signature)
+
+    def __enter__(self) -> Learner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.fn.close()
+
+
+def open_learner(spec: str) -> Learner:
+    """Load ``FILE[:FUNCTION]`` in a judged process; :class:`files.LoadError` in one line when it cannot be."""
+    path, name = files.split(spec)
+    if not path.is_file():
+        raise files.LoadError(f"{path}: no such file" + (" (it is a folder)" if path.is_dir() else "") +
+                              "; `attnlab lab start` writes attention_lab.py")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise files.LoadError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    fn = _start(path, name)
+    return Learner(path, name, fn.info["form"], files.given_text(source, name), fn)
+
+
+def _start(path: Path, name: str) -> remote.Remote:
+    try:
+        return remote.start({"file": str(path), "function": name, "what": str(path)}, module=__name__)
+    except remote.LoadFailed as e:
+        raise files.LoadError(str(e)) from None
+
+
+RATE_SECONDS = 30.0  # the two small timing calls of rate, together
+
+
+def rate(learner: Learner, timeout: float | None = None) -> float | None:
+    """Seconds per query-key pair, forward and backward (see grade.per_pair), measured in the learner's process.
+    A process that hangs or ends here is started again, so that the graded case it fails on says how."""
+    try:
+        return learner.fn.ask("rate", seconds=timeout or RATE_SECONDS).get("per_pair")
+    except remote.Raised:
+        return None
+    except remote.Lost:
+        learner.fn.close()
+        learner.fn = _start(learner.path, learner.name)
+        return None
+
+
+def measure(learner: Learner, seqs, budget_s: float, seed: int = 0) -> tuple[list[Timing], dict, str]:
+    """Time and peak memory in the learner's process (see measure.measure); what it could not measure, said."""
+    reply = learner.fn.ask("measure", seconds=budget_s * len(seqs) * 3 + 60, seqs=list(seqs), budget_s=budget_s,
+                           seed=seed)
+    return [Timing.from_dict(t) for t in reply["timings"]], reply["exponents"], reply["note"]
+
+
+def _prepare(fn, job: dict, info: dict):
+    from . import grade
+
+    form = grade.form_of(fn)  # a LoadError when it is neither form: one line, as any other load error
+    info["form"] = form
+    if form == "lab":
+        info["score_mod"] = False
+        return grade.as_sdpa(fn)
+    return fn
+
+
+def _rate(fn, header: dict) -> dict:
+    from . import grade
+
+    return {"per_pair": grade.per_pair(fn)}
+
+
+def _measure(fn, header: dict) -> dict:
+    from . import measure
+
+    timings, exps, note = measure.measure(fn, "sdpa", seqs=tuple(header["seqs"]), budget_s=header["budget_s"],
+                                          seed=header["seed"])
+    return {"timings": [t.to_dict() for t in timings], "exponents": exps, "note": note}
+
+
+if __name__ == "__main__":
+    worker.main(prepare=_prepare, extra={"rate": _rate, "measure": _measure})
