@@ -40,5 +40,6 @@ def graded(fn, file, function=None, memory=2.0, cases=6):
     result = V.verify({function: grade.as_sdpa(fn)}, chosen, seed=0)
     timings, exponents = measured(memory)
     return LabResult(file, function, "lab", f"{len(chosen)} small cases", result, result.diagnoses.get(function, []),
-                     grade.match(grade.as_sdpa(fn)), result.passed, timings, exponents, "measurements made by the test", 1.0,
-                     {}, {}, given=files.given_text(inspect.getsource(inspect.getmodule(fn)), function))
+                     grade.match(grade.as_sdpa(fn)), result.passed, timings, exponents,
+                     "measurements made by the test", 1.0, {}, {},
+                     given=files.given_text(inspect.getsource(inspect.getmodule(fn)), function))
