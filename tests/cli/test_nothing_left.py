@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers import full_device
-from processes import Lines, foreground, kill_group, left_by, marked_env
+from processes import Lines, foreground, kill_group, left_by, marked_env, of_run
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the run's processes in /proc")]
@@ -89,6 +89,33 @@ def test_a_full_disk_is_one_line_exit_2_and_leaves_nothing(tmp_path, argv, path)
         print(stdout[-500:], repr(err), left)
         assert p.returncode == 2 and len(err.strip().splitlines()) == 1, err
         assert f"error: cannot write {out / path}: No space left on device" in err
+        assert left == {}
+    finally:
+        kill_group(p.pid)
+
+
+HANGS = "import time\n\n\ndef attention_by_hand(q, k, v, **kw):\n    time.sleep(600)\n"
+
+
+@pytest.mark.parametrize("argv", [["verify", "--impl", "hangs:attention_by_hand", "--quick", "--timeout", "600"],
+                                  ["lab", "check", "hangs.py"]], ids=["verify --impl", "lab check"])
+def test_ctrl_c_into_a_judged_function_ends_its_process_too(tmp_path, monkeypatch, argv):
+    """The judged function's process ignores Ctrl-C (the judge's to handle): the judge ends it, says one line, 130."""
+    (tmp_path / "hangs.py").write_text(HANGS)
+    monkeypatch.chdir(tmp_path)
+    p, tag = _start(argv)
+    try:
+        deadline = time.monotonic() + GUARD_S
+        while not any("attnlab.lab" in cmd and "worker" in cmd or "judged" in cmd for cmd in
+                      (Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace") for pid in of_run(tag)
+                       if Path(f"/proc/{pid}/cmdline").exists())):
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.1)
+        time.sleep(1.0)  # the function is called (it hangs in it)
+        err = _ctrl_c(p)
+        left = left_by(tag)
+        print(repr(err), left)
+        assert p.returncode == 130 and err.strip().endswith("interrupted") and len(err.strip().splitlines()) == 1
         assert left == {}
     finally:
         kill_group(p.pid)

@@ -58,7 +58,8 @@ def judge_apart(fn: Callable, name: str, cases: list[Case], *, seed: int = 0, ch
     job = {"name": name, "cases": [asdict(c) for c in cases], "seed": seed, "check_dropout": check_dropout,
            "timeout": timeout, "device": device, "score_mod": mod_cases.takes_score_mod(fn)}
     child = subprocess.Popen([sys.executable, "-m", "attnlab.lab.check.isolate"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                             stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                             start_new_session=True)
     try:
         wire.send(child.stdin.fileno(), job)
         end = remote.serve(fn, child.stdout.fileno(), child.stdin.fileno(), watch=timeout)

@@ -185,8 +185,10 @@ def how(p: subprocess.Popen | None) -> str:
 def start(job: dict, cwd: str | None = None, module: str = "attnlab.lab.check.worker") -> Remote:
     """A judged process for ``job`` (see :mod:`.worker`; ``module``: a room's own worker), loaded: LoadFailed in
     one line when it cannot be."""
-    child = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    # A session of its own: a Ctrl-C at the terminal is the judge's to handle (it ends this process), and never
+    # reaches the judged process halfway through its imports.
+    child = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=cwd,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     r = Remote(child.stdout.fileno(), child.stdin.fileno(), {}, child)
     try:
         wire.send(r.wfd, job)
