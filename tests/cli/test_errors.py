@@ -162,6 +162,19 @@ CASES = [
     ("lab start ''", 2, f"attnlab lab: {E} lab start DIR: an empty folder name"),
     ("lesson --quick --out {resultdir}", 2, f"attnlab lesson: {E} {{resultdir}}/demo.json is a folder, not a result "
                                            "file; remove it or run the command again"),
+    # lab check: the learner's file loaded in a process of its own; whatever it does at import is one line
+    ("lab check {code}/binary.py", 2, f"attnlab lab: {E} {{code}}/binary.py: cannot read it ('utf-8' codec can't "
+                                     "decode byte 0xff"),
+    ("lab check {folder}", 2, f"attnlab lab: {E} {{folder}}: no such file (it is a folder)"),
+    pytest.param("lab check {code}/ends_at_import.py", 2, f"attnlab lab: {E} loading {{code}}/ends_at_import.py "
+                 "ended the process (exit code 0) before the function was found", marks=pytest.mark.slow),
+    pytest.param("lab check {code}/killed_at_import.py", 2, f"attnlab lab: {E} loading {{code}}/killed_at_import.py "
+                 "ended the process (signal 9, SIGKILL: out of memory, or killed)", marks=pytest.mark.slow),
+    pytest.param("lab check {code}/ctrl_c_at_import.py", 2, f"attnlab lab: {E} {{code}}/ctrl_c_at_import.py, line 1: "
+                 "importing it raised KeyboardInterrupt", marks=pytest.mark.slow),
+    pytest.param("verify --impl ctrl_c_at_import:f", 2, f"attnlab verify: {E} cannot import module "
+                 "'ctrl_c_at_import' for --impl 'ctrl_c_at_import:f': importing it raised KeyboardInterrupt",
+                 marks=pytest.mark.slow),
 ]
 
 
@@ -236,6 +249,9 @@ def files(tmp_path_factory):
     code.mkdir()
     (code / "ends_at_import.py").write_text("import os\nos._exit(0)\n")
     (code / "exits_at_import.py").write_text("import sys\nsys.exit(0)\n")
+    (code / "killed_at_import.py").write_text("import os\nos.kill(os.getpid(), 9)\n")
+    (code / "ctrl_c_at_import.py").write_text("raise KeyboardInterrupt\n")
+    (code / "binary.py").write_bytes(b"\xff\xfe\x00def attention_by_hand(q, k, v):\n")
     (code / "plain.py").write_text("from torch.nn.functional import scaled_dot_product_attention as attention\n")
     (root / "logdir" / "lesson-build.log").mkdir(parents=True)  # lesson --build's log: a folder, or on a full device
     (root / "logfull").mkdir()
