@@ -6,11 +6,11 @@ from attnlab.lab.exercise.result import LabResult, Timing
 from attnlab.report import exercise
 
 
-def _result(load, function="attention_by_hand"):
+def _result(load, function="attention_by_hand", functions=("attention_by_hand", "attention_matrix")):
     timings = [Timing(128, 0.8, 370_000), Timing(512, 30.0, 1_000_000), Timing(2048, skipped="estimated 479 s")]
     return LabResult("mylab/attention_lab.py", function, "lab", "24 cases", VerifyResult([], {}, {}), [], 4.8e-7,
                      True, timings, {"time": 2.6, "memory": 0.75}, "forward only", 88.0,
-                     {"cpu_count": 2, "load_average": load}, {})
+                     {"cpu_count": 2, "load_average": load}, {}, functions=list(functions))
 
 
 def test_the_next_step_names_the_file_and_a_busy_machine_is_said():
@@ -21,3 +21,11 @@ def test_the_next_step_names_the_file_and_a_busy_machine_is_said():
     assert "not quadratic" in text and "T = 2048  skipped: estimated 479 s" in text
     assert "busy" not in "\n".join(exercise.lines(_result(load=0.7)))
     assert "busy" not in "\n".join(exercise.lines(_result(load=None)))  # a result from before the load was kept
+
+
+def test_the_next_step_names_only_a_function_the_file_has():
+    """A file of the learner's own with no attention_matrix is not told to check one (that would exit 2)."""
+    text = "\n".join(exercise.lines(_result(load=None, function="mine", functions=["mine"])))
+    print(text)
+    assert ":attention_matrix" not in text and "`attnlab lesson` ticks the lab's checklist" in text
+

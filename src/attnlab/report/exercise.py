@@ -68,7 +68,8 @@ def lines(r) -> list[str]:
         f"lab asks for is your own (attnlab lab check {escape(r.file)}, attention_by_hand with its TODOs done)."
         if getattr(r, "given", False) else
         f"check the matrix version too (attnlab lab check {escape(r.file)}:attention_matrix) and compare its memory; "
-        "`attnlab lesson` then ticks the lab's checklist from these results." if r.function != "attention_matrix" else
+        "`attnlab lesson` then ticks the lab's checklist from these results."
+        if r.function != "attention_matrix" and "attention_matrix" in (getattr(r, "functions", None) or []) else
         "`attnlab lesson` ticks the lab's checklist from your results."))
     return out
 

@@ -49,4 +49,5 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
     ended = fn.lost if fn.lost is not None else None
     return LabResult(str(learner.path), name, learner.form, note, result, found, err,
                      result.passed and ended is None, timings, exps, how, time.perf_counter() - t0,
-                     {**machine(), "load_average": load}, versions(), shrunk=shrunk, given=learner.given, ended=ended)
+                     {**machine(), "load_average": load}, versions(), shrunk=shrunk, given=learner.given, ended=ended,
+                     functions=list(learner.functions))

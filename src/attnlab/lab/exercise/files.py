@@ -76,3 +76,12 @@ def given_text(source: str, name: str) -> bool:
     the learner's own? Read from the file's text: the judge never imports the learner's module."""
     mine = _tree(source, name)
     return mine is not None and mine == _tree(starter_text(), name)
+
+
+def functions_in(source: str) -> list[str]:
+    """The names of the functions the source text defines at its top level (what ``FILE:NAME`` can pick)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]

@@ -27,6 +27,7 @@ class Learner:
     name: str
     form: str  # "lab" or "sdpa" (see grade.form_of)
     given: bool  # the starter's own code, unchanged
+    functions: list  # the functions the file defines (for hints that name only what is there)
     fn: remote.Remote  # the function, in its process (already in F.sdpa's signature)
 
     def __enter__(self) -> Learner:
@@ -47,7 +48,7 @@ def open_learner(spec: str) -> Learner:
     except (OSError, UnicodeDecodeError) as e:
         raise files.LoadError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
     fn = _start(path, name)
-    return Learner(path, name, fn.info["form"], files.given_text(source, name), fn)
+    return Learner(path, name, fn.info["form"], files.given_text(source, name), files.functions_in(source), fn)
 
 
 def _start(path: Path, name: str) -> remote.Remote:

@@ -45,4 +45,5 @@ class LabResult(Result):
     shrunk: list[str] = field(default_factory=list)  # the graded cases that were run smaller, to finish in time
     given: bool = False  # the starter's own finished function, unchanged: its pass is not the learner's
     time: str = ""  # when it was checked: ISO 8601, UTC (given by store.save when the check is kept)
+    functions: list[str] = field(default_factory=list)  # the functions the file defines (the hints name only these)
     ended: str | None = None  # how the learner's process ended before the check was done (then it does not pass)
