@@ -84,7 +84,9 @@ def import_function(spec: str) -> Callable:
     except SyntaxError as e:
         raise LoadError(f"cannot import module {mod_name!r} for --impl {spec!r}: {Path(e.filename or '?').name}, "
                         f"line {e.lineno}: syntax error: {e.msg}") from None
-    except BaseException as e:  # the module may raise anything, SystemExit and KeyboardInterrupt included
+    except SystemExit as e:
+        raise LoadError(f"module {mod_name!r} called sys.exit({e.code!r}) when imported for --impl {spec!r}") from None
+    except BaseException as e:  # the module may raise anything, KeyboardInterrupt included
         raise LoadError(f"cannot import module {mod_name!r} for --impl {spec!r}: importing it {_raised(e)}") from None
     obj = mod
     for part in attr.split("."):
