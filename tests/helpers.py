@@ -1,4 +1,9 @@
-"""Inputs shared by the tests: one seeded query, key and value (and output gradient) builder."""
+"""What the tests share: one seeded query, key and value (and output gradient) builder, and the command line run as
+a user runs it, ``python -m attnlab ARGS`` in a process of its own."""
+
+import os
+import subprocess
+import sys
 
 import torch
 
@@ -15,3 +20,9 @@ def qkv(N, H, Hkv, L, S, E, Ev=None, dtype=torch.float64, seed=0, grad_out=False
     Ev = E if Ev is None else Ev
     shapes = [(*batch, H, L, E), (*batch, Hkv, S, E), (*batch, Hkv, S, Ev)] + ([(*batch, H, L, Ev)] if grad_out else [])
     return tuple(torch.randn(*s, generator=g, dtype=dtype) for s in shapes)
+
+
+def cli(*args, cwd=None, env=None, timeout=300) -> subprocess.CompletedProcess:
+    """Run ``python -m attnlab ARGS`` (text); ``env`` adds to this process's environment."""
+    return subprocess.run([sys.executable, "-m", "attnlab", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})

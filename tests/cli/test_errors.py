@@ -139,6 +139,11 @@ CASES = [
     ("demo --out /proc", 2, f"attnlab demo: {E} cannot write to output folder /proc"),
     ("bench --out /proc --seq 16 --impl matrix", 2, f"attnlab bench: {E} cannot write to output folder /proc"),
     ("explore no-such-thing", 2, f"attnlab explore: {E} unknown experiment 'no-such-thing'; choose one of: no-mask"),
+    ("lesson --out {afile}", 2, f"attnlab lesson: {E} --out {{afile}} is a file, not a folder"),
+    ("lesson --quick --out {demo_unreadable}", 2, f"attnlab lesson: {E} {{demo_unreadable}}/demo.json is not readable "
+                                                  "JSON (Expecting property name"),
+    ("lesson --quick --out {demo_wrong}", 2, f"attnlab lesson: {E} {{demo_wrong}}/demo.json: checks should be a list, "
+                                             "got an object, so it is not a result of `attnlab demo`"),
 ]
 
 
@@ -205,6 +210,9 @@ def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("errors")
     (root / "folder").mkdir()
     (root / "afile").write_text("")
+    for name, text in (("demo_unreadable", "{not json"), ("demo_wrong", '{"seed": 0, "T": 32, "d": 64, "checks": {}}')):
+        (root / name).mkdir()
+        (root / name / "demo.json").write_text(text)  # a demo.json the lesson cannot read
     made = _checkpoints(root)
     for name in ("resume_marker", "lesson_bad"):  # an output folder whose checkpoint is only a format marker
         (root / name / "checkpoints").mkdir(parents=True)
@@ -216,6 +224,7 @@ def files(tmp_path_factory):
     interrupted = root / "interrupted"  # a default run stopped before it wrote train.json: checkpoints only
     checkpoint.save(checkpoint.path_of(interrupted, "scale", "sqrt"), {"train_config": asdict(PRESETS["default"])})
     return Files(root, code=code, folder=root / "folder", afile=root / "afile", ran=_ran(root),
+                 demo_unreadable=root / "demo_unreadable", demo_wrong=root / "demo_wrong",
                  resume_marker=root / "resume_marker", lesson_bad=root / "lesson_bad", interrupted=interrupted, **made)
 
 

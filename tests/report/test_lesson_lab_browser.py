@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from .test_lesson_browser import _open, browser  # noqa: F401 -- the module's browser, shared
+from .test_lesson_browser import _open
 
 # the learner's own matrix version, first without the scale (the starter's finished one would not count as theirs)
 MINE = """
@@ -34,7 +34,7 @@ def _cli(*args, cwd):
 # the cause is found it may fail without turning the suite red; it must pass, not be skipped, when it passes.
 @pytest.mark.xfail(strict=False, reason="the first item once showed a passing result after a failed check, in "
                                         "the full suite's order only; cause not yet found")
-def test_the_learner_checks_a_function_and_the_page_ticks_their_own_results(browser, lesson, tmp_path):  # noqa: F811
+def test_the_learner_checks_a_function_and_the_page_ticks_their_own_results(browser, lesson, tmp_path):
     _, built = lesson
     out = tmp_path / "out"
     shutil.copytree(built, out)  # the lesson folder of the other page tests: bench, train, a checkpoint
