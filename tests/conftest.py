@@ -20,6 +20,23 @@ def run_cli(tmp_path):
     return run
 
 
+@pytest.fixture(scope="session")
+def data():
+    """The training corpus the train tests share: Python's standard library, its first 200,000 characters."""
+    from attnlab.lab.train import corpus
+
+    return corpus.stdlib(max_chars=200_000)
+
+
+@pytest.fixture
+def small_bands(monkeypatch):
+    """Bands of 4 query rows and batches of a few hundred scores, so that small problems use the band path."""
+    from attnlab.kernels import flash_band
+
+    monkeypatch.setattr(flash_band, "BAND_BLOCK_Q", 4)
+    monkeypatch.setattr(flash_band, "BATCH_SCORES", 150)  # per head: a few tiles per batch
+
+
 @pytest.fixture
 def round_trip():
     """Check that a result survives JSON through its class: ``round_trip(result)`` or ``round_trip(data, cls)``.
