@@ -138,6 +138,8 @@ CASES = [
     ("demo --out {afile}", 2, f"attnlab demo: {E} --out {{afile}} is a file, not a folder"),
     ("demo --out /proc", 2, f"attnlab demo: {E} cannot write to output folder /proc"),
     ("bench --out /proc --seq 16 --impl matrix", 2, f"attnlab bench: {E} cannot write to output folder /proc"),
+    ("bench --mod softcap:zero --seq 16", 2, f"attnlab bench: {E} unknown score modifier 'softcap:zero'; choose from "
+                                             "softcap:CAP, alibi"),
     ("explore no-such-thing", 2, f"attnlab explore: {E} unknown experiment 'no-such-thing'; choose one of: no-mask"),
     ("lesson --out {afile}", 2, f"attnlab lesson: {E} --out {{afile}} is a file, not a folder"),
     ("lesson --quick --out {demo_unreadable}", 2, f"attnlab lesson: {E} {{demo_unreadable}}/demo.json is not readable "
