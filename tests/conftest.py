@@ -1,9 +1,10 @@
 import os
-import subprocess
-import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+from helpers import cli
 
 # Tests check numbers, not speed: one thread avoids thread hand-off costs on the many tiny tensors here.
 torch.set_num_threads(1)
@@ -14,12 +15,26 @@ def run_cli(tmp_path):
     """Run `python -m attnlab ARGS` in a subprocess; returns CompletedProcess (text)."""
 
     def run(*args, timeout=300, env=None):
-        e = dict(os.environ)
-        e.update(env or {})
-        return subprocess.run([sys.executable, "-m", "attnlab", *map(str, args)], capture_output=True, text=True,
-                              timeout=timeout, cwd=tmp_path, env=e)
+        return cli(*args, cwd=tmp_path, env=env, timeout=timeout)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def data():
+    """The training corpus the train tests share: Python's standard library, its first 200,000 characters."""
+    from attnlab.lab.train import corpus
+
+    return corpus.stdlib(max_chars=200_000)
+
+
+@pytest.fixture
+def small_bands(monkeypatch):
+    """Bands of 4 query rows and batches of a few hundred scores, so that small problems use the band path."""
+    from attnlab.kernels import flash_band
+
+    monkeypatch.setattr(flash_band, "BAND_BLOCK_Q", 4)
+    monkeypatch.setattr(flash_band, "BATCH_SCORES", 150)  # per head: a few tiles per batch
 
 
 @pytest.fixture
@@ -43,3 +58,60 @@ def round_trip():
         return back
 
     return check
+
+
+@pytest.fixture(scope="session")
+def model_lesson(tmp_path_factory):
+    """(completed process, out folder, model folder) of `attnlab lesson --model DIR --text tiny.TEXT` on a tiny
+    random Llama with a tokenizer trained here: the one build of the model page, for its page and browser tests."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    from hf import tiny
+
+    root = tmp_path_factory.mktemp("lesson-model")
+    model = tiny.with_tokenizer(root / "tiny-llama")
+    out = root / "out"
+    return cli("lesson", "--model", model, "--text", tiny.TEXT, "--out", out), out, model
+
+
+# The browser tests drive Debian's chromium, never a browser Playwright downloads.
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def _need_browser():
+    """Skip without chromium or playwright, with a message -- unless CI is set, where that is a failure (`make test`
+    installs chromium)."""
+    missing = None
+    if not CHROMIUM.exists():
+        missing = f"no {CHROMIUM}: install Debian's chromium (apt-get install chromium) to run the browser test"
+    else:
+        try:
+            import playwright.sync_api  # noqa: F401
+        except ImportError:
+            missing = "the playwright Python package is not installed (pip install -e '.[dev]')"
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"CI is set and {missing}")
+    if missing:
+        pytest.skip(missing)
+
+
+@pytest.fixture(scope="session")
+def _chromium():
+    """One headless chromium for the whole session (started by the first browser test)."""
+    _need_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def browser(_chromium):
+    """The session's chromium; every context a test opens in it (``browser.new_context(...)``) is closed after it."""
+    yield _chromium
+    for context in list(_chromium.contexts):
+        context.close()

@@ -1,7 +1,10 @@
-"""Inputs shared by the tests: one seeded query, key and value (and output gradient) builder, and a full device."""
+"""What the tests share: one seeded query, key and value (and output gradient) builder, a full device, and the
+command line run as a user runs it, ``python -m attnlab ARGS`` in a process of its own."""
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,3 +41,9 @@ def full_device(folder: Path) -> Path:
         except (OSError, AttributeError):
             pytest.skip("no full device: /dev/full is missing and this process cannot make one")
     return node
+
+
+def cli(*args, cwd=None, env=None, timeout=300) -> subprocess.CompletedProcess:
+    """Run ``python -m attnlab ARGS`` (text); ``env`` adds to this process's environment."""
+    return subprocess.run([sys.executable, "-m", "attnlab", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})

@@ -149,3 +149,8 @@ def kill_group(pgid: int) -> None:
     """SIGKILL every process of the group (a test's clean-up)."""
     with suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+def sleeps(rank, world):
+    """A rank that never returns (an hour asleep): for the tests of what stops one."""
+    time.sleep(3600)

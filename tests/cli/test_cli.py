@@ -1,24 +1,43 @@
-"""The command line end to end, through a subprocess."""
+"""The command line: every command once through its real entry point (a subprocess), and what demo and verify
+write, in this process. Each usage error is a line of the table in tests/cli/test_errors.py."""
 
 import json
 
 import pytest
 
+from attnlab.cli import main
 from attnlab.lab.check import verify
 from attnlab.lab.check.verify import VerifyResult
 from attnlab.lab.demo import DemoResult
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
-pytestmark = pytest.mark.slow  # every test runs the command in a subprocess
+# one usage error per command, and the words its one line on stderr starts with
+ENTRY = [("demo", ["--seed", "x"], "argument --seed"), ("verify", ["--impl", "fast"], "unknown impl 'fast'"),
+         ("bench", ["--impl", "fast"], "unknown impl 'fast'"),
+         ("explore", ["no-such-thing"], "unknown experiment 'no-such-thing'"),
+         ("lesson", ["--seed", "-3"], "argument --seed"), ("lab", ["check", "nosuch"], "nosuch: no such file"),
+         ("train", ["--steps", "0"], "argument --steps"), ("sample", ["--ckpt", "missing.pt"], "checkpoint missing.pt"),
+         ("ring", ["--world", "0"], "world must be a positive integer")]
 
 
-def test_demo_writes_figures_and_json(run_cli, tmp_path, round_trip):
-    r = run_cli("demo", "--out", "out", "--seed", "1")
+@pytest.mark.slow
+@pytest.mark.parametrize("command, args, says", ENTRY, ids=[c for c, _, _ in ENTRY])
+def test_every_command_through_python_m_attnlab_is_exit_2_and_one_line(run_cli, command, args, says):
+    r = run_cli(command, *args)
     print(r.stdout, r.stderr)
-    assert r.returncode == 0
-    assert r.stdout.count("OK") == 4 and "FAIL" not in r.stdout
-    assert "d = 256" in r.stdout
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"attnlab {command}: error: {says}"), r.stderr
+
+
+@pytest.mark.slow
+def test_demo_writes_figures_and_json(tmp_path, capsys, round_trip):
+    assert main(["demo", "--out", str(tmp_path / "out"), "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    print(out)
+    assert out.count("OK") == 4 and "FAIL" not in out
+    assert "d = 256" in out
     for name in ("attention_map.png", "scale_demo.png"):
         data = (tmp_path / "out" / name).read_bytes()
         assert data.startswith(PNG) and len(data) > 5000
@@ -32,60 +51,40 @@ def test_demo_writes_figures_and_json(run_cli, tmp_path, round_trip):
     assert round_trip(j, DemoResult).checks[0].ok
 
 
-def test_verify_passes_for_a_registered_form(run_cli, tmp_path, round_trip):
-    r = run_cli("verify", "--impl", "matrix", "--device", "cpu", "--dtype", "float32", "--quick", "--json", "v.json")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "oracle check: PyTorch in float64 agrees with the float64 oracle on every case" in r.stdout
+@pytest.mark.slow
+def test_verify_passes_for_a_registered_form(tmp_path, capsys, round_trip):
+    path = tmp_path / "v.json"
+    assert main(["verify", "--impl", "matrix", "--device", "cpu", "--dtype", "float32", "--quick", "--json",
+                 str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "oracle check: PyTorch in float64 agrees with the float64 oracle on every case" in out
     n = len(verify.default_cases(["float32"], long=False))
-    assert "ALL PASS" in r.stdout and f"{n} passed, 0 failed" in r.stdout
-    j = json.loads((tmp_path / "v.json").read_text())
+    assert "ALL PASS" in out and f"{n} passed, 0 failed" in out
+    j = json.loads(path.read_text())
     assert len(j["rows"]) == n and j["rows"][0]["comparisons"][0]["quantity"] == "out"
     assert round_trip(j, VerifyResult).passed and j["device"] == "cpu" and j["diagnoses"] == {}
 
 
-def test_verify_users_own_function_and_exit_code(run_cli, tmp_path):
+@pytest.mark.slow
+def test_verify_users_own_function_and_exit_code(tmp_path, capsys, monkeypatch):
     (tmp_path / "myattn.py").write_text(
         "import torch\n"
         "def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):\n"
         "    s = q @ k.transpose(-2, -1)  # forgot the scale\n"
         "    return torch.softmax(s, -1) @ v\n")
-    r = run_cli("verify", "--impl", "myattn:attention", "--dtype", "float32", "--quick", "--show", "failures",
-                env={"PYTHONPATH": str(tmp_path)})
-    assert r.returncode == 1
-    assert "FAILURES" in r.stdout and "myattn:attention" in r.stdout
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # where verify's child process finds the module
+    assert main(["verify", "--impl", "myattn:attention", "--dtype", "float32", "--quick", "--show", "failures",
+                 "--only", "basic"]) == 1
+    out = capsys.readouterr().out
+    print(out)
+    assert "FAILURES" in out and "myattn:attention" in out and "FAILURES: 0 passed, 1 failed" in out
+    assert "the output is attention without the scale" in out  # the cause, named
 
 
-def test_bad_impl_is_one_line_exit_2(run_cli):
-    for spec, msg in [("nosuchmodule:fn", "cannot import module"), ("fast", "unknown impl 'fast'"),
-                      ("ring", "check it with `attnlab ring`")]:
-        r = run_cli("verify", "--impl", spec)
-        assert r.returncode == 2
-        assert len(r.stderr.strip().splitlines()) == 1 and msg in r.stderr
-        assert "Traceback" not in r.stderr
-
-
-def test_bad_flags_are_one_line_exit_2(run_cli):
-    big = "99999999999999999999999"  # past what torch's generator takes: was an OverflowError traceback
-    for args in (["verify", "--dtype", "int8"], ["demo", "--seed", "x"], ["nope"], ["demo", "--seed", big],
-                 ["verify", "--seed", big], ["ring", "--seed", big], ["demo", "--seed", "-1"]):
-        r = run_cli(*args)
-        assert r.returncode == 2, args
-        assert len(r.stderr.strip().splitlines()) == 1 and "error" in r.stderr
-
-
-def test_verify_json_that_cannot_be_written_is_one_line_exit_2_before_the_run(run_cli, tmp_path):
+def test_verify_json_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys):
     (tmp_path / "afile").write_text("")
-    r = run_cli("verify", "--impl", "matrix", "--dtype", "float64", "--quick", "--json", "afile/v.json")
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and "cannot write afile/v.json" in r.stderr
-    assert "Traceback" not in r.stderr and "passed" not in r.stdout  # refused before the grid ran
-
-
-def test_an_output_folder_that_cannot_take_files_is_one_line_exit_2(run_cli, tmp_path):
-    (tmp_path / "afile").write_text("")
-    for args in (["demo", "--out", "/proc"], ["bench", "--out", "/proc", "--seq", "16", "--impl", "matrix"],
-                 ["demo", "--out", "afile"]):
-        r = run_cli(*args)
-        assert r.returncode == 2, (args, r.stderr)
-        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
-        assert "output folder /proc" in r.stderr or "afile is a file, not a folder" in r.stderr
+    assert main(["verify", "--impl", "matrix", "--dtype", "float64", "--quick", "--json",
+                 str(tmp_path / "afile" / "v.json")]) == 2
+    captured = capsys.readouterr()
+    assert len(captured.err.strip().splitlines()) == 1 and "cannot write" in captured.err
+    assert "passed" not in captured.out  # refused before the grid ran

@@ -34,6 +34,7 @@ OUTPUTS = ["attention_map.png", "scale_demo.png", "demo.json", "bench.json", "be
            "checkpoints/scale-sqrt.pt", "checkpoints/scale-none.pt", "checkpoints/scale-inv.pt", "attention_lab.py"]
 BENCH = "bench --seq 16 --impl matrix --heads 1 --head-dim 8 --repeats 1 --warmup 1 --matmul-size 64"
 TINY = "train --preset tiny --scale sqrt --steps 1 --eval-every 1"
+BIG = "99999999999999999999999"  # past what torch's generator takes: was an OverflowError traceback
 
 E = "error:"
 _DEF, _TINY = PRESETS["default"], PRESETS["tiny"]  # the refusals name the settings that differ
@@ -175,6 +176,31 @@ CASES = [
     pytest.param("verify --impl ctrl_c_at_import:f", 2, f"attnlab verify: {E} cannot import module "
                  "'ctrl_c_at_import' for --impl 'ctrl_c_at_import:f': importing it raised KeyboardInterrupt",
                  marks=pytest.mark.slow),
+    # the usage errors each command once met in a subprocess of its own (the entry point itself: tests/cli/test_cli.py)
+    ("nope", 2, "attnlab: error: argument COMMAND: invalid choice: 'nope' (choose from 'demo', 'verify'"),
+    ("demo --seed x", 2, f"attnlab demo: {E} argument --seed: expected an integer seed, got 'x'"),
+    ("demo --seed -1", 2, f"attnlab demo: {E} argument --seed: expected a seed from 0 to 4294967295, got -1"),
+    (f"demo --seed {BIG}", 2, f"attnlab demo: {E} argument --seed: expected a seed from 0 to 4294967295, got {BIG}"),
+    (f"verify --seed {BIG}", 2, f"attnlab verify: {E} argument --seed: expected a seed from 0 to 4294967295"),
+    (f"ring --seed {BIG}", 2, f"attnlab ring: {E} argument --seed: expected a seed from 0 to 4294967295"),
+    ("verify --dtype int8", 2, f"attnlab verify: {E} --dtype 'int8': choose from float32, float64, bfloat16"),
+    pytest.param("verify --impl nosuchmodule:fn", 2, f"attnlab verify: {E} cannot import module 'nosuchmodule' for "
+                 "--impl 'nosuchmodule:fn'", marks=pytest.mark.slow),  # imported in verify's child process
+    ("verify --impl fast", 2, f"attnlab verify: {E} unknown impl 'fast'; known forms: flash, loops, matrix"),
+    ("verify --impl ring", 2, f"attnlab verify: {E} form 'ring' runs only across the ranks of a torch.distributed "
+                              "process group; check it with `attnlab ring`"),
+    ("verify --impl matrix --quick --json {afile}/v.json", 2, f"attnlab verify: {E} cannot write {{afile}}/v.json"),
+    ("demo --out {afile}", 2, f"attnlab demo: {E} --out {{afile}} is a file, not a folder"),
+    ("demo --out /proc", 2, f"attnlab demo: {E} cannot write to output folder /proc"),
+    ("bench --out /proc --seq 16 --impl matrix", 2, f"attnlab bench: {E} cannot write to output folder /proc"),
+    ("bench --mod softcap:zero --seq 16", 2, f"attnlab bench: {E} unknown score modifier 'softcap:zero'; choose from "
+                                             "softcap:CAP, alibi"),
+    ("explore no-such-thing", 2, f"attnlab explore: {E} unknown experiment 'no-such-thing'; choose one of: no-mask"),
+    ("lesson --out {afile}", 2, f"attnlab lesson: {E} --out {{afile}} is a file, not a folder"),
+    ("lesson --quick --out {demo_unreadable}", 2, f"attnlab lesson: {E} {{demo_unreadable}}/demo.json is not readable "
+                                                  "JSON (Expecting property name"),
+    ("lesson --quick --out {demo_wrong}", 2, f"attnlab lesson: {E} {{demo_wrong}}/demo.json: checks should be a list, "
+                                             "got an object, so it is not a result of `attnlab demo`"),
 ]
 
 
@@ -241,6 +267,10 @@ def _ran(root: Path) -> Path:
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("errors")
     (root / "folder").mkdir()
+    (root / "afile").write_text("")
+    for name, text in (("demo_unreadable", "{not json"), ("demo_wrong", '{"seed": 0, "T": 32, "d": 64, "checks": {}}')):
+        (root / name).mkdir()
+        (root / name / "demo.json").write_text(text)  # a demo.json the lesson cannot read
     made = _checkpoints(root)
     for name in ("resume_marker", "lesson_bad"):  # an output folder whose checkpoint is only a format marker
         (root / name / "checkpoints").mkdir(parents=True)
@@ -260,9 +290,11 @@ def files(tmp_path_factory):
     (root / "devfull.json").symlink_to("/dev/full")  # written through, the link's target is a full device
     interrupted = root / "interrupted"  # a default run stopped before it wrote train.json: checkpoints only
     checkpoint.save(checkpoint.path_of(interrupted, "scale", "sqrt"), {"train_config": asdict(PRESETS["default"])})
-    return Files(root, code=code, folder=root / "folder", ran=_ran(root), resume_marker=root / "resume_marker",
-                 lesson_bad=root / "lesson_bad", interrupted=interrupted, logdir=root / "logdir",
-                 logfull=root / "logfull", devfull=root / "devfull.json", resultdir=root / "resultdir", **made)
+    return Files(root, code=code, folder=root / "folder", afile=root / "afile", ran=_ran(root),
+                 demo_unreadable=root / "demo_unreadable", demo_wrong=root / "demo_wrong",
+                 resume_marker=root / "resume_marker", lesson_bad=root / "lesson_bad", interrupted=interrupted,
+                 logdir=root / "logdir", logfull=root / "logfull", devfull=root / "devfull.json",
+                 resultdir=root / "resultdir", **made)
 
 
 def _id(case) -> str:
@@ -277,7 +309,10 @@ def test_the_case_ends_as_the_table_says(files, tmp_path, monkeypatch, capsys, c
     names = files.case() if "{full}" in command else files
     argv = shlex.split(command.format_map(names))
     says = says.format_map(names)
-    assert main(argv) == code
+    try:
+        assert main(argv) == code
+    except SystemExit as e:  # argparse's own errors
+        assert e.code == code
     captured = capsys.readouterr()
     err = captured.err
     print(" ".join(argv), "->", code, "\n", err)

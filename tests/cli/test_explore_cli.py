@@ -1,27 +1,28 @@
-"""`attnlab explore` end to end, through a subprocess."""
+"""`attnlab explore` end to end: the list, one experiment's figure and numbers, an unknown name."""
 
 import json
 
 import pytest
 
+from attnlab.cli import main
+
 PNG = b"\x89PNG\r\n\x1a\n"
 
-pytestmark = pytest.mark.slow  # every test runs the command in a subprocess
 
-
-def test_explore_lists_runs_and_rejects(run_cli, tmp_path):
-    r = run_cli("explore")
-    assert r.returncode == 0, r.stderr
+@pytest.mark.slow
+def test_explore_lists_runs_and_rejects(tmp_path, capsys):
+    assert main(["explore"]) == 0
+    out = capsys.readouterr().out
     for name in ("no-mask", "same-token", "inv-scale", "trust", "online-softmax"):
-        assert name in r.stdout
+        assert name in out
 
-    r = run_cli("explore", "same-token", "--out", "out")
-    assert r.returncode == 0, r.stderr
-    assert "without positions the two copies differ by 0 in query" in r.stdout and "with RoPE" in r.stdout
+    assert main(["explore", "same-token", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "without positions the two copies differ by 0 in query" in out and "with RoPE" in out
     assert (tmp_path / "out" / "explore-same-token.png").read_bytes().startswith(PNG)
     j = json.loads((tmp_path / "out" / "explore-same-token.json").read_text())
     assert j["without_positions"]["out"] == 0.0 and j["with_rope"]["out"] > 0
 
-    r = run_cli("explore", "no-such-thing")
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
-    assert "unknown experiment 'no-such-thing'" in r.stderr and "Traceback" not in r.stderr
+    assert main(["explore", "no-such-thing"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "unknown experiment 'no-such-thing'" in err

@@ -1,4 +1,4 @@
-"""`attnlab train` and `attnlab sample` end to end on the tiny preset."""
+"""`attnlab train` and `attnlab sample` end to end on the tiny preset, in this process."""
 
 import json
 from pathlib import Path
@@ -12,13 +12,12 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
-def test_train_writes_figure_json_checkpoints_then_sample_decodes(run_cli, tmp_path, round_trip):
-    r = run_cli("train", "--preset", "tiny", "--steps", "8", "--eval-every", "4", "--out", "out")
-    print(r.stdout, r.stderr)
-    assert r.returncode == 0
-    assert "Removing the 1/sqrt(d) scale visibly destabilised training" in r.stdout
-    assert "final val loss" in r.stdout and "prediction:" in r.stdout
+def test_train_writes_figure_json_checkpoints_then_sample_decodes(tmp_path, capsys, round_trip):
     out = tmp_path / "out"
+    assert main(["train", "--preset", "tiny", "--steps", "8", "--eval-every", "4", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "Removing the 1/sqrt(d) scale visibly destabilised training" in said
+    assert "final val loss" in said and "prediction:" in said
     assert (out / "train.png").read_bytes().startswith(PNG)
     j = json.loads((out / "train.json").read_text())
     assert set(j) >= {"config", "versions", "variants"} and list(j["variants"]) == ["sqrt", "none", "inv"]
@@ -28,10 +27,10 @@ def test_train_writes_figure_json_checkpoints_then_sample_decodes(run_cli, tmp_p
         assert len(v["entropy"][0]) == j["config"]["n_layer"]
     assert round_trip(j, TrainResult).variants["sqrt"].step == [0, 4, 8]
     ckpt = out / "checkpoints" / "scale-sqrt.pt"
-    s = run_cli("sample", "--ckpt", ckpt, "--prompt", "import ", "--tokens", "20")
-    assert s.returncode == 0, s.stderr
-    assert s.stdout.startswith("import ") and len(s.stdout) == len("import ") + 20 + 1
-    assert "KV cache" in s.stderr
+    assert main(["sample", "--ckpt", str(ckpt), "--prompt", "import ", "--tokens", "20"]) == 0
+    s = capsys.readouterr()
+    assert s.out.startswith("import ") and len(s.out) == len("import ") + 20 + 1
+    assert "KV cache" in s.err
 
 
 @pytest.mark.slow

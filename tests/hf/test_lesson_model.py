@@ -2,10 +2,7 @@
 here, offline; its "it -> animal" head checked against a measurement of our own on transformers' eager attention."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -17,24 +14,11 @@ import transformers as T  # noqa: E402
 
 from attnlab.lab.lesson import heads  # noqa: E402
 from attnlab.lab.lesson.walkthrough import SENTENCE  # noqa: E402
+from helpers import cli  # noqa: E402
 
 from . import tiny  # noqa: E402
 
-OTHER = "the dog saw the cat and it ran"
-
-
-def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "attnlab", "lesson", *args], capture_output=True, text=True,
-                          timeout=300, env=env)
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """(completed process, out folder, model folder) of `attnlab lesson --model DIR --text OTHER`."""
-    root = tmp_path_factory.mktemp("lesson-model")
-    model = tiny.with_tokenizer(root / "tiny-llama")
-    out = root / "out"
-    return _cli("--model", str(model), "--text", OTHER, "--out", str(out)), out, model
+OTHER = tiny.TEXT
 
 
 def _eager(model_dir, text):
@@ -48,8 +32,8 @@ def _eager(model_dir, text):
 
 
 @pytest.mark.slow
-def test_page_and_json_hold_the_models_tokens_and_heads(built):
-    r, out, _ = built
+def test_page_and_json_hold_the_models_tokens_and_heads(model_lesson):
+    r, out, _ = model_lesson
     assert r.returncode == 0, r.stderr
     page, js = out / "lesson-tiny-llama.html", out / "lesson-tiny-llama.json"
     assert page.exists() and js.exists(), r.stdout
@@ -71,8 +55,8 @@ def test_page_and_json_hold_the_models_tokens_and_heads(built):
 
 
 @pytest.mark.slow
-def test_it_animal_head_equals_an_independent_measurement(built):
-    r, out, model_dir = built
+def test_it_animal_head_equals_an_independent_measurement(model_lesson):
+    r, out, model_dir = model_lesson
     assert r.returncode == 0, r.stderr
     data = json.loads((out / "lesson-tiny-llama.json").read_text())
     first = data["texts"][0]
@@ -104,10 +88,10 @@ def test_it_animal_head_equals_an_independent_measurement(built):
 
 
 @pytest.mark.slow
-def test_bad_input_is_one_line_and_exit_2(tmp_path, built, capsys):
+def test_bad_input_is_one_line_and_exit_2(tmp_path, model_lesson, capsys):
     from attnlab.cli import main
 
-    model_dir = built[2]
+    model_dir = model_lesson[2]
     empty = tmp_path / "empty"
     empty.mkdir()
     t5 = tmp_path / "t5"  # an encoder-decoder: not a causal LM
@@ -132,7 +116,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, built, capsys):
     blocker = tmp_path / "blocker"  # a transformers that cannot be imported, in a process of its own
     blocker.mkdir()
     (blocker / "transformers.py").write_text("raise ImportError('No module named transformers')\n")
-    r = _cli("--model", str(model_dir), "--out", str(tmp_path / "out"), env={**os.environ, "PYTHONPATH": str(blocker)})
+    r = cli("lesson", "--model", model_dir, "--out", tmp_path / "out", env={"PYTHONPATH": str(blocker)})
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "attnlab lesson: error: transformers is not installed (No module named transformers); install it with "
         "pip install 'attnlab[hf]'"], r.stderr

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 VOCAB = 96
+TEXT = "the dog saw the cat and it ran"  # the second text of the model lesson page (the first is the lesson's)
 
 
 def config(kind: str):

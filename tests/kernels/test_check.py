@@ -7,13 +7,13 @@ import torch
 
 import attnlab
 from attnlab import masks
+from helpers import qkv
 
 FORMS = ["loops", "matrix", "flash", "sdpa"]
 
 
-def qkv(H=4, Hkv=4, L=5, S=6, E=8, Ev=8, batch=(2,), dtype=torch.float32):
-    return (torch.randn(*batch, H, L, E, dtype=dtype), torch.randn(*batch, Hkv, S, E, dtype=dtype),
-            torch.randn(*batch, Hkv, S, Ev, dtype=dtype))
+def inputs(H=4, Hkv=4, L=5, S=6, E=8, Ev=8, batch=(2,), dtype=torch.float32):
+    return qkv(batch, H, Hkv, L, S, E, Ev, dtype=dtype)
 
 
 BAD = [
@@ -54,7 +54,7 @@ BAD = [
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("name,shape,kw,exc,msg", BAD, ids=[b[0] for b in BAD])
 def test_bad_input_raises_named_error(form, name, shape, kw, exc, msg):
-    q, k, v = qkv(**shape)
+    q, k, v = inputs(**shape)
     kw = dict(kw)
     q, k, v = kw.pop("_q", q), kw.pop("_k", k), kw.pop("_v", v)
     with pytest.raises(exc, match=msg):
@@ -64,12 +64,12 @@ def test_bad_input_raises_named_error(form, name, shape, kw, exc, msg):
 def test_devices_differ_is_named():
     if not torch.cuda.is_available():
         meta = torch.randn(2, 4, 6, 8, device="meta")
-        q, _, v = qkv()
+        q, _, v = inputs()
         with pytest.raises(ValueError, match=r"one device, got cpu, meta and cpu"):
             attnlab.attention(q, meta, v)
 
 
 def test_unknown_impl_lists_known_forms():
-    q, k, v = qkv()
+    q, k, v = inputs()
     with pytest.raises(ValueError, match=r"unknown impl 'fast'; known forms: .*loops, matrix, .*sdpa"):
         attnlab.attention(q, k, v, impl="fast")

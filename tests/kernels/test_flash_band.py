@@ -12,13 +12,6 @@ from helpers import qkv
 from .test_flash import both, path  # noqa: F401  (path: the bounded / online-max fixture)
 
 
-@pytest.fixture
-def small_bands(monkeypatch):
-    """Bands of 4 query rows and batches of a few hundred scores, so that small problems use them."""
-    monkeypatch.setattr(flash_band, "BAND_BLOCK_Q", 4)
-    monkeypatch.setattr(flash_band, "BATCH_SCORES", 150)  # per head: a few tiles per batch
-
-
 def ids(*lengths):
     return torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)])
 

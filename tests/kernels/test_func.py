@@ -24,12 +24,6 @@ CASES = {  # name: (N, H, Hkv, L, S, E), keywords
 }
 
 
-@pytest.fixture
-def small_bands(monkeypatch):
-    monkeypatch.setattr(flash_band, "BAND_BLOCK_Q", 4)
-    monkeypatch.setattr(flash_band, "BATCH_SCORES", 150)
-
-
 def build(name):
     """(the function of the inputs, the inputs) for one case; dropout redraws the same seed each call."""
     size, kw = CASES[name]

@@ -39,7 +39,9 @@ def test_gradcheck_each_builtin_each_form(impl, name):
     def f(q, k, v, *params):  # params are the modifier's own tensors: gradcheck perturbs them in place
         return attnlab.attention(q, k, v, is_causal=True, enable_gqa=True, impl=impl, score_mod=mod, **FORMS[impl])
 
-    assert torch.autograd.gradcheck(f, (q, k, v, *mod.params))
+    # the loops form in fast mode: the Jacobians compared along random directions (two calls, not two per input
+    # element), which any wrong entry of its gradient still changes
+    assert torch.autograd.gradcheck(f, (q, k, v, *mod.params), fast_mode=impl == "loops")
 
 
 @pytest.mark.parametrize("impl", ["loops", "flash"])

@@ -17,6 +17,7 @@ from attnlab.kernels import flash, ring
 from attnlab.lab.check import rule
 from attnlab.lab.distributed import launch
 from attnlab.lab.distributed import ring as lab
+from processes import sleeps
 
 TINY = dict(heads=2, head_dim=8, backward=True, measure=False, pg_timeout_s=20.0)
 
@@ -72,14 +73,10 @@ def test_ring_needs_a_process_group_and_checks_its_arguments_first():
         ring.attention(q, q, q, stats={})
 
 
-def _sleeps(rank, world):
-    time.sleep(120)
-
-
 @pytest.mark.slow
 def test_launch_deadline_stops_a_rank_that_never_returns():
     t0 = time.monotonic()
-    out = launch.launch(_sleeps, 1, timeout_s=2.0, pg_timeout_s=5.0)
+    out = launch.launch(sleeps, 1, timeout_s=2.0, pg_timeout_s=5.0)
     assert time.monotonic() - t0 < 15
     assert out[0].exitcode is None and "launch deadline (2 s)" in out[0].error
     with pytest.raises(launch.LaunchError, match="rank 0 of 1: still running"):

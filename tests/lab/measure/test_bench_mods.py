@@ -29,8 +29,8 @@ def test_sweep_with_a_modifier_skips_forms_without_one():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mod", [mods.softcap(3.0), mods.alibi(4)], ids=["softcap", "alibi"])
-def test_compiled_flex_applies_the_same_modifier_as_flash(mod):
+def test_compiled_flex_applies_the_same_modifier_as_flash():
+    mod = mods.compose(mods.alibi(4), mods.softcap(3.0))  # both built-ins in one compile (one is seconds)
     if flex.unavailable():
         pytest.skip(flex.unavailable())
     g = torch.Generator().manual_seed(0)
@@ -40,10 +40,3 @@ def test_compiled_flex_applies_the_same_modifier_as_flash(mod):
     err = (got - want).abs().max().item()
     print(f"flex vs flash with {mod.name}: {err:.2e}")
     assert err < 1e-5
-
-
-@pytest.mark.slow
-def test_bench_cli_bad_mod_is_one_line(run_cli):
-    r = run_cli("bench", "--mod", "softcap:zero", "--seq", "16")
-    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert "unknown score modifier 'softcap:zero'" in r.stderr

@@ -24,11 +24,6 @@ LOSS_TOL = 1e-4  # float32 sums in another order, carried through a few optimize
 KEYS = ("train_loss", "val_loss", "grad_norm", "qk_grad_norm", "score_grad_norm", "entropy", "peak")
 
 
-@pytest.fixture(scope="module")
-def data():
-    return corpus.stdlib(max_chars=200_000)
-
-
 def _train(rank, world, cfg, cp, out, stop_at=None, resume=False):
     """One rank: train the sqrt variant; every step's loss and the log come back."""
     grid = parallel.grid(cp)

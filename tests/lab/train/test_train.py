@@ -14,11 +14,6 @@ from attnlab.lab.train import summary as train_summary
 TINY = train.PRESETS["tiny"]
 
 
-@pytest.fixture(scope="module")
-def data():
-    return corpus.stdlib(max_chars=200_000)
-
-
 def test_stdlib_corpus_is_split_by_file_and_deterministic(data):
     again = corpus.stdlib(max_chars=200_000)
     assert torch.equal(data.train, again.train) and torch.equal(data.val, again.val)

@@ -1,4 +1,5 @@
-"""Seeded random configurations, 500 per form: every form passes the tolerance rule on all of them.
+"""Seeded random configurations, 500 per form: every form passes the tolerance rule on all of them, and the judge
+fails wrong functions (tests/mutants.py) on the same kind of configurations.
 
 Batch dims (0-2), GQA and MQA, L != S, E != Ev, odd sizes, every mask kind and mask function,
 causal, learnable biases, any scale (negative too), dropout, float32 and float64; output and
@@ -11,6 +12,7 @@ import collections
 import pytest
 
 import attnlab
+import mutants
 from attnlab.lab.check import verify
 
 N_CONFIGS = 500
@@ -46,9 +48,23 @@ def test_loops_passes_500_random_configs():
     _report(rows)
 
 
-def test_pytorch_itself_passes_500_random_configs_with_its_own_dropout():
-    sdpa = attnlab.forms()["sdpa"].fn
-    cases = verify.random_cases(N_CONFIGS, seed=3, max_len=9, max_dim=12, max_batch=2)
-    rows = [verify.check_case("sdpa", sdpa, c, 3 + i, accepts_masks=True, shared_dropout=False)
-            for i, c in enumerate(cases)]
-    _report(rows)
+# a bug of the corpus (tests/mutants.py) -> the cases where its switch is thrown
+SHOWS = {"ignores scale=": lambda c: c.scale is not None, "ignores dropout_p": lambda c: c.dropout_p > 0,
+         "dropout survivors not scaled": lambda c: c.dropout_p > 0, "GQA with repeat": lambda c: (c.Hkv or 1) > 1,
+         "ignores is_causal": lambda c: c.is_causal, "ignores attn_mask": lambda c: c.mask is not None}
+
+
+def test_the_judge_fails_wrong_functions_on_random_configs_and_passes_right_ones():
+    """Functions that are not attnlab's (their own dropout, probed): the right ones pass every case; each wrong one
+    fails only cases where its bug is switched on, and most of those (a case may hide it: no live weight left)."""
+    cases = verify.random_cases(40, seed=3, max_len=9, max_dim=12, max_batch=2)
+    assert all(sum(shows(c) for c in cases) >= 1 for shows in SHOWS.values())
+    right = {n: f for n, f in mutants.CORRECT.items() if n != "PyTorch's own"}
+    result = verify.verify(right | {n: mutants.MUTANTS[n][0] for n in SHOWS}, cases, seed=3, timeout=None)
+    _report([r for r in result.rows if r.form in right])
+    for name, shows in SHOWS.items():
+        failed = [r.status != "pass" for r in result.rows if r.form == name]
+        where = [shows(c) for c in cases]
+        print(name, f"fails {sum(failed)} of the {sum(where)} cases its bug is on")
+        assert not any(f and not w for f, w in zip(failed, where, strict=True)), name
+        assert sum(failed) >= 0.75 * sum(where), name

@@ -1,7 +1,7 @@
 """The lesson page in a real browser: Debian's chromium, driven by Playwright, opened from file://.
 
-Never a downloaded browser: Playwright is pointed at /usr/bin/chromium. Without it the test is skipped
-with a message -- unless the environment variable CI is set, where a missing chromium is a failure
+Never a downloaded browser: the session's ``browser`` (tests/conftest.py) is /usr/bin/chromium. Without it the test
+is skipped with a message -- unless the environment variable CI is set, where a missing chromium is a failure
 (`make test` installs it).
 """
 
@@ -10,36 +10,7 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 RIGHT = [1, 2, 0, 3, 0]  # the test's right answers, as in attnlab.report.lesson.sections.QUIZ
-
-
-def _need_browser():
-    missing = None
-    if not CHROMIUM.exists():
-        missing = f"no {CHROMIUM}: install Debian's chromium (apt-get install chromium) to run the browser test"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError:
-            missing = "the playwright Python package is not installed (pip install -e '.[dev]')"
-    if missing and os.environ.get("CI"):
-        pytest.fail(f"CI is set and {missing}")
-    if missing:
-        pytest.skip(missing)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    _need_browser()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.mark.slow

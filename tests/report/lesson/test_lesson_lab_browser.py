@@ -22,7 +22,6 @@ from attnlab.lab.lesson import collect, sources
 from labchecks import graded
 
 from .conftest import BENCH, TIE, TRAIN, tiny_checkpoint
-from .test_lesson_browser import browser  # noqa: F401 -- a browser of this module's own
 
 
 def _matrix(q, k, v, scale, future):  # the learner's matrix version, with the scale and the mask they chose
@@ -65,7 +64,7 @@ def _items(page) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_learners_checks_tick_the_page_from_their_newest_results(browser, tmp_path, monkeypatch):  # noqa: F811
+def test_the_learners_checks_tick_the_page_from_their_newest_results(browser, tmp_path, monkeypatch):
     t0 = time.perf_counter()
     out = _folder(tmp_path)
     given = ["bench.json", "checkpoints/scale-sqrt.pt", "tie_kv.json", "train.json"]

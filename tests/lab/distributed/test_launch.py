@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.lab.distributed import launch, servers
-from processes import alive, sigint_as_at_a_terminal, wait_until_gone
+from processes import alive, sigint_as_at_a_terminal, sleeps, wait_until_gone
 
 pytestmark = pytest.mark.skipif("forkserver" not in mp.get_all_start_methods() or not Path("/proc/self").exists(),
                                 reason="the fork server and /proc (Linux)")
@@ -36,10 +36,6 @@ def test_a_ctrl_c_while_the_fork_server_starts_is_raised_not_dropped(monkeypatch
         servers.start_server_deaf()
     assert seen["held"]  # the server starts deaf to Ctrl-C ...
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # ... and this process hears it again
-
-
-def _sleeps(rank, world):
-    time.sleep(3600)
 
 
 def _rank(rank, world):
@@ -62,7 +58,7 @@ def test_a_ctrl_c_while_a_rank_starts_stops_the_started_ones_and_the_fork_server
 
     monkeypatch.setattr(cls, "start", start)
     with pytest.raises(KeyboardInterrupt):
-        launch.launch(_sleeps, 2, timeout_s=3600)
+        launch.launch(sleeps, 2, timeout_s=3600)
     print(started)
     assert not alive(started["rank"])  # stopped and reaped before the KeyboardInterrupt went on
     assert not alive(started["server"])  # not left to finish importing torch (or to serve a dropped request)

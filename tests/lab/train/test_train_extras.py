@@ -6,16 +6,11 @@ import dataclasses
 import pytest
 import torch
 
-from attnlab.lab.train import checkpoint, corpus, train
+from attnlab.lab.train import checkpoint, train
 from attnlab.lab.train import estimate as train_time
 from attnlab.report import train as report
 
 TINY = dataclasses.replace(train.PRESETS["tiny"], block_size=32, steps=12, eval_every=6)
-
-
-@pytest.fixture(scope="module")
-def data():
-    return corpus.stdlib(max_chars=200_000)
 
 
 def test_the_estimate_is_timed_on_real_steps(data):

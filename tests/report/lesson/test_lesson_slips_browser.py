@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from .test_lesson_browser import _open, browser  # noqa: F401 -- the module's browser, shared
+from .test_lesson_browser import _open
 
 
 def _title_in_sight(page) -> tuple[float, float, float]:
@@ -19,7 +19,7 @@ def _title_in_sight(page) -> tuple[float, float, float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("size", [(1280, 800), (390, 844)])
-def test_the_step_title_stays_in_sight_and_figures_stay_legible(browser, lesson, size):  # noqa: F811
+def test_the_step_title_stays_in_sight_and_figures_stay_legible(browser, lesson, size):
     w, h = size
     page, url, errors, requests = _open(browser, lesson, viewport={"width": w, "height": h})
     for how in ("next", "box", "box-from-the-top", "next-after-reading"):
@@ -53,7 +53,7 @@ def test_the_step_title_stays_in_sight_and_figures_stay_legible(browser, lesson,
 
 
 @pytest.mark.slow
-def test_the_diagram_the_mask_off_long_input_and_newlines(browser, lesson):  # noqa: F811
+def test_the_diagram_the_mask_off_long_input_and_newlines(browser, lesson):
     page, _, errors, _ = _open(browser, lesson, viewport={"width": 1280, "height": 800})
     arrows = page.evaluate("Array.from(document.querySelectorAll('.pipeline .arrow')).map((a) => [a.dataset.from, "
                            "a.dataset.to])")
@@ -94,7 +94,7 @@ def test_the_diagram_the_mask_off_long_input_and_newlines(browser, lesson):  # n
 
 
 @pytest.mark.slow
-def test_the_copying_heads_are_measured_in_the_page_as_in_python(browser, lesson):  # noqa: F811
+def test_the_copying_heads_are_measured_in_the_page_as_in_python(browser, lesson):
     from attnlab.lab.lesson import model
     from attnlab.lab.train import circuits
 
