@@ -21,6 +21,8 @@ comes from the rows, never from the judged process.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import subprocess
@@ -48,6 +50,36 @@ def verify_elsewhere(spec: str, cases: list[Case], *, seed: int = 0, check_dropo
     return r.rows
 
 
+_judge: subprocess.Popen | None = None  # the judge's process for attnlab.testing: one a session, started when needed
+
+
+def _judge_process() -> subprocess.Popen:
+    """The judge's fresh process (see :func:`judge_apart`), started once and kept for the next check: an
+    ``assert_case`` per case then costs a case, not an interpreter."""
+    global _judge
+    if _judge is None or _judge.poll() is not None:
+        _judge = subprocess.Popen([sys.executable, "-m", "attnlab.lab.check.isolate"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                  start_new_session=True)
+        atexit.register(_end_judge, _judge)
+    return _judge
+
+
+def _end_judge(child: subprocess.Popen) -> None:
+    global _judge
+    for f in (child.stdin, child.stdout):
+        with contextlib.suppress(OSError):
+            f.close()
+    if child.poll() is None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(5)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    if _judge is child:
+        _judge = None
+
+
 def judge_apart(fn: Callable, name: str, cases: list[Case], *, seed: int = 0, check_dropout: bool = True,
                 timeout: float | None = None, device: str = "cpu"):
     """verify's result for ``fn``, the judge running in a fresh process that has not imported ``fn``'s code; this
@@ -57,37 +89,39 @@ def judge_apart(fn: Callable, name: str, cases: list[Case], *, seed: int = 0, ch
 
     job = {"name": name, "cases": [asdict(c) for c in cases], "seed": seed, "check_dropout": check_dropout,
            "timeout": timeout, "device": device, "score_mod": mod_cases.takes_score_mod(fn)}
-    child = subprocess.Popen([sys.executable, "-m", "attnlab.lab.check.isolate"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                             start_new_session=True)
+    child = _judge_process()
+    done = False
     try:
         wire.send(child.stdin.fileno(), job)
         end = remote.serve(fn, child.stdout.fileno(), child.stdin.fileno(), watch=timeout)
         if "result" not in end:
             child.wait(30)
             raise RuntimeError(f"the judge's process ended ({remote.how(child)}) before its verdict")
+        done = True
         return VerifyResult.from_dict(json.loads(end["result"]))
     finally:
-        for f in (child.stdin, child.stdout):
-            f.close()
-        if child.poll() is None:
-            child.kill()
-        child.wait()
+        if not done:  # interrupted, or a request left half answered: the next check starts a judge afresh
+            _end_judge(child)
 
 
 def _judge_child() -> None:
-    """In the judge's fresh process: verify the function that the parent serves, send the result, end."""
+    """In the judge's fresh process: for each job, verify the function that the parent serves and send the result;
+    end when the parent closes the pipe."""
     rfd, wfd = os.dup(0), os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     from attnlab.lab.check import served, verify
 
-    job, _ = wire.receive(rfd)
-    fn = remote.Remote(rfd, wfd, {"name": job["name"], "score_mod": job["score_mod"]})
-    cases = [served.case_of(c) for c in job["cases"]]
-    r = verify.verify({job["name"]: fn}, cases, seed=job["seed"], check_dropout=job["check_dropout"],
-                      timeout=job["timeout"], device=job["device"])
-    wire.send(wfd, {"result": json.dumps(r.to_dict())})
+    while True:
+        try:
+            job, _ = wire.receive(rfd)
+        except wire.Closed:
+            return
+        fn = remote.Remote(rfd, wfd, {"name": job["name"], "score_mod": job["score_mod"]})
+        cases = [served.case_of(c) for c in job["cases"]]
+        r = verify.verify({job["name"]: fn}, cases, seed=job["seed"], check_dropout=job["check_dropout"],
+                          timeout=job["timeout"], device=job["device"])
+        wire.send(wfd, {"result": json.dumps(r.to_dict())})
 
 
 if __name__ == "__main__":
