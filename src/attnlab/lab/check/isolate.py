@@ -30,7 +30,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 
-from attnlab.lab.check import remote, wire
+from attnlab.lab.check import remote, served, wire
 from attnlab.lab.check.cases import Case
 from attnlab.lab.check.judge import Row
 from attnlab.lab.check.loader import LoadError, import_function  # noqa: F401 -- the names callers use
@@ -93,7 +93,7 @@ def judge_apart(fn: Callable, name: str, cases: list[Case], *, seed: int = 0, ch
     done = False
     try:
         wire.send(child.stdin.fileno(), job)
-        end = remote.serve(fn, child.stdout.fileno(), child.stdin.fileno(), watch=timeout)
+        end = served.serve(fn, child.stdout.fileno(), child.stdin.fileno(), watch=timeout)
         if "result" not in end:
             child.wait(30)
             raise RuntimeError(f"the judge's process ended ({remote.how(child)}) before its verdict")
@@ -110,7 +110,7 @@ def _judge_child() -> None:
     rfd, wfd = os.dup(0), os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from attnlab.lab.check import served, verify
+    from attnlab.lab.check import verify
 
     while True:
         try:

@@ -10,9 +10,10 @@ in another process, and the two talk in messages of plain values and tensors (:m
   the judge then holds to the rule itself. Every request has a deadline; a process that hangs is
   killed, one that ends (``sys.exit``, ``os._exit``, a kill, a crash, out of memory) is said so,
   and nothing more is asked of it (:attr:`Remote.lost`).
-* :func:`serve` is the judged side: it runs the requests on the real function, in the process that
-  holds it (:mod:`.worker` for ``verify --impl`` and ``lab check``; the test's own process for
-  :mod:`attnlab.testing`, whose judge then runs in a fresh process, :mod:`.apart`).
+* :func:`attnlab.lab.check.served.serve` is the judged side: it runs the requests on the real
+  function, in the process that holds it (:mod:`.worker` for ``verify --impl`` and ``lab check``;
+  the test's own process for :mod:`attnlab.testing`, whose judge then runs in a fresh process,
+  :func:`attnlab.lab.check.isolate.judge_apart`).
 """
 
 from __future__ import annotations
@@ -208,34 +209,6 @@ def start(job: dict, cwd: str | None = None, module: str = "attnlab.lab.check.wo
         raise LoadFailed(reply["load_error"])
     r.info = reply["loaded"]
     return r
-
-
-def serve(fn, rfd: int, wfd: int, watch: float | None = None, roots: tuple[str, ...] = (), extra=None) -> dict:
-    """Answer the judge's requests with ``fn`` until it closes (returns {}) or sends what is not a request
-    (returned, e.g. the judge's result). ``watch``: seconds a request may take here before the judge is told it
-    hung (an in-process watchdog; a judged process of its own is killed by the judge instead)."""
-    from attnlab.lab.check import served
-
-    while True:
-        try:
-            header, tensors = wire.receive(rfd)
-        except wire.Closed:
-            return {}
-        op = header.get("op")
-        if op is None:
-            return header
-        if op == "close":
-            return {}
-        if watch is None:
-            reply = served.answer(fn, header, tensors, roots, extra)
-        else:
-            from attnlab.lab.check.watchdog import case_limit, watched
-
-            case = header.get("case")
-            limit = case_limit(served.case_of(case), watch) if case else watch
-            reply = watched(lambda h=header, t=tensors: served.answer(fn, h, t, roots, extra), limit) or (
-                {"hung": limit}, [])
-        wire.send(wfd, *reply)
 
 
 def raised(e: BaseException, roots: tuple[str, ...] = ()) -> dict:

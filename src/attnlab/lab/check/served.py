@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from attnlab.lab.check import wire
 from attnlab.lab.check.cases import DTYPES, Case
 
 
@@ -75,3 +76,29 @@ def answer(fn, header: dict, tensors: list, roots: tuple[str, ...] = (), extra=N
 def finite(x: float | None) -> float | None:
     """A float as JSON can carry it (inf and NaN as None)."""
     return None if x is None or not math.isfinite(x) else x
+
+
+def serve(fn, rfd: int, wfd: int, watch: float | None = None, roots: tuple[str, ...] = (), extra=None) -> dict:
+    """Answer the judge's requests with ``fn`` until it closes (returns {}) or sends what is not a request
+    (returned, e.g. the judge's result). ``watch``: seconds a request may take here before the judge is told it
+    hung (an in-process watchdog; a judged process of its own is killed by the judge instead)."""
+    while True:
+        try:
+            header, tensors = wire.receive(rfd)
+        except wire.Closed:
+            return {}
+        op = header.get("op")
+        if op is None:
+            return header
+        if op == "close":
+            return {}
+        if watch is None:
+            reply = answer(fn, header, tensors, roots, extra)
+        else:
+            from attnlab.lab.check.watchdog import case_limit, watched
+
+            case = header.get("case")
+            limit = case_limit(case_of(case), watch) if case else watch
+            reply = watched(lambda h=header, t=tensors: answer(fn, h, t, roots, extra), limit) or (
+                {"hung": limit}, [])
+        wire.send(wfd, *reply)

@@ -2,7 +2,7 @@
 
 Started by :func:`attnlab.lab.check.remote.start` as ``python -m attnlab.lab.check.worker``. The first
 message names what to load; the reply is ``{"loaded": ...}`` or ``{"load_error": line}``. Then it
-serves (:func:`attnlab.lab.check.remote.serve`) until the judge closes the pipe. It never sees the
+serves (:func:`attnlab.lab.check.served.serve`) until the judge closes the pipe. It never sees the
 oracle, PyTorch's answers or the limits, so nothing it imports can change them.
 
 Its messages go out on the stdout it was given; the function's own prints (Python's and C's) go to
@@ -50,7 +50,7 @@ def main(prepare=None, extra=None) -> None:
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # the function's own prints go to stderr, not into the messages
     sys.stdout = sys.stderr
-    from attnlab.lab.check import loader, remote, wire
+    from attnlab.lab.check import loader, served, wire
 
     job, _ = wire.receive(rfd)
     try:
@@ -61,7 +61,7 @@ def main(prepare=None, extra=None) -> None:
         wire.send(wfd, {"load_error": str(e)})
         return
     wire.send(wfd, {"loaded": info})
-    remote.serve(fn, rfd, wfd, roots=roots, extra=extra)
+    served.serve(fn, rfd, wfd, roots=roots, extra=extra)
 
 
 if __name__ == "__main__":
