@@ -14,6 +14,7 @@ import pytest
 from attnlab.cli import main
 from attnlab.lab.distributed import launch
 from attnlab.lab.distributed.launch import free_port
+from attnlab.lab.distributed.servers import children as servers_children
 from processes import left_by, marked_env
 
 TINY = ["train", "--preset", "tiny", "--scale", "sqrt"]
@@ -87,18 +88,6 @@ def test_under_torchrun_two_ranks_train_and_rank_0_reports(tmp_path):
     assert (tmp_path / "train.png").is_file() and (tmp_path / "checkpoints" / "scale-sqrt.pt").is_file()
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if int((p / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(p.name))
-            except (OSError, IndexError, ValueError):
-                pass
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the ranks through /proc")
 def test_a_killed_rank_ends_the_run_with_one_line(tmp_path):
@@ -111,8 +100,8 @@ def test_a_killed_rank_ends_the_run_with_one_line(tmp_path):
         while not (tmp_path / "checkpoints" / "scale-sqrt.pt").is_file():  # step 0 is saved: training runs
             assert p.poll() is None and time.monotonic() < deadline, p.communicate()
             time.sleep(0.2)
-        servers = [c for c in _children(p.pid) if b"forkserver" in Path(f"/proc/{c}/cmdline").read_bytes()]
-        ranks = [r for s in servers for r in _children(s)]
+        servers = [c for c in servers_children(p.pid) if b"forkserver" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        ranks = [r for s in servers for r in servers_children(s)]
         assert len(ranks) == 2, ranks
         t0 = time.monotonic()
         os.kill(max(ranks), signal.SIGKILL)

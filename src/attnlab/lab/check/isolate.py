@@ -34,7 +34,7 @@ from attnlab.lab.check import remote, served, wire
 from attnlab.lab.check.cases import Case
 from attnlab.lab.check.judge import Row
 from attnlab.lab.check.loader import LoadError, import_function  # noqa: F401 -- the names callers use
-from attnlab.lab.check.remote import LOAD_SECONDS, LoadFailed  # noqa: F401
+from attnlab.lab.check.remote import LoadFailed  # noqa: F401 -- the name cli/verify.py catches
 
 
 def verify_elsewhere(spec: str, cases: list[Case], *, seed: int = 0, check_dropout: bool = True,

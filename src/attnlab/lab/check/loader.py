@@ -17,9 +17,10 @@ import importlib.util
 import inspect
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
+
+from attnlab.lab.check.remote import user_frame
 
 
 class LoadError(ValueError):
@@ -55,13 +56,6 @@ def from_source(roots: list[Path]) -> None:
     """From now on in this process: write no bytecode, and load modules under ``roots`` from their source."""
     sys.dont_write_bytecode = True
     sys.meta_path.insert(0, _UsersFirst(roots))
-
-
-def _line_in(e: BaseException, path: Path | None) -> str:
-    frames = traceback.extract_tb(e.__traceback__)
-    if path is not None:
-        frames = [f for f in frames if Path(f.filename).resolve() == path.resolve()]
-    return f", line {frames[-1].lineno}" if frames else ""
 
 
 def _raised(e: BaseException) -> str:
@@ -118,7 +112,9 @@ def load_file(path: Path, name: str, module_name: str = "attnlab_lab_learner") -
     except SyntaxError as e:
         raise LoadError(f"{path}, line {e.lineno}: syntax error: {e.msg}") from None
     except BaseException as e:  # the learner's module raised (or exited) while it was imported
-        raise LoadError(f"{path}{_line_in(e, path)}: importing it {_raised(e)}") from None
+        frame = user_frame(e.__traceback__, (str(path),))
+        where = f", line {frame.lineno}" if frame is not None else ""
+        raise LoadError(f"{path}{where}: importing it {_raised(e)}") from None
     fn = getattr(module, name, None)
     if fn is None:
         found = [n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module_name]

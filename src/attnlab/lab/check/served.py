@@ -9,8 +9,6 @@ raises is sent as its type, message and line, never as the exception object.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from attnlab.lab.check import wire
@@ -71,11 +69,6 @@ def answer(fn, header: dict, tensors: list, roots: tuple[str, ...] = (), extra=N
         return {"raised": {"type": "ValueError", "message": f"no such request {op!r}"}}, []
     except BaseException as e:  # whatever the function does is the judge's to read, as values
         return {"raised": remote.raised(e, roots)}, []
-
-
-def finite(x: float | None) -> float | None:
-    """A float as JSON can carry it (inf and NaN as None)."""
-    return None if x is None or not math.isfinite(x) else x
 
 
 def serve(fn, rfd: int, wfd: int, watch: float | None = None, roots: tuple[str, ...] = (), extra=None) -> dict:
