@@ -40,8 +40,10 @@ demo: install
 lint: install-dev
 	$(VENV)/bin/ruff check src tests benchmarks
 
+# Two workers (pytest-xdist): most slow tests wait on a child interpreter, so the suite's wall time nearly halves
+# on two cores; the tests of the built pages share one worker (tests/conftest.py).
 test: install-dev browser lint
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup
 
 test-fast: install-dev lint
 	$(VENV)/bin/python -m pytest -q -m "not slow"

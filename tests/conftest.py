@@ -115,3 +115,14 @@ def browser(_chromium):
     yield _chromium
     for context in list(_chromium.contexts):
         context.close()
+
+
+# `make test` runs the suite on two workers (pytest-xdist, --dist loadgroup). The tests that share the session's
+# built pages and its one chromium go to one worker, so each is built, and chromium started, once.
+PAGE_FIXTURES = {"browser", "lesson", "model_lesson"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if PAGE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("page"))
