@@ -134,12 +134,17 @@ def test_impl_imports_from_the_current_directory_under_the_console_script(tmp_pa
             return attention(q, k, v, attn_mask, 0.0, is_causal, scale, enable_gqa)
     """))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    only = "basic,dropout 0.2,score_mod softcap"  # the entry point and the skips, not the whole grid again
     r = subprocess.run([ATTNLAB, "verify", "--quick", "--dtype", "float32", "--show", "failures", "--impl",
-                        "myattn:no_dropout", "--no-dropout"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                       timeout=300)
+                        "myattn:no_dropout", "--no-dropout", "--only", only], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
     print(r.stdout[-500:], r.stderr[-2000:])
     # skipped: the dropout cases (--no-dropout) and the score-modifier cases (no score_mod= keyword)
-    skipped = sum(c.dropout_p > 0 or c.mod is not None for c in verify.default_cases(["float32"], long=False))
+    from attnlab.cli.verify import _only
+
+    cases = _only(verify.default_cases(["float32"], long=False), only)
+    skipped = sum(c.dropout_p > 0 or c.mod is not None for c in cases)
+    assert skipped == 2 and len(cases) == 3
     assert r.returncode == 0 and "ALL PASS" in r.stdout and f"{skipped} skipped" in r.stdout
     assert "(dropout not checked: --no-dropout)" in r.stdout
 
