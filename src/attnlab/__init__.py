@@ -5,6 +5,8 @@
 
 Forms: ``attnlab.forms()``. Masks as functions: ``attnlab.masks``. Score modifiers
 (soft-capping, ALiBi, a learned relative bias): ``attnlab.mods``, passed as ``score_mod=``.
+A function that does not take an argument says so by raising ``attnlab.Unsupported``: ``attnlab verify``
+and ``attnlab.testing`` then skip that case with the message, where any other exception is an error.
 """
 
 import warnings
@@ -12,8 +14,8 @@ import warnings
 with warnings.catch_warnings():  # torch warns on import when numpy is missing; only the 'lab' extra needs numpy
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     from . import masks, mods
-    from .kernels import Form, attention, forms, register
+    from .kernels import Form, Unsupported, attention, forms, register
 
 __version__ = "0.1.0"
 
-__all__ = ["Form", "attention", "forms", "masks", "mods", "register", "__version__"]
+__all__ = ["Form", "Unsupported", "attention", "forms", "masks", "mods", "register", "__version__"]

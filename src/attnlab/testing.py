@@ -16,6 +16,11 @@ A failure raises ``AssertionError`` whose message is verify's table of the faili
 function's error, PyTorch's own error on the same device and dtype, the limit) and the diagnoses:
 what the pattern of failures points to. The rule is verify's: ``max|yours - oracle| <= 2 x
 max|PyTorch - oracle| + floor`` for the output and every gradient. See ``examples/test_my_attention.py``.
+
+A function refuses an argument it does not take by raising ``attnlab.Unsupported`` (the case is skipped, with
+its message); any other exception fails the case. ``backward=False`` judges a kernel without a backward on its
+forward; ``factor=`` holds a kernel that is knowingly less precise to more than 2x PyTorch's error (the
+failure message says so); ``name=`` names the function in ids and messages.
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ __all__ = ["Case", "assert_attention_matches", "assert_case", "cases"]
 
 
 def cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), *, quick: bool = True,
-          only: str | Iterable[str] | None = None) -> list:
+          only: str | Iterable[str] | None = None, name: str | None = None) -> list:
     """verify's grid, for ``pytest.mark.parametrize``: one ``pytest.param`` per case with the case's label as its
-    id (plain :class:`Case` objects where pytest is not installed). ``only``: case names containing these words."""
+    id, after ``name`` where given (``"mine: basic [float32]"``, for several functions in one test file); plain
+    :class:`Case` objects where pytest is not installed. ``only``: case names containing these words."""
     picked = _cases.default_cases(list(dtypes), long=not quick)
     if only is not None:
         words = [only] if isinstance(only, str) else list(only)
@@ -42,13 +48,15 @@ def cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), *, quick: 
         import pytest
     except ModuleNotFoundError:
         return picked
-    return [pytest.param(c, id=c.label) for c in picked]
+    return [pytest.param(c, id=f"{name}: {c.label}" if name else c.label) for c in picked]
 
 
 def assert_case(fn: Callable, case: Case, *, device="cpu", seed: int = 0, check_dropout: bool = True,
-                timeout: float | None = None) -> None:
+                timeout: float | None = None, backward: bool = True, factor: float = 2.0,
+                name: str | None = None) -> None:
     """Hold ``fn`` to the rule on one case (see :func:`cases`); AssertionError with the row and its diagnosis."""
-    r = _check(fn, [case], device=device, seed=seed, check_dropout=check_dropout, timeout=timeout)
+    r = _check(fn, [case], device=device, seed=seed, check_dropout=check_dropout, timeout=timeout, backward=backward,
+               factor=factor, name=name)
     if r.rows[0].status == "skipped":  # e.g. a score-modifier case for a function without score_mod=
         import pytest
 
@@ -57,17 +65,20 @@ def assert_case(fn: Callable, case: Case, *, device="cpu", seed: int = 0, check_
 
 def assert_attention_matches(fn: Callable, *, device="cpu", dtypes: Iterable[str] = ("float32", "float64", "bfloat16"),
                              quick: bool = True, seed: int = 0, check_dropout: bool = True,
-                             timeout: float | None = None) -> None:
-    """Hold ``fn`` to the rule on every case of the grid (``quick``: without the long L = 1025 case) in ``dtypes`` on
+                             timeout: float | None = None, backward: bool = True, factor: float = 2.0,
+                             name: str | None = None) -> None:
+    """Hold ``fn`` to the rule on every case of the grid (``quick``: without the long cases) in ``dtypes`` on
     ``device``. ``check_dropout=False`` skips the dropout cases, for a function without dropout. ``timeout``:
-    seconds a case may take at the basic case's size (None: no limit)."""
+    seconds a case may take at the basic case's size (None: no limit). ``backward=False``: the output alone, for a
+    kernel without a backward. ``factor``: the rule's multiple of PyTorch's error (default 2)."""
     _check(fn, _cases.default_cases(list(dtypes), long=not quick), device=device, seed=seed,
-           check_dropout=check_dropout, timeout=timeout)
+           check_dropout=check_dropout, timeout=timeout, backward=backward, factor=factor, name=name)
 
 
-def _check(fn, picked, *, device, seed, check_dropout, timeout):
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    r = isolate.judge_apart(fn, name, picked, seed=seed, check_dropout=check_dropout, timeout=timeout, device=device)
+def _check(fn, picked, *, device, seed, check_dropout, timeout, backward, factor, name):
+    name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    r = isolate.judge_apart(fn, name, picked, seed=seed, check_dropout=check_dropout, timeout=timeout, device=device,
+                            backward=backward, factor=factor)
     if any(row.status in ("fail", "error") for row in r.rows):
         raise AssertionError(message(r, name))
     return r

@@ -183,7 +183,7 @@ CASES = [
     (f"demo --seed {BIG}", 2, f"attnlab demo: {E} argument --seed: expected a seed from 0 to 4294967295, got {BIG}"),
     (f"verify --seed {BIG}", 2, f"attnlab verify: {E} argument --seed: expected a seed from 0 to 4294967295"),
     (f"ring --seed {BIG}", 2, f"attnlab ring: {E} argument --seed: expected a seed from 0 to 4294967295"),
-    ("verify --dtype int8", 2, f"attnlab verify: {E} --dtype 'int8': choose from float32, float64, bfloat16"),
+    ("verify --dtype int8", 2, f"attnlab verify: {E} --dtypes 'int8': choose from float32, float64, bfloat16"),
     pytest.param("verify --impl nosuchmodule:fn", 2, f"attnlab verify: {E} cannot import module 'nosuchmodule' for "
                  "--impl 'nosuchmodule:fn'", marks=pytest.mark.slow),  # imported in verify's child process
     ("verify --impl fast", 2, f"attnlab verify: {E} unknown impl 'fast'; known forms: flash, loops, matrix"),

@@ -14,8 +14,17 @@ def add_parser(sub):
     p.add_argument("--impl", action="append", default=None, metavar="NAME[,NAME...]",
                    help="registered form names, or package.module:function for your own SDPA-style function "
                         "(repeatable; default: every registered form except sdpa)")
-    p.add_argument("--dtype", default="float32,float64,bfloat16", help="dtypes to check (comma-separated)")
-    p.add_argument("--quick", action="store_true", help="skip the long (L=1025) cases")
+    p.add_argument("--dtypes", "--dtype", dest="dtype", default="float32,float64,bfloat16", metavar="DTYPE[,DTYPE...]",
+                   help="dtypes to check, comma-separated, from float32, float64, bfloat16, float16 (default: "
+                        "float32,float64,bfloat16)")
+    p.add_argument("--quick", action="store_true", help="skip the long cases (the longest each dtype affords)")
+    p.add_argument("--forward-only", action="store_true",
+                   help="judge the output alone, for a kernel without a backward (called on inputs that do not "
+                        "require grad; said in the summary)")
+    p.add_argument("--factor", type=_factor, default=2.0, metavar="X",
+                   help="the rule's multiple of PyTorch's own error: max|yours - oracle| <= X * max|PyTorch - oracle| "
+                        "+ floor (default 2; a larger X for a kernel that is knowingly less precise, said in the "
+                        "summary)")
     p.add_argument("--only", metavar="TEXT[,TEXT...]",
                    help="run only the cases whose name contains one of these (case-insensitive), e.g. --only "
                         "causal,GQA to rerun what failed")
@@ -25,7 +34,7 @@ def add_parser(sub):
     p.add_argument("--model", metavar="NAME_OR_PATH",
                    help="instead of the grid: run each form inside this Hugging Face causal LM (a hub name or a "
                         "local folder) and compare logits, 16 greedy tokens and gradients with the model's own "
-                        "attention in float32; --dtype, --quick and --show do not apply (needs pip install "
+                        "attention in float32; --dtypes, --quick and --show do not apply (needs pip install "
                         "'attnlab[hf]')")
     p.add_argument("--no-dropout", action="store_true",
                    help="skip the dropout cases, for a function without dropout (said in the summary); by default "
@@ -45,7 +54,15 @@ def add_parser(sub):
 
 def run(args) -> int:
     from attnlab.lab.check import verify
-    from attnlab.report.terminal import console, diagnosis_lines, oracle_line, progress, verify_summary, verify_table
+    from attnlab.report.terminal import (
+        console,
+        diagnosis_lines,
+        oracle_line,
+        progress,
+        untested_lines,
+        verify_summary,
+        verify_table,
+    )
 
     from . import UsageError
 
@@ -60,7 +77,8 @@ def run(args) -> int:
     json_folder(args.json)  # before the run, not after it: a folder that cannot be made is known now
 
     cases = _only(verify.default_cases(dtypes, long=not args.quick), args.only)
-    kw = {"seed": args.seed, "check_dropout": not args.no_dropout, "timeout": args.timeout, "device": device}
+    kw = {"seed": args.seed, "check_dropout": not args.no_dropout, "timeout": args.timeout, "device": device,
+          "backward": not args.forward_only, "factor": args.factor}
     rows: dict[str, list] = {}
     with progress(len(cases) * len(specs), "cases") as advance:
         if ours:
@@ -69,15 +87,30 @@ def run(args) -> int:
         for spec in specs:
             if spec not in ours:
                 rows[spec] = _elsewhere(spec, cases, advance, kw)
-    result = verify.VerifyResult.of([r for spec in specs for r in rows[spec]], device)
+    result = verify.VerifyResult.of([r for spec in specs for r in rows[spec]], device, args.factor,
+                                    not args.forward_only)
     if args.show == "all" or not result.passed:
         console.print(verify_table(result, args.show))
-    for line in diagnosis_lines(result) + [oracle_line(result) or ""]:
+    for line in diagnosis_lines(result) + [oracle_line(result) or ""] + untested_lines(result):
         if line:
             console.print(line)
     console.print(verify_summary(result, specs, dropout_skipped=args.no_dropout))
     save_json(result, args.json)
     return 0 if result.passed else 1
+
+
+def _factor(text: str) -> float:
+    """--factor as a number of at least 1 (the rule never asks less of a kernel than PyTorch's own error)."""
+    import argparse
+    import math
+
+    try:
+        x = float(text)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or x < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number >= 1 (default 2)")
+    return x
 
 
 def _only(cases: list, text: str | None) -> list:
@@ -175,7 +208,7 @@ def _elsewhere(spec: str, cases, advance, kw) -> list:
 
 
 def _dtypes(text: str) -> list[str]:
-    """--dtype as a list of names, each once, or a UsageError naming the choices."""
+    """--dtypes as a list of names, each once, or a UsageError naming the choices."""
     from attnlab.lab.check import verify
 
     from . import UsageError
@@ -183,7 +216,7 @@ def _dtypes(text: str) -> list[str]:
     dtypes = list(dict.fromkeys(d.strip() for d in text.split(",") if d.strip()))  # each once
     bad = [d for d in dtypes if d not in verify.DTYPES]
     if bad or not dtypes:
-        raise UsageError(f"--dtype {text!r}: choose from {', '.join(verify.DTYPES)}")
+        raise UsageError(f"--dtypes {text!r}: choose from {', '.join(verify.DTYPES)}")
     return dtypes
 
 

@@ -30,4 +30,6 @@ class ArgumentTypeError(TypeError, RuntimeError):
 
 class Unsupported(ValueError):
     """An input that a form does not handle (e.g. dropout in the triton form); the message names the
-    forms that do. ``attnlab verify`` reports such a case as skipped, with the message, not as failed."""
+    forms that do. Public as ``attnlab.Unsupported``: any attention function raises it to refuse an argument,
+    and ``attnlab verify`` reports such a case as skipped, with the message, not as failed (any other
+    exception, a plain ``ValueError`` or ``NotImplementedError`` included, is an error)."""

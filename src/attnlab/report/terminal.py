@@ -90,12 +90,36 @@ def verify_table(result, show: str = "all", table=None) -> Table:
 
 
 def verify_summary(result, forms: list[str], dropout_skipped: bool = False) -> str:
-    """The verdict under the table: ALL PASS or FAILURES, and the counts."""
+    """The verdict under the table: ALL PASS or FAILURES, the counts, and what the rule was if not the usual."""
     c = result.counts()
     verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
+    held = []
+    if getattr(result, "factor", 2.0) != 2.0:
+        held.append(f"the rule's factor set to {result.factor:g}x PyTorch's error, not the default 2x")
+    if not getattr(result, "backward", True):
+        held.append("the output only, no gradient (forward only)")
+    if dropout_skipped:
+        held.append("dropout not checked: --no-dropout")
     return (f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, {c['skipped']} skipped, over "
-            f"{len(forms)} form(s): {', '.join(forms)}" + (" (dropout not checked: --no-dropout)" if dropout_skipped
-                                                           else ""))
+            f"{len(forms)} form(s): {', '.join(forms)}" + (f" ({'; '.join(held)})" if held else ""))
+
+
+def untested_lines(result) -> list[str]:
+    """What was not tested, one line per reason with its count and dtypes (a refusal by attnlab.Unsupported says
+    its own message); and, where a function refused by NotImplementedError, how to say it as a refusal."""
+    groups: dict[tuple[str, str], list] = {}
+    for r in result.rows:
+        if r.status == "skipped":
+            groups.setdefault((r.form, r.detail.splitlines()[0] if r.detail else "skipped"), []).append(r)
+    lines = ["not tested:"] if groups else []
+    for (form, why), rows in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        dtypes = ", ".join(dict.fromkeys(r.dtype for r in rows))
+        lines.append(f"  - {escape(form)}: {len(rows)} case(s) in {dtypes}, e.g. {escape(rows[0].case)!r}: "
+                     f"{escape(why[:160])}")
+    if any(r.status == "error" and r.detail.startswith("NotImplementedError") for r in result.rows):
+        lines.append("to refuse an argument you do not support, raise attnlab.Unsupported: the case is then skipped "
+                     "with your message, not an error")
+    return lines
 
 
 def diagnosis_lines(result) -> list[str]:

@@ -1,8 +1,10 @@
 """The cases ``attnlab verify`` runs: problems chosen for the bugs attention code really has.
 
 Each :class:`Case` is one problem -- sizes, masking, dtype, and how the inputs arrive -- and
-:func:`default_cases` is the grid: causal or not; bool, float, broadcast and padding masks; L != S
-with both causal alignments; GQA and MQA; head dims 40 and 59; lengths 1, 97 and 1025; rows with
+:func:`default_cases` is the grid: causal or not; bool, float, broadcast and padding masks, a padding
+mask together with ``is_causal``; L != S with both causal alignments; GQA and MQA; head dims 40, 59, 64,
+128 and 256; lengths 1 and 97, lengths off the tile sizes kernels use (not multiples of 16, 64 or 128)
+with one batch dim, and the longest causal case each dtype affords (:data:`LONGEST`); rows with
 every key masked; an explicit ``scale`` (small, large, negative, a 0-d tensor); ``is_causal``
 together with a mask; scores in the hundreds (where a softmax without the max subtraction
 overflows); inputs that are not contiguous (the ``(B, L, H, E).transpose(1, 2)`` views transformers
@@ -27,6 +29,9 @@ from attnlab.kernels.dtypes import DTYPES as ALL_DTYPES
 DTYPES = {name: ALL_DTYPES[name] for name in ("float32", "float64", "bfloat16", "float16")}  # the dtypes verify checks
 LAYOUTS = ("transposed", "expanded", "sliced")  # how non-contiguous inputs arrive (see views)
 LARGE = 10.0  # q and k times this: with E = 32 the scaled scores have a spread of about 100
+# the long case's length per dtype (left out by quick grids): float64's oracle and PyTorch runs cost the most per
+# element, half precision the least, and it is where long sums lose the most
+LONGEST = {"float64": 1025, "float32": 2049, "bfloat16": 4097, "float16": 4097}
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,9 @@ def default_cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), lo
         Case("two batch dims", batch=(2, 3), H=2, L=9, E=8),
         Case("head dim 40, L=97", batch=(1,), H=2, L=97, E=40, is_causal=True),
         Case("head dim 59, Ev=24", batch=(1,), H=2, L=33, S=47, E=59, Ev=24),
+        *[Case(f"head dim {E}, causal", batch=(1,), H=2, L=48, E=E, is_causal=True) for E in (64, 128, 256)],
+        Case("off the tiles: L=100, S=75", batch=(1,), H=2, L=100, S=75),  # L, S mod 16 != 0
+        Case("off the tiles: L=S=137, padding mask", batch=(1,), H=2, L=137, mask="padding"),
         Case("L=1", batch=(2,), H=2, L=1, S=65, E=32),
         Case("L<S causal upper-left", batch=(1,), H=2, L=33, S=97, E=32, is_causal=True),
         Case("L>S causal upper-left", batch=(1,), H=2, L=97, S=33, E=32, is_causal=True),
@@ -135,6 +143,7 @@ def default_cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), lo
         Case("float mask", mask="float"),
         Case("broadcast mask (L, S)", mask="broadcast"),
         Case("padding mask (N,1,1,S)", mask="padding"),
+        Case("is_causal with a padding mask (N,1,1,S)", is_causal=True, mask="padding"),
         Case("fully masked rows", mask="dead-rows"),
         Case("CausalBias upper-left, L>S", batch=(1,), H=2, L=47, S=33, mask="causal-bias upper-left"),
         Case("CausalBias lower-right, L<S", batch=(1,), H=2, L=33, S=47, mask="causal-bias lower-right"),
@@ -164,9 +173,13 @@ def default_cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), lo
         Case("score_mod hides whole rows", mod="hide rows"),
     ]
     base += _noncontiguous()
-    if long:
-        base.append(Case("L=1025 causal", batch=(1,), H=2, L=1025, E=64, is_causal=True))
     cases = [replace(c, dtype=dt) for dt in dtypes for c in base]
+    if long:  # the longest case each dtype affords, after that dtype's other cases
+        for dt in dtypes:
+            n = LONGEST[dt]
+            at = max(i for i, c in enumerate(cases) if c.dtype == dt) + 1
+            cases.insert(at, Case(f"L={n} causal", batch=(1,), H=2 if n <= 1025 else 1, L=n, E=64, is_causal=True,
+                                  dtype=dt))
     if "float64" in dtypes:  # learnable ALiBi slopes and an unlisted bias: float64 only (mod_cases.FLOAT64_ONLY)
         cases.append(Case("score_mod alibi slopes, learnable, padding", mask="padding", mod="alibi slopes",
                           dtype="float64"))

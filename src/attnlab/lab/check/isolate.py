@@ -39,14 +39,14 @@ from attnlab.lab.check.remote import LoadFailed  # noqa: F401 -- the name cli/ve
 
 def verify_elsewhere(spec: str, cases: list[Case], *, seed: int = 0, check_dropout: bool = True,
                      timeout: float | None = 10.0, device: str = "cpu",
-                     progress: Callable[[str], None] | None = None) -> list[Row]:
+                     progress: Callable[[str], None] | None = None, **held) -> list[Row]:
     """The rows of ``verify({spec: <the function spec names>}, cases, ...)``, the function in a process of its own
-    (LoadFailed in one line when it cannot be loaded there)."""
+    (LoadFailed in one line when it cannot be loaded there). ``held``: verify's ``backward`` and ``factor``."""
     from attnlab.lab.check import verify
 
     with remote.start({"spec": spec, "what": f"--impl {spec}"}) as fn:
         r = verify.verify({spec: fn}, cases, seed=seed, check_dropout=check_dropout, timeout=timeout, device=device,
-                          progress=progress)
+                          progress=progress, **held)
     return r.rows
 
 
@@ -81,14 +81,15 @@ def _end_judge(child: subprocess.Popen) -> None:
 
 
 def judge_apart(fn: Callable, name: str, cases: list[Case], *, seed: int = 0, check_dropout: bool = True,
-                timeout: float | None = None, device: str = "cpu"):
+                timeout: float | None = None, device: str = "cpu", backward: bool = True, factor: float = 2.0):
     """verify's result for ``fn``, the judge running in a fresh process that has not imported ``fn``'s code; this
     process answers its requests (each under the in-process watchdog when ``timeout`` is given)."""
     from attnlab.lab.check import mod_cases
     from attnlab.lab.check.verify import VerifyResult
 
     job = {"name": name, "cases": [asdict(c) for c in cases], "seed": seed, "check_dropout": check_dropout,
-           "timeout": timeout, "device": device, "score_mod": mod_cases.takes_score_mod(fn)}
+           "timeout": timeout, "device": device, "score_mod": mod_cases.takes_score_mod(fn), "backward": backward,
+           "factor": factor}
     child = _judge_process()
     done = False
     try:
@@ -120,7 +121,7 @@ def _judge_child() -> None:
         fn = remote.Remote(rfd, wfd, {"name": job["name"], "score_mod": job["score_mod"]})
         cases = [served.case_of(c) for c in job["cases"]]
         r = verify.verify({job["name"]: fn}, cases, seed=job["seed"], check_dropout=job["check_dropout"],
-                          timeout=job["timeout"], device=job["device"])
+                          timeout=job["timeout"], device=job["device"], backward=job["backward"], factor=job["factor"])
         wire.send(wfd, {"result": json.dumps(r.to_dict())})
 
 

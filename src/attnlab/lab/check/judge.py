@@ -66,6 +66,7 @@ class Expected:
     cross: rule.Comparison  # PyTorch in float64 against the oracle, worst quantity
     keep: torch.Tensor | None  # the dropout keep-mask the oracle applied
     fresh: object  # the case's score modifier maker (see _modifier)
+    fwd: oracle.Forward | None = None  # the oracle's forward (with the keep-mask), computed once for the case
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,10 @@ class Inputs:
         return self.mask if oracle.causal_variant(self.mask) else self.dense
 
 
-def quantities(case: Case) -> list[str]:
+def quantities(case: Case, backward: bool = True) -> list[str]:
+    """What is compared on a case: the output, and with ``backward`` every gradient."""
+    if not backward:
+        return ["out"]
     return ["out", "dq", "dk", "dv"] + (["dmask"] if case.grad_mask else []) + mod_cases.PARAM_NAMES.get(case.mod, [])
 
 
@@ -130,17 +134,22 @@ def _modifier(case: Case, seed: int):
     return fresh
 
 
-def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=None, layout: bool = True):
+def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=None, layout: bool = True,
+        backward: bool = True):
     """Call ``f`` on fresh inputs after ``torch.manual_seed(seed)``; returns ((out, dq, dk, dv[, dmask][, dparams]),
     contract problems). Inputs are laid out as the case says (``layout``); gradients are taken with respect
-    to the tensors ``f`` was given. A :class:`Remote` function does all of it in its own process, and sends back
-    the tensors and the problems as values."""
+    to the tensors ``f`` was given: by ``torch.autograd.grad``, or where the function's backward only works under
+    ``.backward()`` (reentrant activation checkpointing) from the ``.grad`` it leaves. ``backward=False``: the
+    forward alone, on inputs that do not require grad, returns ((out,), problems). A :class:`Remote` function does
+    all of it in its own process, and sends back the tensors and the problems as values."""
     if isinstance(f, Remote):
-        return f.run(case, seed, q, k, v, m, grad_out, p, fresh, layout)
+        return f.run(case, seed, q, k, v, m, grad_out, p, fresh, layout, backward)
     _, (qq, kk, vv) = views(case, q, k, v) if layout else (None, [t.detach().clone().requires_grad_(True)
                                                                  for t in (q, k, v)])
+    if not backward:  # the same layout, nothing to differentiate
+        qq, kk, vv = (t.detach() for t in (qq, kk, vv))
     tensor = isinstance(m, torch.Tensor) and oracle.causal_variant(m) is None  # (a CausalBias holds no values)
-    mm = m.detach().clone().requires_grad_(case.grad_mask) if tensor else m  # the caller's own copy
+    mm = m.detach().clone().requires_grad_(case.grad_mask and backward) if tensor else m  # the caller's own copy
     mod, ts = fresh(device=q.device) if fresh is not None else (None, [])
     given = [qq, kk, vv] + ([mm] if tensor else [])
     before = [(t.detach().clone(), t.requires_grad) for t in given]
@@ -150,6 +159,8 @@ def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=No
     problems = _contract(out, q, given, before)
     if not isinstance(out, torch.Tensor):
         return None, problems
+    if not backward:
+        return (out.detach(),), problems
     wrt = [qq, kk, vv] + ([mm] if case.grad_mask else []) + ts
     if out.shape != grad_out.shape:
         problems.append(f"the output has shape {tuple(out.shape)}; PyTorch's is {tuple(grad_out.shape)}")
@@ -157,7 +168,28 @@ def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=No
     if not out.requires_grad:
         problems.append("the output does not require grad: no gradient reaches q, k or v (detached inputs?)")
         return (out, *[None] * len(wrt)), problems
-    return (out, *torch.autograd.grad(out, wrt, grad_out.to(out.dtype), allow_unused=True)), problems
+    try:
+        grads = torch.autograd.grad(out, wrt, grad_out.to(out.dtype), allow_unused=True)
+    except RuntimeError as first:  # e.g. reentrant checkpointing, which takes only .backward(): ask it that way
+        grads = _by_backward(f, case, seed, p, qq, kk, vv, mm, mod, wrt, grad_out, first)
+    return (out, *grads), problems
+
+
+def _by_backward(f, case: Case, seed: int, p: float, qq, kk, vv, mm, mod, wrt, grad_out, first: RuntimeError):
+    """The gradients ``out.backward(grad_out)`` leaves in ``.grad`` (kept on the views too), from a fresh forward:
+    the graph ``torch.autograd.grad`` refused may be half spent. Its own failure raises the first error."""
+    for t in wrt:
+        t.grad = None
+        if not t.is_leaf:
+            t.retain_grad()
+    if p > 0:
+        torch.manual_seed(seed)
+    out = call(f, qq, kk, vv, mm, case, p, mod)
+    try:
+        out.backward(grad_out.to(out.dtype))
+    except RuntimeError:
+        raise first from None
+    return tuple(t.grad for t in wrt)
 
 
 INPUT_NAMES = ("query", "key", "value", "attn_mask")
@@ -182,28 +214,34 @@ def _contract(out, q, given, before) -> list[str]:
 
 def expect(case: Case, seed: int, x: Inputs, keep) -> Expected:
     """What a form is judged by: the oracle (with the keep-mask), the oracle without dropout, the
-    rounding floors, PyTorch's answer in the case's dtype (without dropout), and the oracle's own check."""
+    rounding floors, PyTorch's answer in the case's dtype (without dropout), and the oracle's own check.
+    The oracle's forward runs once (twice with dropout: with the keep-mask and without), and every floor and
+    hypothesis reads it; in float64 on the CPU, PyTorch's answer is its float64 answer too."""
     q, k, v, dense, grad_out = x.q, x.k, x.v, x.torch_mask, x.grad_out
     fresh = _modifier(case, seed)
     mod64, ts64 = fresh(torch.float64, "cpu")  # the oracle differentiates the tensors made, listed or not
     args = (q, k, v, x.oracle_mask, case.is_causal, case.scale, case.gqa)
-    ref = oracle.reference(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, score_mod=mod64,
-                           score_params=ts64)
+    ref, fwd = oracle.answer(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, score_mod=mod64,
+                             score_params=ts64)
     # PyTorch runs without dropout (its dropout draws other random numbers): its error is measured
     # against the oracle without dropout, the form's against the oracle with the form's keep-mask.
-    ref0 = ref if keep is None else oracle.reference(*args, grad_out=grad_out, score_mod=mod64, score_params=ts64)
-    budget = rule.rounding_floor(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, score_mod=mod64)
+    ref0, fwd0 = (ref, fwd) if keep is None else oracle.answer(*args, grad_out=grad_out, score_mod=mod64,
+                                                               score_params=ts64)
+    budget = rule.rounding_floor(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, fwd=fwd)
     theirs = _pytorch(case, seed, q, k, v, dense, grad_out, fresh)
-    cpu64 = [t.detach().cpu().double() for t in (q, k, v, grad_out)]
-    d64 = oracle.cpu64(dense)
-    case64 = Case(**{**case.__dict__, "dtype": "float64", "layout": None})
-    ours64 = _pytorch(case64, seed, *cpu64[:3], d64, cpu64[3], lambda dtype=None, device=None: fresh(torch.float64))
+    if DTYPES[case.dtype] == torch.float64 and q.device.type == "cpu":  # the float64 answer is that one
+        ours64 = theirs
+    else:
+        cpu64 = [t.detach().cpu().double() for t in (q, k, v, grad_out)]
+        case64 = Case(**{**case.__dict__, "dtype": "float64", "layout": None})
+        ours64 = _pytorch(case64, seed, *cpu64[:3], oracle.cpu64(dense), cpu64[3],
+                          lambda dtype=None, device=None: fresh(torch.float64))
     if keep is None and DTYPES[case.dtype] in (torch.float32, torch.float64):  # one roundoff: the floor is linear in it
         ratio = torch.finfo(torch.float64).eps / torch.finfo(DTYPES[case.dtype]).eps
         floor64 = {n: b * ratio for n, b in budget.items()}
     else:
-        floor64 = rule.rounding_floor(*args, grad_out=grad_out, score_mod=mod64, dtype=torch.float64)
-    return Expected(ref, ref0, budget, theirs, _cross(case, ours64, ref0, floor64), keep, fresh)
+        floor64 = rule.rounding_floor(*args, grad_out=grad_out, dtype=torch.float64, fwd=fwd0)
+    return Expected(ref, ref0, budget, theirs, _cross(case, ours64, ref0, floor64), keep, fresh, fwd)
 
 
 def _pytorch(case: Case, seed: int, q, k, v, dense, grad_out, fresh):
@@ -244,17 +282,18 @@ def _cross(case: Case, ours64, ref0, floor64: dict) -> rule.Comparison:
 
 
 def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accepts_masks: bool,
-          explain: bool = True) -> Row:
+          explain: bool = True, *, backward: bool = True, factor: float = rule.FACTOR) -> Row:
     """Run ``fn`` on the case and hold out, dq, dk, dv (and dmask, and a modifier's tensors) to the tolerance rule.
     ``accepts_masks``: ``fn`` is one of attnlab's forms, given mask functions as they are. ``explain``: on a
-    failure, look for the wrong semantics it matches (a few float64 runs more)."""
+    failure, look for the wrong semantics it matches (a few float64 runs more). ``backward=False``: the output
+    alone. ``factor``: the rule's multiple of PyTorch's error (see :data:`attnlab.lab.check.rule.FACTOR`)."""
     if not exp.cross.passed:
         return row(name, case, "error", f"the oracle and PyTorch disagree: max|PyTorch(float64) - oracle| = "
                    f"{exp.cross.err:.3g} on {exp.cross.quantity}, allowed {exp.cross.allowed:.3g} (float64 "
                    "rounding); this case judges nothing until they agree", cross=exp.cross)
     try:
         mine, problems = run(fn, case, seed, x.q, x.k, x.v, x.mask_for(accepts_masks), x.grad_out, case.dropout_p,
-                             exp.fresh)
+                             exp.fresh, backward=backward)
     except kernels.Unsupported as e:  # an input the form says it does not take: skipped, with the reason
         return row(name, case, "skipped", str(e), cross=exp.cross)
     except Exception as e:  # a function that cannot run a case fails it, with the reason
@@ -264,7 +303,7 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
     comps = []
     if mine is not None:
         theirs = exp.theirs
-        for i, qname in enumerate(quantities(case)):
+        for i, qname in enumerate(quantities(case, backward)):
             m_, r_, r0 = mine[i] if i < len(mine) else None, exp.ref[i], exp.ref0[i]
             if m_ is None:
                 comps.append(rule.Comparison(qname, math.inf, math.inf, 0.0, 0.0, False))
@@ -272,7 +311,7 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
             t_ = (max((t[i] for t in theirs), key=lambda x, r=r0: rule.max_err(x, r)) if isinstance(theirs, list)
                   else theirs[i])
             comps.append(rule.compare(qname, m_, t_, r_, DTYPES[case.dtype], exp.budget.get(qname, 0.0),
-                                      theirs_ref=r0))
+                                      theirs_ref=r0, factor=factor))
     ok = not problems and bool(comps) and all(c.passed for c in comps)
     hints = hypotheses.matches(case, x, mine, exp, comps) if explain and not ok else []
     return row(name, case, "pass" if ok else "fail", "; ".join(problems), comparisons=comps, hints=hints,

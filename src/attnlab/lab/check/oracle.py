@@ -57,6 +57,14 @@ def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, en
     require grad come last: ``score_params`` where given (a modifier need not list what it reads), else
     its ``params``.
     """
+    return answer(query, key, value, attn_mask, is_causal, scale, enable_gqa, grad_out, keep, dropout_p, score_mod,
+                  score_params)[0]
+
+
+def answer(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
+           grad_out=None, keep=None, dropout_p=0.0, score_mod=None, score_params=None) -> tuple:
+    """(:func:`reference`'s answer, the :class:`Forward` it came from, detached): the one forward a case needs,
+    for the rounding floor and the hypotheses as well as the answer."""
     want = grad_out is not None
     q, k, v = (t.detach().double().cpu().requires_grad_(want) for t in (query, key, value))
     m = attn_mask
@@ -67,12 +75,16 @@ def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, en
     f = forward(q, k, v, m, is_causal, scale, enable_gqa, keep, dropout_p, score_mod)
     out = _unflatten(f.out, f)
     if not want:
-        return out.detach()
+        return out.detach(), _detached(f)
     wrt = [q, k, v] + ([m] if isinstance(m, torch.Tensor) and m.requires_grad else [])
     wrt += [t for t in (getattr(score_mod, "params", ()) if score_params is None else score_params) if t.requires_grad]
     grads = torch.autograd.grad(out, wrt, grad_out.detach().double().cpu().reshape(out.shape), allow_unused=True)
     grads = [torch.zeros_like(t) if g is None else g for t, g in zip(wrt, grads, strict=True)]
-    return (out.detach(), *grads)
+    return (out.detach(), *grads), _detached(f)
+
+
+def _detached(f: Forward) -> Forward:
+    return Forward(**{n: t.detach() if isinstance(t, torch.Tensor) else t for n, t in vars(f).items()})
 
 
 def forward(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, keep=None, dropout_p=0.0,

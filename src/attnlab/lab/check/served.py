@@ -53,7 +53,8 @@ def answer(fn, header: dict, tensors: list, roots: tuple[str, ...] = (), extra=N
             case = case_of(header["case"])
             q, k, v, dense, grad_out, *ts = tensors
             mine, problems = judge.run(fn, case, header["seed"], q, k, v, _mask(header["mask"], dense), grad_out,
-                                       header["p"], _fresh(case, header["seed"], ts), header["layout"])
+                                       header["p"], _fresh(case, header["seed"], ts), header["layout"],
+                                       header.get("backward", True))
             return {"mine": mine is not None, "problems": problems}, list(mine or [])
         if op == "call":
             case = case_of(header["case"])

@@ -6,9 +6,11 @@ dk, dv are compared with the float64 oracle (:mod:`attnlab.lab.check.oracle`) un
 device and in the same dtype, plus a rounding floor. What each case is judged by is computed once
 and shared by every function checked on it (:mod:`attnlab.lab.check.judge`).
 
-Any function with PyTorch's SDPA signature can be checked. Its dropout is checked too: with v = I
-the output *is* the weights after dropout, which says which weights the function dropped under a
-seed; the oracle then applies that keep-mask (see :func:`probe_keep`). Each case of a function that
+Any function with PyTorch's SDPA signature can be checked. Its dropout is checked too: with v = columns
+of the identity the output *is* the weights after dropout, which says which weights the function dropped
+under a seed; the oracle then applies that keep-mask (see :func:`probe_keep`). A function that refuses an
+argument by raising :class:`attnlab.Unsupported` has that case SKIPPED with its message; one without a
+backward is judged on its forward (``backward=False``). Each case of a function that
 is not attnlab's runs under a watchdog (:mod:`attnlab.lab.check.watchdog`), so one that hangs is a FAIL
 row. :func:`attnlab.lab.check.diagnose.diagnose` reads a result's failures as likely causes.
 """
@@ -51,11 +53,14 @@ class VerifyResult(Result):
     versions: dict
     device: str = "cpu"
     diagnoses: dict[str, list[Diagnosis]] = field(default_factory=dict)  # per function that failed
+    factor: float = judge.rule.FACTOR  # the rule's multiple of PyTorch's error the rows were held to
+    backward: bool = True  # the gradients were judged (False: --forward-only)
 
     @classmethod
-    def of(cls, rows: list[Row], device="cpu") -> VerifyResult:
+    def of(cls, rows: list[Row], device="cpu", factor: float = judge.rule.FACTOR,
+           backward: bool = True) -> VerifyResult:
         """The result of these rows, with the machine, the versions and each failing function's diagnoses."""
-        r = cls(rows, machine(), versions(), str(torch.device(device)))
+        r = cls(rows, machine(), versions(), str(torch.device(device)), factor=factor, backward=backward)
         r.diagnoses = {f: diagnose(r, f) for f in dict.fromkeys(x.form for x in rows)
                        if any(x.form == f and x.status in ("fail", "error") for x in rows)}
         return r
@@ -93,19 +98,24 @@ def shared_keep(case: Case, seed: int, device="cpu") -> torch.Tensor | None:
 def probe_keep(fn: Callable, case: Case, x: Inputs, seed: int, accepts_masks: bool) -> tuple[torch.Tensor | None, str]:
     """Which weights ``fn`` drops for this case and seed: (keep (N, H, L, S) bool, "") or (None, why not).
 
-    Called with v = I (Ev = S), attention returns its weights after dropout, Pd = keep * P / (1 - p).
-    A weight counts as kept when Pd is over half of P (P from the oracle; whether the survivors were
-    scaled is for the comparison that follows). The share dropped must be p within six standard
-    deviations of a binomial draw, or the function is not doing dropout.
+    Called with v = Ev columns of the identity, attention returns those columns of its weights after dropout,
+    Pd = keep * P / (1 - p); ceil(S / Ev) calls, each after the same ``torch.manual_seed(seed)`` on inputs of the
+    case's own shapes, read them all. A weight counts as kept when Pd is over half of P (P from the oracle;
+    whether the survivors were scaled is for the comparison that follows). The share dropped must be p within
+    six standard deviations of a binomial draw, or the function is not doing dropout.
     """
-    S, Hkv, p = case.S or case.L, case.Hkv or case.H, case.dropout_p
-    eye = torch.eye(S, device=x.q.device).to(x.q.dtype).expand(*case.batch, Hkv, S, S).clone()
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        Pd = judge.call(fn, x.q, x.k, eye, x.mask_for(accepts_masks), case, p)
-    P = oracle.reference(x.q, x.k, eye, x.oracle_mask, case.is_causal, case.scale, case.gqa)
+    S, Hkv, Ev, p = case.S or case.L, case.Hkv or case.H, case.Ev or case.E, case.dropout_p
+    eye = torch.eye(S, math.ceil(S / Ev) * Ev, device=x.q.device).to(x.q.dtype)  # (S, S rounded up to Ev)
     n = math.prod(case.batch)
-    P, Pd = P.reshape(n, case.H, case.L, S), Pd.detach().double().cpu().reshape(n, case.H, case.L, S)
+    cols = []
+    for j in range(0, S, Ev):
+        v = eye[:, j:j + Ev].expand(*case.batch, Hkv, S, Ev).clone()
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            cols.append(judge.call(fn, x.q, x.k, v, x.mask_for(accepts_masks), case, p).detach().double().cpu()
+                        .reshape(n, case.H, case.L, Ev))
+    Pd = torch.cat(cols, dim=-1)[..., :S]
+    P = oracle.answer(x.q, x.k, x.v, x.oracle_mask, case.is_causal, case.scale, case.gqa)[1].P
     keep = (Pd.abs() > 0.5 * P) | (P == 0)
     live = P > 1e-12
     total = int(live.sum())
@@ -118,7 +128,8 @@ def probe_keep(fn: Callable, case: Case, x: Inputs, seed: int, accepts_masks: bo
 
 
 def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bool,
-               shared_dropout: bool = True, device="cpu") -> Row:
+               shared_dropout: bool = True, device="cpu", *, backward: bool = True,
+               factor: float = judge.rule.FACTOR) -> Row:
     """Run one case on one function: oracle, PyTorch, the function; compare out, dq, dk, dv (and dmask).
 
     Dropout cases: the function draws its seed from ``torch.manual_seed(seed)`` and the oracle applies
@@ -126,7 +137,7 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
     (``shared_dropout``), else the mask :func:`probe_keep` reads from the function itself. A function
     that ignores ``dropout_p``, drops the wrong share, or does not scale the survivors fails.
     PyTorch's dropout uses other random numbers, so its column shows its error on the same inputs
-    without dropout, against the oracle without dropout.
+    without dropout, against the oracle without dropout. ``backward``, ``factor``: as in :func:`verify`.
     """
     x = inputs(case, seed, device)
     keep = shared_keep(case, seed, device) if shared_dropout else None
@@ -141,7 +152,8 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
             return judge.row(name, case, "error", f"called sys.exit({e.code!r}) while running the case")
         if keep is None:
             return judge.row(name, case, "fail", why)
-    return judge.judge(name, fn, case, seed, x, judge.expect(case, seed, x, keep), accepts_masks)
+    return judge.judge(name, fn, case, seed, x, judge.expect(case, seed, x, keep), accepts_masks, backward=backward,
+                       factor=factor)
 
 
 def check_forms(fns: dict[str, Callable], case: Case, seed: int, device="cpu") -> list[Row]:
@@ -153,7 +165,8 @@ def check_forms(fns: dict[str, Callable], case: Case, seed: int, device="cpu") -
 
 def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, seed: int = 0,
            progress: Callable[[str], None] | None = None, check_dropout: bool = True,
-           timeout: float | None = 10.0, device="cpu", report: Callable[[Row], None] | None = None) -> VerifyResult:
+           timeout: float | None = 10.0, device="cpu", report: Callable[[Row], None] | None = None,
+           backward: bool = True, factor: float = judge.rule.FACTOR) -> VerifyResult:
     """Check each named function over the cases on ``device``. ``targets`` maps a label to a function.
 
     ``check_dropout=False`` skips the dropout cases (for functions without dropout). ``timeout``:
@@ -161,7 +174,9 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
     that are not attnlab's registered forms; a case past it is a FAIL row and the function's remaining
     cases are not run. ``None``: no watchdog. Inputs are made on ``device`` (any torch device), the
     oracle runs on the CPU in float64, PyTorch on ``device`` in each case's dtype. ``report`` hears each
-    row as soon as it is judged.
+    row as soon as it is judged. ``backward=False`` judges the output alone, for a function without a backward
+    (called on inputs that do not require grad). ``factor``: the rule's multiple of PyTorch's error (2 unless a
+    kernel is knowingly less precise; the result records it).
     """
     cases = default_cases() if cases is None else cases
     registered = kernels.forms(device=None)
@@ -179,7 +194,8 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
                 c = case.shrunk(form.max_work) if form is not None and form.max_work is not None else case
                 if progress:
                     progress(f"{name}: {c.label}")
-                row = _run_case(name, fn, form, c, seed + i, shared, device, explained[name] < EXPLAINED, timeout)
+                row = _run_case(name, fn, form, c, seed + i, shared, device, explained[name] < EXPLAINED, timeout,
+                                {"backward": backward, "factor": factor})
                 if row.detail.startswith("timed out"):
                     hung[name] = f"not run: case {c.label!r} timed out"
                 elif isinstance(fn, Remote) and fn.lost is not None:
@@ -188,21 +204,21 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
             rows[name].append(row)
             if report:
                 report(row)
-    return VerifyResult.of([r for name in targets for r in rows[name]], device)
+    return VerifyResult.of([r for name in targets for r in rows[name]], device, factor, backward)
 
 
 def _run_case(name: str, fn: Callable, form, c: Case, seed: int, shared: dict, device, explain: bool,
-              timeout: float | None) -> Row:
+              timeout: float | None, held: dict) -> Row:
     """One function on one case: the shared oracle where it can be (not a function's own dropout), under the
     watchdog when it is not one of attnlab's forms."""
     ours = form is not None and form.fn is fn
     if c.dropout_p > 0 and not (ours and form.shared_dropout):
-        run = functools.partial(check_case, name, fn, c, seed, ours, False, device)
+        run = functools.partial(check_case, name, fn, c, seed, ours, False, device, **held)
     else:
         if c not in shared:
             x = inputs(c, seed, device)
             shared[c] = (x, judge.expect(c, seed, x, shared_keep(c, seed, device)))
-        run = functools.partial(judge.judge, name, fn, c, seed, *shared[c], ours, explain)
+        run = functools.partial(judge.judge, name, fn, c, seed, *shared[c], ours, explain, **held)
     if isinstance(fn, Remote):  # a process of its own: killed when it is past the limit
         fn.deadline = None if timeout is None else case_limit(c, timeout)
         row = run()
