@@ -72,3 +72,24 @@ def test_the_example_file_passes_as_it_is():
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
     print(r.stdout[-2000:], r.stderr[-2000:])
     assert r.returncode == 0 and " passed" in r.stdout and "failed" not in r.stdout
+
+
+def test_name_backward_and_factor_reach_the_judge_and_the_ids():
+    params = attnlab.testing.cases(dtypes=["float32"], only="basic", name="mine")
+    assert params and all(p.id.startswith("mine: basic") for p in params)
+    basic = params[0].values[0]
+
+    def no_backward(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        return right(q.detach(), k.detach(), v.detach(), attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+    attnlab.testing.assert_case(no_backward, basic, backward=False)  # judged on its forward: passes
+    with pytest.raises(AssertionError) as e:  # with its gradients asked for, it fails
+        attnlab.testing.assert_case(no_backward, basic, name="mine")
+    assert "mine" in str(e.value) and "FAIL" in str(e.value)
+
+    def unscaled(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        return right(q, k, v, attn_mask, dropout_p, is_causal, 1.0, enable_gqa)
+
+    with pytest.raises(AssertionError) as e:  # a wrong forward fails forward-only, at a wider factor too
+        attnlab.testing.assert_case(unscaled, basic, backward=False, factor=4.0)
+    assert "factor set to 4x" in str(e.value) and "the output only" in str(e.value)

@@ -17,7 +17,9 @@ a pattern of failures can be read as a likely cause (:mod:`attnlab.lab.check.dia
 
 from __future__ import annotations
 
+import functools
 import math
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -60,6 +62,12 @@ class Case:
     @property
     def work(self) -> int:
         return math.prod(self.batch) * self.H * self.L * (self.S or self.L)
+
+    def seed(self, seed: int) -> int:
+        """The seed this case's inputs are drawn from under a run's ``seed``: from the case's name, so that a case
+        draws the same numbers whatever else runs with it (``--only`` reruns it as it was) and in every dtype
+        (float32 and float64 see the same values; a difference between dtypes is the dtype's)."""
+        return seed + zlib.crc32(self.name.encode()) % 1_000_003
 
     @property
     def label(self) -> str:
@@ -221,12 +229,8 @@ def make_inputs(case: Case, seed: int, device="cpu"):
     mask = _mask(case, g)
     if case.mask in CAUSAL_BIAS:  # PyTorch's CausalBias, and the bool mask it stands for (for other functions)
         dense = torch.ones(case.L, S, dtype=torch.bool).tril(S - case.L if "lower" in case.mask else 0)
-    elif isinstance(mask, M.Mask):  # PyTorch's own reading of the mask function (FlexAttention's create_mask)
-        from torch.nn.attention.flex_attention import create_mask  # imported only here: it costs seconds
-
-        n = math.prod(case.batch)
-        d = create_mask(lambda b, h, i, j: mask(b, h, i, j, case.L, S), n, case.H, case.L, S, device="cpu")
-        dense = d.reshape(*case.batch, case.H, case.L, S) if case.batch else d[0]
+    elif isinstance(mask, M.Mask):
+        dense = _dense_twin(case.mask, case.batch, case.H, case.L, S).clone()
     else:
         dense = mask
     q, k, v, grad_out = (t.to(device=device, dtype=dt) for t in (q, k, v, grad_out))
@@ -238,6 +242,23 @@ def make_inputs(case: Case, seed: int, device="cpu"):
     elif dense is not None:
         dense = dense.to(device)
     return q, k, v, mask, dense, grad_out
+
+
+@functools.lru_cache(maxsize=32)
+def _dense_twin(name: str, batch: tuple[int, ...], H: int, L: int, S: int) -> torch.Tensor:
+    """A mask function's bool tensor (*batch, H, L, S) (``name``: "lower-right" or a mask family) for the functions
+    that take tensors, read the way FlexAttention's ``create_mask`` reads it -- ``torch.vmap`` over the key index,
+    then the query's, the head's, the batch's -- not the oracle's way (one vmap over every index at once), and
+    without importing FlexAttention (seconds); once per shape, for every dtype."""
+    mask = M.causal_lower_right() if name == "lower-right" else MASK_FAMILIES[name](S)
+
+    def fn(b, h, i, j):
+        return mask(b, h, i, j, L, S)
+
+    for dims in ((None, None, None, 0), (None, None, 0, None), (None, 0, None, None), (0, None, None, None)):
+        fn = torch.vmap(fn, in_dims=dims)
+    d = fn(torch.arange(math.prod(batch)), torch.arange(H), torch.arange(L), torch.arange(S))
+    return d.reshape(*batch, H, L, S) if batch else d[0]
 
 
 def _mask(case: Case, g: torch.Generator):

@@ -67,6 +67,7 @@ class Expected:
     keep: torch.Tensor | None  # the dropout keep-mask the oracle applied
     fresh: object  # the case's score modifier maker (see _modifier)
     fwd: oracle.Forward | None = None  # the oracle's forward (with the keep-mask), computed once for the case
+    theirs64: tuple | None = None  # PyTorch in float64 on these inputs (the oracle's own check)
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,16 @@ def expect(case: Case, seed: int, x: Inputs, keep) -> Expected:
         floor64 = {n: b * ratio for n, b in budget.items()}
     else:
         floor64 = rule.rounding_floor(*args, grad_out=grad_out, dtype=torch.float64, fwd=fwd0)
-    return Expected(ref, ref0, budget, theirs, _cross(case, ours64, ref0, floor64), keep, fresh, fwd)
+    return Expected(ref, ref0, budget, theirs, _cross(case, ours64, ref0, floor64), keep, fresh, fwd, ours64)
+
+
+def in_float64(exp: Expected, case64: Case, seed: int) -> Expected:
+    """What the float64 twin of a float32 case is judged by, from the float32 case's :class:`Expected`: the same
+    inputs (:meth:`Case.seed`) give the same oracle, floors that scale with the dtype's epsilon, and PyTorch's
+    float64 answer, already computed for the oracle's check. For cases without dropout or a score modifier."""
+    ratio = torch.finfo(torch.float64).eps / torch.finfo(torch.float32).eps
+    return Expected(exp.ref, exp.ref0, {n: b * ratio for n, b in exp.budget.items()}, exp.theirs64, exp.cross,
+                    exp.keep, _modifier(case64, seed), exp.fwd, exp.theirs64)
 
 
 def _pytorch(case: Case, seed: int, q, k, v, dense, grad_out, fresh):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -183,7 +183,8 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
     rows: dict[str, list[Row]] = {name: [] for name in targets}
     hung: dict[str, str | None] = dict.fromkeys(targets)  # a function whose case timed out runs no more
     explained = dict.fromkeys(targets, 0)  # failures read for wrong semantics (diagnose needs a few, not all)
-    for i, case in enumerate(cases):
+    twins = _twins(cases, device)  # float32 cases whose float64 twin takes their oracle
+    for case in cases:
         shared: dict[Case, tuple] = {}  # one oracle and PyTorch run per case (and per size, for slow forms)
         for name, fn in targets.items():
             form = registered.get(name)
@@ -194,8 +195,8 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
                 c = case.shrunk(form.max_work) if form is not None and form.max_work is not None else case
                 if progress:
                     progress(f"{name}: {c.label}")
-                row = _run_case(name, fn, form, c, seed + i, shared, device, explained[name] < EXPLAINED, timeout,
-                                {"backward": backward, "factor": factor})
+                row = _run_case(name, fn, form, c, case.seed(seed), shared, device, explained[name] < EXPLAINED,
+                                timeout, {"backward": backward, "factor": factor}, twins)
                 if row.detail.startswith("timed out"):
                     hung[name] = f"not run: case {c.label!r} timed out"
                 elif isinstance(fn, Remote) and fn.lost is not None:
@@ -207,8 +208,29 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
     return VerifyResult.of([r for name in targets for r in rows[name]], device, factor, backward)
 
 
+def _twins(cases: list[Case], device) -> dict:
+    """{float32 case: None} for each float32 case on the CPU whose float64 twin is among ``cases`` (no dropout, no
+    score modifier): the twin is judged by the float32 case's oracle (:func:`attnlab.lab.check.judge.in_float64`)."""
+    if torch.device(device).type != "cpu":
+        return {}
+    wanted = {replace(c, dtype="float32") for c in cases if c.dtype == "float64" and c.mod is None and not c.dropout_p}
+    return {c: None for c in cases if c in wanted}
+
+
+def _expected(c: Case, seed: int, device, twins: dict) -> tuple:
+    """(inputs, what the case is judged by), from the float32 twin where there is one (see :func:`_twins`)."""
+    x = inputs(c, seed, device)
+    f32 = replace(c, dtype="float32")
+    if c.dtype == "float64" and twins.get(f32) is not None:
+        return x, judge.in_float64(twins.pop(f32), c, seed)
+    exp = judge.expect(c, seed, x, shared_keep(c, seed, device))
+    if c in twins:
+        twins[c] = exp
+    return x, exp
+
+
 def _run_case(name: str, fn: Callable, form, c: Case, seed: int, shared: dict, device, explain: bool,
-              timeout: float | None, held: dict) -> Row:
+              timeout: float | None, held: dict, twins: dict) -> Row:
     """One function on one case: the shared oracle where it can be (not a function's own dropout), under the
     watchdog when it is not one of attnlab's forms."""
     ours = form is not None and form.fn is fn
@@ -216,8 +238,7 @@ def _run_case(name: str, fn: Callable, form, c: Case, seed: int, shared: dict, d
         run = functools.partial(check_case, name, fn, c, seed, ours, False, device, **held)
     else:
         if c not in shared:
-            x = inputs(c, seed, device)
-            shared[c] = (x, judge.expect(c, seed, x, shared_keep(c, seed, device)))
+            shared[c] = _expected(c, seed, device, twins)
         run = functools.partial(judge.judge, name, fn, c, seed, *shared[c], ours, explain, **held)
     if isinstance(fn, Remote):  # a process of its own: killed when it is past the limit
         fn.deadline = None if timeout is None else case_limit(c, timeout)
