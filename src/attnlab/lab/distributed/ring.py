@@ -42,6 +42,7 @@ from attnlab.lab.measure.timing import time_calls
 from attnlab.lab.results import Result
 
 QUANTITIES = ("out", "dq", "dk", "dv")
+FLOOR_ELEMENTS = 2**24  # scores (N*H*L*S) up to which the check computes the rule's rounding floor (1 x 4 x 2048^2)
 
 
 @dataclass(frozen=True)
@@ -268,11 +269,16 @@ def check_case(cfg: RingConfig, per_rank: list[dict], progress=None) -> list[Lay
     if cfg.backward:
         theirs.backward(go)
     theirs = (theirs, tq.grad, tk.grad, tv.grad)
+    # the rule's rounding floor needs the whole (N, H, L, S) forward in float64: where that is more than
+    # FLOOR_ELEMENTS (the default problem's size), the limit is 2 x PyTorch's error and the storage floor alone
+    n_scores = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
+    floors = rule.rounding_floor(q, k, v, is_causal=cfg.causal, enable_gqa=gqa, grad_out=go if cfg.backward else None,
+                                 dtype=DTYPES[cfg.dtype]) if n_scores <= FLOOR_ELEMENTS else {}
     checks = []
     for layout in cfg.layouts():
         names = QUANTITIES if cfg.backward else QUANTITIES[:1]
         comps = [rule.compare(n, unshard([r[layout][n] for r in per_rank], layout), theirs[i], ref[i],
-                                DTYPES[cfg.dtype]) for i, n in enumerate(names)]
+                              DTYPES[cfg.dtype], floors.get(n, 0.0)) for i, n in enumerate(names)]
         checks.append(LayoutCheck(layout, comps, [r[layout]["work"] for r in per_rank]))
     return checks
 
