@@ -41,12 +41,14 @@ def main(argv=None) -> int:
         seconds = time.perf_counter() - t0
         print(f"seed {seed} ({seconds:.0f} s)\n{corpus.table(out)}", flush=True)
         right = {n: all(r.status in ("pass", "skipped") for r in result.rows if r.form == n) for n in mutants.CORRECT}
-        with_cause = [o for o in out.values() if o.want]
+        single = [o for o in out.values() if len(o.bugs) == 1]
+        multi = [o for o in out.values() if len(o.bugs) > 1]
         w = result.worst_cross()
         killed = sum(o.killed for o in out.values())
         runs.append({"seed": seed, "seconds": seconds, "mutants": len(out), "killed": killed,
-                     "with_a_cause": len(with_cause), "cause_first": sum(o.first for o in with_cause),
-                     "cause_named": sum(o.named for o in with_cause), "right_functions_pass": right,
+                     "single_bug": len(single), "single_named_first": sum(o.first for o in single),
+                     "multi_bug": len(multi), "multi_all_named": sum(o.named for o in multi),
+                     "false_lines": sum(len(o.false) for o in out.values()), "right_functions_pass": right,
                      "worst_cross": w and w.to_dict(),
                      "outcomes": {n: {"killed": o.killed, "want": o.want, "got": o.keys} for n, o in out.items()}})
         ok &= runs[-1]["killed"] == len(out) and all(right.values())

@@ -15,21 +15,39 @@ from attnlab.lab.check import diagnose, verify
 ALL = ("float32", "float64", "bfloat16")
 
 
+NOT_CAUSES = ("raises", "unclear")  # lines that state what happened, not a cause
+
+
 @dataclass
 class Outcome:
     name: str
-    want: str | None  # the diagnosis key that states the cause
+    want: str | tuple | None  # the diagnosis key that states the cause (a tuple: one per bug; None: no one cause)
     killed: bool
     counts: dict
     keys: list[str]  # the diagnoses, most likely first
 
     @property
+    def bugs(self) -> tuple[str, ...]:
+        return mutants.bugs(self.want)
+
+    @property
     def first(self) -> bool:
-        return bool(self.keys) and self.keys[0] == self.want
+        """A single bug named by the first line; several bugs: every one among the lines."""
+        if len(self.bugs) == 1:
+            return bool(self.keys) and self.keys[0] == self.bugs[0]
+        return self.named
 
     @property
     def named(self) -> bool:
-        return self.want in self.keys
+        return bool(self.bugs) and all(b in self.keys for b in self.bugs)
+
+    @property
+    def false(self) -> list[str]:
+        """Lines that name a cause the function does not have (none counted where its cause is unknown)."""
+        if not self.bugs:
+            return []
+        ok = mutants.allowed(self.want)
+        return [k for k in self.keys if k not in ok and k not in NOT_CAUSES]
 
 
 def run(seed: int = 0, timeout: float | None = None):
@@ -49,10 +67,14 @@ def run(seed: int = 0, timeout: float | None = None):
 
 
 def table(outcomes: dict) -> str:
-    lines = [f"{'KILLED' if o.killed else 'ALIVE '}  {o.name:42s} {o.counts['fail'] + o.counts['error']:3d} failing  "
-             f"want {str(o.want):16s} got {', '.join(o.keys[:3])}" for o in outcomes.values()]
-    with_cause = [o for o in outcomes.values() if o.want]
-    lines.append(f"killed {sum(o.killed for o in outcomes.values())} of {len(outcomes)}; the right cause named first "
-                 f"for {sum(o.first for o in with_cause)} of {len(with_cause)}, among the lines for "
-                 f"{sum(o.named for o in with_cause)}")
+    lines = [f"{'KILLED' if o.killed else 'ALIVE '}  {o.name[:42]:42s} "
+             f"{o.counts['fail'] + o.counts['error']:3d} failing  want {'+'.join(o.bugs) or '-':16s} "
+             f"got {', '.join(o.keys)}" + (f"  FALSE {o.false}" if o.false else "")
+             for o in outcomes.values()]
+    single = [o for o in outcomes.values() if len(o.bugs) == 1]
+    multi = [o for o in outcomes.values() if len(o.bugs) > 1]
+    lines.append(f"killed {sum(o.killed for o in outcomes.values())} of {len(outcomes)}; single bugs named first "
+                 f"{sum(o.first for o in single)} of {len(single)}, among the lines {sum(o.named for o in single)}; "
+                 f"several bugs all among the lines {sum(o.named for o in multi)} of {len(multi)}; false lines "
+                 f"{sum(len(o.false) for o in outcomes.values())}")
     return "\n".join(lines)

@@ -21,77 +21,86 @@ def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, en
                                           scale=scale, enable_gqa=enable_gqa)
 
 
+def _set(bug) -> frozenset:
+    return frozenset() if bug is None else frozenset((bug,) if isinstance(bug, str) else bug)
+
+
 def attend(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
            work=None, bug=None):
-    """Correct attention with ``bug`` (one name, see MUTANTS) switched on; computes in ``work`` (default:
-    float32 for half precision, else the inputs' dtype) and returns the inputs' dtype."""
+    """Correct attention with ``bug`` (a name, or a tuple of names: several bugs at once) switched on; computes in
+    ``work`` (default: float32 for half precision, else the inputs' dtype) and returns the inputs' dtype."""
+    bug = _set(bug)
     dtype = q.dtype
     work = work or (torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype)
-    if bug == "fp32-always":
+    if "fp32-always" in bug:
         work = torch.float32
-    if bug == "bf16-weights" or bug == "fp16-matmul":
+    if "bf16-weights" in bug or "fp16-matmul" in bug:
         work = torch.float32
     q, k, v = q.to(work), k.to(work), v.to(work)
-    if bug == "only-4d":
+    if "only-4d" in bug:
         B, H, L, E = q.shape
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
     if enable_gqa and k.shape[-3] != q.shape[-3]:
         G = q.shape[-3] // k.shape[-3]
-        if bug == "gqa-repeat":
+        if "gqa-repeat" in bug:
             k, v = (t.repeat(*[1] * (t.dim() - 3), G, 1, 1) for t in (k, v))
         else:
             k, v = (t.repeat_interleave(G, dim=-3) for t in (k, v))
-    if bug == "scale-ignored" or scale is None:
+    if "scale-ignored" in bug or scale is None:
         scale = 1 / math.sqrt(E)
-    if bug == "unscaled":
+    if "unscaled" in bug:
         scale = 1.0
-    if bug == "scale-1/d":
+    if "scale-1/d" in bug:
         scale = 1.0 / E
-    if bug == "scale-tensor" and not isinstance(scale, float):
+    if "scale-tensor" in bug and not isinstance(scale, float):
         scale = 1 / math.sqrt(E)
-    if bug == "fp16-matmul":
+    if "fp16-matmul" in bug:
         s = (q.half() @ k.half().transpose(-2, -1)).to(work) * float(scale)
-    elif bug == "view-flatten":
+    elif "view-flatten" in bug:
         s = (q.view(-1, L, E) @ k.view(-1, S, E).transpose(-2, -1)).view(*q.shape[:-1], S) * float(scale)
     else:
         s = q @ k.transpose(-2, -1) * float(scale)  # (..., H, L, S)
-    if is_causal and bug != "causal-ignored" and not (bug == "causal-dropped-with-mask" and attn_mask is not None):
-        if bug == "diagonal":
+    if is_causal and "causal-ignored" not in bug and not ("causal-dropped-with-mask" in bug and attn_mask is not None):
+        if "diagonal" in bug:
             keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril(-1)
-        elif bug == "causal-reversed":
+        elif "causal-reversed" in bug:
             keep = torch.ones(L, S, dtype=torch.bool, device=s.device).triu()
-        elif bug == "lower-right":
+        elif "lower-right" in bug:
             keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril(S - L)
-        elif bug == "square-causal":
+        elif "offset-sign" in bug and S > L:  # an offset meant as S - L (lower-right), its sign flipped
+            keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril(L - S)
+        elif "square-causal" in bug:
             keep = torch.ones(L, L, dtype=torch.bool, device=s.device).tril()
         else:
             keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril()
-        s = s.masked_fill(~keep, 0.0 if bug == "mask-zero" else -math.inf)
-    if attn_mask is not None and bug != "mask-ignored" and not (bug == "mask-dropped-with-causal" and is_causal):
+        s = s.masked_fill(~keep, 0.0 if "mask-zero" in bug else -math.inf)
+    if attn_mask is not None and "mask-ignored" not in bug and not ("mask-dropped-with-causal" in bug and is_causal):
         m = attn_mask
-        if bug == "mask-view":
+        if "mask-view" in bug:
             m = m.view(s.shape)
         if m.dtype == torch.bool:
-            if bug == "mask-inverted":
+            if "mask-inverted" in bug:
                 m = ~m
-            if bug == "mask-in-place":
+            if "mask-in-place" in bug:
                 attn_mask.logical_not_()
                 m = ~attn_mask
-            s = s + m.to(work) if bug == "bool-added" else s.masked_fill(~m, -math.inf)
-        elif bug == "float-as-bool":
+            s = s + m.to(work) if "bool-added" in bug else s.masked_fill(~m, -math.inf)
+        elif "float-as-bool" in bug:
             s = s.masked_fill(~m.bool(), -math.inf)
-        elif bug == "float-multiplied":
+        elif "float-multiplied" in bug:
             s = s * m.to(work)
         else:
             s = s + m.to(work)
-    if bug == "no-max":
+    if "bf16-scores" in bug:  # the scores stored in the inputs' dtype before the softmax
+        s = s.to(dtype).to(work)
+    if "no-max" in bug:
         e = s.exp()
         w = e / e.sum(dim=-1, keepdim=True)
-    elif bug == "nan-rows":
+    elif "nan-rows" in bug:
         w = torch.softmax(s, dim=-1)
-    elif bug == "minus-1e9":
+    elif "minus-1e9" in bug:
         w = torch.softmax(s.clamp(min=-1e9), dim=-1)  # a row that sees nothing spreads evenly
-    elif bug == "softmax-dim":
+    elif "softmax-dim" in bug:
         w = torch.softmax(s, dim=-2)
     else:
         m_ = s.amax(dim=-1, keepdim=True).detach()
@@ -99,13 +108,15 @@ def attend(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, 
         e = (s - m_).exp()
         total = e.sum(dim=-1, keepdim=True)
         w = e / torch.where(total == 0, 1.0, total)
-    if bug == "bf16-weights":
+    if "bf16-weights" in bug:
         w = w.bfloat16().to(work)
-    if dropout_p > 0 and bug != "dropout-ignored":
+    if dropout_p > 0 and "dropout-ignored" not in bug:
         keep = torch.rand_like(w) >= dropout_p
-        w = w * keep if bug == "dropout-unscaled" else w * keep / (1 - dropout_p)
+        w = w * keep if "dropout-unscaled" in bug else w * keep / (1 - dropout_p)
+        if "dropout-renormalised" in bug:  # the kept weights divided by their sum, not by 1 - p
+            w = w / w.sum(dim=-1, keepdim=True).clamp(min=1e-30)
     out = w @ v
-    return out.float() if bug == "fp32-always-returned" else out.to(dtype)
+    return out.float() if "fp32-always-returned" in bug else out.to(dtype)
 
 
 def tiled(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *, tile=16,
@@ -128,6 +139,10 @@ def tiled(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, e
     m = torch.full(shape, -math.inf, dtype=work, device=q.device)
     l = torch.zeros(shape, dtype=work, device=q.device)
     acc = torch.zeros(*shape, v.shape[-1], dtype=work, device=q.device)
+    if bug == "pad-keys" and S % tile:  # keys and values padded with zeros to a multiple of the tile, and seen
+        pad = tile - S % tile
+        k, v = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (k, v))
+        bias, S = torch.nn.functional.pad(bias, (0, pad)), S + pad
     stop = S - S % tile if bug == "drop-tail" and tile <= S else S
     for j0 in range(0, stop, tile):
         j1 = min(stop, j0 + tile)
@@ -178,6 +193,30 @@ def custom_backward(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sca
     return _BrokenBackward.apply(q, k, v, sc, bug)
 
 
+class _ForgetfulBackward(torch.autograd.Function):
+    """Right forward; the backward recomputes attention without attn_mask and is_causal (it forgot to pass them)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, attn_mask, is_causal, scale, enable_gqa):
+        ctx.save_for_backward(q, k, v)
+        ctx.args = (scale, enable_gqa)
+        return sdpa(q, k, v, attn_mask, 0.0, is_causal, scale, enable_gqa)
+
+    @staticmethod
+    def backward(ctx, dout):
+        with torch.enable_grad():
+            q, k, v = (t.detach().requires_grad_(True) for t in ctx.saved_tensors)
+            out = sdpa(q, k, v, None, 0.0, False, *ctx.args)
+            grads = torch.autograd.grad(out, (q, k, v), dout)
+        return (*grads, None, None, None, None)
+
+
+def backward_unmasked(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    if dropout_p:
+        return sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    return _ForgetfulBackward.apply(q, k, v, attn_mask, is_causal, scale, enable_gqa)
+
+
 def detached_keys(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     return sdpa(q, k.detach(), v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
@@ -195,8 +234,9 @@ def _bug(fn, name):
 
 F32, BF16, F64 = ("float32",), ("float32", "bfloat16"), ("float64",)
 
-# name -> (function, the diagnosis key that names its cause (None where no single cause shows), the dtypes
-# whose grid shows the bug: float32 for most; precision bugs pass in bfloat16, where PyTorch rounds as much)
+# name -> (function, the diagnosis key that names its cause (None where no single cause shows; a tuple of keys
+# for a function with several bugs), the dtypes whose grid shows the bugs: float32 for most; precision bugs
+# pass in bfloat16, where PyTorch rounds as much)
 MUTANTS = {
     "ignores scale=": (_bug(attend, "scale-ignored"), "scale", F32),
     "never scales": (_bug(attend, "unscaled"), "unscaled", F32),
@@ -219,7 +259,8 @@ MUTANTS = {
     "plain softmax: NaN on dead rows": (_bug(attend, "nan-rows"), "dead-rows", F32),
     "-1e9 for -inf: dead rows spread evenly": (_bug(attend, "minus-1e9"), "dead-rows", F32),
     "GQA with repeat": (_bug(attend, "gqa-repeat"), "gqa", F32),
-    "no max subtraction": (_bug(attend, "no-max"), "max-subtraction", F32),
+    "no max subtraction (nor a guard for dead rows)": (_bug(attend, "no-max"), ("max-subtraction", "dead-rows"),
+                                                       F32),
     "softmax over the queries": (_bug(attend, "softmax-dim"), "softmax-dim", F32),
     "dropout survivors not scaled": (_bug(attend, "dropout-unscaled"), "dropout-scale", F32),
     "ignores dropout_p": (_bug(attend, "dropout-ignored"), "dropout", F32),
@@ -236,7 +277,51 @@ MUTANTS = {
     "custom backward: dq unscaled": (_bug(custom_backward, "dq-unscaled"), "gradients-only", F32),
     "online softmax without the rescale": (_bug(tiled, "no-rescale"), None, F32),
     "tile loop drops the last partial tile": (_bug(tiled, "drop-tail"), None, F32),
+    "scores rounded to the input dtype": (_bug(attend, "bf16-scores"), "scores-rounded", BF16),
+    "dropout renormalised over the kept weights": (_bug(attend, "dropout-renormalised"), "dropout-renormalised", F32),
+    "causal offset's sign flipped for S > L": (_bug(attend, "offset-sign"), "causal-offset-sign", F32),
+    "backward recomputed without the mask": (backward_unmasked, "backward-mask", F32),
+    "zero pad keys attended": (_bug(tiled, "pad-keys"), "pad-keys", F32),
+    # several bugs at once: every one must be among the lines
+    "ignores scale=, GQA with repeat": (_bug(attend, ("scale-ignored", "gqa-repeat")), ("scale", "gqa"), F32),
+    "bool mask inverted, causal lower-right": (_bug(attend, ("mask-inverted", "lower-right")),
+                                               ("mask-inverted", "causal-alignment"), F32),
+    "NaN dead rows, dropout unscaled": (_bug(attend, ("nan-rows", "dropout-unscaled")), ("dead-rows", "dropout-scale"),
+                                        F32),
+    "scores rounded, is_causal ignored": (_bug(attend, ("bf16-scores", "causal-ignored")),
+                                          ("scores-rounded", "causal-ignored"), BF16),
+    "scale only as a float, drops is_causal with a mask, only 4-D": (
+        _bug(attend, ("scale-tensor", "causal-dropped-with-mask", "only-4d")), ("scale-tensor", "causal+mask",
+                                                                                 "batch-dims"), F32),
+    "GQA with repeat, diagonal hidden, attn_mask ignored": (_bug(attend, ("gqa-repeat", "diagonal", "mask-ignored")),
+                                                            ("gqa", "diagonal", "mask-ignored"), F32),
+    "float32 inside, is_causal ignored, NaN dead rows": (_bug(attend, ("fp32-always", "causal-ignored", "nan-rows")),
+                                                         ("float64", "causal-ignored", "dead-rows"),
+                                                         ("float32", "float64")),
 }
+
+# what else a line may truthfully say of a bug: a key and the keys that also describe what the function does
+ALSO = {
+    "scale": {"scale-tensor"}, "scale-tensor": {"scale"}, "causal-ignored": {"causal+mask"},
+    "causal+mask": {"causal-ignored", "mask-ignored"}, "mask-inverted": {"bool-mask"}, "bool-mask": {"mask-inverted"},
+    "float-mask": {"mask-ignored", "causal+mask"}, "dropout-scale": {"dropout"}, "dropout-renormalised": {"dropout"},
+    "max-subtraction": {"dead-rows"},
+    "mask-ignored": {"causal+mask"}, "causal-alignment": {"L!=S", "lower-right"}, "scores-rounded": {"bfloat16"},
+    "float64": {"precision"}, "precision": {"float32", "bfloat16"}, "batch-dims": {"raises"},
+    "backward-mask": {"gradients-only"}, "causal-offset-sign": {"causal-alignment", "L!=S"},
+    "noncontig": {"raises"}, "broadcast-mask": {"raises"},
+}
+
+
+def bugs(want) -> tuple[str, ...]:
+    """The diagnosis keys of a mutant's bugs (``MUTANTS[name][1]``): one, several, or none."""
+    return () if want is None else (want,) if isinstance(want, str) else tuple(want)
+
+
+def allowed(want) -> set[str]:
+    """Every key a line may name for a function with these bugs (a line naming another is a false line)."""
+    keys = set(bugs(want))
+    return keys | {k for b in keys for k in ALSO.get(b, ())}
 
 CORRECT = {
     "PyTorch's own": sdpa,

@@ -27,13 +27,18 @@ def test_every_mutant_fails_and_every_right_function_passes(outcome):
         assert {r.dtype for r in rows} == set(corpus.ALL)
 
 
-def test_the_diagnoses_name_the_cause_of_most_mutants(outcome):
+def test_the_diagnoses_name_every_cause_and_no_other(outcome):
     _, out = outcome
-    with_cause = [o for o in out.values() if o.want]
-    first = [o.name for o in with_cause if o.first]
-    named = [o.name for o in with_cause if o.named]
-    missed = [(o.name, o.want, o.keys) for o in with_cause if not o.named]
-    print(f"cause named first for {len(first)} of {len(with_cause)}, among the lines for {len(named)}; missed {missed}")
-    assert len(first) >= 0.8 * len(with_cause) and len(named) >= 0.9 * len(with_cause), missed
+    single = [o for o in out.values() if len(o.bugs) == 1]
+    multi = [o for o in out.values() if len(o.bugs) > 1]
+    assert len(multi) >= 6 and any(len(o.bugs) == 3 for o in multi)
+    not_first = [(o.name, o.want, o.keys) for o in single if not o.first]
+    missed = [(o.name, o.want, o.keys) for o in multi if not o.named]
+    false = [(o.name, o.false) for o in out.values() if o.false]
+    print(f"single named first {len(single) - len(not_first)} of {len(single)}; several all named "
+          f"{len(multi) - len(missed)} of {len(multi)}; false {false}")
+    assert not not_first, not_first
+    assert len(missed) <= 0.1 * len(multi), missed
+    assert not false, false
     for o in out.values():  # never a diagnosis for a function that passed, always one for one that failed
         assert bool(o.keys) == o.killed, o

@@ -1,22 +1,29 @@
-"""What a pattern of failures points to: one line each, most likely cause first.
+"""What the failures point to: one line for each cause, with how many cases show it, in which dtypes.
 
-``verify`` says which cases fail and by how much; a person wants to know *why*. Three kinds of
-evidence, in order of how much they say:
+``verify`` says which cases fail and by how much; a person wants to know *why*, and a function
+may have several bugs at once. Each failing row carries facts, not sentences
+(:class:`attnlab.lab.check.facts.Facts`, its comparisons, and its hints: the wrong semantics its
+output matched, tested row by row in :mod:`attnlab.lab.check.hypotheses`). The rows are grouped by
+cause, and each group is one line:
 
-1. the contract: an output of another dtype, inputs changed in place, an exception, a hang;
-2. wrong semantics the output matched (:mod:`attnlab.lab.check.hypotheses`): "your output is attention
-   without the 1/sqrt(E) scale", "... with the causal mask off the diagonal";
-3. the cases that fail, by what they exercise (:attr:`attnlab.lab.check.cases.Case.tags`): when every
-   failing case passes ``scale=``, the scale argument is the suspect; when only gradients fail,
-   the backward is.
+1. the contract: an output of another dtype, inputs changed in place, an exit, a hang -- certain;
+2. wrong semantics a row's output matched: "your output is attention without the 1/sqrt(E) scale";
+   where the rows of that hint are exactly the cases of something narrower (a 0-d tensor scale),
+   the narrower line comes first;
+3. rows nothing explains, read by what their cases exercise (:attr:`attnlab.lab.check.cases.Case.tags`):
+   the tag whose cases (nearly) all fail and which covers most of them is a cause, and so on
+   until no such tag is left (so a bug in bfloat16 alone is named for bfloat16, whatever else
+   fails); the rest is one "no single pattern" line;
+4. exceptions, one line per type and message (numbers in the message aside).
 
-:func:`diagnose` returns :class:`Diagnosis` lines for one function of a verify result.
+Lines go most cases first, contract first of all. :func:`diagnose` returns :class:`Diagnosis` lines
+for one function of a verify result.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from attnlab.lab.results import Result
 
@@ -25,6 +32,9 @@ from attnlab.lab.results import Result
 class Diagnosis(Result):
     key: str  # a stable name for the cause (see TEXT)
     text: str  # one line in plain words
+    count: int = 0  # failing cases that show it
+    dtypes: list[str] = field(default_factory=list)  # the dtypes of those cases
+    example: str = ""  # one of them
 
 
 TEXT = {
@@ -33,7 +43,7 @@ TEXT = {
     "exit": "calls sys.exit: a function must return its answer, never end the process",
     "ended": "ended the process during case {case!r} (os._exit, or a crash): a function must return its answer",
     "hangs": "a case timed out: is there an endless loop, or a loop over every element in Python?",
-    "raises": "raises on {n} of {total} failing case(s), e.g. {example}",
+    "raises": "raises {type}: {message}",
     "not-a-tensor": "returns something that is not a tensor",
     "shape": "the output's shape is not PyTorch's (..., H, L, Ev)",
     "dtype": "the output's dtype is not the inputs' dtype: compute in higher precision if you like, but return "
@@ -82,8 +92,19 @@ TEXT = {
     "precision": "fails in float32 and float64 but passes in bfloat16: something is rounded through half "
                  "precision (the scores, the weights)",
     "gradients-only": "only gradients fail: the output is right; check the backward (a custom autograd.Function?)",
-    "unclear": "fails on {n} of {total} cases with no single pattern; the first is {example}",
+    "unclear": "fails with no single pattern (worst: {worst})",
+    "causal-offset-sign": "the causal offset has the wrong sign for S > L: query i sees keys j <= i - (S - L); "
+                          "is_causal is upper-left (j <= i), lower-right is j <= i + (S - L)",
+    "scores-rounded": "the scores are rounded to the inputs' dtype before the softmax: keep them (and the max and "
+                      "sum) in float32",
+    "dropout-renormalised": "dropout renormalises over the kept weights: divide the kept weights by 1 - p, not by "
+                            "their sum",
+    "pad-keys": "zero keys padded to a block's multiple are attended: mask the padding (-inf) when S is not a "
+                "multiple of the block",
+    "backward-mask": "the output is right but the gradients are those of attention under another mask: the "
+                     "backward must use the forward's attn_mask and is_causal",
 }
+SUFFIX = " [{n} case(s), {dtypes}; e.g. {example}]"  # after each line's text: how many, where, one of them
 HINTS = {"scale-ignored": "scale", "lower-right-for-upper-left": "causal-alignment",
          "upper-left-for-lower-right": "lower-right", "mask-dropped-with-causal": "causal+mask",
          "causal-dropped-with-mask": "causal+mask", "gqa-repeat": "gqa", "dropout-unscaled": "dropout-scale"}
@@ -97,77 +118,110 @@ TAGS = {"scale": "scale", "scale-tensor": "scale-tensor", "upper-left L!=S": "ca
 SCOPE = {"scale": "scale", "causal-ignored": "causal", "diagonal": "causal", "causal-reversed": "causal",
          "mask-zero": "causal", "causal-alignment": "upper-left L!=S",
          "lower-right": "lower-right", "mask-inverted": "bool-mask", "causal+mask": "causal+mask", "gqa": "gqa",
-         "dropout-scale": "dropout", "dead-rows": "dead-rows", "max-subtraction": "large-logits"}  # a hint's cases
-CONTRACT = (("returned ", "not-a-tensor"), ("output has shape", "shape"), ("output has dtype", "dtype"),
-            ("output is on", "device"), ("in place", "in-place"), ("requires_grad from", "requires-grad"),
-            ("does not require grad", "no-grad"))
+         "dropout-scale": "dropout", "dead-rows": "dead-rows", "max-subtraction": "large-logits",
+         "mask-ignored": ("bool-mask", "float-mask")}  # the cases a hint speaks of (any of the tags)
+KINDS = {"oracle": "oracle", "exit": "exit", "lost": "ended", "timeout": "hangs"}  # Facts.kind -> its line
+PRECISE = 0.9  # a tag is a cause when at least this share of its cases fail
+CONTRAST = 0.5  # ... and less than this share of the cases without it
 
 
 def diagnose(result, form: str) -> list[Diagnosis]:
-    """The likely causes of ``form``'s failures in a verify result, most likely first (empty when it passed)."""
+    """The causes of ``form``'s failures in a verify result, one line each, most cases first (empty when it passed)."""
     rows = [r for r in result.rows if r.form == form and r.status != "skipped"]
     bad = [r for r in rows if r.status in ("fail", "error")]
-    keys: list[tuple[str, dict]] = []
-    oracle = [r for r in bad if r.detail.startswith("the oracle and PyTorch disagree")]
-    if oracle:
-        keys.append(("oracle", {"n": len(oracle)}))
-    bad = [r for r in bad if r not in oracle]
     if not bad:
-        return _lines(keys)
-    keys += _contract(bad)
-    bad = [r for r in bad if not r.detail.startswith(("timed out", "the process ended"))]  # they say nothing more
-    # nor do rows whose every number passed: the contract alone failed them (a float32 answer to bfloat16 inputs)
-    bad = [r for r in bad if not (r.status == "fail" and r.comparisons and all(c.passed for c in r.comparisons)
-                                  and any(word in r.detail for word, _ in CONTRACT))]
-    if not bad:
-        return _lines(keys)
-    hints = [k for k, _ in Counter(HINTS.get(h, h) for r in bad for h in r.hints).most_common()]
-    pattern, support = _pattern(rows, bad)
-    if _precision(rows, bad):
-        pattern = [("precision", {})]
-    # A pattern that fits the failures exactly, on fewer cases than the top hint speaks of, says more
-    # ("fails only where scale is a 0-d tensor" before "scale= is ignored"): it goes first.
-    scope = _support(rows, SCOPE.get(hints[0])) if hints else len(rows)
-    exact = support == len(bad) and support < scope
-    keys += (pattern if exact else []) + [(k, {}) for k in hints] + ([] if exact else pattern)
-    raised = [r for r in bad if r.status == "error" and not r.detail.startswith("called sys.exit")]
-    if raised:
-        keys.append(("raises", {"n": len(raised), "total": len(bad), "example": f"{raised[0].case}: "
-                                f"{raised[0].detail.splitlines()[0][:160]}"}))
-    if all(r.status == "fail" and r.comparisons and r.comparisons[0].quantity == "out" and r.comparisons[0].passed
-           for r in bad) and not any(k == "no-grad" for k, _ in keys):
-        keys.append(("gradients-only", {}))
-    if not keys:
-        w = bad[0].worst
-        example = f"{bad[0].case} [{bad[0].dtype}]" + (f" ({w.quantity}: {w.err:.3g} > {w.allowed:.3g})" if w else "")
-        keys.append(("unclear", {"n": len(bad), "total": len(rows), "example": example}))
-    return _lines(keys)
+        return []
+    first: dict[str, list] = {}  # certain: the oracle's check, the contract, exits and hangs
+    causes: dict[str, list] = {}  # what the numbers show
+    raised: dict[tuple[str, str], list] = {}
+    for r in bad:
+        f = r.facts
+        if f.kind in KINDS:
+            first.setdefault(KINDS[f.kind], []).append(r)
+        for p in f.problems:
+            first.setdefault(p, []).append(r)
+        if f.kind == "raised":
+            raised.setdefault((f.raised_type, re.sub(r"\d+", "#", f.raised_message)), []).append(r)
+        for h in r.hints:
+            causes.setdefault(HINTS.get(h, h), []).append(r)
+        if not r.hints and _gradients_only(r):
+            causes.setdefault("gradients-only", []).append(r)
+    numbers = [r for r in bad if r.facts.kind in ("", "raised", "probe") and not r.facts.problems]
+    rest = [r for r in numbers if not r.hints and not _gradients_only(r)]
+    lines = [(k, {}, g) for k, g in first.items() if k == "oracle"] + [(k, {}, g) for k, g in first.items()
+                                                                        if k != "oracle"]
+    found = []
+    for key, group in causes.items():
+        narrow = _narrower(rows, group, SCOPE.get(key))
+        found.append((len(group), len(found), [(narrow, {}, group)] * (narrow is not None) + [(key, {}, group)]))
+    for tag, group in _cover(rows, bad, rest):
+        found.append((len(group), len(found), [(TAGS.get(tag, tag), {}, group)]))
+        rest = [r for r in rest if r not in group]
+    for _, _, entries in sorted(found, key=lambda x: (-x[0], x[1])):
+        lines += entries
+    for (kind, _), group in sorted(raised.items(), key=lambda x: -len(x[1])):
+        msg = group[0].facts.raised_message.splitlines()[0][:160] if group[0].facts.raised_message else ""
+        lines.append(("raises", {"type": kind, "message": msg}, group))
+    rest = [r for r in rest if r.facts.kind != "raised"]
+    if rest:
+        w = rest[0].worst
+        lines.append(("unclear", {"worst": f"{w.quantity}: {w.err:.3g} > {w.allowed:.3g}" if w else "-"}, rest))
+    return _lines(lines, sorted({r.dtype for r in rows}))
 
 
-def _contract(bad) -> list[tuple[str, dict]]:
-    """What the rows' details say broke: exit, hangs, PyTorch's contract."""
-    keys = []
-    if any(r.detail.startswith("called sys.exit") for r in bad):
-        keys.append(("exit", {}))
-    ended = [r for r in bad if r.detail.startswith("the process ended")]
-    if ended:
-        keys.append(("ended", {"case": ended[0].case}))
-    if any(r.detail.startswith("timed out") for r in bad):
-        keys.append(("hangs", {}))
-    keys += [(key, {}) for word, key in CONTRACT if any(word in r.detail for r in bad if r.status == "fail")]
-    return keys
+def _gradients_only(r) -> bool:
+    """The output passed and a gradient failed (and the gradients were there to compare)."""
+    return (r.status == "fail" and len(r.comparisons) > 1 and r.comparisons[0].quantity == "out"
+            and r.comparisons[0].passed and not r.facts.problems)
 
 
-def _pattern(rows, bad) -> tuple[list[tuple[str, dict]], int]:
-    """The most specific case tags that every failing row has (and not every row): what the failures share,
-    and on how many cases those tags are."""
-    shared = set.intersection(*(set(r.tags) for r in bad))
-    support = {t: _support(rows, t) for t in shared if t in TAGS}
-    narrow = [t for t in support if support[t] < len(rows)]
-    if not narrow:
-        return [], len(rows)
-    best = min(support[t] for t in narrow)
-    return [(TAGS[t], {}) for t in sorted(narrow) if support[t] == best], best
+def _narrower(rows, group, scope: str | None) -> str | None:
+    """The key of the most specific tag whose cases all fail and hold a hint's ``group``, when the hint does not
+    fail its whole scope (a 0-d tensor scale, not every scale=; float masks, not every mask)."""
+    if scope is None:
+        return None
+    scoped = [r for r in rows if set(r.tags) & ({scope} if isinstance(scope, str) else set(scope))]
+    if all(r.status != "pass" for r in scoped):
+        return None
+    best = None
+    for t in set.intersection(*(set(r.tags) for r in group)):
+        mine = [r for r in rows if t in r.tags]
+        if t in TAGS and all(r.status != "pass" for r in mine) and len(mine) < len(scoped):
+            best = t if best is None or len(mine) < _support(rows, best) else best
+    return None if best is None else TAGS[best]
+
+
+def _cover(rows, bad, rest):
+    """(tag, its rows among ``rest``) for the tags that explain the unexplained rows: at least PRECISE of the
+    tag's cases fail and less than CONTRAST of the others, it covers two rows or is one case's alone; each
+    time the one that covers most (then the narrowest)."""
+    failing = {id(r) for r in bad}
+    sets = {t: [r for r in rows if t in r.tags] for t in {t for r in rows for t in r.tags} if t in TAGS}
+    half = [r for r in rows if r.dtype in ("bfloat16", "float16")]
+    if half and sum(id(r) in failing for r in half) < 0.25 * len(half):  # full precision fails, half passes
+        sets["precision"] = [r for r in rows if r.dtype in ("float32", "float64")]
+    out = []
+    while rest:
+        ids = {id(r) for r in rest}
+        best = None
+        for t, mine in sets.items():
+            covered = [r for r in mine if id(r) in ids]
+            if not covered or len(mine) == len(rows) or sum(id(r) in failing for r in mine) < PRECISE * len(mine):
+                continue
+            if len(covered) < 2 and len(mine) > 1:  # one row a wider tag happens to hold says nothing of the tag
+                continue
+            inside = {id(r) for r in mine}
+            others = [r for r in rows if id(r) not in inside]
+            if sum(id(r) in failing for r in others) >= CONTRAST * max(1, len(others)):
+                continue  # the cases without the tag fail as much: the tag is not what they share
+            score = (len(covered), t == "precision", -len(mine))
+            if best is None or score > best[0]:
+                best = (score, t, covered)
+        if best is None:
+            return out
+        out.append((best[1], best[2]))
+        rest = [r for r in rest if id(r) not in {id(x) for x in best[2]}]
+    return out
 
 
 def _support(rows, tag: str | None) -> int:
@@ -175,21 +229,15 @@ def _support(rows, tag: str | None) -> int:
     return len(rows) if tag is None else sum(tag in r.tags for r in rows)
 
 
-def _precision(rows, bad) -> bool:
-    """Most float32 and float64 cases fail while the bfloat16 ones pass: precision is lost somewhere."""
-    half = [r for r in rows if r.dtype == "bfloat16"]
-    full = [r for r in rows if r.dtype in ("float32", "float64")]
-    if not half or not full:
-        return False
-    half_bad = sum(r in bad for r in half) / len(half)
-    full_bad = sum(r in bad for r in full) / len(full)
-    return half_bad < 0.25 and full_bad > 0.75
-
-
-def _lines(keys) -> list[Diagnosis]:
+def _lines(entries, dtypes: list[str]) -> list[Diagnosis]:
+    """One Diagnosis per key (the first entry of a key wins), with its count, dtypes and an example."""
     out, seen = [], set()
-    for key, fill in keys:
-        if key not in seen:
-            seen.add(key)
-            out.append(Diagnosis(key, TEXT[key].format(**fill)))
+    for key, fill, group in entries:
+        if key in seen and key != "raises":
+            continue
+        seen.add(key)
+        dts = sorted({r.dtype for r in group})
+        where = ", ".join(dts) + (" only" if len(dts) < len(dtypes) else "")
+        text = TEXT[key].format(**fill) + SUFFIX.format(n=len(group), dtypes=where, example=group[0].case)
+        out.append(Diagnosis(key, text, len(group), dts, f"{group[0].case} [{group[0].dtype}]"))
     return out

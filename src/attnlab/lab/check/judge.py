@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from attnlab import kernels
 from attnlab.lab.check import hypotheses, mod_cases, oracle, rule
 from attnlab.lab.check.cases import DTYPES, Case, views
+from attnlab.lab.check.facts import Facts, problem, raised
 from attnlab.lab.check.remote import Remote, described
 from attnlab.lab.results import Result
 from attnlab.masks import Mask
@@ -42,6 +43,7 @@ class Row(Result):
     tags: list[str] = field(default_factory=list)  # what the case exercises (Case.tags)
     hints: list[str] = field(default_factory=list)  # wrong semantics a failing output matches (hypotheses)
     cross: rule.Comparison | None = None  # PyTorch in float64 against the oracle: the oracle's own check
+    facts: Facts = field(default_factory=Facts)  # what failed, as values (what the diagnoses read)
 
     @property
     def worst(self) -> rule.Comparison | None:
@@ -164,10 +166,10 @@ def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=No
         return (out.detach(),), problems
     wrt = [qq, kk, vv] + ([mm] if case.grad_mask else []) + ts
     if out.shape != grad_out.shape:
-        problems.append(f"the output has shape {tuple(out.shape)}; PyTorch's is {tuple(grad_out.shape)}")
+        problems.append(problem("shape", got=tuple(out.shape), want=tuple(grad_out.shape)))
         return (out, *[None] * len(wrt)), problems
     if not out.requires_grad:
-        problems.append("the output does not require grad: no gradient reaches q, k or v (detached inputs?)")
+        problems.append(problem("no-grad"))
         return (out, *[None] * len(wrt)), problems
     try:
         grads = torch.autograd.grad(out, wrt, grad_out.to(out.dtype), allow_unused=True)
@@ -196,20 +198,21 @@ def _by_backward(f, case: Case, seed: int, p: float, qq, kk, vv, mm, mod, wrt, g
 INPUT_NAMES = ("query", "key", "value", "attn_mask")
 
 
-def _contract(out, q, given, before) -> list[str]:
-    """What breaks PyTorch's contract: not a tensor, another dtype or device, inputs changed in place."""
+def _contract(out, q, given, before) -> list[list[str]]:
+    """What breaks PyTorch's contract, as [key, sentence] (:data:`attnlab.lab.check.facts.PROBLEMS`): not a
+    tensor, another dtype or device, inputs changed in place."""
     problems = []
     if not isinstance(out, torch.Tensor):
-        return [f"returned {type(out).__name__}, not a tensor"]
+        return [problem("not-a-tensor", returned=type(out).__name__)]
     if out.dtype != q.dtype:
-        problems.append(f"the output has dtype {out.dtype}; PyTorch returns the inputs' dtype {q.dtype}")
+        problems.append(problem("dtype", got=out.dtype, want=q.dtype))
     if out.device != q.device:
-        problems.append(f"the output is on {out.device}; PyTorch returns it on the inputs' device {q.device}")
+        problems.append(problem("device", got=out.device, want=q.device))
     for name, t, (was, grad) in zip(INPUT_NAMES, given, before, strict=False):
         if not torch.equal(t.detach(), was):
-            problems.append(f"changed its input {name} in place (the caller's tensor is not what it passed)")
+            problems.append(problem("in-place", name=name))
         if t.requires_grad != grad:
-            problems.append(f"changed {name}.requires_grad from {grad} to {t.requires_grad}")
+            problems.append(problem("requires-grad", name=name, was=grad, now=t.requires_grad))
     return problems
 
 
@@ -300,16 +303,18 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
     if not exp.cross.passed:
         return row(name, case, "error", f"the oracle and PyTorch disagree: max|PyTorch(float64) - oracle| = "
                    f"{exp.cross.err:.3g} on {exp.cross.quantity}, allowed {exp.cross.allowed:.3g} (float64 "
-                   "rounding); this case judges nothing until they agree", cross=exp.cross)
+                   "rounding); this case judges nothing until they agree", cross=exp.cross, facts=Facts("oracle"))
     try:
         mine, problems = run(fn, case, seed, x.q, x.k, x.v, x.mask_for(accepts_masks), x.grad_out, case.dropout_p,
                              exp.fresh, backward=backward)
     except kernels.Unsupported as e:  # an input the form says it does not take: skipped, with the reason
         return row(name, case, "skipped", str(e), cross=exp.cross)
     except Exception as e:  # a function that cannot run a case fails it, with the reason
-        return row(name, case, "error", described(e), cross=exp.cross)
+        exit_ = getattr(e, "info", {}).get("type") == "SystemExit"  # sys.exit() in another process
+        return row(name, case, "error", described(e), cross=exp.cross, facts=raised(e, "exit" if exit_ else "raised"))
     except SystemExit as e:  # sys.exit() inside the function: a failure, never the process's exit code
-        return row(name, case, "error", f"called sys.exit({e.code!r}) while running the case", cross=exp.cross)
+        return row(name, case, "error", f"called sys.exit({e.code!r}) while running the case", cross=exp.cross,
+                   facts=Facts("exit"))
     comps = []
     if mine is not None:
         theirs = exp.theirs
@@ -324,5 +329,5 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
                                       theirs_ref=r0, factor=factor))
     ok = not problems and bool(comps) and all(c.passed for c in comps)
     hints = hypotheses.matches(case, x, mine, exp, comps) if explain and not ok else []
-    return row(name, case, "pass" if ok else "fail", "; ".join(problems), comparisons=comps, hints=hints,
-               cross=exp.cross)
+    return row(name, case, "pass" if ok else "fail", "; ".join(text for _, text in problems), comparisons=comps,
+               hints=hints, cross=exp.cross, facts=Facts(problems=[key for key, _ in problems]))

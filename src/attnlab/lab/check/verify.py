@@ -37,13 +37,14 @@ from attnlab.lab.check.cases import (  # noqa: F401 -- the grid's names, read th
     random_cases,
 )
 from attnlab.lab.check.diagnose import Diagnosis, diagnose
+from attnlab.lab.check.facts import Facts, raised
 from attnlab.lab.check.judge import Inputs, Row
 from attnlab.lab.check.remote import QUIET_SECONDS, Remote, described
 from attnlab.lab.check.watchdog import case_limit, watched
 from attnlab.lab.machine import machine, versions
 from attnlab.lab.results import Result
 
-EXPLAINED = 12  # failing rows per function whose output is held against wrong semantics (hypotheses)
+EXPLAINED = 400  # failing rows per function held against wrong semantics (hypotheses): every row of the grid
 
 
 @dataclass
@@ -147,11 +148,13 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
         except kernels.Unsupported as e:  # as in judge: an input the form says it does not take is skipped
             return judge.row(name, case, "skipped", str(e))
         except Exception as e:  # as in judge: a function that cannot run a case fails it, with the reason
-            return judge.row(name, case, "error", described(e))
+            exit_ = getattr(e, "info", {}).get("type") == "SystemExit"
+            return judge.row(name, case, "error", described(e), facts=raised(e, "exit" if exit_ else "raised"))
         except SystemExit as e:
-            return judge.row(name, case, "error", f"called sys.exit({e.code!r}) while running the case")
+            return judge.row(name, case, "error", f"called sys.exit({e.code!r}) while running the case",
+                             facts=Facts("exit"))
         if keep is None:
-            return judge.row(name, case, "fail", why)
+            return judge.row(name, case, "fail", why, facts=Facts("probe"))
     return judge.judge(name, fn, case, seed, x, judge.expect(case, seed, x, keep), accepts_masks, backward=backward,
                        factor=factor)
 
@@ -197,7 +200,7 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
                     progress(f"{name}: {c.label}")
                 row = _run_case(name, fn, form, c, case.seed(seed), shared, device, explained[name] < EXPLAINED,
                                 timeout, {"backward": backward, "factor": factor}, twins)
-                if row.detail.startswith("timed out"):
+                if row.facts.kind == "timeout":
                     hung[name] = f"not run: case {c.label!r} timed out"
                 elif isinstance(fn, Remote) and fn.lost is not None:
                     hung[name] = f"not run: the process ended during case {c.label!r}"
@@ -244,16 +247,18 @@ def _run_case(name: str, fn: Callable, form, c: Case, seed: int, shared: dict, d
         fn.deadline = None if timeout is None else case_limit(c, timeout)
         row = run()
         if fn.timed_out:
-            return judge.row(name, c, "fail", timed_out(fn.deadline or QUIET_SECONDS, timeout or QUIET_SECONDS))
+            return judge.row(name, c, "fail", timed_out(fn.deadline or QUIET_SECONDS, timeout or QUIET_SECONDS),
+                             facts=Facts("timeout"))
         if fn.lost is not None:
             return judge.row(name, c, "error", f"{fn.lost} while running this case: the function, or something it "
-                             "called, ended it (sys.exit, os._exit, a kill, a crash, out of memory)")
+                             "called, ended it (sys.exit, os._exit, a kill, a crash, out of memory)",
+                             facts=Facts("lost"))
         return row
     if timeout is None or form is not None:  # attnlab's own forms run without a watchdog
         return run()
     limit = case_limit(c, timeout)
     row = watched(run, limit)
-    return row if row is not None else judge.row(name, c, "fail", timed_out(limit, timeout))
+    return row if row is not None else judge.row(name, c, "fail", timed_out(limit, timeout), facts=Facts("timeout"))
 
 
 def timed_out(limit: float, timeout: float) -> str:
