@@ -1,0 +1,100 @@
+"""Each level's solution, and each slip of it a learner makes: ``slip=None`` is the solution, a slip's name its mutant.
+
+The mutants are written the way a learner would slip in that level's own form (loops stay loops, the
+tiled forward stays tiled): the levels' tests hold each of the lab's diagnoses to the mutant that must
+produce it, and the solutions to passing.
+"""
+
+import math
+
+import torch
+
+
+def _work(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def attention_by_hand(q, k, v, slip=None):
+    """Level 1: loops, one query and one key at a time."""
+    *lead, L, E = q.shape
+    S, Ev, dtype = k.shape[-2], v.shape[-1], q.dtype
+    q, k, v = (t.reshape(-1, *t.shape[-2:]).to(_work(dtype)) for t in (q, k, v))
+    scale = 1 / math.sqrt(S if slip == "scale-sqrt-S" else E)
+    rows = []
+    for n in range(q.shape[0]):
+        scores = []  # (L, S): the loops' scores, one at a time
+        for i in range(L):
+            row = []
+            for j in range(S):
+                s = (q[n, i] * k[n, j]).sum() * scale
+                hidden = {"peeks-ahead": j > i + 1, "causal-reversed": j < i}.get(slip, j > i)
+                row.append(torch.full_like(s, -math.inf) if hidden else s)
+            scores.append(torch.stack(row))
+        scores = torch.stack(scores)
+        if slip == "softmax-dim":  # each key's column normalised over the queries
+            top = scores.max(dim=0, keepdim=True).values
+            e = torch.exp(scores - top)
+            weights = e / e.sum(dim=0, keepdim=True)
+        else:
+            outs = []
+            for i in range(L):
+                e = torch.exp(scores[i] - scores[i].max())
+                outs.append(e if slip == "unnormalised" else e / e.sum())
+            weights = torch.stack(outs)
+        out = []
+        for i in range(L):
+            acc = torch.zeros(Ev, dtype=q.dtype)
+            for j in range(S):
+                acc = acc + weights[i, j] * v[n, j]
+            out.append(acc)
+        rows.append(torch.stack(out))
+    return torch.stack(rows).reshape(*lead, L, Ev).to(dtype)
+
+
+def attention_matrix(q, k, v, slip=None):
+    """Level 2: four tensor lines."""
+    L, S, E, dtype = q.shape[-2], k.shape[-2], q.shape[-1], q.dtype
+    q, k, v = q.to(_work(dtype)), k.to(_work(dtype)), v.to(_work(dtype))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(S if slip == "scale-sqrt-S" else E)
+    shift = {"peeks-ahead": 2, "causal-reversed": None}.get(slip, 1)
+    future = (torch.ones(L, S, dtype=torch.bool).tril(-1) if shift is None
+              else torch.ones(L, S, dtype=torch.bool).triu(shift))
+    scores = scores.masked_fill(future, -math.inf)
+    if slip == "unnormalised":
+        weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+    else:
+        weights = torch.softmax(scores, dim=-2 if slip == "softmax-dim" else -1)
+    return (weights @ v).to(dtype)
+
+
+def flash_forward(q, k, v, block=64, slip=None):
+    """Level 4: key blocks with a running max and sum."""
+    *lead, L, E = q.shape
+    S, Ev, dtype = k.shape[-2], v.shape[-1], q.dtype
+    q, k, v = q.to(_work(dtype)), k.to(_work(dtype)), v.to(_work(dtype))
+    m = torch.full((*lead, L, 1), -math.inf, dtype=q.dtype)
+    total = torch.zeros(*lead, L, 1, dtype=q.dtype)
+    acc = torch.zeros(*lead, L, Ev, dtype=q.dtype)
+    rows = torch.arange(L).unsqueeze(-1)
+    stop = S - S % block if slip == "last-block-dropped" else S
+    for j0 in range(0, stop, block):
+        kb, vb = k[..., j0:j0 + block, :], v[..., j0:j0 + block, :]
+        s = (q @ kb.transpose(-2, -1)) / math.sqrt(E)
+        cols = torch.arange(kb.shape[-2]) + (0 if slip == "block-mask" else j0)
+        s = s.masked_fill(cols > rows, -math.inf)
+        top = s.amax(dim=-1, keepdim=True)
+        new = top if slip == "max-not-carried" else torch.maximum(m, top)
+        safe = torch.where(torch.isinf(new), 0.0, new)
+        alpha = torch.ones_like(m) if slip == "max-not-carried" else torch.exp(m - safe)
+        p = torch.exp(s - safe)
+        total = (total if slip == "sum-not-rescaled" else total * alpha) + p.sum(dim=-1, keepdim=True)
+        acc = (acc if slip == "acc-not-rescaled" else acc * alpha) + p @ vb
+        m = new
+    return torch.where(total > 0, acc / total.clamp_min(1e-30), 0.0).to(dtype)
+
+
+SLIPS = {
+    "loops": ("scale-sqrt-S", "softmax-dim", "unnormalised", "peeks-ahead", "causal-reversed"),
+    "matrix": ("scale-sqrt-S", "softmax-dim", "unnormalised", "peeks-ahead", "causal-reversed"),
+    "flash": ("acc-not-rescaled", "sum-not-rescaled", "max-not-carried", "last-block-dropped", "block-mask"),
+}
