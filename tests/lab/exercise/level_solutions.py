@@ -98,3 +98,36 @@ SLIPS = {
     "matrix": ("scale-sqrt-S", "softmax-dim", "unnormalised", "peeks-ahead", "causal-reversed"),
     "flash": ("acc-not-rescaled", "sum-not-rescaled", "max-not-carried", "last-block-dropped", "block-mask"),
 }
+
+
+def flash_backward(q, k, v, out, lse, dout, block=64, slip=None):
+    """Level 5: dq, dk, dv from the saved log-sum-exp, one key block at a time, no autograd."""
+    dtype = q.dtype
+    q, k, v, out, lse, dout = (t.to(_work(dtype)) for t in (q, k, v, out, lse, dout))
+    L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1 / math.sqrt(E)
+    f = 1.0 if slip == "scale-missing" else scale
+    D = ((dout * v) if slip == "d-wrong" else (dout * out)).sum(-1, keepdim=True)  # (..., L, 1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    rows = torch.arange(L).unsqueeze(-1)
+    for j0 in range(0, S, block):
+        kb, vb = k[..., j0:j0 + block, :], v[..., j0:j0 + block, :]
+        cols = torch.arange(kb.shape[-2]) + j0
+        s = (q @ kb.transpose(-2, -1) * scale).masked_fill(cols > rows, -math.inf)
+        at = lse[..., j0:j0 + block].unsqueeze(-2) if slip == "lse-other-row" else lse.unsqueeze(-1)
+        P = torch.exp(s - at)
+        dv[..., j0:j0 + block, :] = P.transpose(-2, -1) @ dout
+        dS = P * (dout @ vb.transpose(-2, -1) - D)
+        dq += dS @ kb * f
+        dk[..., j0:j0 + block, :] = dS.transpose(-2, -1) @ q * f
+    return dq.to(dtype), dk.to(dtype), dv.to(dtype)
+
+
+def autograd_backward(q, k, v, out, lse, dout, block=64):
+    """A backward that asks autograd: the check must refuse it."""
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return torch.autograd.grad(o, (q, k, v), dout)
+
+
+SLIPS["backward"] = ("d-wrong", "scale-missing", "lse-other-row")

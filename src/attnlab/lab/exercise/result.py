@@ -50,3 +50,4 @@ class LabResult(Result):
     level: str = ""  # the lab's level it was checked as ("" in older checks: read from the function's name)
     measured_ok: bool | None = None  # what the level asks of its measurement held (None: it asks nothing)
     measured_note: str = ""  # the level's measurement against what it asks, in words
+    curve: dict[str, list[float]] = field(default_factory=dict)  # a level's curve: "yours" beside "library"
