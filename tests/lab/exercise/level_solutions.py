@@ -131,3 +131,21 @@ def autograd_backward(q, k, v, out, lse, dout, block=64):
 
 
 SLIPS["backward"] = ("d-wrong", "scale-missing", "lse-other-row")
+
+
+def decode_step(q, k, v, cache, slip=None):
+    """Level 6: one token at a time, the keys and values kept."""
+    dtype = q.dtype
+    q, k, v = q.to(_work(dtype)), k.to(_work(dtype)), v.to(_work(dtype))
+    old_k, old_v = cache if cache is not None else (k[..., :0, :], v[..., :0, :])
+    keys, values = torch.cat([old_k, k], dim=-2), torch.cat([old_v, v], dim=-2)
+    seen_k, seen_v = {"cache-before-append": (old_k, old_v), "cache-dropped": (k, v)}.get(slip, (keys, values))
+    if seen_k.shape[-2] == 0:
+        out = torch.zeros_like(q)
+    else:
+        w = torch.softmax(q @ seen_k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+        out = w @ seen_v
+    return out.to(dtype), (keys, values)
+
+
+SLIPS["decode"] = ("cache-before-append", "cache-dropped")
