@@ -149,3 +149,36 @@ def decode_step(q, k, v, cache, slip=None):
 
 
 SLIPS["decode"] = ("cache-before-append", "cache-dropped")
+
+
+def causal_self_attention(slip=None):
+    """Level 3: the lesson's module written out, as a class; ``slip``: one of its mutants."""
+    from torch import nn
+
+    class CausalSelfAttention(nn.Module):
+        def __init__(self, d_model, n_head):
+            super().__init__()
+            self.n_head, self.head_dim = n_head, d_model // n_head
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+            self.proj = nn.Linear(d_model, d_model)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.qkv(x).split(C, dim=-1)
+            if slip == "heads-split":
+                q, k, v = (t.reshape(B, self.n_head, T, self.head_dim) for t in (q, k, v))
+            else:
+                q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
+            s = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+            future = torch.ones(T, T, dtype=torch.bool).triu(1)
+            if slip == "mask-after-softmax":
+                w = torch.softmax(s, dim=-1).masked_fill(future, 0.0)
+            else:
+                w = torch.softmax(s.masked_fill(future, -math.inf), dim=-1)
+            y = (w @ v).transpose(1, 2).reshape(B, T, C)
+            return y if slip == "no-proj" else self.proj(y)
+
+    return CausalSelfAttention
+
+
+SLIPS["module"] = ("heads-split", "no-proj", "mask-after-softmax")

@@ -120,6 +120,8 @@ def check(level, learner, run, judge, seed: int = 0, on_stage=None, measure=True
             m = run({"level": level.name, "seed": seed, "what": "measure"})
             timings = [Timing.from_dict(t) for t in m.get("timings", [])]
             exps, how, curve = m.get("exponents", exps), m.get("note", ""), m.get("curve", {})
+            if curve and hasattr(level.module(), "library_curve"):
+                curve["library"] = level.module().library_curve(seed)
         except (remote.Raised, remote.Lost) as e:
             how = f"not measured: {getattr(e, 'text', str(e))}"
     if lost is not None:
