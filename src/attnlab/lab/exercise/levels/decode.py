@@ -24,7 +24,7 @@ from attnlab.lab.check import oracle, rule
 from . import own, slips
 
 CASES = (("basic", (1, 2, 20, 8), "float64"), ("float32, batch 2, d = 16", (2, 1, 33, 16), "float32"))
-SEQS = (256, 512, 1024)
+SEQS = (128, 256, 512)
 MEASURES = "the time to decode T tokens and the peak memory at T = " + ", ".join(map(str, SEQS))
 
 
