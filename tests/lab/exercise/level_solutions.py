@@ -55,13 +55,19 @@ def attention_matrix(q, k, v, slip=None):
     """Level 2: four tensor lines."""
     L, S, E, dtype = q.shape[-2], k.shape[-2], q.shape[-1], q.dtype
     q, k, v = q.to(_work(dtype)), k.to(_work(dtype)), v.to(_work(dtype))
-    scores = q @ k.transpose(-2, -1) / math.sqrt(S if slip == "scale-sqrt-S" else E)
-    shift = {"peeks-ahead": 2, "causal-reversed": None}.get(slip, 1)
+    scale = 1 / math.sqrt(S if slip == "scale-sqrt-S" else E)
+    scale = 1.0 if slip in ("unscaled", "unscaled+causal-ignored") else scale
+    scores = q @ k.transpose(-2, -1) * scale
+    shift = {"peeks-ahead": 2, "causal-reversed": None, "diagonal": 0}.get(slip, 1)
     future = (torch.ones(L, S, dtype=torch.bool).tril(-1) if shift is None
               else torch.ones(L, S, dtype=torch.bool).triu(shift))
-    scores = scores.masked_fill(future, -math.inf)
+    if slip not in ("causal-ignored", "unscaled+causal-ignored"):
+        scores = scores.masked_fill(future, 0.0 if slip == "mask-zero" else -math.inf)
     if slip == "unnormalised":
         weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+    elif slip == "max-subtraction":  # exp of the raw scores
+        e = torch.exp(scores)
+        weights = e / e.sum(dim=-1, keepdim=True)
     else:
         weights = torch.softmax(scores, dim=-2 if slip == "softmax-dim" else -1)
     return (weights @ v).to(dtype)
@@ -95,7 +101,8 @@ def flash_forward(q, k, v, block=64, slip=None):
 
 SLIPS = {
     "loops": ("scale-sqrt-S", "softmax-dim", "unnormalised", "peeks-ahead", "causal-reversed"),
-    "matrix": ("scale-sqrt-S", "softmax-dim", "unnormalised", "peeks-ahead", "causal-reversed"),
+    "matrix": ("scale-sqrt-S", "softmax-dim", "unnormalised", "peeks-ahead", "causal-reversed", "unscaled",
+               "causal-ignored", "unscaled+causal-ignored", "mask-zero", "diagonal", "max-subtraction"),
     "flash": ("acc-not-rescaled", "sum-not-rescaled", "max-not-carried", "last-block-dropped", "block-mask"),
 }
 
@@ -120,7 +127,8 @@ def flash_backward(q, k, v, out, lse, dout, block=64, slip=None):
         dS = P * (dout @ vb.transpose(-2, -1) - D)
         dq += dS @ kb * f
         dk[..., j0:j0 + block, :] = dS.transpose(-2, -1) @ q * f
-    return dq.to(dtype), dk.to(dtype), dv.to(dtype)
+    back = torch.float64 if slip == "dtype" else dtype
+    return dq.to(back), dk.to(back), dv.to(back)
 
 
 def autograd_backward(q, k, v, out, lse, dout, block=64):
@@ -130,7 +138,7 @@ def autograd_backward(q, k, v, out, lse, dout, block=64):
     return torch.autograd.grad(o, (q, k, v), dout)
 
 
-SLIPS["backward"] = ("d-wrong", "scale-missing", "lse-other-row")
+SLIPS["backward"] = ("d-wrong", "scale-missing", "lse-other-row", "dtype")
 
 
 def decode_step(q, k, v, cache, slip=None):
