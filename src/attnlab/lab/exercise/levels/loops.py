@@ -25,4 +25,4 @@ def wrap(fn):
 def measured_ok(result) -> tuple[bool, str]:
     """What the level asks of its measurement: none beyond having measured it (the loops keep a row at a time)."""
     done = [t.seq for t in result.timings if t.peak_bytes is not None]
-    return bool(done), (f"measured at T = {', '.join(map(str, done))}" if done else "not measured")
+    return bool(done), (f"time and peak memory at T = {', '.join(map(str, done))}" if done else "not measured")
