@@ -114,9 +114,7 @@ def _rate(fn, header: dict) -> dict:
 def _measure(fn, header: dict) -> dict:
     from . import levels, measure
 
-    mod = levels.find(header.get("level") or "loops").module()
-    if hasattr(mod, "measure"):  # a level that measures what it is about (the module's training, the decoder)
-        return mod.measure(fn, header)
+    mod = levels.find(header.get("level") or "loops").module()  # (a level with cases of its own measures in _level)
     call, form = fn, "sdpa"
     if hasattr(mod, "measure_call") and hasattr(fn, "raw"):  # the level's own arguments (flash: block = 64)
         call, form = mod.measure_call(fn.raw), "lab"
