@@ -43,3 +43,39 @@ def graded(fn, file, function=None, memory=2.0, cases=6):
                      grade.match(grade.as_sdpa(fn)), result.passed, timings, exponents,
                      "measurements made by the test", 1.0, {}, {},
                      given=files.given_text(inspect.getsource(inspect.getmodule(fn)), function))
+
+
+def leveled(level: str, slip=None, file=None, time=""):
+    """A check of the level's solution (or one of its slips) from tests/lab/exercise/level_solutions.py, as
+    ``attnlab lab check`` keeps it: the attention levels graded for real on a few small cases (their memory given,
+    growing as the level asks), the levels with cases of their own graded and measured for real, in this process."""
+    import functools
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(Path(__file__).parent / "lab" / "exercise"))
+    import level_corpus as C
+
+    from attnlab.lab.exercise import levels
+    from attnlab.lab.exercise.levels import own
+
+    lv = levels.find(level)
+    mod, file = lv.module(), file or lv.filename
+    if lv.kind == "attention":
+        fn = C.ATTENTION[level] if slip is None else functools.partial(C.ATTENTION[level], slip=slip)
+        fn = functools.update_wrapper(mod.wrap(fn), C.ATTENTION[level])
+        r = graded(fn, file, lv.function, memory={"matrix": 2.0, "flash": 1.0}.get(level, 1.5))
+        r.level, r.time = level, time
+        if not r.passed:  # the level's slips first, as lab check puts them
+            from attnlab.lab.exercise import grade
+            from attnlab.lab.exercise.check import level_diagnoses
+
+            r.diagnoses = level_diagnoses(grade.as_sdpa(fn), lv, 0, r.diagnoses)
+        r.measured_ok, r.measured_note = mod.measured_ok(r)
+        return r
+    fn = C._own(level, slip)
+    learner = SimpleNamespace(name=lv.function, path=file, given=False, functions=[lv.function])
+    r = own.check(lv, learner, lambda h: mod.run(fn, h), lambda reply, s: mod.judge(reply, s, lv.function))
+    r.time = time
+    return r

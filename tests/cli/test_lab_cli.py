@@ -52,3 +52,13 @@ def test_what_cannot_be_checked_is_one_line(run_cli, tmp_path, args, says):
     r = run_cli(*args)
     assert r.returncode == 2 and says in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_start_a_level_and_an_unknown_level_is_one_line_naming_them(run_cli, tmp_path):
+    r = run_cli("lab", "start", "mylab", "--level", "flash")
+    assert r.returncode == 0 and "wrote mylab/lab_flash.py: level 4" in r.stdout
+    assert "def flash_forward(q, k, v, block=64):" in (tmp_path / "mylab" / "lab_flash.py").read_text()
+    bad = run_cli("lab", "check", "mylab/lab_flash.py", "--level", "fast")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert "no level 'fast'; the levels are 1 loops, 2 matrix, 3 module, 4 flash, 5 backward, 6 decode" in bad.stderr

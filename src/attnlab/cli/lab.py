@@ -16,9 +16,13 @@ def add_parser(sub):
     what = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
     s = what.add_parser("start", help="write attention_lab.py into DIR (never over a file already there)")
     s.add_argument("dir", nargs="?", default=".", metavar="DIR", help="folder for the starter (default: here)")
+    levels_help = ("the lab's level: 1 loops, 2 matrix, 3 module, 4 flash, 5 backward, 6 decode (by name or number; "
+                   "default: loops, or for check the level the function's name says)")
+    s.add_argument("--level", metavar="NAME", help=levels_help)
     c = what.add_parser("check", help="grade and measure your function")
     c.add_argument("spec", metavar="FILE[:FUNCTION]", help="your file, and the function in it (default: "
                                                            "attention_by_hand)")
+    c.add_argument("--level", metavar="NAME", help=levels_help)
     c.add_argument("--quick", action="store_true", help="leave out the longest case (L = 1025)")
     c.add_argument("--seed", type=seed, default=0, help="random seed of the inputs (default: 0)")
     add_out(c, "output folder; every check is kept in its lab-checks/ as FILE-FUNCTION-TIME.json and .png")
@@ -35,6 +39,20 @@ def run(args) -> int:
     raise UsageError("say what to do: `attnlab lab start [DIR]` or `attnlab lab check FILE[:FUNCTION]`")
 
 
+def _level(args):
+    """The level said with --level (None when it was not said); a UsageError naming the levels if there is none."""
+    from attnlab.lab.exercise import levels
+
+    from . import UsageError
+
+    if args.level is None:
+        return None
+    try:
+        return levels.find(args.level)
+    except levels.NoSuchLevel as e:
+        raise UsageError(f"--level: {e}") from None
+
+
 def start(args) -> int:
     from pathlib import Path
 
@@ -44,8 +62,11 @@ def start(args) -> int:
 
     from . import UsageError
 
+    level = _level(args)
     if not args.dir.strip():  # Path("") is the current folder: an empty name must not quietly mean "here"
         raise UsageError("lab start DIR: an empty folder name; give a folder, or leave DIR out for this one")
+    if level is not None and level.number > 1:
+        return _start_level(args, level)
     there = Path(args.dir) / files.STARTER_NAME
     empty = there.is_file() and there.stat().st_size == 0  # no one's work: written over
     try:
@@ -68,6 +89,29 @@ def start(args) -> int:
     return 0
 
 
+def _start_level(args, level) -> int:
+    from attnlab.lab.exercise import files
+    from attnlab.lab.files import CannotWrite
+    from attnlab.report.terminal import console
+
+    from . import UsageError
+
+    try:
+        s = files.start(args.dir, level)
+    except CannotWrite as e:
+        raise UsageError(f"cannot write {e.path}: {e.reason}; no file was left, run it again when there is room") \
+            from None
+    except (files.LoadError, OSError) as e:
+        raise UsageError(f"cannot write the starter into {args.dir}: {getattr(e, 'strerror', None) or e}") from None
+    if not s.written:
+        console.print(f"{s.path} is already there: it is yours, so it was left as it is. Check it with\n"
+                      f"  attnlab lab check {s.path}")
+        return 0
+    console.print(f"wrote {s.path}: level {level.number}, {level.title}. Open it: {level.function} has its TODOs, "
+                  f"and its docstring says what the check asks.\nAfter each one, run\n  attnlab lab check {s.path}")
+    return 0
+
+
 def check(args) -> int:
     from attnlab.lab.exercise import files, grade, judged, store
     from attnlab.lab.exercise.check import check as run_check
@@ -76,13 +120,14 @@ def check(args) -> int:
 
     from . import UsageError
 
+    level = _level(args)
     out = output_folder(args.out)
-    try:
-        learner = judged.open_learner(args.spec)  # loaded in a process of its own, never in this one
+    try:  # loaded in a process of its own, never in this one
+        learner = judged.open_learner(args.spec, None if level is None else level.name)
     except files.LoadError as e:
         raise UsageError(str(e)) from None
     with learner:
-        n = len(grade.cases(learner.form, None, args.quick)[0])
+        n = len(grade.cases(learner.form, None, args.quick)[0]) if learner.form != "level" else 1
         console.print(f"[bold]attnlab lab check[/] {learner.path}:{learner.name}")
         with progress(n, "cases") as advance:
             result = run_check(learner, quick=args.quick, seed=args.seed, progress=advance,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnlab.lab.exercise import levels
+
 from .fmt import fmt_bytes, fmt_time
 from .plots import _plt, save_figure
 from .terminal import escape
@@ -42,16 +44,24 @@ def lines(r) -> list[str]:
     elif not r.passed:
         out.append("[bold]Likely cause[/]: the failures fit no pattern verify knows; read the failing cases above")
     ok = r.match_err <= r.match_tol
-    out.append(f"[bold]Match[/]: max |yours - F.scaled_dot_product_attention| = {r.match_err:.1e} on 2 heads, T = 64, "
-               f"d = 32, float32 (the lab asks for at most {r.match_tol:g}): "
-               + ("[green]matches[/]" if ok else "[red]does not match[/]"))
+    level = levels.of_result(r)
+    if level.kind == "own":
+        out.append(f"[bold]Match[/]: max |yours - the right answer| = {r.match_err:.1e} over the level's cases (the "
+                   f"lab asks for at most {r.match_tol:g}): "
+                   + ("[green]matches[/]" if ok else "[red]does not match[/]"))
+    else:
+        out.append(f"[bold]Match[/]: max |yours - F.scaled_dot_product_attention| = {r.match_err:.1e} on 2 heads, "
+                   f"T = 64, d = 32, float32 (the lab asks for at most {r.match_tol:g}): "
+                   + ("[green]matches[/]" if ok else "[red]does not match[/]"))
     out.append(f"[bold]Measured[/] ({escape(r.measure_note)}):")
     for t in r.timings:
         mem = fmt_bytes(t.peak_bytes) if t.peak_bytes is not None else "not measured"
         out.append(f"  T = {t.seq:<5} " + (f"skipped: {t.skipped}" if t.skipped else
                                            f"{fmt_time(t.time_s):>9}   peak memory {mem}"))
     grow = [f"{k} T^{v:.2f}" for k, v in r.exponents.items() if v is not None]
-    if grow:
+    if grow and level.number > 1:
+        out.append(f"  growth: {', '.join(grow)}")
+    elif grow:
         verdict = ""
         p = r.exponents.get("memory")
         if p is not None:
@@ -62,6 +72,13 @@ def lines(r) -> list[str]:
     if r.timings and load is not None and load >= cpus:
         out.append(f"  [yellow]note: the machine was busy while it was timed (load {load:.1f} on {cpus} cores): the "
                    "times are noisy, the short ones most, and so is their growth; the memory is not affected[/]")
+    if getattr(r, "measured_note", ""):
+        held = {True: "[green]as the level asks[/]", False: "[red]not what the level asks[/]"}.get(r.measured_ok, "")
+        out.append(f"[bold]Level {level.number}[/] ({escape(level.title)}): {escape(r.measured_note)}"
+                   + (f" — {held}" if held else ""))
+    if level.number > 1 or not r.passed:
+        out.append("[bold]Next[/]: " + _next(r, level))
+        return out
     out.append("[bold]Next[/]: " + (
         "fix the most likely cause and run the check again." if not r.passed else
         f"this was the starter's finished version, unchanged: its memory counts as measured by you; the match the "
@@ -72,6 +89,17 @@ def lines(r) -> list[str]:
         if r.function != "attention_matrix" and "attention_matrix" in (getattr(r, "functions", None) or []) else
         "`attnlab lesson` ticks the lab's checklist from your results."))
     return out
+
+
+def _next(r, level) -> str:
+    """What the learner does next at a level: fix it, or the next level's starter."""
+    if not r.passed:
+        return "fix the most likely cause and run the check again."
+    after = next((lv for lv in levels.LEVELS if lv.number == level.number + 1), None)
+    if after is None:
+        return "that was the last level: `attnlab lesson` shows your path through all six."
+    return (f"level {after.number}, {after.title}: `attnlab lab start --level {after.name}` writes "
+            f"{after.filename}; `attnlab lesson` ticks this level on your path.")
 
 
 def figure(r, path: str | Path) -> Path:

@@ -60,7 +60,8 @@ TEXT = {
     "max-subtraction": "large scores overflow: subtract each row's max before exp (exp overflows float32 near 88)",
     "causal-ignored": "is_causal=True is ignored: the output matches attention with no causal mask",
     "diagonal": "the causal mask hides the diagonal: query i sees keys j <= i, itself included",
-    "causal-reversed": "the causal mask is turned round: query i sees the keys up to it (j <= i), not those after",
+    "causal-reversed": "the causal mask is turned round: query i sees itself and the keys after it (j >= i), not "
+                       "the keys up to it; hide the keys after each query (j > i) instead",
     "mask-zero": "the masked scores are set to 0, not -inf: a future key still gets weight exp(0) (use -inf)",
     "causal-alignment": "only L != S causal cases fail: is_causal is aligned upper-left (query i sees keys j <= i)",
     "lower-right": "only the lower-right causal masks fail (query i sees keys j <= i + S - L, as in KV-cache "

@@ -12,24 +12,39 @@ import time
 
 from attnlab.lab.machine import load_average, machine, versions
 
-from . import grade, judged, measure
+from . import grade, judged, levels, measure
+from .levels import slips
 from .result import LabResult
 
 FORMS = {"lab": "the lab's form, (q, k, v), always causal",
-         "sdpa": "F.scaled_dot_product_attention's signature"}
+         "sdpa": "F.scaled_dot_product_attention's signature",
+         "level": "the level's own form"}
+
+
+def level_diagnoses(target, level, seed: int, verify_found) -> list:
+    """The level's slips the learner's outputs are (:mod:`.levels.slips`), first, then verify's other diagnoses."""
+    mod = level.module()
+    keys = slips.named(slips.outputs(target, seed), mod.slip_list())
+    mine = slips.diagnoses(keys, getattr(mod, "TEXT", slips.TEXT))
+    return mine + [d for d in verify_found if d.key not in set(keys)]
 
 
 def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=None, on_stage=None) -> LabResult:
     """Check the loaded learner's function; ``on_stage(text)`` hears each stage (grading, measuring) as it starts."""
+    level = levels.find(learner.level)
+    if level.kind == "own":
+        return level.module().check(learner, quick=quick, seed=seed, progress=progress, on_stage=on_stage)
     t0 = time.perf_counter()
     say = on_stage or (lambda text: None)
     name = learner.name
-    say(f"found {name} in {learner.path}: {FORMS[learner.form]}" + (
+    say(f"found {name} in {learner.path}: {FORMS[learner.form]}, level {level.number} ({level.title})" + (
         "; it is the starter's code as it came, unchanged: what it scores is not yours" if learner.given else ""))
     per_pair = judged.rate(learner)  # (a process that ends or hangs here is started again: the cases say how)
     fn = learner.fn
     result, shrunk, note = grade.grade(fn, name, learner.form, per_pair, quick=quick, seed=seed, progress=progress)
     found = result.diagnoses.get(name, [])  # verify's diagnoses of the failures, most likely first
+    if not result.passed and fn.lost is None:
+        found = level_diagnoses(fn, level, seed, found)
     hung = next((r for r in result.rows if r.detail.startswith("timed out")), None)
     load, err, timings, exps = None, float("inf"), [], {"time": None, "memory": None}
     if hung is not None:  # a function that hung once would hang the measurements too
@@ -38,16 +53,19 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
         how = f"not measured: {fn.lost} while it was graded"
     else:
         err = grade.match(fn, seed)
-        say("measuring its time and peak memory at T = " + ", ".join(map(str, measure.SEQS)))
+        seqs = level.module().SEQS
+        say("measuring its time and peak memory at T = " + ", ".join(map(str, seqs)))
         load = load_average()  # others' work while it is timed: noise in the times (not in the memory)
         try:
-            timings, exps, how = judged.measure(learner, measure.SEQS, measure.BUDGET_S, seed=seed)
+            timings, exps, how = judged.measure(learner, seqs, measure.BUDGET_S, seed=seed)
         except judged.remote.Raised as e:
             how = f"not measured: measuring it raised {e.text}"
         except judged.remote.Lost:
             how = f"not measured: {fn.lost} while it was measured"
     ended = fn.lost if fn.lost is not None else None
-    return LabResult(str(learner.path), name, learner.form, note, result, found, err,
-                     result.passed and ended is None, timings, exps, how, time.perf_counter() - t0,
-                     {**machine(), "load_average": load}, versions(), shrunk=shrunk, given=learner.given, ended=ended,
-                     functions=list(learner.functions))
+    r = LabResult(str(learner.path), name, learner.form, note, result, found, err,
+                  result.passed and ended is None, timings, exps, how, time.perf_counter() - t0,
+                  {**machine(), "load_average": load}, versions(), shrunk=shrunk, given=learner.given, ended=ended,
+                  functions=list(learner.functions), level=level.name)
+    r.measured_ok, r.measured_note = level.module().measured_ok(r)
+    return r

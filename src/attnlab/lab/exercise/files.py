@@ -33,8 +33,9 @@ def starter_text() -> str:
     return resources.files("attnlab.lab.exercise").joinpath("starter.py").read_text(encoding="utf-8")
 
 
-def start(folder: str | Path) -> Started:
-    """Write the starter into ``folder`` (made if needed) as attention_lab.py, unless a file of that name is there.
+def start(folder: str | Path, level=None) -> Started:
+    """Write the starter into ``folder`` (made if needed) as attention_lab.py, unless a file of that name is there
+    (``level``: a level of :mod:`.levels`, whose own starter and file name are written instead).
 
     Written whole or not at all (:func:`attnlab.lab.files.write_text`): a full disk leaves no file. An empty
     attention_lab.py holds no one's work (an earlier version left one on a full disk), so it is written over."""
@@ -44,20 +45,21 @@ def start(folder: str | Path) -> Started:
     if folder.exists() and not folder.is_dir():
         raise LoadError(f"{folder} is a file, not a folder")
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / STARTER_NAME
+    path = folder / (STARTER_NAME if level is None else level.filename)
+    text = starter_text() if level is None else level.starter_text()
     empty = path.is_file() and not path.is_symlink() and path.stat().st_size == 0
     try:  # never over a file that is there, even one that appeared a moment ago
-        write_text(path, starter_text(), over=empty)
+        write_text(path, text, over=empty)
     except FileExistsError:
         return Started(str(path), False)
     return Started(str(path), True)
 
 
-def split(spec: str) -> tuple[Path, str]:
-    """``FILE[:FUNCTION]`` -> (path, function); the function defaults to attention_by_hand."""
+def split(spec: str, default: str | None = None) -> tuple[Path, str]:
+    """``FILE[:FUNCTION]`` -> (path, function); the function defaults to ``default`` (else attention_by_hand)."""
     file, sep, fn = spec.rpartition(":")
     if not sep or not fn.isidentifier() or not file:  # no ":", or a ":" that is part of the path
-        return Path(spec), DEFAULT_FUNCTION
+        return Path(spec), default or DEFAULT_FUNCTION
     return Path(file), fn
 
 
@@ -67,15 +69,16 @@ def _tree(source: str, name: str) -> str | None:
         tree = ast.parse(textwrap.dedent(source))
     except SyntaxError:
         return None
-    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name), None)
     return ast.dump(fn) if fn is not None else None
 
 
-def given_text(source: str, name: str) -> bool:
+def given_text(source: str, name: str, starter: str | None = None) -> bool:
     """Is function ``name`` of this source text one of the starter's as the starter has it (its comments aside), not
-    the learner's own? Read from the file's text: the judge never imports the learner's module."""
+    the learner's own? Read from the file's text: the judge never imports the learner's module. ``starter``: a
+    level's starter text (default: the lab's first, attention_lab.py)."""
     mine = _tree(source, name)
-    return mine is not None and mine == _tree(starter_text(), name)
+    return mine is not None and mine == _tree(starter_text() if starter is None else starter, name)
 
 
 def functions_in(source: str) -> list[str]:
@@ -84,4 +87,4 @@ def functions_in(source: str) -> list[str]:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]

@@ -29,6 +29,7 @@ class Learner:
     given: bool  # the starter's own code, unchanged
     functions: list  # the functions the file defines (for hints that name only what is there)
     fn: remote.Remote  # the function, in its process (already in F.sdpa's signature)
+    level: str = "loops"  # the lab's level it is checked as (attnlab.lab.exercise.levels)
 
     def __enter__(self) -> Learner:
         return self
@@ -37,9 +38,13 @@ class Learner:
         self.fn.close()
 
 
-def open_learner(spec: str) -> Learner:
-    """Load ``FILE[:FUNCTION]`` in a judged process; :class:`files.LoadError` in one line when it cannot be."""
-    path, name = files.split(spec)
+def open_learner(spec: str, level: str | None = None) -> Learner:
+    """Load ``FILE[:FUNCTION]`` in a judged process as the given level (None: the level the function's name
+    says, :func:`levels.of_function`); :class:`files.LoadError` in one line when it cannot be."""
+    from . import levels
+
+    path, name = files.split(spec, None if level is None else levels.find(level).function)
+    lv = levels.find(level) if level is not None else levels.of_function(name)
     if not path.is_file():
         raise files.LoadError(f"{path}: no such file" + (" (it is a folder)" if path.is_dir() else "") +
                               "; `attnlab lab start` writes attention_lab.py")
@@ -47,13 +52,15 @@ def open_learner(spec: str) -> Learner:
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise files.LoadError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
-    fn = _start(path, name)
-    return Learner(path, name, fn.info["form"], files.given_text(source, name), files.functions_in(source), fn)
+    fn = _start(path, name, lv.name)
+    given = files.given_text(source, name) or files.given_text(source, name, lv.starter_text())
+    return Learner(path, name, fn.info["form"], given, files.functions_in(source), fn, lv.name)
 
 
-def _start(path: Path, name: str) -> remote.Remote:
+def _start(path: Path, name: str, level: str = "loops") -> remote.Remote:
     try:
-        return remote.start({"file": str(path), "function": name, "what": str(path)}, module=__name__)
+        return remote.start({"file": str(path), "function": name, "what": str(path), "level": level},
+                            module=__name__)
     except remote.LoadFailed as e:
         raise files.LoadError(str(e)) from None
 
@@ -70,25 +77,31 @@ def rate(learner: Learner, timeout: float | None = None) -> float | None:
         return None
     except remote.Lost:
         learner.fn.close()
-        learner.fn = _start(learner.path, learner.name)
+        learner.fn = _start(learner.path, learner.name, learner.level)
         return None
 
 
 def measure(learner: Learner, seqs, budget_s: float, seed: int = 0) -> tuple[list[Timing], dict, str]:
     """Time and peak memory in the learner's process (see measure.measure); what it could not measure, said."""
     reply = learner.fn.ask("measure", seconds=budget_s * len(seqs) * 3 + 60, seqs=list(seqs), budget_s=budget_s,
-                           seed=seed)
+                           seed=seed, level=learner.level)
     return [Timing.from_dict(t) for t in reply["timings"]], reply["exponents"], reply["note"]
 
 
 def _prepare(fn, job: dict, info: dict):
-    from . import grade
+    from . import grade, levels
 
+    level = levels.find(job.get("level") or "loops")
+    if level.kind == "own":  # a level with its own cases asks for its own requests (see _level)
+        info["form"], info["score_mod"] = "level", False
+        return fn
     form = grade.form_of(fn)  # a LoadError when it is neither form: one line, as any other load error
     info["form"] = form
     if form == "lab":
         info["score_mod"] = False
-        return grade.as_sdpa(fn)
+        wrapped = grade.as_sdpa(level.module().wrap(fn))
+        wrapped.raw = fn  # as the learner wrote it (measured with the level's own arguments)
+        return wrapped
     return fn
 
 
@@ -99,12 +112,23 @@ def _rate(fn, header: dict) -> dict:
 
 
 def _measure(fn, header: dict) -> dict:
-    from . import measure
+    from . import levels, measure
 
-    timings, exps, note = measure.measure(fn, "sdpa", seqs=tuple(header["seqs"]), budget_s=header["budget_s"],
+    mod = levels.find(header.get("level") or "loops").module()  # (a level with cases of its own measures in _level)
+    call, form = fn, "sdpa"
+    if hasattr(mod, "measure_call") and hasattr(fn, "raw"):  # the level's own arguments (flash: block = 64)
+        call, form = mod.measure_call(fn.raw), "lab"
+    timings, exps, note = measure.measure(call, form, seqs=tuple(header["seqs"]), budget_s=header["budget_s"],
                                           seed=header["seed"])
     return {"timings": [t.to_dict() for t in timings], "exponents": exps, "note": note}
 
 
+def _level(fn, header: dict) -> dict:
+    """A level's own cases, run on the learner's function or class here (see its module's ``run``)."""
+    from . import levels
+
+    return levels.find(header["level"]).module().run(fn, header)
+
+
 if __name__ == "__main__":
-    worker.main(prepare=_prepare, extra={"rate": _rate, "measure": _measure})
+    worker.main(prepare=_prepare, extra={"rate": _rate, "measure": _measure, "level": _level})

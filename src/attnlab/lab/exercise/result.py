@@ -47,3 +47,7 @@ class LabResult(Result):
     time: str = ""  # when it was checked: ISO 8601, UTC (given by store.save when the check is kept)
     functions: list[str] = field(default_factory=list)  # the functions the file defines (the hints name only these)
     ended: str | None = None  # how the learner's process ended before the check was done (then it does not pass)
+    level: str = ""  # the lab's level it was checked as ("" in older checks: read from the function's name)
+    measured_ok: bool | None = None  # what the level asks of its measurement held (None: it asks nothing)
+    measured_note: str = ""  # the level's measurement against what it asks, in words
+    curve: dict[str, list[float]] = field(default_factory=dict)  # a level's curve: "yours" beside "library"

@@ -20,7 +20,7 @@ from pathlib import Path
 from attnlab.lab.lesson import heads
 from attnlab.lab.results import to_dict
 
-from . import checklist, copying, figures, sections, teach
+from . import checklist, copying, figures, levels, sections, teach
 
 
 def _asset(name: str) -> str:
@@ -84,7 +84,7 @@ def render(data) -> str:
         "code_blocks": teach.code_blocks(data.code),
         "heads_intro": teach.heads_intro(),
         "copy_intro": copying.intro(data.circuits, data.walkthrough.source),
-        "checklist": checklist.checklist(data),
+        "checklist": checklist.checklist(data) + levels.path(data),
         "reading": teach.reading(),
         "demo": sections.demo(data.demo, imgs),
         "bench": sections.bench(data.bench, imgs),

@@ -1,0 +1,147 @@
+"""Level 6, decoding with a KV cache: ``decode_step(q, k, v, cache)``, one token at a time.
+
+A model that generates text sees one new token per step. Its query attends to every key so far, its
+own included; the keys and values of the earlier tokens do not change, so they are kept (the cache)
+and each step appends one. The check feeds the learner's function a sequence token by token --
+``decode_step(q_t, k_t, v_t, cache)`` with (B, H, 1, d) tensors and the cache it returned the step
+before (None at first) -- and holds the outputs, stacked, to the float64 oracle's full causal forward
+under verify's rule (PyTorch's causal forward in the same dtype sets the limit). Slips named: the
+cache read before the new key is appended (a token that does not see itself), the cache dropped
+(a token that sees only itself), and attention's own (:mod:`.slips`). Measured: the time to decode
+T tokens and the extra peak memory, which the cache makes grow like T.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.lab.check import oracle, rule
+
+from . import own, slips
+
+CASES = (("basic", (1, 2, 20, 8), "float64"), ("float32, batch 2, d = 16", (2, 1, 33, 16), "float32"))
+SEQS = (128, 256, 512)
+MEASURES = "the time to decode T tokens and the peak memory at T = " + ", ".join(map(str, SEQS))
+
+
+def inputs(i: int, seed: int):
+    _, shape, dtype = CASES[i]
+    g = torch.Generator().manual_seed(seed * 100 + i)
+    return tuple(torch.randn(*shape, generator=g, dtype=torch.float64).to(getattr(torch, dtype)) for _ in range(3))
+
+
+def decode(fn, q, k, v) -> torch.Tensor:
+    """The learner's step run over the sequence, token by token; the outputs side by side (B, H, T, d)."""
+    cache, outs = None, []
+    for t in range(q.shape[-2]):
+        out, cache = fn(q[..., t:t + 1, :], k[..., t:t + 1, :], v[..., t:t + 1, :], cache)
+        if not isinstance(out, torch.Tensor) or out.shape != q[..., t:t + 1, :].shape:
+            raise TypeError(f"step {t} returned {type(out).__name__} "
+                            f"{tuple(out.shape) if isinstance(out, torch.Tensor) else ''}, not (B, H, 1, d)")
+        outs.append(out)
+    return torch.cat(outs, dim=-2)
+
+
+def run(fn, header: dict) -> dict:
+    if header.get("what") == "measure":
+        return measure(fn, header)
+    cases = []
+    for i in range(len(CASES)):
+        try:
+            with torch.no_grad():
+                out = decode(fn, *inputs(i, header["seed"]))
+            cases.append({"values": {"out": own.pack(out)}, "dtypes": [str(out.dtype).removeprefix("torch.")]})
+        except Exception as e:
+            cases.append({"error": own.said(e)})
+    return {"cases": cases}
+
+
+def judge(reply: dict, seed: int, name: str = "decode_step"):
+    rows, got, right = [], [], []
+    replies = reply.get("cases") or [{"error": reply.get("raised", "no answer")}] * len(CASES)
+    for i, ((cname, _, dtype), r) in enumerate(zip(CASES, replies, strict=True)):
+        q, k, v = inputs(i, seed)
+        ref = oracle.reference(q, k, v, is_causal=True)
+        right.append({"out": ref})
+        if "error" in r:
+            rows.append(own.row(name, cname, dtype, [], error=r["error"]))
+            got.append(None)
+            continue
+        mine = own.unpack(r["values"]["out"])
+        got.append({"out": mine})
+        theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        budget = rule.rounding_floor(q, k, v, is_causal=True)["out"]
+        rows.append(own.row(name, cname, dtype, [own.compare("out", mine, theirs, ref, q.dtype, budget)]))
+        if r["dtypes"][0] != dtype:
+            rows[-1].status, rows[-1].detail = "fail", f"returned {r['dtypes'][0]} for {dtype} inputs"
+    keys = own.named(got, right, slip_list(seed)) if any(r.status != "pass" for r in rows) else []
+    errs = [float((m["out"].double() - right[i]["out"]).abs().max()) for i, m in enumerate(got) if m is not None]
+    err = max(errs) if len(errs) == len(CASES) else math.inf
+    note = f"{len(CASES)} sequences decoded token by token against the full causal forward (float64, float32)"
+    return rows, own.lines(keys, TEXT), err, note
+
+
+def slip_list(seed: int):
+    def of(f):
+        return lambda i: {"out": f(*(t.double() for t in inputs(i, seed)))}
+    before = ("cache-before-append", of(lambda q, k, v: slips._plain(
+        q, k, v, visible=torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(-1))))
+    return [before, ("cache-dropped", of(lambda q, k, v: v))] + [(key, of(f)) for key, f in slips.common()]
+
+
+TEXT = {
+    "cache-before-append": "your step reads the cache before the new token's key and value are in it: a token must "
+                           "see itself; append k and v first, then attend",
+    "cache-dropped": "your step attends to the new token alone: the keys and values of the tokens before it are not "
+                     "kept, or not read (append them to the cache and attend to all of it)",
+    **slips.TEXT,
+}
+
+
+def measure(fn, header: dict) -> dict:
+    from attnlab.lab.measure import growth, memory
+
+    timings = []
+    memory.exact_heap("cpu")
+    try:
+        for T in SEQS:
+            g = torch.Generator().manual_seed(header["seed"] + T)
+            q, k, v = (torch.randn(1, 1, T, 64, generator=g) for _ in range(3))
+            took = []
+
+            def once(q=q, k=k, v=v, took=took):
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    r = decode(fn, q, k, v)
+                took.append(time.perf_counter() - t0)
+                return r
+
+            peak = memory.measure_peak(once, "cpu")
+            if not took:
+                once()
+            timings.append({"seq": T, "time_s": took[0], "peak_bytes": peak, "skipped": None})
+            if took[0] > 20:
+                break
+    finally:
+        memory.exact_heap("cpu", exact=False)
+    exps = {"time": growth.exponent([t["seq"] for t in timings], [t["time_s"] for t in timings]),
+            "memory": growth.exponent([t["seq"] for t in timings if t["peak_bytes"]],
+                                      [t["peak_bytes"] for t in timings if t["peak_bytes"]])}
+    return {"timings": timings, "exponents": exps, "note": "T tokens decoded one at a time, batch 1, one head of "
+            f"width 64, float32, no autograd; memory: {memory.method('cpu') or 'not measurable here'}"}
+
+
+def measured_ok(result) -> tuple[bool | None, str]:
+    done = [t.seq for t in result.timings if t.time_s is not None]
+    return (bool(done) or None), (f"decoded T = {', '.join(map(str, done))} tokens" if done else "not measured")
+
+
+def check(learner, quick=False, seed=0, progress=None, on_stage=None):
+    from . import BY_NAME
+
+    return own.check(BY_NAME["decode"], learner, lambda h: learner.fn.ask("level", seconds=600, **h),
+                     lambda reply, s: judge(reply, s, learner.name), seed=seed, on_stage=on_stage)
