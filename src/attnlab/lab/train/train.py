@@ -20,6 +20,7 @@ key projection against the untied one.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -89,10 +90,11 @@ class TrainConfig:
 PRESETS = {
     "tiny": TrainConfig(steps=30, batch_size=8, block_size=32, n_layer=1, n_head=2, d_model=32, eval_every=10,
                         eval_batches=2, probe_rows=4, max_chars=200_000),
-    # 4 heads of width 32, 32 sequences a step, half of them repeated segments: the previous-token and induction
-    # heads grow after about 450 steps (the loss on the repeats falls from ~4.5 to ~0.1 within ~100 steps); with
-    # 700 steps (a faster decay of the learning rate) they had not grown. A log costs about ten steps' time.
-    "default": TrainConfig(steps=800, batch_size=32, n_head=4, eval_every=100),
+    # 3 heads of width 32 (d_model 96: a step costs about 0.6 of d_model 128's), 32 sequences a step, half of them
+    # repeated segments: the previous-token and induction heads grow after about 450 steps; with 700 steps (a
+    # faster decay of the learning rate), with 16 sequences a step, or with d_model 64 (2 heads: a previous-token
+    # head at 0.47-0.50) they did not hold. A log costs about four steps' time.
+    "default": TrainConfig(steps=800, batch_size=32, n_head=3, d_model=96, eval_every=100),
     "large": TrainConfig(steps=1000, batch_size=16, block_size=128, n_layer=4, n_head=4, d_model=256, lr=1e-3,
                          warmup=50, eval_every=50, max_chars=12_000_000),
 }
@@ -140,8 +142,14 @@ def batch(data: torch.Tensor, B: int, T: int, gen: torch.Generator) -> tuple[tor
     return rows[:, :-1], rows[:, 1:]
 
 
+@functools.lru_cache(maxsize=2)
+def _stdlib(max_chars: int) -> corpora.Corpus:
+    """The standard library's corpus, read once per process (a build trains several runs on it)."""
+    return corpora.stdlib(max_chars)
+
+
 def load_corpus(cfg: TrainConfig) -> corpora.Corpus:
-    c = corpora.from_file(cfg.corpus) if cfg.corpus else corpora.stdlib(cfg.max_chars)
+    c = corpora.from_file(cfg.corpus) if cfg.corpus else _stdlib(cfg.max_chars)
     for name, split in (("training", c.train), ("validation", c.val)):
         if len(split) < cfg.block_size + 2:
             raise ValueError(f"corpus {c.name} has {len(split)} {name} characters; block_size={cfg.block_size} "
@@ -233,6 +241,7 @@ class _Variant:
     fixed: dict  # the fixed batches every log measures on: "train", "val" and the probe's rows
     log: VariantLog
     pool: torch.Tensor  # the characters repeated segments are drawn from (attnlab.lab.train.repeats)
+    lower: torch.Tensor | None = None  # the letters of the segments drawn with repeats
 
     @property
     def device(self) -> torch.device:
@@ -321,8 +330,9 @@ def _set_up(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, pa
                  for _ in range(cfg.eval_batches)] for s, d in (("train", data.train), ("val", data.val))}
     fixed["probe"] = fixed["val"][0][0][: cfg.probe_rows]
     ids = repeats.pool(data.chars) if cfg.repeat_share > 0 else torch.empty(0, dtype=torch.int64)
+    lower = repeats.letters(data.chars) if cfg.repeat_share > 0 else None
     return _Variant(cfg, name, path, grid, meta, data, model, net, opt, gen, data.train.to(device), fixed,
-                    VariantLog(params=model.num_params()), ids)
+                    VariantLog(params=model.num_params()), ids, lower)
 
 
 def _resume(v: _Variant) -> int | None:
@@ -385,7 +395,7 @@ def _step(v: _Variant, step: int) -> float:
     cfg, log = v.cfg, v.log
     ts = time.perf_counter()
     x, y = batch(v.train, cfg.batch_size, cfg.block_size, v.gen)  # the global batch; each rank takes its part
-    x, y = repeats.mix(x, y, cfg.repeat_share, v.pool, v.gen)  # some rows: a random segment, repeated
+    x, y = repeats.mix(x, y, cfg.repeat_share, v.pool, v.gen, v.lower)  # some rows: a random segment, repeated
     loss = _loss(v.net, v.grid, x, y)
     v.opt.zero_grad(set_to_none=True)
     loss.backward()  # under DDP: the gradients averaged over every rank
