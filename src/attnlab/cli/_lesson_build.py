@@ -50,7 +50,8 @@ def _load() -> list[float]:
 def _left(done: list, todo: list, page_s: float) -> float:
     """The rest of the build re-estimated: the steps still to run and the page, their estimates scaled by how long
     the steps so far took against theirs."""
-    ratio = sum(s.seconds for s in done) / max(1e-9, sum(s.estimate_s for s in done)) if done else 1.0
+    # 30 s of "as estimated" weigh in, so a step of a few seconds does not rescale the rest on its own
+    ratio = (sum(s.seconds for s in done) + 30.0) / (sum(s.estimate_s for s in done) + 30.0)
     return ratio * (sum(s.estimate_s for s in todo) + page_s)
 
 

@@ -59,6 +59,17 @@ class Circuits(Result):
     by_length: list[float] = field(default_factory=list)  # the best induction head's score at each n
     alphabet: str = "random lowercase letters, repeats allowed"  # what the sequences are made of
 
+    def describe(self) -> str:
+        """What was measured, in words: "22 sequences of random lowercase letters, repeats allowed, 10 to 30 long,
+        each written twice"."""
+        lengths = self.lengths or [self.segment]
+        span = f"{min(lengths)} to {max(lengths)}" if len(lengths) > 1 else f"{lengths[0]}"
+        return f"{self.sequences} sequences of {self.alphabet}, {span} long, each written twice"
+
+    def lowest(self) -> float:
+        """The best induction head's lowest score at any one length (its mean when lengths were not kept)."""
+        return min(self.by_length) if self.by_length else self.best("induction").induction
+
     def best(self, what: str) -> HeadScore:
         """The head with the largest ``what`` ("previous" or "induction")."""
         return max(self.heads, key=lambda h: getattr(h, what))

@@ -38,6 +38,7 @@ from attnlab.lab.train import circuits as circ
 from attnlab.lab.train import corpus as corpora
 from attnlab.lab.train import repeats
 from attnlab.lab.train.circuits import Circuits
+from attnlab.lab.train.threads import Picker
 from attnlab.nn import GPT, GPTConfig, probe
 from attnlab.nn.probe import score_grad_norms, uniform_causal_entropy
 
@@ -118,6 +119,7 @@ class VariantLog(Result):
     tokens_per_s: float = 0.0
     diverged_at: int | None = None  # first step with a non-finite loss, if any
     circuits: Circuits | None = None  # the final model's heads measured on repeated random sequences
+    threads: list[dict] = field(default_factory=list)  # thread counts chosen as it ran (attnlab.lab.train.threads)
 
 
 @dataclass
@@ -260,8 +262,11 @@ class _Variant:
 def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, path: Path, *,
                   resume: bool = False, stop: StopFlag | None = None,
                   on_step: Callable[[str, int, int, float, float], None] | None = None,
-                  grid: Grid | None = None) -> VariantLog:
+                  grid: Grid | None = None, threads: tuple[int, ...] | None = None) -> VariantLog:
     """Train one variant to ``cfg.steps``, logging and checkpointing to ``path``.
+
+    ``threads``: the thread counts to choose between from the run's own steps (:mod:`attnlab.lab.train.threads`;
+    None: the process's setting, unchanged).
 
     ``grid``: this process's place among several (:mod:`attnlab.lab.distributed.parallel`); every rank calls this
     with the same arguments, and rank 0 alone writes the checkpoints.
@@ -271,7 +276,7 @@ def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corp
     if start is None:
         torch.manual_seed(cfg.seed + v.grid.rank)  # dropout's random stream starts from the seed (one per rank)
         start = 0
-    _steps(v, start, stop, on_step)
+    _steps(v, start, stop, on_step, threads)
     if v.log.diverged_at is None and cfg.block_size >= 2 * repeats.MIN_SEGMENT:
         v.log.circuits = circ.measure(v.model, data.chars, seed=cfg.seed)
     return v.log
@@ -362,7 +367,7 @@ def _resume(v: _Variant) -> int | None:
 
 
 def _steps(v: _Variant, step: int, stop: StopFlag | None,
-           on_step: Callable[[str, int, int, float, float], None] | None) -> None:
+           on_step: Callable[[str, int, int, float, float], None] | None, threads: tuple[int, ...] | None) -> None:
     """Train from ``step`` to the end (or the first non-finite loss), measuring and saving every ``eval_every``
     steps; a stop asked for on any rank saves at the same step everywhere and raises KeyboardInterrupt."""
     cfg, log, grid = v.cfg, v.log, v.grid
@@ -371,8 +376,15 @@ def _steps(v: _Variant, step: int, stop: StopFlag | None,
         _measure(v.model, v.net, v.fixed, log, 0, grid)
         v.save(0)
     v.model.train()
+    picker, prior = (Picker(threads, cfg.eval_every) if threads else None), list(log.threads)
     while step < cfg.steps and log.diverged_at is None:
+        if picker:
+            picker.before(step)
+        ts = time.perf_counter()
         lv = _step(v, step)
+        if picker:
+            picker.after(step, time.perf_counter() - ts)
+            log.threads = prior + picker.choices
         step += 1
         if not math.isfinite(lv):
             log.diverged_at = step - 1
@@ -434,8 +446,11 @@ def _read_checkpoint(path: Path, meta: dict, grid: Grid, device: torch.device) -
 
 def run(cfg: TrainConfig, kind: str = "scale", variants: list[str] | None = None, out: str | Path = "attnlab-out",
         *, resume: bool = False, data: corpora.Corpus | None = None,
-        on_step: Callable[[str, int, int, float, float], None] | None = None, grid: Grid | None = None) -> TrainResult:
+        on_step: Callable[[str, int, int, float, float], None] | None = None, grid: Grid | None = None,
+        threads: tuple[int, ...] | None = None) -> TrainResult:
     """Train every variant of experiment ``kind`` ("scale" or "tie-kv"); checkpoints go to ``out/checkpoints``.
+
+    ``threads``: the thread counts each variant chooses between from its own steps (None: the process's setting).
 
     ``grid``: under several processes, every rank calls this (see :mod:`attnlab.lab.distributed.parallel`).
     """
@@ -462,7 +477,7 @@ def run(cfg: TrainConfig, kind: str = "scale", variants: list[str] | None = None
                     on_step(name, cfg.steps, cfg.steps, logs[name].train_loss[-1], logs[name].tokens_per_s)
                 continue
             logs[name] = train_variant(cfg, name, table[name], data, path, resume=resume, stop=stop, on_step=on_step,
-                                       grid=grid)
+                                       grid=grid, threads=threads)
     mcfg = cfg.model(data.vocab_size)
     config = {**asdict(cfg), "kind": kind, "head_dim": mcfg.head_dim, "vocab_size": data.vocab_size,
               "corpus_info": data.describe(), "variants": {n: table[n] for n in names},
