@@ -13,6 +13,7 @@ class _Log:
 
     def __init__(self, out: Path, log):
         self.out, self.log, self.t0 = out, log, time.perf_counter()
+        self.page_t0: float | None = None  # when the page phase began
         self.path = out / "lesson-build.log"
         self._write("w", "")  # before any step: a log that cannot be written stops the build now
 
@@ -33,8 +34,11 @@ class _Log:
             raise CannotWrite(self.path, reason(e), None) from None
 
     def finish(self, page_s: float) -> None:
+        """The build's end: ``page_s`` is the page's own collecting; the page phase is timed from its line on."""
         from attnlab.lab.results import write_json
 
+        if self.page_t0 is not None:
+            page_s = max(page_s, time.perf_counter() - self.page_t0)
         self.log.page_s, self.log.total_s = page_s, time.perf_counter() - self.t0
         self.log.load_after = _load()
         ran = [s for s in self.log.steps if s.seconds is not None]
@@ -78,7 +82,7 @@ def build_steps(out: Path) -> _Log:
         est = train_time.estimate(cfg, data)
         steps = build.plan(out, est.seconds(cfg.steps, cfg.eval_every), est.step_s)
     log.log = build.BuildLog(str(out), steps, load_average=load, cpu_count=os.cpu_count(),
-                             threads=choice.to_dict() if choice else None)
+                             threads=choice.to_dict() if choice else None, step_s=est.step_s if choice else None)
     todo = [s for s in steps if s.why]
     page_s = build.scaled("page", est.step_s if choice else None)  # the page's collecting and writing
     total = sum(s.estimate_s for s in todo) + page_s
@@ -104,4 +108,5 @@ def build_steps(out: Path) -> _Log:
                 f"{fmt_estimate(_left(todo[:i], todo[i:], page_s))} left, re-estimated from the steps so far"
                 + (f" (load {now[0]:.1f})" if now else ""))
     log.say(f"[page] collecting the results and writing lesson.html ({fmt_estimate(page_s)})")
+    log.page_t0 = time.perf_counter()
     return log

@@ -21,10 +21,11 @@ from attnlab.lab.results import Result
 # the lesson's bench: the forms the page compares, at the lab's lengths (flex's compilation is left out: it
 # would double the time and the page does not need it)
 BENCH_FORMS = "loops,matrix,flash,sdpa"
-# seconds each step took in a measured build whose training step took REFERENCE_STEP_S; a build scales them by its
-# own measured step time (a machine twice as busy takes about twice as long for every step)
-SECONDS = {"demo": 10.0, "bench": 45.0, "explore": 15.0, "page": 15.0}
-REFERENCE_STEP_S = 0.062
+# seconds each step took in a measured build (at load 3-7 on 2 cores, rounded up) whose training step, timed
+# before it started, took REFERENCE_STEP_S; a build scales them by its own step time (a machine twice as busy
+# takes about twice as long for every step)
+SECONDS = {"demo": 3.0, "bench": 42.0, "explore": 3.0, "page": 5.0}
+REFERENCE_STEP_S = 0.18
 
 
 def scaled(name: str, step_s: float | None) -> float:
@@ -51,6 +52,7 @@ class BuildLog(Result):
     load_average: list[float] = field(default_factory=list)  # 1, 5, 15 minutes, when the build started
     cpu_count: int | None = None
     threads: dict | None = None  # the thread count chosen from a measurement (attnlab.lab.train.estimate.ThreadChoice)
+    step_s: float | None = None  # the training step time the estimates were made from
     load_after: list[float] = field(default_factory=list)  # when the build finished
 
 

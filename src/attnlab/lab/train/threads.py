@@ -31,6 +31,8 @@ class Picker:
         if len(self.counts) > 1 and step % self.every == 0:
             others = [c for c in self.counts if c != self.current]
             self.trials = (self.counts * 2) if not self.choices else others
+            for c in self.trials:  # measured afresh: an old time of a count not in use says nothing of the load now
+                self.times[c] = []
         count = self.trials[0] if self.trials else self.current
         if torch.get_num_threads() != count:
             torch.set_num_threads(count)
