@@ -73,7 +73,8 @@ def test_an_untrained_model_has_no_such_heads():
           f"loss {c.loss_first:.2f} -> {c.loss_repeat:.2f}; {c.describe()}")
     assert c.lengths == [10, 12, 14, 16, 18, 20, 22, 24] and c.segment == 24 and len(c.by_length) == 8  # 2n <= 48
     assert len(c.heads) == 4 and len(c.example) == 10 and set(c.example) <= set("abcdefghijklmnopqrstuvwxyz")
-    assert c.describe() == "16 sequences of random lowercase letters, repeats allowed, 10 to 24 long, each written twice"
+    said = "16 sequences of random lowercase letters, repeats allowed, 10 to 24 long, each written twice"
+    assert c.describe() == said
     assert not c.found and not c.copies and c.best("induction").induction < 0.2 and c.lowest() < 0.2
     assert c.loss_first > 3.0  # about log(95): nothing predicts a random character
 
