@@ -13,6 +13,7 @@ class _Log:
 
     def __init__(self, out: Path, log):
         self.out, self.log, self.t0 = out, log, time.perf_counter()
+        self.page_t0: float | None = None  # when the page phase began
         self.path = out / "lesson-build.log"
         self._write("w", "")  # before any step: a log that cannot be written stops the build now
 
@@ -33,13 +34,29 @@ class _Log:
             raise CannotWrite(self.path, reason(e), None) from None
 
     def finish(self, page_s: float) -> None:
+        """The build's end: ``page_s`` is the page's own collecting; the page phase is timed from its line on."""
         from attnlab.lab.results import write_json
 
+        if self.page_t0 is not None:
+            page_s = max(page_s, time.perf_counter() - self.page_t0)
         self.log.page_s, self.log.total_s = page_s, time.perf_counter() - self.t0
+        self.log.load_after = _load()
         ran = [s for s in self.log.steps if s.seconds is not None]
         parts = ", ".join(f"{s.name} {s.seconds:.0f} s" for s in ran)
         self.say(f"lesson --build: done in {self.log.total_s:.0f} s ({parts}{', ' if parts else ''}page "
                  f"{page_s:.0f} s); wrote {write_json(self.log, self.out / 'lesson-build.json')}")
+
+
+def _load() -> list[float]:
+    return list(os.getloadavg()) if hasattr(os, "getloadavg") else []
+
+
+def _left(done: list, todo: list, page_s: float) -> float:
+    """The rest of the build re-estimated: the steps still to run and the page, their estimates scaled by how long
+    the steps so far took against theirs."""
+    # 30 s of "as estimated" weigh in, so a step of a few seconds does not rescale the rest on its own
+    ratio = (sum(s.seconds for s in done) + 30.0) / (sum(s.estimate_s for s in done) + 30.0)
+    return ratio * (sum(s.estimate_s for s in todo) + page_s)
 
 
 def build_steps(out: Path) -> _Log:
@@ -53,15 +70,22 @@ def build_steps(out: Path) -> _Log:
     from . import UsageError
 
     log = _Log(out, None)  # a log that cannot be started (a folder of its name) is said before the plan's timing
+    load = _load()
     steps = build.plan(out)
-    if any(s.why for s in steps if s.name.startswith("train")):  # time a few real steps: the estimate that matters
+    choice = None
+    if any(s.why for s in steps):  # time a few real steps at 1 and 2 threads: the faster runs the build
         cfg = lab_train.PRESETS["default"]
-        est = train_time.estimate(cfg, lab_train.load_corpus(cfg))
-        steps = build.plan(out, est.seconds(cfg.steps, cfg.eval_every))
-    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else []
-    log.log = build.BuildLog(str(out), steps, load_average=load, cpu_count=os.cpu_count())
+        data = lab_train.load_corpus(cfg)
+        choice = train_time.choose_threads(cfg, data)
+        log.say(f"lesson --build: {choice.threads} thread{'s' if choice.threads > 1 else ''}, the faster here now ("
+                + ", ".join(f"{n}: {s * 1e3:.0f} ms a training step" for n, s in choice.step_s.items()) + ")")
+        est = train_time.estimate(cfg, data)
+        steps = build.plan(out, est.seconds(cfg.steps, cfg.eval_every), est.step_s)
+    log.log = build.BuildLog(str(out), steps, load_average=load, cpu_count=os.cpu_count(),
+                             threads=choice.to_dict() if choice else None, step_s=est.step_s if choice else None)
     todo = [s for s in steps if s.why]
-    total = sum(s.estimate_s for s in todo) + build.SECONDS["page"]
+    page_s = build.scaled("page", est.step_s if choice else None)  # the page's collecting and writing
+    total = sum(s.estimate_s for s in todo) + page_s
     busy = f", load {load[0]:.1f} on {os.cpu_count()} cores" if load else ""
     log.say(f"lesson --build: {len(todo)} of {len(steps)} steps to run, then the page: {fmt_estimate(total)} on this "
             f"machine now{busy}")
@@ -79,6 +103,10 @@ def build_steps(out: Path) -> _Log:
         if code:
             log.say(f"[{i}/{len(todo)}] {s.name}: failed (exit {code})")
             raise UsageError(f"--build: `attnlab {' '.join(s.argv)}` failed (exit {code}); its message is above")
-        log.say(f"[{i}/{len(todo)}] {s.name}: done in {s.seconds:.0f} s (estimated {fmt_estimate(s.estimate_s)})")
-    log.say(f"[page] collecting the results and writing lesson.html ({fmt_estimate(build.SECONDS['page'])})")
+        now = _load()
+        log.say(f"[{i}/{len(todo)}] {s.name}: done in {s.seconds:.0f} s (estimated {fmt_estimate(s.estimate_s)}); "
+                f"{fmt_estimate(_left(todo[:i], todo[i:], page_s))} left, re-estimated from the steps so far"
+                + (f" (load {now[0]:.1f})" if now else ""))
+    log.say(f"[page] collecting the results and writing lesson.html ({fmt_estimate(page_s)})")
+    log.page_t0 = time.perf_counter()
     return log

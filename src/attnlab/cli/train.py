@@ -15,7 +15,7 @@ def add_parser(sub):
                                    "attention scale 1/sqrt(d), 1 and 1/d, and measure loss, gradient norms and "
                                    "softmax entropy per layer. Writes train.png, train.json and checkpoints.")
     p.add_argument("--preset", choices=["tiny", "default", "large"], default="default",
-                   help="model and run size: tiny (1 layer, seconds), default (2 layers, d_model 128, 4 heads, "
+                   help="model and run size: tiny (1 layer, seconds), default (2 layers, d_model 96, 3 heads, "
                         "800 steps with repeated segments mixed in: about a minute per variant on 2 idle CPU cores), "
                         "large (4 layers, d_model 256, T 128, 1000 steps: hours on 2 "
                         "CPU cores, meant for --device cuda)")
@@ -200,6 +200,10 @@ def run(args, grid=None) -> int:
         twins = {n: p for n in names if (p := train.reusable(cfg, kind, n, out, data.vocab_size))}
         for n, p in twins.items():
             console.print(f"  {n}: the same run as {p} (the same model, settings, seed and data): reused, not trained")
+        if cfg.device == "cpu":  # the faster thread count now; the run goes on choosing from its own steps
+            choice = train_time.choose_threads(cfg, data, rounds=1, steps=2)
+            console.print(f"  threads: {choice.threads}, the faster here now (" + ", ".join(
+                f"{n}: {s * 1e3:.0f} ms a step" for n, s in choice.step_s.items()) + "); chosen again at every log")
         est = train_time.estimate(cfg, data)
         left = {n: cfg.steps - (step or 0) for n, (_, step) in
                 (checkpoint.resume_points(out, kind, names) if args.resume else {}).items()}
@@ -207,7 +211,8 @@ def run(args, grid=None) -> int:
         console.print(report.estimate_line(est, est.seconds(steps, cfg.eval_every)))
     try:
         with report.train_progress(cfg.steps, names) as on_step:
-            result = train.run(cfg, kind, variants, out, resume=args.resume, data=data, on_step=on_step, grid=grid)
+            result = train.run(cfg, kind, variants, out, resume=args.resume, data=data, on_step=on_step, grid=grid,
+                               threads=(1, 2) if grid is None and cfg.device == "cpu" else None)
     except KeyboardInterrupt as e:
         console.print(f"[yellow]interrupted:[/] {e or 'stopped'}. Continue with the same flags and --resume.")
         return 130

@@ -165,10 +165,11 @@ def circuit_lines(result) -> list[str]:
         if c is None:
             continue
         p, i = c.best("previous"), c.best("induction")
-        lines.append(f"  {name:<5} heads on {c.sequences} random segments of {c.segment} characters written twice: "
+        lines.append(f"  {name:<5} heads on {c.describe()}: "
                      f"previous-token layer {p.layer} head {p.head} {p.previous:.2f} "
                      f"({'[green]found[/]' if c.previous_found else '[red]none[/]'}, rule >= {c.previous_share}); "
-                     f"induction layer {i.layer} head {i.head} {i.induction:.2f} "
+                     f"induction layer {i.layer} head {i.head} {i.induction:.2f} (lowest at one length "
+                     f"{c.lowest():.2f}) "
                      f"({'[green]found[/]' if c.induction_found else '[red]none[/]'}, rule >= {c.induction_share}); "
                      f"loss {c.loss_first:.2f} on the first copy, {c.loss_repeat:.2f} on the repeat "
                      f"({'[green]copies[/]' if c.copies else '[red]does not copy[/]'}, rule <= {c.loss_ratio} of the "

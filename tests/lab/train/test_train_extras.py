@@ -58,6 +58,8 @@ def test_the_default_model_grows_a_previous_token_and_an_induction_head(tmp_path
     p, i = c.best("previous"), c.best("induction")
     print(f"default model after {train.PRESETS['default'].steps} steps: previous-token layer {p.layer} head {p.head} "
           f"{p.previous:.2f}, induction layer {i.layer} head {i.head} {i.induction:.2f}, loss {c.loss_first:.2f} -> "
-          f"{c.loss_repeat:.2f}; {r.variants['sqrt'].seconds:.0f} s")
+          f"{c.loss_repeat:.2f}, lowest at one length {c.lowest():.2f}; {r.variants['sqrt'].seconds:.0f} s")
     assert c.found and p.layer == 0 and i.layer == 1  # the induction head reads what layer 0 wrote
-    assert c.loss_repeat < 0.1 * c.loss_first
+    # on the reader's kind of text (random letters, repeats allowed) at every length from 10 to 30: a letter with
+    # several earlier copies leaves the next one uncertain, so the repeat's loss stays above zero
+    assert c.lengths[0] == 10 and c.lengths[-1] == 30 and c.lowest() >= 0.5 and c.copies

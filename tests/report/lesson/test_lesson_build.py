@@ -2,6 +2,7 @@
 on the terminal and in lesson-build.log, the measured seconds in lesson-build.json."""
 
 import json
+import re
 from dataclasses import asdict
 
 import pytest
@@ -39,6 +40,9 @@ def test_the_plan_runs_only_what_is_missing_or_stale(tmp_path):
     assert all(s.why and "missing" in s.why for s in steps)
     assert [s.estimate_s for s in steps if s.name.startswith("train")] == [150.0, 50.0]  # tie-kv trains one model
     assert steps[1].argv[:3] == ["bench", "--impl", "loops,matrix,flash,sdpa"]
+    busy = build.plan(tmp_path, 50.0, step_s=2 * build.REFERENCE_STEP_S)  # a step twice as slow: every step too
+    assert [b.estimate_s for b in busy] == [2 * s.estimate_s if not s.name.startswith("train") else s.estimate_s
+                                            for s in steps] and steps[0].estimate_s == build.SECONDS["demo"]
     _up_to_date(tmp_path)
     assert [s.why for s in build.plan(tmp_path)] == [None] * 5
     old = json.loads((tmp_path / "bench.json").read_text()) | {"versions": {"attnlab": "0.0.1"}}
@@ -83,9 +87,11 @@ def test_build_says_what_it_will_run_and_how_long_then_logs_each_step(run_cli, t
     r = run_cli("lesson", "--build", "--out", "out", timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
     lines = r.stdout.splitlines()
-    first = next(i for i, x in enumerate(lines) if x.startswith("lesson --build:"))
+    first = next(i for i, x in enumerate(lines) if x.startswith("lesson --build:") and "steps to run" in x)
     assert "1 of 5 steps to run, then the page: about" in lines[first] and "load" in lines[first]
-    assert "  demo: demo.json is missing; about 10 s (attnlab demo --out out)" in lines
+    assert any(re.fullmatch(r"  demo: demo.json is missing; about \d+ s \(attnlab demo --out out\)", x) for x in lines)
+    chose = next(x for x in lines if "the faster here now" in x)  # 1 or 2 threads, from timed steps at each
+    assert re.search(r"lesson --build: [12] threads?, the faster here now \(1: \d+ ms a training step", chose)
     assert "  train: up to date" in lines and "  bench: up to date" in lines
     assert any(x.startswith("[1/1] demo: done in") for x in lines) and "wrote out/lesson.html" in r.stdout
     log = (out / "lesson-build.log").read_text()
@@ -93,7 +99,10 @@ def test_build_says_what_it_will_run_and_how_long_then_logs_each_step(run_cli, t
     done = json.loads((out / "lesson-build.json").read_text())
     ran = [s for s in done["steps"] if s["seconds"] is not None]
     assert [s["name"] for s in ran] == ["demo"] and ran[0]["seconds"] > 0 and done["page_s"] > 0
-    assert done["cpu_count"] >= 1 and len(done["load_average"]) == 3
+    assert done["cpu_count"] >= 1 and len(done["load_average"]) == 3 and len(done["load_after"]) == 3
+    assert done["threads"]["threads"] in (1, 2) and "1" in done["threads"]["step_s"] and done["step_s"] > 0
+    assert any(re.search(r"\[1/1\] demo: done in \d+ s \(estimated about \d+ s\); about \d+ s left, re-estimated", x)
+               for x in lines)
     assert json.loads((out / "demo.json").read_text())["versions"]["attnlab"] == __version__
     bad = run_cli("lesson", "--build", "--quick")
     assert bad.returncode == 2 and "does not go with --quick" in bad.stderr

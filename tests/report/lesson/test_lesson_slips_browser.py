@@ -4,6 +4,7 @@ in force and V goes into the weighted sum; the even spread without the mask; lon
 shown; the two copying heads measured by the page as Python measures them."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -107,9 +108,13 @@ def test_the_copying_heads_are_measured_in_the_page_as_in_python(browser, lesson
         text, n = js["text"], js["n"]
         idx = torch.tensor([[m.chars.index(c) for c in text]])
         weights, logits = circuits.maps(m.model, idx)
-        py = circuits.score(weights, n)
+        py = circuits.score(weights, idx)
         worst = max(max(abs(a["previous"] - b.previous), abs(a["induction"] - b.induction))
                     for a, b in zip(js["heads"], py, strict=True))
+        view = [h for layer in page.evaluate("(t) => window.attnlab.stats(t)", text) for h in layer]  # the head view
+        assert [(a["previous"], a["induction"]) for a in js["heads"]] == [(v["previous"], v["induction"] or 0)
+                                                                         for v in view]  # one definition, same text
+        assert js["asked"] == len(circuits.after_copies(list(text)))
         nll = -torch.log_softmax(logits[0, :-1].double(), -1).gather(-1, idx[0, 1:, None])[:, 0]
         loss = (float(nll[: n - 1].mean()), float(nll[n:].mean()))
         print(f"copy section on {text!r}: max |page - python| head score {worst:.1e}, losses page "
@@ -118,6 +123,11 @@ def test_the_copying_heads_are_measured_in_the_page_as_in_python(browser, lesson
         assert js["loss"]["repeat"] == pytest.approx(loss[1], abs=1e-4)
     lines = page.locator("#copy-numbers .copy-line").all_inner_texts()
     assert len(lines) == 3 and "rule: at least 0.5" in lines[0] and page.locator("#copy-figs figure.heat").count() == 2
+    H = page.evaluate("window.attnlab.config.n_head")
+    for line in lines[:2]:  # the layer-wide picture: every head of the best one's layer, and their total
+        every = line.split("Every head of layer")[1]
+        assert len(re.findall(r"head \d+ \d\.\d\d", every)) == H and re.search(r"together \d\.\d\d of \d", every)
+    assert f"measured on your text: the {js['asked']} characters whose letter came before" in lines[1]
     page.fill("#copy-text", "é")
     assert "Not in the model's vocabulary" in page.locator("#copy-status").inner_text()
     assert errors == []

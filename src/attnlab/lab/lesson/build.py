@@ -21,7 +21,17 @@ from attnlab.lab.results import Result
 # the lesson's bench: the forms the page compares, at the lab's lengths (flex's compilation is left out: it
 # would double the time and the page does not need it)
 BENCH_FORMS = "loops,matrix,flash,sdpa"
-SECONDS = {"demo": 10.0, "bench": 45.0, "explore": 15.0, "page": 15.0}  # measured on 2 idle cores, rounded up
+# seconds each step took in a measured build (at load 3-7 on 2 cores, rounded up) whose training step, timed
+# before it started, took REFERENCE_STEP_S; a build scales them by its own step time (a machine twice as busy
+# takes about twice as long for every step)
+SECONDS = {"demo": 3.0, "bench": 42.0, "explore": 3.0, "page": 5.0}
+REFERENCE_STEP_S = 0.18
+
+
+def scaled(name: str, step_s: float | None) -> float:
+    """The estimate of step ``name`` on this machine now, from its training step time ``step_s`` (None: as
+    measured in the reference build)."""
+    return SECONDS[name] * (step_s / REFERENCE_STEP_S if step_s else 1.0)
 
 
 @dataclass
@@ -41,6 +51,9 @@ class BuildLog(Result):
     total_s: float | None = None
     load_average: list[float] = field(default_factory=list)  # 1, 5, 15 minutes, when the build started
     cpu_count: int | None = None
+    threads: dict | None = None  # the thread count chosen from a measurement (attnlab.lab.train.estimate.ThreadChoice)
+    step_s: float | None = None  # the training step time the estimates were made from
+    load_after: list[float] = field(default_factory=list)  # when the build finished
 
 
 def _json(path: Path) -> dict | None:
@@ -112,28 +125,29 @@ def _trained_otherwise(cfg) -> callable:
     return check
 
 
-def plan(out: str | Path, train_estimate_s: float | None = None) -> list[Step]:
+def plan(out: str | Path, train_estimate_s: float | None = None, step_s: float | None = None) -> list[Step]:
     """Every step of the default lesson, each with why it must run (None: up to date) and its estimate.
 
     ``train_estimate_s``: seconds for one variant of the default training run, measured (None: not measured,
-    the default preset's steps at 60 ms a step)."""
+    the default preset's steps at REFERENCE_STEP_S a step); ``step_s``: the training step time measured now,
+    which scales the other steps' estimates (:func:`scaled`)."""
     from attnlab.lab import explore
     from attnlab.lab.train.train import PRESETS
 
     out = Path(out)
     cfg = PRESETS["default"]
-    per_variant = train_estimate_s if train_estimate_s is not None else cfg.steps * 0.06
+    per_variant = train_estimate_s if train_estimate_s is not None else cfg.steps * REFERENCE_STEP_S
     trained = _trained_otherwise(cfg)
     ckpt = out / "checkpoints" / "scale-sqrt.pt"
     train_why = _stale(out / "train.json", trained) or (None if ckpt.is_file() else f"{ckpt.name} is missing")
     stale_explore = dict.fromkeys(w for name in explore.EXPERIMENTS if (w := _stale(out / f"explore-{name}.json")))
     o = ["--out", str(out)]
     return [
-        Step("demo", ["demo", *o], _stale(out / "demo.json"), SECONDS["demo"]),
-        Step("bench", ["bench", "--impl", BENCH_FORMS, *o], _stale(out / "bench.json"), SECONDS["bench"]),
+        Step("demo", ["demo", *o], _stale(out / "demo.json"), scaled("demo", step_s)),
+        Step("bench", ["bench", "--impl", BENCH_FORMS, *o], _stale(out / "bench.json"), scaled("bench", step_s)),
         Step("train", ["train", *o], train_why, 3 * per_variant),
         # its separate-K/V model is the scale run's 1/sqrt(d) model (the same settings, seed and data), which
         # `attnlab train` reuses: the ablation trains one model, not two
         Step("train tie-kv", ["train", "--ablation", "tie-kv", *o], _stale(out / "tie_kv.json", trained), per_variant),
-        Step("explore", ["explore", "all", *o], "; ".join(stale_explore) or None, SECONDS["explore"]),
+        Step("explore", ["explore", "all", *o], "; ".join(stale_explore) or None, scaled("explore", step_s)),
     ]

@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from attnlab.lab.train.circuits import after_copies
+
 PATTERN_SHARE = 0.5  # a head is named after a pattern that takes at least this share of its weight
 WORD_SHARE = 0.5  # "-> word" only when the query puts at least this share of its weight on that word
 PIECE_MARKS = (" ", "Ġ", "▁")  # a token starting with one of these starts a new word (GPT-2, SentencePiece)
@@ -104,13 +106,10 @@ def _label(s: dict, entropy: float, T: int, causal: bool) -> tuple[str, str]:
     return "mixed", f"mixed head: no pattern reaches {PATTERN_SHARE} (largest: {name} {share:.2f})"
 
 
-def induction(tokens: list[str], w) -> float | None:
-    """Mean over the queries whose token appeared before of the weight on the tokens right after those copies."""
-    shares = []
-    for i in range(2, len(tokens)):
-        after = [j for j in range(1, i) if tokens[j - 1] == tokens[i]]
-        if after:
-            shares.append(sum(w[i][j] for j in after))
+def induction(tokens, w) -> float | None:
+    """Mean over the queries whose token appeared before of the weight on the tokens right after those copies
+    (:func:`after_copies`); None when no token appeared before."""
+    shares = [sum(w[i][j] for j in after) for i, after in after_copies(tokens).items()]
     return sum(shares) / len(shares) if shares else None
 
 

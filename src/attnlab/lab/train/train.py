@@ -20,6 +20,7 @@ key projection against the untied one.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from attnlab.lab.train import circuits as circ
 from attnlab.lab.train import corpus as corpora
 from attnlab.lab.train import repeats
 from attnlab.lab.train.circuits import Circuits
+from attnlab.lab.train.threads import Picker
 from attnlab.nn import GPT, GPTConfig, probe
 from attnlab.nn.probe import score_grad_norms, uniform_causal_entropy
 
@@ -89,10 +91,11 @@ class TrainConfig:
 PRESETS = {
     "tiny": TrainConfig(steps=30, batch_size=8, block_size=32, n_layer=1, n_head=2, d_model=32, eval_every=10,
                         eval_batches=2, probe_rows=4, max_chars=200_000),
-    # 4 heads of width 32, 32 sequences a step, half of them repeated segments: the previous-token and induction
-    # heads grow after about 450 steps (the loss on the repeats falls from ~4.5 to ~0.1 within ~100 steps); with
-    # 700 steps (a faster decay of the learning rate) they had not grown. A log costs about ten steps' time.
-    "default": TrainConfig(steps=800, batch_size=32, n_head=4, eval_every=100),
+    # 3 heads of width 32 (d_model 96: a step costs about 0.6 of d_model 128's), 32 sequences a step, half of them
+    # repeated segments: the previous-token and induction heads grow after about 450 steps; with 700 steps (a
+    # faster decay of the learning rate), with 16 sequences a step, or with d_model 64 (2 heads: a previous-token
+    # head at 0.47-0.50) they did not hold. A log costs about four steps' time.
+    "default": TrainConfig(steps=800, batch_size=32, n_head=3, d_model=96, eval_every=100),
     "large": TrainConfig(steps=1000, batch_size=16, block_size=128, n_layer=4, n_head=4, d_model=256, lr=1e-3,
                          warmup=50, eval_every=50, max_chars=12_000_000),
 }
@@ -116,6 +119,7 @@ class VariantLog(Result):
     tokens_per_s: float = 0.0
     diverged_at: int | None = None  # first step with a non-finite loss, if any
     circuits: Circuits | None = None  # the final model's heads measured on repeated random sequences
+    threads: list[dict] = field(default_factory=list)  # thread counts chosen as it ran (attnlab.lab.train.threads)
 
 
 @dataclass
@@ -140,8 +144,14 @@ def batch(data: torch.Tensor, B: int, T: int, gen: torch.Generator) -> tuple[tor
     return rows[:, :-1], rows[:, 1:]
 
 
+@functools.lru_cache(maxsize=2)
+def _stdlib(max_chars: int) -> corpora.Corpus:
+    """The standard library's corpus, read once per process (a build trains several runs on it)."""
+    return corpora.stdlib(max_chars)
+
+
 def load_corpus(cfg: TrainConfig) -> corpora.Corpus:
-    c = corpora.from_file(cfg.corpus) if cfg.corpus else corpora.stdlib(cfg.max_chars)
+    c = corpora.from_file(cfg.corpus) if cfg.corpus else _stdlib(cfg.max_chars)
     for name, split in (("training", c.train), ("validation", c.val)):
         if len(split) < cfg.block_size + 2:
             raise ValueError(f"corpus {c.name} has {len(split)} {name} characters; block_size={cfg.block_size} "
@@ -233,6 +243,7 @@ class _Variant:
     fixed: dict  # the fixed batches every log measures on: "train", "val" and the probe's rows
     log: VariantLog
     pool: torch.Tensor  # the characters repeated segments are drawn from (attnlab.lab.train.repeats)
+    lower: torch.Tensor | None = None  # the letters of the segments drawn with repeats
 
     @property
     def device(self) -> torch.device:
@@ -251,8 +262,11 @@ class _Variant:
 def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, path: Path, *,
                   resume: bool = False, stop: StopFlag | None = None,
                   on_step: Callable[[str, int, int, float, float], None] | None = None,
-                  grid: Grid | None = None) -> VariantLog:
+                  grid: Grid | None = None, threads: tuple[int, ...] | None = None) -> VariantLog:
     """Train one variant to ``cfg.steps``, logging and checkpointing to ``path``.
+
+    ``threads``: the thread counts to choose between from the run's own steps (:mod:`attnlab.lab.train.threads`;
+    None: the process's setting, unchanged).
 
     ``grid``: this process's place among several (:mod:`attnlab.lab.distributed.parallel`); every rank calls this
     with the same arguments, and rank 0 alone writes the checkpoints.
@@ -262,7 +276,7 @@ def train_variant(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corp
     if start is None:
         torch.manual_seed(cfg.seed + v.grid.rank)  # dropout's random stream starts from the seed (one per rank)
         start = 0
-    _steps(v, start, stop, on_step)
+    _steps(v, start, stop, on_step, threads)
     if v.log.diverged_at is None and cfg.block_size >= 2 * repeats.MIN_SEGMENT:
         v.log.circuits = circ.measure(v.model, data.chars, seed=cfg.seed)
     return v.log
@@ -321,8 +335,9 @@ def _set_up(cfg: TrainConfig, name: str, variant: dict, data: corpora.Corpus, pa
                  for _ in range(cfg.eval_batches)] for s, d in (("train", data.train), ("val", data.val))}
     fixed["probe"] = fixed["val"][0][0][: cfg.probe_rows]
     ids = repeats.pool(data.chars) if cfg.repeat_share > 0 else torch.empty(0, dtype=torch.int64)
+    lower = repeats.letters(data.chars) if cfg.repeat_share > 0 else None
     return _Variant(cfg, name, path, grid, meta, data, model, net, opt, gen, data.train.to(device), fixed,
-                    VariantLog(params=model.num_params()), ids)
+                    VariantLog(params=model.num_params()), ids, lower)
 
 
 def _resume(v: _Variant) -> int | None:
@@ -352,7 +367,7 @@ def _resume(v: _Variant) -> int | None:
 
 
 def _steps(v: _Variant, step: int, stop: StopFlag | None,
-           on_step: Callable[[str, int, int, float, float], None] | None) -> None:
+           on_step: Callable[[str, int, int, float, float], None] | None, threads: tuple[int, ...] | None) -> None:
     """Train from ``step`` to the end (or the first non-finite loss), measuring and saving every ``eval_every``
     steps; a stop asked for on any rank saves at the same step everywhere and raises KeyboardInterrupt."""
     cfg, log, grid = v.cfg, v.log, v.grid
@@ -361,8 +376,15 @@ def _steps(v: _Variant, step: int, stop: StopFlag | None,
         _measure(v.model, v.net, v.fixed, log, 0, grid)
         v.save(0)
     v.model.train()
+    picker, prior = (Picker(threads, cfg.eval_every) if threads else None), list(log.threads)
     while step < cfg.steps and log.diverged_at is None:
+        if picker:
+            picker.before(step)
+        ts = time.perf_counter()
         lv = _step(v, step)
+        if picker:
+            picker.after(step, time.perf_counter() - ts)
+            log.threads = prior + picker.choices
         step += 1
         if not math.isfinite(lv):
             log.diverged_at = step - 1
@@ -385,7 +407,7 @@ def _step(v: _Variant, step: int) -> float:
     cfg, log = v.cfg, v.log
     ts = time.perf_counter()
     x, y = batch(v.train, cfg.batch_size, cfg.block_size, v.gen)  # the global batch; each rank takes its part
-    x, y = repeats.mix(x, y, cfg.repeat_share, v.pool, v.gen)  # some rows: a random segment, repeated
+    x, y = repeats.mix(x, y, cfg.repeat_share, v.pool, v.gen, v.lower)  # some rows: a random segment, repeated
     loss = _loss(v.net, v.grid, x, y)
     v.opt.zero_grad(set_to_none=True)
     loss.backward()  # under DDP: the gradients averaged over every rank
@@ -424,8 +446,11 @@ def _read_checkpoint(path: Path, meta: dict, grid: Grid, device: torch.device) -
 
 def run(cfg: TrainConfig, kind: str = "scale", variants: list[str] | None = None, out: str | Path = "attnlab-out",
         *, resume: bool = False, data: corpora.Corpus | None = None,
-        on_step: Callable[[str, int, int, float, float], None] | None = None, grid: Grid | None = None) -> TrainResult:
+        on_step: Callable[[str, int, int, float, float], None] | None = None, grid: Grid | None = None,
+        threads: tuple[int, ...] | None = None) -> TrainResult:
     """Train every variant of experiment ``kind`` ("scale" or "tie-kv"); checkpoints go to ``out/checkpoints``.
+
+    ``threads``: the thread counts each variant chooses between from its own steps (None: the process's setting).
 
     ``grid``: under several processes, every rank calls this (see :mod:`attnlab.lab.distributed.parallel`).
     """
@@ -452,7 +477,7 @@ def run(cfg: TrainConfig, kind: str = "scale", variants: list[str] | None = None
                     on_step(name, cfg.steps, cfg.steps, logs[name].train_loss[-1], logs[name].tokens_per_s)
                 continue
             logs[name] = train_variant(cfg, name, table[name], data, path, resume=resume, stop=stop, on_step=on_step,
-                                       grid=grid)
+                                       grid=grid, threads=threads)
     mcfg = cfg.model(data.vocab_size)
     config = {**asdict(cfg), "kind": kind, "head_dim": mcfg.head_dim, "vocab_size": data.vocab_size,
               "corpus_info": data.describe(), "variants": {n: table[n] for n in names},

@@ -23,12 +23,13 @@ def intro(c, source: str) -> str:
     if c is None:
         return how + "<p>This model's context is too short to measure the two heads on a repeated sequence.</p>"
     p, i = c.best("previous"), c.best("induction")
-    measured = (f"<p>Measured when this page was built, on {c.sequences} random segments of {c.segment} characters "
-                "written twice (the numbers below each rule):</p><ul class=\"verdicts\">"
+    measured = (f"<p>Measured when this page was built on the kind of text you type below, not the training's: "
+                f"{c.describe()} (the numbers below each rule):</p><ul class=\"verdicts\">"
                 f"<li>{_ok(c.previous_found)} layer {p.layer}, head {p.head} puts <b>{p.previous:.2f}</b> of its "
                 f"weight one step back (a previous-token head needs at least {c.previous_share})</li>"
                 f"<li>{_ok(c.induction_found)} layer {i.layer}, head {i.head} puts <b>{i.induction:.2f}</b> on the "
-                f"character after the earlier copy (an induction head needs at least {c.induction_share})</li>"
+                f"characters right after the earlier copies of each character (at least <b>{c.lowest():.2f}</b> at "
+                f"every length; an induction head needs at least {c.induction_share})</li>"
                 f"<li>{_ok(c.copies)} the loss is <b>{c.loss_first:.2f}</b> nats per character on the first copy "
                 f"and <b>{c.loss_repeat:.2f}</b> on the repeat (copying needs at most {c.loss_ratio} of the first)"
                 "</li></ul>")
@@ -36,7 +37,9 @@ def intro(c, source: str) -> str:
         why = ("it is seeded, never trained" if source == "seeded" else
                "its training did not grow them at these settings; the default <code>attnlab train</code> does")
         measured += f"<p><b>So this model does not copy</b>: {why}. The live part below shows what it does do.</p>"
-    try_it = ("<p>Type a sequence of your own below (random characters work best: text repeats letters, so a model "
+    try_it = ("<p>Type a sequence of your own below (random letters work best: text repeats words, so a model "
               "can guess it without copying). Each heatmap is one head on your sequence written twice; the numbers "
-              "are measured as above.</p>")
+              "are measured as above and as the head view measures every head: the weight on the characters right "
+              "after <i>every</i> earlier copy of the query's character, over the characters that appeared "
+              "before.</p>")
     return how + measured + try_it

@@ -148,14 +148,18 @@
     row.forEach((w, j) => { if (wordOf[j] >= 0) { total[wordOf[j]] += w; count[wordOf[j]] += 1; } });
     return { words: ws, total, mean: total.map((t, i) => (count[i] ? t / count[i] : 0)) };
   }
-  function induction(tokens, W) { // over the queries whose token appeared before: weight just after those copies
-    let sum = 0, n = 0;
+  function afterCopies(tokens) { // query i -> the keys j < i right after an earlier copy of its token (circuits.py)
+    const out = {};
     for (let i = 2; i < tokens.length; i++) {
-      let share = 0, any = false;
-      for (let j = 1; j < i; j++) if (tokens[j - 1] === tokens[i]) { share += W[i][j]; any = true; }
-      if (any) { sum += share; n += 1; }
+      const after = [];
+      for (let j = 1; j < i; j++) if (tokens[j - 1] === tokens[i]) after.push(j);
+      if (after.length) out[i] = after;
     }
-    return n ? sum / n : null;
+    return out;
+  }
+  function induction(tokens, W) { // over the queries whose token appeared before: weight just after those copies
+    const shares = Object.entries(afterCopies(tokens)).map(([i, after]) => after.reduce((a, j) => a + W[i][j], 0));
+    return shares.length ? shares.reduce((a, b) => a + b, 0) / shares.length : null;
   }
   function evenSpread(T, causal) { let u = 0; for (let i = 1; i < T; i++) u += Math.log(causal ? i + 1 : T); return u / (T - 1); }
   function headStats(tokens, W, query, layer, head, causal) {
@@ -193,7 +197,7 @@
 
   const plain = (M) => M.map((r) => Array.from(r));
   window.attnlab = {
-    config: cfg, chars: MD.chars, run, probsAt, words, wordShares, headStats, encode,
+    config: cfg, chars: MD.chars, run, probsAt, words, wordShares, headStats, encode, afterCopies, induction,
     /** {tokens, weights[layer][head][T][T], probs[T][vocab]} with 1/sqrt(d) and the causal mask. */
     forward(text) {
       const r = run(text);
