@@ -200,9 +200,18 @@ def test_numbers_quoted_in_the_prose():
     assert numbers.entropy_ends(train)["inv"] == (pytest.approx(2.05), pytest.approx(3.2))
     assert numbers.fmt_time(0.0123) == "12.3 ms" and numbers.fmt_time(2e-5) == "20 µs"
     assert numbers.fmt_time(2.1) == "2.1 s"
-    assert len(sections.QUIZ) == 5 and all(0 <= right < len(opts) and len(why) > 40
+    assert len(sections.QUIZ) == 7 and all(0 <= right < len(opts) and len(why) > 40
                                            for _, opts, right, why in sections.QUIZ)
     assert len({right for _, _, right, _ in sections.QUIZ}) > 1  # the right answer is not always in the same place
+
+
+def test_no_right_answer_is_the_one_longest_option():
+    """A reader who picks the longest option must not score: in no question is the right one uniquely longest."""
+    for q, options, right, _ in sections.QUIZ:
+        longest = max(map(len, options))
+        assert len(options[right]) < longest or [len(o) for o in options].count(longest) > 1, q
+    asked = " ".join(q for q, _, _, _ in sections.QUIZ)
+    assert "mask[i, j]" in asked and "divided by" in asked and "normalise" in asked  # the lab's three slips
 
 
 def test_bench_table_says_memory_reasons_noise_and_growth():
