@@ -103,8 +103,15 @@ def test_a_loops_version_is_measured_at_the_sizes_it_can_finish():
 
     timings, exps, note = measure.measure(slow, "lab", seqs=(64, 256, 1024), budget_s=0.5)
     assert timings[0].time_s and timings[1].time_s and timings[2].skipped.startswith("estimated")
-    assert 1024 not in calls and "skipped" in note
+    assert 1024 not in calls and "skipped" in note and "--max-seconds" in note
     assert exps["time"] is not None
+    calls.clear()
+    timings, _, _ = measure.measure(slow, "lab", seqs=(64, 512), budget_s=0.1)
+    est = float(timings[1].skipped.split()[1])  # "estimated 0.27 s a call ...; --max-seconds 1 lets it run"
+    assert est > 0.2 and f"--max-seconds {measure.allowing(est)} lets it run" in timings[1].skipped
+    assert 512 not in calls
+    timings, _, _ = measure.measure(slow, "lab", seqs=(64, 512), budget_s=measure.allowing(est))
+    assert calls.count(512) == 1 and timings[1].time_s > 0.26 and not timings[1].skipped  # the budget it names
     calls.clear()  # a call over a quarter of the budget is made once: timed, and its peak memory measured in it
     timings, _, note = measure.measure(slow, "lab", seqs=(64, 256), budget_s=0.2)
     assert calls.count(256) == 1 and calls.count(64) > 1, calls

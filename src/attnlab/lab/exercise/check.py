@@ -19,8 +19,12 @@ FORMS = {"lab": "the lab's form, (q, k, v), always causal",
          "sdpa": "F.scaled_dot_product_attention's signature"}
 
 
-def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=None, on_stage=None) -> LabResult:
-    """Check the loaded learner's function; ``on_stage(text)`` hears each stage (grading, measuring) as it starts."""
+def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=None, on_stage=None,
+          budget_s: float = measure.BUDGET_S) -> LabResult:
+    """Check the loaded learner's function; ``on_stage(text)`` hears each stage (grading, measuring) as it starts.
+
+    ``budget_s``: the most one length's measurement may take (longer ones are skipped, with their estimate).
+    """
     t0 = time.perf_counter()
     say = on_stage or (lambda text: None)
     name = learner.name
@@ -38,10 +42,11 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
         how = f"not measured: {fn.lost} while it was graded"
     else:
         err = grade.match(fn, seed)
-        say("measuring its time and peak memory at T = " + ", ".join(map(str, measure.SEQS)))
+        say("measuring its time and peak memory at T = " + ", ".join(map(str, measure.SEQS))
+            + f" (at most {budget_s:g} s a length; --max-seconds changes it)")
         load = load_average()  # others' work while it is timed: noise in the times (not in the memory)
         try:
-            timings, exps, how = judged.measure(learner, measure.SEQS, measure.BUDGET_S, seed=seed)
+            timings, exps, how = judged.measure(learner, measure.SEQS, budget_s, seed=seed)
         except judged.remote.Raised as e:
             how = f"not measured: measuring it raised {e.text}"
         except judged.remote.Lost:

@@ -4,7 +4,8 @@ The lab asks for quadratic memory, measured. The matrix form holds the whole T x
 so its memory grows like T² and doubling the context quadruples it. A loops version that keeps one
 row of scores at a time grows more slowly -- and takes far longer: a Python step per query-key pair.
 So each length is estimated from the one before (along T², the growth of every exact form's time)
-and skipped, with the estimate, when it would take longer than :data:`BUDGET_S`; a call that takes
+and skipped, with the estimate, when it would take longer than :data:`BUDGET_S` (``attnlab lab check
+--max-seconds N`` raises it: a loops version reaches T = 2048 in a few minutes); a call that takes
 over a quarter of it is timed once, and its peak memory measured in that same call.
 
 Forward only, one head of width 64, float32, without autograd; peak memory is the extra resident
@@ -14,6 +15,7 @@ least-squares slope on a log-log plot (:func:`attnlab.lab.measure.growth.exponen
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -30,6 +32,11 @@ BUDGET_S = 20.0  # the most one length may take (its calls together)
 HEADS, HEAD_DIM = 1, 64
 
 
+def allowing(est: float) -> int:
+    """A budget that lets a call estimated at ``est`` seconds run, with a quarter to spare for the estimate's error."""
+    return math.ceil(est * 1.25)
+
+
 def measure(fn, form: str, seqs=SEQS, budget_s: float = BUDGET_S, seed: int = 0) -> tuple[list[Timing], dict, str]:
     """(a Timing per length, the fitted growth {"time", "memory"}, a note on how it was measured)."""
     call = as_sdpa(fn) if form == "lab" else fn
@@ -41,7 +48,8 @@ def measure(fn, form: str, seqs=SEQS, budget_s: float = BUDGET_S, seed: int = 0)
                 est = per_call * (T / seqs[i - 1]) ** 2
                 if est > budget_s:
                     timings.append(Timing(T, skipped=f"estimated {est:.3g} s a call (from T = {seqs[i - 1]}, "
-                                                     f"growing like T²), over the {budget_s:g} s budget"))
+                                                     f"growing like T²), over the {budget_s:g} s budget; "
+                                                     f"--max-seconds {allowing(est)} lets it run"))
                     per_call = est
                     continue
             g = torch.Generator().manual_seed(seed + T)
@@ -82,5 +90,6 @@ def measure(fn, form: str, seqs=SEQS, budget_s: float = BUDGET_S, seed: int = 0)
             f"{memory.method('cpu') or 'not measurable here'}")
     skipped = [t.seq for t in timings if t.skipped]
     if skipped:
-        note += f"; T = {', '.join(map(str, skipped))} skipped, over the {budget_s:g} s budget or failing"
+        note += (f"; T = {', '.join(map(str, skipped))} skipped, over the {budget_s:g} s budget (--max-seconds) or "
+                 "failing")
     return timings, exps, note
