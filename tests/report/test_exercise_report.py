@@ -29,3 +29,23 @@ def test_the_next_step_names_only_a_function_the_file_has():
     print(text)
     assert ":attention_matrix" not in text and "`attnlab lesson` ticks the lab's checklist" in text
 
+
+
+def test_growth_is_said_only_as_far_as_the_repeats_agree():
+    """Times that scatter between repeats give no time exponent, only the range; memory alike for every repeat is
+    read over the longer lengths; both as `lab check` fits them."""
+    from attnlab.lab.measure import growth
+
+    timings = [Timing(T, 1e-3, 4 * T * T, times_s=times, peaks=[4 * T * T] * 3)
+               for T, times in ((128, [1e-4, 1e-3, 4e-4]), (512, [2e-3, 1e-3, 9e-3]), (2048, [0.3, 0.05, 0.1]))]
+    fits = {"time": growth.fit({t.seq: t.times_s for t in timings}), "memory": growth.fit({t.seq: t.peaks
+                                                                                           for t in timings})}
+    r = _result(load=0.5)
+    r.timings, r.fits, r.exponents = timings, fits, {k: f.exponent for k, f in fits.items()}
+    text = "\n".join(exercise.lines(r))
+    print(text)
+    lo, hi = fits["time"].low, fits["time"].high
+    assert hi - lo > 1 and f"time: the repeats disagree (T^{lo:.2f} to T^{hi:.2f} over T = 512, 2048" in text
+    assert "time T^" not in text
+    assert ("memory grew as T^2.00 over T = 512, 2048, the same for every repeat (rule: within 0.25 of 2 for every "
+            "repeat): quadratic") in text

@@ -35,7 +35,7 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
     result, shrunk, note = grade.grade(fn, name, learner.form, per_pair, quick=quick, seed=seed, progress=progress)
     found = result.diagnoses.get(name, [])  # verify's diagnoses of the failures, most likely first
     hung = next((r for r in result.rows if r.detail.startswith("timed out")), None)
-    load, err, timings, exps = None, float("inf"), [], {"time": None, "memory": None}
+    load, err, timings, fits = None, float("inf"), [], {"time": None, "memory": None}
     if hung is not None:  # a function that hung once would hang the measurements too
         how = f"not measured: it timed out on the case {hung.case!r} while it was graded"
     elif fn.lost is not None:
@@ -46,13 +46,14 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
             + f" (at most {budget_s:g} s a length; --max-seconds changes it)")
         load = load_average()  # others' work while it is timed: noise in the times (not in the memory)
         try:
-            timings, exps, how = judged.measure(learner, measure.SEQS, budget_s, seed=seed)
+            timings, fits, how = judged.measure(learner, measure.SEQS, budget_s, seed=seed)
         except judged.remote.Raised as e:
             how = f"not measured: measuring it raised {e.text}"
         except judged.remote.Lost:
             how = f"not measured: {fn.lost} while it was measured"
     ended = fn.lost if fn.lost is not None else None
+    exps = {k: f and f.exponent for k, f in fits.items()}  # the slope alone; the fits keep the repeats' range
     return LabResult(str(learner.path), name, learner.form, note, result, found, err,
                      result.passed and ended is None, timings, exps, how, time.perf_counter() - t0,
                      {**machine(), "load_average": load}, versions(), shrunk=shrunk, given=learner.given, ended=ended,
-                     functions=list(learner.functions))
+                     functions=list(learner.functions), fits=fits)
