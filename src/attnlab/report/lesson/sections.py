@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from attnlab.lab.train import summary as train_summary
+from attnlab.lab.train import verdict as train_verdict
 from attnlab.report.fmt import fmt_bytes, fmt_time
 
 from . import numbers as num
@@ -188,12 +189,14 @@ def questions(data) -> str:
     kv = ("The key is what a token advertises for matching; the value is what it hands over once matched. Tie them "
           "and a token can only pass on the same thing it is found by. ")
     if {"tied", "untied"} <= set(tie):
-        rule = train_summary.tie_kv(train_summary.summarise(data.train_tie_kv.result)[0])
-        kv += (f"Measured here ({escape(how(data.train_tie_kv))}): final validation loss {tie['untied']:.3f} "
-               f"untied against {tie['tied']:.3f} tied ({tie['tied'] - tie['untied']:+.3f}). ")
-        kv += ("That supports the argument: the tied model learned measurably worse." if rule.holds else
-               f"That does <b>not</b> support the argument at these settings: the tied model was not more than "
-               f"{train_summary.LOSS_GAP} worse, so here tying cost nothing measurable (section 5 says why it can).")
+        v = train_verdict.compare(data.train_tie_kv.result, "tied", "untied", "tying reduces capability")
+        kv += (f"Measured here ({escape(how(data.train_tie_kv))}): "
+               + "; ".join(escape(verdicts.reading_text(r, v)) for r in v.readings) + ". ")
+        kv += ("That supports the argument: the tied model learned measurably worse on every measurement."
+               if v.holds else
+               "That does <b>not</b> support the argument at these settings: by every rule (section 5), tying cost "
+               "nothing measurable here." if v.holds is False else
+               escape(verdicts.disagreement_text(v)) + " So this run does not show that tying is free.")
     else:
         kv += f"The tied model has not been trained on this machine yet ({escape(data.train_tie_kv.note)})."
     r_m, r_l = num.ratio(data.bench.result, "matrix"), num.ratio(data.bench.result, "loops")
