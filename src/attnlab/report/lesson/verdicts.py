@@ -39,7 +39,10 @@ def scale(result) -> str:
                 "part this run did not show. A small model can learn around a saturated softmax for a while (the "
                 "values and the MLP still train), so the gap shows more clearly with wider heads and longer runs "
                 "(<code>attnlab train --preset large</code>).</p>")
-    return f'{head}<ul class="verdicts">{items}</ul>'
+    v = tv.compare(result, "none", "sqrt", "without the scale the model learns worse")
+    more = ("" if v is None else f"<p>Unscaled against scaled, on every measurement of the run that bears on what it "
+            f"learned: {overall(v)}</p>{readings(v)}{disagreement(v)}")
+    return f'{head}<ul class="verdicts">{items}</ul>{more}'
 
 
 def overall(v) -> str:
