@@ -116,6 +116,8 @@ def lines(r) -> list[str]:
 def figure(r, path: str | Path) -> Path:
     """Time and peak memory against length, both axes logarithmic, with T and T² guides through the first point."""
     plt = _plt()
+    from matplotlib.ticker import NullFormatter
+
     done = [t for t in r.timings if t.time_s is not None]
     fig, axes = plt.subplots(1, 2, figsize=(9.4, 3.8), dpi=110)
     for ax, key, label in ((axes[0], "time_s", "seconds per call"), (axes[1], "peak_bytes", "extra peak memory (MiB)")):
@@ -133,6 +135,10 @@ def figure(r, path: str | Path) -> Path:
             if t.skipped:
                 ax.axvline(t.seq, color="tab:red", lw=0.6, ls=":")
         ax.set(xscale="log", yscale="log", xlabel="sequence length T", ylabel=label)
+        seqs = sorted({t.seq for t in r.timings} | {2048})
+        ax.set_xticks(seqs, [str(T) for T in seqs])  # the lengths measured, labelled once each
+        for axis in (ax.xaxis, ax.yaxis):  # minor ticks keep their grid lines but no labels, which would overlap
+            axis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3, which="both")
         if pts:
             ax.legend(fontsize=8)
