@@ -2,9 +2,9 @@
 
 import base64
 import json
-from html import unescape
 import math
 import re
+from html import unescape
 from pathlib import Path
 
 import pytest
