@@ -300,8 +300,8 @@ def test_a_verdict_weighs_every_measurement_and_says_when_they_disagree():
                  "loss on the repeated copy: 3.57 1/d against 0.22 1/√d (+3.35; rule: worse when more than 0.1 above) "
                  "— worse",
                  "The measurements disagree: the final validation loss says 1/d did as well, the induction share "
-                 "(best head) and the loss on the repeated copy say it did worse: 1/d predicted the text about as well, "
-                 "but did not learn to copy a sequence it had just read as the 1/√d model did",
+                 "(best head) and the loss on the repeated copy say it did worse: 1/d predicted the text about as "
+                 "well, but did not learn to copy a sequence it had just read as the 1/√d model did",
                  "Tying them measurably reduces capability</b>: <span class=\"verdict mixed\">",
                  "final validation loss: 3.392 tied against 3.390 separate (+0.002;",
                  "induction share (best head): 0.49 tied against 0.62 separate (-0.13; rule: worse when below 0.5",
