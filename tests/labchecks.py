@@ -14,22 +14,35 @@ from attnlab.lab.check.judge import Row
 from attnlab.lab.exercise import files, grade
 from attnlab.lab.exercise.measure import SEQS
 from attnlab.lab.exercise.result import LabResult, Timing
+from attnlab.lab.measure import growth
 
 
-def measured(memory=2.0, seqs=SEQS):
-    """Timings at ``seqs`` whose peak memory grows exactly as T**memory, and their fitted exponents."""
-    timings = [Timing(T, 1e-3 * (T / 128) ** 2, int(1e5 * (T / 128) ** memory)) for T in seqs]
-    return timings, {"time": 2.0 if len(seqs) > 1 else None, "memory": memory if len(seqs) > 1 else None}
+def _exponents(fits):
+    return {k: f and f.exponent for k, f in fits.items()}
+
+
+def measured(memory=2.0, seqs=SEQS, jitter=0.0):
+    """Timings at ``seqs`` whose peak memory grows as T**memory, each length's three repeats ``jitter`` (a fraction)
+    apart either side, their time as T**2 exactly; with the fits `lab check` makes of them, and their exponents."""
+    timings = []
+    for T in seqs:
+        peak = 1e5 * (T / 128) ** memory
+        peaks = [int(peak * (1 + jitter * k)) for k in (-1, 0, 1)]
+        timings.append(Timing(T, 1e-3 * (T / 128) ** 2, peaks[1], times_s=[1e-3 * (T / 128) ** 2] * 3, peaks=peaks))
+    fits = {"time": growth.fit({t.seq: t.times_s for t in timings}),
+            "memory": growth.fit({t.seq: t.peaks for t in timings})}
+    return timings, fits
 
 
 def made(file="attention_lab.py", function="my_attention", passed=True, err=3e-7, memory=2.0, seqs=SEQS,
-         given=False, time=""):
+         given=False, time="", jitter=0.0, functions=()):
     """A check of ``file:function``: 15 graded cases (one failed unless ``passed``), measured at ``seqs``."""
     rows = [Row(function, f"case {i}", "float32", "pass" if passed or i else "fail") for i in range(15)]
     causes = [] if passed else [Diagnosis("unscaled", "the output is attention without the scale")]
-    timings, exponents = measured(memory, seqs)
+    timings, fits = measured(memory, seqs, jitter)
     return LabResult(file, function, "lab", "15 cases", V.VerifyResult(rows, {}, {}), causes, err, passed,
-                     timings, exponents, "made by the test", 1.0, {}, {}, given=given, time=time)
+                     timings, _exponents(fits), "made by the test", 1.0, {}, {}, given=given, time=time,
+                     functions=list(functions), fits=fits)
 
 
 def graded(fn, file, function=None, memory=2.0, cases=6):
@@ -38,10 +51,10 @@ def graded(fn, file, function=None, memory=2.0, cases=6):
     function = function or fn.__name__
     chosen = [c.shrunk(256) for c in V.default_cases(long=False) if grade.answerable(c)][:cases]
     result = V.verify({function: grade.as_sdpa(fn)}, chosen, seed=0)
-    timings, exponents = measured(memory)
+    timings, fits = measured(memory)
     return LabResult(file, function, "lab", f"{len(chosen)} small cases", result, result.diagnoses.get(function, []),
-                     grade.match(grade.as_sdpa(fn)), result.passed, timings, exponents,
-                     "measurements made by the test", 1.0, {}, {},
+                     grade.match(grade.as_sdpa(fn)), result.passed, timings, _exponents(fits),
+                     "measurements made by the test", 1.0, {}, {}, fits=fits,
                      given=files.given_text(inspect.getsource(inspect.getmodule(fn)), function))
 
 

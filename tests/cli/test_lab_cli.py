@@ -45,6 +45,7 @@ def test_start_then_check_a_wrong_and_a_right_function(run_cli, tmp_path, round_
     (("lab", "check", "bad.py:other"), "bad.py, line 1: syntax error"),
     (("lab", "check", "two.py"), "takes neither (q, k, v) nor F.scaled_dot_product_attention's arguments"),
     (("lab",), "say what to do"),
+    (("lab", "check", "two.py", "--max-seconds", "0"), "--max-seconds: must be a positive number of seconds"),
 ])
 def test_what_cannot_be_checked_is_one_line(run_cli, tmp_path, args, says):
     (tmp_path / "bad.py").write_text("def attention_by_hand(q, k, v)\n")

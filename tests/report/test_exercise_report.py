@@ -29,3 +29,49 @@ def test_the_next_step_names_only_a_function_the_file_has():
     print(text)
     assert ":attention_matrix" not in text and "`attnlab lesson` ticks the lab's checklist" in text
 
+
+
+def test_growth_is_said_only_as_far_as_the_repeats_agree():
+    """Times that scatter between repeats give no time exponent, only the range; memory alike for every repeat is
+    read over the longer lengths; both as `lab check` fits them."""
+    from attnlab.lab.measure import growth
+
+    timings = [Timing(T, 1e-3, 4 * T * T, times_s=times, peaks=[4 * T * T] * 3)
+               for T, times in ((128, [1e-4, 1e-3, 4e-4]), (512, [2e-3, 1e-3, 9e-3]), (2048, [0.3, 0.05, 0.1]))]
+    fits = {"time": growth.fit({t.seq: t.times_s for t in timings}), "memory": growth.fit({t.seq: t.peaks
+                                                                                           for t in timings})}
+    r = _result(load=0.5)
+    r.timings, r.fits, r.exponents = timings, fits, {k: f.exponent for k, f in fits.items()}
+    text = "\n".join(exercise.lines(r))
+    print(text)
+    lo, hi = fits["time"].low, fits["time"].high
+    assert hi - lo > 1 and f"time: the repeats disagree (T^{lo:.2f} to T^{hi:.2f} over T = 512, 2048" in text
+    assert "time T^" not in text
+    assert ("memory grew as T^2.00 over T = 512, 2048, the same for every repeat (rule: within 0.25 of 2 for every "
+            "repeat): quadratic") in text
+
+
+def test_the_lab_plots_tick_labels_never_overlap(tmp_path, monkeypatch):
+    """A loops version measured at two lengths spans less than a decade of T: matplotlib's minor labels on a log axis
+    ran into each other there. Every visible tick label is read from the drawn figure and none may touch another."""
+    from labchecks import made
+
+    r = made("my_loops.py", "attention_by_hand", memory=0.3, seqs=(128, 512))
+    r.timings[0].time_s, r.timings[1].time_s = 2.0, 9.0
+    seen, save = [], exercise.save_figure
+
+    def look(fig, path):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            for axis in (ax.xaxis, ax.yaxis):
+                ticks = axis.get_major_ticks() + axis.get_minor_ticks()
+                boxes = [t.label1.get_window_extent(renderer) for t in ticks
+                         if t.label1.get_visible() and t.label1.get_text() and t.get_visible()]
+                seen.append([t.label1.get_text() for t in ticks if t.label1.get_text()])
+                assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:]), seen[-1]
+        return save(fig, path)
+
+    monkeypatch.setattr(exercise, "save_figure", look)
+    assert exercise.figure(r, tmp_path / "lab.png").stat().st_size > 10_000
+    assert seen and [x for x in seen[0] if x.isdigit()] == ["128", "512", "2048"]  # the lengths, each once

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._args import seed
+from ._args import seconds, seed
 from ._folder import add_out, output_folder
 
 
@@ -25,6 +25,9 @@ def add_parser(sub):
     c.add_argument("--level", metavar="NAME", help=levels_help)
     c.add_argument("--quick", action="store_true", help="leave out the longest case (L = 1025)")
     c.add_argument("--seed", type=seed, default=0, help="random seed of the inputs (default: 0)")
+    c.add_argument("--max-seconds", type=seconds, default=None, metavar="N",
+                   help="the most one length's measurement may take; a length estimated to take longer is skipped, "
+                        "with its estimate (default: 20; a loops version needs a few hundred to reach T = 2048)")
     add_out(c, "output folder; every check is kept in its lab-checks/ as FILE-FUNCTION-TIME.json and .png")
     p.set_defaults(run=run)
 
@@ -113,7 +116,7 @@ def _start_level(args, level) -> int:
 
 
 def check(args) -> int:
-    from attnlab.lab.exercise import files, grade, judged, store
+    from attnlab.lab.exercise import files, grade, judged, measure, store
     from attnlab.lab.exercise.check import check as run_check
     from attnlab.report import exercise
     from attnlab.report.terminal import console, progress
@@ -131,7 +134,8 @@ def check(args) -> int:
         console.print(f"[bold]attnlab lab check[/] {learner.path}:{learner.name}")
         with progress(n, "cases") as advance:
             result = run_check(learner, quick=args.quick, seed=args.seed, progress=advance,
-                               on_stage=lambda text: console.print(f"  {text}"))
+                               on_stage=lambda text: console.print(f"  {text}"),
+                               budget_s=args.max_seconds or measure.BUDGET_S)
     for line in exercise.lines(result):
         console.print(line)
     saved = store.save(result, out)  # every check kept: lab-checks/STEM-FUNCTION-TIME.json, the figure beside it

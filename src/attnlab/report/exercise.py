@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnlab.lab.exercise import levels
+from attnlab.lab.exercise.measure import AGREE, QUADRATIC
+from attnlab.lab.measure.growth import Fit
 
 from .fmt import fmt_bytes, fmt_time
 from .plots import _plt, save_figure
@@ -22,6 +24,44 @@ def _fail_line(row) -> str:
         return f"  [red]{row.status.upper():<5}[/] {escape(row.case)} ({row.dtype}): {escape(row.detail)}"
     return (f"  [red]FAIL[/]  {escape(row.case)} ({row.dtype}): {w.quantity} is {w.err:.2e} from the float64 "
             f"answer, allowed {w.allowed:.2e} (PyTorch's own: {w.torch_err:.2e})")
+
+
+def fit(r, what: str) -> Fit | None:
+    """The ``what`` ("time", "memory") growth of a check; a check kept before repeats were measured reads as one."""
+    f = (getattr(r, "fits", None) or {}).get(what)
+    p = r.exponents.get(what)
+    return f if f is not None else None if p is None else Fit(p, p, p, (), 1)
+
+
+def _over(f: Fit) -> str:
+    return (f"T^{f.exponent:.2f}" + (f" over T = {', '.join(map(str, f.lengths))}" if f.lengths else "")
+            + (", each length measured once" if f.repeats < 2 else ", the same for every repeat"
+               if f"{f.low:.2f}" == f"{f.high:.2f}" else f", its repeats {f.low:.2f} to {f.high:.2f}"))
+
+
+def memory_growth(r) -> tuple[bool | None, str]:
+    """Whether the memory grew quadratically for every repeat (None: no fit, or the repeats straddle the rule)."""
+    f = fit(r, "memory")
+    if f is None:
+        return None, "needs its memory at two lengths or more"
+    ok, rule = f.within(2, QUADRATIC), f"rule: within {QUADRATIC} of 2 for every repeat"
+    if ok is None:
+        return None, (f"memory grew as {_over(f)}: the repeats straddle the rule ({rule}), so it is not decided; "
+                      "check it again on a quieter machine")
+    return ok, f"memory grew as {_over(f)} ({rule})"
+
+
+def time_growth(r) -> str | None:
+    """The time's growth, said only as far as its repeats agree; None when it was not measured at two lengths."""
+    f = fit(r, "time")
+    if f is None:
+        return None
+    if f.repeats < 2:
+        return f"time {_over(f)}: its spread is not measured"
+    if f.spread > AGREE:
+        return (f"time: the repeats disagree (T^{f.low:.2f} to T^{f.high:.2f} over T = "
+                f"{', '.join(map(str, f.lengths))}; they agree when within {AGREE}), so no growth is read from them")
+    return f"time {_over(f)}"
 
 
 def lines(r) -> list[str]:
@@ -59,15 +99,15 @@ def lines(r) -> list[str]:
         out.append(f"  T = {t.seq:<5} " + (f"skipped: {t.skipped}" if t.skipped else
                                            f"{fmt_time(t.time_s):>9}   peak memory {mem}"))
     grow = [f"{k} T^{v:.2f}" for k, v in r.exponents.items() if v is not None]
-    if grow and level.number > 1:
+    if grow and level.number > 1:  # the level says what it asks of its growth (measured_note)
         out.append(f"  growth: {', '.join(grow)}")
-    elif grow:
-        verdict = ""
-        p = r.exponents.get("memory")
-        if p is not None:
-            verdict = (" (quadratic: doubling T quadruples it)" if abs(p - 2) <= 0.25 else
-                       " (not quadratic: it does not hold the whole T x T matrix at once)")
-        out.append(f"  growth: {', '.join(grow)}{verdict}")
+    else:
+        ok, said = memory_growth(r)
+        if fit(r, "memory") is not None:
+            out.append(f"  growth: {said}" + {True: ": quadratic, doubling T quadruples it", None: "", False: ": not "
+                                              "quadratic, it does not hold the whole T x T matrix at once"}[ok])
+        if time_growth(r):
+            out.append(f"  growth: {time_growth(r)}")
     load, cpus = r.machine.get("load_average"), r.machine.get("cpu_count") or 1
     if r.timings and load is not None and load >= cpus:
         out.append(f"  [yellow]note: the machine was busy while it was timed (load {load:.1f} on {cpus} cores): the "
@@ -105,14 +145,17 @@ def _next(r, level) -> str:
 def figure(r, path: str | Path) -> Path:
     """Time and peak memory against length, both axes logarithmic, with T and T² guides through the first point."""
     plt = _plt()
+    from matplotlib.ticker import NullFormatter
+
     done = [t for t in r.timings if t.time_s is not None]
     fig, axes = plt.subplots(1, 2, figsize=(9.4, 3.8), dpi=110)
     for ax, key, label in ((axes[0], "time_s", "seconds per call"), (axes[1], "peak_bytes", "extra peak memory (MiB)")):
         pts = [(t.seq, getattr(t, key) / (2**20 if key == "peak_bytes" else 1)) for t in done if getattr(t, key)]
         if pts:
             xs, ys = zip(*pts, strict=True)
-            p = r.exponents.get("time" if key == "time_s" else "memory")
-            ax.plot(xs, ys, "o-", label=f"{r.function}" + (f" (T^{p:.2f})" if p is not None else ""))
+            f = fit(r, "time" if key == "time_s" else "memory")
+            shown = f is not None and (key == "peak_bytes" or f.repeats < 2 or f.spread <= AGREE)
+            ax.plot(xs, ys, "o-", label=f"{r.function}" + (f" (T^{f.exponent:.2f})" if shown else ""))
             x0, y0 = pts[0]
             for power, style in ((1, ":"), (2, "--")):
                 ax.plot([x0, 2048], [y0, y0 * (2048 / x0) ** power], style, color="grey", lw=0.8,
@@ -121,6 +164,10 @@ def figure(r, path: str | Path) -> Path:
             if t.skipped:
                 ax.axvline(t.seq, color="tab:red", lw=0.6, ls=":")
         ax.set(xscale="log", yscale="log", xlabel="sequence length T", ylabel=label)
+        seqs = sorted({t.seq for t in r.timings} | {2048})
+        ax.set_xticks(seqs, [str(T) for T in seqs])  # the lengths measured, labelled once each
+        for axis in (ax.xaxis, ax.yaxis):  # minor ticks keep their grid lines but no labels, which would overlap
+            axis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3, which="both")
         if pts:
             ax.legend(fontsize=8)

@@ -25,6 +25,22 @@ def test_the_fit_keeps_the_longer_half_of_the_lengths():
     assert growth.dominant([(16, 1.0), (32, None), (64, 0.0)]) == [(16, 1.0)]  # what cannot be fitted is left out
 
 
+def test_a_fit_of_repeats_gives_the_range_every_choice_of_them_allows():
+    import itertools
+
+    samples = {32: [0.1], 128: [1.0, 1.3], 512: [10.0, 16.0, 12.0], 2048: [200.0, 150.0, 260.0], 8192: [3000.0, 2000.0]}
+    f = growth.fit(samples)
+    assert f.lengths == (512, 2048, 8192) and f.repeats == 2  # the longer half; the fewest repeats there
+    slopes = [growth.exponent(f.lengths, ys) for ys in itertools.product(*(samples[x] for x in f.lengths))]
+    assert f.low == pytest.approx(min(slopes)) and f.high == pytest.approx(max(slopes))  # the extremes, exactly
+    assert f.low < f.exponent < f.high
+    assert f.exponent == pytest.approx(growth.exponent(f.lengths, [12.0, 200.0, 2500.0]))  # through the medians
+    assert f.within(2.0, 0.25) is None and f.within(2.0, 1.5) is True and f.within(4.0, 0.1) is False
+    assert growth.fit({128: [1.0, 2.0], 512: [None, 0.0]}) is None  # one length measured: no slope
+    once = growth.fit({128: [1.0], 512: [16.0]})  # measured once: no spread to see, and it says so
+    assert once.repeats == 1 and once.low == once.high == pytest.approx(2.0)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(memory.method("cpu") is None, reason="no way to reset the peak here (not Linux)")
 def test_the_matrix_forms_memory_reads_quadratic():

@@ -4,6 +4,7 @@ import base64
 import json
 import math
 import re
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -200,9 +201,18 @@ def test_numbers_quoted_in_the_prose():
     assert numbers.entropy_ends(train)["inv"] == (pytest.approx(2.05), pytest.approx(3.2))
     assert numbers.fmt_time(0.0123) == "12.3 ms" and numbers.fmt_time(2e-5) == "20 µs"
     assert numbers.fmt_time(2.1) == "2.1 s"
-    assert len(sections.QUIZ) == 5 and all(0 <= right < len(opts) and len(why) > 40
+    assert len(sections.QUIZ) == 7 and all(0 <= right < len(opts) and len(why) > 40
                                            for _, opts, right, why in sections.QUIZ)
     assert len({right for _, _, right, _ in sections.QUIZ}) > 1  # the right answer is not always in the same place
+
+
+def test_no_right_answer_is_the_one_longest_option():
+    """A reader who picks the longest option must not score: in no question is the right one uniquely longest."""
+    for q, options, right, _ in sections.QUIZ:
+        longest = max(map(len, options))
+        assert len(options[right]) < longest or [len(o) for o in options].count(longest) > 1, q
+    asked = " ".join(q for q, _, _, _ in sections.QUIZ)
+    assert "mask[i, j]" in asked and "divided by" in asked and "normalise" in asked  # the lab's three slips
 
 
 def test_bench_table_says_memory_reasons_noise_and_growth():
@@ -257,7 +267,55 @@ def test_the_page_says_when_a_measured_claim_does_not_hold():
     assert "That does <b>not</b> support the argument at these settings" in answers
     tie["variants"]["tied"]["val_loss"][-1] = 3.6
     data.train_tie_kv = part("train tie-kv", "file", "from tie_kv.json", TrainResult.from_dict(tie))
-    assert "That supports the argument: the tied model learned measurably worse." in sections.questions(data)
+    assert "That supports the argument: the tied model learned measurably worse on every measurement." \
+        in sections.questions(data)
+
+
+def _heads(induction, repeat):
+    """The circuits `attnlab train` measures on a final model: its best induction head and its loss on the repeat."""
+    return {"segment": 24, "sequences": 16, "seed": 0, "example": "Kq#7v!zR", "loss_first": 4.1, "loss_repeat": repeat,
+            "heads": [{"layer": 0, "head": 0, "previous": 0.7, "induction": 0.02},
+                      {"layer": 1, "head": 1, "previous": 0.05, "induction": induction}]}
+
+
+def test_a_verdict_weighs_every_measurement_and_says_when_they_disagree():
+    """The learner's run: 1/d's validation loss as good as 1/√d's, but no induction head and no copying; tied K/V
+    within a few thousandths, with half an induction head and a far worse repeat loss. The page cites every number
+    and rule, says the measurements disagree, and never says 'did as well' or 'cost nothing' on the loss alone."""
+    from .conftest import TIE
+
+    scale, tie = json.loads(json.dumps(TRAIN)), json.loads(json.dumps(TIE))
+    scale["variants"]["inv"]["val_loss"][-1] = 3.37  # 1/d's loss beats 1/√d's 3.39
+    scale["variants"]["sqrt"]["circuits"], scale["variants"]["inv"]["circuits"] = _heads(0.62, 0.22), _heads(0.08, 3.57)
+    tie["variants"]["tied"]["val_loss"][-1] = 3.392  # +0.002 on the separate model's 3.39
+    tie["variants"]["untied"]["circuits"], tie["variants"]["tied"]["circuits"] = _heads(0.62, 0.22), _heads(0.49, 1.93)
+    part = sources.Part
+    html = unescape(sections.train(part("train scale", "file", "from train.json", TrainResult.from_dict(scale)),
+                                   part("train tie-kv", "file", "from tie_kv.json", TrainResult.from_dict(tie)), {}))
+    for line in ("1/d learns worse than 1/√d</b>: <span class=\"verdict mixed\">◐ the measurements disagree",
+                 "final validation loss: 3.370 1/d against 3.390 1/√d (-0.020; rule: worse when more than 0.02 above) "
+                 "— not worse",
+                 "induction share (best head): 0.08 1/d against 0.62 1/√d (-0.54; rule: worse when below 0.5 while the "
+                 "other's is not) — worse",
+                 "loss on the repeated copy: 3.57 1/d against 0.22 1/√d (+3.35; rule: worse when more than 0.1 above) "
+                 "— worse",
+                 "The measurements disagree: the final validation loss says 1/d did as well, the induction share "
+                 "(best head) and the loss on the repeated copy say it did worse: 1/d predicted the text about as "
+                 "well, but did not learn to copy a sequence it had just read as the 1/√d model did",
+                 "Tying them measurably reduces capability</b>: <span class=\"verdict mixed\">",
+                 "final validation loss: 3.392 tied against 3.390 separate (+0.002;",
+                 "induction share (best head): 0.49 tied against 0.62 separate (-0.13; rule: worse when below 0.5",
+                 "loss on the repeated copy: 1.93 tied against 0.22 separate (+1.71;"):
+        assert line in html, line
+    assert "softer attention did as well" not in html and "cost nothing measurable" not in html
+    # the same run with every measurement agreeing that 1/d did as well: then, and only then, the page says so
+    scale["variants"]["inv"]["circuits"] = _heads(0.6, 0.25)
+    html = unescape(sections.verdicts.small_scale(TrainResult.from_dict(scale)))
+    assert "✗ does not hold at these settings" in html and "So here softer attention did as well" in html
+    assert "disagree" not in html and "loss on the repeated copy: 0.25 1/d against 0.22 1/√d (+0.03;" in html
+    # a run without the heads measured names what it did not measure
+    html = unescape(sections.verdicts.tie_kv(TrainResult.from_dict(TIE)))
+    assert "not measured in this run: induction share (best head), loss on the repeated copy" in html
 
 
 def test_the_train_figure_keeps_its_legends_off_the_curves(tmp_path):

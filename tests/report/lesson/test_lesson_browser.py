@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-RIGHT = [1, 2, 0, 3, 0]  # the test's right answers, as in attnlab.report.lesson.sections.QUIZ
+RIGHT = [1, 2, 0, 3, 0, 1, 2]  # the test's right answers, as in attnlab.report.lesson.sections.QUIZ
 
 
 @pytest.mark.slow
@@ -208,17 +208,17 @@ def test_lesson_page_in_chromium(browser, lesson, tmp_path):
         return page.locator("#quiz-result").inner_text()
 
     res = answer([(a + 1) % 4 for a in RIGHT])
-    assert "0/5" in res and "not passed" in res
-    assert page.locator(".quiz-q.wrong").count() == 5 and page.locator(".quiz-q label.answer").count() == 5
+    assert "0/7" in res and "not passed" in res
+    assert page.locator(".quiz-q.wrong").count() == 7 and page.locator(".quiz-q label.answer").count() == 7
     feedback = page.locator("#quiz-q0 .quiz-feedback").inner_text()
     assert "the answer is" in feedback and "variance" in feedback  # the answer and why
-    # passing path, right at the pass mark: 3 of 5, one left unanswered
-    res = answer(RIGHT[:3] + [(RIGHT[3] + 1) % 4, None])
-    assert "3/5" in res and "passed" in res and "not passed" not in res
-    assert page.locator(".quiz-q.right").count() == 3
-    assert "Not answered" in page.locator("#quiz-q4 .quiz-feedback").inner_text()
-    res = answer(RIGHT[:2] + [None, None, None])  # 2 of 5 is below the mark
-    assert "2/5" in res and "not passed" in res
+    # passing path, right at the pass mark: 5 of 7, one wrong and one left unanswered
+    res = answer(RIGHT[:5] + [(RIGHT[5] + 1) % 4, None])
+    assert "5/7" in res and "passed" in res and "not passed" not in res
+    assert page.locator(".quiz-q.right").count() == 5
+    assert "Not answered" in page.locator("#quiz-q6 .quiz-feedback").inner_text()
+    res = answer(RIGHT[:4] + [None, None, None])  # 4 of 7 is below the mark
+    assert "4/7" in res and "not passed" in res
     page.click("#quiz-reset")  # choosing an answer with the keyboard alone
     page.focus("#quiz-q2 input[value='0']")
     page.keyboard.press("Space")

@@ -73,14 +73,31 @@ def test_fixed_then_a_second_failing_function_keeps_the_passing_one_and_says_the
 
 
 def test_quadratic_memory_comes_from_a_passing_function_never_a_failing_one(tmp_path):
-    loops = made("my_loops.py", "attention_by_hand", memory=0.7, time=at(1))  # passes, memory like T
+    loops = made("my_loops.py", "attention_by_hand", memory=0.7, time=at(1),  # passes, memory like T
+                 functions=("attention_by_hand", "attention_matrix"))
     wrong = made("attention_lab.py", "my_matrix", passed=False, memory=2.0, time=at(2))  # fails, memory like T²
     head, items = _page(tmp_path, loops, wrong)
     assert [i[0] for i in items] == ["✓", "✓", "✗", "✗"]
-    assert "my_loops.py:attention_by_hand, checked at 10:01:00 UTC: memory grew as T^0.70, not quadratically" \
-           in items[2] and "T^2.00" not in items[2]
+    assert ("my_loops.py:attention_by_hand, checked at 10:01:00 UTC: memory grew as T^0.70 over T = 512, 2048, the "
+            "same for every repeat (rule: within 0.25 of 2 for every repeat), not quadratically") in items[2]
+    assert "T^2.00" not in items[2]
     assert "check the matrix version too (attnlab lab check my_loops.py:attention_matrix)" in items[2]
     assert items[2].endswith(" Your newest check: attention_lab.py:my_matrix at 10:02:00 UTC, failed.")
+    # a file without a matrix version is not sent to check one
+    _, items = _page(tmp_path / "alone", made("my_loops.py", "attention_by_hand", memory=0.7, time=at(1)))
+    assert items[2].startswith("✗") and "not quadratically" in items[2] and ":attention_matrix" not in items[2]
+
+
+def test_the_quadratic_item_is_decided_for_every_repeat_and_says_the_spread(tmp_path):
+    """Repeats whose exponents straddle the rule's edge decide nothing; a spread inside the rule ticks it."""
+    noisy = made(memory=1.8, jitter=0.1, time=at(1))  # median T^1.80, its repeats allow 1.66 to 1.94
+    _, items = _page(tmp_path / "noisy", noisy)
+    assert items[2].startswith("✗") and "memory grew as T^1.80 over T = 512, 2048, its repeats 1.66 to 1.94" \
+        in items[2] and "the repeats straddle the rule (rule: within 0.25 of 2 for every repeat)" in items[2]
+    assert "not quadratically" not in items[2]  # it is not decided either way
+    steady = made(memory=1.95, jitter=0.02, time=at(1))
+    _, items = _page(tmp_path / "steady", steady)
+    assert items[2].startswith("✓") and "T^1.95 over T = 512, 2048, its repeats 1.92 to 1.98" in items[2]
 
 
 def test_a_function_that_failed_after_it_passed_is_what_it_is_now(tmp_path):

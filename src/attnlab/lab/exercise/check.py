@@ -29,8 +29,12 @@ def level_diagnoses(target, level, seed: int, verify_found) -> list:
     return mine + [d for d in verify_found if d.key not in set(keys)]
 
 
-def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=None, on_stage=None) -> LabResult:
-    """Check the loaded learner's function; ``on_stage(text)`` hears each stage (grading, measuring) as it starts."""
+def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=None, on_stage=None,
+          budget_s: float = measure.BUDGET_S) -> LabResult:
+    """Check the loaded learner's function; ``on_stage(text)`` hears each stage (grading, measuring) as it starts.
+
+    ``budget_s``: the most one length's measurement may take (longer ones are skipped, with their estimate).
+    """
     level = levels.find(learner.level)
     if level.kind == "own":
         return level.module().check(learner, quick=quick, seed=seed, progress=progress, on_stage=on_stage)
@@ -46,7 +50,7 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
     if not result.passed and fn.lost is None:
         found = level_diagnoses(fn, level, seed, found)
     hung = next((r for r in result.rows if r.detail.startswith("timed out")), None)
-    load, err, timings, exps = None, float("inf"), [], {"time": None, "memory": None}
+    load, err, timings, fits = None, float("inf"), [], {"time": None, "memory": None}
     if hung is not None:  # a function that hung once would hang the measurements too
         how = f"not measured: it timed out on the case {hung.case!r} while it was graded"
     elif fn.lost is not None:
@@ -54,18 +58,20 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
     else:
         err = grade.match(fn, seed)
         seqs = level.module().SEQS
-        say("measuring its time and peak memory at T = " + ", ".join(map(str, seqs)))
+        say("measuring its time and peak memory at T = " + ", ".join(map(str, seqs))
+            + f" (at most {budget_s:g} s a length; --max-seconds changes it)")
         load = load_average()  # others' work while it is timed: noise in the times (not in the memory)
         try:
-            timings, exps, how = judged.measure(learner, seqs, measure.BUDGET_S, seed=seed)
+            timings, fits, how = judged.measure(learner, seqs, budget_s, seed=seed)
         except judged.remote.Raised as e:
             how = f"not measured: measuring it raised {e.text}"
         except judged.remote.Lost:
             how = f"not measured: {fn.lost} while it was measured"
     ended = fn.lost if fn.lost is not None else None
+    exps = {k: f and f.exponent for k, f in fits.items()}  # the slope alone; the fits keep the repeats' range
     r = LabResult(str(learner.path), name, learner.form, note, result, found, err,
                   result.passed and ended is None, timings, exps, how, time.perf_counter() - t0,
                   {**machine(), "load_average": load}, versions(), shrunk=shrunk, given=learner.given, ended=ended,
-                  functions=list(learner.functions), level=level.name)
+                  functions=list(learner.functions), level=level.name, fits=fits)
     r.measured_ok, r.measured_note = level.module().measured_ok(r)
     return r

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab.lab.check import remote, worker
+from attnlab.lab.measure.growth import Fit
 
 from . import files
 from .result import Timing
@@ -85,7 +86,8 @@ def measure(learner: Learner, seqs, budget_s: float, seed: int = 0) -> tuple[lis
     """Time and peak memory in the learner's process (see measure.measure); what it could not measure, said."""
     reply = learner.fn.ask("measure", seconds=budget_s * len(seqs) * 3 + 60, seqs=list(seqs), budget_s=budget_s,
                            seed=seed, level=learner.level)
-    return [Timing.from_dict(t) for t in reply["timings"]], reply["exponents"], reply["note"]
+    fits = {k: None if f is None else Fit.from_dict(f) for k, f in reply["fits"].items()}
+    return [Timing.from_dict(t) for t in reply["timings"]], fits, reply["note"]
 
 
 def _prepare(fn, job: dict, info: dict):
@@ -118,9 +120,10 @@ def _measure(fn, header: dict) -> dict:
     call, form = fn, "sdpa"
     if hasattr(mod, "measure_call") and hasattr(fn, "raw"):  # the level's own arguments (flash: block = 64)
         call, form = mod.measure_call(fn.raw), "lab"
-    timings, exps, note = measure.measure(call, form, seqs=tuple(header["seqs"]), budget_s=header["budget_s"],
+    timings, fits, note = measure.measure(call, form, seqs=tuple(header["seqs"]), budget_s=header["budget_s"],
                                           seed=header["seed"])
-    return {"timings": [t.to_dict() for t in timings], "exponents": exps, "note": note}
+    return {"timings": [t.to_dict() for t in timings], "fits": {k: f and f.to_dict() for k, f in fits.items()},
+            "note": note}
 
 
 def _level(fn, header: dict) -> dict:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from attnlab.lab.check.diagnose import Diagnosis
 from attnlab.lab.check.verify import VerifyResult
+from attnlab.lab.measure.growth import Fit
 from attnlab.lab.results import Result
 
 MATCH_TOL = 1e-4  # the lab's "matches F.scaled_dot_product_attention to 1e-4"
@@ -23,6 +24,8 @@ class Timing(Result):
     time_s: float | None = None
     peak_bytes: int | None = None
     skipped: str | None = None  # e.g. "estimated 95 s a call, over the 20 s budget"
+    times_s: list[float] = field(default_factory=list)  # every timed call (time_s is their median)
+    peaks: list[int] = field(default_factory=list)  # every peak measured (peak_bytes is their median)
 
 
 @dataclass
@@ -36,7 +39,7 @@ class LabResult(Result):
     match_err: float  # max |yours - F.sdpa| on the lesson's causal input (float32)
     passed: bool  # every graded case passed
     timings: list[Timing]
-    exponents: dict[str, float | None]  # "time", "memory": the fitted growth with T
+    exponents: dict[str, float | None]  # "time", "memory": the fitted growth with T (the longer lengths)
     measure_note: str  # how the times and memory were measured (sizes, heads, what was skipped)
     seconds: float
     machine: dict
@@ -51,3 +54,4 @@ class LabResult(Result):
     measured_ok: bool | None = None  # what the level asks of its measurement held (None: it asks nothing)
     measured_note: str = ""  # the level's measurement against what it asks, in words
     curve: dict[str, list[float]] = field(default_factory=dict)  # a level's curve: "yours" beside "library"
+    fits: dict[str, Fit | None] = field(default_factory=dict)  # "time", "memory": the exponent and its repeats' range

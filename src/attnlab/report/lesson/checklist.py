@@ -21,9 +21,9 @@ from html import escape
 
 from attnlab.lab.exercise import levels, store
 from attnlab.lab.train import summary as ts
+from attnlab.report import exercise
 
 SEQS = (128, 512, 2048)
-QUADRATIC = 0.25  # memory growth within this of T^2 counts as quadratic
 GIVEN = "the starter's code as it came"
 
 
@@ -107,16 +107,19 @@ def _quadratic(checks) -> tuple[object | None, bool, str]:
     newest, good = checks[0], [r for r in checks if store.passed(r)]
     if not good:
         return newest, False, _not_passed(checks)
-    grown = [(r, r.exponents.get("memory")) for r in good if r.exponents.get("memory") is not None]
-    for r, p in grown:
-        if abs(p - 2) <= QUADRATIC:
-            return r, True, f"from {_name(r, newest)}: memory grew as T^{p:.2f} (rule: within {QUADRATIC} of 2)"
+    grown = [(r, *exercise.memory_growth(r)) for r in good if exercise.fit(r, "memory") is not None]
+    for r, ok, said in grown:
+        if ok:
+            return r, True, f"from {_name(r, newest)}: {said}"
     if not grown:
         return good[0], False, f"{_name(good[0], newest)}: needs its memory at two lengths or more"
-    r, p = grown[0]
-    return r, False, (f"{_name(r, newest)}: memory grew as T^{p:.2f}, not quadratically (rule: within {QUADRATIC} of "
-                      "2). Loops that keep one row of scores at a time need memory like T, not T²: check the matrix "
-                      f"version too (`attnlab lab check {r.file}:attention_matrix`)")
+    r, ok, said = grown[0]
+    if ok is None:
+        return r, False, f"{_name(r, newest)}: {said}"
+    other = next((f for f in getattr(r, "functions", None) or [] if f != r.function and "matrix" in f), None)
+    return r, False, (f"{_name(r, newest)}: {said}, not quadratically. Loops that keep one row of scores at a time "
+                      "need memory like T, not T²" + (f": check the matrix version too (`attnlab lab check "
+                                                      f"{r.file}:{other}`)" if other else ""))
 
 
 def _ablation(part) -> tuple[bool, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from attnlab.lab.train import summary as train_summary
+from attnlab.lab.train import verdict as train_verdict
 from attnlab.report.fmt import fmt_bytes, fmt_time
 
 from . import numbers as num
@@ -188,12 +189,14 @@ def questions(data) -> str:
     kv = ("The key is what a token advertises for matching; the value is what it hands over once matched. Tie them "
           "and a token can only pass on the same thing it is found by. ")
     if {"tied", "untied"} <= set(tie):
-        rule = train_summary.tie_kv(train_summary.summarise(data.train_tie_kv.result)[0])
-        kv += (f"Measured here ({escape(how(data.train_tie_kv))}): final validation loss {tie['untied']:.3f} "
-               f"untied against {tie['tied']:.3f} tied ({tie['tied'] - tie['untied']:+.3f}). ")
-        kv += ("That supports the argument: the tied model learned measurably worse." if rule.holds else
-               f"That does <b>not</b> support the argument at these settings: the tied model was not more than "
-               f"{train_summary.LOSS_GAP} worse, so here tying cost nothing measurable (section 5 says why it can).")
+        v = train_verdict.compare(data.train_tie_kv.result, "tied", "untied", "tying reduces capability")
+        kv += (f"Measured here ({escape(how(data.train_tie_kv))}): "
+               + "; ".join(escape(verdicts.reading_text(r, v)) for r in v.readings) + ". ")
+        kv += ("That supports the argument: the tied model learned measurably worse on every measurement."
+               if v.holds else
+               "That does <b>not</b> support the argument at these settings: by every rule (section 5), tying cost "
+               "nothing measurable here." if v.holds is False else
+               escape(verdicts.disagreement_text(v)) + " So this run does not show that tying is free.")
     else:
         kv += f"The tied model has not been trained on this machine yet ({escape(data.train_tie_kv.note)})."
     r_m, r_l = num.ratio(data.bench.result, "matrix"), num.ratio(data.bench.result, "loops")
@@ -263,19 +266,37 @@ QUIZ = [  # (question, options, the right one, why it is right)
      ["the largest weights", "a copy of the lower triangle", "exactly zero", "negative weights"], 2,
      "Those cells are keys after the query. The mask sets their scores to −∞ and e^−∞ = 0, so their weights are "
      "exactly zero, not small: the model cannot see the future."),
-    ("What does each row of the softmax weights add up to?", ["1", "d", "√d", "the number of keys"], 0,
-     "The softmax divides each exponential by the row's sum, so a row is a set of shares: how much one query listens "
-     "to each key, 100 % in all."),
+    ("The scores of one head are a (T, T) matrix, a row per query. Over which dimension does the softmax normalise?",
+     ["the last one: each row, over the keys that query sees",
+      "the first one: each column, over the queries that see one key",
+      "both at once: the whole matrix sums to 1", "neither: dividing by √d already normalises them"], 0,
+     "The softmax divides each exponential by its row's sum (dim=-1), so a row is a set of shares: how much one "
+     "query listens to each key, 100 % in all. Normalising each column instead makes weights that do not sum to 1 "
+     "per query, and a query's output then depends on queries after it."),
     ("How can flash attention go through the keys one tile at a time?",
-     ["it approximates the softmax", "it drops small weights", "it skips the softmax",
+     ["it approximates the softmax with a cheaper function of the scores that needs no sum",
+      "it drops the weights too small to matter and keeps only the largest few per query",
+      "it skips the softmax and divides each partial output by the number of keys seen so far",
       "it keeps a running max and sum and rescales its partial sums when the max grows"], 3,
      "exp(s − m) for a new, larger max m is the old value times exp(m_old − m), so the partial sums can be corrected "
      "exactly: the result is the full softmax, to rounding, without holding a whole row."),
     ("Untrusted text sits in the middle of a prompt. What stops it from changing the outputs after it?",
-     ["a mask that hides its keys from the later queries", "putting the trusted instruction first",
-      "the 1/√d scale", "separate value and key projections"], 0,
+     ["a mask that hides its keys from the later queries", "putting the trusted instruction first, before all of it",
+      "the 1/√d scale, which keeps each score small", "separate value and key projections in every head"], 0,
      "Attention has no trust boundary: every later query scores every earlier key alike. Only a mask that removes "
      "those keys keeps their values out of the later outputs (the trust experiment above measures it)."),
+    ("In a causal mask, mask[i, j] is True where query i may see key j. Which cells are True?",
+     ["j ≥ i: the key is at or after the query", "j ≤ i: the key is at or before the query",
+      "j < i: every key strictly before the query", "all of them: the softmax keeps the order"], 1,
+     "Query i may see itself and every earlier key, so j ≤ i: the lower triangle with its diagonal (torch.tril). "
+     "j ≥ i is the mask turned the wrong way, letting each query see the future; j < i leaves the first query "
+     "no key at all, a row of −∞ that the softmax turns into NaN."),
+    ("A head of width d scores a query against T keys. What should the scores be divided by?",
+     ["√T, the square root of the number of keys", "T, the number of keys", "√d, the square root of the head width",
+      "d, the head width itself"], 2,
+     "Each score is a dot product of d numbers, so its spread grows like √d, whatever the number of keys; dividing "
+     "by √d keeps it at 1. Dividing by √T makes the scale change with the length of the context: a longer prompt "
+     "would flatten every row. Dividing by d shrinks the scores too far, toward uniform weights."),
 ]
 
 

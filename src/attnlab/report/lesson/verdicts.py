@@ -1,8 +1,10 @@
 """What the training runs showed, each claim beside the rule that decides it, and said plainly when it did not hold.
 
 The page never ticks a claim its own numbers contradict. Each verdict here is read from a result
-computed in :mod:`attnlab.lab.train.summary` (the predictions, the tie-kv rule, the 1/d comparison
-with its query/key norms); this module only words it.
+computed in :mod:`attnlab.lab.train.summary` (the predictions, the 1/d comparison with its
+query/key norms) and :mod:`attnlab.lab.train.verdict` (a variant against its baseline on every
+measurement that bears on it: validation loss, induction share, loss on the repeated copy); this
+module only words it, every number and rule beside it, and says so when the measurements disagree.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ import math
 from html import escape
 
 from attnlab.lab.train import summary as ts
+from attnlab.lab.train import verdict as tv
+
+NAMES = {"sqrt": "1/√d", "none": "no scale", "inv": "1/d", "tied": "tied", "untied": "separate"}
 
 
 def mark(ok: bool) -> str:
@@ -34,7 +39,51 @@ def scale(result) -> str:
                 "part this run did not show. A small model can learn around a saturated softmax for a while (the "
                 "values and the MLP still train), so the gap shows more clearly with wider heads and longer runs "
                 "(<code>attnlab train --preset large</code>).</p>")
-    return f'{head}<ul class="verdicts">{items}</ul>'
+    v = tv.compare(result, "none", "sqrt", "without the scale the model learns worse")
+    more = ("" if v is None else f"<p>Unscaled against scaled, on every measurement of the run that bears on what it "
+            f"learned: {overall(v)}</p>{readings(v)}{disagreement(v)}")
+    return f'{head}<ul class="verdicts">{items}</ul>{more}'
+
+
+def overall(v) -> str:
+    """The mark for a verdict read on several measurements: holds, does not hold, or they disagree."""
+    if v.holds is None:
+        return '<span class="verdict mixed">◐ the measurements disagree</span>'
+    return mark(v.holds)
+
+
+def reading_text(r, v) -> str:
+    """One measurement of a verdict: both numbers, the difference, the rule, and what it says."""
+    f = f".{r.digits}f"
+    return (f"{r.quantity}: {r.variant:{f}} {NAMES.get(v.variant, v.variant)} against {r.baseline:{f}} "
+            f"{NAMES.get(v.baseline, v.baseline)} ({r.variant - r.baseline:+{f}}; rule: {r.rule}) — "
+            + ("worse" if r.worse else "not worse"))
+
+
+def readings(v) -> str:
+    """Every measurement the verdict rests on, its numbers and rule, and what the run did not measure."""
+    items = "".join(f"<li>{escape(reading_text(r, v))}</li>" for r in v.readings)
+    if v.unmeasured:
+        items += f"<li>not measured in this run: {escape(', '.join(v.unmeasured))}</li>"
+    return f'<ul class="verdicts readings">{items}</ul>'
+
+
+def disagreement(v) -> str:
+    """When the measurements disagree: which say worse and which do not, as a paragraph ("" when they agree)."""
+    return "" if v.holds is not None else f"<p>{escape(disagreement_text(v))}</p>"
+
+
+def disagreement_text(v) -> str:
+    """Which measurements say the variant did worse and which do not, in plain words."""
+    worse, fine = ([r.quantity for r in v.agreeing(w)] for w in (True, False))
+    say = lambda qs: f"the {' and the '.join(qs)} {'says' if len(qs) == 1 else 'say'}"  # noqa: E731
+    name = NAMES.get(v.variant, v.variant)
+    loss = [tv.QUANTITIES[0]]
+    what = (f": {name} predicted the text about as well, but did not learn to copy a sequence it had just read as "
+            f"the {NAMES.get(v.baseline, v.baseline)} model did" if fine == loss else
+            f": {name} learned to copy as well, but predicted the text worse" if worse == loss else "")
+    return (f"The measurements disagree: {say(fine)} {name} did as well, {say(worse)} it did worse{what}. Neither "
+            "number alone is the answer.")
 
 
 def _times(x: float) -> str:
@@ -63,13 +112,10 @@ def small_scale(result) -> str:
                       f"{ratio:.2f} of them: " + ("it undid most of the smaller scale." if ratio >= 0.7 else
                                                   "it undid part of the smaller scale." if ratio >= 1.5 * start else
                                                   "the smaller scale stood."))
-    if s.holds:
-        claim = (f"<p><b>1/d learns worse than 1/√d</b>: {mark(True)} — final validation loss {s.val_inv:.3f} against "
-                 f"{s.val_sqrt:.3f} ({s.gap:+.3f}; rule: more than {s.loss_gap} above).</p>")
-    else:
-        claim = (f"<p><b>1/d learns worse than 1/√d</b>: {mark(False)} — final validation loss {s.val_inv:.3f} with "
-                 f"1/d against {s.val_sqrt:.3f} with 1/√d ({s.gap:+.3f}; the rule asks for more than {s.loss_gap} "
-                 "above).</p>")
+    v = tv.compare(result, "inv", "sqrt", "1/d learns worse than 1/√d")
+    claim = (f"<p><b>1/d learns worse than 1/√d</b>: {overall(v)} — read on every measurement of the run that bears "
+             f"on it:</p>{readings(v)}{disagreement(v)}")
+    if v.holds is False:
         why = (" So here softer attention did as well" + (f" (its entropy ended at {s.entropy_end_inv:.2f} nats "
                                                           f"against {s.entropy_end_sqrt:.2f})"
                                                           if s.entropy_end_inv is not None else "")
@@ -89,10 +135,10 @@ def tie_kv(result) -> str:
     p = ts.tie_kv(summaries)
     if p is None:
         return ""
-    tied, untied = summaries["tied"].val_end, summaries["untied"].val_end
-    out = (f"<p><b>{escape(p.claim.capitalize())}</b>: {mark(p.holds)} — final validation loss {tied:.3f} tied against "
-           f"{untied:.3f} separate ({tied - untied:+.3f}; {escape(p.evidence)}).</p>")
-    if not p.holds:
+    v = tv.compare(result, "tied", "untied", p.claim)
+    out = (f"<p><b>{escape(p.claim.capitalize())}</b>: {overall(v)} — read on every measurement of the run that bears "
+           f"on it (one seed):</p>{readings(v)}{disagreement(v)}")
+    if v.holds is False:
         out += ("<p>So at these settings tying them cost nothing measurable. Reasons it can, not tested here: the "
                 "MLP after each attention layer can reshape what a tied value hands over; a model this small may "
                 "not yet need keys and values to differ; and one seed's difference of a few hundredths is within what "
