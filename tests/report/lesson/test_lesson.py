@@ -48,7 +48,7 @@ def test_cli_builds_one_self_contained_page(lesson):
     assert "1.900 → " not in html  # entropies are the mean over layers: start 2.05 -> end 1.90
     assert "2.05 → 1.90" in html  # the scale table read train.json
     assert "4.100" not in html and "3.390" in html  # final validation loss of sqrt = 3.2 + 0.19
-    assert "untied against 3.450 tied" in html  # the tie-kv answer read the ablation's JSON
+    assert "3.450 tied against 3.390 separate" in html  # the tie-kv answer read the ablation's JSON
     assert "Measured here (tie_kv.json)" in html and "(bench.json, fastest of the repeats)" in html
     assert "took 4× as long as PyTorch" in html  # bench.json: matrix 4e-8 s·T² against sdpa's 1e-8
 

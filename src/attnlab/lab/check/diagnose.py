@@ -239,6 +239,8 @@ def _lines(entries, dtypes: list[str]) -> list[Diagnosis]:
         seen.add(key)
         dts = sorted({r.dtype for r in group})
         where = ", ".join(dts) + (" only" if len(dts) < len(dtypes) else "")
-        text = TEXT[key].format(**{"n": len(group), **fill}) + SUFFIX.format(n=len(group), dtypes=where, example=group[0].case)
+        n = len(group)
+        case = group[0].case
+        text = TEXT[key].format(**{"n": n, "case": case, **fill}) + SUFFIX.format(n=n, dtypes=where, example=case)
         out.append(Diagnosis(key, text, len(group), dts, f"{group[0].case} [{group[0].dtype}]"))
     return out
