@@ -31,7 +31,7 @@ CASES = (  # name, (batch, heads, L = S, d), dtype, magnitude
     ("float32, batch 2, L = 64", (2, 1, 64, 32), "float32", 1.0),
     ("float32, larger scores", (1, 2, 30, 8), "float32", 3.0),
 )
-SEQS = (256, 512, 1024)
+SEQS = (512, 1024, 2048)  # long enough that the tiles, not the fixed costs, set the slope
 MEASURES = "its time and peak memory at T = " + ", ".join(map(str, SEQS)) + ", block 64"
 QUANTITIES = ("dq", "dk", "dv")
 
@@ -161,39 +161,18 @@ TEXT = {
 
 def measure(fn, header: dict) -> dict:
     """Time and extra peak memory of one backward call at each length (block 64, one head of width 64, float32)."""
-    from attnlab.lab.measure import growth, memory
 
-    timings = []
-    memory.exact_heap("cpu")
-    try:
-        for T in SEQS:
-            g = torch.Generator().manual_seed(header["seed"] + T)
-            q, k, v, dout = (torch.randn(1, 1, T, 64, generator=g) for _ in range(4))
-            out, lse = (t.float() for t in forward64(q, k, v))
-            took = []
+    def inputs(T, g):
+        q, k, v, dout = (torch.randn(1, 1, T, 64, generator=g) for _ in range(4))
+        out, lse = (t.float() for t in forward64(q, k, v))
+        return q, k, v, out, lse, dout
 
-            def once(q=q, k=k, v=v, out=out, lse=lse, dout=dout, took=took):
-                import time
+    def call(*args):
+        with torch.inference_mode():
+            return fn(*args, 64)
 
-                t0 = time.perf_counter()
-                with torch.inference_mode():
-                    r = fn(q, k, v, out, lse, dout, 64)
-                took.append(time.perf_counter() - t0)
-                return r
-
-            peak = memory.measure_peak(once, "cpu")
-            if not took:
-                once()
-            timings.append({"seq": T, "time_s": took[0], "peak_bytes": peak, "skipped": None})
-            if took[0] > 20:
-                break
-    finally:
-        memory.exact_heap("cpu", exact=False)
-    exps = {"time": growth.exponent([t["seq"] for t in timings], [t["time_s"] for t in timings]),
-            "memory": growth.exponent([t["seq"] for t in timings if t["peak_bytes"]],
-                                      [t["peak_bytes"] for t in timings if t["peak_bytes"]])}
-    return {"timings": timings, "exponents": exps, "note": "one backward call per length, batch 1, one head of width "
-            f"64, float32, block 64, under inference mode; memory: {memory.method('cpu') or 'not measurable here'}"}
+    return own.measure_lengths(SEQS, header["seed"], inputs, call, "one backward call per length, batch 1, one head "
+                               "of width 64, float32, block 64, under inference mode")
 
 
 def measured_ok(result) -> tuple[bool | None, str]:

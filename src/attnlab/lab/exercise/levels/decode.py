@@ -14,7 +14,6 @@ T tokens and the extra peak memory, which the cache makes grow like T.
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 import torch.nn.functional as F
@@ -103,36 +102,15 @@ TEXT = {
 
 
 def measure(fn, header: dict) -> dict:
-    from attnlab.lab.measure import growth, memory
+    """Time and extra peak memory of decoding T tokens one at a time (one head of width 64, float32)."""
 
-    timings = []
-    memory.exact_heap("cpu")
-    try:
-        for T in SEQS:
-            g = torch.Generator().manual_seed(header["seed"] + T)
-            q, k, v = (torch.randn(1, 1, T, 64, generator=g) for _ in range(3))
-            took = []
+    def call(q, k, v):
+        with torch.no_grad():
+            return decode(fn, q, k, v)
 
-            def once(q=q, k=k, v=v, took=took):
-                t0 = time.perf_counter()
-                with torch.no_grad():
-                    r = decode(fn, q, k, v)
-                took.append(time.perf_counter() - t0)
-                return r
-
-            peak = memory.measure_peak(once, "cpu")
-            if not took:
-                once()
-            timings.append({"seq": T, "time_s": took[0], "peak_bytes": peak, "skipped": None})
-            if took[0] > 20:
-                break
-    finally:
-        memory.exact_heap("cpu", exact=False)
-    exps = {"time": growth.exponent([t["seq"] for t in timings], [t["time_s"] for t in timings]),
-            "memory": growth.exponent([t["seq"] for t in timings if t["peak_bytes"]],
-                                      [t["peak_bytes"] for t in timings if t["peak_bytes"]])}
-    return {"timings": timings, "exponents": exps, "note": "T tokens decoded one at a time, batch 1, one head of "
-            f"width 64, float32, no autograd; memory: {memory.method('cpu') or 'not measurable here'}"}
+    return own.measure_lengths(SEQS, header["seed"], lambda T, g: [torch.randn(1, 1, T, 64, generator=g)
+                                                                   for _ in range(3)], call,
+                               "T tokens decoded one at a time, batch 1, one head of width 64, float32, no autograd")
 
 
 def measured_ok(result) -> tuple[bool | None, str]:

@@ -136,3 +136,46 @@ def check(level, learner, run, judge, seed: int = 0, on_stage=None, measure=True
 
 def lines(keys, text) -> list[Diagnosis]:
     return [Diagnosis(k, text[k]) for k in dict.fromkeys(keys)]
+
+
+def measure_lengths(seqs, seed: int, inputs, call, note: str, peaks: int = 3) -> dict:
+    """Time and extra peak memory of ``call(*inputs(T, generator))`` at each length T (longer lengths stop once one
+    takes over 20 s); the measurement reply a level's ``measure`` sends, with ``note`` and the growth exponents.
+
+    The peak is the median of ``peaks`` calls where a call takes under a second (one call's high-water mark can
+    hold another allocation's pages), the time the least of those calls."""
+    import statistics
+
+    from attnlab.lab.measure import growth, memory
+
+    timings = []
+    memory.exact_heap("cpu")
+    try:
+        for T in seqs:
+            args, took = inputs(T, torch.Generator().manual_seed(seed + T)), []
+
+            def once(args=args, took=took):
+                t0 = time.perf_counter()
+                r = call(*args)
+                took.append(time.perf_counter() - t0)
+                return r
+
+            got = [memory.measure_peak(once, "cpu")]
+            if not took:  # memory is not measurable here, so measure_peak did not call it
+                once()
+            while len(got) < peaks and took[0] < 1 and got[0] is not None:
+                got.append(memory.measure_peak(once, "cpu"))
+            got = [p for p in got if p is not None]
+            peak = int(statistics.median(got)) if got else None
+            timings.append({"seq": T, "time_s": statistics.median(took), "times_s": took, "peak_bytes": peak,
+                            "peaks": got, "skipped": None})
+            if took[0] > 20:
+                break
+    finally:
+        memory.exact_heap("cpu", exact=False)
+    exps = {"time": growth.exponent([t["seq"] for t in timings], [t["time_s"] for t in timings]),
+            "memory": growth.exponent([t["seq"] for t in timings if t["peak_bytes"]],
+                                      [t["peak_bytes"] for t in timings if t["peak_bytes"]])}
+    how = memory.method("cpu") or "not measurable here"
+    return {"timings": timings, "exponents": exps, "note": f"{note}; memory: {how}, the median of up to {peaks} "
+            "calls, the time their median"}
