@@ -61,7 +61,8 @@ def graded(fn, file, function=None, memory=2.0, cases=6):
 def leveled(level: str, slip=None, file=None, time=""):
     """A check of the level's solution (or one of its slips) from tests/lab/exercise/level_solutions.py, as
     ``attnlab lab check`` keeps it: the attention levels graded for real on a few small cases (their memory given,
-    growing as the level asks), the levels with cases of their own graded and measured for real, in this process."""
+    growing as the level asks), the levels with cases of their own graded and measured for real, in this process
+    (the backward's memory given too: its measurement is tested with the level's slips)."""
     import functools
     import sys
     from pathlib import Path
@@ -89,6 +90,11 @@ def leveled(level: str, slip=None, file=None, time=""):
         return r
     fn = C._own(level, slip)
     learner = SimpleNamespace(name=lv.function, path=file, given=False, functions=[lv.function])
-    r = own.check(lv, learner, lambda h: mod.run(fn, h), lambda reply, s: mod.judge(reply, s, lv.function))
+    r = own.check(lv, learner, lambda h: mod.run(fn, h), lambda reply, s: mod.judge(reply, s, lv.function),
+                  measure=level != "backward")
+    if level == "backward" and r.passed:  # its memory given, linear (one noisy call a length decides nothing here)
+        r.timings, fits = measured(1.0, mod.SEQS)
+        r.exponents = _exponents(fits)
+        r.measured_ok, r.measured_note = mod.measured_ok(r)
     r.time = time
     return r

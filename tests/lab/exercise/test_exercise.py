@@ -95,31 +95,30 @@ def test_the_matrix_version_matches_and_its_memory_grows_quadratically():
     assert "forward only" in note
 
 
-def test_a_loops_version_is_measured_at_the_sizes_it_can_finish():
-    calls = []
+def test_a_loops_version_is_measured_at_the_sizes_it_can_finish(monkeypatch):
+    calls, clock = [], [0.0]
 
-    def slow(q, k, v):  # pretends to take 1 ms per query-key pair
+    def slow(q, k, v):  # 1 ms per thousand query-key pairs, on a clock of its own: a busy machine changes nothing
         calls.append(q.shape[-2])
-        import time
-
-        time.sleep(q.shape[-2] * k.shape[-2] * 1e-6)
+        clock[0] += q.shape[-2] * k.shape[-2] * 1e-6
         return starter.attention_matrix(q, k, v)
 
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: clock[0])
     timings, fits, note = measure.measure(slow, "lab", seqs=(64, 256, 1024), budget_s=0.5)
     assert timings[0].time_s and timings[1].time_s and timings[2].skipped.startswith("estimated")
     assert 1024 not in calls and "skipped" in note and "--max-seconds" in note
     assert fits["time"] is not None and fits["time"].lengths == (64, 256)
     calls.clear()
     timings, _, _ = measure.measure(slow, "lab", seqs=(64, 512), budget_s=0.1)
-    est = float(timings[1].skipped.split()[1])  # "estimated 0.27 s a call ...; --max-seconds 1 lets it run"
-    assert est > 0.2 and f"--max-seconds {measure.allowing(est)} lets it run" in timings[1].skipped
+    est = float(timings[1].skipped.split()[1])  # "estimated 0.262 s a call ...; --max-seconds 1 lets it run"
+    assert abs(est - 0.262144) < 1e-3 and f"--max-seconds {measure.allowing(est)} lets it run" in timings[1].skipped
     assert 512 not in calls
     timings, _, _ = measure.measure(slow, "lab", seqs=(64, 512), budget_s=measure.allowing(est))
-    assert 512 in calls and timings[1].time_s > 0.26 and not timings[1].skipped  # the budget it names lets it run
+    assert calls.count(512) == 1 and abs(timings[1].time_s - 0.262144) < 1e-9 and not timings[1].skipped
     calls.clear()  # a call over a quarter of the budget is made once: timed, and its peak memory measured in it
     timings, _, note = measure.measure(slow, "lab", seqs=(64, 256), budget_s=0.2)
     assert calls.count(256) == 1 and calls.count(64) > 1, calls
-    assert timings[1].time_s > 0.06 and timings[1].peak_bytes is not None and "one call where" in note
+    assert abs(timings[1].time_s - 0.065536) < 1e-9 and timings[1].peak_bytes is not None and "one call where" in note
 
 
 def test_the_starters_own_functions_are_told_from_the_learners(tmp_path):
