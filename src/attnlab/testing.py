@@ -21,13 +21,20 @@ A function refuses an argument it does not take by raising ``attnlab.Unsupported
 its message); any other exception fails the case. ``backward=False`` judges a kernel without a backward on its
 forward; ``factor=`` holds a kernel that is knowingly less precise to more than 2x PyTorch's error (the
 failure message says so); ``name=`` names the function in ids and messages.
+
+``api=`` judges a function written to another API than SDPA's, each case put in that API's layout and arguments
+and its log-sum-exp judged too: ``"flash-attn"`` (``flash_attn_func``), ``"flash-attn-varlen"``, ``"flex"``
+(``flex_attention``) or ``"paged-decode"``; see docs/verify.md::
+
+    def test_my_flash_kernel():
+        attnlab.testing.assert_attention_matches(my_flash_attn_func, api="flash-attn", check_dropout=False)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from attnlab.lab.check import cases as _cases
+from attnlab.lab.check import apis as _apis
 from attnlab.lab.check import isolate
 from attnlab.lab.check.cases import Case
 from attnlab.report import plain
@@ -36,11 +43,12 @@ __all__ = ["Case", "assert_attention_matches", "assert_case", "cases"]
 
 
 def cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), *, quick: bool = True,
-          only: str | Iterable[str] | None = None, name: str | None = None) -> list:
+          only: str | Iterable[str] | None = None, name: str | None = None, api: str = "sdpa") -> list:
     """verify's grid, for ``pytest.mark.parametrize``: one ``pytest.param`` per case with the case's label as its
     id, after ``name`` where given (``"mine: basic [float32]"``, for several functions in one test file); plain
-    :class:`Case` objects where pytest is not installed. ``only``: case names containing these words."""
-    picked = _cases.default_cases(list(dtypes), long=not quick)
+    :class:`Case` objects where pytest is not installed. ``only``: case names containing these words. ``api``: the
+    grid put to that API (the cases it cannot express are there, and skip with the reason)."""
+    picked = _grid(api, dtypes, quick)
     if only is not None:
         words = [only] if isinstance(only, str) else list(only)
         picked = [c for c in picked if any(w.lower() in c.name.lower() for w in words)]
@@ -54,9 +62,11 @@ def cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), *, quick: 
 def assert_case(fn: Callable, case: Case, *, device="cpu", seed: int = 0, check_dropout: bool = True,
                 timeout: float | None = None, backward: bool = True, factor: float = 2.0,
                 name: str | None = None) -> None:
-    """Hold ``fn`` to the rule on one case (see :func:`cases`); AssertionError with the row and its diagnosis."""
+    """Hold ``fn`` to the rule on one case (see :func:`cases`); AssertionError with the row and its diagnosis. A
+    case of ``cases(api=...)`` calls ``fn`` through that API."""
+    api = _apis.parse(case.api)[0] if case.api else "sdpa"
     r = _check(fn, [case], device=device, seed=seed, check_dropout=check_dropout, timeout=timeout, backward=backward,
-               factor=factor, name=name)
+               factor=factor, name=name, api=api)
     if r.rows[0].status == "skipped":  # e.g. a score-modifier case for a function without score_mod=
         import pytest
 
@@ -66,17 +76,26 @@ def assert_case(fn: Callable, case: Case, *, device="cpu", seed: int = 0, check_
 def assert_attention_matches(fn: Callable, *, device="cpu", dtypes: Iterable[str] = ("float32", "float64", "bfloat16"),
                              quick: bool = True, seed: int = 0, check_dropout: bool = True,
                              timeout: float | None = None, backward: bool = True, factor: float = 2.0,
-                             name: str | None = None) -> None:
+                             name: str | None = None, api: str = "sdpa") -> None:
     """Hold ``fn`` to the rule on every case of the grid (``quick``: without the long cases) in ``dtypes`` on
     ``device``. ``check_dropout=False`` skips the dropout cases, for a function without dropout. ``timeout``:
     seconds a case may take at the basic case's size (None: no limit). ``backward=False``: the output alone, for a
-    kernel without a backward. ``factor``: the rule's multiple of PyTorch's error (default 2)."""
-    _check(fn, _cases.default_cases(list(dtypes), long=not quick), device=device, seed=seed,
-           check_dropout=check_dropout, timeout=timeout, backward=backward, factor=factor, name=name)
+    kernel without a backward. ``factor``: the rule's multiple of PyTorch's error (default 2). ``api``: the API
+    ``fn`` is written to (see the module's notes)."""
+    _check(fn, _grid(api, dtypes, quick), device=device, seed=seed, check_dropout=check_dropout, timeout=timeout,
+           backward=backward, factor=factor, name=name, api=api)
 
 
-def _check(fn, picked, *, device, seed, check_dropout, timeout, backward, factor, name):
+def _grid(api: str, dtypes, quick: bool) -> list:
+    if api not in _apis.NAMES:
+        raise ValueError(f"api={api!r}: choose from {', '.join(map(repr, _apis.NAMES))}")
+    return _apis.cases(api, list(dtypes), long=not quick)
+
+
+def _check(fn, picked, *, device, seed, check_dropout, timeout, backward, factor, name, api="sdpa"):
     name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    if api != "sdpa":
+        fn = _apis.Adapted(fn, api)
     r = isolate.judge_apart(fn, name, picked, seed=seed, check_dropout=check_dropout, timeout=timeout, device=device,
                             backward=backward, factor=factor)
     if any(row.status in ("fail", "error") for row in r.rows):

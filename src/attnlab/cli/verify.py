@@ -5,6 +5,8 @@ from __future__ import annotations
 from ._args import seconds, seed
 from ._folder import json_folder, save_json
 
+API_NAMES = ("sdpa", "flash-attn", "flash-attn-varlen", "flex", "paged-decode")  # attnlab.lab.check.apis.NAMES
+
 
 def add_parser(sub):
     p = sub.add_parser("verify", help="check forms of attention against a float64 oracle and PyTorch",
@@ -14,6 +16,13 @@ def add_parser(sub):
     p.add_argument("--impl", action="append", default=None, metavar="NAME[,NAME...]",
                    help="registered form names, or package.module:function for your own SDPA-style function "
                         "(repeatable; default: every registered form except sdpa)")
+    p.add_argument("--api", default="sdpa", choices=API_NAMES,
+                   help="the API your function is written to: sdpa (F.scaled_dot_product_attention's), flash-attn "
+                        "(flash_attn_func: (B, S, H, D), softmax_scale, causal lower-right, window_size, softcap, "
+                        "alibi_slopes, the log-sum-exp), flash-attn-varlen (packed sequences, cu_seqlens), flex "
+                        "(flex_attention: score_mod, block_mask, return_lse) or paged-decode (a paged KV cache, "
+                        "block_table, cache_seqlens); each case is put in the API's own layout and arguments, and "
+                        "the log-sum-exp is judged where the API returns one (default: sdpa)")
     p.add_argument("--dtypes", "--dtype", dest="dtype", default="float32,float64,bfloat16", metavar="DTYPE[,DTYPE...]",
                    help="dtypes to check, comma-separated, from float32, float64, bfloat16, float16 (default: "
                         "float32,float64,bfloat16)")
@@ -67,16 +76,25 @@ def run(args) -> int:
     from . import UsageError
 
     if args.model is not None:
+        if args.api != "sdpa":
+            raise UsageError(f"--api {args.api} and --model do not go together: --model runs attnlab's forms inside "
+                             "a Hugging Face model, through SDPA's API")
         if not args.model.strip():
             raise UsageError("--model needs a Hugging Face hub name or a local folder, got an empty name")
         return run_model(args, _specs(args.impl))
     device = _device(args.device)
-    specs = _specs(args.impl)
+    specs = _specs(args.impl, args.api)
     ours = _registered(specs, device)  # other people's functions are imported only in child processes
     dtypes = _dtypes(args.dtype)
     json_folder(args.json)  # before the run, not after it: a folder that cannot be made is known now
 
-    cases = _only(verify.default_cases(dtypes, long=not args.quick), args.only)
+    if args.api == "sdpa":
+        cases = verify.default_cases(dtypes, long=not args.quick)
+    else:
+        from attnlab.lab.check import apis
+
+        cases = apis.cases(args.api, dtypes, long=not args.quick)
+    cases = _only(cases, args.only)
     kw = {"seed": args.seed, "check_dropout": not args.no_dropout, "timeout": args.timeout, "device": device,
           "backward": not args.forward_only, "factor": args.factor}
     rows: dict[str, list] = {}
@@ -86,7 +104,7 @@ def run(args) -> int:
             rows.update({name: [r for r in done.rows if r.form == name] for name in ours})
         for spec in specs:
             if spec not in ours:
-                rows[spec] = _elsewhere(spec, cases, advance, kw)
+                rows[spec] = _elsewhere(spec, cases, advance, {**kw, "api": args.api})
     result = verify.VerifyResult.of([r for spec in specs for r in rows[spec]], device, args.factor,
                                     not args.forward_only)
     if args.show == "all" or not result.passed:
@@ -127,8 +145,9 @@ def _only(cases: list, text: str | None) -> list:
     return picked
 
 
-def _specs(impl: list[str] | None) -> list[str]:
-    """The names given to --impl (repeatable, comma-separated), each once; none: every registered form but sdpa."""
+def _specs(impl: list[str] | None, api: str = "sdpa") -> list[str]:
+    """The names given to --impl (repeatable, comma-separated), each once; none: every registered form but sdpa.
+    Under another ``api`` than sdpa only your own functions (the registered forms take SDPA's)."""
     from attnlab import kernels
 
     from . import UsageError
@@ -140,6 +159,12 @@ def _specs(impl: list[str] | None) -> list[str]:
         raise UsageError(f"{given}: an empty form name; give one or more of {', '.join(kernels.forms())} or "
                          "package.module:function, or leave --impl out to check every form")
     specs = [function_spec(s) if ":" in s else s for s in names]  # a misspelt one is said now, not by a child
+    if api != "sdpa":
+        forms = [s for s in specs if ":" not in s]
+        if forms or not specs:
+            said = f"--impl {', '.join(forms)}: " if forms else ""
+            raise UsageError(f"{said}--api {api} judges your own function, given as package.module:function; "
+                             "attnlab's registered forms take SDPA's API (--api sdpa)")
     return list(dict.fromkeys(specs)) or [n for n in kernels.forms() if n != "sdpa"]
 
 

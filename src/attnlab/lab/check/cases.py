@@ -58,6 +58,7 @@ class Case:
     scale_tensor: bool = False  # pass the scale as a 0-d tensor, as PyTorch accepts it
     magnitude: float = 1.0  # q and k are multiplied by this (large logits)
     layout: str | None = None  # None (contiguous) or one of LAYOUTS
+    api: str | None = None  # how the case is put to an API other than SDPA's (attnlab.lab.check.apis), in words
 
     @property
     def work(self) -> int:

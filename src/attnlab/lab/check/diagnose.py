@@ -51,6 +51,8 @@ TEXT = {
     "device": "the output is not on the inputs' device",
     "in-place": "changes the caller's tensors in place: work on new tensors (no masked_fill_, mul_, div_ on inputs)",
     "requires-grad": "changes the inputs' requires_grad",
+    "no-lse": "no log-sum-exp comes back: the API returns it when asked (flash-attn's return_attn_probs=True, "
+              "flex's return_lse=True, paged decode's return_softmax_lse=True), as (out, lse, ...)",
     "no-grad": "no gradient flows back to q, k, v: is something detached, or computed under torch.no_grad()?",
     "unscaled": "the output is attention without the scale: multiply the scores by 1/sqrt(E) (or by scale=)",
     "scale-1/d": "the output is attention scaled by 1/E: the default scale is 1/sqrt(E)",
@@ -94,6 +96,16 @@ TEXT = {
                  "precision (the scores, the weights)",
     "gradients-only": "only gradients fail: the output is right; check the backward (a custom autograd.Function?)",
     "unclear": "fails with no single pattern (worst: {worst})",
+    "api-mask-ignored": "the API's mask is ignored: the output matches attention with no mask (causal=, "
+                        "window_size=, block_mask=, the sequences' packing or the page table left out)",
+    "api-top-left": "causal= is aligned top-left (query i sees keys j <= i): FlashAttention aligns it bottom-right, "
+                    "query i sees keys j <= i + S - L",
+    "lse-only": "only the log-sum-exp fails: the output (and the gradients) are right; lse_i = log sum_j "
+                "exp(s_ij), the natural log over row i's scaled, modified and masked scores, in float32",
+    "lse-base2": "the log-sum-exp is in base 2 (as a kernel working in exp2 keeps it): the API returns the natural "
+                 "log; multiply by ln 2",
+    "lse-dead-rows": "the log-sum-exp of a row that sees no key is finite or NaN: the log of an empty sum is -inf "
+                     "(FlashAttention's kernel writes +inf there; either is accepted)",
     "causal-offset-sign": "the causal offset has the wrong sign for S > L: query i sees keys j <= i - (S - L); "
                           "is_causal is upper-left (j <= i), lower-right is j <= i + (S - L)",
     "scores-rounded": "the scores are rounded to the inputs' dtype before the softmax: keep them (and the max and "
@@ -147,8 +159,10 @@ def diagnose(result, form: str) -> list[Diagnosis]:
             causes.setdefault(HINTS.get(h, h), []).append(r)
         if not r.hints and _gradients_only(r):
             causes.setdefault("gradients-only", []).append(r)
+        elif not r.hints and _lse_only(r):
+            causes.setdefault("lse-only", []).append(r)
     numbers = [r for r in bad if r.facts.kind in ("", "raised", "probe") and not r.facts.problems]
-    rest = [r for r in numbers if not r.hints and not _gradients_only(r)]
+    rest = [r for r in numbers if not r.hints and not _gradients_only(r) and not _lse_only(r)]
     lines = [(k, {}, g) for k, g in first.items() if k == "oracle"] + [(k, {}, g) for k, g in first.items()
                                                                         if k != "oracle"]
     found = []
@@ -173,7 +187,14 @@ def diagnose(result, form: str) -> list[Diagnosis]:
 def _gradients_only(r) -> bool:
     """The output passed and a gradient failed (and the gradients were there to compare)."""
     return (r.status == "fail" and len(r.comparisons) > 1 and r.comparisons[0].quantity == "out"
-            and r.comparisons[0].passed and not r.facts.problems)
+            and r.comparisons[0].passed and not r.facts.problems
+            and any(not c.passed for c in r.comparisons if c.quantity != "lse"))
+
+
+def _lse_only(r) -> bool:
+    """An API's case whose log-sum-exp alone failed."""
+    failed = [c.quantity for c in r.comparisons if not c.passed]
+    return r.status == "fail" and failed == ["lse"] and not r.facts.problems
 
 
 def _narrower(rows, group, scope: str | None) -> str | None:

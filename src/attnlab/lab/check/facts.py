@@ -25,6 +25,8 @@ PROBLEMS = {
     "requires-grad": "changed {name}.requires_grad from {was} to {now}",
     "shape": "the output has shape {got}; PyTorch's is {want}",
     "no-grad": "the output does not require grad: no gradient reaches q, k or v (detached inputs?)",
+    "no-lse": "returned no log-sum-exp, which the API returns when asked (return_attn_probs=True, return_lse=True, "
+              "return_softmax_lse=True)",
 }
 
 

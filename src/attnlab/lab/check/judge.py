@@ -16,13 +16,14 @@ matches (:mod:`attnlab.lab.check.hypotheses`), for the diagnoses.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
 
 from attnlab import kernels
-from attnlab.lab.check import hypotheses, mod_cases, oracle, rule
+from attnlab.lab.check import apis, hypotheses, mod_cases, oracle, rule
+from attnlab.lab.check.apis import lse
 from attnlab.lab.check.cases import DTYPES, Case, views
 from attnlab.lab.check.facts import Facts, problem, raised
 from attnlab.lab.check.remote import Remote, described
@@ -99,9 +100,17 @@ class Inputs:
 
 
 def quantities(case: Case, backward: bool = True) -> list[str]:
-    """What is compared on a case: the output, and with ``backward`` every gradient."""
+    """What is compared on a case: the output, and with ``backward`` every gradient; an API case's own
+    (:func:`apis.quantities`) end with its log-sum-exp."""
+    if case.api:
+        names = apis.quantities(case)
+        return names if backward else ["out", "lse"]
     if not backward:
         return ["out"]
+    return sdpa_quantities(case)
+
+
+def sdpa_quantities(case: Case) -> list[str]:
     return ["out", "dq", "dk", "dv"] + (["dmask"] if case.grad_mask else []) + mod_cases.PARAM_NAMES.get(case.mod, [])
 
 
@@ -109,6 +118,8 @@ def call(fn, q, k, v, mask, case: Case, dropout_p: float = 0.0, score_mod=None):
     """Call a form passing only non-default keywords (user functions may not take them all)."""
     if isinstance(fn, Remote):  # a function in another process: the call goes there, its output comes back
         return fn.call(q, k, v, mask, case, dropout_p)
+    if isinstance(fn, apis.Adapted):  # another API: its own arguments, from the case
+        return fn.call_case(q, k, v, case, dropout_p, score_mod)[0]
     kw = {"dropout_p": dropout_p} if dropout_p > 0 else {}
     if score_mod is not None:
         kw["score_mod"] = score_mod
@@ -125,7 +136,11 @@ def call(fn, q, k, v, mask, case: Case, dropout_p: float = 0.0, score_mod=None):
 
 def _modifier(case: Case, seed: int):
     """The case's score modifier: ``fresh(dtype=None) -> (Mod or None, the tensors it holds)``, each call
-    on its own copies of those tensors (leaves whose gradients are compared like dq, dk, dv)."""
+    on its own copies of those tensors (leaves whose gradients are compared like dq, dk, dv). An API's own
+    arguments (flash-attn's softcap and ALiBi) are its modifier (:func:`apis.modifier`)."""
+    own = apis.modifier(case) if case.api else None
+    if own is not None:
+        return own
     tensors, build = mod_cases.make(case.mod, case.H, seed, DTYPES[case.dtype]) if case.mod else ([], None)
 
     def fresh(dtype=None, device=None):
@@ -158,12 +173,20 @@ def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=No
     before = [(t.detach().clone(), t.requires_grad) for t in given]
     if p > 0:  # the dropout a function draws follows torch.manual_seed
         torch.manual_seed(seed)
-    out = call(f, qq, kk, vv, mm, case, p, mod)
+    if isinstance(f, apis.Adapted):  # another API: (out, its log-sum-exp), and gradients where it has a backward
+        out, lse_ = f.call_case(qq, kk, vv, case, p, mod)
+    else:
+        out, lse_ = call(f, qq, kk, vv, mm, case, p, mod), None
     problems = _contract(out, q, given, before)
     if not isinstance(out, torch.Tensor):
         return None, problems
+    extra = (lse_,) if isinstance(f, apis.Adapted) else ()
+    if isinstance(f, apis.Adapted) and lse_ is None:
+        problems.append(problem("no-lse"))
     if not backward:
-        return (out.detach(),), problems
+        return (out.detach(), *extra), problems
+    if case.api and not apis.backward(case):
+        return (out, *extra), problems
     wrt = [qq, kk, vv] + ([mm] if case.grad_mask else []) + ts
     if out.shape != grad_out.shape:
         problems.append(problem("shape", got=tuple(out.shape), want=tuple(grad_out.shape)))
@@ -175,7 +198,7 @@ def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=No
         grads = torch.autograd.grad(out, wrt, grad_out.to(out.dtype), allow_unused=True)
     except RuntimeError as first:  # e.g. reentrant checkpointing, which takes only .backward(): ask it that way
         grads = _by_backward(f, case, seed, p, qq, kk, vv, mm, mod, wrt, grad_out, first)
-    return (out, *grads), problems
+    return (out, *grads, *extra), problems
 
 
 def _by_backward(f, case: Case, seed: int, p: float, qq, kk, vv, mm, mod, wrt, grad_out, first: RuntimeError):
@@ -187,7 +210,8 @@ def _by_backward(f, case: Case, seed: int, p: float, qq, kk, vv, mm, mod, wrt, g
             t.retain_grad()
     if p > 0:
         torch.manual_seed(seed)
-    out = call(f, qq, kk, vv, mm, case, p, mod)
+    out = f.call_case(qq, kk, vv, case, p, mod)[0] if isinstance(f, apis.Adapted) else call(f, qq, kk, vv, mm, case,
+                                                                                              p, mod)
     try:
         out.backward(grad_out.to(out.dtype))
     except RuntimeError:
@@ -245,7 +269,10 @@ def expect(case: Case, seed: int, x: Inputs, keep) -> Expected:
         floor64 = {n: b * ratio for n, b in budget.items()}
     else:
         floor64 = rule.rounding_floor(*args, grad_out=grad_out, dtype=torch.float64, fwd=fwd0)
-    return Expected(ref, ref0, budget, theirs, _cross(case, ours64, ref0, floor64), keep, fresh, fwd, ours64)
+    exp = Expected(ref, ref0, budget, theirs, _cross(case, ours64, ref0, floor64), keep, fresh, fwd, ours64)
+    if case.api:  # the API's quantities: out (and the gradients where it has a backward), then the log-sum-exp
+        return replace(exp, **lse.extend(case, x, exp, len(quantities(case)) - 1))
+    return exp
 
 
 def in_float64(exp: Expected, case64: Case, seed: int) -> Expected:
@@ -283,7 +310,7 @@ def _cross(case: Case, ours64, ref0, floor64: dict) -> rule.Comparison:
     answers = ours64 if isinstance(ours64, list) else [ours64]
     worst = None
     for ans in answers:
-        for name, got, want in zip(quantities(case), ans, ref0, strict=False):
+        for name, got, want in zip(sdpa_quantities(case), ans, ref0, strict=False):
             if got is None:
                 continue
             err = rule.max_err(got, want)
@@ -318,16 +345,27 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
     comps = []
     if mine is not None:
         theirs = exp.theirs
+        every = quantities(case)  # the order of exp's tuples; mine holds the ones compared, in that order
         for i, qname in enumerate(quantities(case, backward)):
-            m_, r_, r0 = mine[i] if i < len(mine) else None, exp.ref[i], exp.ref0[i]
+            j = every.index(qname)
+            m_, r_, r0 = mine[i] if i < len(mine) else None, exp.ref[j], exp.ref0[j]
             if m_ is None:
                 comps.append(rule.Comparison(qname, math.inf, math.inf, 0.0, 0.0, False))
                 continue
-            t_ = (max((t[i] for t in theirs), key=lambda x, r=r0: rule.max_err(x, r)) if isinstance(theirs, list)
-                  else theirs[i])
+            t_ = (max((t[j] for t in theirs), key=lambda x, r=r0: rule.max_err(x, r)) if isinstance(theirs, list)
+                  else theirs[j])
+            if qname == "lse":  # its own rows: either infinity where the oracle's is -inf
+                comps.append(lse.compare(m_, t_, r_, case, exp.budget["lse"]))
+                continue
             comps.append(rule.compare(qname, m_, t_, r_, DTYPES[case.dtype], exp.budget.get(qname, 0.0),
                                       theirs_ref=r0, factor=factor))
     ok = not problems and bool(comps) and all(c.passed for c in comps)
-    hints = hypotheses.matches(case, x, mine, exp, comps) if explain and not ok else []
+    if case.api:  # an API's case: what its log-sum-exp matches (the hypotheses speak SDPA's arguments)
+        failed = {c.quantity for c in comps if not c.passed}
+        hints = apis.hints(case, x, mine[0], exp) if explain and "out" in failed and mine is not None else []
+        if explain and "lse" in failed and mine is not None and not hints:
+            hints = lse.hints(mine[-1], exp.ref[-1])
+    else:
+        hints = hypotheses.matches(case, x, mine, exp, comps) if explain and not ok else []
     return row(name, case, "pass" if ok else "fail", "; ".join(text for _, text in problems), comparisons=comps,
                hints=hints, cross=exp.cross, facts=Facts(problems=[key for key, _ in problems]))

@@ -14,6 +14,7 @@ own float64 answer must agree with it to float64 rounding (:mod:`attnlab.lab.che
     P      = softmax(scores)            a row with no visible key: P = 0, as PyTorch returns zeros
     P      = P · keep / (1 - p)         dropout, with the keep-mask the judged form used
     out    = P v
+    lse    = log Σ_j exp(scores)        the log-sum-exp flash kernels return: -inf for a row with no key
 
 The tolerance rule that compares a form with this answer lives in :mod:`attnlab.lab.check.rule`.
 """
@@ -43,6 +44,7 @@ class Forward:
     out: torch.Tensor  # (N, H, L, Ev)
     batch: tuple[int, ...]  # the caller's leading dims
     two_d: bool  # the caller passed (L, E) inputs: no batch, no head dim
+    lse: torch.Tensor | None = None  # (N, H, L) log-sum-exp of the masked scores; -inf where a row sees no key
 
 
 def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
@@ -113,7 +115,8 @@ def forward(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=Fal
     if keep is not None:
         Pd = P * keep.to(P.device, torch.float64) * (1.0 / (1.0 - dropout_p) if dropout_p < 1 else 0.0)
     out = Pd @ vx  # (N, H, L, Ev)
-    return Forward(q, kx, vx, sc, G, P, Pd, out, batch, two_d)
+    lse = torch.logsumexp(scores, dim=-1)  # log(0) = -inf for a row that sees no key
+    return Forward(q, kx, vx, sc, G, P, Pd, out, batch, two_d, lse)
 
 
 def _broadcast(q, k, v, enable_gqa):

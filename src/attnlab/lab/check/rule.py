@@ -70,8 +70,7 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
         S, Ev, G, sc = kx.shape[2], vx.shape[3], f.groups, abs(f.scale)
         # scores s = scale * q.k, E products, then the mask added and exp taken (relative u): per row,
         # the largest error over the row's keys. P_ij then moves by at most P_ij * rel_i.
-        k_len = kx.norm(dim=-1).amax(dim=-1, keepdim=True).unsqueeze(-1)  # (N, H, 1, 1)
-        s_err = u * (math.sqrt(E) * sc * q.norm(dim=-1, keepdim=True) * k_len + 1.0)  # (N, H, L, 1)
+        s_err = score_error(f, u)  # (N, H, L, 1)
         rel = 2.0 * s_err + u * math.sqrt(S) + h  # P's relative error: the scores', the sum's, its own rounding
         Pv = Pd @ vx.abs()  # (N, H, L, Ev): the sum of |products| that makes the output
         o_err = (u * math.sqrt(S) + rel) * Pv
@@ -96,6 +95,13 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
             fl["dv"] = _per_key_head(dv, G).max()
             fl["dmask"] = dS_err.max() * max(1, N * H * L * S // max(1, _numel(attn_mask)))
     return {n: float(x) for n, x in fl.items()}
+
+
+def score_error(f: oracle.Forward, u: float) -> torch.Tensor:
+    """(N, H, L, 1): how far a row's scores may be off, for sums of E products in unit roundoff ``u`` (the
+    mask added and exp taken count one more u)."""
+    k_len = f.k.norm(dim=-1).amax(dim=-1, keepdim=True).unsqueeze(-1)  # (N, H, 1, 1)
+    return u * (math.sqrt(f.q.shape[-1]) * abs(f.scale) * f.q.norm(dim=-1, keepdim=True) * k_len + 1.0)
 
 
 def _per_key_head(x: torch.Tensor, G: int) -> torch.Tensor:

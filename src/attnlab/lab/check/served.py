@@ -30,9 +30,10 @@ def _mask(word, dense):
 
 def _fresh(case: Case, seed: int, ts: list):
     """The case's score modifier, built on the judge's tensors (see judge._modifier)."""
-    if not case.mod:
-        return None
     from attnlab.lab.check import mod_cases
+
+    if case.mod not in mod_cases.MOD_FAMILIES:  # none, or an API's own arguments (flash-attn's softcap, ALiBi)
+        return None
 
     _, build = mod_cases.make(case.mod, case.H, seed, DTYPES[case.dtype])
 

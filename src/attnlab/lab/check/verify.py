@@ -26,7 +26,7 @@ import torch
 
 from attnlab import kernels
 from attnlab.kernels import dropout
-from attnlab.lab.check import judge, mod_cases, oracle
+from attnlab.lab.check import apis, judge, mod_cases, oracle
 from attnlab.lab.check.cases import (  # noqa: F401 -- the grid's names, read through verify by callers
     DTYPES,
     MASK_FAMILIES,
@@ -84,7 +84,7 @@ class VerifyResult(Result):
 
 
 def inputs(case: Case, seed: int, device="cpu") -> Inputs:
-    return Inputs(*make_inputs(case, seed, device))
+    return Inputs(*(apis.inputs(case, seed, device) if case.api else make_inputs(case, seed, device)))
 
 
 def shared_keep(case: Case, seed: int, device="cpu") -> torch.Tensor | None:
@@ -213,10 +213,12 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
 
 def _twins(cases: list[Case], device) -> dict:
     """{float32 case: None} for each float32 case on the CPU whose float64 twin is among ``cases`` (no dropout, no
-    score modifier): the twin is judged by the float32 case's oracle (:func:`attnlab.lab.check.judge.in_float64`)."""
+    score modifier, not an API's case): the twin is judged by the float32 case's oracle
+    (:func:`attnlab.lab.check.judge.in_float64`)."""
     if torch.device(device).type != "cpu":
         return {}
-    wanted = {replace(c, dtype="float32") for c in cases if c.dtype == "float64" and c.mod is None and not c.dropout_p}
+    wanted = {replace(c, dtype="float32") for c in cases if c.dtype == "float64" and c.mod is None and not c.dropout_p
+              and not c.api}
     return {c: None for c in cases if c in wanted}
 
 
@@ -272,10 +274,12 @@ def _skip_reason(fn: Callable, form, case: Case, check_dropout: bool, hung: str 
         return "dropout not checked (--no-dropout)"
     if hung is not None:
         return hung
+    if case.api and (why := apis.skip_reason(case)):  # a case the API cannot express
+        return why
     if isinstance(fn, Remote) and fn.lost is not None:
         return f"not run: {fn.lost}"
     takes = form.score_mod if form is not None else (fn.takes_score_mod if isinstance(fn, Remote) else
                                                       mod_cases.takes_score_mod(fn))
-    if case.mod and not takes:
+    if case.mod and not takes and not case.api:  # (an API's modifiers are its own arguments)
         return "takes no score_mod= keyword"
     return None

@@ -37,7 +37,12 @@ def load(job: dict):
         path = Path(job["file"])
         fn, roots = loader.load_file(path, job["function"]), (str(path.resolve()),)
         name = job["function"]
-    return fn, {"name": name, "score_mod": mod_cases.takes_score_mod(fn)}, roots
+    info = {"name": name, "score_mod": mod_cases.takes_score_mod(fn)}
+    if job.get("api") not in (None, "sdpa"):  # a function written to another API, called through its adapter
+        from attnlab.lab.check import apis
+
+        fn = apis.Adapted(fn, job["api"])
+    return fn, info, roots
 
 
 def main(prepare=None, extra=None) -> None:
