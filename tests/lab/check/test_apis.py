@@ -24,10 +24,11 @@ from attnlab.lab.check.apis import flash, lse
 HERE = Path(__file__).parent
 
 
-def judged(fn, api, dtypes=("float32",), only=None, backward=True):
+def judged(fn, api, dtypes=("float32",), only=None, backward=True, first=None):
     cases = apis.cases(api, list(dtypes), long=False)
     if only is not None:
         cases = [c for c in cases if only in c.name]
+    cases = cases[:first]
     r = verify.verify({fn.__name__: apis.Adapted(fn, api)}, cases, check_dropout=False, timeout=None,
                       backward=backward)
     counts = {s: sum(row.status == s for row in r.rows) for s in ("pass", "fail", "error", "skipped")}
@@ -89,8 +90,8 @@ def test_pytorchs_own_flex_attention_passes_the_flex_api():
     def torch_flex(*args, **kw):
         return flex_attention(*args, **kw)
 
-    r, counts, _ = judged(torch_flex, "flex", only="causal", backward=False)  # (it has no backward on the CPU)
-    assert counts["pass"] >= 3 and counts["fail"] == counts["error"] == 0, counts
+    r, counts, _ = judged(torch_flex, "flex", only="causal", backward=False, first=4)  # (it has no backward on the CPU)
+    assert counts["pass"] == 4, counts
 
 
 def test_flash_attns_causal_is_pytorchs_lower_right_and_its_window_the_band():
@@ -155,9 +156,8 @@ def test_the_testing_module_speaks_the_apis():
 
 
 def _cli(*args):
-    env = {"PYTHONPATH": f"{HERE.parents[3] / 'src'}:{HERE.parents[2]}", "PATH": "/usr/bin:/bin"}
     return subprocess.run([sys.executable, "-m", "attnlab", "verify", *args], capture_output=True, text=True,
-                          env=env, timeout=300)
+                          cwd=HERE.parents[1], timeout=300)  # --impl's module is found from the current folder
 
 
 def test_verify_api_on_the_command_line():
