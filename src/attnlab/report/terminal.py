@@ -116,7 +116,7 @@ def untested_lines(result) -> list[str]:
         dtypes = ", ".join(dict.fromkeys(r.dtype for r in rows))
         lines.append(f"  - {escape(form)}: {len(rows)} case(s) in {dtypes}, e.g. {escape(rows[0].case)!r}: "
                      f"{escape(why[:160])}")
-    if any(r.status == "error" and r.detail.startswith("NotImplementedError") for r in result.rows):
+    if any(r.status == "error" and r.facts.raised_type == "NotImplementedError" for r in result.rows):
         lines.append("to refuse an argument you do not support, raise attnlab.Unsupported: the case is then skipped "
                      "with your message, not an error")
     return lines

@@ -194,3 +194,36 @@ def test_the_dense_twin_of_every_mask_function_is_what_flex_attentions_create_ma
                             device="cpu")
             want = d.reshape(*batch, H, L, S) if batch else d[0]
             assert torch.equal(cases._dense_twin(name, batch, H, L, S), want), name
+
+
+def test_rewording_every_message_changes_no_diagnosis(monkeypatch):
+    """The diagnoses read facts, never a row's words: with every contract sentence and exception message said
+    otherwise, the same causes come out, each with the same count (only the exception's own quoted text moves)."""
+    from attnlab.lab.check import diagnose, facts
+
+    def several(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if enable_gqa:
+            raise ValueError("no grouped heads here")
+        out = sdpa(q, k, v, attn_mask, dropout_p, is_causal, 1.0, enable_gqa)  # the scale ignored
+        return out.double() if q.shape[-2] == 1 else out  # the wrong dtype for a single query
+
+    cases = [c for c in default_cases(["float32"], long=False) if not c.dropout_p and not c.mod][:60]
+
+    def causes(message):
+        def said(q, k, v, **kw):
+            try:
+                return several(q, k, v, **kw)
+            except ValueError:
+                raise ValueError(message) from None
+
+        r = verify.verify({"f": said}, cases, timeout=None)
+        return [(d.key, d.count) for d in r.diagnoses["f"]], r
+
+    before, r0 = causes("no grouped heads here")
+    monkeypatch.setattr(facts, "PROBLEMS", {k: f"[reworded] {v}" for k, v in facts.PROBLEMS.items()})
+    after, r1 = causes("grouped query heads are not taken")
+    print(before)
+    assert before == after and {"unscaled", "dtype", "raises"} <= {k for k, _ in before}, (before, after)
+    assert any(r.detail.startswith("[reworded]") for r in r1.rows) and not any("[reworded]" in r.detail
+                                                                               for r in r0.rows)
+    assert diagnose.TEXT["dtype"] in "\n".join(d.text for d in r1.diagnoses["f"])

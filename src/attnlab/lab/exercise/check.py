@@ -49,7 +49,7 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
     found = result.diagnoses.get(name, [])  # verify's diagnoses of the failures, most likely first
     if not result.passed and fn.lost is None:
         found = level_diagnoses(fn, level, seed, found)
-    hung = next((r for r in result.rows if r.detail.startswith("timed out")), None)
+    hung = next((r for r in result.rows if r.facts.kind == "timeout"), None)
     load, err, timings, fits = None, float("inf"), [], {"time": None, "memory": None}
     if hung is not None:  # a function that hung once would hang the measurements too
         how = f"not measured: it timed out on the case {hung.case!r} while it was graded"
