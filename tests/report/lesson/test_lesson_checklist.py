@@ -152,3 +152,20 @@ def test_an_older_day_is_said_and_a_destabilised_run_ticks_the_machines_item(tmp
     head, items = _page(tmp_path, old, newer, train=destabilised)
     assert "from attention_lab.py:my_attention, checked at 09:00:00 UTC on 2026-11-30:" in items[0]
     assert items[3].startswith("✓") and "training is the lab's given" in items[3] and head.startswith("4 of 4")
+
+
+def test_the_footer_names_the_parts_measured_while_the_page_was_built_and_none_after_a_full_build():
+    from attnlab.report import lesson as lesson_page
+
+    def part(name, origin):
+        return sources.Part(name, origin, "", None)
+
+    full = SimpleNamespace(demo=part("demo", "file"), bench=part("bench", "file"), train_scale=part("train", "file"),
+                           train_tie_kv=part("tie-kv", "file"), explore={"trust": part("trust", "file")})
+    text = lesson_page.footer(full)
+    assert "read from the output folder" in text and "quick" not in text and "--build" not in text
+    partly = SimpleNamespace(**{**full.__dict__, "bench": part("bench", "quick run"),
+                                "explore": {"trust": part("trust", "not measured")}})
+    text = lesson_page.footer(partly)
+    assert "measured small while it was built, or not at all: bench, explore trust." in text, text
+    assert "attnlab lesson --build" in text and "demo" not in text

@@ -53,6 +53,20 @@ def _script_json(obj) -> str:
     return json.dumps(obj, separators=(",", ":")).replace("</", "<\\/")
 
 
+def footer(data) -> str:
+    """What the page's results came from, in a sentence: the parts measured while it was built, small (with the
+    commands that replace them), or none."""
+    parts = [(p.name, p) for p in (data.demo, data.bench, data.train_scale, data.train_tie_kv)]
+    parts += [(f"explore {name}", p) for name, p in data.explore.items()]
+    quick = [name for name, p in parts if p is not None and p.origin != "file"]
+    if not quick:
+        return "Every result on it was read from the output folder, as the commands wrote them; rebuild it after " \
+               "rerunning one to update the page."
+    said = escape(", ".join(quick))
+    return (f"Not from the output folder, so measured small while it was built, or not at all: {said}. Run "
+            "<code>attnlab lesson --build</code> (or those commands) and rebuild it for the full measurements.")
+
+
 def render(data) -> str:
     """The whole page as one string."""
     imgs = images(data)
@@ -86,6 +100,7 @@ def render(data) -> str:
         "copy_intro": copying.intro(data.circuits, data.walkthrough.source),
         "checklist": checklist.checklist(data) + levels.path(data),
         "reading": teach.reading(),
+        "footer": footer(data),
         "demo": sections.demo(data.demo, imgs),
         "bench": sections.bench(data.bench, imgs),
         "train": sections.train(data.train_scale, data.train_tie_kv, imgs),
