@@ -227,3 +227,25 @@ def test_rewording_every_message_changes_no_diagnosis(monkeypatch):
     assert any(r.detail.startswith("[reworded]") for r in r1.rows) and not any("[reworded]" in r.detail
                                                                                for r in r0.rows)
     assert diagnose.TEXT["dtype"] in "\n".join(d.text for d in r1.diagnoses["f"])
+
+
+def test_an_api_function_that_raises_on_causal_gets_no_line_about_sdpas_masks_and_one_case_each_way_no_tag():
+    """A flash-attn function that refuses causal= by an exception: the exception's line, and none about SDPA's mask
+    kinds (an API case passes its mask in its own arguments); a rerun of one case each way names no tag."""
+    import api_functions as A
+    from attnlab.lab.check import apis
+
+    def no_causal(q, k, v, causal=False, **kw):
+        if causal:
+            raise NotImplementedError
+        return A.flash_attn_func(q, k, v, causal=causal, **kw)
+
+    cases = apis.cases("flash-attn", ["float32"], long=False)
+    r = verify.verify({"f": apis.Adapted(no_causal, "flash-attn")}, cases, check_dropout=False, timeout=None)
+    keys = [d.key for d in r.diagnoses["f"]]
+    assert sum(row.status == "error" for row in r.rows) >= 5 and keys == ["raises"], keys
+    assert "raises NotImplementedError: (no message)" in r.diagnoses["f"][0].text
+
+    two = [Case("basic", batch=(1,), H=2, L=24, E=16), Case("GQA 4/2", batch=(1,), H=4, Hkv=2, L=24, E=16)]
+    r = rows_of(lambda q, k, v, **kw: sdpa(q, k, v, **kw) + 0.01 * kw.get("enable_gqa", False), two)
+    assert [d.key for d in r.diagnoses["f"]] == ["unclear"], r.diagnoses["f"]  # one case each way: not "only GQA"

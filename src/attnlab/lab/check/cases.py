@@ -96,6 +96,8 @@ class Case:
             "mask-fn": self.mask in MASK_FAMILIES, "grad-mask": self.grad_mask, "Ev!=E": (self.Ev or self.E) != self.E,
             "batch-dims": len(self.batch) != 1, "L=1": self.L == 1, "L!=S": self.L != S,
         }
+        if self.api:  # an API's case says its mask in the API's own arguments: none of SDPA's mask kinds is passed
+            flags = {k: on for k, on in flags.items() if k not in SDPA_MASK_TAGS}
         return frozenset(t | {name for name, on in flags.items() if on} | ({self.layout} if self.layout else set()))
 
     def shrunk(self, max_work: int) -> Case:
@@ -109,6 +111,9 @@ class Case:
         S2 = max(2, int(S * f)) if self.L != 1 else max(2, int(max_work / (math.prod(batch) * self.H)))
         return replace(self, batch=batch, L=L2, S=S2 if self.S else None, name=f"{self.name} (shrunk: L={L2}, S={S2})")
 
+
+SDPA_MASK_TAGS = {"upper-left L!=S", "lower-right", "causal+mask", "bool-mask", "float-mask", "broadcast-mask",
+                  "mask-fn", "grad-mask"}
 
 MASK_FAMILIES = {  # name -> (S -> mask): every mask function of attnlab.masks, sized for a case
     "causal": lambda S: M.from_spec("causal"),

@@ -176,7 +176,7 @@ def diagnose(result, form: str) -> list[Diagnosis]:
         lines += entries
     for (kind, _), group in sorted(raised.items(), key=lambda x: -len(x[1])):
         msg = group[0].facts.raised_message.splitlines()[0][:160] if group[0].facts.raised_message else ""
-        lines.append(("raises", {"type": kind, "message": msg}, group))
+        lines.append(("raises", {"type": kind, "message": msg or "(no message)"}, group))
     rest = [r for r in rest if r.facts.kind != "raised"]
     if rest:
         w = rest[0].worst
@@ -234,8 +234,8 @@ def _cover(rows, bad, rest):
                 continue
             inside = {id(r) for r in mine}
             others = [r for r in rows if id(r) not in inside]
-            if sum(id(r) in failing for r in others) >= CONTRAST * max(1, len(others)):
-                continue  # the cases without the tag fail as much: the tag is not what they share
+            if len(others) < 2 or sum(id(r) in failing for r in others) >= CONTRAST * len(others):
+                continue  # the cases without the tag fail as much, or too few ran to tell: not what they share
             score = (len(covered), t == "precision", -len(mine))
             if best is None or score > best[0]:
                 best = (score, t, covered)
