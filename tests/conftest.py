@@ -123,10 +123,7 @@ PAGE_FIXTURES = {"browser", "lesson", "model_lesson"}
 
 
 def pytest_collection_modifyitems(config, items):
-    """The page's tests in one xdist group (one build of each page, one chromium); and, under xdist, the slow tests
-    first, so that the two workers do not end with one of them alone on a minute-long test."""
+    """The page's tests in one xdist group: one build of each page, one chromium."""
     for item in items:
         if PAGE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("page"))
-    if getattr(config.option, "numprocesses", None):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: files keep their order
