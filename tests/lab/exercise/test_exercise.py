@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from attnlab.lab.check import loader
 from attnlab.lab.check import verify as V
 from attnlab.lab.exercise import files, grade, measure, starter
+from attnlab.lab.measure import growth
 
 
 def test_start_writes_the_starter_once_and_never_over_the_learners_file(tmp_path):
@@ -90,9 +91,11 @@ def test_the_matrix_version_matches_and_its_memory_grows_quadratically():
           + ", ".join(f"T={t.seq} {t.peak_bytes} B" for t in timings))
     assert [t.seq for t in timings] == [512, 1024, 2048] and all(t.time_s and t.peak_bytes for t in timings)
     assert mem.lengths == (1024, 2048) and mem.repeats == measure.PEAKS  # the longer lengths, each measured 3 times
-    # the T x T matrix of scores: the median fit is quadratic, and no repeat says otherwise (one repeat's high-water
-    # mark can hold another allocation's pages on a busy machine: the fit then straddles the line, None, not False)
-    assert abs(mem.exponent - 2) <= measure.QUADRATIC and mem.within(2, measure.QUADRATIC) is not False
+    # the T x T matrix of scores. A high-water mark can hold more than the call's own pages (another thread of this
+    # test process allocating), never less: the least of each length's repeats is the call's, and grows as T^2
+    least = growth.exponent([t.seq for t in timings[1:]], [min(t.peaks) for t in timings[1:]])
+    print(f"from the least peak of each length: T^{least:.2f}")
+    assert abs(least - 2) <= measure.QUADRATIC and mem.within(2, measure.QUADRATIC) is not False
     assert all(len(t.times_s) >= 2 and len(t.peaks) == measure.PEAKS for t in timings)
     assert "forward only" in note
 
