@@ -2,6 +2,7 @@
 #   make demo   create .venv, install attnlab and its 'lab' extra (torch pinned to the CPU build 2.13.0),
 #               run `attnlab demo`
 #   make test   the same set-up with the dev extras (they include 'lab'), then ruff and pytest
+#   make test-long   the end-to-end runs of a minute or more (CI runs them after make test)
 #   make test-fast   the tests not marked slow (no subprocess CLI runs, ring launches, training or browser)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -9,7 +10,7 @@ PY     := $(VENV)/bin/python
 # torch is pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 (CPU) installs from local disk here.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test test-fast lint install install-dev browser clean
+.PHONY: demo test test-fast test-long lint install install-dev browser clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +44,12 @@ lint: install-dev
 # Two workers (pytest-xdist): most slow tests wait on a child interpreter, so the suite's wall time nearly halves
 # on two cores; the tests of the built pages share one worker (tests/conftest.py).
 test: install-dev browser lint
-	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup -m "not long"
+
+# The end-to-end runs of a minute or more (the default model's training, the mutant corpus at one seed, the GPU
+# script's dry run, the Triton interpreter): CI (.ci/run) runs them after `make test`.
+test-long: install-dev
+	$(VENV)/bin/python -m pytest -q -n 2 -m long
 
 test-fast: install-dev lint
 	$(VENV)/bin/python -m pytest -q -m "not slow"

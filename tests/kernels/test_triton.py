@@ -28,6 +28,7 @@ def env(interpret: bool) -> dict:
     return e
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @needs_triton
 def test_kernels_under_the_interpreter():
@@ -82,6 +83,7 @@ def test_cli_one_line_and_exit_2_without_the_interpreter(run_cli, argv):
     assert len(lines) == 1 and "TRITON_INTERPRET=1" in lines[0] and "Traceback" not in r.stderr
 
 
+@pytest.mark.long
 @needs_triton
 @pytest.mark.slow
 def test_verify_quick_passes_under_the_interpreter(run_cli, tmp_path):
@@ -94,6 +96,7 @@ def test_verify_quick_passes_under_the_interpreter(run_cli, tmp_path):
     assert "ALL PASS" in r.stdout and (tmp_path / "v.json").is_file()
 
 
+@pytest.mark.long
 @needs_triton
 @pytest.mark.slow
 def test_gpu_benchmark_dry_run(tmp_path):
@@ -131,6 +134,7 @@ def test_docs_show_the_source_as_it_is():
             f"docs/triton.md: the block from {path} no longer matches it; copy it again")
 
 
+@pytest.mark.long
 @needs_triton
 @pytest.mark.slow
 def test_kernels_compile_for_hopper_without_a_gpu():

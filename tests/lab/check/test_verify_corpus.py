@@ -6,7 +6,7 @@ import pytest
 import corpus
 import mutants
 
-pytestmark = pytest.mark.slow  # the corpus runs ~40 functions over the quick grid
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # the corpus runs ~40 functions over the quick grid (~2 min)
 
 
 @pytest.fixture(scope="module")

@@ -51,6 +51,7 @@ def test_the_final_heads_are_measured_and_tie_kv_reuses_the_same_run(data, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.long  # ~3 min: the default preset trained in full
 def test_the_default_model_grows_a_previous_token_and_an_induction_head(tmp_path):
     """The lesson's model, trained as `attnlab train` trains it (the 1/sqrt(d) run alone): both heads measured."""
     r = train.run(train.PRESETS["default"], variants=["sqrt"], out=tmp_path)
