@@ -10,33 +10,50 @@ from attnlab.lab.exercise.result import LabResult
 
 QUICK_CASES = len(grade.cases("lab", None, quick=True)[0])  # what --quick grades a (q, k, v) function on
 
-UNSCALED = ("scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])", "scores = q @ k.transpose(-2, -1)")
+SCALED = "scores = (q @ k.transpose(-2, -1)) / math.sqrt(E)"
+UNSCALED = "scores = q @ k.transpose(-2, -1)"
+MATRIX = """
+def attention_matrix(q, k, v):  # the learner's four lines, level 2
+    L, S, E, dtype = q.shape[-2], k.shape[-2], q.shape[-1], q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    {scores}
+    future = torch.ones(L, S, dtype=torch.bool).triu(1)
+    weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    return (weights @ v).to(dtype)
+"""
 
 
 @pytest.mark.slow
 def test_start_then_check_a_wrong_and_a_right_function(run_cli, tmp_path, round_trip):
     r = run_cli("lab", "start", "mylab")
     assert r.returncode == 0 and "wrote mylab/attention_lab.py" in r.stdout and "attnlab lab check" in r.stdout
-    lab = tmp_path / "mylab" / "attention_lab.py"
-    lab.write_text(lab.read_text().replace(*UNSCALED))  # the learner's first try: the matrix version, unscaled
-    again = run_cli("lab", "start", "mylab")
-    assert again.returncode == 0 and "already there" in again.stdout and UNSCALED[1] in lab.read_text()
-    wrong = run_cli("lab", "check", "mylab/attention_lab.py:attention_matrix", "--quick", timeout=600)
+    r = run_cli("lab", "start", "mylab", "--level", "matrix")
+    assert r.returncode == 0 and "wrote mylab/lab_matrix.py: level 2" in r.stdout
+    lab = tmp_path / "mylab" / "lab_matrix.py"
+    starter = lab.read_text()
+    head = starter[:starter.index("def attention_matrix")]
+    lab.write_text(head + MATRIX.format(scores=UNSCALED))  # the learner's first try: unscaled
+    again = run_cli("lab", "start", "mylab", "--level", "matrix")
+    assert again.returncode == 0 and "already there" in again.stdout and UNSCALED in lab.read_text()
+    wrong = run_cli("lab", "check", "mylab/lab_matrix.py", "--quick", timeout=600)
     print(wrong.stdout[-3000:])
     assert wrong.returncode == 1 and "Traceback" not in wrong.stderr
-    assert "found attention_matrix in mylab/attention_lab.py: the lab's form, (q, k, v), always causal" in wrong.stdout
+    assert "found attention_matrix in mylab/lab_matrix.py: the lab's form, (q, k, v), always causal" in wrong.stdout
     assert "failed" in wrong.stdout and "your scores are not scaled: divide each q·k by √d" in wrong.stdout
-    assert "does not match" in wrong.stdout and "as it came" not in wrong.stdout  # edited: the learner's own now
-    lab.write_text(lab.read_text().replace(UNSCALED[1], UNSCALED[0]))
-    right = run_cli("lab", "check", "mylab/attention_lab.py:attention_matrix", "--quick", timeout=600)
+    assert "does not match" in wrong.stdout and "as it came" not in wrong.stdout  # edited: the learner's own
+    lab.write_text(head + MATRIX.format(scores=SCALED))
+    right = run_cli("lab", "check", "mylab/lab_matrix.py:attention_matrix", "--quick", timeout=600)
+    print(right.stdout[-3000:])
     assert right.returncode == 0, right.stdout[-2000:] + right.stderr
     assert f"all {QUICK_CASES} passed" in right.stdout and "matches" in right.stdout and "T = 2048" in right.stdout
-    saved = sorted((tmp_path / "attnlab-out" / "lab-checks").glob("attention_lab-attention_matrix-*.json"))
+    assert "level 3" in right.stdout and "--level module" in right.stdout  # the next level, by its command
+    saved = sorted((tmp_path / "attnlab-out" / "lab-checks").glob("lab_matrix-attention_matrix-*.json"))
     assert len(saved) == 2 and f"wrote attnlab-out/lab-checks/{saved[1].name}" in right.stdout  # both checks kept
     data = json.loads(saved[1].read_text())
     result = round_trip(data, LabResult)
     assert result.passed and result.form == "lab" and result.match_err < 1e-6 and result.diagnoses == []
-    assert result.given and "the starter's code as it came" in right.stdout  # fixed back: the starter's own text
+    assert not result.given and result.level == "matrix"
     assert [t.seq for t in result.timings] == [128, 512, 2048] and abs(result.exponents["memory"] - 2) < 0.25
     assert saved[1].with_suffix(".png").stat().st_size > 10_000
 

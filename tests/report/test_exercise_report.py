@@ -6,29 +6,30 @@ from attnlab.lab.exercise.result import LabResult, Timing
 from attnlab.report import exercise
 
 
-def _result(load, function="attention_by_hand", functions=("attention_by_hand", "attention_matrix")):
+def _result(load, function="attention_by_hand", functions=("attention_by_hand",)):
     timings = [Timing(128, 0.8, 370_000), Timing(512, 30.0, 1_000_000), Timing(2048, skipped="estimated 479 s")]
     return LabResult("mylab/attention_lab.py", function, "lab", "24 cases", VerifyResult([], {}, {}), [], 4.8e-7,
                      True, timings, {"time": 2.6, "memory": 0.75}, "forward only", 88.0,
                      {"cpu_count": 2, "load_average": load}, {}, functions=list(functions))
 
 
-def test_the_next_step_names_the_file_and_a_busy_machine_is_said():
+def test_the_next_step_is_the_next_levels_command_and_a_busy_machine_is_said():
     text = "\n".join(exercise.lines(_result(load=5.4)))
     print(text)
-    assert "attnlab lab check mylab/attention_lab.py:attention_matrix" in text and "FILE" not in text
+    assert ("level 2, attention in four tensor lines: `attnlab lab start --level matrix` writes lab_matrix.py"
+            in text and "FILE" not in text)
+    assert ":attention_matrix" not in text  # no function the learner's file does not have (that would exit 2)
     assert "busy while it was timed (load 5.4 on 2 cores)" in text and "the memory is not affected" in text
     assert "not quadratic" in text and "T = 2048  skipped: estimated 479 s" in text
     assert "busy" not in "\n".join(exercise.lines(_result(load=0.7)))
     assert "busy" not in "\n".join(exercise.lines(_result(load=None)))  # a result from before the load was kept
 
 
-def test_the_next_step_names_only_a_function_the_file_has():
-    """A file of the learner's own with no attention_matrix is not told to check one (that would exit 2)."""
-    text = "\n".join(exercise.lines(_result(load=None, function="mine", functions=["mine"])))
-    print(text)
-    assert ":attention_matrix" not in text and "`attnlab lesson` ticks the lab's checklist" in text
-
+def test_a_failing_check_is_told_to_fix_the_cause_not_to_go_on():
+    r = _result(load=None)
+    r.passed = False
+    text = "\n".join(exercise.lines(r))
+    assert "fix the most likely cause and run the check again." in text and "--level" not in text
 
 
 def test_growth_is_said_only_as_far_as_the_repeats_agree():

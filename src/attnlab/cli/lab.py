@@ -9,8 +9,9 @@ from ._folder import add_out, output_folder
 def add_parser(sub):
     p = sub.add_parser("lab", help="the lab: write attention yourself, then have it graded and measured",
                        description="`attnlab lab start [DIR]` writes attention_lab.py (attention_by_hand with TODOs, "
-                                   "and a finished matrix version); `attnlab lab check FILE[:FUNCTION]` grades your "
-                                   "function against a float64 oracle and PyTorch, says the likely cause of what "
+                                   "level 1; `--level NAME` writes a later level's); "
+                                   "`attnlab lab check FILE[:FUNCTION]` grades your function against a float64 "
+                                   "oracle and PyTorch, says the likely cause of what "
                                    "fails, measures its time and memory at T = 128, 512, 2048 and writes the result "
                                    "as JSON, which `attnlab lesson` reads.")
     what = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))

@@ -116,18 +116,7 @@ def lines(r) -> list[str]:
         held = {True: "[green]as the level asks[/]", False: "[red]not what the level asks[/]"}.get(r.measured_ok, "")
         out.append(f"[bold]Level {level.number}[/] ({escape(level.title)}): {escape(r.measured_note)}"
                    + (f" — {held}" if held else ""))
-    if level.number > 1 or not r.passed:
-        out.append("[bold]Next[/]: " + _next(r, level))
-        return out
-    out.append("[bold]Next[/]: " + (
-        "fix the most likely cause and run the check again." if not r.passed else
-        f"this was the starter's finished version, unchanged: its memory counts as measured by you; the match the "
-        f"lab asks for is your own (attnlab lab check {escape(r.file)}, attention_by_hand with its TODOs done)."
-        if getattr(r, "given", False) else
-        f"check the matrix version too (attnlab lab check {escape(r.file)}:attention_matrix) and compare its memory; "
-        "`attnlab lesson` then ticks the lab's checklist from these results."
-        if r.function != "attention_matrix" and "attention_matrix" in (getattr(r, "functions", None) or []) else
-        "`attnlab lesson` ticks the lab's checklist from your results."))
+    out.append("[bold]Next[/]: " + _next(r, level))
     return out
 
 

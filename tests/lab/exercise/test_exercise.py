@@ -1,7 +1,7 @@
 """The learner's lab: the starter is written once, the learner's file is loaded or refused in a line, the right
 cases are chosen for each form, and the measurements are the learner's function's own."""
 
-import json
+import ast
 
 import pytest
 import torch
@@ -11,6 +11,7 @@ from attnlab.lab.check import loader
 from attnlab.lab.check import verify as V
 from attnlab.lab.exercise import files, grade, measure, starter
 from attnlab.lab.measure import growth
+from lab.exercise import level_solutions
 
 
 def test_start_writes_the_starter_once_and_never_over_the_learners_file(tmp_path):
@@ -47,8 +48,13 @@ def test_a_file_that_cannot_be_checked_is_one_line(tmp_path, monkeypatch, text, 
     assert says in str(e.value) and "\n" not in str(e.value)
 
 
+def matrix(q, k, v):
+    """Level 2 done: the learner's four tensor lines (tests/lab/exercise/level_solutions.py)."""
+    return level_solutions.attention_matrix(q, k, v)
+
+
 def test_forms_are_told_apart_by_their_signature():
-    assert grade.form_of(starter.attention_by_hand) == "lab" and grade.form_of(starter.attention_matrix) == "lab"
+    assert grade.form_of(starter.attention_by_hand) == "lab" and grade.form_of(matrix) == "lab"
     assert grade.form_of(F.scaled_dot_product_attention) == "sdpa"
     assert grade.form_of(lambda query, key, value, attn_mask=None, is_causal=False: query) == "sdpa"
     assert grade.form_of(lambda q, k, v, **kw: q) == "sdpa"
@@ -71,7 +77,7 @@ def test_the_lab_form_is_graded_on_the_cases_it_can_answer():
     assert len(grade.cases("sdpa", None)[0]) == len(grid)
     slow, shrunk = grade.cases("lab", per_pair=1e-3)  # 1 ms a pair: every case cut to about 2 s
     assert shrunk and all(c.work <= 2_000 for c in slow)
-    lab = grade.as_sdpa(starter.attention_matrix)
+    lab = grade.as_sdpa(matrix)
     q = torch.randn(1, 2, 5, 4)
     assert torch.allclose(lab(q, q, q, is_causal=True), F.scaled_dot_product_attention(q, q, q, is_causal=True),
                           atol=1e-6)
@@ -80,11 +86,11 @@ def test_the_lab_form_is_graded_on_the_cases_it_can_answer():
 
 
 def test_the_matrix_version_matches_and_its_memory_grows_quadratically():
-    err = grade.match(grade.as_sdpa(starter.attention_matrix))
+    err = grade.match(grade.as_sdpa(matrix))
     assert err < 1e-6
     assert grade.match(grade.as_sdpa(lambda q, k, v: q * 0)) > 0.1
     assert grade.match(grade.as_sdpa(lambda q, k, v: 1 / 0)) == float("inf")
-    timings, fits, note = measure.measure(starter.attention_matrix, "lab", seqs=(512, 1024, 2048))
+    timings, fits, note = measure.measure(matrix, "lab", seqs=(512, 1024, 2048))
     mem = fits["memory"]
     print(f"matrix version: memory T^{mem.exponent:.2f} ({mem.low:.2f}-{mem.high:.2f}), time "
           f"T^{fits['time'].exponent:.2f} ({fits['time'].low:.2f}-{fits['time'].high:.2f}); "
@@ -106,7 +112,7 @@ def test_a_loops_version_is_measured_at_the_sizes_it_can_finish(monkeypatch):
     def slow(q, k, v):  # 1 ms per thousand query-key pairs, on a clock of its own: a busy machine changes nothing
         calls.append(q.shape[-2])
         clock[0] += q.shape[-2] * k.shape[-2] * 1e-6
-        return starter.attention_matrix(q, k, v)
+        return matrix(q, k, v)
 
     monkeypatch.setattr(measure.time, "perf_counter", lambda: clock[0])
     timings, fits, note = measure.measure(slow, "lab", seqs=(64, 256, 1024), budget_s=0.5)
@@ -126,22 +132,25 @@ def test_a_loops_version_is_measured_at_the_sizes_it_can_finish(monkeypatch):
     assert abs(timings[1].time_s - 0.065536) < 1e-9 and timings[1].peak_bytes is not None and "one call where" in note
 
 
-def test_the_starters_own_functions_are_told_from_the_learners(tmp_path):
+def test_the_starters_own_function_is_told_from_the_learners(tmp_path):
     files.start(tmp_path)
     text = (tmp_path / "attention_lab.py").read_text()
-    assert all(files.given_text(text, name) for name in ("attention_by_hand", "attention_matrix"))
-    noted = text.replace("# (..., L, Ev), in the inputs' dtype", "# my note")  # a comment is not a change
-    assert noted != text and files.given_text(noted, "attention_matrix")
-    edited = text.replace("/ math.sqrt(q.shape[-1])", "* q.shape[-1] ** -0.5")
-    assert edited != text and not files.given_text(edited, "attention_matrix")
-    assert files.given_text(edited, "attention_by_hand")  # the other function is still the starter's
-    assert not files.given_text("def attention_matrix(q, k, v):\n    return q\n", "attention_matrix")
-    assert not files.given_text("x = 1\n", "attention_matrix") and not files.given_text("def (", "attention_by_hand")
+    assert files.given_text(text, "attention_by_hand")
+    noted = text.replace("# the dot product of query i and key j", "# my note")  # a comment is not a change
+    assert noted != text and files.given_text(noted, "attention_by_hand")
+    edited = text.replace("scores.append(score)", "scores.append(score / math.sqrt(E))")
+    assert edited != text and not files.given_text(edited, "attention_by_hand")
+    assert not files.given_text("def attention_by_hand(q, k, v):\n    return q\n", "attention_by_hand")
+    assert not files.given_text("x = 1\n", "attention_by_hand") and not files.given_text("def (", "attention_by_hand")
 
 
-def test_the_starter_is_a_lab_form_that_runs_and_is_wrong():
-    q = torch.randn(2, 3, 6, 8)
-    out = starter.attention_by_hand(q, q, q)
-    assert out.shape == (2, 3, 6, 8)
-    assert (out - F.scaled_dot_product_attention(q, q, q, is_causal=True)).abs().max() > 0.1
-    assert json.dumps(files.start.__doc__)  # documented
+def test_the_loops_starter_gives_no_later_level_away(tmp_path):
+    """Level 1's file holds attention_by_hand alone: level 2's four lines are the learner's to write."""
+    files.start(tmp_path)
+    text = (tmp_path / "attention_lab.py").read_text()
+    tree = ast.parse(text)
+    assert [n.name for n in tree.body if isinstance(n, ast.FunctionDef)] == ["attention_by_hand"]
+    products = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult)]
+    softmaxes = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in ("softmax", "tril", "triu")]
+    assert not products and not softmaxes  # no matrix product, no library softmax or mask: loops, by hand
+    assert "attnlab lab start --level matrix" in text

@@ -146,8 +146,8 @@ def test_code_quotes_are_the_lessons_module_and_the_labs_starter():
     for whole in (c.module, c.starter):  # every line numbered, in order: no "65, 29, 31"
         assert whole.lines == sorted(whole.lines) and len(whole.lines) == len(whole.code)
     assert c.module.code[0].startswith("class CausalSelfAttention") and len(c.module.code) < 40
-    assert any("def attention_by_hand" in x for x in c.starter.code) and any("def attention_matrix" in x
-                                                                              for x in c.starter.code)
+    assert any("def attention_by_hand" in x for x in c.starter.code)
+    assert not any("def attention_matrix" in x for x in c.starter.code)  # level 2's answer is not given away
     assert set(c.links) == {"attnlab/nn/attention.py", "attnlab/kernels/matrix.py", "attnlab/kernels/loops.py"}
     assert all(u.startswith("file://") for u in c.links.values())
     html = teach.code_blocks(c)

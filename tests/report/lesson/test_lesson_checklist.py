@@ -73,19 +73,23 @@ def test_fixed_then_a_second_failing_function_keeps_the_passing_one_and_says_the
 
 
 def test_quadratic_memory_comes_from_a_passing_function_never_a_failing_one(tmp_path):
-    loops = made("my_loops.py", "attention_by_hand", memory=0.7, time=at(1),  # passes, memory like T
-                 functions=("attention_by_hand", "attention_matrix"))
+    loops = made("my_loops.py", "attention_by_hand", memory=0.7, time=at(1))  # passes, memory like T
     wrong = made("attention_lab.py", "my_matrix", passed=False, memory=2.0, time=at(2))  # fails, memory like T²
     head, items = _page(tmp_path, loops, wrong)
     assert [i[0] for i in items] == ["✓", "✓", "✗", "✗"]
     assert ("my_loops.py:attention_by_hand, checked at 10:01:00 UTC: memory grew as T^0.70 over T = 512, 2048, the "
             "same for every repeat (rule: within 0.25 of 2 for every repeat), not quadratically") in items[2]
     assert "T^2.00" not in items[2]
-    assert "check the matrix version too (attnlab lab check my_loops.py:attention_matrix)" in items[2]
+    # level 2 is where the whole T x T matrix is held: the item sends the learner there, with commands that exist
+    assert ("level 2 holds the whole T x T matrix: attnlab lab start --level matrix writes lab_matrix.py, then "
+            "attnlab lab check lab_matrix.py") in items[2]
     assert items[2].endswith(" Your newest check: attention_lab.py:my_matrix at 10:02:00 UTC, failed.")
-    # a file without a matrix version is not sent to check one
-    _, items = _page(tmp_path / "alone", made("my_loops.py", "attention_by_hand", memory=0.7, time=at(1)))
-    assert items[2].startswith("✗") and "not quadratically" in items[2] and ":attention_matrix" not in items[2]
+    # level 2 done: its passing check ticks the item, the loops version still the match's
+    matrix = made("lab_matrix.py", "attention_matrix", memory=2.02, time=at(3))
+    head, items = _page(tmp_path, matrix)
+    assert head.startswith("3 of 4 done") and [i[0] for i in items] == ["✓", "✓", "✓", "✗"]
+    assert "from lab_matrix.py:attention_matrix, checked at 10:03:00 UTC: memory grew as T^2.02" in items[2]
+    assert "Your newest check" not in items[2]
 
 
 def test_the_quadratic_item_is_decided_for_every_repeat_and_says_the_spread(tmp_path):
@@ -117,22 +121,13 @@ def test_the_starter_checked_last_never_ticks_the_match_and_replaces_nothing(tmp
     beside = (" Your newest check: attention_lab.py:attention_by_hand at 10:02:00 UTC (the starter's code as it came), "
               "failed.")
     assert all(i.endswith(beside) for i in items[:3])
-    # the starter's finished matrix version, checked last: its memory is measured by the learner, its match is not
-    matrix = made("attention_lab.py", "attention_matrix", memory=2.02, given=True, time=at(3))
-    head, items = _page(tmp_path, matrix)
-    assert head.startswith("3 of 4 done") and [i[0] for i in items] == ["✓", "✓", "✓", "✗"]
-    assert "from my_loops.py:attention_by_hand" in items[0]
-    assert items[0].endswith(" Your newest check: attention_lab.py:attention_matrix at 10:03:00 UTC (the starter's "
-                             "code as it came), passed.")
-    whose = "from attention_lab.py:attention_matrix, checked at 10:03:00 UTC (the starter's code as it came, measured"
-    assert whose in items[1] and whose in items[2] and "T^2.02" in items[2]
-    assert "Your newest check" not in items[1] + items[2]
 
 
-def test_only_the_starters_code_checked_counts_its_memory_not_its_match(tmp_path):
-    head, items = _page(tmp_path, made("attention_lab.py", "attention_matrix", given=True, time=at(1)))
-    assert head.startswith("2 of 4 done") and [i[0] for i in items] == ["✗", "✓", "✓", "✗"]
-    assert "the starter's code as it came (attention_matrix), which does not count as yours" in items[0]
+def test_only_the_starters_code_checked_is_not_the_learners(tmp_path):
+    head, items = _page(tmp_path, made("attention_lab.py", "attention_by_hand", passed=False, given=True, time=at(1)))
+    assert head.startswith("0 of 4 done") and [i[0] for i in items] == ["✗", "✗", "✗", "✗"]
+    assert "the starter's code as it came (attention_by_hand), which does not count as yours" in items[0]
+    assert "none of yours passes now" in items[1] and "none of yours passes now" in items[2]
 
 
 def test_a_passing_function_not_measured_at_every_length_says_which(tmp_path):

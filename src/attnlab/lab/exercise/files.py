@@ -4,8 +4,8 @@
 not at all, and never over a file already there, the learner's own work. :func:`split`
 splits ``FILE[:FUNCTION]``; the file is loaded, once and from its source, in the learner's own judged
 process (:mod:`.judged`, :mod:`attnlab.lab.check.loader`), never in the judge's. :func:`given_text`
-tells the starter's own finished functions (the matrix version) from the learner's, from the file's
-text: a check of those shows the check works, not that the learner did.
+tells a starter's function as it came (its TODOs left) from the learner's, from the file's text: a
+check of that shows what is left to do, not what the learner did.
 """
 
 from __future__ import annotations
@@ -57,10 +57,16 @@ def start(folder: str | Path, level=None) -> Started:
 
 def split(spec: str, default: str | None = None) -> tuple[Path, str]:
     """``FILE[:FUNCTION]`` -> (path, function); the function defaults to ``default`` (else attention_by_hand)."""
-    file, sep, fn = spec.rpartition(":")
-    if not sep or not fn.isidentifier() or not file:  # no ":", or a ":" that is part of the path
+    fn = named(spec)
+    if fn is None:
         return Path(spec), default or DEFAULT_FUNCTION
-    return Path(file), fn
+    return Path(spec.rpartition(":")[0]), fn
+
+
+def named(spec: str) -> str | None:
+    """The FUNCTION of ``FILE:FUNCTION``; None when the spec names a file alone (a ":" may be part of a path)."""
+    file, sep, fn = spec.rpartition(":")
+    return fn if sep and fn.isidentifier() and file else None
 
 
 def _tree(source: str, name: str) -> str | None:

@@ -53,6 +53,10 @@ def open_learner(spec: str, level: str | None = None) -> Learner:
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise files.LoadError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    if level is None and files.named(spec) is None and name not in (have := files.functions_in(source)):
+        # FILE alone: the function of the level whose starter this file is (lab_matrix.py: attention_matrix)
+        lv = next((lv for lv in levels.LEVELS if lv.function in have), lv)
+        name = lv.function
     fn = _start(path, name, lv.name)
     given = files.given_text(source, name) or files.given_text(source, name, lv.starter_text())
     return Learner(path, name, fn.info["form"], given, files.functions_in(source), fn, lv.name)

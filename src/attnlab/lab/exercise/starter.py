@@ -12,8 +12,9 @@ It grades your function on the grid of cases that attnlab's own forms are held t
 backward; float32, float64 and bfloat16) against a float64 oracle and PyTorch, says what failed
 and the likely cause in a line, then measures its time and memory at T = 128, 512 and 2048.
 
-`attention_matrix` is the same computation in four matrix lines, finished. Read it when stuck, and
-check it too (attnlab lab check attention_lab.py:attention_matrix) to see how its memory grows.
+When it passes, level 2 asks for the same computation in four matrix lines, and there its memory
+grows like T²: `attnlab lab start --level matrix` writes lab_matrix.py. (`attnlab lab start --help`
+lists all six levels, from these loops to FlashAttention's backward and a KV cache.)
 """
 
 import math
@@ -53,13 +54,3 @@ def attention_by_hand(q, k, v):
     out = torch.stack(rows).reshape(*lead, L, Ev)
     return out  # TODO 4 (dtype): return it in the inputs' dtype, as PyTorch does (bfloat16 in, bfloat16 out)
 
-
-def attention_matrix(q, k, v):
-    """The same attention in four matrix lines: (..., L, E), (..., S, E), (..., S, Ev) -> (..., L, Ev)."""
-    L, S, dtype = q.shape[-2], k.shape[-2], q.dtype
-    work = torch.float64 if dtype == torch.float64 else torch.float32  # half precision is computed in float32
-    q, k, v = q.to(work), k.to(work), v.to(work)
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (..., L, S): every query against every key
-    future = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1)  # key j after query i
-    weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)  # rows add up to 1
-    return (weights @ v).to(dtype)  # (..., L, Ev), in the inputs' dtype

@@ -53,7 +53,7 @@ class Code:
     steps: dict[str, Snippet]  # from the lesson's module
     lab_steps: dict[str, Snippet]  # from the lab's starter
     module: Snippet  # CausalSelfAttention, whole
-    starter: Snippet  # attention_by_hand and attention_matrix, as `attnlab lab start` writes them
+    starter: Snippet  # attention_by_hand, as `attnlab lab start` writes it
     links: dict[str, str]  # the production code for the curious: name -> file URI of the installed source
 
 
@@ -89,7 +89,7 @@ def collect() -> Code:
     return Code({step: quote(causal, starts) for step, starts in STEPS.items()},
                 {step: _named(quote(starter, starts)) for step, starts in LAB_STEPS.items()},
                 _whole(causal, causal.CausalSelfAttention),
-                _whole(starter, starter.attention_by_hand, starter.attention_matrix, file=STARTER_FILE), links)
+                _whole(starter, starter.attention_by_hand, file=STARTER_FILE), links)
 
 
 def _named(s: Snippet) -> Snippet:

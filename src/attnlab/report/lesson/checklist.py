@@ -6,8 +6,8 @@ The first three are ticked only from what ``attnlab lab check`` kept for the lea
 (:mod:`attnlab.lab.exercise.store`), never from attnlab's forms: for each file and function its
 newest check is what that function is now, and an item ticks from the newest such check that
 passed and shows what the item asks (a failing function's memory is not attention's memory). The
-match is never ticked from the starter's code as it came (the memory may be: the learner measured
-it, and the page says whose function it was). Each item names the check it comes from and when,
+match is never ticked from the starter's code as it came (the memory may be, and the page says
+whose function it was). Each item names the check it comes from and when,
 and, when that is not the learner's newest check, that check's verdict beside it. When nothing is
 there, the item says what to do. Training is the lab's given, so the ablation item is the
 machine's run, and it says so; it is ticked only when the run's rules say the scale's removal
@@ -66,7 +66,7 @@ def _not_passed(checks) -> str:
 
 
 def _match(checks) -> tuple[object | None, bool, str]:
-    mine = [r for r in checks if not _given(r)]  # the starter's finished matrix version matches, and is not yours
+    mine = [r for r in checks if not _given(r)]  # the starter's code as it came is not the learner's
     if not mine:
         return None, False, ("not done yet: `attnlab lab start` writes attention_lab.py; fill in its TODOs, then "
                              "`attnlab lab check attention_lab.py`" + (
@@ -116,10 +116,10 @@ def _quadratic(checks) -> tuple[object | None, bool, str]:
     r, ok, said = grown[0]
     if ok is None:
         return r, False, f"{_name(r, newest)}: {said}"
-    other = next((f for f in getattr(r, "functions", None) or [] if f != r.function and "matrix" in f), None)
+    matrix = levels.BY_NAME["matrix"]
     return r, False, (f"{_name(r, newest)}: {said}, not quadratically. Loops that keep one row of scores at a time "
-                      "need memory like T, not T²" + (f": check the matrix version too (`attnlab lab check "
-                                                      f"{r.file}:{other}`)" if other else ""))
+                      f"need memory like T, not T²; level 2 holds the whole T x T matrix: `attnlab lab start --level "
+                      f"matrix` writes {matrix.filename}, then `attnlab lab check {matrix.filename}`")
 
 
 def _ablation(part) -> tuple[bool, str]:

@@ -117,8 +117,8 @@ def code_blocks(code) -> str:
               "thing (the tests load the same weights into both and compare) and adds grouped-query attention, rotary "
               "positions, a KV cache and a choice of kernel. For the curious, the production code: "
               f"{links}.</p>"
-            + _listing(code.starter, "The lab's starter: attention_by_hand with its TODOs, and the matrix version "
-                       "(attnlab lab start writes it)"))
+            + _listing(code.starter, "The lab's starter: attention_by_hand with its TODOs (attnlab lab start writes "
+                       "it; the matrix form is level 2's)"))
 
 
 READING = [
