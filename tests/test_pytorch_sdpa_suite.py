@@ -42,6 +42,7 @@ def test_too_large_for_loops_cpu():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # the benchmark itself, on every form
 def test_each_form_runs_the_file_and_differences_from_torch_are_listed(tmp_path):
     path = tmp_path / "test_transformers.py"
     path.write_text(STAND_IN)

@@ -94,6 +94,7 @@ def test_lab_check_fails_the_planted_wrong_function(plant):
     assert not result.passed and result.counts()["pass"] == 0 and err > 1e-2
 
 
+@pytest.mark.long  # two fresh interpreters a plant; verify --impl and lab check hold every plant in make test
 def test_attnlab_testing_fails_the_planted_wrong_function_that_fools_a_judge_beside_it(plant):
     names = {"basic", "causal"}
     script = SCRIPT.format(names=sorted(names))

@@ -61,6 +61,7 @@ def test_form_passes_quick_grid_in_every_dtype(form, round_trip):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # the slowest form on the whole float64 grid; its quick grid stays in make test
 def test_loops_passes_shrunk_float64_grid():
     cases = verify.default_cases(["float64"], long=False)
     r = verify.verify({"loops": attnlab.forms()["loops"].fn}, cases)

@@ -29,6 +29,7 @@ def test_sweep_with_a_modifier_skips_forms_without_one():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # torch.compile of flex with two modifiers: about a minute on 2 cores
 def test_compiled_flex_applies_the_same_modifier_as_flash():
     mod = mods.compose(mods.alibi(4), mods.softcap(3.0))  # both built-ins in one compile (one is seconds)
     if flex.unavailable():
