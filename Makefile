@@ -9,6 +9,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # torch is pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 (CPU) installs from local disk here.
 TORCH  ?= torch==2.13.0
+# The test runs keep Python's bytecode cache even where PYTHONDONTWRITEBYTECODE is set: without it every run and
+# every worker compiles the package and rewrites the tests' asserts again (collection 9 s instead of 3 s here).
+# The learner's own file is never cached: the lab's loader reads it from its source (attnlab.lab.check.loader).
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
 .PHONY: demo test test-fast test-long lint install install-dev browser clean
 
@@ -44,15 +48,16 @@ lint: install-dev
 # Two workers (pytest-xdist): most slow tests wait on a child interpreter, so the suite's wall time nearly halves
 # on two cores; the tests of the built pages share one worker (tests/conftest.py).
 test: install-dev browser lint
-	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup -m "not long"
+	$(PYTEST) -q -n 2 --dist loadgroup -m "not long"
 
 # The end-to-end runs of a minute or more (the default model's training, the mutant corpus at one seed, the GPU
 # script's dry run, the Triton interpreter): CI (.ci/run) runs them after `make test`.
 test-long: install-dev
-	$(VENV)/bin/python -m pytest -q -n 2 -m long
+	$(PYTEST) -q -n 2 -m long
 
+# Two workers here too: 34 s instead of 46 s of pytest on 2 idle cores.
 test-fast: install-dev lint
-	$(VENV)/bin/python -m pytest -q -m "not slow"
+	$(PYTEST) -q -n 2 -m "not slow"
 
 clean:
 	rm -rf $(VENV) attnlab-out .pytest_cache .ruff_cache

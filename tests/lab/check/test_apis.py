@@ -160,6 +160,7 @@ def _cli(*args):
                           cwd=HERE.parents[1], timeout=300)  # --impl's module is found from the current folder
 
 
+@pytest.mark.slow  # attnlab verify --api, a child interpreter per API
 def test_verify_api_on_the_command_line():
     p = _cli("--api", "flash-attn", "--impl", "api_functions:flash_top_left", "--quick", "--dtypes", "float32",
              "--no-dropout", "--only", "causal", "--show", "failures")

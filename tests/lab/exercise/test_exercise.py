@@ -85,6 +85,7 @@ def test_the_lab_form_is_graded_on_the_cases_it_can_answer():
         lab(q, q, q)
 
 
+@pytest.mark.slow  # measured in a judged process of its own
 def test_the_matrix_version_matches_and_its_memory_grows_quadratically():
     err = grade.match(grade.as_sdpa(matrix))
     assert err < 1e-6
