@@ -50,8 +50,9 @@ lint: install-dev
 test: install-dev browser lint
 	$(PYTEST) -q -n 2 --dist loadgroup -m "not long"
 
-# The end-to-end runs of a minute or more (the default model's training, the mutant corpus at one seed, the GPU
-# script's dry run, the Triton interpreter): CI (.ci/run) runs them after `make test`.
+# The end-to-end runs of half a minute or more (the default model's training, the mutant corpus at one seed, the GPU
+# script's dry run, the Triton interpreter, compiled flex, PyTorch's SDPA tests on every form, the loops form on the
+# float64 grid, the planted wrong functions): CI (.ci/run) runs them after `make test`.
 test-long: install-dev
 	$(PYTEST) -q -n 2 -m long
 
