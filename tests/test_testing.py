@@ -26,6 +26,7 @@ def gqa_with_repeat(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sca
                                           scale=scale)
 
 
+@pytest.mark.slow  # over 2 s: the whole quick grid, judged twice
 def test_a_wrong_function_raises_with_the_failing_rows_and_the_cause():
     with pytest.raises(AssertionError) as e:
         attnlab.testing.assert_attention_matches(gqa_with_repeat, dtypes=["float32"])

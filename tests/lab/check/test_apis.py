@@ -84,6 +84,7 @@ def test_a_function_that_returns_no_lse_is_told_so():
     assert "returned no log-sum-exp" in r.rows[0].detail
 
 
+@pytest.mark.slow  # over 2 s: flex_attention's eager path on every case the API can express
 def test_pytorchs_own_flex_attention_passes_the_flex_api():
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -141,6 +142,7 @@ def test_the_oracles_lse_is_pytorchs_and_minus_infinity_where_a_row_sees_no_key(
     assert lse.hints(f.lse, f.lse) == []
 
 
+@pytest.mark.slow  # over 2 s: a grid per API
 def test_the_testing_module_speaks_the_apis():
     import attnlab.testing
 
