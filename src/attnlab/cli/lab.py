@@ -18,7 +18,8 @@ def add_parser(sub):
     s = what.add_parser("start", help="write attention_lab.py into DIR (never over a file already there)")
     s.add_argument("dir", nargs="?", default=".", metavar="DIR", help="folder for the starter (default: here)")
     levels_help = ("the lab's level: 1 loops, 2 matrix, 3 module, 4 flash, 5 backward, 6 decode (by name or number; "
-                   "default: loops, or for check the level the function's name says)")
+                   "default: loops; for check, the level FILE:FUNCTION names, or with FILE alone the level whose "
+                   "starter has that file name, else the one level function the file defines)")
     s.add_argument("--level", metavar="NAME", help=levels_help)
     c = what.add_parser("check", help="grade and measure your function")
     c.add_argument("spec", metavar="FILE[:FUNCTION]", help="your file, and the function in it (default: "

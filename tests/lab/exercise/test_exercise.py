@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from attnlab.lab.check import loader
 from attnlab.lab.check import verify as V
-from attnlab.lab.exercise import files, grade, judged, measure, starter
+from attnlab.lab.exercise import files, grade, judged, levels, measure, starter
 from attnlab.lab.measure import growth
 from lab.exercise import level_solutions
 
@@ -160,3 +160,35 @@ def test_the_loops_starter_gives_no_later_level_away(tmp_path):
     softmaxes = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in ("softmax", "tril", "triu")]
     assert not products and not softmaxes  # no matrix product, no library softmax or mask: loops, by hand
     assert "attnlab lab start --level matrix" in text
+
+
+def test_a_file_given_alone_is_checked_as_the_level_it_is_for():
+    """`lab check FILE` with no :FUNCTION (and no attention_by_hand): the level whose starter has the file's name,
+    else the one level whose function the file defines; two levels' functions and no name to choose by are refused,
+    naming each FILE:FUNCTION."""
+    loops = levels.find("loops")
+    pick = judged.level_in
+    assert pick(files.Path("lab_matrix.py"), ["attention_matrix"], loops).name == "matrix"
+    # the learner pasted their level-4 flash_forward into lab_backward.py to get the log-sum-exp: still level 5
+    assert pick(files.Path("lab_backward.py"), ["flash_forward", "flash_backward"], loops).name == "backward"
+    assert pick(files.Path("mine.py"), ["helper", "decode_step"], loops).name == "decode"
+    assert pick(files.Path("mine.py"), ["helper"], loops) is loops
+    with pytest.raises(files.LoadError) as e:
+        pick(files.Path("mine.py"), ["attention_matrix", "flash_forward"], loops)
+    assert str(e.value) == ("mine.py defines the functions of 2 levels; say which to check: "
+                            "mine.py:attention_matrix or mine.py:flash_forward")
+
+
+def test_the_matrix_an_earlier_starter_gave_is_still_the_starters(tmp_path):
+    """attention_lab.py as `lab start` wrote it before level 2 had a starter of its own held a finished
+    attention_matrix; checked from such a file it is the starter's code, and an edit of it is the learner's."""
+    earlier = files.starter_text() + files.EARLIER_GIVEN.replace("    L, S,", "    # as it came\n    L, S,")
+    assert "# as it came" in earlier  # a comment is not a change
+    assert files.given_text(earlier, "attention_matrix") and files.given_text(earlier, "attention_by_hand")
+    edited = earlier.replace("/ math.sqrt(q.shape[-1])", "")
+    assert not files.given_text(edited, "attention_matrix")
+    assert not files.given_text(level_solutions_source(), "attention_matrix")  # the learner's own solution
+
+
+def level_solutions_source():
+    return files.Path(level_solutions.__file__).read_text()

@@ -79,12 +79,28 @@ def _tree(source: str, name: str) -> str | None:
     return ast.dump(fn) if fn is not None else None
 
 
+# What attention_lab.py held before level 2 had a starter of its own: a finished attention_matrix. A file written
+# then still holds it, and it is the starter's code, not the learner's (it must tick nothing on the page).
+EARLIER_GIVEN = '''
+def attention_matrix(q, k, v):
+    """The same attention in four matrix lines: (..., L, E), (..., S, E), (..., S, Ev) -> (..., L, Ev)."""
+    L, S, dtype = q.shape[-2], k.shape[-2], q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    future = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1)
+    weights = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    return (weights @ v).to(dtype)
+'''
+
+
 def given_text(source: str, name: str, starter: str | None = None) -> bool:
     """Is function ``name`` of this source text one of the starter's as the starter has it (its comments aside), not
     the learner's own? Read from the file's text: the judge never imports the learner's module. ``starter``: a
-    level's starter text (default: the lab's first, attention_lab.py)."""
+    level's starter text (default: the lab's first, attention_lab.py); what an earlier starter gave counts too."""
     mine = _tree(source, name)
-    return mine is not None and mine == _tree(starter_text() if starter is None else starter, name)
+    return mine is not None and (mine == _tree(starter_text() if starter is None else starter, name)
+                                 or mine == _tree(EARLIER_GIVEN, name))
 
 
 def functions_in(source: str) -> list[str]:
