@@ -1,6 +1,8 @@
 """What `attnlab lab check` prints, drawn from a result: the next step names the learner's own file, and a busy
 machine is said beside the times it makes noisy."""
 
+from dataclasses import replace
+
 from attnlab.lab.check.verify import VerifyResult
 from attnlab.lab.exercise.result import LabResult, Timing
 from attnlab.report import exercise
@@ -16,8 +18,10 @@ def _result(load, function="attention_by_hand", functions=("attention_by_hand",)
 def test_the_next_step_is_the_next_levels_command_and_a_busy_machine_is_said():
     text = "\n".join(exercise.lines(_result(load=5.4)))
     print(text)
-    assert ("level 2, attention in four tensor lines: `attnlab lab start --level matrix` writes lab_matrix.py"
-            in text and "FILE" not in text)
+    assert ("level 2, attention in four tensor lines: `attnlab lab start mylab --level matrix` writes "
+            "mylab/lab_matrix.py, then `attnlab lab check mylab/lab_matrix.py`" in text and "FILE" not in text)
+    here = "\n".join(exercise.lines(replace(_result(load=5.4), file="attention_lab.py")))  # a file in this folder
+    assert "`attnlab lab start --level matrix` writes lab_matrix.py, then `attnlab lab check lab_matrix.py`" in here
     assert ":attention_matrix" not in text  # no function the learner's file does not have (that would exit 2)
     assert "busy while it was timed (load 5.4 on 2 cores)" in text and "the memory is not affected" in text
     assert "not quadratic" in text and "T = 2048  skipped: estimated 479 s" in text

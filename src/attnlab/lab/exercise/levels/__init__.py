@@ -89,3 +89,15 @@ def of_result(result) -> Level:
     """The level a kept check is of: as it says, or (an older check) from its function's name."""
     name = getattr(result, "level", "") or ""
     return BY_NAME.get(name) or of_function(result.function)
+
+
+def start_and_check(level: Level, beside: str = "") -> tuple[str, str]:
+    """The two commands that begin ``level`` in the folder of the file ``beside`` (the file a check was run on):
+    ``attnlab lab start [DIR] --level NAME`` and ``attnlab lab check [DIR/]FILE`` -- so a learner working in
+    mylab/ is sent to mylab/lab_matrix.py, not to a new file in the current folder."""
+    from pathlib import PurePath
+
+    folder = PurePath(beside).parent.as_posix() if beside else "."
+    where = "" if folder == "." else f" {folder}"
+    path = level.filename if folder == "." else f"{folder}/{level.filename}"
+    return f"attnlab lab start{where} --level {level.name}", f"attnlab lab check {path}"
