@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -29,7 +30,8 @@ def test_a_ctrl_c_while_the_fork_server_starts_is_raised_not_dropped(monkeypatch
 
     def start_with_a_ctrl_c():  # stands in for forkserver.ensure_running: Ctrl-C lands while the server starts
         seen["held"] = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the server inherits it
-        os.kill(os.getpid(), signal.SIGINT)
+        # to this thread, where it waits while blocked (a process-wide kill can land on another thread, e.g. xdist's)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
     monkeypatch.setattr(forkserver, "ensure_running", start_with_a_ctrl_c)
     with sigint_as_at_a_terminal(), pytest.raises(KeyboardInterrupt):
