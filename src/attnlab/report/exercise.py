@@ -127,8 +127,8 @@ def _next(r, level) -> str:
     after = next((lv for lv in levels.LEVELS if lv.number == level.number + 1), None)
     if after is None:
         return "that was the last level: `attnlab lesson` shows your path through all six."
-    start, check = levels.start_and_check(after, r.file)
-    return (f"level {after.number}, {after.title}: `{start}` writes {check.split()[-1]}, then `{check}`; "
+    start, check, path = levels.start_and_check(after, r.file)
+    return (f"level {after.number}, {after.title}: `{start}` writes {path}, then `{check}`; "
             "`attnlab lesson` ticks this level on your path.")
 
 

@@ -167,7 +167,7 @@ def test_a_file_given_alone_is_checked_as_the_level_it_is_for():
     else the one level whose function the file defines; two levels' functions and no name to choose by are refused,
     naming each FILE:FUNCTION."""
     loops = levels.find("loops")
-    pick = judged.level_in
+    pick = levels.of_file
     assert pick(files.Path("lab_matrix.py"), ["attention_matrix"], loops).name == "matrix"
     # the learner pasted their level-4 flash_forward into lab_backward.py to get the log-sum-exp: still level 5
     assert pick(files.Path("lab_backward.py"), ["flash_forward", "flash_backward"], loops).name == "backward"

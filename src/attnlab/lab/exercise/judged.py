@@ -54,27 +54,11 @@ def open_learner(spec: str, level: str | None = None) -> Learner:
     except (OSError, UnicodeDecodeError) as e:
         raise files.LoadError(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
     if level is None and files.named(spec) is None and name not in (have := files.functions_in(source)):
-        lv = level_in(path, have, lv)  # FILE alone: the level this file is for (lab_matrix.py: attention_matrix)
+        lv = levels.of_file(path, have, lv)  # FILE alone: the level this file is for (lab_matrix.py: attention_matrix)
         name = lv.function
     fn = _start(path, name, lv.name)
     given = files.given_text(source, name) or files.given_text(source, name, lv.starter_text())
     return Learner(path, name, fn.info["form"], given, files.functions_in(source), fn, lv.name)
-
-
-def level_in(path: Path, have, default):
-    """The level a file given without ``:FUNCTION`` is checked as: the level whose starter has this file's name
-    (lab_backward.py is level 5 even when the learner pasted their flash_forward into it), else the one level whose
-    function the file defines; with several and no name to choose by, a LoadError naming each FILE:FUNCTION."""
-    from . import levels
-
-    by_name = next((lv for lv in levels.LEVELS if lv.filename == path.name and lv.function in have), None)
-    if by_name is not None:
-        return by_name
-    found = [lv for lv in levels.LEVELS if lv.function in have]
-    if len(found) > 1:
-        raise files.LoadError(f"{path} defines the functions of {len(found)} levels; say which to check: "
-                              + " or ".join(f"{path}:{lv.function}" for lv in found))
-    return found[0] if found else default
 
 
 def _start(path: Path, name: str, level: str = "loops") -> remote.Remote:

@@ -116,10 +116,10 @@ def _quadratic(checks) -> tuple[object | None, bool, str]:
     r, ok, said = grown[0]
     if ok is None:
         return r, False, f"{_name(r, newest)}: {said}"
-    start, check = levels.start_and_check(levels.BY_NAME["matrix"], r.file)
+    start, check, path = levels.start_and_check(levels.BY_NAME["matrix"], r.file)
     return r, False, (f"{_name(r, newest)}: {said}, not quadratically. Loops that keep one row of scores at a time "
                       f"need memory like T, not T²; level 2 holds the whole T x T matrix: `{start}` writes "
-                      f"{check.split()[-1]}, then `{check}`")
+                      f"{path}, then `{check}`")
 
 
 def _ablation(part) -> tuple[bool, str]:

@@ -91,13 +91,30 @@ def of_result(result) -> Level:
     return BY_NAME.get(name) or of_function(result.function)
 
 
-def start_and_check(level: Level, beside: str = "") -> tuple[str, str]:
-    """The two commands that begin ``level`` in the folder of the file ``beside`` (the file a check was run on):
-    ``attnlab lab start [DIR] --level NAME`` and ``attnlab lab check [DIR/]FILE`` -- so a learner working in
-    mylab/ is sent to mylab/lab_matrix.py, not to a new file in the current folder."""
+def of_file(path, have, default: Level) -> Level:
+    """The level a file given without ``:FUNCTION`` is checked as: the level whose starter has this file's name
+    (lab_backward.py is level 5 even when the learner pasted their flash_forward into it), else the one level whose
+    function the file defines (``have``: the functions it defines); with several and no name to choose by, a
+    LoadError naming each FILE:FUNCTION."""
+    from attnlab.lab.check.loader import LoadError
+
+    by_name = next((lv for lv in LEVELS if lv.filename == path.name and lv.function in have), None)
+    if by_name is not None:
+        return by_name
+    found = [lv for lv in LEVELS if lv.function in have]
+    if len(found) > 1:
+        raise LoadError(f"{path} defines the functions of {len(found)} levels; say which to check: "
+                        + " or ".join(f"{path}:{lv.function}" for lv in found))
+    return found[0] if found else default
+
+
+def start_and_check(level: Level, beside: str = "") -> tuple[str, str, str]:
+    """The two commands that begin ``level`` in the folder of the file ``beside`` (the file a check was run on),
+    ``attnlab lab start [DIR] --level NAME`` and ``attnlab lab check [DIR/]FILE``, and the file they write and check
+    -- so a learner working in mylab/ is sent to mylab/lab_matrix.py, not to a new file in the current folder."""
     from pathlib import PurePath
 
     folder = PurePath(beside).parent.as_posix() if beside else "."
     where = "" if folder == "." else f" {folder}"
     path = level.filename if folder == "." else f"{folder}/{level.filename}"
-    return f"attnlab lab start{where} --level {level.name}", f"attnlab lab check {path}"
+    return f"attnlab lab start{where} --level {level.name}", f"attnlab lab check {path}", path
