@@ -167,3 +167,32 @@ def test_adapter_against_transformers_sdpa_function_directly():
         assert (weights is not None) == (form == "matrix")
     with pytest.raises(NotImplementedError, match="attention sinks"):
         attnlab.hf.attention_forward("flash")(module, q, k, v, None, s_aux=torch.zeros(4))
+
+
+def test_the_floor_is_the_models_own_rounding_and_a_form_slightly_off_fails(models):
+    """The logits' and gradients' floors are measured through the model (hf_check's docstring): above the model's
+    own float32 error (the floor bounds rounding, it does not guess it), and far enough below a wrong form's error
+    that a form whose scale is off by 0.1 % fails both comparisons."""
+
+    def off(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        scale = (q.shape[-1] ** -0.5 if scale is None else scale) * 1.001
+        return attnlab.attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, impl="matrix")
+
+    attnlab.register("offscale", off, "test: the matrix form with its scale 0.1 % off")
+    try:
+        result = hf_check.check_model(str(models["llama"]), ["offscale", "matrix"])
+    finally:
+        from attnlab import kernels
+
+        kernels._REGISTRY.pop("offscale")
+    bad, good = result.rows
+    print(f"floors {result.floors}; matrix: logits {good.logits.err:.2e} (sdpa {good.logits.torch_err:.2e}), "
+          f"grads {good.grads.err:.2e} (sdpa {good.grads.torch_err:.2e}); 0.1 % off: logits {bad.logits.err:.2e} "
+          f"(limit {bad.logits.allowed:.2e}), grads {bad.grads.err:.2e} (limit {bad.grads.allowed:.2e})")
+    assert set(result.floors) == {"logits", "grads"}
+    for name in ("logits", "grads"):  # measured, not zero, and not what lets a wrong form through
+        assert getattr(good, name).torch_err < result.floors[name] < getattr(bad, name).err / 5, name
+        c = getattr(bad, name)  # the rule: 2x the model's own error + this floor + storing the answer in float32
+        assert 0 < c.allowed - 2 * c.torch_err - result.floors[name] < 1e-6, name
+    assert good.status == "pass"
+    assert bad.status == "fail" and not bad.logits.passed and not bad.grads.passed

@@ -13,6 +13,16 @@ transformers by :mod:`attnlab.nn.hf`, three checks on a seeded, left-padded batc
    model's own implementation;
 3. **gradients** -- one backward pass of the next-token loss; every parameter's gradient, under
    the same rule against the float64 model.
+
+**The rounding floor carried through the model.** The attention rule's floor
+(:func:`attnlab.lab.check.rule.rounding_floor`) bounds one attention call's rounding in the model's dtype; the
+logits and the gradients are many layers further on. So the floor is measured on the model itself: the float64
+model is run again with every attention layer's output moved by its own float32 floor (and, in the backward, dq,
+dk and dv by theirs), each element up or down at random -- the probabilistic model of rounding that the rule's
+``u sqrt(n)`` stands on -- and the floor of the logits (of the gradients) is how far that run moves them from the
+float64 model's. It is computed once per model and check (:attr:`ModelCheck.floors`). Like the rule's floor it
+bounds rounding rather than guessing it: on the suite's tiny models it is about 2e-6 on logits and gradients
+whose float32 error is about 1e-7, and a form with its scale off by 0.1 % is more than ten times over it.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnlab.lab.check import rule
+from attnlab.lab.check import oracle, rule
 from attnlab.lab.results import Result, machine, versions
 from attnlab.nn import hf
 
@@ -56,6 +66,7 @@ class ModelCheck(Result):
     lengths: tuple[int, ...]
     new_tokens: int
     rows: list[ModelRow] = field(default_factory=list)
+    floors: dict = field(default_factory=dict)  # {"logits": .., "grads": ..}: attention's rounding, through the model
     machine: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
 
@@ -145,6 +156,7 @@ class _Reference:
     tokens: torch.Tensor  # its greedy continuation
     grads64: torch.Tensor
     grads: torch.Tensor
+    floors: dict  # {"logits": .., "grads": ..}
 
 
 def check_model(name_or_path: str, forms: list[str], *, seed: int = 0,
@@ -155,7 +167,7 @@ def check_model(name_or_path: str, forms: list[str], *, seed: int = 0,
     ref_impl = reference_impl(model.config)
     model.set_attn_implementation(ref_impl)
     ref = _reference(model, seed)
-    result = ModelCheck(name_or_path, model.config.model_type, ref_impl, LENGTHS, NEW_TOKENS,
+    result = ModelCheck(name_or_path, model.config.model_type, ref_impl, LENGTHS, NEW_TOKENS, floors=ref.floors,
                         machine=machine(), versions=versions())
     result.versions["transformers"] = hf.require("transformers").__version__
     for form in forms:
@@ -182,7 +194,76 @@ def _reference(model, seed: int) -> _Reference:
         ref_logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
     ref_tokens = _generate(model, ids, mask, pad)
     grads64 = _grads(model64, ids, mask, pos, alone=True)
-    return _Reference(ids, mask, pos, pad, logits64, ref_logits, ref_tokens, grads64, _grads(model, ids, mask, pos))
+    floors = _floors(model64, model.dtype, ids, mask, pos, logits64, grads64, seed)
+    return _Reference(ids, mask, pos, pad, logits64, ref_logits, ref_tokens, grads64, _grads(model, ids, mask, pos),
+                      floors)
+
+
+PROBE = "attnlab_rounding_probe"  # the float64 attention moved by its rounding floor (registered while measuring)
+
+
+class _Rounded(torch.autograd.Function):
+    """Float64 attention (the oracle's) whose output, and in the backward dq, dk and dv, are each moved by the
+    rule's rounding floor in ``dtype``, every element up or down at random (``gen``)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, causal, scale, gqa, mod, dtype, gen):
+        out, f = oracle.answer(q, k, v, mask, causal, scale, gqa, score_mod=mod)
+        fl = rule.rounding_floor(q, k, v, mask, causal, scale, gqa, dtype=dtype, score_mod=mod, fwd=f)
+        ctx.save_for_backward(q, k, v)
+        ctx.rest = (mask, causal, scale, gqa, mod, dtype, gen)
+        return out + fl["out"] * _signs(out, gen)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v = ctx.saved_tensors
+        mask, causal, scale, gqa, mod, dtype, gen = ctx.rest
+        with torch.enable_grad():
+            (_, dq, dk, dv, *_), f = oracle.answer(q, k, v, mask, causal, scale, gqa, grad_out=grad, score_mod=mod)
+        fl = rule.rounding_floor(q, k, v, mask, causal, scale, gqa, grad_out=grad, dtype=dtype, score_mod=mod,
+                                 fwd=f)
+        moved = [g + fl[n] * _signs(g, gen) for n, g in (("dq", dq), ("dk", dk), ("dv", dv))]
+        return (*moved, None, None, None, None, None, None, None)
+
+
+def _signs(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    return torch.randint(0, 2, t.shape, generator=gen).to(t.dtype) * 2 - 1
+
+
+def _probe(dtype: torch.dtype, gen: torch.Generator) -> Callable:
+    """The attention function transformers calls for :data:`PROBE`: as :func:`attnlab.nn.hf.attention_forward`
+    reads its arguments, computing :class:`_Rounded`."""
+
+    def forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, softcap=None,
+                **kwargs):
+        L, S = query.shape[2], key.shape[2]
+        m = hf._mask(attention_mask, kwargs.get("position_bias"), S, query.dtype)
+        causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+        causal = bool(L > 1 and m is None and causal)
+        mod = None if softcap is None else hf._softcap(float(softcap))
+        out = _Rounded.apply(query, key, value, m, causal, scaling, key.shape[1] != query.shape[1], mod, dtype, gen)
+        return out.transpose(1, 2).contiguous(), None
+
+    return forward
+
+
+def _floors(model64, dtype, ids, mask, pos, logits64, grads64, seed: int) -> dict:
+    """How far the float64 model's logits and gradients move when every attention call is off by its rounding
+    floor in ``dtype`` (the module docstring): the floors of the logits and gradients comparisons."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    impl = model64.config._attn_implementation
+    AttentionInterface.register(PROBE, _probe(dtype, torch.Generator().manual_seed(seed)))
+    AttentionMaskInterface.register(PROBE, sdpa_mask)
+    try:
+        model64.set_attn_implementation(PROBE)
+        moved = _oracle(model64, ids, mask, pos)
+        moved_grads = _grads(model64, ids, mask, pos, alone=True)
+    finally:
+        model64.set_attn_implementation(impl)
+    valid = mask.bool()
+    return {"logits": rule.max_err(moved[valid], logits64[valid]), "grads": rule.max_err(moved_grads, grads64)}
 
 
 def _check_form(model, form: str, impl: str, ref: _Reference) -> ModelRow:
@@ -197,12 +278,13 @@ def _check_form(model, form: str, impl: str, ref: _Reference) -> ModelRow:
                                f"implementation (it does not use transformers' AttentionInterface)")
         with torch.no_grad():
             logits = model(input_ids=ref.ids, attention_mask=ref.mask, position_ids=ref.pos).logits
-        comp_l = rule.compare("logits", logits[valid], ref.logits[valid], ref.logits64[valid], torch.float32)
+        comp_l = rule.compare("logits", logits[valid], ref.logits[valid], ref.logits64[valid], torch.float32,
+                              ref.floors["logits"])
         tokens = _generate(model, ref.ids, ref.mask, ref.pad)
         same = torch.equal(tokens, ref.tokens)
         diff = None if same else int((tokens != ref.tokens).any(dim=0).nonzero()[0])
         comp_g = rule.compare("grads", _grads(model, ref.ids, ref.mask, ref.pos), ref.grads, ref.grads64,
-                                torch.float32)
+                              torch.float32, ref.floors["grads"])
     except Exception as e:  # a form that cannot run this model fails it, with the reason
         return ModelRow(form, impl, "error", seconds=time.perf_counter() - start, detail=f"{type(e).__name__}: {e}")
     ok = comp_l.passed and same and comp_g.passed
