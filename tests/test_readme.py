@@ -45,14 +45,23 @@ def test_a_block_that_is_not_run_says_why():
     assert skipped and all(reason.strip() for _, reason in skipped), skipped
 
 
+def _under_torchrun(code: str) -> bool:
+    return "init_process_group" in code or "torchrun" in code.splitlines()[0]
+
+
+# the blocks run under torchrun (two ranks: 10-16 s apiece) are in make test-long; the same launches stay in make test
+# through tests/cli/test_train_parallel_cli.py and tests/cli/test_ring_cli.py
+RUNS = [pytest.param(s, id=_id(s), marks=[pytest.mark.long] if _under_torchrun(s[1]) else []) for s in SNIPPETS]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("snippet", SNIPPETS, ids=[_id(s) for s in SNIPPETS])
+@pytest.mark.parametrize("snippet", RUNS)
 def test_snippet_runs(snippet, tmp_path):
     page, code = snippet
     script = tmp_path / "snippet.py"
     script.write_text(code)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if "init_process_group" in code or "torchrun" in code.splitlines()[0]:
+    if _under_torchrun(code):
         torchrun = Path(sys.executable).parent / "torchrun"
         cmd = [str(torchrun), "--standalone", "--nproc_per_node=2", str(script)]
     else:

@@ -37,6 +37,7 @@ def test_a_wrong_function_raises_with_the_failing_rows_and_the_cause():
     assert "[green]" not in text and "\x1b" not in text  # plain text, for any terminal or CI log
 
 
+@pytest.mark.slow  # over 2 s: the float64 quick grid
 def test_a_right_function_passes_and_cases_have_readable_ids():
     attnlab.testing.assert_attention_matches(right, dtypes=["float64"])
     params = [p for p in attnlab.testing.cases(dtypes=["float32"], only="GQA") if p.values[0].mod is None]
@@ -75,6 +76,7 @@ def test_the_example_file_passes_as_it_is():
     assert r.returncode == 0 and " passed" in r.stdout and "failed" not in r.stdout
 
 
+@pytest.mark.slow  # over 2 s in the fast lane: three cases, and the judge's process started for them
 def test_name_backward_and_factor_reach_the_judge_and_the_ids():
     params = attnlab.testing.cases(dtypes=["float32"], only="basic", name="mine")
     assert params and all(p.id.startswith("mine: basic") for p in params)

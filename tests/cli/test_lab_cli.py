@@ -24,6 +24,10 @@ def attention_matrix(q, k, v):  # the learner's four lines, level 2
 """
 
 
+# two full `lab check`s through the console script (25 s idle, 50 s in a busy suite): make test-long. make test keeps
+# a right check through it (tests/cli/test_lab_exits.py) and the same grading and measuring in-process
+# (tests/lab/exercise/test_exercise.py)
+@pytest.mark.long
 @pytest.mark.slow
 def test_start_then_check_a_wrong_and_a_right_function(run_cli, tmp_path, round_trip):
     r = run_cli("lab", "start", "mylab")

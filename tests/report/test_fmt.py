@@ -20,3 +20,12 @@ def test_bytes_memory_and_mib():
 def test_errors_and_counts():
     assert fmt.fmt_err(None) == "-" and fmt.fmt_err(1.234e-7) == "1.23e-07"
     assert [fmt.fmt_count(n) for n in (999, 12_345, 1_500_000)] == ["999", "12.3k", "1.50M"]
+
+
+def test_an_estimate_is_rounded_as_one_and_a_short_one_to_the_second():
+    from attnlab.report.fmt import fmt_estimate
+
+    said = {s: fmt_estimate(s) for s in (0.2, 1.4, 1.6, 7.0, 9.6, 42.0, 88.0, 95.0, 200.0, 7200.0)}
+    assert said == {0.2: "about 1 s", 1.4: "about 1 s", 1.6: "about 2 s", 7.0: "about 7 s", 9.6: "about 10 s",
+                    42.0: "about 40 s", 88.0: "about 90 s", 95.0: "about 2 min", 200.0: "about 3 min",
+                    7200.0: "about 2.0 h"}

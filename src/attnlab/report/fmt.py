@@ -47,7 +47,10 @@ def fmt_count(n: int) -> str:
 
 
 def fmt_estimate(seconds: float) -> str:
-    """A duration said as an estimate, rounded as one: 'about 40 s', 'about 3 min', 'about 1.5 h'."""
+    """A duration said as an estimate, rounded as one: 'about 2 s', 'about 40 s', 'about 3 min', 'about 1.5 h'.
+    Under 10 s to the second (a 1.5 s step said 'about 5 s' would be off by more than the estimate is)."""
+    if seconds < 9.5:
+        return f"about {max(1, round(seconds)):.0f} s"
     if seconds < 90:
-        return f"about {max(5, round(seconds / 5) * 5):.0f} s"
+        return f"about {round(seconds / 5) * 5:.0f} s"
     return f"about {seconds / 60:.0f} min" if seconds < 5400 else f"about {seconds / 3600:.1f} h"

@@ -162,6 +162,9 @@ def _cli(*args):
                           cwd=HERE.parents[1], timeout=300)  # --impl's module is found from the current folder
 
 
+# every API through the console script (15 s in a busy suite): make test-long; the same APIs are judged in-process
+# above, and verify's console script is run by tests/cli/test_verify_isolation.py
+@pytest.mark.long
 @pytest.mark.slow  # attnlab verify --api, a child interpreter per API
 def test_verify_api_on_the_command_line():
     p = _cli("--api", "flash-attn", "--impl", "api_functions:flash_top_left", "--quick", "--dtypes", "float32",

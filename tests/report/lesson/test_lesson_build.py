@@ -109,6 +109,9 @@ def test_build_says_what_it_will_run_and_how_long_then_logs_each_step(run_cli, t
     assert bad.returncode == 2 and "does not go with --quick" in bad.stderr
 
 
+# a real demo and the page, through the console script (19 s in a busy suite): make test-long; the line itself is
+# held in-process by test_the_files_another_version_wrote_are_named_in_one_line_with_their_versions
+@pytest.mark.long
 @pytest.mark.slow
 def test_lesson_says_which_file_another_version_wrote_before_reading_it(run_cli, tmp_path):
     out = tmp_path / "out"
