@@ -4,7 +4,7 @@ Read this first: :mod:`attnlab.lab.explore.online_softmax` (``attnlab explore on
 runs the same online softmax on ONE query row, one key tile at a time, and records every number.
 This file is that loop for every row at once and the form around it; its tiles and their scores are
 :mod:`attnlab.kernels.flash_tiles`, its backward pass :mod:`attnlab.kernels.flash_backward`, and the
-tricks that make them fast are tagged [P1] .. [P11] below.
+tricks that make them fast are tagged [P1] .. [P12] below.
 
 The matrix form holds all L x S scores at once. This form never does. It walks the keys one tile
 at a time, and for every query row keeps three running numbers:
@@ -41,7 +41,7 @@ of r rows at a time as ``qi`` (N, Hkv, G*r, E). In the forward loop the running 
 rows are ``m`` and ``l`` (N*Hkv, G*r) and ``acc`` (N*Hkv, G*r, Ev): one batch dimension, so that
 ``acc += weights @ v`` is one batched matmul into ``acc`` itself.
 
-Performance notes -- each trick is tagged [P1] .. [P11] at its line:
+Performance notes -- each trick is tagged [P1] .. [P12] at its line:
 
 * [P1] The scale is applied by the matmul itself: ``baddbmm(..., beta=0, alpha=scale)`` multiplies
   each finished dot product, for free, instead of a pass over every tile of scores. (Folding it into
@@ -109,6 +109,16 @@ Performance notes -- each trick is tagged [P1] .. [P11] at its line:
   [P2] (exp(40) passes its 65504; the running max keeps P <= 1), and a float16 product whose bound
   could pass 2^15 is computed in float32. On a CPU without AMX or AVX512-BF16 torch emulates half
   matmuls, many times slower than float32 ones: there everything stays float32.
+* [P12] The built-in score modifiers fused (``mods.Closed``, ``flash_tiles.Keys.fused_mod``). Called as a
+  function on every tile, soft-capping cost a multiply to natural units, three passes that each allocate a tile
+  (divide, tanh, multiply), a multiply back and four index tensors; in the backward, autograd's graph and
+  ``autograd.grad`` per tile. Fused: the cap is folded into the product's alpha (scale / cap), then one in-place
+  tanh and one multiply by cap * log2(e); its derivative 1 - tanh^2 is kept in a third buffer on the backward's
+  way and multiplies dS in place. A cap of at most SAFE_LOGIT bounds every score, so soft-capped tiles take the
+  bounded path [P2] (no running max). ALiBi and T5's bias are one in-place add in base-2 units (ALiBi's
+  slope x distance as one ``addcmul_``); their derivative in the score is 1, and a learnable slope's or table's
+  gradient is one sum of dS per tile. A modifier of the user's own, or ``mods.compose``, still runs as a
+  function under autograd.
 
 Papers: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness"
 (2022); Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning"
@@ -161,13 +171,14 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod
     buf = q5.new_empty(N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, S))  # [P3] one score tile
     hbuf = None if half is None else q5.new_empty(buf.numel(), dtype=half)  # [P3] [P11] the weights, rounded
     k_norm = k.norm(dim=-1).amax(dim=-1, keepdim=True)  # (N, Hkv, 1): the longest key of each head
+    capped = keys.closed is not None and keys.closed.cap is not None and keys.closed.cap <= SAFE_LOGIT  # [P12]
     for qt, rows in tiles.query_tiles():
         # -- 1. this query tile (its query heads' rows together) --
         qi = q5[:, :, :, rows].reshape(N, Hkv, G * (rows.stop - rows.start), E)
         # -- 2. walk its key tiles: the bounded path when no score can leave [-SAFE_LOGIT, SAFE_LOGIT] --
         # (never in float16 weights [P11]: exp(40) would overflow its 65504; the running max keeps P <= 1)
-        if not tiles.has_bias and mod is None and half != torch.float16 and online.bounded(
-                float((qi.norm(dim=-1) * k_norm).max()), scale, SAFE_LOGIT):  # [P2]
+        if not tiles.has_bias and half != torch.float16 and (capped if mod is not None else online.bounded(
+                float((qi.norm(dim=-1) * k_norm).max()), scale, SAFE_LOGIT)):  # [P2] (a soft-cap bounds them [P12])
             run = _bounded_row_block(qi, keys, buf, hbuf, qt, rows)
         else:
             run = _online_row_block(qi, keys, buf, hbuf, qt, rows)
@@ -199,8 +210,8 @@ def _online_row_block(qi, keys: Keys, buf, hbuf, qt: int, rows: slice) -> online
     run, v3 = _start(qi, keys)
     for cols, kind, s, s3 in keys.walk(qi, buf, qt, rows):  # -- 1. scores for each key tile (modified, masked) --
         # -- 2. the weights exp(score - m_new) in place; what was gathered rescaled to the new max --
-        # a masked tile, or a modifier's -inf: a row may have seen nothing yet
-        run.rescale(s3, may_see_nothing=kind == PARTIAL or keys.mod is not None)
+        # a masked tile, or a modifier's -inf: a row may have seen nothing yet (a built-in's scores are finite)
+        run.rescale(s3, may_see_nothing=kind == PARTIAL or (keys.mod is not None and keys.closed is None))
         # -- 3. into the running sums --
         run.add(s3, v3[:, cols], _keep3(keys, s, s3, rows, cols), _half(hbuf, s3))
     return run
@@ -318,7 +329,9 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
             tiles.band = band  # documents aligned to the tiles: the tile walk has no waste to save
     drop = Dropout(dropout.draw_seed(), a.dropout_p) if a.dropout_p > 0 else NO_DROPOUT
     # the modifier's tensors: those it lists, and any it reads that need gradients without listing them
-    params = (*mod.params, *mods.unlisted(mod, a.N, a.H, work, a.q.device)) if mod is not None else ()
+    # (a built-in's closed form lists its one tensor: its function is not called to look [P12])
+    params = (*mod.params, *(mods.unlisted(mod, a.N, a.H, work, a.q.device) if mod.closed is None else ())) \
+        if mod is not None else ()
     out5, _, _ = Flash.apply(q5, k, v, bias, tiles, a.scale, drop, half, mod, *params)  # (N, Hkv, G, L, Ev)
     return a.unflatten(out5.reshape(a.N, a.H, a.L, a.Ev).to(a.q.dtype))
 

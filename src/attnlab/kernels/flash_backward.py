@@ -7,7 +7,7 @@ form's own shift and normaliser, or ring attention's global log-sum-exp), never 
 
 With a score modifier, dS is pulled back through it inside the tile (the chain rule under autograd),
 to the raw scores and to any tensor the modifier holds. :class:`FlashBackward` is this pass as an
-autograd Function of its own, so that it can itself be vmapped. The tags [P1] .. [P11] are the
+autograd Function of its own, so that it can itself be vmapped. The tags [P1] .. [P12] are the
 performance notes in :mod:`attnlab.kernels.flash`.
 """
 
@@ -98,7 +98,8 @@ def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: 
     dparams = [None] * len(mod_params)
     keys = Keys.of(k, v, tiles, drop, mod, G, scale, half)
     n = N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, k.shape[2])
-    bufs = (q5.new_empty(n), q5.new_empty(n))  # [P3] scores and dP, reused: no allocation per tile
+    capped = keys.closed is not None and keys.closed.cap is not None  # [P12] the soft-cap's slope kept per tile
+    bufs = (q5.new_empty(n), q5.new_empty(n), q5.new_empty(n) if capped else None)  # [P3] scores, dP (, slope)
     hbuf = None if half is None else q5.new_empty(n, dtype=half)  # [P3] [P11] P, then dS, rounded
     for qt, rows in tiles.query_tiles():
         # -- 1. this query tile, and its rows' saved numbers --
@@ -122,7 +123,9 @@ def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: 
                 dS.masked_fill_(lone, 0.0)  # [P10] one visible key: its weight is 1 whatever its score
             if dbias is not None:
                 _add_bias_grad(dbias, dS.view(N, Hkv * G, -1, dS.shape[-1]), rows, cols)
-            if through is not None:  # chain rule through the modifier: dS to the raw scores and its tensors
+            if keys.closed is not None:  # [P12] the chain rule in closed form
+                dparams = _through_closed(keys, through, mod_params, dS, dparams, rows, cols)
+            elif through is not None:  # chain rule through the modifier: dS to the raw scores and its tensors
                 dS, dparams = _through_mod(*through, mod_params, dS, dparams)
             if half is None:
                 dqi.add_(torch.matmul(dS, k[:, :, cols]))
@@ -159,9 +162,10 @@ def _key_tiles(qi, doi, shift, norm, keys: Keys, bufs, qt: int, rows: slice):
     for the chain rule; else None.
     """
     for kt, cols, kind in keys.tiles.key_tiles(qt, rows):
-        # -- 1. scores, through the modifier under autograd when there is one --
-        if keys.mod is None:
-            s, through = keys.scores(qi, bufs[0], qt, rows, kt, cols, kind), None
+        # -- 1. scores, through the modifier under autograd when there is one (a built-in: fused [P12]) --
+        if keys.mod is None or keys.closed is not None:
+            slope = None if bufs[2] is None else buffer_view(bufs[2], (*qi.shape[:3], cols.stop - cols.start))
+            s, through = keys.scores(qi, bufs[0], qt, rows, kt, cols, kind, slope=slope), slope
         else:
             raw = keys.product(qi, bufs[0], cols).mul_(LN2).detach().requires_grad_(True)  # [P8] natural units
             with torch.enable_grad():  # a modifier that works in place gets a copy: raw is a leaf of the graph
@@ -179,6 +183,18 @@ def _key_tiles(qi, doi, shift, norm, keys: Keys, bufs, qt: int, rows: slice):
         if keep is not None:
             dP.mul_(keep)
         yield cols, P, dP, keep, through
+
+
+def _through_closed(keys: Keys, slope, params, dS, dparams, rows: slice, cols: slice):
+    """[P12] dS (N, Hkv, G*r, c) w.r.t. a built-in's modified scores, to the raw ones, in place: times the soft-cap's
+    slope 1 - tanh^2; unchanged by an added bias, whose tensor's gradient (when asked for) is summed from it."""
+    if slope is not None:
+        dS.mul_(slope)
+    elif params and params[0] is not None:
+        N, Hkv, _, c = dS.shape
+        g = keys.closed.grad(dS.view(N, Hkv * keys.G, -1, c), rows, cols)
+        dparams[0] = g if dparams[0] is None else dparams[0] + g
+    return dparams
 
 
 def _through_mod(modded, raw, params, dS, dparams):

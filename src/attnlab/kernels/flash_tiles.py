@@ -5,7 +5,7 @@ mask) or PARTIAL (masked) -- from a mask function's block map (:mod:`attnlab.ker
 mask tensor. :class:`Keys` holds what every query tile of one call walks over: the keys and values,
 the tile map, dropout and the score modifier; :meth:`Keys.walk` yields each computed key tile's
 scores, modified and masked, in base-2 units. The forward (:mod:`attnlab.kernels.flash`) and the
-backward (:mod:`attnlab.kernels.flash_backward`) both walk them; the tags [P1] .. [P11] are the
+backward (:mod:`attnlab.kernels.flash_backward`) both walk them; the tags [P1] .. [P12] are the
 performance notes in :mod:`attnlab.kernels.flash`.
 """
 
@@ -19,7 +19,7 @@ import torch
 from . import dropout
 from .dropout import Dropout
 from .masks import EMPTY, FULL, PARTIAL, Mask, tile_slices
-from .mods import Mod, indices
+from .mods import Closed, Mod, indices
 from .online import LN2, LOG2E
 
 
@@ -152,6 +152,19 @@ def dropout_keep(drop: Dropout, s: torch.Tensor, G: int, rows: slice, cols: slic
     return keep.reshape(s.shape).to(s.dtype) * dropout.factor(drop.p)
 
 
+def fused(mod: Mod | None, H: int) -> Closed | None:
+    """[P12] The closed form the flash form fuses for ``mod`` (a built-in) on H query heads, else None. A
+    per-head one must hold every head, as its function checks."""
+    c = getattr(mod, "closed", None)
+    if c is None:
+        return None
+    held = c.param
+    if held is not None and held.shape[0] < H:
+        name = "alibi" if c.slopes is not None else "relative_bias"
+        raise ValueError(f"score modifier {name} holds {held.shape[0]} heads but the attention has at least {H}")
+    return c
+
+
 def modify(mod: Mod, s: torch.Tensor, G: int, rows: slice, cols: slice) -> torch.Tensor:
     """Apply a score modifier to a tile's natural-unit scores (N, Hkv, G*r, c), seen as (N, H, r, c), H = Hkv*G."""
     N, Hkv, _, c = s.shape
@@ -174,12 +187,19 @@ class Keys:
     half: torch.dtype | None = None  # [P11] the dtype of the weight matmuls when it is a half one, else None
     kh: torch.Tensor | None = None  # [P11] k and v in that dtype (exact: they are half values upcast)
     vh: torch.Tensor | None = None
+    closed: Closed | None = None  # [P12] a built-in modifier, fused into the tile instead of called
+    spare: torch.Tensor | None = None  # [P12] [P3] a second tile buffer, for the soft-cap's tanh
 
     @classmethod
     def of(cls, k, v, tiles, drop, mod, G, scale, half: torch.dtype | None = None) -> Keys:
         kT3 = k.reshape(k.shape[0] * k.shape[1], *k.shape[2:]).transpose(1, 2)  # (N*Hkv, E, S)
         kh, vh = (k.to(half), v.to(half)) if half is not None else (None, None)
-        return cls(k, kT3, v, tiles, drop, mod, G, scale * LOG2E, half, kh, vh)
+        closed = fused(mod, k.shape[1] * G)
+        capped = closed is not None and closed.cap is not None
+        alpha = scale / closed.cap if capped else scale * LOG2E  # [P12]
+        spare = k.new_empty(k.shape[0] * k.shape[1] * G * min(tiles.block_q, tiles.L) * min(tiles.block_k, tiles.S)) \
+            if capped else None
+        return cls(k, kT3, v, tiles, drop, mod, G, alpha, half, kh, vh, closed, spare)
 
     def product(self, qi: torch.Tensor, buf: torch.Tensor, cols: slice) -> torch.Tensor:
         """[P1] [P3] alpha * qi @ k^T for key tile ``cols``, (N, Hkv, G*r, c), written into ``buf``."""
@@ -188,11 +208,15 @@ class Keys:
         torch.baddbmm(s, qi.reshape(N * Hkv, R, E), self.kT3[:, :, cols], beta=0, alpha=self.alpha, out=s)
         return s.view(N, Hkv, R, -1)
 
-    def scores(self, qi: torch.Tensor, buf: torch.Tensor, qt, rows, kt, cols, kind, finite=False) -> torch.Tensor:
+    def scores(self, qi: torch.Tensor, buf: torch.Tensor, qt, rows, kt, cols, kind, finite=False,
+               slope: torch.Tensor | None = None) -> torch.Tensor:
         """-- 1. scores -- of query tile qi (N, Hkv, G*r, E) against key tile ``cols``: modified, then masked.
-        ``finite``: the scores are known finite (the bounded path), so a bool mask may be added as 0 / -inf."""
+        ``finite``: the scores are known finite (the bounded path), so a bool mask may be added as 0 / -inf.
+        ``slope``: a buffer for the soft-cap's derivative 1 - tanh^2 in the tile's shape (the backward's)."""
         s = self.product(qi, buf, cols)
-        if self.mod is not None:  # [P8] the modifier sees natural units
+        if self.closed is not None:  # [P12] a built-in modifier, fused
+            self.fused_mod(s, rows, cols, slope)
+        elif self.mod is not None:  # [P8] the modifier sees natural units
             raw = s.mul_(LN2)
             version = raw._version
             s = modify(self.mod, raw, self.G, rows, cols)
@@ -205,6 +229,30 @@ class Keys:
                 tile = self.tiles.additive(qt, kt, tile, s.dtype)
             mask_scores(s, tile, self.G)
         return s
+
+    def fused_mod(self, s: torch.Tensor, rows: slice, cols: slice, slope: torch.Tensor | None = None) -> None:
+        """[P12] A built-in modifier on a tile's product s (N, Hkv, G*r, c), in place, to base-2 modified scores.
+        Soft-capping: the product is already q.k * scale / cap (:meth:`of`'s alpha), so one tanh and one multiply
+        by cap * log2(e); ``slope`` gets 1 - tanh^2 on the way. ALiBi and T5's bias: one add of the tile's bias
+        in base-2 units (ALiBi's as slope x distance, in the same pass)."""
+        c = self.closed
+        if c.cap is not None:  # tanh(x) = expm1(2x) / (expm1(2x) + 2): exact near 0, where 2 sigmoid(2x) - 1 is not,
+            # and about 4x faster than torch.tanh on a CPU (|x| <= 20 keeps expm1 finite; tanh(20) is 1 in float64)
+            e = s.clamp_(-20.0, 20.0).mul_(2.0).expm1_()
+            d = buffer_view(self.spare, tuple(s.shape)) if slope is None else slope
+            t = e.div_(torch.add(e, 2.0, out=d))
+            if slope is not None:
+                torch.addcmul(torch.ones((), dtype=s.dtype), t, t, value=-1.0, out=slope)
+            t.mul_(c.cap * LOG2E)
+            return
+        N, Hkv, _, n = s.shape
+        H = Hkv * self.G
+        a, b = c.bias(H, rows, cols, s.dtype, s.device, times=LOG2E)
+        s4 = s.view(N, H, -1, n)  # query head h = hk * G + g
+        if b is None:
+            s4.add_(a)
+        else:
+            s4.addcmul_(a, b)
 
     def walk(self, qi: torch.Tensor, buf: torch.Tensor, qt: int, rows: slice, finite: bool = False):
         """(cols, kind, s, s3) of each computed key tile: its scores s (N, Hkv, G*r, c) and s3, the same

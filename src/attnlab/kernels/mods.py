@@ -18,12 +18,18 @@ head, query position, key position). Real models use three:
 modifier that holds tensors (a bias table, ALiBi slopes given as a tensor) lists them in
 ``params``: every form passes gradients to them, and the flash form does so tile by tile (it also
 finds a tensor that needs a gradient and is read without being listed: :func:`unlisted`).
+
+The three built-ins also say what they are in closed form (:class:`Closed`): the flash form then fuses them into
+its tile instead of calling the function on every tile -- soft-capping folded into the scores' product and one
+in-place tanh, ALiBi and T5's bias one in-place add -- and takes their derivative in closed form instead of
+autograd's. The function stays the definition: every other form calls it, and tests hold the two together.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -32,10 +38,57 @@ from .argcheck import is_int, positive_int, positive_real, takes
 ModFn = Callable[..., torch.Tensor]  # (score, b, h, q_idx, kv_idx) -> score
 
 
+@dataclass(frozen=True)
+class Closed:
+    """A built-in modifier in closed form: exactly one of
+
+    * ``cap``: soft-capping, ``cap * tanh(score / cap)``, whose derivative is ``1 - tanh^2``;
+    * ``slopes`` (H,): ALiBi, ``score + slopes[h] * (kv_idx - q_idx)``;
+    * ``table`` (H, buckets) with ``bucket``: T5's bias, ``score + table[h, bucket(kv_idx - q_idx)]``.
+
+    The additive two have derivative 1 in the score; their tensor's gradient is a sum of dS over each head (times
+    the distance for ALiBi, by bucket for T5's)."""
+
+    cap: float | None = None
+    slopes: torch.Tensor | None = None
+    table: torch.Tensor | None = None
+    bucket: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    @property
+    def param(self) -> torch.Tensor | None:
+        return self.slopes if self.slopes is not None else self.table
+
+    def bias(self, H: int, rows: slice, cols: slice, dtype, device, times: float = 1.0) -> tuple:
+        """(what to add, broadcasting against (N, H, r, c) scores, computed as ``a * b``) for an additive one:
+        ALiBi's ``(slopes (1, H, 1, 1), distance (1, 1, r, c))``, T5's ``(table[h, bucket] (1, H, r, c), None)``;
+        ``times`` scales it (log2(e) for the flash form's base-2 scores)."""
+        rel = distance(rows, cols, device)
+        if self.slopes is not None:
+            return (self.slopes.detach().to(device, dtype) * times)[:H].view(1, H, 1, 1), rel.to(dtype)
+        t = self.table.detach().to(device, dtype)[:H] * times
+        return t[:, self.bucket(rel[0, 0])].unsqueeze(0), None
+
+    def grad(self, dS: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
+        """The gradient of the additive modifier's tensor from one tile's dS (N, H, r, c) in natural units."""
+        rel = distance(rows, cols, dS.device)
+        if self.slopes is not None:
+            return (dS * rel.to(dS.dtype)).sum(dim=(0, 2, 3)).to(self.slopes.dtype)
+        H, nb = self.table.shape
+        g = dS.new_zeros(H, nb)
+        g.index_add_(1, self.bucket(rel[0, 0]).flatten(), dS.sum(dim=0).reshape(dS.shape[1], -1))
+        return g.to(self.table.dtype)
+
+
+def distance(rows: slice, cols: slice, device) -> torch.Tensor:
+    """kv_idx - q_idx over a block of scores, (1, 1, r, c) int64."""
+    return (torch.arange(cols.start, cols.stop, device=device).view(1, -1)
+            - torch.arange(rows.start, rows.stop, device=device).view(-1, 1)).view(1, 1, rows.stop - rows.start, -1)
+
+
 class Mod:
     """A score modifier: a function of (score, b, h, q_idx, kv_idx) and the tensors it holds."""
 
-    def __init__(self, fn: ModFn, name: str, params: Sequence[torch.Tensor] = ()):
+    def __init__(self, fn: ModFn, name: str, params: Sequence[torch.Tensor] = (), closed: Closed | None = None):
         if not callable(fn):
             raise TypeError(f"score_mod must be callable as fn(score, b, h, q_idx, kv_idx), got {type(fn).__name__}")
         takes(fn, 5, f"score_mod {name}", "(score, b, h, q_idx, kv_idx) -> score")
@@ -45,6 +98,7 @@ class Mod:
         self.fn = fn
         self.name = name
         self.params = tuple(params)
+        self.closed = closed  # what a built-in is in closed form, for the flash form's fused path
 
     def __repr__(self) -> str:
         return f"Mod({self.name})"
@@ -153,7 +207,7 @@ def softcap(cap: float) -> Mod:
     def fn(score, b, h, q_idx, kv_idx):
         return torch.tanh(score / c) * c
 
-    return Mod(fn, f"softcap({c:g})")
+    return Mod(fn, f"softcap({c:g})", closed=Closed(cap=c))
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
@@ -198,7 +252,7 @@ def alibi(num_heads: int | None = None, *, slopes: torch.Tensor | None = None) -
         _heads("alibi", H, score, h)
         return score + t.to(score.device, score.dtype)[h] * (kv_idx - q_idx).to(score.dtype)
 
-    return Mod(fn, f"alibi({H})", params)
+    return Mod(fn, f"alibi({H})", params, closed=Closed(slopes=t))
 
 
 def t5_bucket(rel: torch.Tensor, num_buckets: int, max_distance: int, bidirectional: bool) -> torch.Tensor:
@@ -247,7 +301,8 @@ def relative_bias(table: torch.Tensor, num_buckets: int | None = None, max_dista
         bucket = t5_bucket(kv_idx - q_idx, num_buckets, max_distance, bidirectional)  # (1, 1, r, c)
         return score + table.to(score.device, score.dtype)[h, bucket]
 
-    return Mod(fn, f"relative_bias({H}x{num_buckets})", (table,))
+    return Mod(fn, f"relative_bias({H}x{num_buckets})", (table,),
+               closed=Closed(table=table, bucket=lambda rel: t5_bucket(rel, num_buckets, max_distance, bidirectional)))
 
 
 def compose(*mods) -> Mod:
