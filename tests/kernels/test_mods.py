@@ -5,6 +5,7 @@ import torch
 
 import attnlab
 from attnlab import mods
+from attnlab.kernels import mods as kmods
 from helpers import qkv
 
 FORMS = {"loops": {}, "matrix": {}, "flash": {"block_q": 2, "block_k": 3}}  # small tiles: several per row
@@ -148,3 +149,21 @@ def test_the_flash_forms_fused_builtins_are_their_functions(name, mask):
     errs = [(a - b).abs().max().item() for a, b in zip((got, *g_got), (want, *g_want), strict=True)]
     print(name, mask, [f"{e:.1e}" for e in errs])
     assert max(errs) < 1e-12
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_a_t5_block_in_one_bucket_is_a_constant_per_head_and_equals_the_gather(bidirectional):
+    """[P12] Far from the diagonal every distance of a block falls into T5's last bucket: the closed form then adds
+    one number per head instead of gathering a tile; the blocks it does so for, and the bias, are the gather's."""
+    table = torch.randn(4, 8, dtype=torch.float64)
+    closed = mods.relative_bias(table, max_distance=16, bidirectional=bidirectional).closed
+    constant = 0
+    for r0 in range(0, 64, 8):
+        for c0 in range(0, 64, 8):
+            rows, cols = slice(r0, r0 + 8), slice(c0, c0 + 8)
+            a, b = closed.bias(4, rows, cols, torch.float64, "cpu")
+            assert b is None
+            gathered = table[:, closed.bucket(kmods.distance(rows, cols, "cpu")[0, 0])].unsqueeze(0)
+            assert torch.equal(a.expand(gathered.shape), gathered)
+            constant += a.shape[-1] == 1
+    assert 0 < constant < 64  # both ways are taken

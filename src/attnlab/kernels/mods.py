@@ -62,11 +62,22 @@ class Closed:
         """(what to add, broadcasting against (N, H, r, c) scores, computed as ``a * b``) for an additive one:
         ALiBi's ``(slopes (1, H, 1, 1), distance (1, 1, r, c))``, T5's ``(table[h, bucket] (1, H, r, c), None)``;
         ``times`` scales it (log2(e) for the flash form's base-2 scores)."""
-        rel = distance(rows, cols, device)
+        t = self.param.detach().to(device, dtype)[:H] * times
         if self.slopes is not None:
-            return (self.slopes.detach().to(device, dtype) * times)[:H].view(1, H, 1, 1), rel.to(dtype)
-        t = self.table.detach().to(device, dtype)[:H] * times
-        return t[:, self.bucket(rel[0, 0])].unsqueeze(0), None
+            return t.view(1, H, 1, 1), distance(rows, cols, device).to(dtype)
+        one = self.one_bucket(rows, cols, device)
+        if one is not None:  # the whole tile in one bucket (far keys): a constant per head
+            return t[:, one].view(1, H, 1, 1), None
+        return t[:, self.bucket(distance(rows, cols, device)[0, 0])].unsqueeze(0), None
+
+    def one_bucket(self, rows: slice, cols: slice, device) -> int | None:
+        """T5's bucket when every distance of the block falls into the same one, else None. The bucket grows with
+        |distance| on each side of 0, so the block's two extreme distances decide it."""
+        lo, hi = cols.start - (rows.stop - 1), (cols.stop - 1) - rows.start
+        if lo < 0 < hi:
+            return None
+        ends = self.bucket(torch.tensor([lo, hi], device=device))
+        return int(ends[0]) if int(ends[0]) == int(ends[1]) else None
 
     def grad(self, dS: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
         """The gradient of the additive modifier's tensor from one tile's dS (N, H, r, c) in natural units."""
@@ -75,7 +86,11 @@ class Closed:
             return (dS * rel.to(dS.dtype)).sum(dim=(0, 2, 3)).to(self.slopes.dtype)
         H, nb = self.table.shape
         g = dS.new_zeros(H, nb)
-        g.index_add_(1, self.bucket(rel[0, 0]).flatten(), dS.sum(dim=0).reshape(dS.shape[1], -1))
+        one = self.one_bucket(rows, cols, dS.device)
+        if one is not None:
+            g[: dS.shape[1], one] = dS.sum(dim=(0, 2, 3))
+        else:
+            g[: dS.shape[1]].index_add_(1, self.bucket(rel[0, 0]).flatten(), dS.sum(dim=0).reshape(dS.shape[1], -1))
         return g.to(self.table.dtype)
 
 
