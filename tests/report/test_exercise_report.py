@@ -30,10 +30,16 @@ def test_the_next_step_is_the_next_levels_command_and_a_busy_machine_is_said():
 
 
 def test_a_failing_check_is_told_to_fix_the_cause_not_to_go_on():
+    from attnlab.lab.check.diagnose import Diagnosis
+
     r = _result(load=None)
-    r.passed = False
+    r.passed, r.diagnoses = False, []
+    text = "\n".join(exercise.lines(r))  # no named cause: the failing cases are what to read, not "the cause"
+    assert "fix the most likely cause" not in text and "--level" not in text
+    assert f"read the failing cases above, fix what they show, and run `attnlab lab check {r.file}` again." in text
+    r.diagnoses = [Diagnosis("unscaled", "your scores are not scaled", 3)]
     text = "\n".join(exercise.lines(r))
-    assert "fix the most likely cause and run the check again." in text and "--level" not in text
+    assert f"fix the most likely cause and run `attnlab lab check {r.file}` again." in text and "--level" not in text
 
 
 def test_growth_is_said_only_as_far_as_the_repeats_agree():
@@ -80,3 +86,18 @@ def test_the_lab_plots_tick_labels_never_overlap(tmp_path, monkeypatch):
     monkeypatch.setattr(exercise, "save_figure", look)
     assert exercise.figure(r, tmp_path / "lab.png").stat().st_size > 10_000
     assert seen and [x for x in seen[0] if x.isdigit()] == ["128", "512", "2048"]  # the lengths, each once
+
+
+def test_a_measurement_that_does_not_rise_with_t_says_its_exponent_says_nothing():
+    """Level 6 measured 224 KiB, 2.2 MiB, 932 KiB for a learner and fitted T^1.03 without a word: a fit through
+    numbers that fall says nothing, and the growth line now says so; numbers that rise get no caveat."""
+    from types import SimpleNamespace as NS
+
+    def r(*mem):
+        return NS(timings=[NS(seq=T, skipped="", peak_bytes=m, time_s=0.01 * T) for T, m in zip((128, 256, 512), mem,
+                                                                                                  strict=True)])
+
+    said = exercise._unsteady(r(224 * 2**10, 2.2 * 2**20, 932 * 2**10))
+    assert "the memory did not rise with T (224.0 KiB, 2.2 MiB, 932.0 KiB), so its exponent says nothing" in said
+    assert "time" not in said
+    assert exercise._unsteady(r(224 * 2**10, 450 * 2**10, 932 * 2**10)) == ""

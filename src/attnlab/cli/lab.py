@@ -113,7 +113,8 @@ def _start_level(args, level) -> int:
                       f"  attnlab lab check {s.path}")
         return 0
     console.print(f"wrote {s.path}: level {level.number}, {level.title}. Open it: {level.function} has its TODOs, "
-                  f"and its docstring says what the check asks.\nAfter each one, run\n  attnlab lab check {s.path}")
+                  f"and the docstring at the top of the file says what the check asks.\nAfter each one, run\n"
+                  f"  attnlab lab check {s.path}")
     return 0
 
 

@@ -5,6 +5,7 @@ Drawn from an :class:`attnlab.lab.exercise.result.LabResult`; nothing here is me
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from attnlab.lab.exercise import levels
@@ -20,6 +21,9 @@ SHOWN = 8  # failing cases listed one by one; the rest are counted
 
 def _fail_line(row) -> str:
     w = row.worst
+    if w is not None and w.quantity == "loss":  # level 3's training: against the library's loss curve
+        return (f"  [red]FAIL[/]  {escape(row.case)} ({row.dtype}): your loss curve is {w.err:.2e} from the "
+                f"library's at its worst step, allowed {w.allowed:.2g}")
     if w is None:
         return f"  [red]{row.status.upper():<5}[/] {escape(row.case)} ({row.dtype}): {escape(row.detail)}"
     return (f"  [red]FAIL[/]  {escape(row.case)} ({row.dtype}): {w.quantity} is {w.err:.2e} from the float64 "
@@ -100,7 +104,7 @@ def lines(r) -> list[str]:
                                            f"{fmt_time(t.time_s):>9}   peak memory {mem}"))
     grow = [f"{k} T^{v:.2f}" for k, v in r.exponents.items() if v is not None]
     if grow and level.number > 1:  # the level says what it asks of its growth (measured_note)
-        out.append(f"  growth: {', '.join(grow)}")
+        out.append(f"  growth: {', '.join(grow)}" + _unsteady(r))
     else:
         ok, said = memory_growth(r)
         if fit(r, "memory") is not None:
@@ -114,16 +118,32 @@ def lines(r) -> list[str]:
                    "times are noisy, the short ones most, and so is their growth; the memory is not affected[/]")
     if getattr(r, "measured_note", ""):
         held = {True: "[green]as the level asks[/]", False: "[red]not what the level asks[/]"}.get(r.measured_ok, "")
+        if held and not r.passed:  # a measurement of a function that fails its grading ticks nothing
+            held = "measured, but the grading failed above, so the level is not done"
         out.append(f"[bold]Level {level.number}[/] ({escape(level.title)}): {escape(r.measured_note)}"
                    + (f" — {held}" if held else ""))
     out.append("[bold]Next[/]: " + _next(r, level))
     return out
 
 
+def _unsteady(r) -> str:
+    """A caveat when a measured quantity does not rise with T: a fit through such numbers says nothing."""
+    said = []
+    for what, attr in (("memory", "peak_bytes"), ("time", "time_s")):
+        xs = [getattr(t, attr) for t in r.timings if not t.skipped and getattr(t, attr) is not None]
+        if len(xs) >= 2 and any(b < a for a, b in itertools.pairwise(xs)):
+            shown = ", ".join(fmt_bytes(x) if what == "memory" else fmt_time(x) for x in xs)
+            said.append(f"the {what} did not rise with T ({shown}), so its exponent says nothing")
+    return f" [yellow]({'; '.join(said)})[/]" if said else ""
+
+
 def _next(r, level) -> str:
     """What the learner does next at a level: fix it, or the next level's starter."""
     if not r.passed:
-        return "fix the most likely cause and run the check again."
+        again = f"`attnlab lab check {r.file}`" if getattr(r, "file", "") else "the check"
+        if not r.diagnoses:
+            return f"read the failing cases above, fix what they show, and run {again} again."
+        return f"fix the most likely cause and run {again} again."
     after = next((lv for lv in levels.LEVELS if lv.number == level.number + 1), None)
     if after is None:
         return "that was the last level: `attnlab lesson` shows your path through all six."

@@ -147,7 +147,10 @@ def decode_step(q, k, v, cache, slip=None):
     q, k, v = q.to(_work(dtype)), k.to(_work(dtype)), v.to(_work(dtype))
     old_k, old_v = cache if cache is not None else (k[..., :0, :], v[..., :0, :])
     keys, values = torch.cat([old_k, k], dim=-2), torch.cat([old_v, v], dim=-2)
-    seen_k, seen_v = {"cache-before-append": (old_k, old_v), "cache-dropped": (k, v)}.get(slip, (keys, values))
+    seen_k, seen_v = {"cache-before-append": (old_k, old_v), "cache-dropped": (k, v),
+                      # the first step uses the new token (nothing is cached yet), the later ones the cache alone
+                      "cache-before-append-first": (old_k, old_v) if cache is not None else (k, v),
+                      }.get(slip, (keys, values))
     if seen_k.shape[-2] == 0:
         out = torch.zeros_like(q)
     else:
@@ -156,7 +159,7 @@ def decode_step(q, k, v, cache, slip=None):
     return out.to(dtype), (keys, values)
 
 
-SLIPS["decode"] = ("cache-before-append", "cache-dropped")
+SLIPS["decode"] = ("cache-before-append", "cache-before-append-first", "cache-dropped")
 
 
 def causal_self_attention(slip=None):

@@ -164,3 +164,35 @@ def test_the_footer_names_the_parts_measured_while_the_page_was_built_and_none_a
     text = lesson_page.footer(partly)
     assert "measured small while it was built, or not at all: bench, explore trust." in text, text
     assert "attnlab lesson --build" in text and "demo" not in text
+
+
+def test_after_level_2_breaks_the_memory_items_stay_with_levels_1_and_2_and_say_to_fix_it(tmp_path):
+    """A learner's path: loops, matrix and flash pass, then the matrix file is broken again. The memory items never
+    move to the flash check (its memory is meant to grow like T), and the quadratic one says the matrix form fails
+    now, when it passed, and the command that checks it again."""
+    head, items = _page(tmp_path, made(memory=0.75, time=at(1)),
+                        made("lab_matrix.py", "attention_matrix", memory=2.0, time=at(2)),
+                        made("lab_flash.py", "flash_forward", memory=1.0, seqs=(512, 1024, 2048, 4096, 8192),
+                             time=at(3)),
+                        made("lab_matrix.py", "attention_matrix", passed=False, memory=2.0, time=at(4)))
+    print(items)
+    assert items[1][0] == "✓" and "from attention_lab.py:my_attention" in items[1]
+    assert items[2][0] == "✗" and "lab_flash.py" not in items[1] + items[2]
+    assert ("your matrix form lab_matrix.py:attention_matrix, checked at 10:04:00 UTC fails its grading now; it "
+            "passed at 10:02:00 UTC: fix it and run attnlab lab check lab_matrix.py again") in items[2]
+    assert "lab start" not in items[2]
+
+
+def test_the_path_says_a_level_that_passed_and_fails_now_and_to_fix_its_file(tmp_path):
+    from attnlab.report.lesson import levels as path
+
+    for r in (made(memory=0.75, time=at(1)), made("lab_matrix.py", "attention_matrix", memory=2.0, time=at(2)),
+              made("lab_matrix.py", "attention_matrix", passed=False, memory=2.0, time=at(4))):
+        store.save(r, tmp_path)
+    html = path.path(SimpleNamespace(lab=sources.lab(tmp_path)))
+    text = unescape(re.sub("<[^>]+>", "", html))
+    print(text)
+    level2 = re.search(r'data-level="matrix">(.*?)</li>', html, flags=re.S)[1]
+    assert "failing now (failed 1 of 15 cases); it passed at 10:02:00 UTC" in unescape(re.sub("<[^>]+>", "", level2))
+    assert ("Next: level 2, attention in four tensor lines: fix lab_matrix.py:attention_matrix and run attnlab lab "
+            "check lab_matrix.py again") in text

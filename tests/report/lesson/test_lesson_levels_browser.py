@@ -59,7 +59,9 @@ def test_the_path_ticks_each_level_from_the_learners_own_checks(browser, tmp_pat
         assert "failed" in texts[3] and "drops the last, partial block" in texts[3]  # the newest flash check's cause
         assert "memory grew as T^2.00" in texts[1] and "the library's" in texts[2]
         head = page.inner_text("p.levels-head")
-        assert "5 of 6 levels done" in head and "attnlab lab start --level flash" in head  # the next step
+        # the next step: level 4 is begun and failing, so the learner's own file is to fix, not a new start
+        assert "5 of 6 levels done" in head and "fix lab_flash.py:flash_forward and run attnlab lab check " \
+            "lab_flash.py again" in head and "lab start" not in head
         assert page.locator("ol.levels figure.level-curve svg polyline").count() >= 6  # the curves are drawn
         page.locator("ol.levels li[data-level=backward] details.starter summary").click()
         assert "def flash_backward(q, k, v, out, lse, dout, block=64):" in page.inner_text(

@@ -22,11 +22,13 @@ FORMS = {"lab": "the lab's form, (q, k, v), always causal",
 
 
 def level_diagnoses(target, level, seed: int, verify_found) -> list:
-    """The level's slips the learner's outputs are (:mod:`.levels.slips`), first, then verify's other diagnoses."""
+    """The level's slips the learner's outputs are (:mod:`.levels.slips`), first, then verify's other diagnoses --
+    but not its "no single pattern" line where a slip is named: the function's output *is* the slip's answer, so the
+    failures the slip explains are what that line would list."""
     mod = level.module()
     keys = slips.named(slips.outputs(target, seed), mod.slip_list())
     mine = slips.diagnoses(keys, getattr(mod, "TEXT", slips.TEXT))
-    return mine + [d for d in verify_found if d.key not in set(keys)]
+    return mine + [d for d in verify_found if d.key not in set(keys) and not (mine and d.key == "unclear")]
 
 
 def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=None, on_stage=None,

@@ -113,8 +113,9 @@ def grade(target, name: str, form: str, per_pair: float | None, quick: bool = Fa
              "default scale, no dropout, no GQA" if form == "lab" else "the whole grid")
     note = f"{len(graded)} cases: {which}"
     if shrunk and per_pair is not None:
+        took = f"{per_pair * 1e6:.3g} µs" if per_pair >= 1e-6 else f"{per_pair * 1e9:.3g} ns"
         note += (f"; {len(shrunk)} run smaller to finish in about {CASE_SECONDS:g} s each (your function took "
-                 f"{per_pair * 1e6:.0f} µs per query-key pair, forward and backward)")
+                 f"{took} per query-key pair, forward and backward)")
     elif shrunk:
         note += f"; {len(shrunk)} run smaller, at most {MAX_WORK:,} query-key pairs each"
     return result, shrunk, note

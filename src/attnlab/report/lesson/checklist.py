@@ -101,7 +101,7 @@ def _measured(checks) -> tuple[object | None, bool, str]:
                       + "".join(f"; T = {t.seq} {t.skipped}" for t in r.timings if t.skipped))
 
 
-def _quadratic(checks) -> tuple[object | None, bool, str]:
+def _quadratic(checks, history=()) -> tuple[object | None, bool, str]:
     if not checks:
         return None, False, "not done yet: needs your function's memory at two lengths or more"
     newest, good = checks[0], [r for r in checks if store.passed(r)]
@@ -116,6 +116,17 @@ def _quadratic(checks) -> tuple[object | None, bool, str]:
     r, ok, said = grown[0]
     if ok is None:
         return r, False, f"{_name(r, newest)}: {said}"
+    matrix = next((x for x in checks if levels.of_result(x).name == "matrix"), None)
+    if matrix is not None and not store.passed(matrix):  # level 2 begun, and failing now: fix that file
+        before = next((x for x in history if x.file == matrix.file and x.function == matrix.function
+                       and store.passed(x)), None)
+        was = f"; it passed at {_at(before, newest)}" if before is not None else ""
+        return r, False, (f"{_name(r, newest)}: {said}, not quadratically, as a loops version grows; your matrix form "
+                          f"{_name(matrix, newest)} fails its grading now{was}: fix it and run "
+                          f"`attnlab lab check {matrix.file}` again")
+    if levels.of_result(r).name != "loops":
+        return r, False, (f"{_name(r, newest)}: {said}, not quadratically: the matrix form holds the whole T x T "
+                          f"matrix of scores at once, so its memory should grow like T²")
     start, check, path = levels.start_and_check(levels.BY_NAME["matrix"], r.file)
     return r, False, (f"{_name(r, newest)}: {said}, not quadratically. Loops that keep one row of scores at a time "
                       f"need memory like T, not T²; level 2 holds the whole T x T matrix: `{start}` writes "
@@ -142,9 +153,13 @@ def checklist(data) -> str:
     # answers -- a module, gradients, a decoder -- are not matched against F.sdpa: the path below ticks them)
     checks = store.latest([r for r in data.lab if levels.of_result(r).kind == "attention"])
     newest = checks[0] if checks else None
+    # the memory items are levels 1 and 2's (loops, matrix), measured at 128 / 512 / 2048: the tiled form's memory
+    # is meant to grow like T, at lengths of its own, and its level on the path below says so
+    early = [r for r in checks if levels.of_result(r).name in ("loops", "matrix")]
+    history = [r for r in data.lab if levels.of_result(r).name in ("loops", "matrix")]
     items = [(*_match(checks), "Your attention matches PyTorch to 1e-4"),
-             (*_measured(checks), "You measured its memory at T = 128, 512 and 2048"),
-             (*_quadratic(checks), "Your measurements show quadratic memory growth"),
+             (*_measured(early), "You measured its memory at T = 128, 512 and 2048"),
+             (*_quadratic(early, history), "Your measurements show quadratic memory growth"),
              (None, *_ablation(data.train_scale), "Removing the 1/√d scale visibly destabilised training")]
     lis = "".join(f'<li class="{"done" if ok else "todo"}"><span class="tick">{"✓" if ok else "✗"}</span> '
                   f"<b>{escape(text)}</b> — {_code(detail)}"

@@ -59,7 +59,15 @@ def _curve(r, lv) -> str:
     return _svg(series, "extra peak memory against T (log-log)", logx=True)
 
 
-def _item(lv, r, newest) -> str:
+def _passed_before(r, checks):
+    """The newest earlier check of the same file and function that passed, when ``r`` (its newest) did not."""
+    if r is None or store.passed(r):
+        return None
+    return next((x for x in checks if x is not r and x.file == r.file and x.function == r.function
+                 and store.passed(x)), None)
+
+
+def _item(lv, r, newest, checks=()) -> str:
     ok = r is not None and _done(r)
     head = f'<span class="tick">{"✓" if ok else "✗"}</span> <b>{escape(lv.item)}</b>'
     if r is None:
@@ -74,6 +82,9 @@ def _item(lv, r, newest) -> str:
                    "its cases passed but its answer does not match")
         why = f"; likely cause: {escape(r.diagnoses[0].text)}" if r.diagnoses and not store.passed(r) else ""
         given = "; the starter's code as it came, which is not yours yet" if getattr(r, "given", False) else ""
+        before = _passed_before(r, checks)
+        if before is not None:  # it was done, and the newest check undid it
+            verdict = f"failing now ({verdict}); it passed at {store.when(before):%H:%M:%S} UTC"
         body = (f"from <code>{escape(r.file)}:{escape(r.function)}</code>, checked at {when}: {verdict}{why}{given}"
                 + (f". Measured: {escape(r.measured_note)}" if r.measured_note else "")
                 + (" (not what the level asks)" if r.measured_ok is False else "") + _curve(r, lv))
@@ -87,12 +98,18 @@ def path(data) -> str:
     checks = list(data.lab)
     newest = checks[0] if checks else None
     mine = {lv.name: next((r for r in checks if levels.of_result(r) is lv), None) for lv in levels.LEVELS}
-    items = "".join(_item(lv, mine[lv.name], newest) for lv in levels.LEVELS)
+    items = "".join(_item(lv, mine[lv.name], newest, checks) for lv in levels.LEVELS)
     done = sum(1 for lv in levels.LEVELS if mine[lv.name] is not None and _done(mine[lv.name]))
     after = next((lv for lv in levels.LEVELS if mine[lv.name] is None or not _done(mine[lv.name])), None)
-    nxt = ("every level is done: from loops to FlashAttention's backward and a KV cache, by your own hand" if after
-           is None else f"level {after.number}, {escape(after.title)}: <code>attnlab lab start --level "
-           f"{after.name}</code>, then <code>attnlab lab check {escape(after.filename)}</code>")
+    r = mine[after.name] if after is not None else None
+    if after is None:
+        nxt = "every level is done: from loops to FlashAttention's backward and a KV cache, by your own hand"
+    elif r is not None and not getattr(r, "given", False):  # begun: the learner's file is there, to fix
+        nxt = (f"level {after.number}, {escape(after.title)}: fix <code>{escape(r.file)}:{escape(r.function)}"
+               f"</code> and run <code>attnlab lab check {escape(r.file)}</code> again")
+    else:
+        nxt = (f"level {after.number}, {escape(after.title)}: <code>attnlab lab start --level {after.name}</code>, "
+               f"then <code>attnlab lab check {escape(after.filename)}</code>")
     return (f'<h3 id="lab-levels">The lab\'s path: six levels</h3><p class="levels-head">{done} of '
             f'{len(levels.LEVELS)} levels done, each from your own newest check of it (in {store.FOLDER}/). '
             f'<b>Next</b>: {nxt}.</p><ol class="levels">{items}</ol>')

@@ -87,14 +87,23 @@ def judge(reply: dict, seed: int, name: str = "decode_step"):
 def slip_list(seed: int):
     def of(f):
         return lambda i: {"out": f(*(t.double() for t in inputs(i, seed)))}
-    before = ("cache-before-append", of(lambda q, k, v: slips._plain(
-        q, k, v, visible=torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(-1))))
-    return [before, ("cache-dropped", of(lambda q, k, v: v))] + [(key, of(f)) for key, f in slips.common()]
+    def before_append(first_sees_itself: bool):
+        def f(q, k, v):
+            seen = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(-1)
+            seen[0, 0] = first_sees_itself  # the first step: nothing cached, so the new key is all there is
+            return slips._plain(q, k, v, visible=seen)
+        return of(f)
+
+    # the cache read before the append, the first step attending to nothing (zeros) or to the new token alone
+    before = [("cache-before-append", before_append(False)), ("cache-before-append-first", before_append(True))]
+    return before + [("cache-dropped", of(lambda q, k, v: v))] + [(key, of(f)) for key, f in slips.common()]
 
 
 TEXT = {
     "cache-before-append": "your step reads the cache before the new token's key and value are in it: a token must "
                            "see itself; append k and v first, then attend",
+    "cache-before-append-first": "your step reads the cache before the new token's key and value are in it: after "
+                                 "the first step a token never sees itself; append k and v first, then attend",
     "cache-dropped": "your step attends to the new token alone: the keys and values of the tokens before it are not "
                      "kept, or not read (append them to the cache and attend to all of it)",
     **slips.TEXT,
