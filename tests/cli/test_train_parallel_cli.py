@@ -63,6 +63,10 @@ def test_what_every_rank_refuses_is_said_once(monkeypatch, capsys, tmp_path):
     assert "(then 1 other rank failed or was stopped)" in err
 
 
+# two ranks training through the console script (14 s in a busy suite): make test-long; make test launches
+# --context-parallel through it in tests/cli/test_nothing_left.py and checks the training in-process
+# (tests/lab/distributed/test_train_parallel.py)
+@pytest.mark.long
 @pytest.mark.slow
 def test_procs_with_context_parallel_writes_once(run_cli, tmp_path):
     r = run_cli(*TINY, "--procs", "2", "--context-parallel", "2", "--steps", "4", "--eval-every", "2", "--out", "out",
