@@ -40,9 +40,11 @@ def test_the_plan_runs_only_what_is_missing_or_stale(tmp_path):
     assert all(s.why and "missing" in s.why for s in steps)
     assert [s.estimate_s for s in steps if s.name.startswith("train")] == [150.0, 50.0]  # tie-kv trains one model
     assert steps[1].argv[:3] == ["bench", "--impl", "loops,matrix,flash,sdpa"]
-    busy = build.plan(tmp_path, 50.0, step_s=2 * build.REFERENCE_STEP_S)  # a step twice as slow: the steps too,
-    assert [b.estimate_s for b in busy] == pytest.approx(  # but the bench, which is bound by its time budgets
-        [s.estimate_s if s.name.startswith("train") or s.name in build.UNSCALED else 2 * s.estimate_s for s in steps])
+    busy = build.plan(tmp_path, 50.0, step_s=2 * build.REFERENCE_STEP_S)  # a step twice as slow: the steps' scaled
+    assert [b.estimate_s for b in busy] == pytest.approx(  # parts too, but not the bench, bound by its time budgets
+        [s.estimate_s if s.name.startswith("train") or s.name in build.UNSCALED else
+         2 * s.estimate_s - build.FIXED.get(s.name, 0.0) for s in steps])
+    assert all(b.estimate_s > s.estimate_s for b, s in zip(busy, steps, strict=True) if s.name in build.FIXED)
     assert steps[0].estimate_s == build.SECONDS["demo"] and busy[1].estimate_s == build.SECONDS["bench"]
     _up_to_date(tmp_path)
     assert [s.why for s in build.plan(tmp_path)] == [None] * 5
@@ -136,5 +138,8 @@ def test_the_bench_estimate_does_not_shrink_with_a_faster_training_step():
     it was estimated at 10 s for a build whose bench took 40 s; the other steps do scale."""
     fast = build.REFERENCE_STEP_S / 4
     assert build.scaled("bench", fast) == build.scaled("bench", None) == build.SECONDS["bench"]
-    assert build.scaled("demo", fast) == pytest.approx(build.SECONDS["demo"] / 4)
-    assert build.scaled("explore", 2 * build.REFERENCE_STEP_S) == pytest.approx(2 * build.SECONDS["explore"])
+    # the small steps: a fixed part, and the rest scaled by the step
+    demo, fixed = build.SECONDS["demo"], build.FIXED["demo"]
+    assert build.scaled("demo", fast) == pytest.approx(fixed + (demo - fixed) / 4)
+    assert build.scaled("explore", 2 * build.REFERENCE_STEP_S) == pytest.approx(
+        2 * build.SECONDS["explore"] - build.FIXED["explore"])
