@@ -41,10 +41,18 @@ def unavailable() -> str | None:
     return None
 
 
+# kernels one process may compile (a shape, a mask and a modifier each): dynamo's default of 8 is passed by a bench
+# of three modifiers under two masks at two lengths, and past it flex falls back to its eager path, 20x slower
+RECOMPILES = 64
+
+
 @lru_cache(maxsize=1)
 def _compiled():
+    from torch._dynamo import config
     from torch.nn.attention.flex_attention import flex_attention
 
+    limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, limit, max(getattr(config, limit), RECOMPILES))
     return torch.compile(flex_attention, dynamic=False)  # one kernel per shape, as fast as it gets
 
 
