@@ -2,7 +2,7 @@
 #   make demo   create .venv, install attnlab and its 'lab' extra (torch pinned to the CPU build 2.13.0),
 #               run `attnlab demo`
 #   make test   the same set-up with the dev extras (they include 'lab'), then ruff and pytest
-#   make test-long   the end-to-end runs of a minute or more (CI runs them after make test)
+#   make test-long   the end-to-end runs of ten seconds to minutes (CI runs them after make test)
 #   make test-fast   the tests not marked slow (no subprocess CLI runs, ring launches, training or browser)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -50,9 +50,10 @@ lint: install-dev
 test: install-dev browser lint
 	$(PYTEST) -q -n 2 --dist loadgroup -m "not long"
 
-# The end-to-end runs of half a minute or more (the default model's training, the mutant corpus at one seed, the GPU
+# The end-to-end runs of ten seconds to minutes (the default model's training, the mutant corpus at one seed, the GPU
 # script's dry run, the Triton interpreter, compiled flex, PyTorch's SDPA tests on every form, the loops form on the
-# float64 grid, the planted wrong functions): CI (.ci/run) runs them after `make test`.
+# float64 grid, the planted wrong functions, the oracle's longest cases, and console-script runs whose seams make test
+# holds another way): CI (.ci/run) runs them after `make test`.
 test-long: install-dev
 	$(PYTEST) -q -n 2 -m long
 
