@@ -7,6 +7,7 @@ this test's own; the page is built as `attnlab lesson --quick` builds it, from w
 """
 
 import json
+import re
 
 import pytest
 
@@ -63,6 +64,12 @@ def test_the_path_ticks_each_level_from_the_learners_own_checks(browser, tmp_pat
         assert "5 of 6 levels done" in head and "fix lab_flash.py:flash_forward and run attnlab lab check " \
             "lab_flash.py again" in head and "lab start" not in head
         assert page.locator("ol.levels figure.level-curve svg polyline").count() >= 6  # the curves are drawn
+        # each curve says the numbers it is drawn through (a sparkline has no axes): the lengths and the memory
+        matrix = page.inner_text("ol.levels li[data-level=matrix] figure.level-curve figcaption")
+        assert re.search(r"T = 128, 512, 2048; yours [\d.]+ (KiB|MiB) → [\d.]+ (KiB|MiB) → [\d.]+ (KiB|MiB)", matrix), \
+            matrix
+        module = page.inner_text("ol.levels li[data-level=module] figure.level-curve figcaption")
+        assert re.search(r"steps 1–\d+; your loss \d\.\d{3} → \d\.\d{3}", module), module
         page.locator("ol.levels li[data-level=backward] details.starter summary").click()
         assert "def flash_backward(q, k, v, out, lse, dout, block=64):" in page.inner_text(
             "ol.levels li[data-level=backward] details.starter")

@@ -15,6 +15,7 @@ import math
 from html import escape
 
 from attnlab.lab.exercise import levels, store
+from attnlab.report.fmt import fmt_bytes
 
 GROWTH = {"matrix": 2.0, "flash": 1.0, "backward": 1.0, "decode": 1.0}  # the guide drawn beside a memory curve
 
@@ -23,7 +24,7 @@ def _done(r) -> bool:
     return store.passed(r) and not getattr(r, "given", False) and r.measured_ok is not False
 
 
-def _svg(series: dict[str, list[tuple[float, float]]], label: str, logx: bool) -> str:
+def _svg(series: dict[str, list[tuple[float, float]]], label: str, logx: bool, scale: str = "") -> str:
     """A small line plot of each named series of (x, y) points (axes logarithmic for memory against T)."""
     pts = [p for s in series.values() for p in s if p[1] > 0]
     if len(pts) < 2:
@@ -41,14 +42,17 @@ def _svg(series: dict[str, list[tuple[float, float]]], label: str, logx: bool) -
     legend = " · ".join(f'<span class="{cls}">{escape(n)}</span>' for cls, n in zip(("yours", "theirs"), series,
                                                                                     strict=False))
     return (f'<figure class="level-curve"><svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-            f'aria-label="{escape(label)}">{lines}</svg><figcaption>{escape(label)}: {legend}</figcaption></figure>')
+            f'aria-label="{escape(label)}">{lines}</svg><figcaption>{escape(label)}: {legend}'
+            + (f'<br><span class="scale">{escape(scale)}</span>' if scale else "") + '</figcaption></figure>')
 
 
 def _curve(r, lv) -> str:
     if lv.name == "module" and r.curve.get("yours"):
-        return _svg({"your module's loss": list(enumerate(r.curve["yours"], 1)),
+        ys = r.curve["yours"]
+        return _svg({"your module's loss": list(enumerate(ys, 1)),
                      "the library's": list(enumerate(r.curve.get("library", []), 1))},
-                    "training loss by step", logx=False)
+                    "training loss by step", logx=False,
+                    scale=f"steps 1–{len(ys)}; your loss {ys[0]:.3f} → {ys[-1]:.3f}")
     mem = [(t.seq, t.peak_bytes) for t in r.timings if t.peak_bytes]
     if len(mem) < 2:
         return ""
@@ -56,7 +60,9 @@ def _curve(r, lv) -> str:
     p = GROWTH.get(lv.name)
     if p is not None:  # the growth the level asks for, through the first point
         series[f"T^{p:g}, what the level asks"] = [(T, mem[0][1] * (T / mem[0][0]) ** p) for T, _ in mem]
-    return _svg(series, "extra peak memory against T (log-log)", logx=True)
+    scale = (f"T = {', '.join(str(T) for T, _ in mem)}; yours "
+             + " → ".join(fmt_bytes(b) for _, b in mem))  # the numbers the curve is drawn through
+    return _svg(series, "extra peak memory against T (log-log)", logx=True, scale=scale)
 
 
 def _passed_before(r, checks):
