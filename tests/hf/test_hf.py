@@ -196,3 +196,5 @@ def test_the_floor_is_the_models_own_rounding_and_a_form_slightly_off_fails(mode
         assert 0 < c.allowed - 2 * c.torch_err - result.floors[name] < 1e-6, name
     assert good.status == "pass"
     assert bad.status == "fail" and not bad.logits.passed and not bad.grads.passed
+    assert bad.logits.err > 10 * bad.logits.allowed and bad.grads.err > 10 * bad.grads.allowed
+    assert hf_check.PROBE not in T.AttentionInterface._global_mapping  # the probe is the check's alone

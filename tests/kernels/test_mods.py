@@ -117,7 +117,8 @@ def test_builtin_arguments_are_checked():
         mods.compose()
 
 
-@pytest.mark.parametrize("name", ["softcap", "softcap 50", "alibi", "alibi slopes", "relative_bias"])
+@pytest.mark.parametrize("name", ["softcap", "softcap 50", "alibi", "alibi slopes", "relative_bias",
+                                  "alibi, 8 slopes for 4 heads", "relative_bias, 8 rows for 4 heads"])
 @pytest.mark.parametrize("mask", ["causal", "window"])
 def test_the_flash_forms_fused_builtins_are_their_functions(name, mask):
     """[P12] flash fuses a built-in (mods.Closed) instead of calling its function: the same output and every
@@ -127,7 +128,11 @@ def test_the_flash_forms_fused_builtins_are_their_functions(name, mask):
     q, k, v, g = _inputs(seed=5, L=11, S=11, E=4)
     if name == "softcap 50":
         q, k = (t.detach().mul(6).requires_grad_() for t in (q, k))
-    fused = mods.softcap(50.0) if name == "softcap 50" else _builtins(4, g)[name]
+    if name.endswith("for 4 heads"):  # a tensor with more heads than the attention: the rest get gradient 0
+        more = torch.rand(8, *(() if "alibi" in name else (8,)), generator=g, dtype=torch.float64, requires_grad=True)
+        fused = mods.alibi(slopes=more) if "alibi" in name else mods.relative_bias(more, max_distance=16)
+    else:
+        fused = mods.softcap(50.0) if name == "softcap 50" else _builtins(4, g)[name]
     calls = []
 
     def counted(*a):

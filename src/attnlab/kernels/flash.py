@@ -122,7 +122,8 @@ Performance notes -- each trick is tagged [P1] .. [P12] at its line:
   autograd. The tanh: torch.tanh took 1.47 ns an element here, expm1(2x) / (expm1(2x) + 2) 0.67 ns (exact near
   0, where 2 sigmoid(2x) - 1 is not). Measured by benchmarks/flash_mods.py (AMD EPYC, 2 threads, float32, T =
   4096 and 8192, causal and a window of 512): 0.49-0.91x the function path's time, forward and forward +
-  backward (one row of the committed run, ALiBi in the window at 8192, read 1.30; rerun alone, 0.89); against
+  backward (one row of the committed run, ALiBi in the window at 8192, read 1.30; rerun alone, 0.89: the
+  ``-rerun`` files beside it); against
   compiled flex with the same modifier, forward, 0.84-1.26 under the causal mask and 1.29-1.66 under the window
   (that ALiBi row 2.01, rerun 1.56; flex has no CPU backward). The window rows walk tiles: the bands path
   (:mod:`flash_band`) takes no modifier yet.

@@ -82,16 +82,16 @@ class Closed:
     def grad(self, dS: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
         """The gradient of the additive modifier's tensor from one tile's dS (N, H, r, c) in natural units."""
         rel = distance(rows, cols, dS.device)
+        H = dS.shape[1]  # the attention's heads: a tensor may hold more, whose gradient is then 0
+        held = self.param
+        g = dS.new_zeros(held.shape)
         if self.slopes is not None:
-            return (dS * rel.to(dS.dtype)).sum(dim=(0, 2, 3)).to(self.slopes.dtype)
-        H, nb = self.table.shape
-        g = dS.new_zeros(H, nb)
-        one = self.one_bucket(rows, cols, dS.device)
-        if one is not None:
-            g[: dS.shape[1], one] = dS.sum(dim=(0, 2, 3))
+            g[:H] = (dS * rel.to(dS.dtype)).sum(dim=(0, 2, 3))
+        elif (one := self.one_bucket(rows, cols, dS.device)) is not None:
+            g[:H, one] = dS.sum(dim=(0, 2, 3))
         else:
-            g[: dS.shape[1]].index_add_(1, self.bucket(rel[0, 0]).flatten(), dS.sum(dim=0).reshape(dS.shape[1], -1))
-        return g.to(self.table.dtype)
+            g[:H].index_add_(1, self.bucket(rel[0, 0]).flatten(), dS.sum(dim=0).reshape(H, -1))
+        return g.to(held.device, held.dtype)  # where the tensor lives, as autograd wants its gradient
 
 
 def distance(rows: slice, cols: slice, device) -> torch.Tensor:

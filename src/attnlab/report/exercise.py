@@ -141,7 +141,7 @@ def _next(r, level) -> str:
     """What the learner does next at a level: fix it, or the next level's starter."""
     if not r.passed:
         again = f"`attnlab lab check {r.file}`" if getattr(r, "file", "") else "the check"
-        if not r.diagnoses:
+        if all(d.key == "unclear" for d in r.diagnoses):  # no cause named ("no single pattern" names none)
             return f"read the failing cases above, fix what they show, and run {again} again."
         return f"fix the most likely cause and run {again} again."
     after = next((lv for lv in levels.LEVELS if lv.number == level.number + 1), None)

@@ -39,7 +39,7 @@ NO_GRADS = {"out": 0.0, "dq": 0.0, "dk": 0.0, "dv": 0.0, "dmask": 0.0}
 
 def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
                    grad_out=None, keep=None, dropout_p=0.0, dtype=None, score_mod=None,
-                   fwd: oracle.Forward | None = None) -> dict[str, float]:
+                   fwd: oracle.Forward | None = None, elementwise: bool = False) -> dict:
     """The rounding budget of each quantity: ``{"out": ..., "dq": ..., "dk": ..., "dv": ..., "dmask": ...}``.
 
     First-order error propagation in float64: every sum of n products is allowed
@@ -54,7 +54,9 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
     with P. A score modifier is taken not to amplify the scores' error (true of the built-ins:
     soft-capping's slope is at most 1, ALiBi and relative biases add a constant). The output's own
     rounding to the dtype is :func:`floor`'s. ``fwd``: the oracle's forward on these arguments where it has already
-    been computed (:func:`attnlab.lab.check.oracle.answer`), so that a case runs it once.
+    been computed (:func:`attnlab.lab.check.oracle.answer`), so that a case runs it once. ``elementwise=True``:
+    each quantity's bound per element instead of its largest, as float64 tensors of the oracle's flattened shapes
+    (out (N, H, L, Ev); dq (N, H, L, E); dk, dv (N, Hkv, S, .)), without dmask.
     """
     dtype = dtype or query.dtype
     h = torch.finfo(dtype).eps
@@ -74,7 +76,7 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
         rel = 2.0 * s_err + u * math.sqrt(S) + h  # P's relative error: the scores', the sum's, its own rounding
         Pv = Pd @ vx.abs()  # (N, H, L, Ev): the sum of |products| that makes the output
         o_err = (u * math.sqrt(S) + rel) * Pv
-        fl = {"out": o_err.max()}
+        fl = {"out": o_err}
         if grad_out is not None:
             dO = grad_out.detach().double().cpu().reshape(O.shape)  # (N, H, L, Ev)
             kf = torch.where(P > 0, Pd / P, 0.0)  # dropout's keep * 1/(1-p) per weight (1 without dropout)
@@ -90,11 +92,14 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
             dq = sc * (dS_err + u * math.sqrt(S) * dS_abs) @ kx.abs()
             dk = sc * (dS_err + u * math.sqrt(L) * dS_abs).transpose(-2, -1) @ q.abs()
             dv = (Pd * (rel + u * math.sqrt(L))).transpose(-2, -1) @ dO.abs()
-            fl["dq"] = dq.max()
-            fl["dk"] = _per_key_head(dk, G).max()  # the G query heads of a group add into one key head
-            fl["dv"] = _per_key_head(dv, G).max()
-            fl["dmask"] = dS_err.max() * max(1, N * H * L * S // max(1, _numel(attn_mask)))
-    return {n: float(x) for n, x in fl.items()}
+            fl["dq"] = dq
+            fl["dk"] = _per_key_head(dk, G)  # the G query heads of a group add into one key head
+            fl["dv"] = _per_key_head(dv, G)
+            if not elementwise:
+                fl["dmask"] = dS_err.max() * max(1, N * H * L * S // max(1, _numel(attn_mask)))
+    if elementwise:
+        return fl
+    return {n: float(x.max()) for n, x in fl.items()}
 
 
 def score_error(f: oracle.Forward, u: float) -> torch.Tensor:

@@ -23,8 +23,9 @@ FORMS = {"lab": "the lab's form, (q, k, v), always causal",
 
 def level_diagnoses(target, level, seed: int, verify_found) -> list:
     """The level's slips the learner's outputs are (:mod:`.levels.slips`), first, then verify's other diagnoses --
-    but not its "no single pattern" line where a slip is named: the function's output *is* the slip's answer, so the
-    failures the slip explains are what that line would list."""
+    but not its "no single pattern" line where a slip is named. The slip is read from the function's own outputs on
+    the level's probes, not from the failing rows, so this is a choice: a learner read that line, beside the named
+    slip, as noise about the same failures; every failing row is still in the table above the causes."""
     mod = level.module()
     keys = slips.named(slips.outputs(target, seed), mod.slip_list())
     mine = slips.diagnoses(keys, getattr(mod, "TEXT", slips.TEXT))

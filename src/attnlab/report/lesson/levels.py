@@ -90,7 +90,9 @@ def _item(lv, r, newest, checks=()) -> str:
         given = "; the starter's code as it came, which is not yours yet" if getattr(r, "given", False) else ""
         before = _passed_before(r, checks)
         if before is not None:  # it was done, and the newest check undid it
-            verdict = f"failing now ({verdict}); it passed at {store.when(before):%H:%M:%S} UTC"
+            b = store.when(before)
+            verdict = (f"failing now ({verdict}); it passed at {b:%H:%M:%S} UTC"
+                       + (f" on {b:%Y-%m-%d}" if b.date() != t.date() else ""))
         body = (f"from <code>{escape(r.file)}:{escape(r.function)}</code>, checked at {when}: {verdict}{why}{given}"
                 + (f". Measured: {escape(r.measured_note)}" if r.measured_note else "")
                 + (" (not what the level asks)" if r.measured_ok is False else "") + _curve(r, lv))
