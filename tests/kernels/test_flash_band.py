@@ -84,9 +84,11 @@ def test_dense_masks_keep_the_tiles():
     assert flash_band.plan(masks.sliding_window(64), 1, 1, 1024, 1024, 64) is not None
 
 
-@pytest.mark.parametrize("kw", [{"score_mod": attnlab.mods.softcap(5.0)}, {"dropout_p": 0.3}])
+@pytest.mark.parametrize("kw", [{"score_mod": attnlab.mods.alibi(2)}, {"score_mod": attnlab.mods.Mod.from_fn(
+    attnlab.mods.softcap(5.0).fn, "softcap as a function")}, {"dropout_p": 0.3}])
 def test_modifiers_and_dropout_walk_the_tiles(small_bands, kw):
-    """The band forward has no modifier or dropout; those calls give what bands=False gives."""
+    """The band forward has no modifier but a built-in soft-cap, and no dropout; those calls give what bands=False
+    gives."""
     q, k, v = qkv(1, 2, 2, 30, 30, 8, 8)
     mask = masks.sliding_window(4)
     outs = []
@@ -129,3 +131,27 @@ def test_a_hidden_score_that_overflows_stays_hidden(small_bands):
     print("max |bands - float64| on rows that do not see the long key:", err)
     assert torch.isfinite(out[:, :, rows]).all()
     assert err < 1e-5
+
+
+@pytest.mark.parametrize("cap", [1.5, 50.0])
+@pytest.mark.parametrize("name", ["window-gqa", "window-L<S", "documents-causal-gqa"])
+def test_a_soft_cap_rides_on_the_bands_and_equals_the_float64_matrix_form(name, cap, small_bands, monkeypatch):
+    """[P12] A built-in soft-cap takes the band forward (bounded for a cap of 1.5, the running max for 50), and its
+    output and gradients (the backward on the tiles, from the bands' lse) are the float64 matrix form's."""
+    size, mask = CASES[name]
+    N, H, Hkv, L, S, E, Ev = size
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (t.mul(4.0 if cap > 40 else 1.0).requires_grad_() for t in qkv(N, H, Hkv, L, S, E, Ev, generator=g))
+    mod = attnlab.mods.softcap(cap)
+    calls = []
+    band_forward = flash_band.forward
+    monkeypatch.setattr(flash_band, "forward", lambda *a, **kw: calls.append(1) or band_forward(*a, **kw))
+    got = attnlab.attention(q, k, v, attn_mask=mask, enable_gqa=True, impl="flash", score_mod=mod, block_q=8,
+                            block_k=6)
+    assert calls, "the soft-cap must take the bands here, or this test checks the tiles"
+    want = attnlab.attention(q, k, v, attn_mask=mask, enable_gqa=True, impl="matrix", score_mod=mod)
+    go = torch.randn(want.shape, generator=g, dtype=want.dtype)
+    errs = [(a - b).abs().max().item() for a, b in zip((got, *torch.autograd.grad(got, (q, k, v), go)),
+                                                     (want, *torch.autograd.grad(want, (q, k, v), go)), strict=True)]
+    print(name, cap, [f"{e:.1e}" for e in errs])
+    assert max(errs) < 1e-12

@@ -138,27 +138,31 @@ def _runs(flags: list) -> list:
     return runs
 
 
-def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, half: torch.dtype | None = None):
+def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, half: torch.dtype | None = None,
+            cap: float | None = None):
     """Out (N, Hkv, G, L, Ev), lse (N, Hkv, G, L) and each row's (shift, normaliser) in base-2 units, as
     :func:`attnlab.kernels.flash.forward_tiles` with ``keep_norm=True`` gives them (:func:`online.finish`).
 
     ``half``: the inputs' half dtype; the weights are rounded to it and multiplied by the values in it,
     the sums kept in float32 (flash.py [P11]). A band holds a row's every key, so its product is
-    rounded once, not once per tile. float16 always subtracts the max (exp(40) would overflow it)."""
+    rounded once, not once per tile. float16 always subtracts the max (exp(40) would overflow it).
+
+    ``cap``: soft-capping, fused as the tiles fuse it (flash.py [P12]): the band's product is q.k * scale / cap, one
+    tanh (as expm1), times cap * log2(e); a cap of at most ``safe_logit`` bounds every score."""
     N, Hkv, G, L, E = q5.shape
     Ev = v.shape[3]
     bq, Z = p.block_q, N * Hkv
     nq = -(-L // bq)
     # scale and log2(e) ride on the score matmul (exp2 of these scores is exp of the true ones; flash.py [P1]);
     # q is read contiguous: a transposed q (as transformers passes it) cannot be viewed below
-    alpha = scale * LOG2E
+    alpha = scale * LOG2E if cap is None else scale / cap
     qs = q5.contiguous()
     if nq * bq != L:  # pad the last tile's rows; the plan's mask hides nothing there, they are dropped
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
     qs = qs.view(Z, G, nq, bq, E).transpose(1, 2).reshape(Z, nq, G * bq, E)  # tile-major rows
     # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], exp needs no shift
-    bounded = half != torch.float16 and online.bounded(float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()), scale,
-                                                       safe_logit)
+    bounded = half != torch.float16 and (cap <= safe_logit if cap is not None else online.bounded(
+        float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()), scale, safe_logit))
     if half == torch.float16 and not half_product_fits(half, max(b.W for b in p.batches) * float(v.abs().amax())):
         half = None  # |P V| <= W max|v| with P <= 1: a float16 product could pass 65504
     out = q5.new_empty(Z, nq, G * bq, Ev)  # per row: the weighted sum of its values, then divided by l
@@ -172,6 +176,7 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
     kp, vp = _front(k3, p.pad, front), _front(v3, p.pad, front)  # only the keys they reach are copied
     buf = q5.new_empty(max((b.t1 - b.t0) * G * bq * b.W for b in p.batches))  # one batch of scores, reused
     hbuf = None if half is None else torch.empty_like(buf, dtype=half)  # [P11] the weights, rounded
+    spare = torch.empty_like(buf) if cap is not None else None  # the soft-cap's tanh
     for b, e in zip(p.batches, early, strict=True):
         nb, W = b.t1 - b.t0, b.W
         kx, vx, shift = (kp, vp, 0) if e else (k3, v3, p.pad)  # the early keys behind their zeros, or k itself
@@ -181,6 +186,9 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
             s = buf[:nb * G * bq * W].view(nb, G * bq, W)  # written in place: no fresh pages per batch
             band = _band(kx[z], b, idx, shift).transpose(1, 2)
             torch.baddbmm(s, qs[z, b.t0:b.t1], band, beta=0, alpha=alpha, out=s)
+            if cap is not None:  # tanh(x) = expm1(2x) / (expm1(2x) + 2), as flash_tiles.Keys.fused_mod
+                e = s.clamp_(-20.0, 20.0).mul_(2.0).expm1_()
+                e.div_(torch.add(e, 2.0, out=spare[:s.numel()].view(s.shape))).mul_(cap * LOG2E)
             s4 = s.view(nb, G, bq, W)
             for (c0, c1), bias in zip(b.cols, b.bias, strict=True):  # -inf only where some row does not see
                 hide = _bias_of(bias, z, Hkv, G)
