@@ -186,9 +186,8 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
             s = buf[:nb * G * bq * W].view(nb, G * bq, W)  # written in place: no fresh pages per batch
             band = _band(kx[z], b, idx, shift).transpose(1, 2)
             torch.baddbmm(s, qs[z, b.t0:b.t1], band, beta=0, alpha=alpha, out=s)
-            if cap is not None:  # tanh(x) = expm1(2x) / (expm1(2x) + 2), as flash_tiles.Keys.fused_mod
-                e = s.clamp_(-20.0, 20.0).mul_(2.0).expm1_()
-                e.div_(torch.add(e, 2.0, out=spare[:s.numel()].view(s.shape))).mul_(cap * LOG2E)
+            if cap is not None:  # the soft-cap, as flash_tiles.Keys.fused_mod takes it
+                online.tanh_(s, spare[:s.numel()].view(s.shape)).mul_(cap * LOG2E)
             s4 = s.view(nb, G, bq, W)
             for (c0, c1), bias in zip(b.cols, b.bias, strict=True):  # -inf only where some row does not see
                 hide = _bias_of(bias, z, Hkv, G)
