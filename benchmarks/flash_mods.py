@@ -60,7 +60,6 @@ def sides(mod, mask, T, backward: bool) -> dict:
     q, k, v = (torch.randn(B, H, T, D, generator=g).requires_grad_(backward) for _ in range(3))
     go = torch.randn(B, H, T, D, generator=g)
     kw = {"is_causal": True} if mask == "causal" else {"attn_mask": masks.sliding_window(512)}
-    fmask = {"is_causal": True} if mask == "causal" else {"attn_mask": kw["attn_mask"]}
     plain = as_function(mod)
 
     def call(fn):
@@ -80,7 +79,7 @@ def sides(mod, mask, T, backward: bool) -> dict:
     runs = {"flash": call(lambda: attnlab.attention(q, k, v, impl="flash", score_mod=mod, **kw)),
             "function": call(lambda: attnlab.attention(q, k, v, impl="flash", score_mod=plain, **kw))}
     if not backward:  # no flex backward on a CPU
-        runs["flex"] = call(lambda: flex.attention(q, k, v, score_mod=mod, **fmask))
+        runs["flex"] = call(lambda: flex.attention(q, k, v, score_mod=mod, **kw))
     return runs
 
 

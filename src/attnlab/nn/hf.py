@@ -104,14 +104,7 @@ def attention_forward(form: str) -> Callable:
             if kwargs.get(unsupported) is not None:
                 raise NotImplementedError(f"attention sinks ({unsupported}) are not supported by attnlab's forms; "
                                           f"load this model with attn_implementation='eager' or 'sdpa'")
-        L, S = query.shape[2], key.shape[2]
-        attention_mask = _mask(attention_mask, kwargs.get("position_bias"), S, query.dtype)
-        # as transformers' sdpa path: causal only with no mask and more than one query; a single
-        # decoding query sees every cached key (no mask needed)
-        causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-        causal = bool(L > 1 and attention_mask is None and causal)
-        if causal and S > L:  # prefill into an empty static cache: the keys past L are empty slots
-            key, value = key[:, :, :L], value[:, :, :L]
+        key, value, attention_mask, causal = arguments(module, query, key, value, attention_mask, is_causal, kwargs)
         extra = _extras(f, softcap)
         out = f.fn(query, key, value, attention_mask, float(dropout or 0.0), causal, scaling,
                    key.shape[1] != query.shape[1], **extra)  # (B, H, L, d)
@@ -120,6 +113,20 @@ def attention_forward(form: str) -> Callable:
 
     forward.__name__ = f"attnlab_{form}_attention_forward"
     return forward
+
+
+def arguments(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attention_mask: torch.Tensor | None, is_causal: bool | None, kwargs: dict) -> tuple:
+    """(key, value, attn_mask, is_causal) in SDPA's terms from what transformers hands an attention function."""
+    L, S = query.shape[2], key.shape[2]
+    attention_mask = _mask(attention_mask, kwargs.get("position_bias"), S, query.dtype)
+    # as transformers' sdpa path: causal only with no mask and more than one query; a single
+    # decoding query sees every cached key (no mask needed)
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(L > 1 and attention_mask is None and causal)
+    if causal and S > L:  # prefill into an empty static cache: the keys past L are empty slots
+        key, value = key[:, :, :L], value[:, :, :L]
+    return key, value, attention_mask, causal
 
 
 def _mask(attention_mask: torch.Tensor | None, bias: torch.Tensor | None, S: int, dtype: torch.dtype):

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from attnlab.kernels import mods
 from attnlab.lab.check import oracle, rule
 from attnlab.lab.results import Result, machine, versions
 from attnlab.nn import hf
@@ -239,11 +240,8 @@ def _probe(dtype: torch.dtype, gen: torch.Generator) -> Callable:
 
     def forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, softcap=None,
                 **kwargs):
-        L, S = query.shape[2], key.shape[2]
-        m = hf._mask(attention_mask, kwargs.get("position_bias"), S, query.dtype)
-        causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-        causal = bool(L > 1 and m is None and causal)
-        mod = None if softcap is None else hf._softcap(float(softcap))
+        key, value, m, causal = hf.arguments(module, query, key, value, attention_mask, is_causal, kwargs)
+        mod = None if softcap is None else mods.softcap(float(softcap))
         out = _Rounded.apply(query, key, value, m, causal, scaling, key.shape[1] != query.shape[1], mod, dtype, gen)
         return out.transpose(1, 2).contiguous(), None
 
