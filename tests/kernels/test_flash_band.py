@@ -84,11 +84,14 @@ def test_dense_masks_keep_the_tiles():
     assert flash_band.plan(masks.sliding_window(64), 1, 1, 1024, 1024, 64) is not None
 
 
-@pytest.mark.parametrize("kw", [{"score_mod": attnlab.mods.alibi(2)}, {"score_mod": attnlab.mods.Mod.from_fn(
-    attnlab.mods.softcap(5.0).fn, "softcap as a function")}, {"dropout_p": 0.3}])
-def test_modifiers_and_dropout_walk_the_tiles(small_bands, kw):
-    """The band forward has no modifier but a built-in soft-cap, and no dropout; those calls give what bands=False
-    gives."""
+@pytest.mark.parametrize("kw", [
+    {"score_mod": attnlab.mods.Mod.from_fn(attnlab.mods.alibi(2).fn, "alibi as a function")},
+    {"score_mod": attnlab.mods.Mod.from_fn(attnlab.mods.softcap(5.0).fn, "softcap as a function")},
+    {"dropout_p": 0.3}])
+def test_modifiers_and_dropout_walk_the_tiles(small_bands, kw, monkeypatch):
+    """The band forward takes only the built-in modifiers (in closed form), and no dropout; a modifier given as a
+    function and dropout walk the tiles, and give what bands=False gives."""
+    monkeypatch.setattr(flash_band, "forward", lambda *a, **k: pytest.fail("a function modifier took the bands"))
     q, k, v = qkv(1, 2, 2, 30, 30, 8, 8)
     mask = masks.sliding_window(4)
     outs = []
@@ -133,25 +136,40 @@ def test_a_hidden_score_that_overflows_stays_hidden(small_bands):
     assert err < 1e-5
 
 
-@pytest.mark.parametrize("cap", [1.5, 50.0])
-@pytest.mark.parametrize("name", ["window-gqa", "window-L<S", "documents-causal-gqa"])
-def test_a_soft_cap_rides_on_the_bands_and_equals_the_float64_matrix_form(name, cap, small_bands, monkeypatch):
-    """[P12] A built-in soft-cap takes the band forward (bounded for a cap of 1.5, the running max for 50), and its
-    output and gradients (the backward on the tiles, from the bands' lse) are the float64 matrix form's."""
+def builtin(which: str, H: int, g: torch.Generator):
+    """A built-in modifier, with learnable tensors where it holds one (so their gradients are checked too)."""
+    if which.startswith("softcap"):
+        return attnlab.mods.softcap(float(which[7:])), ()
+    if which == "alibi":
+        slopes = (attnlab.mods.alibi_slopes(H + 2).double() * 4).requires_grad_()  # more slopes than heads
+        return attnlab.mods.alibi(slopes=slopes), (slopes,)
+    table = (torch.randn(H + 1, 8, generator=g, dtype=torch.float64)).requires_grad_()
+    return attnlab.mods.relative_bias(table, max_distance=12, bidirectional=which == "t5-both"), (table,)
+
+
+@pytest.mark.parametrize("which", ["softcap1.5", "softcap50", "alibi", "t5", "t5-both"])
+@pytest.mark.parametrize("name", ["window-gqa", "window-L<S", "documents-causal-gqa", "documents-per-batch"])
+def test_a_builtin_modifier_rides_on_the_bands_and_equals_the_float64_matrix_form(name, which, small_bands,
+                                                                                  monkeypatch):
+    """[P12] A built-in modifier takes the band forward (a soft-cap of 1.5 bounded, one of 50 and the additive ones
+    with the running max), and its output and gradients -- of q, k, v and the modifier's tensor, the backward on the
+    tiles from the bands' lse -- are the float64 matrix form's."""
     size, mask = CASES[name]
     N, H, Hkv, L, S, E, Ev = size
     g = torch.Generator().manual_seed(3)
-    q, k, v = (t.mul(4.0 if cap > 40 else 1.0).requires_grad_() for t in qkv(N, H, Hkv, L, S, E, Ev, generator=g))
-    mod = attnlab.mods.softcap(cap)
+    q, k, v = (t.mul(4.0 if which == "softcap50" else 1.0).requires_grad_()
+               for t in qkv(N, H, Hkv, L, S, E, Ev, generator=g))
+    mod, held = builtin(which, H, g)
     calls = []
     band_forward = flash_band.forward
     monkeypatch.setattr(flash_band, "forward", lambda *a, **kw: calls.append(1) or band_forward(*a, **kw))
     got = attnlab.attention(q, k, v, attn_mask=mask, enable_gqa=True, impl="flash", score_mod=mod, block_q=8,
                             block_k=6)
-    assert calls, "the soft-cap must take the bands here, or this test checks the tiles"
+    assert calls, "the modifier must take the bands here, or this test checks the tiles"
     want = attnlab.attention(q, k, v, attn_mask=mask, enable_gqa=True, impl="matrix", score_mod=mod)
     go = torch.randn(want.shape, generator=g, dtype=want.dtype)
-    errs = [(a - b).abs().max().item() for a, b in zip((got, *torch.autograd.grad(got, (q, k, v), go)),
-                                                     (want, *torch.autograd.grad(want, (q, k, v), go)), strict=True)]
-    print(name, cap, [f"{e:.1e}" for e in errs])
+    wrt = (q, k, v, *held)
+    errs = [(a - b).abs().max().item() for a, b in zip((got, *torch.autograd.grad(got, wrt, go)),
+                                                     (want, *torch.autograd.grad(want, wrt, go)), strict=True)]
+    print(name, which, [f"{e:.1e}" for e in errs])
     assert max(errs) < 1e-12

@@ -127,7 +127,9 @@ Performance notes -- each trick is tagged [P1] .. [P12] at its line:
   compiled flex with the same modifier, forward, 0.84-1.26 under the causal mask and 1.29-1.66 under the window
   (that ALiBi row 2.01, rerun 1.56; flex has no CPU backward). A soft-cap also rides on the key bands
   (:mod:`flash_band`, fused the same way): its window rows went from 1.29 / 1.34 to 0.92 / 0.84 of flex at T =
-  4096 / 8192 (the ``-softcap-bands`` files). ALiBi and T5's bias still walk the tiles under a window.
+  4096 / 8192 (the ``-softcap-bands`` files). So do ALiBi and T5's bias: one add per head of a bias made once
+  per batch of bands (once per call for a window, whose bands share their distances), with the running max;
+  their window rows went from 1.56-2.01 to 0.90-1.10 (ALiBi) and 1.62-1.64 to 0.68-0.82 (T5) of flex.
 
 Papers: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness"
 (2022); Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning"
@@ -253,12 +255,6 @@ def _put(dst: torch.Tensor, x: torch.Tensor) -> None:
 # ---- the autograd Function ----------------------------------------------------------------------------------
 
 
-def _cap(mod: Mod | None) -> float | None:
-    """A built-in soft-cap's cap [P12], else None."""
-    closed = getattr(mod, "closed", None)
-    return closed.cap if closed is not None else None
-
-
 class Flash(torch.autograd.Function):
     """The forward (tiles or bands) under autograd; its backward is :class:`FlashBackward`, a Function of its own,
     so that the backward pass can itself be vmapped (gradcheck's batched check, ``torch.func.jacrev``): both
@@ -269,8 +265,9 @@ class Flash(torch.autograd.Function):
 
     @staticmethod
     def forward(q5, k, v, bias, tiles, scale, drop, half, mod=None, *mod_params):
-        if tiles.band is not None and not drop.active and (mod is None or _cap(mod) is not None):
-            out, _, (m, l) = flash_band.forward(q5, k, v, scale, tiles.band, SAFE_LOGIT, half, _cap(mod))
+        if tiles.band is not None and not drop.active and (mod is None or mod.closed is not None):
+            out, _, (m, l) = flash_band.forward(q5, k, v, scale, tiles.band, SAFE_LOGIT, half,
+                                                mod.closed if mod is not None else None)
         else:
             out, _, (m, l) = forward_tiles(q5, k, v, scale, tiles, drop, mod, keep_norm=True, half=half)
         return out, m, l
@@ -338,8 +335,8 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     dense = a.attn_mask if bias is None else bias
     skip = dense is None or bool(torch.isfinite(v).all())  # hidden NaN values must still reach the output
     tiles = Tiles(a.N, a.H, a.L, a.S, min(block_q, a.L), min(block_k, a.S), mask_fn, dense, a.q.device, skip)
-    if bands and mask_fn is not None and dense is None and (mod is None or _cap(mod) is not None) and \
-            a.dropout_p == 0:  # (a soft-cap rides along on the bands [P12]; the other modifiers walk the tiles)
+    if bands and mask_fn is not None and dense is None and (mod is None or mod.closed is not None) and \
+            a.dropout_p == 0:  # (a built-in modifier rides along on the bands [P12]; a function walks the tiles)
         band = flash_band.plan(mask_fn, a.N, a.H, a.L, a.S, flash_band.BAND_BLOCK_Q, a.q.device)
         if band is not None and band.scores <= flash_band.SHARE_OF_TILES * tiles.scores():
             tiles.band = band  # documents aligned to the tiles: the tile walk has no waste to save

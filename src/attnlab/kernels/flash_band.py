@@ -6,8 +6,8 @@ a tile wastes most of it. Here each query tile of ``BAND_BLOCK_Q`` rows gets the
 ``[start, start + W)`` that covers every key any of its rows sees. Consecutive query tiles form a
 batch, and each head of a batch is five operations: one batched matmul for the scores, an add of
 -inf on the band's edge columns only (the columns every row sees are not touched), one exp2, one
-sum, one batched matmul with the values. The range holds every visible key, so each row's softmax
-is complete in one step: no running max, no rescaling.
+sum, one batched matmul with the values (a built-in score modifier adds one pass: flash.py [P12]).
+The range holds every visible key, so each row's softmax is complete in one step: no rescaling.
 
 Why one head at a time: evenly spaced bands (a window) overlap in memory, and ``torch.bmm`` reads
 such a strided view of one head's keys in place, where a matmul over (heads, bands) would first
@@ -139,7 +139,7 @@ def _runs(flags: list) -> list:
 
 
 def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, half: torch.dtype | None = None,
-            cap: float | None = None):
+            closed=None):
     """Out (N, Hkv, G, L, Ev), lse (N, Hkv, G, L) and each row's (shift, normaliser) in base-2 units, as
     :func:`attnlab.kernels.flash.forward_tiles` with ``keep_norm=True`` gives them (:func:`online.finish`).
 
@@ -147,8 +147,13 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
     the sums kept in float32 (flash.py [P11]). A band holds a row's every key, so its product is
     rounded once, not once per tile. float16 always subtracts the max (exp(40) would overflow it).
 
-    ``cap``: soft-capping, fused as the tiles fuse it (flash.py [P12]): the band's product is q.k * scale / cap, one
-    tanh (as expm1), times cap * log2(e); a cap of at most ``safe_logit`` bounds every score."""
+    ``closed``: a built-in modifier (:class:`attnlab.kernels.mods.Closed`), fused as the tiles fuse it (flash.py
+    [P12]). Soft-capping: the band's product is q.k * scale / cap, one tanh (as expm1), times cap * log2(e); a cap
+    of at most ``safe_logit`` bounds every score. ALiBi and T5's bias: one add per head of the band's bias in
+    base-2 units (:func:`_additive_mod`), made once per batch -- once per call for a window, whose bands all have
+    the same distances -- and the running max, as the bias is not bounded."""
+    cap = closed.cap if closed is not None else None
+    adds = closed if closed is not None and cap is None else None
     N, Hkv, G, L, E = q5.shape
     Ev = v.shape[3]
     bq, Z = p.block_q, N * Hkv
@@ -161,7 +166,7 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
     qs = qs.view(Z, G, nq, bq, E).transpose(1, 2).reshape(Z, nq, G * bq, E)  # tile-major rows
     # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], exp needs no shift
-    bounded = half != torch.float16 and (cap <= safe_logit if cap is not None else online.bounded(
+    bounded = half != torch.float16 and adds is None and (cap <= safe_logit if cap is not None else online.bounded(
         float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()), scale, safe_logit))
     if half == torch.float16 and not half_product_fits(half, max(b.W for b in p.batches) * float(v.abs().amax())):
         half = None  # |P V| <= W max|v| with P <= 1: a float16 product could pass 65504
@@ -181,6 +186,7 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
         nb, W = b.t1 - b.t0, b.W
         kx, vx, shift = (kp, vp, 0) if e else (k3, v3, p.pad)  # the early keys behind their zeros, or k itself
         idx = None if b.step is not None and b.step >= 0 else _index(b, q5.device, shift)
+        mod_bias = _additive_mod(adds, b, p, Hkv * G, q5.dtype, q5.device) if adds is not None else None
         for z in range(Z):  # one head at a time: its bands are a strided view, no copy
             # -- 1. scores of the batch's query tiles against their bands --
             s = buf[:nb * G * bq * W].view(nb, G * bq, W)  # written in place: no fresh pages per batch
@@ -189,6 +195,8 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
             if cap is not None:  # the soft-cap, as flash_tiles.Keys.fused_mod takes it
                 online.tanh_(s, spare[:s.numel()].view(s.shape)).mul_(cap * LOG2E)
             s4 = s.view(nb, G, bq, W)
+            if mod_bias is not None:  # ALiBi's slope x distance, or T5's gathered table, for this key head's G heads
+                _add_mod(s4, mod_bias, z % Hkv, G)
             for (c0, c1), bias in zip(b.cols, b.bias, strict=True):  # -inf only where some row does not see
                 hide = _bias_of(bias, z, Hkv, G)
                 if bounded:  # finite scores: one add ([P9] in flash.py)
@@ -214,6 +222,38 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
 
     out, lse, shift, l = online.finish(m_all[..., 0], l_all[..., 0], out)  # rows that see no key: out 0
     return rows(out), rows(lse), (rows(shift), rows(l))
+
+
+def _additive_mod(closed, b: Batch, p: Plan, H: int, dtype, device) -> tuple:
+    """What ALiBi or T5's bias adds to a batch's scores, in base-2 units, for :func:`_add_mod`: ALiBi's
+    (slopes (H,), distance (nb or 1, 1, bq, W)), T5's (None, bias (H, nb or 1, bq, W)). The distance
+    kv_idx - q_idx of row r of tile t against column c of its band is starts[t] - pad + c - (t0 + t) * bq - r:
+    the same for every tile of a batch whose bands step by exactly bq (a window), so one is kept then."""
+    bq = p.block_q
+    first = torch.tensor(b.starts, device=device) - p.pad - torch.arange(b.t0, b.t1, device=device) * bq  # (nb,)
+    if bool((first == first[0]).all()):
+        first = first[:1]
+    rel = (first.view(-1, 1, 1) + torch.arange(b.W, device=device).view(1, 1, -1)
+           - torch.arange(bq, device=device).view(1, -1, 1))  # (nb or 1, bq, W)
+    t = closed.param.detach().to(device, dtype)[:H] * LOG2E
+    if closed.slopes is not None:
+        return t, rel.unsqueeze(1).to(dtype)
+    if rel.shape[0] == 1 or H * rel.numel() <= BATCH_SCORES:  # all heads at once while it stays small
+        return None, t[:, closed.bucket(rel)]
+    return None, (t, closed.bucket(rel))  # each head gathers its own when it is used
+
+
+def _add_mod(s4: torch.Tensor, mod_bias: tuple, hk: int, G: int) -> None:
+    """Add the modifier's bias for key head hk's G query heads to their scores s4 (nb, G, bq, W), in place."""
+    slopes, bias = mod_bias
+    heads = slice(hk * G, (hk + 1) * G)
+    if slopes is not None:
+        s4.addcmul_(slopes[heads].view(1, G, 1, 1), bias)
+    elif isinstance(bias, tuple):
+        table, buckets = bias
+        s4.add_(table[heads][:, buckets].transpose(0, 1))
+    else:
+        s4.add_(bias[heads].transpose(0, 1))
 
 
 def _front(x: torch.Tensor, pad: int, n: int) -> torch.Tensor:
