@@ -140,20 +140,23 @@ def builtin(which: str, H: int, g: torch.Generator):
     """A built-in modifier, with learnable tensors where it holds one (so their gradients are checked too)."""
     if which.startswith("softcap"):
         return attnlab.mods.softcap(float(which[7:])), ()
-    if which == "alibi":
-        slopes = (attnlab.mods.alibi_slopes(H + 2).double() * 4).requires_grad_()  # more slopes than heads
+    if which.startswith("alibi"):  # more slopes than heads; alibi-far: steep, so keys ahead pass the bound
+        slopes = (attnlab.mods.alibi_slopes(H + 2).double() * (40 if which == "alibi-far" else 4)).requires_grad_()
         return attnlab.mods.alibi(slopes=slopes), (slopes,)
-    table = (torch.randn(H + 1, 8, generator=g, dtype=torch.float64)).requires_grad_()
+    table = (torch.randn(H + 1, 8, generator=g, dtype=torch.float64) * (20 if which == "t5-far" else 1))
+    table.requires_grad_()  # t5-far: |bias| up to about 60 leaves the bounded path
     return attnlab.mods.relative_bias(table, max_distance=12, bidirectional=which == "t5-both"), (table,)
 
 
-@pytest.mark.parametrize("which", ["softcap1.5", "softcap50", "alibi", "t5", "t5-both"])
+@pytest.mark.parametrize("which", ["softcap1.5", "softcap50", "alibi", "alibi-far", "t5", "t5-both",
+                                   "t5-far"])
 @pytest.mark.parametrize("name", ["window-gqa", "window-L<S", "documents-causal-gqa", "documents-per-batch"])
 def test_a_builtin_modifier_rides_on_the_bands_and_equals_the_float64_matrix_form(name, which, small_bands,
                                                                                   monkeypatch):
-    """[P12] A built-in modifier takes the band forward (a soft-cap of 1.5 bounded, one of 50 and the additive ones
-    with the running max), and its output and gradients -- of q, k, v and the modifier's tensor, the backward on the
-    tiles from the bands' lse -- are the float64 matrix form's."""
+    """[P12] A built-in modifier takes the band forward (bounded where Closed.bounded says so: a soft-cap of 1.5,
+    ALiBi where the window ends at the diagonal, T5's small table; else the running max), and its output and
+    gradients -- of q, k, v and the modifier's tensor, the backward on the tiles from the bands' lse -- are the
+    float64 matrix form's."""
     size, mask = CASES[name]
     N, H, Hkv, L, S, E, Ev = size
     g = torch.Generator().manual_seed(3)

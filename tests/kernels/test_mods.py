@@ -1,11 +1,14 @@
 """Score modifiers: gradcheck in float64 for each built-in on loops, matrix and flash; bad input."""
 
+import math
+
 import pytest
 import torch
 
 import attnlab
 from attnlab import mods
 from attnlab.kernels import mods as kmods
+from attnlab.kernels.online import LOG2E
 from helpers import qkv
 
 FORMS = {"loops": {}, "matrix": {}, "flash": {"block_q": 2, "block_k": 3}}  # small tiles: several per row
@@ -172,3 +175,94 @@ def test_a_t5_block_in_one_bucket_is_a_constant_per_head_and_equals_the_gather(b
             assert torch.equal(a.expand(gathered.shape), gathered)
             constant += a.shape[-1] == 1
     assert 0 < constant < 64  # both ways are taken
+
+
+def test_a_builtin_says_when_it_bounds_the_scores():
+    """[P2] [P12] The flash form skips the running max only where Closed.bounded says no modified score can pass
+    SAFE_LOGIT and no row's largest can fall below -SAFE_LOGIT; each way it can be wrong is refused."""
+    cap, alibi = mods.softcap(30.0).closed, mods.alibi(8).closed
+    assert cap.bounded(1e6, None, 40.0) and not mods.softcap(50.0).closed.bounded(0.0, (0, 0), 40.0)
+    assert alibi.bounded(39.0, (0, 0), 40.0)  # causal: every bias <= 0 and each row sees its own key (bias 0)
+    assert not alibi.bounded(41.0, (0, 0), 40.0)  # q.k alone may pass the bound
+    assert not alibi.bounded(1.0, None, 40.0)  # the mask's reach unknown: a row may see only far keys
+    assert not alibi.bounded(1.0, (100, 0), 40.0)  # keys 100 ahead: 0.5 x 100 = 50 above the score
+    assert not alibi.bounded(1.0, (0, -100), 40.0)  # a row whose nearest key is 100 back: its largest score -50
+    assert alibi.bounded(1.0, (0, -70), 40.0)  # ... 70 back: -35 + -1, inside
+    assert not mods.alibi(slopes=torch.tensor([0.5, -0.1])).closed.bounded(1.0, (0, 0), 40.0)  # a negative slope
+    table = torch.full((2, 8), 3.0)
+    assert mods.relative_bias(table).closed.bounded(37.0, None, 40.0)
+    assert not mods.relative_bias(-table).closed.bounded(37.5, None, 40.0)  # |bias| 3 on top of 37.5
+
+
+def test_alibi_on_the_bounded_path_underflows_exactly(monkeypatch):
+    """ALiBi under the causal mask takes the bounded path (no running max): with steep slopes most weights
+    underflow to 0 there, and the output and gradients still equal the float64 matrix form (and in float32,
+    the oracle's within 1e-5)."""
+    from attnlab.kernels import flash
+    from attnlab.lab.check import oracle, rule
+
+    taken = []
+    bounded = flash._bounded_row_block
+    monkeypatch.setattr(flash, "_bounded_row_block", lambda *a: taken.append(1) or bounded(*a))
+    slopes = torch.tensor([8.0, 2.0, 0.5, 0.01], dtype=torch.float64, requires_grad=True)  # exp(-8 x 30): 0
+    q, k, v = (t.requires_grad_() for t in qkv(1, 4, 4, 40, 40, 8, 8, seed=2))
+    mod = mods.alibi(slopes=slopes)
+    got = attnlab.attention(q, k, v, is_causal=True, impl="flash", score_mod=mod, block_q=8, block_k=8)
+    assert taken, "ALiBi under the causal mask must take the bounded path here"
+    want = attnlab.attention(q, k, v, is_causal=True, impl="matrix", score_mod=mod)
+    wrt = (q, k, v, slopes)
+    errs = [(a - b).abs().max().item() for a, b in zip((got, *torch.autograd.grad(got.sum(), wrt)),
+                                                     (want, *torch.autograd.grad(want.sum(), wrt)), strict=True)]
+    print("bounded ALiBi vs float64 matrix:", [f"{e:.1e}" for e in errs])
+    assert max(errs) < 1e-12
+    q32, k32, v32 = (t.detach().float() for t in (q, k, v))
+    mod32 = mods.alibi(slopes=slopes.detach().float())
+    out = attnlab.attention(q32, k32, v32, is_causal=True, impl="flash", score_mod=mod32, block_q=8, block_k=8)
+    ref = oracle.reference(q, k, v, is_causal=True, score_mod=mods.alibi(slopes=slopes.detach()))
+    print("float32 bounded ALiBi vs float64 oracle:", rule.max_err(out, ref))
+    assert rule.max_err(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_alibi_heads_run_over_the_keys_whose_weights_are_not_exactly_0(dtype, monkeypatch):
+    """[P13] ALiBi under the causal mask: a steep head runs over a window, the keys beyond it dropped because their
+    weights are exactly 0 in the working dtype -- checked here on the weights themselves, forward (exp2(s)) and
+    backward (exp2(s - lse)) -- so the output and gradients (slopes' included) are the unsplit form's and the
+    float64 matrix form's."""
+    from attnlab.kernels import flash
+    from attnlab.lab.check import rule
+
+    monkeypatch.setattr(flash, "_QUANTUM", 4)
+    calls = []
+    attention = flash.attention
+    monkeypatch.setattr(flash, "attention", lambda *a, **kw: calls.append(kw.get("attn_mask")) or attention(*a, **kw))
+    steep = 8.0 if dtype == torch.float32 else 64.0  # float64's least subnormal is 2^-1074: it takes a steeper one
+    slopes = torch.tensor([steep, steep / 4, 0.01, 0.0], dtype=dtype, requires_grad=True)
+    q, k, v = (t.to(dtype).requires_grad_() for t in qkv(1, 4, 2, 96, 96, 8, 8, seed=4))
+    mod = attnlab.mods.alibi(slopes=slopes)
+    kw = dict(is_causal=True, enable_gqa=True, score_mod=mod, block_q=16, block_k=16)
+    got = attention(q, k, v, **kw)
+    windows = [m for m in calls if m is not None]
+    assert len(windows) == 1 and len(calls) == 2, calls  # key head 0 (slopes 8, 2) windowed, key head 1 whole
+    w = int(windows[0].name.removeprefix("sliding_window(").removesuffix(")"))
+    print(dtype, "key head 0 runs over a window of", w, "of 96 keys")
+    assert w < 72
+    # the weights dropped are exactly 0 on the bounded path, forward and backward
+    s = (q[:, :2] @ k[:, :1].transpose(-1, -2) / math.sqrt(8) + slopes[:2].view(1, 2, 1, 1) *
+         kmods.distance(slice(0, 96), slice(0, 96), "cpu").to(dtype)).detach() * LOG2E
+    rel = kmods.distance(slice(0, 96), slice(0, 96), "cpu")[0, 0]
+    far = rel <= -w
+    lse2 = torch.where(rel <= 0, s * math.log(2), -math.inf).logsumexp(dim=-1, keepdim=True) / math.log(2)
+    assert far.any() and (torch.exp2(s)[..., far] == 0).all() and (torch.exp2(s - lse2)[..., far] == 0).all()
+    whole = attention(q, k, v, split_heads=False, **kw)
+    want = attnlab.attention(q.double(), k.double(), v.double(), is_causal=True, enable_gqa=True, impl="matrix",
+                             score_mod=attnlab.mods.alibi(slopes=slopes.double()))
+    wrt = (q, k, v, slopes)
+    grads = [torch.autograd.grad(o.sum(), wrt) for o in (got, whole, want)]
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    for name, i in (("unsplit", 1), ("float64 matrix", 2)):
+        errs = [rule.max_err(a, b) / float(b.detach().abs().max()) for a, b in zip((got, *grads[0]),
+                                                                          ((got, whole, want)[i], *grads[i]),
+                                                                          strict=True)]
+        print(dtype, "split vs", name, "relative", [f"{e:.1e}" for e in errs])
+        assert max(errs) < tol

@@ -59,6 +59,7 @@ class Plan:
     block_q: int
     pad: int  # zero keys put in front of k and v, so that a band may start before key 0
     batches: tuple
+    reach: tuple | None = None  # (largest kv_idx - q_idx any row sees, least over rows of each one's largest)
 
     @property
     def scores(self) -> int:
@@ -83,7 +84,7 @@ def _build(mask, N, H, L, S, bq, device):
     if sum(widths) * bq > MAX_FRACTION * L * S:
         return None
     pad = _round(max(widths))
-    batches, t = [], 0
+    batches, t, reach = [], 0, []
     while t < nq:  # consecutive tiles, as many as fit the budget at the widest band among them
         t1, W = t + 1, _round(widths[t])
         while t1 < nq and bq * (t1 + 1 - t) * max(W, _round(widths[t1])) <= BATCH_SCORES:
@@ -98,11 +99,14 @@ def _build(mask, N, H, L, S, bq, device):
         m = torch.as_tensor(mask(b, h, i, j.clamp(min=0).view(1, 1, t1 - t, 1, W), L, S), device=device)
         m = m.reshape((1,) * (5 - m.dim()) + tuple(m.shape)) & (j >= 0).view(1, 1, t1 - t, 1, W)
         m = m.expand(-1, -1, t1 - t, bq, W)
+        rel = torch.where(m, j.view(1, 1, t1 - t, 1, W) - i, torch.iinfo(torch.int64).min).amax(dim=-1)
+        reach.append(rel[rel > torch.iinfo(torch.int64).min])  # each row's largest kv_idx - q_idx, if it sees any
         cols = _runs((~m).flatten(0, 3).any(dim=0).tolist())
         batches.append(Batch(t, t1, W, tuple(s + pad for s in starts), _step(steps),
                              tuple(cols), tuple(_additive(m[..., c0:c1]) for c0, c1 in cols)))
         t = t1
-    return Plan(bq, pad, tuple(batches))
+    rel = torch.cat(reach)
+    return Plan(bq, pad, tuple(batches), (int(rel.max()), int(rel.min())) if rel.numel() else None)
 
 
 def _round(width: int) -> int:
@@ -151,7 +155,8 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
     [P12]). Soft-capping: the band's product is q.k * scale / cap, one tanh (as expm1), times cap * log2(e); a cap
     of at most ``safe_logit`` bounds every score. ALiBi and T5's bias: one add per head of the band's bias in
     base-2 units (:func:`_additive_mod`), made once per batch -- once per call for a window, whose bands all have
-    the same distances -- and the running max, as the bias is not bounded."""
+    the same distances. Each takes the bounded path when :meth:`Closed.bounded` says no score can pass
+    ``safe_logit`` (ALiBi: from the plan's reach, the distances the mask lets a row see)."""
     cap = closed.cap if closed is not None else None
     adds = closed if closed is not None and cap is None else None
     N, Hkv, G, L, E = q5.shape
@@ -166,8 +171,9 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
     qs = qs.view(Z, G, nq, bq, E).transpose(1, 2).reshape(Z, nq, G * bq, E)  # tile-major rows
     # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], exp needs no shift
-    bounded = half != torch.float16 and adds is None and (cap <= safe_logit if cap is not None else online.bounded(
-        float(qs.norm(dim=-1).max() * k.norm(dim=-1).max()), scale, safe_logit))
+    qk = float(qs.norm(dim=-1).max() * k.norm(dim=-1).max())
+    bounded = half != torch.float16 and (online.bounded(qk, scale, safe_logit) if closed is None else
+                                         closed.bounded(qk * abs(scale), p.reach, safe_logit))
     if half == torch.float16 and not half_product_fits(half, max(b.W for b in p.batches) * float(v.abs().amax())):
         half = None  # |P V| <= W max|v| with P <= 1: a float16 product could pass 65504
     out = q5.new_empty(Z, nq, G * bq, Ev)  # per row: the weighted sum of its values, then divided by l

@@ -43,6 +43,7 @@ class Tiles:
         self.bm = mask_fn.block_map(N, H, L, S, block_q, block_k, device) if mask_fn is not None else None
         self._kinds = self.bm.kind.tolist() if self.bm is not None else None  # [P6] Python ints per tile
         self.band = None  # a flash_band.Plan, when the forward may run as bands instead of tiles
+        self.reach = None  # (largest kv_idx - q_idx any row sees, least over rows of each one's largest), if known
         self.mod_in_place = False  # the score modifier changed its input in place in the forward
         self._additive: dict = {}  # [P9] bool tiles as additive ones, for scores known finite
         self._lone: dict = {}  # [P10] per query tile: its rows that see exactly one key, or None

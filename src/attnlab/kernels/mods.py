@@ -58,6 +58,24 @@ class Closed:
     def param(self) -> torch.Tensor | None:
         return self.slopes if self.slopes is not None else self.table
 
+    def bounded(self, qk: float, reach: tuple | None, safe_logit: float) -> bool:
+        """True when no modified score can pass ``safe_logit`` and every row's largest stays above -safe_logit, so
+        that the flash form may skip the running max (flash.py [P2]): ``qk`` bounds |q.k| * scale, ``reach`` is
+        (the largest kv_idx - q_idx any row sees, the smallest over the rows of the largest each sees), or None
+        when the mask's reach is not known. A soft-cap of at most safe_logit bounds every score whatever q.k is;
+        T5's bias moves a score by at most max|table|; ALiBi's by slope x distance, bounded when the slopes are
+        not negative and the reach is known (the causal mask: (0, 0), each row sees itself and nothing after)."""
+        if self.cap is not None:
+            return self.cap <= safe_logit
+        t = self.param.detach()
+        if self.table is not None:
+            return qk + float(t.abs().max()) <= safe_logit
+        if reach is None or bool((t < 0).any()):
+            return False
+        hi, lo = reach
+        most, least = float(t.max()), float(t.min())
+        return qk + max(most * hi, least * hi) <= safe_logit and -qk + min(most * lo, least * lo) >= -safe_logit
+
     def bias(self, H: int, rows: slice, cols: slice, dtype, device, times: float = 1.0) -> tuple:
         """(what to add, broadcasting against (N, H, r, c) scores, computed as ``a * b``) for an additive one:
         ALiBi's ``(slopes (1, H, 1, 1), distance (1, 1, r, c))``, T5's ``(table[h, bucket] (1, H, r, c), None)``;
