@@ -32,6 +32,7 @@ import torch
 
 import attnlab
 from attnlab import masks, mods
+from attnlab.kernels import tuned
 from attnlab.lab.measure import flex
 from attnlab.lab.results import machine, versions
 
@@ -126,9 +127,10 @@ def main(argv=None) -> int:
     out = {"machine": machine(), "versions": versions(), "threads": args.threads, "target": TARGET,
            "config": {"batch": B, "heads": H, "head_dim": D, "dtype": "float32", "lengths": lengths,
                       "repeats": repeats, "quick": args.quick, "window": 512},
-           "load_average_before": os.getloadavg(), "rows": []}
+           "load_average_before": os.getloadavg(), "tiles": tuned.current().as_dict(), "rows": []}
     say(f"{out['machine']['cpu']}, {args.threads} threads, load average before {out['load_average_before'][0]:.1f}"
         + (" (quick: not the targets)" if args.quick else ""))
+    say(f"flash's {tuned.current().describe()}")
     for T in lengths:
         for name in modifiers():
             for mask in ("causal", "window 512"):

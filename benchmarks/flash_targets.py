@@ -44,11 +44,13 @@ import torch.nn.functional as F
 
 import attnlab
 from attnlab import masks
+from attnlab.kernels import tuned
 from attnlab.kernels.dtypes import DTYPES, HALF, matmul_dtype
 from attnlab.lab.machine import cpu_features
 from attnlab.lab.measure import flex, memory
 from attnlab.lab.measure.growth import exponent
 from attnlab.lab.measure.timing import bmm_rate
+from attnlab.lab.measure.tune import packed_documents
 from attnlab.lab.results import machine, versions
 
 B, H, D = 1, 8, 64
@@ -107,13 +109,6 @@ def flash(q, k, v, **kw):
     return attnlab.attention(q, k, v, impl="flash", **kw)
 
 
-def documents(T):
-    """Packed documents of uneven lengths (1/16 .. 1/4 of T), one id per position."""
-    lengths = [T // 16, T // 8, 3 * T // 32, 3 * T // 16, T // 32, T // 4, T // 8]
-    lengths.append(T - sum(lengths))
-    return masks.document(torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)]))
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller lengths (a smoke run, not the targets)")
@@ -142,12 +137,13 @@ def main(argv=None) -> int:
                      "cpu_features": feats,
                      "flash_matmul_dtype": {str(dt).split(".")[1]: str(matmul_dtype(dt, "cpu")).split(".")[1]
                                             for dt in HALF},
-                     "load_average_before": os.getloadavg()}
+                     "load_average_before": os.getloadavg(), "tiles": tuned.current().as_dict()}
     flags = ", ".join(n for n in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_fp16") if feats.get(n))
     say(f"{out['machine']['cpu']} ({flags or 'flags unknown'}), {args.threads} threads, load average before "
         f"{out['load_average_before'][0]:.1f}" + (" (quick: not the targets)" if args.quick else ""))
     say("flash's weight matmuls in half precision: " + ", ".join(f"{k} inputs -> {v}"
                                                                  for k, v in out["flash_matmul_dtype"].items()))
+    say(f"flash's {tuned.current().describe()}")
     out["matmul_gflops"] = matmul_rates(3 if args.quick else 5)
     say("batched matmul GFLOP/s at a tile's shapes (scores / values): " + ", ".join(
         f"{n} {r['scores']:.1f} / {r['values']:.1f}" for n, r in out["matmul_gflops"].items()))
@@ -244,7 +240,7 @@ def _float32(args, lengths, record, say, out) -> None:
         tiles = fwd(flash, q, k, v, attn_mask=sw, bands=False)
         times = side_by_side(tiles, fwd(flex.attention, q, k, v, attn_mask=sw), args.repeats)
         record("sliding_window(512), tiles vs flex", T, times, "compiled flex_attention", None)
-        for mask in (masks.sliding_window(256), sw, masks.sliding_window(1024), documents(T)):
+        for mask in (masks.sliding_window(256), sw, masks.sliding_window(1024), packed_documents(T)):
             times = side_by_side(fwd(flash, q, k, v, attn_mask=mask), fwd(flex.attention, q, k, v, attn_mask=mask),
                                  args.repeats)
             record(f"{mask.name} vs flex", T, times, "compiled flex_attention", 1.0)

@@ -8,6 +8,9 @@ from helpers import cli
 
 # Tests check numbers, not speed: one thread avoids thread hand-off costs on the many tiny tensors here.
 torch.set_num_threads(1)
+# The flash form's tile sizes are the defaults here, whatever `attnlab tune` cached on this machine (the child
+# processes the CLI tests start inherit it).
+os.environ["ATTNLAB_TILES"] = "off"
 
 
 @pytest.fixture

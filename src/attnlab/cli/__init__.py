@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-COMMANDS = ["demo", "verify", "bench", "explore", "lesson", "lab", "train", "sample", "ring"]
+COMMANDS = ["demo", "verify", "bench", "explore", "lesson", "lab", "train", "sample", "ring", "tune"]
 
 
 class UsageError(Exception):

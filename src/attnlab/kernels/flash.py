@@ -155,7 +155,7 @@ import math
 
 import torch
 
-from . import dropout, flash_band, masks, mods, online, vmap_loop
+from . import dropout, flash_band, masks, mods, online, tuned, vmap_loop
 from ._check import check, check_score_mod, empty_output
 from .argcheck import fail, positive_int
 from .dropout import NO_DROPOUT, Dropout
@@ -375,9 +375,10 @@ class Flash(torch.autograd.Function):
 
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-              enable_gqa=False, *, block_q: int = DEFAULT_BLOCK_Q, block_k: int = DEFAULT_BLOCK_K,
+              enable_gqa=False, *, block_q: int | None = None, block_k: int | None = None,
               score_mod=None, bands: bool = True, half_matmuls: bool | None = None, split_heads: bool = True):
-    """The flash form. ``block_q`` / ``block_k``: tile sizes (any L, S; tiles need not divide them).
+    """The flash form. ``block_q`` / ``block_k``: tile sizes (any L, S; tiles need not divide them); None takes
+    the sizes ``attnlab tune`` measured for this processor (:mod:`attnlab.kernels.tuned`), else 256 x 256 [P5].
 
     ``bands``: with a sparse mask function (a sliding window, documents), run the forward as one
     contiguous key band per query tile (:mod:`attnlab.kernels.flash_band`); False walks the tiles.
@@ -398,7 +399,12 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     mod = check_score_mod(score_mod)
     for name, b in (("block_q", block_q), ("block_k", block_k)):
-        positive_int(name, b, "a positive integer tile size")
+        if b is not None:
+            positive_int(name, b, "a positive integer tile size")
+    sizes = tuned.current()  # [P5] what this processor measured, where it measured anything
+    tq, tk = sizes.tiles(a.L)
+    block_q = block_q or tq or DEFAULT_BLOCK_Q
+    block_k = block_k or tk or DEFAULT_BLOCK_K
     if half_matmuls is not None and not isinstance(half_matmuls, bool):
         raise fail("half_matmuls", half_matmuls, "True, False or None")
     if a.trivial:  # an empty dim: nothing to attend to
@@ -425,7 +431,8 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     tiles.reach = _reach(mask_fn, a.L, a.S) if dense is None else None  # ALiBi's bounds [P12]
     if bands and mask_fn is not None and dense is None and (mod is None or mod.closed is not None) and \
             a.dropout_p == 0:  # (a built-in modifier rides along on the bands [P12]; a function walks the tiles)
-        band = flash_band.plan(mask_fn, a.N, a.H, a.L, a.S, flash_band.BAND_BLOCK_Q, a.q.device)
+        band = flash_band.plan(mask_fn, a.N, a.H, a.L, a.S, sizes.band_rows or flash_band.BAND_BLOCK_Q, a.q.device,
+                               sizes.band_batch)
         if band is not None and band.scores <= flash_band.SHARE_OF_TILES * tiles.scores():
             tiles.band = band  # documents aligned to the tiles: the tile walk has no waste to save
     drop = Dropout(dropout.draw_seed(), a.dropout_p) if a.dropout_p > 0 else NO_DROPOUT

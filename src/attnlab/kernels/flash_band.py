@@ -67,16 +67,18 @@ class Plan:
         return sum((b.t1 - b.t0) * self.block_q * b.W for b in self.batches)
 
 
-def plan(mask: Mask, N: int, H: int, L: int, S: int, rows: int, device="cpu") -> Plan | None:
-    """The band plan for a mask and sizes, or None when the bands would not save work. Cached."""
+def plan(mask: Mask, N: int, H: int, L: int, S: int, rows: int, device="cpu", batch: int | None = None) -> Plan | None:
+    """The band plan for a mask and sizes, or None when the bands would not save work. Cached. ``batch``: the
+    scores per head and batch of bands (None: ``BATCH_SCORES``)."""
+    batch = BATCH_SCORES if batch is None else batch
     built = _PLANS.setdefault(mask, {})
-    key = (N, H, L, S, rows, str(device))
+    key = (N, H, L, S, rows, batch, str(device))
     if key not in built:
-        built[key] = _build(mask, N, H, L, S, rows, device)
+        built[key] = _build(mask, N, H, L, S, rows, device, batch)
     return built[key]
 
 
-def _build(mask, N, H, L, S, bq, device):
+def _build(mask, N, H, L, S, bq, device, batch):
     nq = -(-L // bq)
     # the first and last visible key of each query tile, over every row, batch and head
     lo, hi = mask.spans(N, H, L, S, bq, per_batch=False, device=device)[0].T.tolist()
@@ -87,7 +89,7 @@ def _build(mask, N, H, L, S, bq, device):
     batches, t, reach = [], 0, []
     while t < nq:  # consecutive tiles, as many as fit the budget at the widest band among them
         t1, W = t + 1, _round(widths[t])
-        while t1 < nq and bq * (t1 + 1 - t) * max(W, _round(widths[t1])) <= BATCH_SCORES:
+        while t1 < nq and bq * (t1 + 1 - t) * max(W, _round(widths[t1])) <= batch:
             W = max(W, _round(widths[t1]))
             t1 += 1
         starts = [hi[i] - W for i in range(t, t1)]  # each band ends at its last visible key

@@ -17,21 +17,14 @@ from functools import lru_cache
 
 import torch
 
+from attnlab.kernels.tuned import processor
+
 
 def machine() -> dict:
     """Where a result was measured."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
     info = {
         "platform": platform.platform(),
-        "cpu": cpu,
+        "cpu": processor(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

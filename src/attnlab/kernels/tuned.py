@@ -1,0 +1,145 @@
+"""Tile sizes for this processor: measured by ``attnlab tune``, cached, read by the flash form.
+
+How large a tile of scores should be is a trade ([P5] in :mod:`attnlab.kernels.flash`): every tile costs a
+dozen tensor calls whatever its size, so small tiles spend their time in Python and dispatch; large ones
+leave the cache, and at short lengths leave few tiles to share the work. Where the balance lies depends on
+the processor -- its caches, its vector units, its matmul library's blocking -- so it is measured there, not
+written down once: ``attnlab tune`` (:mod:`attnlab.lab.measure.tune`) times candidate sizes side by side with
+the defaults and keeps one only where it is faster by a margin.
+
+This module is the kernels' side of it: :class:`Sizes` (what was chosen), and :func:`current`, the sizes
+cached for this processor, thread count and torch version, or the defaults where none are. The cache is a
+JSON file, ``~/.cache/attnlab/tiles.json``, one entry per key; the environment variable ``ATTNLAB_TILES``
+names another file, or is ``off`` to ignore any (the test suite sets it: its numbers must not depend on what
+a developer's machine measured). A size passed to a form by hand always wins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+
+SHORT = 3072  # [P5] query lengths up to this take the short tiles (measured at 2048), longer ones the long tiles
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Tile sizes; None leaves the module's default (flash.DEFAULT_BLOCK_Q / _K, flash_band.BAND_BLOCK_Q /
+    BATCH_SCORES). ``source`` says where they came from: "default", or the measurement (processor, date)."""
+
+    short_q: int | None = None  # dense tiles at L <= SHORT: block_q, block_k
+    short_k: int | None = None
+    long_q: int | None = None  # ... at L > SHORT
+    long_k: int | None = None
+    band_rows: int | None = None  # the bands' query rows (flash_band.BAND_BLOCK_Q)
+    band_batch: int | None = None  # the bands' scores per head and batch (flash_band.BATCH_SCORES)
+    source: str = "default"
+
+    def tiles(self, L: int) -> tuple[int | None, int | None]:
+        """(block_q, block_k) for L queries, None where the default holds."""
+        return (self.short_q, self.short_k) if L <= SHORT else (self.long_q, self.long_k)
+
+    def describe(self) -> str:
+        """The sizes in words, defaults filled in, and where they came from."""
+        from . import flash, flash_band  # (they import this module)
+
+        def tile(q, k):
+            return f"{q or flash.DEFAULT_BLOCK_Q} x {k or flash.DEFAULT_BLOCK_K}"
+
+        return (f"tiles {tile(self.short_q, self.short_k)} up to T = {SHORT}, {tile(self.long_q, self.long_k)} "
+                f"above; bands of {self.band_rows or flash_band.BAND_BLOCK_Q} rows, "
+                f"{(self.band_batch or flash_band.BATCH_SCORES) >> 10}K scores a batch ({self.source})")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Sizes:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+DEFAULT = Sizes()
+_LOADED: dict = {}  # (path, key) -> Sizes: the file is read once per process and key
+_USING: list = []  # the sizes of :func:`using` blocks, innermost last
+
+
+def processor() -> str:
+    """The processor's model name (``/proc/cpuinfo``), else what ``platform`` says."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return name
+
+
+def key(threads: int | None = None) -> str:
+    """What a measurement holds for: the processor, the thread count and torch's version."""
+    return f"{processor()} | {threads or torch.get_num_threads()} threads | torch {torch.__version__}"
+
+
+def cache_path() -> Path | None:
+    """The cache file, or None when ``ATTNLAB_TILES=off``."""
+    env = os.environ.get("ATTNLAB_TILES", "")
+    if env.lower() == "off":
+        return None
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnlab" / "tiles.json"
+
+
+@contextmanager
+def using(sizes: Sizes):
+    """Within the block, :func:`current` is ``sizes`` (how ``attnlab tune`` times a candidate)."""
+    _USING.append(sizes)
+    try:
+        yield sizes
+    finally:
+        _USING.pop()
+
+
+def current() -> Sizes:
+    """The sizes measured for this processor, thread count and torch version, or the defaults."""
+    if _USING:
+        return _USING[-1]
+    path, k = cache_path(), key()
+    if path is None:
+        return DEFAULT
+    if (str(path), k) not in _LOADED:
+        entry = read(path).get(k)
+        _LOADED[(str(path), k)] = Sizes.from_dict(entry) if isinstance(entry, dict) else DEFAULT
+    return _LOADED[(str(path), k)]
+
+
+def read(path: Path) -> dict:
+    """Every entry of a cache file ({} when it is missing or unreadable: the defaults, never an error)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def save(sizes: Sizes, threads: int | None = None, path: Path | None = None) -> Path:
+    """Write ``sizes`` as this machine's entry (other entries kept); the next :func:`current` reads it."""
+    path = Path(path) if path is not None else cache_path()
+    if path is None:
+        raise ValueError("ATTNLAB_TILES=off: no cache file to write the tile sizes to")
+    data = read(path)
+    data[key(threads)] = sizes.as_dict()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+    _LOADED.clear()
+    return path

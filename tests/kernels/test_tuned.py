@@ -1,0 +1,75 @@
+"""The tile sizes `attnlab tune` caches: read back per processor, used by the flash form, ignored when off."""
+
+import json
+
+import pytest
+import torch
+
+import attnlab
+from attnlab import masks
+from attnlab.kernels import flash, flash_band, tuned
+from helpers import qkv
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    path = tmp_path / "tiles.json"
+    monkeypatch.setenv("ATTNLAB_TILES", str(path))
+    tuned._LOADED.clear()
+    yield path
+    tuned._LOADED.clear()
+
+
+def test_sizes_are_saved_per_machine_and_read_back(cache):
+    assert tuned.current() == tuned.DEFAULT  # no file: the defaults, no error
+    cache.write_text(json.dumps({"another processor | 2 threads | torch 0": {"short_q": 64}}))
+    sizes = tuned.Sizes(short_q=512, long_k=128, band_rows=32, source="measured here")
+    assert tuned.save(sizes) == cache
+    data = json.loads(cache.read_text())
+    assert data["another processor | 2 threads | torch 0"] == {"short_q": 64}  # other machines' entries kept
+    assert data[tuned.key()]["short_q"] == 512
+    assert tuned.current() == sizes
+    assert sizes.tiles(2048) == (512, None) and sizes.tiles(8192) == (None, 128)
+    assert "tiles 512 x 256 up to T = 3072, 256 x 128 above; bands of 32 rows" in sizes.describe()
+    assert "measured here" in sizes.describe()
+
+
+def test_a_broken_cache_or_off_gives_the_defaults(cache, monkeypatch):
+    cache.write_text("{not json")
+    assert tuned.current() == tuned.DEFAULT
+    cache.write_text(json.dumps({tuned.key(): "not an entry"}))
+    tuned._LOADED.clear()
+    assert tuned.current() == tuned.DEFAULT
+    monkeypatch.setenv("ATTNLAB_TILES", "off")
+    assert tuned.cache_path() is None and tuned.current() == tuned.DEFAULT
+    with pytest.raises(ValueError, match="ATTNLAB_TILES=off"):
+        tuned.save(tuned.Sizes(short_q=8))
+
+
+def test_the_flash_form_takes_the_tuned_tiles_and_a_size_by_hand_wins(monkeypatch):
+    """With tuned sizes the flash form builds those tiles (and bands), and gives exactly what passing them by hand
+    gives; sizes passed by hand are used whatever is tuned."""
+    built = []
+    tiles = flash.Tiles
+    monkeypatch.setattr(flash, "Tiles", lambda *a, **kw: built.append(a[4:6]) or tiles(*a, **kw))
+    plans = []
+    plan = flash_band.plan
+    monkeypatch.setattr(flash_band, "plan", lambda *a, **kw: plans.append((a[5], a[7])) or plan(*a, **kw))
+    q, k, v = qkv(1, 2, 2, 40, 40, 8, 8, dtype=torch.float32)
+    with tuned.using(tuned.Sizes(short_q=8, short_k=16, band_rows=4, band_batch=200)):
+        got = attnlab.attention(q, k, v, impl="flash", is_causal=True)
+        attnlab.attention(q, k, v, impl="flash", attn_mask=masks.sliding_window(4))
+        attnlab.attention(q, k, v, impl="flash", is_causal=True, block_q=32, block_k=4)
+    assert built == [(8, 16), (8, 16), (32, 4)]
+    assert plans and set(plans) == {(4, 200)}  # (asked for the causal mask too: it has no bands)
+    assert torch.equal(got, attnlab.attention(q, k, v, impl="flash", is_causal=True, block_q=8, block_k=16))
+    assert built[-1] == (8, 16)
+    attnlab.attention(q, k, v, impl="flash", is_causal=True)
+    assert built[-1] == (40, 40)  # the defaults, 256 x 256, cut to the problem
+
+
+def test_bad_tile_sizes_are_still_refused():
+    q, k, v = qkv(1, 2, 2, 8, 8, 4, 4, dtype=torch.float32)
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="block_q"):
+            attnlab.attention(q, k, v, impl="flash", block_q=bad)
