@@ -229,10 +229,10 @@ def test_alibi_heads_run_over_the_keys_whose_weights_are_not_exactly_0(dtype, mo
     weights are exactly 0 in the working dtype -- checked here on the weights themselves, forward (exp2(s)) and
     backward (exp2(s - lse)) -- so the output and gradients (slopes' included) are the unsplit form's and the
     float64 matrix form's."""
-    from attnlab.kernels import flash
+    from attnlab.kernels import flash, flash_reach
     from attnlab.lab.check import rule
 
-    monkeypatch.setattr(flash, "_QUANTUM", 4)
+    monkeypatch.setattr(flash_reach, "QUANTUM", 4)
     calls = []
     attention = flash.attention
     monkeypatch.setattr(flash, "attention", lambda *a, **kw: calls.append(kw.get("attn_mask")) or attention(*a, **kw))
@@ -266,3 +266,24 @@ def test_alibi_heads_run_over_the_keys_whose_weights_are_not_exactly_0(dtype, mo
                                                                           strict=True)]
         print(dtype, "split vs", name, "relative", [f"{e:.1e}" for e in errs])
         assert max(errs) < tol
+
+
+@pytest.mark.parametrize("doubled", [False, True])
+def test_the_soft_caps_tanh_is_accurate_near_0_and_finite_far_out(doubled):
+    """online.tanh_ (times * tanh, as expm1): within a few float32 roundings of float64's tanh relative to the value
+    itself, near 0 too (where 2 sigmoid(2x) - 1 loses every digit); clamped, a score far out is +-times, not NaN."""
+    from attnlab.kernels import online
+
+    y = torch.cat([torch.linspace(-30, 30, 2001), torch.logspace(-20, 0, 200), -torch.logspace(-20, 0, 200)])
+    x = (2 * y if doubled else y).float()
+    got = online.tanh_(x.clone(), torch.empty_like(x), times=43.3, doubled=doubled)
+    want = 43.3 * torch.tanh(y.double())
+    rel = ((got.double() - want).abs() / want.abs().clamp(min=1e-300)).max().item()
+    print("doubled" if doubled else "plain", "max relative error", rel)
+    assert rel < 8 * torch.finfo(torch.float32).eps
+    far = torch.tensor([-1e4, -200.0, 200.0, 1e4])
+    out = online.tanh_(far.clone(), torch.empty_like(far), times=2.0, doubled=doubled)
+    assert torch.equal(out, torch.tensor([-2.0, -2.0, 2.0, 2.0]))
+    unclamped = online.tanh_(torch.tensor([200.0]), torch.empty(1), doubled=doubled, clamp=False)
+    assert torch.isnan(unclamped).all()  # why the clamp is kept unless the caller's bound rules it out
+    assert online.expm1_fits(80.0) and not online.expm1_fits(89.0)

@@ -133,16 +133,7 @@ Performance notes -- each trick is tagged [P1] .. [P12] at its line:
   Each built-in says when it bounds the scores (``Closed.bounded``), so its tiles and bands take [P2]: a cap of
   at most SAFE_LOGIT; T5's bias when |q.k| scale + max|table| is within it; ALiBi with slopes >= 0 when the
   mask's closed form shows each row sees itself and nothing after (causal, a window: its *reach*).
-* [P13] ALiBi's far keys dropped where their weights are exactly 0. On the bounded path a weight is exp2(s),
-  and in the backward exp2(s - lse), with s at most log2(e) (|q.k| scale - slope d) for a key d back: once that
-  is below the working dtype's least subnormal (2^-149 in float32, 2^-1074 in float64) it is 0, not small. So
-  under the causal mask each key head runs over the window of keys whose weights can be nonzero (rounded up
-  to 64; ``_alibi_reach``), a steep head a few hundred keys, as a call of its own (the bands, or the tiles with
-  a window's block map); the heads that gain nothing run together, causal. The numbers are those of the full
-  walk (a test holds it to the unsplit form and checks the dropped weights are 0 in both passes). Needs finite
-  values (0 x inf is NaN in the full sum) and no dropout. ALiBi causal, T = 8192 (AMD EPYC): 0.87 of the
-  unsplit time forward, 0.89 forward + backward; the paper's 8 slopes give windows of 320 to 4416 keys for
-  5 of the 8 heads there.
+* [P13] ALiBi's far keys dropped where their weights are exactly 0: :mod:`attnlab.kernels.flash_reach`.
 
 Papers: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness"
 (2022); Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning"
@@ -151,11 +142,9 @@ Papers: Dao et al., "FlashAttention: Fast and Memory-Efficient Exact Attention w
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from . import dropout, flash_band, masks, mods, online, tuned, vmap_loop
+from . import dropout, flash_band, flash_reach, mods, online, tuned, vmap_loop
 from ._check import check, check_score_mod, empty_output
 from .argcheck import fail, positive_int
 from .dropout import NO_DROPOUT, Dropout
@@ -164,7 +153,7 @@ from .flash_backward import FlashBackward, no_batched_mod_params
 from .flash_tiles import Keys, Tiles, buffer_view, dropout_keep
 from .masks import PARTIAL, causal
 from .mods import Mod
-from .online import LN2, SAFE_LOGIT  # [P2]: the bounded rule (read here at each call)
+from .online import SAFE_LOGIT  # [P2]: the bounded rule (read here at each call)
 
 DEFAULT_BLOCK_Q = 256  # [P5]
 DEFAULT_BLOCK_K = 256
@@ -193,7 +182,7 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod
     f = dropout.factor(drop.p) if drop.active else 1.0  # [P11] |P V| <= block_k * max|v| * f (P <= 1)
     if half == torch.float16 and not half_product_fits(half, min(tiles.block_k, S) * f * float(v.abs().amax())):
         half = None
-    keys = Keys.of(k, v, tiles, drop, mod, G, scale, half)
+    keys = Keys.of(k, v, tiles, drop, mod, G, scale, half, q=q5)
     buf = q5.new_empty(N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, S))  # [P3] one score tile
     hbuf = None if half is None else q5.new_empty(buf.numel(), dtype=half)  # [P3] [P11] the weights, rounded
     k_norm = k.norm(dim=-1).amax(dim=-1, keepdim=True)  # (N, Hkv, 1): the longest key of each head
@@ -217,59 +206,6 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod
     if keep_norm:
         return out, lse, norm
     return out, lse
-
-
-_WINDOWS: dict = {}  # window -> its Mask, one instance each: its block maps and band plans are cached with it
-_QUANTUM = 64  # [P13] windows rounded up to a multiple of this: few distinct masks, and wider is still exact
-_WORTH = 0.75  # [P13] a head runs over a window only if it is at most this share of the queries
-
-
-def _reach(mask_fn, L: int, S: int) -> tuple | None:
-    """(the largest kv_idx - q_idx any row sees, the least over the rows of each one's largest), from the mask's
-    closed form, or None when it does not say: a causal part j <= i + off, with no prefix, where each row sees
-    key i + off (it exists, and is in the row's own document when off = 0)."""
-    rule = mask_fn.rule(L, S) if mask_fn is not None else None
-    if rule is None or rule.off is None or rule.prefix is not None or (rule.doc is not None and rule.off != 0):
-        return None
-    return (rule.off, rule.off) if rule.off >= 0 and L - 1 + rule.off < S else None
-
-
-def _window(w: int):
-    if w not in _WINDOWS:
-        _WINDOWS[w] = masks.sliding_window(w)
-    return _WINDOWS[w]
-
-
-def _alibi_reach(a, mod, work, half) -> list | None:
-    """[P13] ALiBi under the causal mask, on the bounded path: the runs of key heads ``(h0, h1, window or None)``
-    whose weights of keys more than ``window - 1`` back are all exactly 0, or None when no head gains.
-
-    On the bounded path [P2] a weight is exp2(s) with s <= log2(e) (|q.k| scale - slope (i - j)), and in the
-    backward exp2(s - lse) with lse >= the row's own score >= -|q.k| scale. Both are exactly 0 in the working
-    dtype once log2(e) (2 |q.k| scale - slope d) < -(the exponent of its least subnormal + 2): 151 in float32
-    (bfloat16 weights round from float32 ones), 1076 in float64. Dropping those keys changes no number but the
-    order of the sums; the values must be finite (0 x inf is NaN in the full sum)."""
-    closed = mod.closed if mod is not None else None
-    if closed is None or closed.slopes is None or not a.is_causal or a.L > a.S or a.dropout_p > 0 or \
-            a.attn_mask is not None or half == torch.float16 or work not in (torch.float32, torch.float64):
-        return None
-    qk = float(a.q.detach().norm(dim=-1).amax()) * float(a.k.detach().norm(dim=-1).amax()) * abs(a.scale)
-    if not math.isfinite(qk) or not closed.bounded(qk, (0, 0), SAFE_LOGIT) or not bool(torch.isfinite(a.v).all()):
-        return None
-    floor = 151 if work == torch.float32 else 1076
-    least = closed.slopes.detach()[:a.H].double().view(a.Hkv, a.groups).amin(dim=1).tolist()  # per key head
-    runs: list = []
-    for hk, slope in enumerate(least):
-        d = (2 * qk + floor * LN2) / slope if slope > 0 else math.inf  # no weight more than d back is nonzero
-        w = -(-(math.floor(d) + 1) // _QUANTUM) * _QUANTUM if d < a.L else math.inf  # keys i - w < j <= i
-        w = w if w <= _WORTH * a.L else None
-        if runs and runs[-1][2] == w:
-            runs[-1][1] = hk + 1
-        else:
-            runs.append([hk, hk + 1, w])
-    if all(w is None for *_, w in runs):
-        return None
-    return [tuple(r) for r in runs]
 
 
 def _bounded(qk: float, scale: float, closed, reach) -> bool:
@@ -412,13 +348,13 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     work = a.work
     mm = matmul_dtype(a.q.dtype, a.q.device, half_matmuls)  # [P11]
     half = mm if mm != work else None
-    parts = _alibi_reach(a, mod, work, half) if bands and split_heads else None  # [P13]
+    parts = flash_reach.alibi_heads(a, mod, work, half) if bands and split_heads else None  # [P13]
     if parts is not None:
         kw = dict(scale=a.scale, enable_gqa=True, block_q=block_q, block_k=block_k, bands=bands,
                   half_matmuls=half_matmuls, split_heads=False)
         G, slopes = a.groups, mod.closed.slopes
         outs = [attention(a.q[:, h0 * G:h1 * G], a.k[:, h0:h1], a.v[:, h0:h1], is_causal=w is None,
-                          attn_mask=_window(w) if w is not None else None,
+                          attn_mask=flash_reach.window(w) if w is not None else None,
                           score_mod=mods.alibi(slopes=slopes[h0 * G:h1 * G]), **kw) for h0, h1, w in parts]
         return a.unflatten(torch.cat(outs, dim=1))
     q5 = a.q.to(work).reshape(a.N, a.Hkv, a.groups, a.L, a.E)  # query heads grouped by their key head
@@ -428,7 +364,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     dense = a.attn_mask if bias is None else bias
     skip = dense is None or bool(torch.isfinite(v).all())  # hidden NaN values must still reach the output
     tiles = Tiles(a.N, a.H, a.L, a.S, min(block_q, a.L), min(block_k, a.S), mask_fn, dense, a.q.device, skip)
-    tiles.reach = _reach(mask_fn, a.L, a.S) if dense is None else None  # ALiBi's bounds [P12]
+    tiles.reach = flash_reach.reach(mask_fn, a.L, a.S) if dense is None else None  # ALiBi's bounds [P12]
     if bands and mask_fn is not None and dense is None and (mod is None or mod.closed is not None) and \
             a.dropout_p == 0:  # (a built-in modifier rides along on the bands [P12]; a function walks the tiles)
         band = flash_band.plan(mask_fn, a.N, a.H, a.L, a.S, sizes.band_rows or flash_band.BAND_BLOCK_Q, a.q.device,

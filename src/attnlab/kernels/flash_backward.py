@@ -96,7 +96,7 @@ def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: 
     dk3 = dk.view(N * Hkv, *dk.shape[2:])  # (N*Hkv, S, E): the same memory, for batched matmuls
     dbias = q5.new_zeros(bias_shape) if bias_shape is not None else None
     dparams = [None] * len(mod_params)
-    keys = Keys.of(k, v, tiles, drop, mod, G, scale, half, spare=False)
+    keys = Keys.of(k, v, tiles, drop, mod, G, scale, half, spare=False, q=q5)
     n = N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, k.shape[2])
     capped = keys.closed is not None and keys.closed.cap is not None  # [P12] the soft-cap's slope kept per tile
     bufs = (q5.new_empty(n), q5.new_empty(n), q5.new_empty(n) if capped else None)  # [P3] scores, dP (, slope)

@@ -154,7 +154,7 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
     rounded once, not once per tile. float16 always subtracts the max (exp(40) would overflow it).
 
     ``closed``: a built-in modifier (:class:`attnlab.kernels.mods.Closed`), fused as the tiles fuse it (flash.py
-    [P12]). Soft-capping: the band's product is q.k * scale / cap, one tanh (as expm1), times cap * log2(e); a cap
+    [P12]). Soft-capping: the band's product is 2 q.k scale / cap, one tanh (as expm1) times cap * log2(e); a cap
     of at most ``safe_logit`` bounds every score. ALiBi and T5's bias: one add per head of the band's bias in
     base-2 units (:func:`_additive_mod`), made once per batch -- once per call for a window, whose bands all have
     the same distances. Each takes the bounded path when :meth:`Closed.bounded` says no score can pass
@@ -167,13 +167,14 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
     nq = -(-L // bq)
     # scale and log2(e) ride on the score matmul (exp2 of these scores is exp of the true ones; flash.py [P1]);
     # q is read contiguous: a transposed q (as transformers passes it) cannot be viewed below
-    alpha = scale * LOG2E if cap is None else scale / cap
+    alpha = scale * LOG2E if cap is None else 2 * scale / cap  # the soft-cap: tanh's doubled input (online.tanh_)
     qs = q5.contiguous()
     if nq * bq != L:  # pad the last tile's rows; the plan's mask hides nothing there, they are dropped
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
     qs = qs.view(Z, G, nq, bq, E).transpose(1, 2).reshape(Z, nq, G * bq, E)  # tile-major rows
     # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], exp needs no shift
     qk = float(qs.norm(dim=-1).max() * k.norm(dim=-1).max())
+    clamp = not online.expm1_fits(qk * abs(alpha))
     bounded = half != torch.float16 and (online.bounded(qk, scale, safe_logit) if closed is None else
                                          closed.bounded(qk * abs(scale), p.reach, safe_logit))
     if half == torch.float16 and not half_product_fits(half, max(b.W for b in p.batches) * float(v.abs().amax())):
@@ -201,7 +202,7 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
             band = _band(kx[z], b, idx, shift).transpose(1, 2)
             torch.baddbmm(s, qs[z, b.t0:b.t1], band, beta=0, alpha=alpha, out=s)
             if cap is not None:  # the soft-cap, as flash_tiles.Keys.fused_mod takes it
-                online.tanh_(s, spare[:s.numel()].view(s.shape)).mul_(cap * LOG2E)
+                online.tanh_(s, spare[:s.numel()].view(s.shape), cap * LOG2E, doubled=True, clamp=clamp)
             s4 = s.view(nb, G, bq, W)
             if mod_bias is not None:  # ALiBi's slope x distance, or T5's gathered table, for this key head's G heads
                 _add_mod(s4, mod_bias, z % Hkv, G)

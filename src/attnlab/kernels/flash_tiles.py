@@ -190,17 +190,23 @@ class Keys:
     vh: torch.Tensor | None = None
     closed: Closed | None = None  # [P12] a built-in modifier, fused into the tile instead of called
     spare: torch.Tensor | None = None  # [P12] [P3] a second tile buffer, for the soft-cap's tanh
+    clamp: bool = True  # [P12] the soft-cap's product may pass what expm1 takes: clamp it first
 
     @classmethod
-    def of(cls, k, v, tiles, drop, mod, G, scale, half: torch.dtype | None = None, spare: bool = True) -> Keys:
+    def of(cls, k, v, tiles, drop, mod, G, scale, half: torch.dtype | None = None, spare: bool = True,
+           q: torch.Tensor | None = None) -> Keys:
+        """``q``: the queries, whose longest with the longest key bounds every product (the soft-cap then skips
+        its clamp where no product can reach expm1's limit); None: not known."""
         kT3 = k.reshape(k.shape[0] * k.shape[1], *k.shape[2:]).transpose(1, 2)  # (N*Hkv, E, S)
         kh, vh = (k.to(half), v.to(half)) if half is not None else (None, None)
         closed = fused(mod, k.shape[1] * G)
         capped = closed is not None and closed.cap is not None
-        alpha = scale / closed.cap if capped else scale * LOG2E  # [P12]
+        alpha = 2 * scale / closed.cap if capped else scale * LOG2E  # [P12] 2 q.k scale / cap: tanh's doubled input
+        clamp = capped and (q is None or not online.expm1_fits(
+            float(q.norm(dim=-1).amax()) * float(k.norm(dim=-1).amax()) * abs(alpha)))
         spare = k.new_empty(k.shape[0] * k.shape[1] * G * min(tiles.block_q, tiles.L) * min(tiles.block_k, tiles.S)) \
             if capped and spare else None  # (the backward's tanh has its slope buffer)
-        return cls(k, kT3, v, tiles, drop, mod, G, alpha, half, kh, vh, closed, spare)
+        return cls(k, kT3, v, tiles, drop, mod, G, alpha, half, kh, vh, closed, spare, clamp)
 
     def product(self, qi: torch.Tensor, buf: torch.Tensor, cols: slice) -> torch.Tensor:
         """[P1] [P3] alpha * qi @ k^T for key tile ``cols``, (N, Hkv, G*r, c), written into ``buf``."""
@@ -233,15 +239,16 @@ class Keys:
 
     def fused_mod(self, s: torch.Tensor, rows: slice, cols: slice, slope: torch.Tensor | None = None) -> None:
         """[P12] A built-in modifier on a tile's product s (N, Hkv, G*r, c), in place, to base-2 modified scores.
-        Soft-capping: the product is already q.k * scale / cap (:meth:`of`'s alpha), so one tanh and one multiply
-        by cap * log2(e); ``slope`` gets 1 - tanh^2 on the way. ALiBi and T5's bias: one add of the tile's bias
-        in base-2 units (ALiBi's as slope x distance, in the same pass)."""
+        Soft-capping: the product is already 2 q.k scale / cap (:meth:`of`'s alpha), so one tanh that multiplies by
+        cap * log2(e) on the way (:func:`online.tanh_`); ``slope`` gets 1 - tanh^2. ALiBi and T5's bias: one add
+        of the tile's bias in base-2 units (ALiBi's as slope x distance, in the same pass)."""
         c = self.closed
         if c.cap is not None:  # (the slope buffer holds the tanh's denominator first, in the backward)
-            t = online.tanh_(s, buffer_view(self.spare, tuple(s.shape)) if slope is None else slope)
-            if slope is not None:
-                torch.addcmul(torch.ones((), dtype=s.dtype), t, t, value=-1.0, out=slope)
-            t.mul_(c.cap * LOG2E)
+            times = c.cap * LOG2E
+            t = online.tanh_(s, buffer_view(self.spare, tuple(s.shape)) if slope is None else slope, times,
+                             doubled=True, clamp=self.clamp)  # times * tanh
+            if slope is not None:  # 1 - tanh^2 = 1 - (t / times)^2
+                torch.addcmul(torch.ones((), dtype=s.dtype), t, t, value=-1.0 / times ** 2, out=slope)
             return
         N, Hkv, _, n = s.shape
         H = Hkv * self.G

@@ -1,0 +1,204 @@
+"""The dense float32 gap at T = 2048: where the flash form's time goes, and what each lever does to it.
+
+    .venv/bin/python benchmarks/flash_levers.py [--out DIR] [--threads N] [--rounds N]
+
+Batch 1, 8 heads, head dim 64, float32, forward, full attention at T = 2048 (issue 31, part 3). Four measurements,
+each side by side in this one process:
+
+  profile      torch.profiler's self time per operation of the flash form's call, and the matmuls' GFLOP/s
+  compile      one tile step (scores, exp2, row sums, weights @ values; 8 heads x 256 x 256) as the plain
+               in-place tensor code the flash form runs, against torch.compile of the same step
+  fused sum    the row sums l = rowsum(P) taken by the values' matmul (a column of ones after v) instead of a
+               sum of their own
+  tiles        the flash form at several tile sizes against F.sdpa, alternated, paired medians
+  decode       one query against S = 32768 cached keys (what a KV-cache step is), flash against F.sdpa: the
+               issue keeps flash the faster there
+
+Writes DIR/flash_levers-<processor>.json and .txt with every number, the processor and the load before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+import attnlab
+from attnlab.lab.results import machine, versions
+
+sys.path.insert(0, str(Path(__file__).parent))
+from flash_targets import slug  # noqa: E402
+
+B, H, T, D = 1, 8, 2048, 64
+TILE = 256
+SIZES = [(256, 256), (512, 256), (512, 512), (1024, 256), (2048, 256), (256, 512)]
+
+
+def per_call(f, n: int) -> float:
+    """Median seconds of n calls after two warm-ups."""
+    f()
+    f()
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def profile_flash(q, k, v, calls: int = 5) -> dict:
+    def f():
+        with torch.no_grad():
+            attnlab.attention(q, k, v, impl="flash")
+    for _ in range(2):
+        f()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        f()
+    wall = (time.perf_counter() - t0) / calls
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            f()
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:10]
+    flop = 2 * B * H * T * T * D  # each of the two matmuls
+    rows = {e.key: {"self_ms_per_call": e.self_cpu_time_total / 1e3 / calls, "calls_per_call": e.count // calls}
+            for e in ops}
+    for name in ("aten::baddbmm", "aten::baddbmm_"):
+        if name in rows:
+            rows[name]["gflops"] = flop / (rows[name]["self_ms_per_call"] / 1e3) / 1e9
+    return {"wall_ms_per_call": wall * 1e3, "ops": rows}
+
+
+def tile_step(rounds: int) -> dict:
+    """One tile step, in place (as flash's bounded path runs it) against torch.compile of the same step."""
+    g = torch.Generator().manual_seed(0)
+    q, kT, v = (torch.randn(*s, generator=g) * 0.1 for s in ((H, TILE, D), (H, D, TILE), (H, TILE, D)))
+    buf, l, acc = torch.empty(H, TILE, TILE), torch.zeros(H, TILE), torch.zeros(H, TILE, D)
+
+    def eager():
+        s = torch.baddbmm(buf, q, kT, beta=0, alpha=0.18, out=buf)
+        s.exp2_()
+        l.add_(s.sum(-1))
+        acc.baddbmm_(s, v)
+
+    def step(q, kT, v, l, acc):
+        p = torch.exp2(torch.bmm(q, kT) * 0.18)
+        return l + p.sum(-1), acc + torch.bmm(p, v)
+
+    compiled = torch.compile(step, dynamic=False)
+    t0 = time.perf_counter()
+    compiled(q, kT, v, l, acc)
+    compile_s = time.perf_counter() - t0
+    sides = {"eager in place": eager, "torch.compile": lambda: compiled(q, kT, v, l, acc),
+             "the two matmuls alone": lambda: (torch.bmm(q, kT, out=buf), torch.bmm(buf, v))}
+    us = {n: per_call(f, 200) * 1e6 for n, f in sides.items()}
+    return {"us": us, "compile_s": compile_s, "compiled / eager": us["torch.compile"] / us["eager in place"]}
+
+
+def fused_sum() -> dict:
+    g = torch.Generator().manual_seed(1)
+    p, v = torch.rand(H, TILE, TILE, generator=g), torch.randn(H, TILE, D, generator=g)
+    v1 = torch.cat([v, torch.ones(H, TILE, 1)], dim=-1)
+    acc, acc1, l = torch.zeros(H, TILE, D), torch.zeros(H, TILE, D + 1), torch.zeros(H, TILE)
+    us = {"P V, then rowsum(P)": per_call(lambda: (acc.baddbmm_(p, v), l.add_(p.sum(-1))), 300) * 1e6,
+          "rowsum(P) alone": per_call(lambda: l.add_(p.sum(-1)), 300) * 1e6,
+          "P [V | 1] (the sum in the matmul)": per_call(lambda: acc1.baddbmm_(p, v1), 300) * 1e6}
+    return {"us": us, "fused / separate": us["P [V | 1] (the sum in the matmul)"] / us["P V, then rowsum(P)"]}
+
+
+def tiles_vs_sdpa(q, k, v, rounds: int) -> dict:
+    out = {}
+    for causal in (False, True):
+        calls = {"F.sdpa": lambda c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c)}
+        for bq, bk in SIZES:
+            calls[f"flash {bq} x {bk}"] = lambda c=causal, bq=bq, bk=bk: attnlab.attention(
+                q, k, v, impl="flash", is_causal=c, block_q=bq, block_k=bk)
+        times = {n: [] for n in calls}
+        with torch.no_grad():
+            for f in calls.values():
+                f()
+            for r in range(rounds):
+                for n in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
+                    t0 = time.perf_counter()
+                    calls[n]()
+                    times[n].append(time.perf_counter() - t0)
+        out["causal" if causal else "full"] = {
+            n: {"median_ms": statistics.median(t) * 1e3,
+                "ratio_to_sdpa": statistics.median(a / b for a, b in zip(t, times["F.sdpa"], strict=True))}
+            for n, t in times.items()}
+    return out
+
+
+def decode(rounds: int, S: int = 32768) -> dict:
+    g = torch.Generator().manual_seed(S)
+    q = torch.randn(B, H, 1, D, generator=g)
+    k, v = (torch.randn(B, H, S, D, generator=g) for _ in range(2))
+    calls = {"flash": lambda: attnlab.attention(q, k, v, impl="flash"),
+             "F.sdpa": lambda: F.scaled_dot_product_attention(q, k, v)}
+    times = {n: [] for n in calls}
+    with torch.no_grad():
+        for f in calls.values():
+            f()
+        for r in range(rounds * 3):
+            for n in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
+                t0 = time.perf_counter()
+                calls[n]()
+                times[n].append(time.perf_counter() - t0)
+    return {"S": S, "median_ms": {n: statistics.median(t) * 1e3 for n, t in times.items()},
+            "flash / sdpa": statistics.median(a / b for a, b in zip(times["flash"], times["F.sdpa"], strict=True))}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="attnlab-out", help="folder for flash_levers-<processor>.json and .txt")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=9, help="alternated rounds of the tile sizes (default 9)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    g = torch.Generator().manual_seed(T)
+    q, k, v = (torch.randn(B, H, T, D, generator=g) for _ in range(3))
+    out = {"machine": machine(), "versions": versions(), "threads": args.threads,
+           "config": {"batch": B, "heads": H, "T": T, "head_dim": D, "dtype": "float32", "tile": TILE},
+           "load_average_before": os.getloadavg()}
+    load = out["load_average_before"][0]
+    lines = [f"{out['machine']['cpu']}, {args.threads} threads, load average before {load:.1f}"]
+    out["profile"] = prof = profile_flash(q, k, v)
+    lines.append(f"profile of flash, full T={T}: {prof['wall_ms_per_call']:.1f} ms a call; self time per call: " +
+                 ", ".join(f"{n} {r['self_ms_per_call']:.1f} ms" + (f" ({r['gflops']:.0f} GFLOP/s)" if "gflops" in r
+                                                                     else "") for n, r in prof["ops"].items()))
+    out["compile"] = c = tile_step(args.rounds)
+    lines.append(f"one tile step ({H} x {TILE} x {TILE}): " + ", ".join(f"{n} {t:.0f} us" for n, t in c["us"].items())
+                 + f"; compiled / eager {c['compiled / eager']:.2f}, compiling took {c['compile_s']:.1f} s")
+    out["fused_sum"] = fs = fused_sum()
+    lines.append("row sums: " + ", ".join(f"{n} {t:.0f} us" for n, t in fs["us"].items())
+                 + f"; fused / separate {fs['fused / separate']:.2f}")
+    out["tiles"] = ts = tiles_vs_sdpa(q, k, v, args.rounds)
+    for mask, rows in ts.items():
+        lines.append(f"tiles vs F.sdpa, {mask} T={T} (paired medians of {args.rounds} rounds): " + ", ".join(
+            f"{n} {r['ratio_to_sdpa']:.2f}" for n, r in rows.items() if n != "F.sdpa")
+            + f"  (F.sdpa {rows['F.sdpa']['median_ms']:.1f} ms)")
+    out["decode"] = dec = decode(args.rounds)
+    lines.append(f"decode, one query against S={dec['S']} keys: flash {dec['median_ms']['flash']:.2f} ms, F.sdpa "
+                 f"{dec['median_ms']['F.sdpa']:.2f} ms, flash / sdpa {dec['flash / sdpa']:.2f} (kept: below 1)")
+    out["load_average_after"] = os.getloadavg()
+    lines.append(f"load average after {out['load_average_after'][0]:.1f}")
+    print("\n".join(lines))
+    path = Path(args.out)
+    path.mkdir(parents=True, exist_ok=True)
+    stem = f"flash_levers-{slug(out['machine']['cpu'])}"
+    (path / f"{stem}.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
+    (path / f"{stem}.txt").write_text("\n".join(lines) + "\n")
+    print(f"wrote {path / stem}.json and .txt")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
