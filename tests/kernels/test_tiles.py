@@ -5,12 +5,14 @@ dropout value object, the float64-lse split backward rebuilds weights with, and 
 import pytest
 import torch
 
+import attnlab
 from attnlab.kernels import dropout, masks
 from attnlab.kernels.flash import Tiles
 from attnlab.kernels.flash_backward import Weights
 from attnlab.kernels.online import LN2
 from attnlab.kernels.ring import _Schedule
 from attnlab.kernels.ring_stats import RingStats, pair_work
+from helpers import qkv
 
 
 def test_tile_slices_cover_the_length_once_with_a_short_last_tile():
@@ -93,3 +95,27 @@ def test_pair_work_counts_tiles_and_scores():
     assert pair_work(full, NH=2) == (4, 0, 2 * 8 * 6)
     diag = Tiles(1, 2, 8, 8, 4, 4, mask_fn=masks.causal())  # the tile above the diagonal is empty
     assert pair_work(diag, NH=2) == (3, 1, 2 * 3 * 16)
+
+
+@pytest.mark.parametrize("Hkv", [4, 1])
+def test_decoding_takes_wide_key_tiles_and_equals_the_oracle(Hkv, monkeypatch):
+    """[P5] One query (decoding) against many keys: the flash form takes key tiles of TILE_SCORES // L keys (one
+    query row: the scores as k q^T), and its output and gradients are the float64 oracle's as with 256-key tiles."""
+    from attnlab.kernels import flash
+    from attnlab.lab.check import oracle, rule
+
+    built = []
+    tiles = flash.Tiles
+    monkeypatch.setattr(flash, "Tiles", lambda *a, **kw: built.append(a[4:6]) or tiles(*a, **kw))
+    q, k, v = (t.float().requires_grad_() for t in qkv(2, 4, Hkv, 1, 3000, 16, 16, seed=7))
+    mask = attnlab.masks.causal_lower_right()
+    out = attnlab.attention(q, k, v, attn_mask=mask, enable_gqa=True, impl="flash")
+    assert built == [(1, 3000)]  # one tile of every key (65536 // 1, cut to S)
+    narrow = attnlab.attention(q, k, v, attn_mask=mask, enable_gqa=True, impl="flash", block_k=256)
+    ref = oracle.reference(q, k, v, attn_mask=mask.dense(2, 4, 1, 3000), enable_gqa=True)
+    print("decode, wide vs float64:", rule.max_err(out, ref), "narrow vs float64:", rule.max_err(narrow, ref))
+    assert rule.max_err(out, ref) < 1e-6 and rule.max_err(narrow, ref) < 1e-6
+    go = torch.randn_like(out)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), go), torch.autograd.grad(narrow, (q, k, v), go),
+                    strict=True):
+        assert rule.max_err(a, b) < 1e-5 * float(b.abs().max())

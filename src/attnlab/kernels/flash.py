@@ -157,6 +157,8 @@ from .online import SAFE_LOGIT  # [P2]: the bounded rule (read here at each call
 
 DEFAULT_BLOCK_Q = 256  # [P5]
 DEFAULT_BLOCK_K = 256
+TILE_SCORES = DEFAULT_BLOCK_Q * DEFAULT_BLOCK_K  # [P5] fewer query rows than a tile: wider key tiles, as many scores
+FEW_ROWS = 4  # [P2] query rows per key head below which the running max is cheaper than the keys' norms (decoding)
 _CAUSAL = causal()  # one instance, so its compiled block maps are cached across calls
 
 
@@ -185,13 +187,16 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod
     keys = Keys.of(k, v, tiles, drop, mod, G, scale, half, q=q5)
     buf = q5.new_empty(N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, S))  # [P3] one score tile
     hbuf = None if half is None else q5.new_empty(buf.numel(), dtype=half)  # [P3] [P11] the weights, rounded
-    k_norm = k.norm(dim=-1).amax(dim=-1, keepdim=True)  # (N, Hkv, 1): the longest key of each head
+    # (N, Hkv, 1): the longest key of each head; a few query rows take the running max instead, for which
+    # the norms would be a pass over every key as long as the attention itself [P2]
+    few = G * L < FEW_ROWS
+    k_norm = None if few else k.norm(dim=-1).amax(dim=-1, keepdim=True)
     for qt, rows in tiles.query_tiles():
         # -- 1. this query tile (its query heads' rows together) --
         qi = q5[:, :, :, rows].reshape(N, Hkv, G * (rows.stop - rows.start), E)
         # -- 2. walk its key tiles: the bounded path when no score can leave [-SAFE_LOGIT, SAFE_LOGIT] --
         # (never in float16 weights [P11]: exp(40) would overflow its 65504; the running max keeps P <= 1)
-        if not tiles.has_bias and half != torch.float16 and (mod is None or keys.closed is not None) and \
+        if not few and not tiles.has_bias and half != torch.float16 and (mod is None or keys.closed is not None) and \
                 _bounded(float((qi.norm(dim=-1) * k_norm).max()), scale, keys.closed, tiles.reach):  # [P2] [P12]
             run = _bounded_row_block(qi, keys, buf, hbuf, qt, rows)
         else:
@@ -340,6 +345,8 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     sizes = tuned.current()  # [P5] what this processor measured, where it measured anything
     tq, tk = sizes.tiles(a.L)
     block_q = block_q or tq or DEFAULT_BLOCK_Q
+    if block_k is None and tk is None and block_q > a.L:  # [P5] decoding: one query, S keys, in a few wide tiles
+        block_k = max(DEFAULT_BLOCK_K, TILE_SCORES // max(a.L, 1) // 64 * 64)
     block_k = block_k or tk or DEFAULT_BLOCK_K
     if half_matmuls is not None and not isinstance(half_matmuls, bool):
         raise fail("half_matmuls", half_matmuls, "True, False or None")

@@ -211,8 +211,13 @@ class Keys:
     def product(self, qi: torch.Tensor, buf: torch.Tensor, cols: slice) -> torch.Tensor:
         """[P1] [P3] alpha * qi @ k^T for key tile ``cols``, (N, Hkv, G*r, c), written into ``buf``."""
         N, Hkv, R, E = qi.shape
-        s = buffer_view(buf, (N * Hkv, R, cols.stop - cols.start))
-        torch.baddbmm(s, qi.reshape(N * Hkv, R, E), self.kT3[:, :, cols], beta=0, alpha=self.alpha, out=s)
+        c = cols.stop - cols.start
+        s = buffer_view(buf, (N * Hkv, R, c))
+        if R == 1:  # one query row (decoding): (1, c) is (c, 1) in memory, and k q^T reads k in its own order
+            torch.baddbmm(s.view(N * Hkv, c, 1), self.k.view(N * Hkv, -1, E)[:, cols], qi.reshape(N * Hkv, 1, E).mT,
+                          beta=0, alpha=self.alpha, out=s.view(N * Hkv, c, 1))
+        else:
+            torch.baddbmm(s, qi.reshape(N * Hkv, R, E), self.kT3[:, :, cols], beta=0, alpha=self.alpha, out=s)
         return s.view(N, Hkv, R, -1)
 
     def scores(self, qi: torch.Tensor, buf: torch.Tensor, qt, rows, kt, cols, kind, finite=False,

@@ -21,6 +21,7 @@ import os
 import platform
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -70,6 +71,7 @@ _LOADED: dict = {}  # (path, key) -> Sizes: the file is read once per process an
 _USING: list = []  # the sizes of :func:`using` blocks, innermost last
 
 
+@lru_cache(maxsize=1)
 def processor() -> str:
     """The processor's model name (``/proc/cpuinfo``), else what ``platform`` says."""
     name = platform.processor() or platform.machine()
