@@ -11,6 +11,8 @@ each side by side in this one process:
   fused sum    the row sums l = rowsum(P) taken by the values' matmul (a column of ones after v) instead of a
                sum of their own
   tiles        the flash form at several tile sizes against F.sdpa, alternated, paired medians
+  sparse       the same profile for the sparse masks at T = 8192 (sliding_window(1024), packed documents): the
+               matmuls' GFLOP/s against the measured peak, beside compiled flex's GFLOP/s on the work it does
   decode       one query against S = 32768 cached keys (what a KV-cache step is), flash against F.sdpa: the
                issue keeps flash the faster there
 
@@ -32,6 +34,8 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import attnlab
+from attnlab.kernels import flash
+from attnlab.kernels.masks import EMPTY
 from attnlab.lab.results import machine, versions
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -54,10 +58,12 @@ def per_call(f, n: int) -> float:
     return statistics.median(ts)
 
 
-def profile_flash(q, k, v, calls: int = 5) -> dict:
+def profile_flash(q, k, v, calls: int = 5, flop: float | None = None, **kw) -> dict:
+    """Self time per operation of the flash form's call; ``flop``: what each of its two matmuls computes (default:
+    every score of full attention)."""
     def f():
         with torch.no_grad():
-            attnlab.attention(q, k, v, impl="flash")
+            attnlab.attention(q, k, v, impl="flash", **kw)
     for _ in range(2):
         f()
     t0 = time.perf_counter()
@@ -68,10 +74,10 @@ def profile_flash(q, k, v, calls: int = 5) -> dict:
         for _ in range(calls):
             f()
     ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:10]
-    flop = 2 * B * H * T * T * D  # each of the two matmuls
+    flop = flop or 2 * B * H * q.shape[2] * k.shape[2] * D  # each of the two matmuls
     rows = {e.key: {"self_ms_per_call": e.self_cpu_time_total / 1e3 / calls, "calls_per_call": e.count // calls}
             for e in ops}
-    for name in ("aten::baddbmm", "aten::baddbmm_"):
+    for name in ("aten::baddbmm", "aten::baddbmm_", "aten::bmm"):
         if name in rows:
             rows[name]["gflops"] = flop / (rows[name]["self_ms_per_call"] / 1e3) / 1e9
     return {"wall_ms_per_call": wall * 1e3, "ops": rows}
@@ -137,6 +143,43 @@ def tiles_vs_sdpa(q, k, v, rounds: int) -> dict:
     return out
 
 
+def sparse(rounds: int, S: int = 8192) -> dict:
+    """The sparse masks: the flash form's profile, and both sides' GFLOP/s on the scores each computes (flash: its
+    bands' or tiles' scores; flex: its 128-key blocks that the mask does not skip)."""
+    from attnlab.kernels import flash_band, tuned
+    from attnlab.lab.measure import flex
+    from attnlab.lab.measure.tune import packed_documents
+
+    g = torch.Generator().manual_seed(S)
+    q, k, v = (torch.randn(B, H, S, D, generator=g) for _ in range(3))
+    out = {}
+    for mask in (attnlab.masks.sliding_window(1024), packed_documents(S)):
+        band = flash_band.plan(mask, B, H, S, S, tuned.current().band_rows or flash_band.BAND_BLOCK_Q)
+        tiles = flash.Tiles(B, H, S, S, 256, 256, mask, None, "cpu", True)
+        use_bands = band is not None and band.scores <= flash_band.SHARE_OF_TILES * tiles.scores()
+        scores = (band.scores if use_bands else tiles.scores()) * B * H  # (both count per head)
+        row = {"path": "bands" if use_bands else "tiles", "scores": scores,
+               "profile": profile_flash(q, k, v, flop=2 * scores * D, attn_mask=mask)}
+        if flex.unavailable() is None:
+            bq, bk = flex.block_size(mask, B, H, S, S, "cpu")
+            with torch.no_grad():
+                flex.attention(q, k, v, attn_mask=mask)
+                t = per_call(lambda m=mask: flex.attention(q, k, v, attn_mask=m), rounds)
+            flex_scores = blocks(mask.block_map(B, H, S, S, bq, bk, "cpu").kind, B * H) * bq * bk
+            row["flex"] = {"ms": t * 1e3, "block": [bq, bk], "scores": flex_scores,
+                           "gflops": 4 * flex_scores * D / t / 1e9}
+        out[mask.name] = row
+    return out
+
+
+def blocks(kind: torch.Tensor, heads: int) -> int:
+    """The blocks a block map does not skip, over every batch and head (its leading dims may broadcast)."""
+    lead = 1
+    for n in kind.shape[:-2]:
+        lead *= n
+    return int((kind != EMPTY).sum()) * heads // lead
+
+
 def decode(rounds: int, S: int = 32768) -> dict:
     g = torch.Generator().manual_seed(S)
     q = torch.randn(B, H, 1, D, generator=g)
@@ -185,6 +228,14 @@ def main(argv=None) -> int:
         lines.append(f"tiles vs F.sdpa, {mask} T={T} (paired medians of {args.rounds} rounds): " + ", ".join(
             f"{n} {r['ratio_to_sdpa']:.2f}" for n, r in rows.items() if n != "F.sdpa")
             + f"  (F.sdpa {rows['F.sdpa']['median_ms']:.1f} ms)")
+    out["sparse"] = sp = sparse(args.rounds)
+    for name, row in sp.items():
+        mm = {n: r["gflops"] for n, r in row["profile"]["ops"].items() if "gflops" in r}
+        fx = row.get("flex")
+        lines.append(f"{name} T=8192 on the {row['path']}: {row['profile']['wall_ms_per_call']:.1f} ms, "
+                     f"{row['scores'] / 1e6:.0f}M scores, matmuls " + ", ".join(f"{n} {g:.0f}" for n, g in mm.items())
+                     + " GFLOP/s" + (f"; flex {fx['ms']:.1f} ms, {fx['scores'] / 1e6:.0f}M scores in blocks of "
+                                     f"{fx['block'][0]} x {fx['block'][1]}, {fx['gflops']:.0f} GFLOP/s" if fx else ""))
     out["decode"] = dec = decode(args.rounds)
     lines.append(f"decode, one query against S={dec['S']} keys: flash {dec['median_ms']['flash']:.2f} ms, F.sdpa "
                  f"{dec['median_ms']['F.sdpa']:.2f} ms, flash / sdpa {dec['flash / sdpa']:.2f} (kept: below 1)")

@@ -13,8 +13,8 @@ Targets:
   forward + backward flash <= 1.6 x PyTorch at T = 4096, causal
   memory             extra peak grows ~linearly with T and is within 2 x PyTorch's at T = 8192
   sliding_window(512) at T = 8192: >= 5 x faster than PyTorch given the dense bool mask
-  sparse masks       at T = 8192, sliding_window(256 / 512 / 1024) and packed documents: faster than
-                     torch.compile(flex_attention) with the same block mask where that compiles (also
+  sparse masks       at T = 8192, sliding_window(256 / 512 / 1024) and packed documents: <= 0.8 x
+                     torch.compile(flex_attention) with the same block mask where that compiles (issue 31; also
                      shown: the flash form walking its tiles, bands=False, as it did before bands)
   bfloat16           forward <= 1.5 x F.sdpa in bfloat16 at T = 2048, 4096, 8192, full and causal;
                      forward + backward <= 2 x at T = 4096, causal
@@ -54,6 +54,7 @@ from attnlab.lab.measure.tune import packed_documents
 from attnlab.lab.results import machine, versions
 
 B, H, D = 1, 8, 64
+SPARSE_TARGET = 0.8  # flash / compiled flex with the same mask (issue 31, on every processor)
 TILE = 256  # the flash form's default tile: the matmul rates are measured at its shapes
 HALF_TARGETS = {"bfloat16": (1.5, 2.0), "float16": (None, None)}  # forward, forward + backward
 
@@ -243,7 +244,7 @@ def _float32(args, lengths, record, say, out) -> None:
         for mask in (masks.sliding_window(256), sw, masks.sliding_window(1024), packed_documents(T)):
             times = side_by_side(fwd(flash, q, k, v, attn_mask=mask), fwd(flex.attention, q, k, v, attn_mask=mask),
                                  args.repeats)
-            record(f"{mask.name} vs flex", T, times, "compiled flex_attention", 1.0)
+            record(f"{mask.name} vs flex", T, times, "compiled flex_attention", SPARSE_TARGET)
     else:
         say(f"flex_attention: not measured ({why})")
         out["flex_unavailable"] = why
