@@ -69,8 +69,11 @@ Performance notes -- each trick is tagged [P1] .. [P12] at its line:
   which are small (``flash_backward.Weights``).
 * [P5] Tiles of 256 x 256 (DEFAULT_BLOCK_Q / DEFAULT_BLOCK_K). Each tile costs about a dozen tensor
   calls whatever its size, so a tile must be large for the arithmetic to outweigh Python and
-  dispatch; the memory stays O(tile), never L x S. The flash targets (benchmarks/flash_targets.py)
-  are measured with these sizes.
+  dispatch; the memory stays O(tile), never L x S. Which size is fastest depends on the processor:
+  ``attnlab tune`` measures candidates beside these defaults and caches a faster one (:mod:`tuned`),
+  which every call without sizes of its own takes; the benchmarks record the sizes they ran with. A
+  query block shorter than a tile (decoding: one query, S keys) takes TILE_SCORES // L keys a tile,
+  as many scores as a full tile: one query against 32768 keys in one tile, not 128.
 * [P6] The block map's kinds are read once with ``.tolist()`` (``flash_tiles.Tiles``): asking
   "EMPTY, FULL or PARTIAL?" is then a Python list lookup per tile instead of indexing a tensor (a dispatch
   and a conversion to a Python int per tile).
