@@ -22,7 +22,6 @@ Writes DIR/flash_levers-<processor>.json and .txt with every number, the process
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -39,7 +38,7 @@ from attnlab.kernels.masks import EMPTY
 from attnlab.lab.results import machine, versions
 
 sys.path.insert(0, str(Path(__file__).parent))
-from flash_targets import slug  # noqa: E402
+from flash_targets import finish, slug  # noqa: E402
 
 B, H, T, D = 1, 8, 2048, 64
 TILE = 256
@@ -211,43 +210,40 @@ def main(argv=None) -> int:
     out = {"machine": machine(), "versions": versions(), "threads": args.threads,
            "config": {"batch": B, "heads": H, "T": T, "head_dim": D, "dtype": "float32", "tile": TILE},
            "load_average_before": os.getloadavg()}
-    load = out["load_average_before"][0]
-    lines = [f"{out['machine']['cpu']}, {args.threads} threads, load average before {load:.1f}"]
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    say(f"{out['machine']['cpu']}, {args.threads} threads, load average before {out['load_average_before'][0]:.1f}")
     out["profile"] = prof = profile_flash(q, k, v)
-    lines.append(f"profile of flash, full T={T}: {prof['wall_ms_per_call']:.1f} ms a call; self time per call: " +
+    say(f"profile of flash, full T={T}: {prof['wall_ms_per_call']:.1f} ms a call; self time per call: " +
                  ", ".join(f"{n} {r['self_ms_per_call']:.1f} ms" + (f" ({r['gflops']:.0f} GFLOP/s)" if "gflops" in r
                                                                      else "") for n, r in prof["ops"].items()))
     out["compile"] = c = tile_step(args.rounds)
-    lines.append(f"one tile step ({H} x {TILE} x {TILE}): " + ", ".join(f"{n} {t:.0f} us" for n, t in c["us"].items())
+    say(f"one tile step ({H} x {TILE} x {TILE}): " + ", ".join(f"{n} {t:.0f} us" for n, t in c["us"].items())
                  + f"; compiled / eager {c['compiled / eager']:.2f}, compiling took {c['compile_s']:.1f} s")
     out["fused_sum"] = fs = fused_sum()
-    lines.append("row sums: " + ", ".join(f"{n} {t:.0f} us" for n, t in fs["us"].items())
+    say("row sums: " + ", ".join(f"{n} {t:.0f} us" for n, t in fs["us"].items())
                  + f"; fused / separate {fs['fused / separate']:.2f}")
     out["tiles"] = ts = tiles_vs_sdpa(q, k, v, args.rounds)
     for mask, rows in ts.items():
-        lines.append(f"tiles vs F.sdpa, {mask} T={T} (paired medians of {args.rounds} rounds): " + ", ".join(
+        say(f"tiles vs F.sdpa, {mask} T={T} (paired medians of {args.rounds} rounds): " + ", ".join(
             f"{n} {r['ratio_to_sdpa']:.2f}" for n, r in rows.items() if n != "F.sdpa")
             + f"  (F.sdpa {rows['F.sdpa']['median_ms']:.1f} ms)")
     out["sparse"] = sp = sparse(args.rounds)
     for name, row in sp.items():
         mm = {n: r["gflops"] for n, r in row["profile"]["ops"].items() if "gflops" in r}
         fx = row.get("flex")
-        lines.append(f"{name} T=8192 on the {row['path']}: {row['profile']['wall_ms_per_call']:.1f} ms, "
+        say(f"{name} T=8192 on the {row['path']}: {row['profile']['wall_ms_per_call']:.1f} ms, "
                      f"{row['scores'] / 1e6:.0f}M scores, matmuls " + ", ".join(f"{n} {g:.0f}" for n, g in mm.items())
                      + " GFLOP/s" + (f"; flex {fx['ms']:.1f} ms, {fx['scores'] / 1e6:.0f}M scores in blocks of "
                                      f"{fx['block'][0]} x {fx['block'][1]}, {fx['gflops']:.0f} GFLOP/s" if fx else ""))
     out["decode"] = dec = decode(args.rounds)
-    lines.append(f"decode, one query against S={dec['S']} keys: flash {dec['median_ms']['flash']:.2f} ms, F.sdpa "
+    say(f"decode, one query against S={dec['S']} keys: flash {dec['median_ms']['flash']:.2f} ms, F.sdpa "
                  f"{dec['median_ms']['F.sdpa']:.2f} ms, flash / sdpa {dec['flash / sdpa']:.2f} (kept: below 1)")
-    out["load_average_after"] = os.getloadavg()
-    lines.append(f"load average after {out['load_average_after'][0]:.1f}")
-    print("\n".join(lines))
-    path = Path(args.out)
-    path.mkdir(parents=True, exist_ok=True)
-    stem = f"flash_levers-{slug(out['machine']['cpu'])}"
-    (path / f"{stem}.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
-    (path / f"{stem}.txt").write_text("\n".join(lines) + "\n")
-    print(f"wrote {path / stem}.json and .txt")
+    finish(out, lines, args.out, f"flash_levers-{slug(out['machine']['cpu'])}", say)
     return 0
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
@@ -37,7 +36,7 @@ from attnlab.lab.measure import flex
 from attnlab.lab.results import machine, versions
 
 sys.path.insert(0, str(Path(__file__).parent))
-from flash_targets import slug  # noqa: E402
+from flash_targets import finish, slug  # noqa: E402
 
 B, H, D = 1, 8, 64
 TARGET = 1.0  # flash / compiled flex with the same modifier
@@ -149,14 +148,7 @@ def main(argv=None) -> int:
                             f"({'met' if met else 'MISSED'} <= {TARGET})")
                     say(f"{label:<44} T={T:<5} flash {m['flash'] * 1e3:8.1f} ms  function {m['function'] * 1e3:8.1f} "
                         f"ms  flash/function {r['ratio']['flash/function']:5.2f}  {peer}")
-    out["load_average_after"] = os.getloadavg()
-    say(f"load average after {out['load_average_after'][0]:.1f}")
-    path = Path(args.out)
-    path.mkdir(parents=True, exist_ok=True)
-    stem = f"flash_mods-{slug(out['machine']['cpu'])}" + ("-quick" if args.quick else "")
-    (path / f"{stem}.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
-    (path / f"{stem}.txt").write_text("\n".join(lines) + "\n")
-    print(f"wrote {path / stem}.json and .txt")
+    finish(out, lines, args.out, f"flash_mods-{slug(out['machine']['cpu'])}" + ("-quick" if args.quick else ""), say)
     return 0
 
 

@@ -176,16 +176,20 @@ def main(argv=None) -> int:
                              fwd_bwd(F.scaled_dot_product_attention, q, k, v, is_causal=True), args.repeats)
         record("forward + backward causal", T, times, f"F.sdpa {name}", t_fb, name)
     out["rows"] = rows
+    finish(out, lines, args.out, f"flash_targets-{slug(out['machine']['cpu'])}", say)
+    return 0
+
+
+
+def finish(out: dict, lines: list, folder: str, stem: str, say) -> None:
+    """Record the load average after, then write FOLDER/STEM.json (every number) and .txt (the printed table)."""
     out["load_average_after"] = os.getloadavg()
     say(f"load average after {out['load_average_after'][0]:.1f}")
-    path = Path(args.out)
+    path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
-    stem = f"flash_targets-{slug(out['machine']['cpu'])}"
     (path / f"{stem}.json").write_text(json.dumps(out, indent=2, default=str) + "\n")
     (path / f"{stem}.txt").write_text("\n".join(lines) + "\n")
     print(f"wrote {path / stem}.json and .txt")
-    return 0
-
 
 def _float32(args, lengths, record, say, out) -> None:
     """The float32 rows: forward, forward + backward, memory, the sliding window and the flex comparisons."""

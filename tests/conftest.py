@@ -14,6 +14,19 @@ os.environ["ATTNLAB_TILES"] = "off"
 
 
 @pytest.fixture
+def tiles_cache(tmp_path, monkeypatch):
+    """A tile-size cache of this test's own (ATTNLAB_TILES), read afresh: where `attnlab tune` writes and the flash
+    form reads."""
+    from attnlab.kernels import tuned
+
+    path = tmp_path / "tiles.json"
+    monkeypatch.setenv("ATTNLAB_TILES", str(path))
+    tuned._LOADED.clear()
+    yield path
+    tuned._LOADED.clear()
+
+
+@pytest.fixture
 def run_cli(tmp_path):
     """Run `python -m attnlab ARGS` in a subprocess; returns CompletedProcess (text)."""
 

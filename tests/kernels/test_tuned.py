@@ -11,21 +11,12 @@ from attnlab.kernels import flash, flash_band, tuned
 from helpers import qkv
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    path = tmp_path / "tiles.json"
-    monkeypatch.setenv("ATTNLAB_TILES", str(path))
-    tuned._LOADED.clear()
-    yield path
-    tuned._LOADED.clear()
-
-
-def test_sizes_are_saved_per_machine_and_read_back(cache):
+def test_sizes_are_saved_per_machine_and_read_back(tiles_cache):
     assert tuned.current() == tuned.DEFAULT  # no file: the defaults, no error
-    cache.write_text(json.dumps({"another processor | 2 threads | torch 0": {"short_q": 64}}))
+    tiles_cache.write_text(json.dumps({"another processor | 2 threads | torch 0": {"short_q": 64}}))
     sizes = tuned.Sizes(short_q=512, long_k=128, band_rows=32, source="measured here")
-    assert tuned.save(sizes) == cache
-    data = json.loads(cache.read_text())
+    assert tuned.save(sizes) == tiles_cache
+    data = json.loads(tiles_cache.read_text())
     assert data["another processor | 2 threads | torch 0"] == {"short_q": 64}  # other machines' entries kept
     assert data[tuned.key()]["short_q"] == 512
     assert tuned.current() == sizes
@@ -34,10 +25,10 @@ def test_sizes_are_saved_per_machine_and_read_back(cache):
     assert "measured here" in sizes.describe()
 
 
-def test_a_broken_cache_or_off_gives_the_defaults(cache, monkeypatch):
-    cache.write_text("{not json")
+def test_a_broken_cache_or_off_gives_the_defaults(tiles_cache, monkeypatch):
+    tiles_cache.write_text("{not json")
     assert tuned.current() == tuned.DEFAULT
-    cache.write_text(json.dumps({tuned.key(): "not an entry"}))
+    tiles_cache.write_text(json.dumps({tuned.key(): "not an entry"}))
     tuned._LOADED.clear()
     assert tuned.current() == tuned.DEFAULT
     monkeypatch.setenv("ATTNLAB_TILES", "off")

@@ -24,16 +24,7 @@ def test_candidates_put_the_default_first():
         assert first.tiles(2048) == (256, 256) or first.tiles(8192) == (256, 256) or first.band_rows == 64
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    path = tmp_path / "tiles.json"
-    monkeypatch.setenv("ATTNLAB_TILES", str(path))
-    tuned._LOADED.clear()
-    yield path
-    tuned._LOADED.clear()
-
-
-def test_a_measurement_times_every_candidate_and_caches_the_choice(cache, tmp_path):
+def test_a_measurement_times_every_candidate_and_caches_the_choice(tiles_cache, tmp_path):
     lines = []
     r = tune.measure(rounds=1, lengths={"short": 64, "long": 128, "sparse": 256}, say=lines.append)
     print("\n".join(lines))
@@ -43,8 +34,8 @@ def test_a_measurement_times_every_candidate_and_caches_the_choice(cache, tmp_pa
     assert all(t.median_s > 0 and t.ratio > 0 for t in r.trials)
     assert all(t.ratio == 1.0 for t in r.trials if t.candidate == next(iter(tune.candidates(t.group))))
     assert set(r.scores) == {"short tiles", "long tiles", "bands"}
-    assert r.cache == str(cache)
-    entry = json.loads(cache.read_text())[tuned.key()]
+    assert r.cache == str(tiles_cache)
+    entry = json.loads(tiles_cache.read_text())[tuned.key()]
     assert entry == r.sizes and entry["source"].startswith("measured by attnlab tune on ")
     assert tuned.current() == tuned.Sizes.from_dict(r.sizes)
     # the winner of each group is in the sizes (the default's fields are left as None)
