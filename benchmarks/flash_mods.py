@@ -33,6 +33,7 @@ import attnlab
 from attnlab import masks, mods
 from attnlab.kernels import tuned
 from attnlab.lab.measure import flex
+from attnlab.lab.measure.tune import in_words
 from attnlab.lab.results import machine, versions
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -129,7 +130,7 @@ def main(argv=None) -> int:
            "load_average_before": os.getloadavg(), "tiles": tuned.current().as_dict(), "rows": []}
     say(f"{out['machine']['cpu']}, {args.threads} threads, load average before {out['load_average_before'][0]:.1f}"
         + (" (quick: not the targets)" if args.quick else ""))
-    say(f"flash's {tuned.current().describe()}")
+    say(f"flash's {in_words(tuned.current())}")
     for T in lengths:
         for name in modifiers():
             for mask in ("causal", "window 512"):

@@ -50,7 +50,7 @@ from attnlab.lab.machine import cpu_features
 from attnlab.lab.measure import flex, memory
 from attnlab.lab.measure.growth import exponent
 from attnlab.lab.measure.timing import bmm_rate
-from attnlab.lab.measure.tune import packed_documents
+from attnlab.lab.measure.tune import in_words, packed_documents
 from attnlab.lab.results import machine, versions
 
 B, H, D = 1, 8, 64
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
         f"{out['load_average_before'][0]:.1f}" + (" (quick: not the targets)" if args.quick else ""))
     say("flash's weight matmuls in half precision: " + ", ".join(f"{k} inputs -> {v}"
                                                                  for k, v in out["flash_matmul_dtype"].items()))
-    say(f"flash's {tuned.current().describe()}")
+    say(f"flash's {in_words(tuned.current())}")
     out["matmul_gflops"] = matmul_rates(3 if args.quick else 5)
     say("batched matmul GFLOP/s at a tile's shapes (scores / values): " + ", ".join(
         f"{n} {r['scores']:.1f} / {r['values']:.1f}" for n, r in out["matmul_gflops"].items()))

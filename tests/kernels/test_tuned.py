@@ -21,8 +21,10 @@ def test_sizes_are_saved_per_machine_and_read_back(tiles_cache):
     assert data[tuned.key()]["short_q"] == 512
     assert tuned.current() == sizes
     assert sizes.tiles(2048) == (512, None) and sizes.tiles(8192) == (None, 128)
-    assert "tiles 512 x 256 up to T = 3072, 256 x 128 above; bands of 32 rows" in sizes.describe()
-    assert "measured here" in sizes.describe()
+    from attnlab.lab.measure.tune import in_words
+
+    assert "tiles 512 x 256 up to T = 3072, 256 x 128 above; bands of 32 rows" in in_words(sizes)
+    assert "measured here" in in_words(sizes)
 
 
 def test_a_broken_cache_or_off_gives_the_defaults(tiles_cache, monkeypatch):

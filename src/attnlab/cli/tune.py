@@ -37,7 +37,9 @@ def run(args) -> int:
     if args.show:
         where = tuned.cache_path()
         sizes = tuned.current()
-        print(f"{tuned.key()}: {sizes.describe()}; " + (f"cache {where}" if where else "ATTNLAB_TILES=off"))
+        from attnlab.lab.measure.tune import in_words
+
+        print(f"{tuned.key()}: {in_words(sizes)}; " + (f"cache {where}" if where else "ATTNLAB_TILES=off"))
         return 0
     if args.rounds < 1:
         raise UsageError(f"--rounds {args.rounds}: give at least 1 round")

@@ -46,17 +46,6 @@ class Sizes:
         """(block_q, block_k) for L queries, None where the default holds."""
         return (self.short_q, self.short_k) if L <= SHORT else (self.long_q, self.long_k)
 
-    def describe(self) -> str:
-        """The sizes in words, defaults filled in, and where they came from."""
-        from . import flash, flash_band  # (they import this module)
-
-        def tile(q, k):
-            return f"{q or flash.DEFAULT_BLOCK_Q} x {k or flash.DEFAULT_BLOCK_K}"
-
-        return (f"tiles {tile(self.short_q, self.short_k)} up to T = {SHORT}, {tile(self.long_q, self.long_k)} "
-                f"above; bands of {self.band_rows or flash_band.BAND_BLOCK_Q} rows, "
-                f"{(self.band_batch or flash_band.BATCH_SCORES) >> 10}K scores a batch ({self.source})")
-
     def as_dict(self) -> dict:
         return asdict(self)
 

@@ -69,6 +69,16 @@ class Tuning(Result):
     versions: dict = field(default_factory=versions)
 
 
+def in_words(sizes: tuned.Sizes) -> str:
+    """The sizes in words, the defaults filled in, and where they came from."""
+    def tile(q, k):
+        return f"{q or DEFAULT_BLOCK_Q} x {k or DEFAULT_BLOCK_K}"
+
+    return (f"tiles {tile(sizes.short_q, sizes.short_k)} up to T = {tuned.SHORT}, {tile(sizes.long_q, sizes.long_k)} "
+            f"above; bands of {sizes.band_rows or flash_band.BAND_BLOCK_Q} rows, "
+            f"{(sizes.band_batch or flash_band.BATCH_SCORES) >> 10}K scores a batch ({sizes.source})")
+
+
 def packed_documents(T: int) -> masks.Mask:
     """Packed documents of uneven lengths (1/32 .. 1/4 of T), one id per position."""
     lengths = [T // 16, T // 8, 3 * T // 32, 3 * T // 16, T // 32, T // 4, T // 8]
