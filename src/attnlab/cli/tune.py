@@ -14,7 +14,7 @@ def add_parser(sub):
                                    "faster by the margin. The choice is cached for this processor, thread count "
                                    "and torch version (~/.cache/attnlab/tiles.json, or the file ATTNLAB_TILES "
                                    "names), and every later flash call without block sizes of its own uses it. "
-                                   "Takes about a minute on 2 cores; run it on a quiet machine.")
+                                   "Takes about 40 s on 2 cores; run it on a quiet machine.")
     p.add_argument("--threads", type=int, help="torch threads to tune for (default: PyTorch's choice)")
     p.add_argument("--rounds", type=int, default=5, help="alternated rounds per problem (default: 5)")
     p.add_argument("--margin", type=float, default=0.05,
