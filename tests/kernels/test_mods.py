@@ -287,3 +287,17 @@ def test_the_soft_caps_tanh_is_accurate_near_0_and_finite_far_out(doubled):
     unclamped = online.tanh_(torch.tensor([200.0]), torch.empty(1), doubled=doubled, clamp=False)
     assert torch.isnan(unclamped).all()  # why the clamp is kept unless the caller's bound rules it out
     assert online.expm1_fits(80.0) and not online.expm1_fits(89.0)
+
+
+def test_alibi_under_the_causal_mask_vmaps_and_names_too_few_slopes():
+    """The head split [P13] reads numbers off the inputs: under torch.func.vmap it stands aside (the form's own
+    vmap rule runs), and slopes fewer than the heads get the form's own error, not a reshape's."""
+    q, k, v = qkv(3, 4, 4, 200, 200, 8, 8, dtype=torch.float32, seed=1)  # long enough that the split looks
+    mod = mods.alibi(4)
+    batched = torch.func.vmap(lambda a, b, c: attnlab.attention(a, b, c, is_causal=True, impl="flash",
+                                                                score_mod=mod))(q, k, v)
+    looped = torch.stack([attnlab.attention(q[i], k[i], v[i], is_causal=True, impl="flash", score_mod=mod)
+                          for i in range(3)])
+    torch.testing.assert_close(batched, looped)
+    with pytest.raises(ValueError, match="holds 2 heads but the attention has at least 4"):
+        attnlab.attention(q, k, v, is_causal=True, impl="flash", score_mod=mods.alibi(2))

@@ -66,3 +66,27 @@ def test_bad_tile_sizes_are_still_refused():
     for bad in (0, -1, 2.5):
         with pytest.raises(ValueError, match="block_q"):
             attnlab.attention(q, k, v, impl="flash", block_q=bad)
+
+
+def test_a_cache_edited_by_hand_leaves_bad_sizes_to_the_defaults(tiles_cache):
+    """A size that is not a positive integer never reaches the flash form: every call still runs."""
+    tiles_cache.write_text(json.dumps({tuned.key(): {"short_q": "64", "short_k": -8, "long_q": 2.5, "long_k": True,
+                                                     "band_rows": 0, "band_batch": 4096, "source": "by hand"}}))
+    sizes = tuned.current()
+    assert sizes.tiles(100) == (None, None) and sizes.tiles(10_000) == (None, None)
+    assert sizes.band_rows is None and sizes.band_batch == 4096 and sizes.source == "by hand"
+    q, k, v = qkv(1, 2, 2, 40, 40, 8, 8, dtype=torch.float32)
+    torch.testing.assert_close(attnlab.attention(q, k, v, impl="flash", is_causal=True),
+                               attnlab.attention(q, k, v, impl="matrix", is_causal=True))
+
+
+def test_using_is_local_to_its_thread():
+    import threading
+
+    seen = []
+    with tuned.using(tuned.Sizes(short_q=8)):
+        t = threading.Thread(target=lambda: seen.append(tuned.current()))
+        t.start()
+        t.join()
+        assert tuned.current().short_q == 8
+    assert seen == [tuned.current()] and seen[0].short_q is None

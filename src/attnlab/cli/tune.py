@@ -9,7 +9,7 @@ from ._folder import json_folder, save_json
 def add_parser(sub):
     p = sub.add_parser("tune", help="time the flash form's tile sizes on this processor and keep the fastest",
                        description="Time candidate tile sizes of the flash form (dense tiles at T = 2048 and 8192, "
-                                   "the bands of a sliding window and of packed documents at 8192) side by side "
+                                   "the bands of sliding windows of 256 and 512 at 8192) side by side "
                                    "with the defaults, in alternated rounds, and keep a candidate only where it is "
                                    "faster by the margin. The choice is cached for this processor, thread count "
                                    "and torch version (~/.cache/attnlab/tiles.json, or the file ATTNLAB_TILES "
@@ -47,6 +47,9 @@ def run(args) -> int:
         raise UsageError(f"--margin {args.margin}: give a fraction from 0 up to (not including) 1")
     if not args.no_save and tuned.cache_path() is None:
         raise UsageError("ATTNLAB_TILES=off leaves nowhere to save the sizes: unset it, or pass --no-save")
+    if not args.no_save and (why := tuned.unwritable(tuned.cache_path())):
+        raise UsageError(f"cannot write the tile cache {tuned.cache_path()}: {why}; name another file with "
+                         "ATTNLAB_TILES, or pass --no-save")
     json_folder(args.json)
     from attnlab.lab.measure import tune
 

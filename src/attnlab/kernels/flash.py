@@ -200,7 +200,8 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod
         # -- 2. walk its key tiles: the bounded path when no score can leave [-SAFE_LOGIT, SAFE_LOGIT] --
         # (never in float16 weights [P11]: exp(40) would overflow its 65504; the running max keeps P <= 1)
         if not few and not tiles.has_bias and half != torch.float16 and (mod is None or keys.closed is not None) and \
-                _bounded(float((qi.norm(dim=-1) * k_norm).max()), scale, keys.closed, tiles.reach):  # [P2] [P12]
+                online.bounded(float((qi.norm(dim=-1) * k_norm).max()), scale, SAFE_LOGIT, keys.closed,
+                               tiles.reach):  # [P2] [P12]
             run = _bounded_row_block(qi, keys, buf, hbuf, qt, rows)
         else:
             run = _online_row_block(qi, keys, buf, hbuf, qt, rows)
@@ -214,14 +215,6 @@ def forward_tiles(q5, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod
     if keep_norm:
         return out, lse, norm
     return out, lse
-
-
-def _bounded(qk: float, scale: float, closed, reach) -> bool:
-    """[P2] No score can leave [-SAFE_LOGIT, SAFE_LOGIT] (with a built-in modifier, ``closed``: none passes
-    SAFE_LOGIT and each row's largest stays above -SAFE_LOGIT [P12]); ``qk`` bounds |q.k|."""
-    if closed is None:
-        return online.bounded(qk, scale, SAFE_LOGIT)
-    return closed.bounded(qk * abs(scale), reach, SAFE_LOGIT)
 
 
 def _bounded_row_block(qi, keys: Keys, buf, hbuf, qt: int, rows: slice) -> online.Running:

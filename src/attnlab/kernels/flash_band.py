@@ -168,7 +168,7 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
     nq = -(-L // bq)
     # scale and log2(e) ride on the score matmul (exp2 of these scores is exp of the true ones; flash.py [P1]);
     # q is read contiguous: a transposed q (as transformers passes it) cannot be viewed below
-    alpha = scale * LOG2E if cap is None else 2 * scale / cap  # the soft-cap: tanh's doubled input (online.tanh_)
+    alpha = online.product_alpha(scale, cap)
     qs = q5.contiguous()
     if nq * bq != L:  # pad the last tile's rows; the plan's mask hides nothing there, they are dropped
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
@@ -176,8 +176,7 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
     # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], exp needs no shift
     qk = float(qs.norm(dim=-1).max() * k.norm(dim=-1).max())
     clamp = not online.expm1_fits(qk * abs(alpha))
-    bounded = half != torch.float16 and (online.bounded(qk, scale, safe_logit) if closed is None else
-                                         closed.bounded(qk * abs(scale), p.reach, safe_logit))
+    bounded = half != torch.float16 and online.bounded(qk, scale, safe_logit, closed, p.reach)
     if half == torch.float16 and not half_product_fits(half, max(b.W for b in p.batches) * float(v.abs().amax())):
         half = None  # |P V| <= W max|v| with P <= 1: a float16 product could pass 65504
     out = q5.new_empty(Z, nq, G * bq, Ev)  # per row: the weighted sum of its values, then divided by l

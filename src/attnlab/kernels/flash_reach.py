@@ -62,6 +62,8 @@ def alibi_heads(a, mod, work, half) -> list | None:
     if closed is None or closed.slopes is None or not a.is_causal or a.L > a.S or a.dropout_p > 0 or \
             a.attn_mask is not None or half == torch.float16 or work not in (torch.float32, torch.float64):
         return None
+    if WORTH * a.L < QUANTUM or closed.slopes.numel() < a.H or torch._C._functorch.is_functorch_wrapped_tensor(a.q):
+        return None  # no window could be taken (decoding); too few slopes (the form's own check names it); vmap
     qk = float(a.q.detach().norm(dim=-1).amax()) * float(a.k.detach().norm(dim=-1).amax()) * abs(a.scale)
     if not math.isfinite(qk) or not closed.bounded(qk, (0, 0), SAFE_LOGIT) or not bool(torch.isfinite(a.v).all()):
         return None

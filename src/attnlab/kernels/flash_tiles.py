@@ -201,7 +201,7 @@ class Keys:
         kh, vh = (k.to(half), v.to(half)) if half is not None else (None, None)
         closed = fused(mod, k.shape[1] * G)
         capped = closed is not None and closed.cap is not None
-        alpha = 2 * scale / closed.cap if capped else scale * LOG2E  # [P12] 2 q.k scale / cap: tanh's doubled input
+        alpha = online.product_alpha(scale, closed.cap if capped else None)  # [P1] [P12]
         clamp = capped and (q is None or not online.expm1_fits(
             float(q.norm(dim=-1).amax()) * float(k.norm(dim=-1).amax()) * abs(alpha)))
         spare = k.new_empty(k.shape[0] * k.shape[1] * G * min(tiles.block_q, tiles.L) * min(tiles.block_k, tiles.S)) \

@@ -75,9 +75,19 @@ def expm1_fits(bound: float) -> bool:
     return bound <= 80.0
 
 
-def bounded(bound: float, scale: float, safe_logit: float = SAFE_LOGIT) -> bool:
-    """True when no score can leave [-safe_logit, safe_logit]: ``bound`` bounds |q.k| (max|q| * max|k|)."""
+def bounded(bound: float, scale: float, safe_logit: float = SAFE_LOGIT, closed=None, reach=None) -> bool:
+    """True when no score can leave [-safe_logit, safe_logit]: ``bound`` bounds |q.k| (max|q| * max|k|). With a
+    built-in score modifier ``closed`` (``mods.Closed``): when none passes safe_logit and each row's largest stays
+    above -safe_logit (:meth:`Closed.bounded`, from the mask's ``reach``)."""
+    if closed is not None:
+        return closed.bounded(bound * abs(scale), reach, safe_logit)
     return bound * abs(scale) <= safe_logit
+
+
+def product_alpha(scale: float, cap: float | None) -> float:
+    """What each dot product is multiplied by: scale * log2(e) (base-2 scores, flash.py [P1] [P8]), or with a
+    soft-cap 2 scale / cap, the doubled input :func:`tanh_` takes."""
+    return scale * LOG2E if cap is None else 2 * scale / cap
 
 
 def safe_shift(m: torch.Tensor) -> torch.Tensor:

@@ -20,6 +20,7 @@ import json
 import os
 import platform
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
@@ -51,13 +52,18 @@ class Sizes:
 
     @classmethod
     def from_dict(cls, d: dict) -> Sizes:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        """The sizes an entry holds; a size that is not a positive integer (a file edited by hand) is left to the
+        default, so that a bad cache never fails a flash call."""
+        def size(x):
+            return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else None
+
+        names = {f.name for f in fields(cls)} - {"source"}
+        return cls(**{k: size(v) for k, v in d.items() if k in names}, source=str(d.get("source", "default")))
 
 
 DEFAULT = Sizes()
 _LOADED: dict = {}  # (path, key) -> Sizes: the file is read once per process and key
-_USING: list = []  # the sizes of :func:`using` blocks, innermost last
+_USING: ContextVar = ContextVar("attnlab_tiles_using", default=None)  # the innermost :func:`using` block's sizes
 
 
 @lru_cache(maxsize=1)
@@ -92,17 +98,17 @@ def cache_path() -> Path | None:
 @contextmanager
 def using(sizes: Sizes):
     """Within the block, :func:`current` is ``sizes`` (how ``attnlab tune`` times a candidate)."""
-    _USING.append(sizes)
+    token = _USING.set(sizes)
     try:
         yield sizes
     finally:
-        _USING.pop()
+        _USING.reset(token)
 
 
 def current() -> Sizes:
     """The sizes measured for this processor, thread count and torch version, or the defaults."""
-    if _USING:
-        return _USING[-1]
+    if _USING.get() is not None:
+        return _USING.get()
     path, k = cache_path(), key()
     if path is None:
         return DEFAULT
@@ -128,9 +134,28 @@ def save(sizes: Sizes, threads: int | None = None, path: Path | None = None) -> 
         raise ValueError("ATTNLAB_TILES=off: no cache file to write the tile sizes to")
     data = read(path)
     data[key(threads)] = sizes.as_dict()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.replace(path)  # whole or not at all: a reader never sees half a file
+    finally:
+        tmp.unlink(missing_ok=True)
     _LOADED.clear()
     return path
+
+
+def unwritable(path: Path) -> str | None:
+    """Why the cache file ``path`` could not be written, or None when it can (checked before a measurement)."""
+    if path.is_dir():
+        return "it is a folder"
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    if not os.access(folder, os.W_OK):
+        return f"{folder} is not writable"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "it is not writable"
+    return None

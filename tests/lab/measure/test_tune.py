@@ -73,3 +73,30 @@ def test_show_prints_what_is_cached(run_cli, tmp_path):
     tuned.save(tuned.Sizes(long_q=512, source="measured in a test"), threads=1, path=path)
     r = run_cli("tune", "--show", "--threads", "1", env={"ATTNLAB_TILES": str(path)})
     assert "512 x 256 above" in r.stdout and "measured in a test" in r.stdout, r.stdout
+
+
+def test_an_unwritable_cache_is_refused_before_measuring_and_a_failed_save_is_one_line(capsys, tmp_path,
+                                                                                      monkeypatch):
+    from attnlab.cli import main
+    from attnlab.lab.files import CannotWrite
+
+    folder = tmp_path / "a folder"
+    folder.mkdir()
+    monkeypatch.setenv("ATTNLAB_TILES", str(folder))
+    measured = []
+    monkeypatch.setattr(tune, "measure", lambda **kw: measured.append(1))
+    assert main(["tune"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the tile cache" in err and "it is a folder" in err and len(err.strip().splitlines()) == 1
+    assert not measured  # refused before a minute of measuring
+    monkeypatch.undo()
+    path = tmp_path / "tiles.json"
+    monkeypatch.setenv("ATTNLAB_TILES", str(path))
+
+    def full(*a, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tuned, "save", full)
+    with pytest.raises(CannotWrite, match="No space left on device"):
+        tune.measure(rounds=1, lengths={"short": 64, "long": 128, "sparse": 256}, say=lambda line: None)
+    assert not path.exists() and not list(tmp_path.glob("*.tmp"))

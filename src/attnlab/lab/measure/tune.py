@@ -5,8 +5,9 @@ forward, the thread count given):
 
 * the dense tiles at short lengths (block_q x block_k), on full and causal attention at T = 2048;
 * the dense tiles at long lengths, on causal attention at T = 8192;
-* the bands' query rows and batch (:mod:`attnlab.kernels.flash_band`), on a sliding window of 512 and packed
-  documents at T = 8192.
+* the bands' query rows and batch (:mod:`attnlab.kernels.flash_band`), on sliding windows of 256 and 512 at
+  T = 8192 (packed documents compute more scores on bands than on tiles, so they take the tiles whatever the
+  bands' sizes, and would only add noise here).
 
 Each candidate is called once to warm up, then ``rounds`` rounds call every candidate in turn (the order
 reversed every other round, so neither side always runs first). A candidate's ratio on a problem is the median
@@ -30,6 +31,7 @@ import attnlab
 from attnlab import masks
 from attnlab.kernels import flash_band, tuned
 from attnlab.kernels.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q
+from attnlab.lab.files import CannotWrite
 from attnlab.lab.machine import load_average, machine, versions
 from attnlab.lab.results import Result
 
@@ -90,8 +92,8 @@ def problems(short: int = 2048, long: int = 8192, sparse: int = 8192) -> dict:
     """group -> (T, {problem name: attention keyword arguments})."""
     return {"short tiles": (short, {f"full T={short}": {}, f"causal T={short}": {"is_causal": True}}),
             "long tiles": (long, {f"causal T={long}": {"is_causal": True}}),
-            "bands": (sparse, {f"sliding_window(512) T={sparse}": {"attn_mask": masks.sliding_window(512)},
-                               f"documents T={sparse}": {"attn_mask": packed_documents(sparse)}})}
+            "bands": (sparse, {f"sliding_window({w}) T={sparse}": {"attn_mask": masks.sliding_window(w)}
+                               for w in (256, 512)})}  # (packed documents take the tiles whatever the bands' sizes)
 
 
 def candidates(group: str) -> dict:
@@ -166,7 +168,13 @@ def measure(rounds: int = 5, threads: int | None = None, margin: float = MARGIN,
     cpu = machine()["cpu"]
     sizes = tuned.Sizes(**fields, source=f"measured by attnlab tune on {cpu}, {torch.get_num_threads()} threads, "
                                          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    cache = str(tuned.save(sizes)) if save and tuned.cache_path() is not None else None
+    cache = None
+    if save and tuned.cache_path() is not None:
+        existed = tuned.cache_path().exists()
+        try:
+            cache = str(tuned.save(sizes))
+        except OSError as e:  # a disk that filled during the measurement: one line, the old cache kept
+            raise CannotWrite(tuned.cache_path(), e.strerror or str(e), existed) from e
     return Tuning(sizes.as_dict(), scores, trials, rounds, margin, torch.get_num_threads(),
                   {g: T for g, (T, _) in groups.items()}, time.perf_counter() - start, load0, load_average(), cache)
 
