@@ -122,17 +122,14 @@ Performance notes -- each trick is tagged [P1] .. [P12] at its line:
   slope x distance as one ``addcmul_``); their derivative in the score is 1, and a learnable slope's or table's
   gradient is one sum of dS per tile; a T5 block whose distances all fall into one bucket (every far block)
   adds one number per head. A modifier of the user's own, or ``mods.compose``, still runs as a function under
-  autograd. The tanh: torch.tanh took 1.47 ns an element here, expm1(2x) / (expm1(2x) + 2) 0.67 ns (exact near
-  0, where 2 sigmoid(2x) - 1 is not). Measured by benchmarks/flash_mods.py (AMD EPYC, 2 threads, float32, T =
-  4096 and 8192, causal and a window of 512): 0.49-0.91x the function path's time, forward and forward +
-  backward (one row of the committed run, ALiBi in the window at 8192, read 1.30; rerun alone, 0.89: the
-  ``-rerun`` files beside it); against
-  compiled flex with the same modifier, forward, 0.84-1.26 under the causal mask and 1.29-1.66 under the window
-  (that ALiBi row 2.01, rerun 1.56; flex has no CPU backward). A soft-cap also rides on the key bands
-  (:mod:`flash_band`, fused the same way): its window rows went from 1.29 / 1.34 to 0.92 / 0.84 of flex at T =
-  4096 / 8192 (the ``-softcap-bands`` files). So do ALiBi and T5's bias: one add per head of a bias made once
-  per batch of bands (once per call for a window, whose bands share their distances), with the running max;
-  their window rows went from 1.56-2.01 to 0.90-1.10 (ALiBi) and 1.62-1.64 to 0.68-0.82 (T5) of flex.
+  autograd. The tanh (``online.tanh_``): expm1(2x) / (expm1(2x) + 2), exact near 0 where 2 sigmoid(2x) - 1 is
+  not, in three passes: 0.54 ns an element against 1.38 for torch.tanh. The built-ins also ride on the key
+  bands (:mod:`flash_band`, fused the same way: one add per head of a bias made once per batch of bands, once
+  per call for a window). Measured by benchmarks/flash_mods.py (AMD EPYC, 2 threads, float32, T = 4096 and
+  8192, causal and a window of 512; benchmarks/results/flash_mods-amd-epyc.txt): 0.35-0.87 of the function
+  path's time, forward and forward + backward; against compiled flex with the same modifier, forward, 0.72-1.00
+  for the soft-cap and T5's bias, 0.89-1.16 for ALiBi (flex has no CPU backward). Before the bands took them,
+  ALiBi's and T5's window rows were 1.56-2.01 and 1.62-1.64 of flex (the ``-rerun`` file and git history).
   Each built-in says when it bounds the scores (``Closed.bounded``), so its tiles and bands take [P2]: a cap of
   at most SAFE_LOGIT; T5's bias when |q.k| scale + max|table| is within it; ALiBi with slopes >= 0 when the
   mask's closed form shows each row sees itself and nothing after (causal, a window: its *reach*).

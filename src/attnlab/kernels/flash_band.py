@@ -37,8 +37,9 @@ from .online import LOG2E
 BAND_BLOCK_Q = 64  # query rows per band: the band is (rows + window) wide, so fewer rows waste less
 BATCH_SCORES = 1 << 20  # scores per head and batch of bands (4 MiB in float32): they stay in the cache
 MAX_FRACTION = 0.4  # use bands only when they cover at most this share of all L x S scores
-SHARE_OF_TILES = 0.9  # ... and at most this share of the scores of the tiles the mask does not skip (measured:
-# a window of 1024 at T = 8192, 0.90 of the tiles' scores, took 0.87 of their time on the bands; 2048, 0.92, took 1.09)
+SHARE_OF_TILES = 0.9  # ... and at most this share of the scores of the tiles the mask does not skip (measured,
+# benchmarks/flash_levers.py: a window of 1024 at T = 8192, 0.90 of the tiles' scores, took 0.87 of their time on the
+# bands; 2048, 0.96 of the scores, took 1.08)
 _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # mask -> {sizes: Plan or None}
 
 

@@ -13,10 +13,13 @@ window's block map); heads that would gain little run together, causal. It needs
 in the full sum) and no dropout (whose keep-mask depends on the head). :func:`reach` is what the mask's closed
 form says about the distances a row sees, which ALiBi's bounds (:meth:`Closed.bounded`) use.
 
-Measured (AMD EPYC, 2 threads, float32, B = 1, H = 8, d = 64, ALiBi's paper slopes, causal, T = 8192): 0.87 of
-the unsplit form's time forward and 0.89 forward + backward; 5 of the 8 heads ran over windows of 320 to 4416
-keys. Under a sliding window of 512 the same split gained nothing (1.00 at T = 4096, 1.11 at 8192: one head of
-eight had a narrower window, 320, and the extra calls cost more), so it is taken under the causal mask only.
+Measured (AMD EPYC, 2 threads, float32, B = 1, H = 8, d = 64, ALiBi's paper slopes, causal): 5 of the 8 heads
+run over windows of 320 to 4416 keys at T = 8192, and the split took 1.02 of the unsplit form's time forward
+there and 0.96 forward + backward at T = 4096 (benchmarks/results/flash_levers-amd-epyc.txt); runs by hand the
+same day read 0.87-0.98 forward and 0.89-0.98 forward + backward. The gain is small because the heads that
+keep most of their keys hold most of the work; it is exact, so it stays. Tried under a sliding window of 512
+too, where it gained nothing (one head of eight had a narrower window), so it is taken under the causal mask
+only.
 """
 
 from __future__ import annotations

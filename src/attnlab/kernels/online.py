@@ -59,8 +59,8 @@ def tanh_(x: torch.Tensor, spare: torch.Tensor, times: float = 1.0, doubled: boo
     caller knows |2x| cannot reach 80 (expm1 overflows float32 near 88.7). ``spare``: a buffer of x's shape.
 
     Three passes (expm1, the denominator, the divide) where torch.tanh and a multiply are two slower ones:
-    0.35 ns an element against 0.67 for the five-pass form it replaced and 1.47 for torch.tanh (AMD EPYC,
-    float32, measured by benchmarks/flash_levers.py's soft-cap row)."""
+    0.54 ns an element against 0.63 for the five-pass form it replaced and 1.38 for torch.tanh (AMD EPYC,
+    float32, benchmarks/results/flash_levers-amd-epyc.txt). Most of it is expm1 itself."""
     if clamp:
         x.clamp_(-40.0, 40.0) if doubled else x.clamp_(-20.0, 20.0)
     if not doubled:
