@@ -125,6 +125,21 @@ def fused_sum() -> dict:
     return {"us": us, "fused / separate": us["P [V | 1] (the sum in the matmul)"] / us["P V, then rowsum(P)"]}
 
 
+def alternate(calls: dict, rounds: int, grad: bool = False) -> dict:
+    """Each call once to warm up, then ``rounds`` rounds of every call in turn (the order reversed every other
+    round): name -> its times in seconds."""
+    times = {n: [] for n in calls}
+    with torch.set_grad_enabled(grad):
+        for f in calls.values():
+            f()
+        for r in range(rounds):
+            for n in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
+                t0 = time.perf_counter()
+                calls[n]()
+                times[n].append(time.perf_counter() - t0)
+    return times
+
+
 def tiles_vs_sdpa(q, k, v, rounds: int) -> dict:
     out = {}
     for causal in (False, True):
@@ -132,15 +147,7 @@ def tiles_vs_sdpa(q, k, v, rounds: int) -> dict:
         for bq, bk in SIZES:
             calls[f"flash {bq} x {bk}"] = lambda c=causal, bq=bq, bk=bk: attnlab.attention(
                 q, k, v, impl="flash", is_causal=c, block_q=bq, block_k=bk)
-        times = {n: [] for n in calls}
-        with torch.no_grad():
-            for f in calls.values():
-                f()
-            for r in range(rounds):
-                for n in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
-                    t0 = time.perf_counter()
-                    calls[n]()
-                    times[n].append(time.perf_counter() - t0)
+        times = alternate(calls, rounds)
         out["causal" if causal else "full"] = {
             n: {"median_ms": statistics.median(t) * 1e3,
                 "ratio_to_sdpa": statistics.median(a / b for a, b in zip(t, times["F.sdpa"], strict=True))}
@@ -187,15 +194,7 @@ def blocks(kind: torch.Tensor, heads: int) -> int:
 
 def paired(calls: dict, rounds: int, grad: bool = False) -> dict:
     """Median ms of each call and the paired median of the first over the second, alternated rounds."""
-    times = {n: [] for n in calls}
-    with torch.set_grad_enabled(grad):
-        for f in calls.values():
-            f()
-        for r in range(rounds):
-            for n in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
-                t0 = time.perf_counter()
-                calls[n]()
-                times[n].append(time.perf_counter() - t0)
+    times = alternate(calls, rounds, grad)
     a, b = list(times)
     return {"median_ms": {n: statistics.median(t) * 1e3 for n, t in times.items()},
             "ratio": statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))}
@@ -267,15 +266,7 @@ def decode(rounds: int, S: int = 32768) -> dict:
     k, v = (torch.randn(B, H, S, D, generator=g) for _ in range(2))
     calls = {"flash": lambda: attnlab.attention(q, k, v, impl="flash"),
              "F.sdpa": lambda: F.scaled_dot_product_attention(q, k, v)}
-    times = {n: [] for n in calls}
-    with torch.no_grad():
-        for f in calls.values():
-            f()
-        for r in range(rounds * 3):
-            for n in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
-                t0 = time.perf_counter()
-                calls[n]()
-                times[n].append(time.perf_counter() - t0)
+    times = alternate(calls, rounds * 3)
     return {"S": S, "median_ms": {n: statistics.median(t) * 1e3 for n, t in times.items()},
             "flash / sdpa": statistics.median(a / b for a, b in zip(times["flash"], times["F.sdpa"], strict=True))}
 
