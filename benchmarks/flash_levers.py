@@ -41,10 +41,11 @@ from torch.profiler import ProfilerActivity, profile
 import attnlab
 from attnlab.kernels import flash, flash_reach
 from attnlab.kernels.masks import EMPTY
+from attnlab.lab.measure import timing
 from attnlab.lab.results import machine, versions
 
 sys.path.insert(0, str(Path(__file__).parent))
-from flash_targets import finish, slug  # noqa: E402
+from flash_targets import finish, packed_documents, slug  # noqa: E402
 
 B, H, T, D = 1, 8, 2048, 64
 TILE = 256
@@ -126,18 +127,9 @@ def fused_sum() -> dict:
 
 
 def alternate(calls: dict, rounds: int, grad: bool = False) -> dict:
-    """Each call once to warm up, then ``rounds`` rounds of every call in turn (the order reversed every other
-    round): name -> its times in seconds."""
-    times = {n: [] for n in calls}
+    """lab.measure.timing.alternate with autograd on (``grad``) or off."""
     with torch.set_grad_enabled(grad):
-        for f in calls.values():
-            f()
-        for r in range(rounds):
-            for n in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
-                t0 = time.perf_counter()
-                calls[n]()
-                times[n].append(time.perf_counter() - t0)
-    return times
+        return timing.alternate(calls, rounds)
 
 
 def tiles_vs_sdpa(q, k, v, rounds: int) -> dict:
@@ -160,7 +152,6 @@ def sparse(rounds: int, S: int = 8192) -> dict:
     bands' or tiles' scores; flex: its 128-key blocks that the mask does not skip)."""
     from attnlab.kernels import flash_band, tuned
     from attnlab.lab.measure import flex
-    from attnlab.lab.measure.tune import packed_documents
 
     g = torch.Generator().manual_seed(S)
     q, k, v = (torch.randn(B, H, S, D, generator=g) for _ in range(3))

@@ -50,7 +50,7 @@ from attnlab.lab.machine import cpu_features
 from attnlab.lab.measure import flex, memory
 from attnlab.lab.measure.growth import exponent
 from attnlab.lab.measure.timing import bmm_rate
-from attnlab.lab.measure.tune import in_words, packed_documents
+from attnlab.lab.measure.tune import in_words
 from attnlab.lab.results import machine, versions
 
 B, H, D = 1, 8, 64
@@ -108,6 +108,13 @@ def fwd_bwd(fn, q, k, v, **kw):
 
 def flash(q, k, v, **kw):
     return attnlab.attention(q, k, v, impl="flash", **kw)
+
+
+def packed_documents(T: int) -> masks.Mask:
+    """Packed documents of uneven lengths (1/32 .. 1/4 of T), one id per position."""
+    lengths = [T // 16, T // 8, 3 * T // 32, 3 * T // 16, T // 32, T // 4, T // 8]
+    lengths.append(T - sum(lengths))
+    return masks.document(torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)]))
 
 
 def main(argv=None) -> int:

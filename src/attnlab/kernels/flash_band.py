@@ -175,7 +175,7 @@ def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, hal
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
     qs = qs.view(Z, G, nq, bq, E).transpose(1, 2).reshape(Z, nq, G * bq, E)  # tile-major rows
     # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], exp needs no shift
-    qk = float(qs.norm(dim=-1).max() * k.norm(dim=-1).max())
+    qk = online.qk_bound(qs, k)
     clamp = not online.expm1_fits(qk * abs(alpha))
     bounded = half != torch.float16 and online.bounded(qk, scale, safe_logit, closed, p.reach)
     if half == torch.float16 and not half_product_fits(half, max(b.W for b in p.batches) * float(v.abs().amax())):

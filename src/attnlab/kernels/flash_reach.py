@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from . import masks
+from . import masks, online
 from .online import LN2, SAFE_LOGIT
 
 _WINDOWS: dict = {}  # window -> its Mask, one instance each: its block maps and band plans are cached with it
@@ -67,7 +67,7 @@ def alibi_heads(a, mod, work, half) -> list | None:
         return None
     if WORTH * a.L < QUANTUM or closed.slopes.numel() < a.H or torch._C._functorch.is_functorch_wrapped_tensor(a.q):
         return None  # no window could be taken (decoding); too few slopes (the form's own check names it); vmap
-    qk = float(a.q.detach().norm(dim=-1).amax()) * float(a.k.detach().norm(dim=-1).amax()) * abs(a.scale)
+    qk = online.qk_bound(a.q, a.k) * abs(a.scale)
     if not math.isfinite(qk) or not closed.bounded(qk, (0, 0), SAFE_LOGIT) or not bool(torch.isfinite(a.v).all()):
         return None
     floor = 151 if work == torch.float32 else 1076

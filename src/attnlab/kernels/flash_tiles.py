@@ -202,8 +202,7 @@ class Keys:
         closed = fused(mod, k.shape[1] * G)
         capped = closed is not None and closed.cap is not None
         alpha = online.product_alpha(scale, closed.cap if capped else None)  # [P1] [P12]
-        clamp = capped and (q is None or not online.expm1_fits(
-            float(q.norm(dim=-1).amax()) * float(k.norm(dim=-1).amax()) * abs(alpha)))
+        clamp = capped and (q is None or not online.expm1_fits(online.qk_bound(q, k) * abs(alpha)))
         spare = k.new_empty(k.shape[0] * k.shape[1] * G * min(tiles.block_q, tiles.L) * min(tiles.block_k, tiles.S)) \
             if capped and spare else None  # (the backward's tanh has its slope buffer)
         return cls(k, kT3, v, tiles, drop, mod, G, alpha, half, kh, vh, closed, spare, clamp)

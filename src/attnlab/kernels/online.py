@@ -84,6 +84,12 @@ def bounded(bound: float, scale: float, safe_logit: float = SAFE_LOGIT, closed=N
     return bound * abs(scale) <= safe_logit
 
 
+def qk_bound(q: torch.Tensor, k: torch.Tensor) -> float:
+    """max|q| * max|k| over every query and key (last dim the head dim): it bounds every |q.k|."""
+    with torch.no_grad():
+        return float(q.norm(dim=-1).amax()) * float(k.norm(dim=-1).amax())
+
+
 def product_alpha(scale: float, cap: float | None) -> float:
     """What each dot product is multiplied by: scale * log2(e) (base-2 scores, flash.py [P1] [P8]), or with a
     soft-cap 2 scale / cap, the doubled input :func:`tanh_` takes."""

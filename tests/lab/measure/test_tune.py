@@ -100,3 +100,14 @@ def test_an_unwritable_cache_is_refused_before_measuring_and_a_failed_save_is_on
     with pytest.raises(CannotWrite, match="No space left on device"):
         tune.measure(rounds=1, lengths={"short": 64, "long": 128, "sparse": 256}, say=lambda line: None)
     assert not path.exists() and not list(tmp_path.glob("*.tmp"))
+
+
+def test_alternate_warms_up_then_reverses_the_order_every_other_round():
+    from attnlab.lab.measure import timing
+
+    seen = []
+    calls = {n: (lambda n=n: seen.append(n)) for n in "abc"}
+    times = timing.alternate(calls, 3, warm=["b"])
+    assert seen == ["b", "a", "b", "c", "c", "b", "a", "a", "b", "c"]
+    assert {n: len(t) for n, t in times.items()} == {"a": 3, "b": 3, "c": 3} and all(
+        x >= 0 for t in times.values() for x in t)

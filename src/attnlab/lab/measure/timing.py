@@ -21,6 +21,23 @@ import torch
 from attnlab.lab.measure.flops import matmul_flops
 
 
+def alternate(calls: dict, rounds: int, warm=None) -> dict[str, list[float]]:
+    """Two or more calls side by side: each of ``warm`` (default: all) once untimed, then ``rounds`` rounds that
+    call every one in turn, the order reversed every other round so that none always runs first. A slow spell of
+    the machine then slows neighbouring calls alike, and ratios of a round's times (paired medians) are steadier
+    than ratios of medians. Returns name -> its seconds, one per round."""
+    for name in calls if warm is None else warm:
+        calls[name]()
+    times: dict[str, list[float]] = {n: [] for n in calls}
+    order = list(calls)
+    for r in range(rounds):
+        for name in (order if r % 2 == 0 else order[::-1]):
+            t0 = time.perf_counter()
+            calls[name]()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
 def time_calls(call: Callable[[], object], warmup: int, repeats: int, device: str = "cpu",
                before: Callable[[], None] | None = None, budget_s: float | None = None,
                min_repeats: int = 3) -> list[float]:

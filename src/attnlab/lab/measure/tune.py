@@ -33,6 +33,7 @@ from attnlab.kernels import flash_band, tuned
 from attnlab.kernels.flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q
 from attnlab.lab.files import CannotWrite
 from attnlab.lab.machine import load_average, machine, versions
+from attnlab.lab.measure import timing
 from attnlab.lab.results import Result
 
 B, H, D = 1, 8, 64
@@ -79,13 +80,6 @@ def in_words(sizes: tuned.Sizes) -> str:
     return (f"tiles {tile(sizes.short_q, sizes.short_k)} up to T = {tuned.SHORT}, {tile(sizes.long_q, sizes.long_k)} "
             f"above; bands of {sizes.band_rows or flash_band.BAND_BLOCK_Q} rows, "
             f"{(sizes.band_batch or flash_band.BATCH_SCORES) >> 10}K scores a batch ({sizes.source})")
-
-
-def packed_documents(T: int) -> masks.Mask:
-    """Packed documents of uneven lengths (1/32 .. 1/4 of T), one id per position."""
-    lengths = [T // 16, T // 8, 3 * T // 32, 3 * T // 16, T // 32, T // 4, T // 8]
-    lengths.append(T - sum(lengths))
-    return masks.document(torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)]))
 
 
 def problems(short: int = 2048, long: int = 8192, sparse: int = 8192) -> dict:
@@ -143,13 +137,8 @@ def measure(rounds: int = 5, threads: int | None = None, margin: float = MARGIN,
     for group, (_, probs) in groups.items():
         names = list(candidates(group))
         ratios = {name: [] for name in names}
-        for prob in probs:
-            times = {name: [] for name in names}
-            for name in names[1:]:
-                _timed(calls[(group, prob, name)])  # warm-up (a plan or block map built, pages touched)
-            for r in range(rounds):
-                for name in (names if r % 2 == 0 else names[::-1]):
-                    times[name].append(_timed(calls[(group, prob, name)]))
+        for prob in probs:  # (the default was warmed up for the estimate; the others warm up here)
+            times = timing.alternate({name: calls[(group, prob, name)] for name in names}, rounds, warm=names[1:])
             base = times[names[0]]
             for name in names:
                 ratio = statistics.median(a / b for a, b in zip(times[name], base, strict=True))
