@@ -9,24 +9,29 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # torch is pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 (CPU) installs from local disk here.
 TORCH  ?= torch==2.13.0
+# Every package at the version the suite last passed with (constraints.txt): a new release of a dependency is taken on
+# purpose, by `make constraints`, which resolves afresh in a venv of its own, runs the suite there and rewrites the
+# file only when it passes. CONSTRAINTS= (empty) installs without it.
+CONSTRAINTS ?= constraints.txt
+PIP_C  := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 # The test runs keep Python's bytecode cache even where PYTHONDONTWRITEBYTECODE is set: without it every run and
 # every worker compiles the package and rewrites the tests' asserts again (collection 9 s instead of 3 s here).
 # The learner's own file is never cached: the lab's loader reads it from its source (attnlab.lab.check.loader).
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
-.PHONY: demo test test-fast test-long lint install install-dev browser clean
+.PHONY: demo test test-fast test-long lint install install-dev browser clean constraints
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[lab]"
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(PY)
+	$(PY) -m pip install --quiet $(PIP_C) "$(TORCH)"
+	$(PY) -m pip install --quiet $(PIP_C) -e ".[lab]"
 	touch $@
 
-$(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install --quiet -e ".[dev]"
+$(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml $(CONSTRAINTS)
+	$(PY) -m pip install --quiet $(PIP_C) -e ".[dev]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -61,5 +66,15 @@ test-long: install-dev
 test-fast: install-dev lint
 	$(PYTEST) -q -n 2 --dist loadgroup -m "not slow"
 
+# Take today's releases on purpose: a fresh venv (.venv-update) resolved without constraints.txt, the whole suite run
+# in it, and only then its versions written to constraints.txt (torch without a local label such as +cpu).
+constraints:
+	rm -rf .venv-update
+	$(MAKE) VENV=.venv-update CONSTRAINTS= test
+	{ echo "# The versions the suite last passed with (make test installs these; make constraints updates them: README)."; \
+	  .venv-update/bin/python -m pip freeze --exclude-editable | sed -E 's/^(torch==[^+]*)\+.*/\1/'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	@echo "constraints.txt: $$(wc -l < constraints.txt) packages at the versions the suite just passed with"
+
 clean:
-	rm -rf $(VENV) attnlab-out .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-update attnlab-out .pytest_cache .ruff_cache

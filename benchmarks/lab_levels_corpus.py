@@ -19,11 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "lab" / "exercise"))
-
-import level_corpus  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the tests' corpus is tests.*
 
 from attnlab.lab.results import machine, versions  # noqa: E402
+from tests.lab.exercise import level_corpus  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -21,11 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the corpus is tests.corpus
 
-import corpus  # noqa: E402
-import mutants  # noqa: E402
 from attnlab.lab.results import machine, versions  # noqa: E402
+from tests import corpus, mutants  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import cli
+from tests.helpers import cli
 
 # Tests check numbers, not speed: one thread avoids thread hand-off costs on the many tiny tensors here.
 torch.set_num_threads(1)
@@ -82,7 +82,7 @@ def model_lesson(tmp_path_factory):
     random Llama with a tokenizer trained here: the one build of the model page, for its page and browser tests."""
     pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
-    from hf import tiny
+    from tests.hf import tiny
 
     root = tmp_path_factory.mktemp("lesson-model")
     model = tiny.with_tokenizer(root / "tiny-llama")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import mutants
 from attnlab.lab.check import diagnose, verify
+from tests import mutants
 
 ALL = ("float32", "float64", "bfloat16")
 

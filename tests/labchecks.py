@@ -64,15 +64,11 @@ def leveled(level: str, slip=None, file=None, time=""):
     growing as the level asks), the levels with cases of their own graded and measured for real, in this process
     (the backward's memory given too: its measurement is tested with the level's slips)."""
     import functools
-    import sys
-    from pathlib import Path
     from types import SimpleNamespace
-
-    sys.path.insert(0, str(Path(__file__).parent / "lab" / "exercise"))
-    import level_corpus as C
 
     from attnlab.lab.exercise import levels
     from attnlab.lab.exercise.levels import own
+    from tests.lab.exercise import level_corpus as C
 
     lv = levels.find(level)
     mod, file = lv.module(), file or lv.filename

@@ -24,7 +24,7 @@ from attnlab.cli import main
 from attnlab.lab.train import checkpoint
 from attnlab.lab.train.train import PRESETS
 from attnlab.nn.gpt import GPT, GPTConfig
-from helpers import full_device
+from tests.helpers import full_device
 
 TRITON = kernels.get("triton").why_not("cpu") is not None  # no interpreter in this process: triton cannot run
 

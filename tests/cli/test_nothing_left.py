@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import full_device
-from processes import Lines, foreground, kill_group, left_by, marked_env, of_run
+from tests.helpers import full_device
+from tests.processes import Lines, foreground, kill_group, left_by, marked_env, of_run
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the run's processes in /proc")]

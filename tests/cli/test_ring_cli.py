@@ -16,7 +16,7 @@ from attnlab.lab.distributed import launch
 from attnlab.lab.distributed import ring as lab_ring
 from attnlab.lab.distributed.budget import Estimate
 from attnlab.lab.distributed.launch import free_port
-from processes import left_by, marked_env
+from tests.processes import left_by, marked_env
 
 
 @pytest.mark.slow

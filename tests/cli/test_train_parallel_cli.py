@@ -15,7 +15,7 @@ from attnlab.cli import main
 from attnlab.lab.distributed import launch
 from attnlab.lab.distributed.launch import free_port
 from attnlab.lab.distributed.servers import children as servers_children
-from processes import left_by, marked_env
+from tests.processes import left_by, marked_env
 
 TINY = ["train", "--preset", "tiny", "--scale", "sqrt"]
 

@@ -14,7 +14,7 @@ import transformers as T  # noqa: E402
 
 from attnlab.lab.lesson import heads  # noqa: E402
 from attnlab.lab.lesson.walkthrough import SENTENCE  # noqa: E402
-from helpers import cli  # noqa: E402
+from tests.helpers import cli  # noqa: E402
 
 from . import tiny  # noqa: E402
 

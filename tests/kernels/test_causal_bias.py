@@ -15,8 +15,8 @@ from torch.nn.attention.bias import CausalVariant, causal_lower_right, causal_up
 import attnlab
 from attnlab import masks
 from attnlab.lab.check import oracle, rule
-from helpers import qkv
-from mutants import attend
+from tests.helpers import qkv
+from tests.mutants import attend
 
 SIZES = {"L<S": (2, 3, 5, 9, 8), "L>S": (1, 2, 9, 5, 8), "L=S": (2, 2, 7, 7, 4)}  # N, H, L, S, E
 VARIANTS = {"upper_left": (causal_upper_left, "causal"), "lower_right": (causal_lower_right, "lower")}

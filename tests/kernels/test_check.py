@@ -7,7 +7,7 @@ import torch
 
 import attnlab
 from attnlab import masks
-from helpers import qkv
+from tests.helpers import qkv
 
 FORMS = ["loops", "matrix", "flash", "sdpa"]
 

@@ -8,7 +8,7 @@ import attnlab
 from attnlab import masks
 from attnlab.kernels import flash
 from attnlab.lab.check import oracle, rule
-from helpers import qkv
+from tests.helpers import qkv
 
 
 def both(size, bq, bk, seed=0, **kw):

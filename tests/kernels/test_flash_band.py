@@ -7,7 +7,7 @@ import attnlab
 from attnlab import masks
 from attnlab.kernels import flash_band
 from attnlab.lab.check import oracle, rule
-from helpers import qkv
+from tests.helpers import qkv
 
 from .test_flash import both, path  # noqa: F401  (path: the bounded / online-max fixture)
 

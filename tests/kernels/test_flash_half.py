@@ -16,7 +16,7 @@ from attnlab import masks
 from attnlab.kernels import dtypes, flash, online
 from attnlab.lab.check import oracle, rule, verify
 from attnlab.lab.check.cases import BANDS
-from helpers import qkv
+from tests.helpers import qkv
 
 HALF_FLASH = functools.partial(flash.attention, half_matmuls=True)
 FAST_CASES = ("GQA 6/2 causal", "large logits, causal, L=97", "dropout 0.2")  # the running max, the keep-mask

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import attnlab
 from attnlab import masks
 from attnlab.lab.check import oracle, rule
-from helpers import qkv
+from tests.helpers import qkv
 
 FAST = ["matrix", "sdpa"]
 ALL = ["loops", "matrix", "sdpa"]

@@ -12,7 +12,7 @@ import torch
 import attnlab
 from attnlab import masks, mods
 from attnlab.kernels import flash_band
-from helpers import qkv
+from tests.helpers import qkv
 
 CASES = {  # name: (N, H, Hkv, L, S, E), keywords
     "causal, tiles of 3 x 2": ((1, 2, 2, 5, 6, 3), {"is_causal": True, "block_q": 3, "block_k": 2}),

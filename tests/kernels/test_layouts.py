@@ -14,7 +14,7 @@ import attnlab
 from attnlab import masks
 from attnlab.kernels import flash_band
 from attnlab.lab.check import oracle, rule
-from helpers import qkv
+from tests.helpers import qkv
 
 LAYOUTS = ("transposed", "expanded", "sliced")
 

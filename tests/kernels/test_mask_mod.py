@@ -15,7 +15,7 @@ from attnlab import masks
 from attnlab.kernels import flash_band
 from attnlab.kernels.mask_mod import PerIndex
 from attnlab.lab.check import oracle, rule
-from helpers import qkv
+from tests.helpers import qkv
 
 
 def image_mask(intervals: torch.Tensor, tokens_per_image: int):

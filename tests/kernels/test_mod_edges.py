@@ -10,7 +10,7 @@ import torch
 import attnlab
 from attnlab import masks, mods
 from attnlab.kernels.mods import unlisted
-from helpers import qkv
+from tests.helpers import qkv
 
 FORMS = {"loops": {}, "matrix": {}, "flash": {"block_q": 2, "block_k": 3}, "flash default tiles": {}}
 

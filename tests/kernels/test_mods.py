@@ -9,7 +9,7 @@ import attnlab
 from attnlab import mods
 from attnlab.kernels import mods as kmods
 from attnlab.kernels.online import LOG2E
-from helpers import qkv
+from tests.helpers import qkv
 
 FORMS = {"loops": {}, "matrix": {}, "flash": {"block_q": 2, "block_k": 3}}  # small tiles: several per row
 

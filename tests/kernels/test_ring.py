@@ -17,7 +17,7 @@ from attnlab.kernels import flash, ring
 from attnlab.lab.check import rule
 from attnlab.lab.distributed import launch
 from attnlab.lab.distributed import ring as lab
-from processes import sleeps
+from tests.processes import sleeps
 
 TINY = dict(heads=2, head_dim=8, backward=True, measure=False, pg_timeout_s=20.0)
 

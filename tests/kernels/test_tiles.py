@@ -12,7 +12,7 @@ from attnlab.kernels.flash_backward import Weights
 from attnlab.kernels.online import LN2
 from attnlab.kernels.ring import _Schedule
 from attnlab.kernels.ring_stats import RingStats, pair_work
-from helpers import qkv
+from tests.helpers import qkv
 
 
 def test_tile_slices_cover_the_length_once_with_a_short_last_tile():

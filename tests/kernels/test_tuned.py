@@ -8,7 +8,7 @@ import torch
 import attnlab
 from attnlab import masks
 from attnlab.kernels import flash, flash_band, tuned
-from helpers import qkv
+from tests.helpers import qkv
 
 
 def test_sizes_are_saved_per_machine_and_read_back(tiles_cache):

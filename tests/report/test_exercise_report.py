@@ -65,7 +65,7 @@ def test_growth_is_said_only_as_far_as_the_repeats_agree():
 def test_the_lab_plots_tick_labels_never_overlap(tmp_path, monkeypatch):
     """A loops version measured at two lengths spans less than a decade of T: matplotlib's minor labels on a log axis
     ran into each other there. Every visible tick label is read from the drawn figure and none may touch another."""
-    from labchecks import made
+    from tests.labchecks import made
 
     r = made("my_loops.py", "attention_by_hand", memory=0.3, seqs=(128, 512))
     r.timings[0].time_s, r.timings[1].time_s = 2.0, 9.0

@@ -17,9 +17,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import api_functions as A
 from attnlab.lab.check import apis, oracle, verify
 from attnlab.lab.check.apis import flash, lse
+from tests import api_functions as A
 
 HERE = Path(__file__).parent
 

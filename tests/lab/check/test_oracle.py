@@ -12,7 +12,7 @@ import attnlab
 from attnlab import masks
 from attnlab.lab.check import judge, oracle, rule, verify
 from attnlab.lab.check.verify import Case
-from helpers import qkv
+from tests.helpers import qkv
 
 
 def test_the_oracle_imports_nothing_from_the_kernels():

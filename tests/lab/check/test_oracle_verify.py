@@ -8,7 +8,7 @@ import attnlab
 from attnlab.cli import _args
 from attnlab.lab.check import isolate, oracle, rule, verify
 from attnlab.lab.check.verify import Case
-from helpers import qkv
+from tests.helpers import qkv
 
 
 def wrong_scale(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):

@@ -12,8 +12,8 @@ import collections
 import pytest
 
 import attnlab
-import mutants
 from attnlab.lab.check import verify
+from tests import mutants
 
 N_CONFIGS = 250
 

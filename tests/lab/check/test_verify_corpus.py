@@ -3,8 +3,7 @@ the cause of most (mutants.py holds the corpus, corpus.py runs it)."""
 
 import pytest
 
-import corpus
-import mutants
+from tests import corpus, mutants
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]  # the corpus runs ~40 functions over the quick grid (~2 min)
 

@@ -16,7 +16,7 @@ import attnlab
 from attnlab.lab.check import rule, verify
 from attnlab.lab.check.verify import Case
 from attnlab.report.terminal import verify_table
-from helpers import qkv
+from tests.helpers import qkv
 
 ATTNLAB = os.path.join(os.path.dirname(sys.executable), "attnlab")
 

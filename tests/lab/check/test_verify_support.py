@@ -232,8 +232,8 @@ def test_rewording_every_message_changes_no_diagnosis(monkeypatch):
 def test_an_api_function_that_raises_on_causal_gets_no_line_about_sdpas_masks_and_one_case_each_way_no_tag():
     """A flash-attn function that refuses causal= by an exception: the exception's line, and none about SDPA's mask
     kinds (an API case passes its mask in its own arguments); a rerun of one case each way names no tag."""
-    import api_functions as A
     from attnlab.lab.check import apis
+    from tests import api_functions as A
 
     def no_causal(q, k, v, causal=False, **kw):
         if causal:

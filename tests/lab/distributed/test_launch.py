@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.lab.distributed import launch, servers
-from processes import alive, sigint_as_at_a_terminal, sleeps, wait_until_gone
+from tests.processes import alive, sigint_as_at_a_terminal, sleeps, wait_until_gone
 
 pytestmark = pytest.mark.skipif("forkserver" not in mp.get_all_start_methods() or not Path("/proc/self").exists(),
                                 reason="the fork server and /proc (Linux)")

@@ -9,7 +9,7 @@ from attnlab.lab.check import oracle, oracle_rows, rule
 from attnlab.lab.distributed import budget as ring_budget
 from attnlab.lab.distributed.ring import RingConfig
 from attnlab.lab.measure import memory
-from helpers import qkv
+from tests.helpers import qkv
 
 
 @pytest.mark.parametrize("seed", range(12))

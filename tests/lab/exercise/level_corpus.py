@@ -9,11 +9,10 @@ returned. ``named(level, slip, seed)`` is the keys, most likely first, and wheth
 
 import functools
 
-import level_solutions as S  # noqa: F401 -- imported by the benchmark with tests/lab/exercise on the path
-
 from attnlab.lab.check import oracle  # noqa: F401 -- the tests read the oracle through here
 from attnlab.lab.exercise import grade, levels
 from attnlab.lab.exercise.check import level_diagnoses
+from tests.lab.exercise import level_solutions as S  # noqa: F401
 
 ATTENTION = {"loops": S.attention_by_hand, "matrix": S.attention_matrix, "flash": S.flash_forward}
 EXTRA = {"backward": {"autograd": S.autograd_backward}}  # mutants that are not the solution with a knob

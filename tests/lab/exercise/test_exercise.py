@@ -11,7 +11,7 @@ from attnlab.lab.check import loader
 from attnlab.lab.check import verify as V
 from attnlab.lab.exercise import files, grade, judged, levels, measure, starter
 from attnlab.lab.measure import growth
-from lab.exercise import level_solutions
+from tests.lab.exercise import level_solutions
 
 
 def test_start_writes_the_starter_once_and_never_over_the_learners_file(tmp_path):

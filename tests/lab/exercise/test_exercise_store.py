@@ -9,7 +9,7 @@ import pytest
 
 from attnlab.lab.exercise import store
 from attnlab.lab.exercise.result import LabResult
-from labchecks import made
+from tests.labchecks import made
 
 
 def at(minute: int) -> str:

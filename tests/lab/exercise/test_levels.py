@@ -1,16 +1,13 @@
 """The lab's levels: named from --level or the function, each starter written and unfinished, and each level's slips
 named first by its own diagnosis (tests/lab/exercise/level_corpus.py) while its solution gets none and passes."""
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from attnlab.lab.exercise import files, levels
 from attnlab.lab.exercise.levels import slips
-
-sys.path.insert(0, str(Path(__file__).parent))
-import level_corpus as C  # noqa: E402
+from tests.lab.exercise import level_corpus as C
 
 
 def test_a_level_is_found_by_name_number_or_function_and_an_unknown_one_names_them_all():

@@ -11,7 +11,7 @@ from attnlab.lab.exercise import store
 from attnlab.lab.lesson import sources
 from attnlab.lab.train.train import TrainResult
 from attnlab.report.lesson import checklist
-from labchecks import made
+from tests.labchecks import made
 
 from .conftest import TRAIN
 

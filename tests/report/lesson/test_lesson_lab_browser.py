@@ -19,7 +19,7 @@ import torch
 import attnlab.report.lesson as lesson_page
 from attnlab.lab.exercise import starter, store
 from attnlab.lab.lesson import collect, sources
-from labchecks import graded
+from tests.labchecks import graded
 
 from .conftest import BENCH, TIE, TRAIN, tiny_checkpoint
 

@@ -14,7 +14,7 @@ import pytest
 import attnlab.report.lesson as lesson_page
 from attnlab.lab.exercise import levels, store
 from attnlab.lab.lesson import collect
-from labchecks import leveled
+from tests.labchecks import leveled
 
 from .conftest import BENCH, TIE, TRAIN, tiny_checkpoint
 
