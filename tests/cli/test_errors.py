@@ -192,6 +192,12 @@ CASES = [
     ("verify --impl matrix --quick --json {afile}/v.json", 2, f"attnlab verify: {E} cannot write {{afile}}/v.json"),
     ("demo --out {afile}", 2, f"attnlab demo: {E} --out {{afile}} is a file, not a folder"),
     ("demo --out /proc", 2, f"attnlab demo: {E} cannot write to output folder /proc"),
+    # more threads than cores: refused before anything runs (1,024 ran minutes at load 300; 100,000 segfaulted)
+    ("tune --threads 1024", 2, f"attnlab tune: {E} argument --threads: 1024 threads on a machine with "),
+    ("tune --threads 100000 --show", 2, f"attnlab tune: {E} argument --threads: 100000 threads on a machine with "),
+    ("tune --threads 99999999999 --show", 2, f"attnlab tune: {E} argument --threads: 99999999999 threads on a "),
+    ("tune --threads 0 --show", 2, f"attnlab tune: {E} argument --threads: expected a positive integer, got 0"),
+    ("bench --threads 4096 --seq 16", 2, f"attnlab bench: {E} argument --threads: 4096 threads on a machine with "),
     ("bench --out /proc --seq 16 --impl matrix", 2, f"attnlab bench: {E} cannot write to output folder /proc"),
     ("bench --mod softcap:zero --seq 16", 2, f"attnlab bench: {E} unknown score modifier 'softcap:zero'; choose from "
                                              "softcap:CAP, alibi"),

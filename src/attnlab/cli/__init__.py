@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from attnlab.lab.files import CannotWrite
 
+    _warn_in_one_line(args.command)
     try:
         return int(args.run(args) or 0)
     except (UsageError, CannotWrite) as e:  # bad input, or a file that could not be written (a full disk)
@@ -58,3 +59,20 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"attnlab {args.command}: error: {missing(e)}", file=sys.stderr)
         return 2
+
+
+def _warn_in_one_line(command: str) -> None:
+    """attnlab's own warnings (a tile cache refused) as one line on stderr; everyone else's as Python shows them."""
+    import warnings
+
+    from attnlab.kernels.tuned import RefusedSizes
+
+    show = warnings.showwarning
+
+    def one_line(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, RefusedSizes):
+            print(f"attnlab {command}: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = one_line

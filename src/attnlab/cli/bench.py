@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 
+from . import _args
 from ._args import seed
 from ._folder import add_force, add_out, keep_other_run, output_folder
 
@@ -33,7 +34,7 @@ def add_parser(sub):
     p.add_argument("--heads", type=int, help="heads H (default: 8)")
     p.add_argument("--head-dim", type=int, help="head dimension d (default: 64)")
     p.add_argument("--dtype", help="float32, float64, bfloat16 or float16 (default: float32)")
-    p.add_argument("--threads", type=int, help="torch threads (default: PyTorch's choice)")
+    p.add_argument("--threads", type=_args.threads, help="torch threads (default: PyTorch's choice)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="(default: cpu)")
     p.add_argument("--repeats", type=int, help="timed calls per case (default: 5)")
     p.add_argument("--warmup", type=int, help="untimed calls first (default: 1)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import UsageError
+from . import UsageError, _args
 from ._folder import json_folder, save_json
 
 
@@ -15,7 +15,7 @@ def add_parser(sub):
                                    "and torch version (~/.cache/attnlab/tiles.json, or the file ATTNLAB_TILES "
                                    "names), and every later flash call without block sizes of its own uses it. "
                                    "Takes about 40 s on 2 cores; run it on a quiet machine.")
-    p.add_argument("--threads", type=int, help="torch threads to tune for (default: PyTorch's choice)")
+    p.add_argument("--threads", type=_args.threads, help="torch threads to tune for (default: PyTorch's choice)")
     p.add_argument("--rounds", type=int, default=5, help="alternated rounds per problem (default: 5)")
     p.add_argument("--margin", type=float, default=0.05,
                    help="keep a candidate only at most 1 - MARGIN of the default's time (default: 0.05)")
@@ -31,8 +31,6 @@ def run(args) -> int:
     from attnlab.kernels import tuned
 
     if args.threads is not None:
-        if args.threads < 1:
-            raise UsageError(f"--threads {args.threads}: give a positive number of threads")
         torch.set_num_threads(args.threads)
     if args.show:
         where = tuned.cache_path()

@@ -154,9 +154,8 @@ from .flash_tiles import Keys, Tiles, buffer_view, dropout_keep
 from .masks import PARTIAL, causal
 from .mods import Mod
 from .online import SAFE_LOGIT  # [P2]: the bounded rule (read here at each call)
+from .tuned import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q  # [P5]: their home is the tile sizes' module
 
-DEFAULT_BLOCK_Q = 256  # [P5]
-DEFAULT_BLOCK_K = 256
 TILE_SCORES = DEFAULT_BLOCK_Q * DEFAULT_BLOCK_K  # [P5] fewer query rows than a tile: wider key tiles, as many scores
 FEW_ROWS = 4  # [P2] query rows per key head below which the running max is cheaper than the keys' norms (decoding)
 _CAUSAL = causal()  # one instance, so its compiled block maps are cached across calls

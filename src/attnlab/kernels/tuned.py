@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, fields
@@ -27,7 +28,20 @@ from pathlib import Path
 
 import torch
 
+from . import flash_band
+
 SHORT = 3072  # [P5] query lengths up to this take the short tiles (measured at 2048), longer ones the long tiles
+DEFAULT_BLOCK_Q = 256  # [P5] in attnlab.kernels.flash: the dense tiles' query rows and keys where nothing is tuned
+DEFAULT_BLOCK_K = 256
+# What `attnlab tune` times, the default first: a cache entry outside these was edited by hand, and is refused (a 1 x 1
+# tile ran a T = 512 bench in 14 s instead of 14 ms).
+TILES = [(DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K), (128, 256), (512, 256), (512, 512), (256, 512), (1024, 256)]
+BANDS = [(flash_band.BAND_BLOCK_Q, flash_band.BATCH_SCORES), (32, 1 << 20), (128, 1 << 20), (64, 1 << 18),
+         (64, 1 << 22), (32, 1 << 22), (128, 1 << 22)]
+
+
+class RefusedSizes(UserWarning):
+    """A tile cache holds sizes the tuner never measures: they are not used (the message names the file)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,30 @@ class Sizes:
 
         names = {f.name for f in fields(cls)} - {"source"}
         return cls(**{k: size(v) for k, v in d.items() if k in names}, source=str(d.get("source", "default")))
+
+
+    def outside(self) -> list[str]:
+        """The pairs of sizes that are none of the tuner's candidates (:data:`TILES`, :data:`BANDS`), in words."""
+        def pair(a, b, candidates, default):
+            return (default[0] if a is None else a, default[1] if b is None else b) in candidates
+
+        out = []
+        for name, a, b in (("short tiles", self.short_q, self.short_k), ("long tiles", self.long_q, self.long_k)):
+            if (a, b) != (None, None) and not pair(a, b, TILES, TILES[0]):
+                out.append(f"{name} {a} x {b}")
+        if (self.band_rows, self.band_batch) != (None, None) and not pair(self.band_rows, self.band_batch, BANDS,
+                                                                           BANDS[0]):
+            out.append(f"bands of {self.band_rows} rows, {self.band_batch} scores")
+        return out
+
+    def within(self) -> Sizes:
+        """These sizes, each pair outside the candidates left to the default."""
+        bad = self.outside()
+        return Sizes(**{**asdict(self),
+                        **({"short_q": None, "short_k": None} if any(b.startswith("short") for b in bad) else {}),
+                        **({"long_q": None, "long_k": None} if any(b.startswith("long") for b in bad) else {}),
+                        **({"band_rows": None, "band_batch": None} if any(b.startswith("bands") for b in bad)
+                           else {})})
 
 
 DEFAULT = Sizes()
@@ -114,7 +152,13 @@ def current() -> Sizes:
         return DEFAULT
     if (str(path), k) not in _LOADED:
         entry = read(path).get(k)
-        _LOADED[(str(path), k)] = Sizes.from_dict(entry) if isinstance(entry, dict) else DEFAULT
+        sizes = Sizes.from_dict(entry) if isinstance(entry, dict) else DEFAULT
+        if sizes.outside():  # once per file and key: the process reads it once
+            warnings.warn(f"the tile cache {path} holds sizes attnlab tune never measures "
+                          f"({'; '.join(sizes.outside())}): refused, the defaults are used instead; run "
+                          "`attnlab tune` again or delete the entry", RefusedSizes, stacklevel=2)
+            sizes = sizes.within()
+        _LOADED[(str(path), k)] = sizes
     return _LOADED[(str(path), k)]
 
 

@@ -37,9 +37,7 @@ from attnlab.lab.measure import timing
 from attnlab.lab.results import Result
 
 B, H, D = 1, 8, 64
-TILES = [(DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K), (128, 256), (512, 256), (512, 512), (256, 512), (1024, 256)]
-BANDS = [(flash_band.BAND_BLOCK_Q, flash_band.BATCH_SCORES), (32, 1 << 20), (128, 1 << 20), (64, 1 << 18),
-         (64, 1 << 22), (32, 1 << 22), (128, 1 << 22)]  # the default first
+TILES, BANDS = tuned.TILES, tuned.BANDS  # the candidates, the default first (their home: the cache refuses others)
 MARGIN = 0.05
 
 
