@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch.nn.functional as F
 
+import attnlab
 import attnlab.testing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,3 +97,22 @@ def test_name_backward_and_factor_reach_the_judge_and_the_ids():
     with pytest.raises(AssertionError) as e:  # a wrong forward fails forward-only, at a wider factor too
         attnlab.testing.assert_case(unscaled, basic, backward=False, factor=4.0)
     assert "factor set to 4x" in str(e.value) and "the output only" in str(e.value)
+
+
+@pytest.mark.parametrize("factor", [0, -1, 0.5, float("nan"), float("inf")])
+def test_a_factor_below_one_is_refused_as_on_the_command_line(factor):
+    with pytest.raises(ValueError, match=r"factor=.*give a number >= 1"):
+        attnlab.testing.assert_attention_matches(right, dtypes=["float32"], factor=factor)
+
+
+def refuses_everything(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    raise attnlab.Unsupported("this kernel takes nothing")
+
+
+def test_a_function_that_refuses_every_case_fails_as_verify_does():
+    """Before: "1 passed" under pytest where `attnlab verify` exits 1."""
+    with pytest.raises(AssertionError) as e:
+        attnlab.testing.assert_attention_matches(refuses_everything, dtypes=["float32"])
+    print(e.value)
+    assert "no case passed: refuses_everything was judged on nothing" in str(e.value)
+    assert "this kernel takes nothing" in str(e.value)

@@ -65,12 +65,8 @@ def assert_case(fn: Callable, case: Case, *, device="cpu", seed: int = 0, check_
     """Hold ``fn`` to the rule on one case (see :func:`cases`); AssertionError with the row and its diagnosis. A
     case of ``cases(api=...)`` calls ``fn`` through that API."""
     api = _apis.parse(case.api)[0] if case.api else "sdpa"
-    r = _check(fn, [case], device=device, seed=seed, check_dropout=check_dropout, timeout=timeout, backward=backward,
-               factor=factor, name=name, api=api)
-    if r.rows[0].status == "skipped":  # e.g. a score-modifier case for a function without score_mod=
-        import pytest
-
-        pytest.skip(r.rows[0].detail)
+    _check(fn, [case], device=device, seed=seed, check_dropout=check_dropout, timeout=timeout, backward=backward,
+           factor=factor, name=name, api=api, single=True)
 
 
 def assert_attention_matches(fn: Callable, *, device="cpu", dtypes: Iterable[str] = ("float32", "float64", "bfloat16"),
@@ -92,22 +88,43 @@ def _grid(api: str, dtypes, quick: bool) -> list:
     return _apis.cases(api, list(dtypes), long=not quick)
 
 
-def _check(fn, picked, *, device, seed, check_dropout, timeout, backward, factor, name, api="sdpa"):
+def _check(fn, picked, *, device, seed, check_dropout, timeout, backward, factor, name, api="sdpa", single=False):
+    __tracebackhide__ = True  # pytest shows the table and the causes, not this module's frames
+    factor = _factor(factor)
     name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
     if api != "sdpa":
         fn = _apis.Adapted(fn, api)
     r = isolate.judge_apart(fn, name, picked, seed=seed, check_dropout=check_dropout, timeout=timeout, device=device,
                             backward=backward, factor=factor)
-    if any(row.status in ("fail", "error") for row in r.rows):
+    if single and r.rows[0].status == "skipped":  # e.g. a score-modifier case for a function without score_mod=
+        import pytest
+
+        pytest.skip(r.rows[0].detail)
+    if not r.passed:  # a failure, a factor that judged nothing, or every case refused: nothing passed is no pass
         raise AssertionError(message(r, name))
     return r
 
 
+def _factor(factor) -> float:
+    """``factor=`` by the command line's rule: a finite number of at least 1 (never less than PyTorch's own error)."""
+    import math
+
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+        raise TypeError(f"factor={factor!r}: give a number >= 1 (default 2)")
+    if not (math.isfinite(factor) and factor >= 1):
+        raise ValueError(f"factor={factor!r}: give a number >= 1 (default 2): the rule never asks less of a kernel "
+                         "than PyTorch's own error")
+    return float(factor)
+
+
 def message(result, name: str) -> str:
     """The failing rows as a plain table, then what they point to and the counts."""
-    from attnlab.report.terminal import diagnosis_lines, verify_summary, verify_table
+    from attnlab.report.terminal import diagnosis_lines, untested_lines, verify_summary, verify_table
 
     lines = verify_table(result, "failures", table=plain.Table).lines()
     lines += [plain.strip(x) for x in diagnosis_lines(result)]
+    if not any(r.status == "pass" for r in result.rows):
+        lines.append(f"no case passed: {name} was judged on nothing")
+        lines += [plain.strip(x) for x in untested_lines(result)]
     lines.append(plain.strip(verify_summary(result, [name])))
     return "\n".join(lines)

@@ -82,3 +82,39 @@ def test_a_hang_is_killed_and_is_a_fail_row(verify):
     r = verify("myattn:hangs", timeout=2)
     assert r.returncode == 1 and "timed out" in r.out and "a print from the function" in r.err
     assert "a print from the function" not in r.out
+
+
+STARTS_A_PROCESS = """
+import subprocess
+import sys
+
+import torch.nn.functional as F
+
+CHILD = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # at import, never waited for
+
+
+def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                          scale=scale, enable_gqa=enable_gqa)
+"""
+
+
+def test_a_process_the_module_starts_is_ended_with_verify_and_said(tmp_path):
+    """Before, verify exited 0 and the module's sleeping child ran on."""
+    import subprocess
+    import sys
+    import uuid
+
+    from tests.processes import marked_env, of_run, wait_until_gone
+
+    (tmp_path / "starts.py").write_text(STARTS_A_PROCESS)
+    tag = uuid.uuid4().hex
+    env = {**marked_env(tag), "PYTHONPATH": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "attnlab", "verify", "--impl", "starts:attention", "--quick", "--only",
+                        "basic", "--dtypes", "float32"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                       timeout=300)
+    print(r.stdout[-1500:], r.stderr)
+    assert r.returncode == 0
+    assert "--impl starts:attention left processes of its own running" in r.stderr and "they were ended" in r.stderr
+    wait_until_gone(of_run(tag), guard_s=30)
+    assert of_run(tag) == []

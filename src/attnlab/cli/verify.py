@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from ._args import seconds, seed
 from ._folder import json_folder, save_json
 
@@ -226,7 +228,9 @@ def _elsewhere(spec: str, cases, advance, kw) -> list:
     from . import UsageError
 
     try:
-        rows = isolate.verify_elsewhere(spec, cases, progress=advance, **kw)
+        rows = isolate.verify_elsewhere(spec, cases, progress=advance,
+                                        note=lambda line: print(f"attnlab verify: note: {line}", file=sys.stderr),
+                                        **kw)
     except isolate.LoadFailed as e:
         raise UsageError(str(e)) from None
     return rows

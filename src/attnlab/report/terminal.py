@@ -93,6 +93,9 @@ def verify_summary(result, forms: list[str], dropout_skipped: bool = False) -> s
     """The verdict under the table: ALL PASS or FAILURES, the counts, and what the rule was if not the usual."""
     c = result.counts()
     verdict = "[green]ALL PASS[/]" if result.passed else "[red]FAILURES[/]"
+    vacuous = result.vacuous() if hasattr(result, "vacuous") else []
+    if vacuous and c["fail"] == c["error"] == 0:
+        verdict = "[red]JUDGED NOTHING[/]"
     held = []
     if getattr(result, "factor", 2.0) != 2.0:
         held.append(f"the rule's factor set to {result.factor:g}x PyTorch's error, not the default 2x")
@@ -100,8 +103,14 @@ def verify_summary(result, forms: list[str], dropout_skipped: bool = False) -> s
         held.append("the output only, no gradient (forward only)")
     if dropout_skipped:
         held.append("dropout not checked: --no-dropout")
-    return (f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, {c['skipped']} skipped, over "
+    line = (f"{verdict}: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, {c['skipped']} skipped, over "
             f"{len(forms)} form(s): {', '.join(forms)}" + (f" ({'; '.join(held)})" if held else ""))
+    if vacuous:
+        n = sum(len(r.comparisons) for r in result.rows)
+        line += (f"\nthe factor {result.factor:g} judges nothing on {len(vacuous)} of {n} quantities: their limit "
+                 f"exceeds the answer's own size, so an output of zeros would pass them; at most "
+                 f"{result.judging_factor():.3g} judges every quantity of these cases")
+    return line
 
 
 def untested_lines(result) -> list[str]:

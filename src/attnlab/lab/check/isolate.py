@@ -39,14 +39,18 @@ from attnlab.lab.check.remote import LoadFailed  # noqa: F401 -- the name cli/ve
 
 def verify_elsewhere(spec: str, cases: list[Case], *, seed: int = 0, check_dropout: bool = True,
                      timeout: float | None = 10.0, device: str = "cpu",
-                     progress: Callable[[str], None] | None = None, api: str | None = None, **held) -> list[Row]:
+                     progress: Callable[[str], None] | None = None, api: str | None = None,
+                     note: Callable[[str], None] | None = None, **held) -> list[Row]:
     """The rows of ``verify({spec: <the function spec names>}, cases, ...)``, the function in a process of its own
-    (LoadFailed in one line when it cannot be loaded there). ``held``: verify's ``backward`` and ``factor``."""
+    (LoadFailed in one line when it cannot be loaded there). ``held``: verify's ``backward`` and ``factor``.
+    ``note``: told in a line when the function's code left processes running (they are ended with the check)."""
     from attnlab.lab.check import verify
 
     with remote.start({"spec": spec, "what": f"--impl {spec}", "api": api}) as fn:
         r = verify.verify({spec: fn}, cases, seed=seed, check_dropout=check_dropout, timeout=timeout, device=device,
                           progress=progress, **held)
+    if fn.strays and note is not None:
+        note(f"--impl {spec} left processes of its own running (started at import or in a call): they were ended")
     return r.rows
 
 

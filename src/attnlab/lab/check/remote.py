@@ -18,6 +18,7 @@ in another process, and the two talk in messages of plain values and tensors (:m
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -70,6 +71,7 @@ class Remote:
         self.deadline: float | None = None
         self.lost: str | None = None  # why no more can be asked
         self.timed_out = False
+        self.strays = False  # processes the judged code started were still running at the end (and were ended)
 
     def __repr__(self) -> str:
         return f"Remote({self.info.get('name')!r})"
@@ -152,11 +154,24 @@ class Remote:
             if p.poll() is None:
                 p.kill()
             p.wait()
+            self.strays = end_group(p.pid) or self.strays
             for f in (p.stdin, p.stdout):
                 if f is not None:
                     f.close()
         if self.lost is None:
             self.lost = why or (f"the process ended ({how(p)})" if p is not None else "the other side ended")
+
+
+def end_group(pgid: int) -> bool:
+    """Kill what is left of the process group ``pgid`` (the judged process's session: whatever the judged code
+    started, at import or in a call, and left running); True when something was."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError, OSError):
+        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        os.killpg(pgid, signal.SIGKILL)
+    return True
 
 
 def mask_word(m) -> object:

@@ -147,6 +147,17 @@ class Comparison(Result):
     torch_err: float
     allowed: float
     passed: bool
+    # The limit reaches the answer's own size only because the factor is above FACTOR: an output of zeros would pass
+    # this quantity, so it judged nothing (``ref_max``: max|oracle|, what the limit must stay below to judge).
+    vacuous: bool = False
+    ref_max: float = 0.0
+
+    def judging_factor(self, factor: float) -> float:
+        """The largest factor at which this quantity, held at ``factor``, still judges (its limit below max|oracle|)."""
+        if not (math.isfinite(self.torch_err) and self.torch_err > 0):
+            return math.inf
+        rest = self.allowed - factor * self.torch_err
+        return max((self.ref_max - rest) / self.torch_err, 0.0)
 
 
 def compare(quantity: str, mine: torch.Tensor, theirs: torch.Tensor, ref: torch.Tensor,
@@ -164,6 +175,10 @@ def compare(quantity: str, mine: torch.Tensor, theirs: torch.Tensor, ref: torch.
     err = max_err(mine, ref)
     # PyTorch answering NaN where the oracle is finite (2.13's CPU kernel, is_causal with scale < 0) gives no
     # error to scale: the limit is then the rounding floor alone.
-    allowed = (factor * terr if math.isfinite(terr) else 0.0) + rounding + floor(ref, dtype)
+    rest = rounding + floor(ref, dtype)
+    allowed = (factor * terr if math.isfinite(terr) else 0.0) + rest
     ok = bool(err <= allowed) and bool(torch.isfinite(mine.detach()).all())
-    return Comparison(quantity, err, mean_err(mine, ref), terr, allowed, ok)
+    top = ref.detach().abs().max().item() if ref.numel() else 0.0
+    # Judged nothing: at the rule's own factor the limit would stay below the answer's size, at this one it does not.
+    vacuous = factor > FACTOR and allowed >= top > (FACTOR * terr if math.isfinite(terr) else 0.0) + rest
+    return Comparison(quantity, err, mean_err(mine, ref), terr, allowed, ok, vacuous, top)

@@ -69,7 +69,15 @@ class VerifyResult(Result):
     @property
     def passed(self) -> bool:
         return bool(self.rows) and all(r.status in ("pass", "skipped") for r in self.rows) and any(
-            r.status == "pass" for r in self.rows)
+            r.status == "pass" for r in self.rows) and not self.vacuous()
+
+    def vacuous(self) -> list[judge.rule.Comparison]:
+        """The quantities a factor above the rule's 2 left unjudged: their limit exceeds the answer's own size."""
+        return [c for r in self.rows for c in r.comparisons if c.vacuous]
+
+    def judging_factor(self) -> float:
+        """The largest factor at which every quantity of these rows still judges something."""
+        return min((c.judging_factor(self.factor) for r in self.rows for c in r.comparisons), default=math.inf)
 
     def counts(self) -> dict:
         out = {"pass": 0, "fail": 0, "error": 0, "skipped": 0}
