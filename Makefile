@@ -16,7 +16,7 @@ CONSTRAINTS ?= constraints.txt
 PIP_C  := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 # The test runs keep Python's bytecode cache even where PYTHONDONTWRITEBYTECODE is set: without it every run and
 # every worker compiles the package and rewrites the tests' asserts again (collection 9 s instead of 3 s here).
-# The learner's own file is never cached: the lab's loader reads it from its source (attnlab.lab.check.loader).
+# The learner's own file is never cached: the lab's loader reads it from its source (attnlab.judge.loader).
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
 .PHONY: demo test test-fast test-long lint install install-dev browser clean constraints

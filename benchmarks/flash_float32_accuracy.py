@@ -4,7 +4,7 @@
 
 For each case and seed: the float64 oracle's answer, PyTorch's float32 error against it, and each form's;
 the ratio form error / PyTorch error per quantity (out, dq, dk, dv) and whether the tolerance rule
-(lab/check/oracle.py: error <= 2 x PyTorch's + the rounding floor) holds. Cases, after FlashAttention's 2x rule:
+(judge/oracle.py: error <= 2 x PyTorch's + the rounding floor) holds. Cases, after FlashAttention's 2x rule:
 large logits (q x 5, k x 3, few keys), dropout (PyTorch measured without dropout, the form against the
 oracle with the form's own keep-mask), causal with a sliding window. Writes DIR/flash_float32_accuracy.json
 with the worst ratio and every failure; prints a line per case and form.
@@ -22,9 +22,9 @@ import torch.nn.functional as F
 
 import attnlab
 from attnlab import masks
+from attnlab.judge import oracle, rule
 from attnlab.kernels import dropout
-from attnlab.lab.check import oracle, rule
-from attnlab.lab.results import machine, versions
+from attnlab.results import machine, versions
 
 QUANTITIES = ("out", "dq", "dk", "dv")
 CASES = {  # name: (N, H, L, S, E, q scale, k scale, mask, dropout_p)

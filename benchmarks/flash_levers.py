@@ -41,8 +41,8 @@ from torch.profiler import ProfilerActivity, profile
 import attnlab
 from attnlab.kernels import flash, flash_reach
 from attnlab.kernels.masks import EMPTY
-from attnlab.lab.measure import timing
-from attnlab.lab.results import machine, versions
+from attnlab.measure import timing
+from attnlab.results import machine, versions
 
 sys.path.insert(0, str(Path(__file__).parent))
 from flash_targets import finish, packed_documents, slug  # noqa: E402
@@ -151,7 +151,7 @@ def sparse(rounds: int, S: int = 8192) -> dict:
     """The sparse masks: the flash form's profile, and both sides' GFLOP/s on the scores each computes (flash: its
     bands' or tiles' scores; flex: its 128-key blocks that the mask does not skip)."""
     from attnlab.kernels import flash_band, tuned
-    from attnlab.lab.measure import flex
+    from attnlab.measure import flex
 
     g = torch.Generator().manual_seed(S)
     q, k, v = (torch.randn(B, H, S, D, generator=g) for _ in range(3))

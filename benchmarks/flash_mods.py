@@ -32,9 +32,9 @@ import torch
 import attnlab
 from attnlab import masks, mods
 from attnlab.kernels import tuned
-from attnlab.lab.measure import flex
-from attnlab.lab.measure.tune import in_words
-from attnlab.lab.results import machine, versions
+from attnlab.measure import flex
+from attnlab.measure.tune import in_words
+from attnlab.results import machine, versions
 
 sys.path.insert(0, str(Path(__file__).parent))
 from flash_targets import finish, slug  # noqa: E402

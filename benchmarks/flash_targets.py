@@ -6,7 +6,7 @@ Batch 1, 8 heads, head dim 64; float32, then bfloat16 and float16. Every compari
 alternating calls (flash, PyTorch, flash, PyTorch, ...) so that a noisy machine slows both alike;
 the table reports the median of each side and the median of the ratios of adjacent pairs (the JSON
 also keeps the ratio of the two medians). Peak memory is *measured* (the extra
-resident-set high-water mark of the call over its inputs, see attnlab.lab.measure.memory), never computed.
+resident-set high-water mark of the call over its inputs, see attnlab.measure.memory), never computed.
 
 Targets:
   forward            flash <= 1.25 x F.scaled_dot_product_attention at T = 2048, 4096, 8192, full and causal
@@ -46,12 +46,12 @@ import attnlab
 from attnlab import masks
 from attnlab.kernels import tuned
 from attnlab.kernels.dtypes import DTYPES, HALF, matmul_dtype
-from attnlab.lab.machine import cpu_features
-from attnlab.lab.measure import flex, memory
-from attnlab.lab.measure.growth import exponent
-from attnlab.lab.measure.timing import bmm_rate
-from attnlab.lab.measure.tune import in_words
-from attnlab.lab.results import machine, versions
+from attnlab.measure import flex, memory
+from attnlab.measure.growth import exponent
+from attnlab.measure.timing import bmm_rate
+from attnlab.measure.tune import in_words
+from attnlab.results import machine, versions
+from attnlab.results.host import cpu_features
 
 B, H, D = 1, 8, 64
 SPARSE_TARGET = 0.8  # flash / compiled flex with the same mask (issue 31, on every processor)

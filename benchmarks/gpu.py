@@ -12,7 +12,7 @@
    backward, batch x heads sized so that every T has the same number of tokens (enough to fill the
    GPU): the triton form; PyTorch SDPA's flash, cuDNN and memory-efficient backends; compiled
    flex_attention; attnlab's plain-PyTorch flash form and the matrix form (while they fit). TFLOP/s by
-   the one FLOP formula (attnlab.lab.measure.flops), peak memory from torch.cuda.max_memory_allocated.
+   the one FLOP formula (attnlab.measure.flops), peak memory from torch.cuda.max_memory_allocated.
 3. A sliding window (w = 1024, T = 16k): the triton form (the window is evaluated in the kernel and
    the tiles outside it are never visited) against SDPA given the dense bool mask, and flex.
 
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"  # before attnlab (and Triton) define anything
     import torch
 
-    from attnlab.lab.results import machine, versions
+    from attnlab.results import machine, versions
 
     gpu = not args.dry_run
     if gpu and not torch.cuda.is_available():
@@ -132,7 +132,7 @@ def correctness(device, gpu) -> list[dict]:
 
     import attnlab
     from attnlab import masks
-    from attnlab.lab.check import oracle, rule
+    from attnlab.judge import oracle, rule
 
     f = 1 if gpu else 32  # the dry run divides lengths by 32
     T = 1000 // f
@@ -198,7 +198,7 @@ def backends():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import attnlab
-    from attnlab.lab.measure import flex
+    from attnlab.measure import flex
 
     def sdpa(backend):
         def fn(q, k, v, causal, mask):
@@ -221,8 +221,8 @@ def measure(fn, q, k, v, go, causal, mask, backward, device, repeats, budget):
     """Median seconds of one call (forward, or forward + backward) and its peak memory in bytes."""
     import torch
 
-    from attnlab.lab.measure import memory
-    from attnlab.lab.measure.timing import time_calls
+    from attnlab.measure import memory
+    from attnlab.measure.timing import time_calls
 
     def call():
         if backward:
@@ -252,7 +252,7 @@ def measure(fn, q, k, v, go, causal, mask, backward, device, repeats, budget):
 def speed(S, device, repeats, budget) -> list[dict]:
     import torch
 
-    from attnlab.lab.measure.flops import attention_flops
+    from attnlab.measure.flops import attention_flops
 
     lines = backends()
     rows, slow = [], {}  # slow: (impl, d, causal, mode) -> seconds at the last T, to skip what cannot fit

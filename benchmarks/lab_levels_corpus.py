@@ -2,11 +2,11 @@
 
     .venv/bin/python benchmarks/lab_levels_corpus.py [--seeds 0:5] [--out DIR]
 
-The corpus is tests/lab/exercise/level_solutions.py: each level's solution and each slip a learner
+The corpus is tests/lab/level_solutions.py: each level's solution and each slip a learner
 makes in it (level 1 loops and 2 matrix: √S for √d, the softmax over the queries, the weights never
 normalised, a loop that peeks one key ahead, the mask turned round, and the older ones; level 4 the
 online softmax's four; 5 the backward's three and autograd; 6 the cache's two; 3 the module's three),
-named as `attnlab lab check` names them (tests/lab/exercise/level_corpus.py). Prints a line per
+named as `attnlab lab check` names them (tests/lab/level_corpus.py). Prints a line per
 level and seed and writes DIR/lab_levels_corpus.json. Exit code 1 when a slip is not named first or a
 solution gets a diagnosis (or fails).
 """
@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the tests' corpus is tests.*
 
-from attnlab.lab.results import machine, versions  # noqa: E402
-from tests.lab.exercise import level_corpus  # noqa: E402
+from attnlab.results import machine, versions  # noqa: E402
+from tests.lab import level_corpus  # noqa: E402
 
 
 def main(argv=None) -> int:

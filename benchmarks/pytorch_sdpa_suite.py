@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from attnlab.kernels.flash_triton import INTERPRETER_MAX_WORK
-from attnlab.lab.results import machine, versions
+from attnlab.results import machine, versions
 
 HERE = Path(__file__).resolve().parent
 SELECT = ("(TestSDPA or TestAttnBias or scaled_dot_product_attention or multiheadattention or is_causal "

@@ -6,7 +6,7 @@ A 2-layer GPT (d_model 64, 2 heads, vocabulary 96) trains one step at a time on 
 of ``--batch`` sequences of each length ``--seq``, in three ways: one process; data parallel over 2
 ranks (each rank half the sequences); context parallel over 2 ranks (each rank half of every sequence,
 zigzag, ring attention). Every rank and the single process run one torch thread and are measured the
-same way (:mod:`attnlab.lab.train.step`): the extra peak resident memory of one full step, and the
+same way (:mod:`attnlab.train.step`): the extra peak resident memory of one full step, and the
 median time of a step. On a machine with fewer free cores than ranks the speeds say little; the memory
 does not depend on that. Writes DIR/train_parallel.json with every number.
 """
@@ -17,10 +17,10 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from attnlab.lab.machine import load_average, machine, versions
-from attnlab.lab.results import write_json
-from attnlab.lab.train import step as train_step
-from attnlab.lab.train import train
+from attnlab.results import write_json
+from attnlab.results.host import load_average, machine, versions
+from attnlab.train import step as train_step
+from attnlab.train import train
 
 MB = 2**20
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: the corpus is tests.corpus
 
-from attnlab.lab.results import machine, versions  # noqa: E402
+from attnlab.results import machine, versions  # noqa: E402
 from tests import corpus, mutants  # noqa: E402
 
 

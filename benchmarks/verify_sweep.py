@@ -5,7 +5,7 @@
 
 1. `attnlab verify --quick` (every dtype) at each seed of --quick-seeds, and the full grid (with the
    L = 1025 case) at each seed of --full-seeds, for every form and for PyTorch's own `sdpa`;
-2. --random seeded random configurations per form (attnlab.lab.check.verify.random_cases: batch dims,
+2. --random seeded random configurations per form (attnlab.judge.verify.random_cases: batch dims,
    GQA/MQA, L != S, E != Ev, odd sizes up to 48, every mask kind, causal, learnable biases, any scale,
    dropout, float32 and float64), output and gradients; `sdpa`'s dropout is read through v = I.
 
@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 import attnlab
-from attnlab.lab.check import verify
-from attnlab.lab.results import machine, versions
+from attnlab.judge import verify
+from attnlab.results import machine, versions
 
 
 def span(text: str) -> range:

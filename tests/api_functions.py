@@ -1,8 +1,8 @@
-"""Attention functions written to each API verify judges, right and wrong, for the tests of attnlab.lab.check.apis.
+"""Attention functions written to each API verify judges, right and wrong, for the tests of attnlab.judge.apis.
 
 The right ones follow the APIs' own documentation (FlashAttention's flash_attn_interface.py docstrings,
 FlexAttention's signature), in plain PyTorch with float32 statistics, independently of the semantics the judge
-writes in attnlab.lab.check.apis; each wrong one carries one bug a kernel author could write.
+writes in attnlab.judge.apis; each wrong one carries one bug a kernel author could write.
 """
 
 from __future__ import annotations

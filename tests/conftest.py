@@ -39,7 +39,7 @@ def run_cli(tmp_path):
 @pytest.fixture(scope="session")
 def data():
     """The training corpus the train tests share: Python's standard library, its first 200,000 characters."""
-    from attnlab.lab.train import corpus
+    from attnlab.train import corpus
 
     return corpus.stdlib(max_chars=200_000)
 

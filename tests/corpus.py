@@ -1,7 +1,7 @@
 """Run the corpus of wrong attention functions (tests/mutants.py) and the right ones through verify: one result.
 
 Each mutant runs on the quick grid in the dtypes that show its bug, the right functions in every dtype;
-the oracle's work is shared by every function on a case. Used by tests/lab/check/test_verify_corpus.py and by
+the oracle's work is shared by every function on a case. Used by tests/judge/test_verify_corpus.py and by
 benchmarks/verify_corpus.py (more seeds).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnlab.lab.check import diagnose, verify
+from attnlab.judge import diagnose, verify
 from tests import mutants
 
 ALL = ("float32", "float64", "bfloat16")

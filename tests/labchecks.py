@@ -8,13 +8,13 @@ judge's own; only the time and memory measurements, which `lab check` takes minu
 
 import inspect
 
-from attnlab.lab.check import verify as V
-from attnlab.lab.check.diagnose import Diagnosis
-from attnlab.lab.check.judge import Row
-from attnlab.lab.exercise import files, grade
-from attnlab.lab.exercise.measure import SEQS
-from attnlab.lab.exercise.result import LabResult, Timing
-from attnlab.lab.measure import growth
+from attnlab.judge import verify as V
+from attnlab.judge.diagnose import Diagnosis
+from attnlab.judge.judge import Row
+from attnlab.lab import files, grade
+from attnlab.lab.measure import SEQS
+from attnlab.lab.result import LabResult, Timing
+from attnlab.measure import growth
 
 
 def _exponents(fits):
@@ -59,16 +59,16 @@ def graded(fn, file, function=None, memory=2.0, cases=6):
 
 
 def leveled(level: str, slip=None, file=None, time=""):
-    """A check of the level's solution (or one of its slips) from tests/lab/exercise/level_solutions.py, as
+    """A check of the level's solution (or one of its slips) from tests/lab/level_solutions.py, as
     ``attnlab lab check`` keeps it: the attention levels graded for real on a few small cases (their memory given,
     growing as the level asks), the levels with cases of their own graded and measured for real, in this process
     (the backward's memory given too: its measurement is tested with the level's slips)."""
     import functools
     from types import SimpleNamespace
 
-    from attnlab.lab.exercise import levels
-    from attnlab.lab.exercise.levels import own
-    from tests.lab.exercise import level_corpus as C
+    from attnlab.lab import levels
+    from attnlab.lab.levels import own
+    from tests.lab import level_corpus as C
 
     lv = levels.find(level)
     mod, file = lv.module(), file or lv.filename
@@ -78,8 +78,8 @@ def leveled(level: str, slip=None, file=None, time=""):
         r = graded(fn, file, lv.function, memory={"matrix": 2.0, "flash": 1.0}.get(level, 1.5))
         r.level, r.time = level, time
         if not r.passed:  # the level's slips first, as lab check puts them
-            from attnlab.lab.exercise import grade
-            from attnlab.lab.exercise.check import level_diagnoses
+            from attnlab.lab import grade
+            from attnlab.lab.check import level_diagnoses
 
             r.diagnoses = level_diagnoses(grade.as_sdpa(fn), lv, 0, r.diagnoses)
         r.measured_ok, r.measured_note = mod.measured_ok(r)

@@ -3,7 +3,7 @@
 Every function has ``F.scaled_dot_product_attention``'s signature. :func:`attend` is a plain,
 correct implementation with switches; each mutant flips one switch (or is a small function of its
 own where the bug lives in a structure: an online softmax, a tile loop, a custom backward). Each
-mutant names the diagnosis key (:mod:`attnlab.lab.check.diagnose`) that states its cause; ``None`` where
+mutant names the diagnosis key (:mod:`attnlab.judge.diagnose`) that states its cause; ``None`` where
 no one-line cause can be read from the failures (the test reports how many got theirs).
 """
 

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from attnlab.lab.check import apis as _apis
-from attnlab.lab.check import isolate
-from attnlab.lab.check.cases import Case
+from attnlab.judge import apis as _apis
+from attnlab.judge import isolate
+from attnlab.judge.cases import Case
 from attnlab.report import plain
 
 __all__ = ["Case", "assert_attention_matches", "assert_case", "cases"]

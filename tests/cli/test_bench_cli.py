@@ -87,7 +87,7 @@ def test_parse_size():
 
 def test_help_states_the_config_defaults():
     from attnlab.cli import build_parser
-    from attnlab.lab.measure.bench import BenchConfig
+    from attnlab.measure.bench import BenchConfig
 
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices["bench"]
     helps = {a.dest: a.help or "" for a in sub._actions}

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from attnlab.cli import main
-from attnlab.lab.check import verify
-from attnlab.lab.check.verify import VerifyResult
-from attnlab.lab.demo import DemoResult
+from attnlab.demo import DemoResult
+from attnlab.judge import verify
+from attnlab.judge.verify import VerifyResult
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

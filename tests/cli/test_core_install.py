@@ -90,7 +90,7 @@ def test_a_command_that_needs_the_lab_extra_says_so_in_one_line(core, argv, need
     assert lines[0].startswith(f"attnlab {argv[0]}: error: needs ") and INSTALL in lines[0], lines[0]
 
 
-MODULES = {"attnlab.report.bench": "rich", "attnlab.lab.train.corpus": "numpy", "attnlab.report.explore": "numpy"}
+MODULES = {"attnlab.report.bench": "rich", "attnlab.train.corpus": "numpy", "attnlab.report.explore": "numpy"}
 
 
 def test_the_shim_blocks_the_extras_and_a_module_that_needs_one_raises_importerror_with_the_pip_command(core):

@@ -21,9 +21,9 @@ import torch
 
 from attnlab import kernels
 from attnlab.cli import main
-from attnlab.lab.train import checkpoint
-from attnlab.lab.train.train import PRESETS
 from attnlab.nn.gpt import GPT, GPTConfig
+from attnlab.train import checkpoint
+from attnlab.train.train import PRESETS
 from tests.helpers import full_device
 
 TRITON = kernels.get("triton").why_not("cpu") is not None  # no interpreter in this process: triton cannot run
@@ -261,8 +261,8 @@ def _ran(root: Path) -> Path:
     config = {**asdict(PRESETS["default"]), "variants": {"sqrt": {}, "none": {}, "inv": {}}, "data_parallel": 1,
               "context_parallel": 1}
     (ran / "train.json").write_text(json.dumps({"config": config}))
-    from attnlab.lab.measure.bench import BenchConfig, known_impls
-    from attnlab.lab.results import to_dict
+    from attnlab.measure.bench import BenchConfig, known_impls
+    from attnlab.results import to_dict
 
     default = replace(BenchConfig(), impls=tuple(known_impls()))  # as a sweep with default flags writes it
     (ran / "bench.json").write_text(json.dumps({"config": to_dict(default)}))
@@ -382,7 +382,7 @@ def test_force_replaces_a_run_with_other_settings(tmp_path, capsys):
 
 def test_a_denormal_temperature_decodes_greedily(files):
     """--temperature 1e-320 (the table's case): the likeliest character every time, whatever the seed, not NaN."""
-    from attnlab.lab.train.sample import sample
+    from attnlab.train.sample import sample
 
     greedy = sample(files["good"], prompt="ab", tokens=12, top_k=1).text
     tiny = [sample(files["good"], prompt="ab", tokens=12, temperature=1e-320, seed=s).text for s in (0, 1, 2)]
@@ -394,7 +394,7 @@ def test_a_denormal_temperature_decodes_greedily(files):
 def test_lab_start_on_a_full_disk_leaves_no_file_and_a_second_run_fails_too(tmp_path, capsys):
     """The starter is written whole or not at all: no empty attention_lab.py for the next run to take for the
     learner's; an empty one (as an earlier version left) is written over, a learner's file never."""
-    from attnlab.lab.exercise.files import starter_text
+    from attnlab.lab.files import starter_text
 
     folder = tmp_path / "lab"
     folder.mkdir()

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from attnlab.lab.exercise import grade
-from attnlab.lab.exercise.result import LabResult
+from attnlab.lab import grade
+from attnlab.lab.result import LabResult
 
 QUICK_CASES = len(grade.cases("lab", None, quick=True)[0])  # what --quick grades a (q, k, v) function on
 
@@ -26,7 +26,7 @@ def attention_matrix(q, k, v):  # the learner's four lines, level 2
 
 # two full `lab check`s through the console script (25 s idle, 50 s in a busy suite): make test-long. make test keeps
 # a right check through it (tests/cli/test_lab_exits.py) and the same grading and measuring in-process
-# (tests/lab/exercise/test_exercise.py)
+# (tests/lab/test_exercise.py)
 @pytest.mark.long
 @pytest.mark.slow
 def test_start_then_check_a_wrong_and_a_right_function(run_cli, tmp_path, round_trip):

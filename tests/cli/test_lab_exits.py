@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.cli import main
-from attnlab.lab.exercise import grade, judged
+from attnlab.lab import grade, judged
 
 pytestmark = pytest.mark.slow  # each check starts the learner's process
 QUICK_CASES = len(grade.cases("lab", None, quick=True)[0])  # what --quick grades a (q, k, v) function on

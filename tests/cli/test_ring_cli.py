@@ -12,10 +12,10 @@ import uuid
 import pytest
 
 from attnlab.cli import main
-from attnlab.lab.distributed import launch
-from attnlab.lab.distributed import ring as lab_ring
-from attnlab.lab.distributed.budget import Estimate
-from attnlab.lab.distributed.launch import free_port
+from attnlab.distributed import launch
+from attnlab.distributed import ring as lab_ring
+from attnlab.distributed.budget import Estimate
+from attnlab.distributed.launch import free_port
 from tests.processes import left_by, marked_env
 
 

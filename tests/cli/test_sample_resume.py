@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnlab.cli import main
-from attnlab.lab.train import sample
+from attnlab.train import sample
 
 
 @pytest.fixture(scope="module")

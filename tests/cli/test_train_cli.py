@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli import main
-from attnlab.lab.train.train import TrainResult
+from attnlab.train.train import TrainResult
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli import main
-from attnlab.lab.distributed import launch
-from attnlab.lab.distributed.launch import free_port
-from attnlab.lab.distributed.servers import children as servers_children
+from attnlab.distributed import launch
+from attnlab.distributed.launch import free_port
+from attnlab.distributed.servers import children as servers_children
 from tests.processes import left_by, marked_env
 
 TINY = ["train", "--preset", "tiny", "--scale", "sqrt"]
@@ -65,7 +65,7 @@ def test_what_every_rank_refuses_is_said_once(monkeypatch, capsys, tmp_path):
 
 # two ranks training through the console script (14 s in a busy suite): make test-long; make test launches
 # --context-parallel through it in tests/cli/test_nothing_left.py and checks the training in-process
-# (tests/lab/distributed/test_train_parallel.py)
+# (tests/distributed/test_train_parallel.py)
 @pytest.mark.long
 @pytest.mark.slow
 def test_procs_with_context_parallel_writes_once(run_cli, tmp_path):

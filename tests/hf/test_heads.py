@@ -6,8 +6,8 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from attnlab.lab.lesson import hf_heads  # noqa: E402
-from attnlab.lab.results import write_json  # noqa: E402
+from attnlab.lesson import hf_heads  # noqa: E402
+from attnlab.results import write_json  # noqa: E402
 
 from . import tiny  # noqa: E402
 

@@ -11,7 +11,7 @@ import transformers as T  # noqa: E402
 
 import attnlab  # noqa: E402
 import attnlab.hf  # noqa: E402
-from attnlab.lab.check import hf_check  # noqa: E402
+from attnlab.judge import hf_check  # noqa: E402
 
 from . import tiny  # noqa: E402
 

@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from attnlab.cli import main  # noqa: E402
-from attnlab.lab.lesson import hf_heads  # noqa: E402
+from attnlab.lesson import hf_heads  # noqa: E402
 
 from . import tiny  # noqa: E402
 

@@ -12,8 +12,8 @@ pytest.importorskip("tokenizers")
 
 import transformers as T  # noqa: E402
 
-from attnlab.lab.lesson import heads  # noqa: E402
-from attnlab.lab.lesson.walkthrough import SENTENCE  # noqa: E402
+from attnlab.lesson import heads  # noqa: E402
+from attnlab.lesson.walkthrough import SENTENCE  # noqa: E402
 from tests.helpers import cli  # noqa: E402
 
 from . import tiny  # noqa: E402
@@ -122,7 +122,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, model_lesson, capsys):
         "pip install 'attnlab[hf]'"], r.stderr
 
 def test_words_start_after_a_dropped_space_or_a_special_token():
-    from attnlab.lab.lesson.pretrained import marked
+    from attnlab.lesson.pretrained import marked
 
     text = "the animal ran"  # "<s>" as Llama's tokenizer adds it (an empty span), GPT-2-like offsets without spaces
     tokens, spans = ["<s>", "the", "an", "imal", "ran"], [(0, 0), (0, 3), (4, 6), (6, 10), (11, 14)]

@@ -14,7 +14,7 @@ from torch.nn.attention.bias import CausalVariant, causal_lower_right, causal_up
 
 import attnlab
 from attnlab import masks
-from attnlab.lab.check import oracle, rule
+from attnlab.judge import oracle, rule
 from tests.helpers import qkv
 from tests.mutants import attend
 

@@ -6,8 +6,8 @@ import torch.nn.functional as F
 
 import attnlab
 from attnlab import masks
+from attnlab.judge import oracle, rule
 from attnlab.kernels import flash
-from attnlab.lab.check import oracle, rule
 from tests.helpers import qkv
 
 

@@ -5,8 +5,8 @@ import torch
 
 import attnlab
 from attnlab import masks
+from attnlab.judge import oracle, rule
 from attnlab.kernels import flash_band
-from attnlab.lab.check import oracle, rule
 from tests.helpers import qkv
 
 from .test_flash import both, path  # noqa: F401  (path: the bounded / online-max fixture)

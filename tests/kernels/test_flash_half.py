@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from attnlab import masks
+from attnlab.judge import oracle, rule, verify
+from attnlab.judge.cases import BANDS
 from attnlab.kernels import dtypes, flash, online
-from attnlab.lab.check import oracle, rule, verify
-from attnlab.lab.check.cases import BANDS
 from tests.helpers import qkv
 
 HALF_FLASH = functools.partial(flash.attention, half_matmuls=True)

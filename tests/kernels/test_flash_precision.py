@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import attnlab
-from attnlab.lab.check import oracle, rule
+from attnlab.judge import oracle, rule
 
 
 @pytest.mark.parametrize("S, bound", [(2, None), (5, 3.0)])  # bound: the worst over 200 seeds (2.68 at S=5),

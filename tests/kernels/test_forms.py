@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import attnlab
 from attnlab import masks
-from attnlab.lab.check import oracle, rule
+from attnlab.judge import oracle, rule
 from tests.helpers import qkv
 
 FAST = ["matrix", "sdpa"]

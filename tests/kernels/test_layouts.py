@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 import attnlab
 from attnlab import masks
+from attnlab.judge import oracle, rule
 from attnlab.kernels import flash_band
-from attnlab.lab.check import oracle, rule
 from tests.helpers import qkv
 
 LAYOUTS = ("transposed", "expanded", "sliced")

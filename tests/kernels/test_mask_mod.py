@@ -12,9 +12,9 @@ import torch
 
 import attnlab
 from attnlab import masks
+from attnlab.judge import oracle, rule
 from attnlab.kernels import flash_band
 from attnlab.kernels.mask_mod import PerIndex
-from attnlab.lab.check import oracle, rule
 from tests.helpers import qkv
 
 

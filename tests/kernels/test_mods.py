@@ -198,8 +198,8 @@ def test_alibi_on_the_bounded_path_underflows_exactly(monkeypatch):
     """ALiBi under the causal mask takes the bounded path (no running max): with steep slopes most weights
     underflow to 0 there, and the output and gradients still equal the float64 matrix form (and in float32,
     the oracle's within 1e-5)."""
+    from attnlab.judge import oracle, rule
     from attnlab.kernels import flash
-    from attnlab.lab.check import oracle, rule
 
     taken = []
     bounded = flash._bounded_row_block
@@ -229,8 +229,8 @@ def test_alibi_heads_run_over_the_keys_whose_weights_are_not_exactly_0(dtype, mo
     weights are exactly 0 in the working dtype -- checked here on the weights themselves, forward (exp2(s)) and
     backward (exp2(s - lse)) -- so the output and gradients (slopes' included) are the unsplit form's and the
     float64 matrix form's."""
+    from attnlab.judge import rule
     from attnlab.kernels import flash, flash_reach
-    from attnlab.lab.check import rule
 
     monkeypatch.setattr(flash_reach, "QUANTUM", 4)
     calls = []

@@ -13,10 +13,10 @@ import torch
 import torch.distributed as dist
 
 import attnlab
+from attnlab.distributed import launch
+from attnlab.distributed import ring as lab
+from attnlab.judge import rule
 from attnlab.kernels import flash, ring
-from attnlab.lab.check import rule
-from attnlab.lab.distributed import launch
-from attnlab.lab.distributed import ring as lab
 from tests.processes import sleeps
 
 TINY = dict(heads=2, head_dim=8, backward=True, measure=False, pg_timeout_s=20.0)

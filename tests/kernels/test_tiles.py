@@ -101,8 +101,8 @@ def test_pair_work_counts_tiles_and_scores():
 def test_decoding_takes_wide_key_tiles_and_equals_the_oracle(Hkv, monkeypatch):
     """[P5] One query (decoding) against many keys: the flash form takes key tiles of TILE_SCORES // L keys (one
     query row: the scores as k q^T), and its output and gradients are the float64 oracle's as with 256-key tiles."""
+    from attnlab.judge import oracle, rule
     from attnlab.kernels import flash
-    from attnlab.lab.check import oracle, rule
 
     built = []
     tiles = flash.Tiles

@@ -15,7 +15,7 @@ import torch
 
 import attnlab
 from attnlab import kernels
-from attnlab.lab.measure import bench
+from attnlab.measure import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")

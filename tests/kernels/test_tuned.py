@@ -21,7 +21,7 @@ def test_sizes_are_saved_per_machine_and_read_back(tiles_cache):
     assert data[tuned.key()]["short_q"] == 512
     assert tuned.current() == sizes
     assert sizes.tiles(2048) == (512, None) and sizes.tiles(8192) == (None, 512)
-    from attnlab.lab.measure.tune import in_words
+    from attnlab.measure.tune import in_words
 
     assert "tiles 512 x 256 up to T = 3072, 256 x 512 above; bands of 32 rows" in in_words(sizes)
     assert "measured here" in in_words(sizes)

@@ -18,10 +18,10 @@ import triton.language as tl  # noqa: E402
 
 import attnlab  # noqa: E402
 from attnlab import kernels, masks  # noqa: E402
+from attnlab.judge import oracle, rule  # noqa: E402
 from attnlab.kernels import triton_kernels as tk  # noqa: E402
 from attnlab.kernels import triton_masks  # noqa: E402
 from attnlab.kernels.masks import index_grid, tile_slices  # noqa: E402
-from attnlab.lab.check import oracle, rule  # noqa: E402
 from tests.helpers import qkv  # noqa: E402
 
 torch.set_num_threads(1)

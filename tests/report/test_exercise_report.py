@@ -3,8 +3,8 @@ machine is said beside the times it makes noisy."""
 
 from dataclasses import replace
 
-from attnlab.lab.check.verify import VerifyResult
-from attnlab.lab.exercise.result import LabResult, Timing
+from attnlab.judge.verify import VerifyResult
+from attnlab.lab.result import LabResult, Timing
 from attnlab.report import exercise
 
 
@@ -30,7 +30,7 @@ def test_the_next_step_is_the_next_levels_command_and_a_busy_machine_is_said():
 
 
 def test_a_failing_check_is_told_to_fix_the_cause_not_to_go_on():
-    from attnlab.lab.check.diagnose import Diagnosis
+    from attnlab.judge.diagnose import Diagnosis
 
     r = _result(load=None)
     r.passed, r.diagnoses = False, []
@@ -45,7 +45,7 @@ def test_a_failing_check_is_told_to_fix_the_cause_not_to_go_on():
 def test_growth_is_said_only_as_far_as_the_repeats_agree():
     """Times that scatter between repeats give no time exponent, only the range; memory alike for every repeat is
     read over the longer lengths; both as `lab check` fits them."""
-    from attnlab.lab.measure import growth
+    from attnlab.measure import growth
 
     timings = [Timing(T, 1e-3, 4 * T * T, times_s=times, peaks=[4 * T * T] * 3)
                for T, times in ((128, [1e-4, 1e-3, 4e-4]), (512, [2e-3, 1e-3, 9e-3]), (2048, [0.3, 0.05, 0.1]))]

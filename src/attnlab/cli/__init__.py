@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    from attnlab.lab.files import CannotWrite
+    from attnlab.results.files import CannotWrite
 
     _warn_in_one_line(args.command)
     try:

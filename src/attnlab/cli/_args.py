@@ -102,10 +102,10 @@ def function_spec(spec: str) -> str:
 
 def load_function(spec: str, device="cpu"):
     """``--impl`` -> (name, function): a registered form by its name, or ``package.module:function`` imported
-    here (verify imports other people's functions in a child process instead: attnlab.lab.check.isolate).
+    here (verify imports other people's functions in a child process instead: attnlab.judge.isolate).
     Raises ``isolate.LoadError`` with a message for the user when it names nothing usable."""
     from attnlab import kernels
-    from attnlab.lab.check.isolate import LoadError, import_function
+    from attnlab.judge.isolate import LoadError, import_function
 
     if ":" in spec:
         return spec, import_function(spec)

@@ -53,9 +53,9 @@ def json_folder(path: str | None) -> None:
 
 def save_json(result, path: str | None, indent: str = "") -> None:
     """Write ``result`` to ``--json PATH`` (if given) and say so; a write that fails is
-    :class:`attnlab.lab.files.CannotWrite`, one line from the command."""
-    from attnlab.lab.results import write_json
+    :class:`attnlab.results.files.CannotWrite`, one line from the command."""
     from attnlab.report.terminal import console
+    from attnlab.results import write_json
 
     if path is not None:
         write_json(result, Path(path))

@@ -25,7 +25,7 @@ class _Log:
 
     def _write(self, mode: str, text: str) -> None:
         """Append (or start) the log; a full disk or a folder in its place is a CannotWrite, one line."""
-        from attnlab.lab.files import CannotWrite, reason
+        from attnlab.results.files import CannotWrite, reason
 
         try:
             with self.path.open(mode) as f:
@@ -35,7 +35,7 @@ class _Log:
 
     def finish(self, page_s: float) -> None:
         """The build's end: ``page_s`` is the page's own collecting; the page phase is timed from its line on."""
-        from attnlab.lab.results import write_json
+        from attnlab.results import write_json
 
         if self.page_t0 is not None:
             page_s = max(page_s, time.perf_counter() - self.page_t0)
@@ -62,10 +62,10 @@ def _left(done: list, todo: list, page_s: float) -> float:
 def build_steps(out: Path) -> _Log:
     """Run what the default lesson still needs in ``out``; a UsageError (one line) when a step fails."""
     from attnlab import cli
-    from attnlab.lab.lesson import build
-    from attnlab.lab.train import estimate as train_time
-    from attnlab.lab.train import train as lab_train
+    from attnlab.lesson import build
     from attnlab.report.fmt import fmt_estimate
+    from attnlab.train import estimate as train_time
+    from attnlab.train import train as lab_train
 
     from . import UsageError
 

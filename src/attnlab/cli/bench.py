@@ -13,7 +13,7 @@ SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
 def add_parser(sub):
-    # Defaults left as None fall back to BenchConfig's (attnlab.lab.measure.bench), so they are written once;
+    # Defaults left as None fall back to BenchConfig's (attnlab.measure.bench), so they are written once;
     # the help repeats them so that `attnlab bench --help` does not have to import torch.
     p = sub.add_parser("bench", help="time and peak memory of the forms against sequence length, with growth "
                                      "exponents and a plot",
@@ -66,10 +66,10 @@ def parse_size(text: str) -> int:
 def run(args) -> int:
     from rich.markup import escape
 
-    from attnlab.lab.measure import bench
-    from attnlab.lab.results import to_dict, write_json
+    from attnlab.measure import bench
     from attnlab.report import bench as report
     from attnlab.report.terminal import console, progress
+    from attnlab.results import to_dict, write_json
 
     from . import UsageError
 
@@ -102,7 +102,7 @@ def run(args) -> int:
 
 def _config(args):
     """The BenchConfig the flags ask for (flags left out keep BenchConfig's defaults), or a UsageError."""
-    from attnlab.lab.measure import bench
+    from attnlab.measure import bench
 
     from . import UsageError
 

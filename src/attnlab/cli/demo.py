@@ -17,10 +17,10 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from attnlab.lab import demo
-    from attnlab.lab.results import write_json
+    from attnlab import demo
     from attnlab.report import plots
     from attnlab.report.terminal import console
+    from attnlab.results import write_json
 
     out = output_folder(args.out)  # a folder that cannot take files is a usage error now, not after the run
     keep_other_run(out / "demo.json", {"seed": args.seed}, lambda d: d, "the demo", args.force)

@@ -19,10 +19,10 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from attnlab.lab import explore
-    from attnlab.lab.results import write_json
+    from attnlab import explore
     from attnlab.report.explore import figure
     from attnlab.report.terminal import console
+    from attnlab.results import write_json
 
     from . import UsageError
 

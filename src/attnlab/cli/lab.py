@@ -46,7 +46,7 @@ def run(args) -> int:
 
 def _level(args):
     """The level said with --level (None when it was not said); a UsageError naming the levels if there is none."""
-    from attnlab.lab.exercise import levels
+    from attnlab.lab import levels
 
     from . import UsageError
 
@@ -61,9 +61,9 @@ def _level(args):
 def start(args) -> int:
     from pathlib import Path
 
-    from attnlab.lab.exercise import files
-    from attnlab.lab.files import CannotWrite
+    from attnlab.lab import files
     from attnlab.report.terminal import console
+    from attnlab.results.files import CannotWrite
 
     from . import UsageError
 
@@ -95,9 +95,9 @@ def start(args) -> int:
 
 
 def _start_level(args, level) -> int:
-    from attnlab.lab.exercise import files
-    from attnlab.lab.files import CannotWrite
+    from attnlab.lab import files
     from attnlab.report.terminal import console
+    from attnlab.results.files import CannotWrite
 
     from . import UsageError
 
@@ -119,8 +119,8 @@ def _start_level(args, level) -> int:
 
 
 def check(args) -> int:
-    from attnlab.lab.exercise import files, grade, judged, measure, store
-    from attnlab.lab.exercise.check import check as run_check
+    from attnlab.lab import files, grade, judged, measure, store
+    from attnlab.lab.check import check as run_check
     from attnlab.report import exercise
     from attnlab.report.terminal import console, progress
 

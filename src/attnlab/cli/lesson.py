@@ -29,7 +29,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from attnlab.lab.lesson import collect
+    from attnlab.lesson import collect
     from attnlab.report.lesson import build
     from attnlab.report.terminal import console, escape
 
@@ -49,7 +49,7 @@ def run(args) -> int:
         from ._lesson_build import build_steps
 
         steps_log = build_steps(out)
-    from attnlab.lab.lesson import build as lesson_build
+    from attnlab.lesson import build as lesson_build
 
     line = lesson_build.versions_line(lesson_build.other_versions(out), "the page shows them as they are (their "
                                       "commands, or `attnlab lesson --build`, make them again with this version)")
@@ -72,11 +72,11 @@ def run(args) -> int:
 
 def run_model(args, out) -> int:
     """`lesson --model`: the page of a pretrained model's heads, and its numbers as JSON beside it."""
-    from attnlab.lab.lesson.pretrained import collect_model, slug
-    from attnlab.lab.results import write_json
+    from attnlab.lesson.pretrained import collect_model, slug
     from attnlab.nn import hf
     from attnlab.report.lesson.pretrained import build
     from attnlab.report.terminal import console
+    from attnlab.results import write_json
 
     from . import UsageError
 

@@ -7,7 +7,7 @@ from ._folder import json_folder, save_json
 
 
 def add_parser(sub):
-    # Defaults left as None fall back to RingConfig's (attnlab.lab.distributed.ring), so they are written once.
+    # Defaults left as None fall back to RingConfig's (attnlab.distributed.ring), so they are written once.
     p = sub.add_parser("ring", help="ring attention over N local processes: errors, per-rank memory and time, "
                                     "work per rank",
                        description="Start N processes (gloo on 127.0.0.1), split the sequence across them, run ring "
@@ -40,7 +40,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from attnlab.lab.distributed import torchrun as ring_torchrun
+    from attnlab.distributed import torchrun as ring_torchrun
     from attnlab.report import ring as report
     from attnlab.report.terminal import console
 
@@ -63,8 +63,8 @@ def _config(args):
     """The RingConfig the flags ask for; under torchrun, with its number of processes."""
     import dataclasses
 
-    from attnlab.lab.distributed import ring as lab
-    from attnlab.lab.distributed import torchrun as ring_torchrun
+    from attnlab.distributed import ring as lab
+    from attnlab.distributed import torchrun as ring_torchrun
 
     from . import UsageError
 
@@ -92,9 +92,9 @@ def _run_here(cfg):
     import sys
     import time
 
-    from attnlab.lab.distributed import budget as ring_budget
-    from attnlab.lab.distributed import launch, servers
-    from attnlab.lab.distributed import ring as lab
+    from attnlab.distributed import budget as ring_budget
+    from attnlab.distributed import launch, servers
+    from attnlab.distributed import ring as lab
     from attnlab.report import terminal
 
     from . import UsageError

@@ -24,7 +24,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from attnlab.lab.train import sample
+    from attnlab.train import sample
 
     from . import UsageError
 

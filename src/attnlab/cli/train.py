@@ -47,7 +47,7 @@ def add_parser(sub):
 
 def _grid(args, cfg) -> tuple[int, int]:
     """(ranks, context-parallel ranks) asked for, checked against the batch and the sequence length."""
-    from attnlab.lab.distributed import parallel
+    from attnlab.distributed import parallel
 
     from . import UsageError
 
@@ -78,8 +78,8 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
     """Train on ``world`` ranks: join torchrun's group, or start them here through the local launcher."""
     import os
 
-    from attnlab.lab.distributed import launch, parallel, servers
-    from attnlab.lab.stop import catch_interrupt
+    from attnlab.distributed import launch, parallel, servers
+    from attnlab.results.stop import catch_interrupt
 
     from . import UsageError
 
@@ -112,7 +112,7 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
 
 def _rank(rank: int, world: int, args, cp: int) -> int:
     """One rank started by the local launcher (its process group is already joined)."""
-    from attnlab.lab.distributed import parallel
+    from attnlab.distributed import parallel
 
     return _rank_run(args, parallel.grid(cp))
 
@@ -140,7 +140,7 @@ def _first_line(e: BaseException) -> str:
 
 
 def _config(args):
-    from attnlab.lab.train.train import PRESETS
+    from attnlab.train.train import PRESETS
 
     from . import UsageError
 
@@ -167,9 +167,9 @@ def _config(args):
 
 def run(args, grid=None) -> int:
     """The command; across ranks, every rank runs it with its ``grid`` and rank 0 alone prints and writes."""
-    from attnlab.lab.train import checkpoint, train
     from attnlab.report import train as report
     from attnlab.report.terminal import console
+    from attnlab.train import checkpoint, train
 
     from . import UsageError
 
@@ -195,7 +195,7 @@ def run(args, grid=None) -> int:
     for line in report.header_lines(cfg, kind, names, data.describe(), grid) + resuming:
         console.print(line)
     if grid is None:  # across ranks every step waits for the slowest rank: a one-process timing would mislead
-        from attnlab.lab.train import estimate as train_time
+        from attnlab.train import estimate as train_time
 
         twins = {n: p for n in names if (p := train.reusable(cfg, kind, n, out, data.vocab_size))}
         for n, p in twins.items():
@@ -230,7 +230,7 @@ def _keep_other_runs(args, cfg, kind: str, names: list[str], out: Path, world: i
 
     The lesson page and ``sample`` read the folder's train.json and checkpoints by their names, so a run with other
     settings (a tiny preset, fewer steps, another variant set) must not replace them without a word."""
-    from attnlab.lab.train import checkpoint
+    from attnlab.train import checkpoint
 
     if args.force:
         return
@@ -257,10 +257,10 @@ def _keep_other_runs(args, cfg, kind: str, names: list[str], out: Path, world: i
 
 def _write(result, out: Path, kind: str, first: str) -> None:
     """The figure and the JSON, and where the checkpoints are."""
-    from attnlab.lab.results import write_json
-    from attnlab.lab.train import checkpoint
     from attnlab.report import train as report
     from attnlab.report.terminal import console
+    from attnlab.results import write_json
+    from attnlab.train import checkpoint
 
     stem = "train" if kind == "scale" else "tie_kv"
     console.print(f"  wrote {report.figure(result, out / f'{stem}.png')}")  # each said as soon as it is whole

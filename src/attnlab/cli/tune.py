@@ -35,7 +35,7 @@ def run(args) -> int:
     if args.show:
         where = tuned.cache_path()
         sizes = tuned.current()
-        from attnlab.lab.measure.tune import in_words
+        from attnlab.measure.tune import in_words
 
         print(f"{tuned.key()}: {in_words(sizes)}; " + (f"cache {where}" if where else "ATTNLAB_TILES=off"))
         return 0
@@ -49,7 +49,7 @@ def run(args) -> int:
         raise UsageError(f"cannot write the tile cache {tuned.cache_path()}: {why}; name another file with "
                          "ATTNLAB_TILES, or pass --no-save")
     json_folder(args.json)
-    from attnlab.lab.measure import tune
+    from attnlab.measure import tune
 
     result = tune.measure(rounds=args.rounds, margin=args.margin, save=not args.no_save,
                           say=lambda line: print(line, flush=True))

@@ -7,7 +7,7 @@ import sys
 from ._args import seconds, seed
 from ._folder import json_folder, save_json
 
-API_NAMES = ("sdpa", "flash-attn", "flash-attn-varlen", "flex", "paged-decode")  # attnlab.lab.check.apis.NAMES
+API_NAMES = ("sdpa", "flash-attn", "flash-attn-varlen", "flex", "paged-decode")  # attnlab.judge.apis.NAMES
 
 
 def add_parser(sub):
@@ -64,7 +64,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from attnlab.lab.check import verify
+    from attnlab.judge import verify
     from attnlab.report.terminal import (
         console,
         diagnosis_lines,
@@ -93,7 +93,7 @@ def run(args) -> int:
     if args.api == "sdpa":
         cases = verify.default_cases(dtypes, long=not args.quick)
     else:
-        from attnlab.lab.check import apis
+        from attnlab.judge import apis
 
         cases = apis.cases(args.api, dtypes, long=not args.quick)
     cases = _only(cases, args.only)
@@ -204,7 +204,7 @@ def _device(text: str) -> str:
 
 def _registered(specs: list[str], device: str) -> dict:
     """The registered forms among --impl, loaded (name -> function); a bad name is a UsageError."""
-    from attnlab.lab.check.isolate import LoadError
+    from attnlab.judge.isolate import LoadError
 
     from . import UsageError
     from ._args import load_function
@@ -222,8 +222,8 @@ def _registered(specs: list[str], device: str) -> dict:
 
 
 def _elsewhere(spec: str, cases, advance, kw) -> list:
-    """The rows of your function ``package.module:function``, run in a child process (attnlab.lab.check.isolate)."""
-    from attnlab.lab.check import isolate
+    """The rows of your function ``package.module:function``, run in a child process (attnlab.judge.isolate)."""
+    from attnlab.judge import isolate
 
     from . import UsageError
 
@@ -238,7 +238,7 @@ def _elsewhere(spec: str, cases, advance, kw) -> list:
 
 def _dtypes(text: str) -> list[str]:
     """--dtypes as a list of names, each once, or a UsageError naming the choices."""
-    from attnlab.lab.check import verify
+    from attnlab.judge import verify
 
     from . import UsageError
 
@@ -250,7 +250,7 @@ def _dtypes(text: str) -> list[str]:
 
 
 def run_model(args, specs: list[str]) -> int:
-    """`verify --model`: the three checks of attnlab.lab.check.hf_check, one table row per form."""
+    """`verify --model`: the three checks of attnlab.judge.hf_check, one table row per form."""
     from attnlab.nn import hf
 
     from . import UsageError
@@ -259,7 +259,7 @@ def run_model(args, specs: list[str]) -> int:
         hf.require("transformers")
     except hf.MissingExtra as e:
         raise UsageError(str(e)) from None
-    from attnlab.lab.check import hf_check
+    from attnlab.judge import hf_check
     from attnlab.report.hf import model_summary, model_table
     from attnlab.report.terminal import console, progress
 

@@ -1,6 +1,6 @@
 """Flash attention in plain PyTorch: tiled online softmax with O(L) memory and its own backward.
 
-Read this first: :mod:`attnlab.lab.explore.online_softmax` (``attnlab explore online-softmax``)
+Read this first: :mod:`attnlab.explore.online_softmax` (``attnlab explore online-softmax``)
 runs the same online softmax on ONE query row, one key tile at a time, and records every number.
 This file is that loop for every row at once and the form around it; its tiles and their scores are
 :mod:`attnlab.kernels.flash_tiles`, its backward pass :mod:`attnlab.kernels.flash_backward`, and the

@@ -4,7 +4,7 @@ How large a tile of scores should be is a trade ([P5] in :mod:`attnlab.kernels.f
 dozen tensor calls whatever its size, so small tiles spend their time in Python and dispatch; large ones
 leave the cache, and at short lengths leave few tiles to share the work. Where the balance lies depends on
 the processor -- its caches, its vector units, its matmul library's blocking -- so it is measured there, not
-written down once: ``attnlab tune`` (:mod:`attnlab.lab.measure.tune`) times candidate sizes side by side with
+written down once: ``attnlab tune`` (:mod:`attnlab.measure.tune`) times candidate sizes side by side with
 the defaults and keeps one only where it is faster by a margin.
 
 This module is the kernels' side of it: :class:`Sizes` (what was chosen), and :func:`current`, the sizes

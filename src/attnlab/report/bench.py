@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from attnlab._extras import require
-from attnlab.lab.measure.bench import BenchResult
+from attnlab.measure.bench import BenchResult
 
 from .fmt import fmt_bytes, fmt_memory, fmt_time
 from .plots import _plt, save_figure
@@ -126,7 +126,7 @@ def write_csv(result: BenchResult, path: str | Path) -> Path:
     """One line per (form, length), the same fields as the results of bench.json."""
     import io
 
-    from attnlab.lab.files import write_text
+    from attnlab.results.files import write_text
 
     table = io.StringIO(newline="")
     w = csv.DictWriter(table, fieldnames=COLUMNS)

@@ -1,6 +1,6 @@
 """What ``attnlab lab check`` tells the learner: what passed, what failed and the likely cause, then the numbers.
 
-Drawn from an :class:`attnlab.lab.exercise.result.LabResult`; nothing here is measured.
+Drawn from an :class:`attnlab.lab.result.LabResult`; nothing here is measured.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from attnlab.lab.exercise import levels
-from attnlab.lab.exercise.measure import AGREE, QUADRATIC
-from attnlab.lab.measure.growth import Fit
+from attnlab.lab import levels
+from attnlab.lab.measure import AGREE, QUADRATIC
+from attnlab.measure.growth import Fit
 
 from .fmt import fmt_bytes, fmt_time
 from .plots import _plt, save_figure

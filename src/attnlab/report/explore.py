@@ -51,7 +51,7 @@ def same_token(r, path) -> Path:
 
 
 def inv_scale(r, path) -> Path:
-    from attnlab.lab.explore.inv_scale import LABELS
+    from attnlab.explore.inv_scale import LABELS
 
     fig, (a1, a2) = _plt().subplots(1, 2, figsize=(10, 3.9), dpi=110)
     for name in r.peak:

@@ -1,12 +1,12 @@
 """Numbers for people: times, bytes, errors and counts, written the same way in every table and page.
 
-``fmt_bytes`` lives in :mod:`attnlab.lab.measure.bench`, whose skip messages need it (the lab cannot import
+``fmt_bytes`` lives in :mod:`attnlab.measure.bench`, whose skip messages need it (the lab cannot import
 the report); it is re-exported here so that the report has one place to format from.
 """
 
 from __future__ import annotations
 
-from attnlab.lab.measure.bench import fmt_bytes
+from attnlab.measure.bench import fmt_bytes
 
 __all__ = ["fmt_bytes", "fmt_count", "fmt_err", "fmt_estimate", "fmt_memory", "fmt_mib", "fmt_time"]
 

@@ -21,10 +21,10 @@ def save_figure(fig, path: str | Path) -> Path:
 
     The folder is created; a figure without a layout engine is laid out tight first; it is saved at
     its own dpi, cropped to what it draws (``bbox_inches="tight"``, so no label is cut and no margin
-    wasted), whole or not at all (:func:`attnlab.lab.files.write_file`); then closed, so a long run
+    wasted), whole or not at all (:func:`attnlab.results.files.write_file`); then closed, so a long run
     that draws many figures does not keep them all in memory.
     """
-    from attnlab.lab.files import write_file
+    from attnlab.results.files import write_file
 
     plt = _plt()
     path = Path(path)
@@ -58,7 +58,7 @@ def attention_map(weights, path: str | Path, title: str = "Causal attention weig
 
 def scale_demo(result, path: str | Path) -> Path:
     """Mean peak softmax weight against head width for the three scales (a DemoResult)."""
-    from attnlab.lab.demo import SCALE_LABELS
+    from attnlab.demo import SCALE_LABELS
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)

@@ -1,5 +1,5 @@
-"""Training figures, tables, verdicts and the live progress bar, drawn from :mod:`attnlab.lab.train.train` results
-(and the summaries and predictions of :mod:`attnlab.lab.train.summary`)."""
+"""Training figures, tables, verdicts and the live progress bar, drawn from :mod:`attnlab.train.train` results
+(and the summaries and predictions of :mod:`attnlab.train.summary`)."""
 
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def train_progress(total_steps: int, variants: list[str], lines: int = 10):
 
 
 def estimate_line(est, seconds: float) -> str:
-    """What the run will take, said before it starts (``est``: :class:`attnlab.lab.train.estimate.Estimate`)."""
+    """What the run will take, said before it starts (``est``: :class:`attnlab.train.estimate.Estimate`)."""
     from .fmt import fmt_estimate
 
     return (f"  estimate: {fmt_estimate(seconds)} on this machine now ({est.step_s * 1e3:.0f} ms a step and "
@@ -158,7 +158,7 @@ def estimate_line(est, seconds: float) -> str:
 
 
 def circuit_lines(result) -> list[str]:
-    """The heads each variant grew, measured on repeated random sequences (:mod:`attnlab.lab.train.circuits`)."""
+    """The heads each variant grew, measured on repeated random sequences (:mod:`attnlab.train.circuits`)."""
     lines = []
     for name, log in result.variants.items():
         c = log.circuits
@@ -222,7 +222,7 @@ def table(result, summaries: dict):
 
 def verdict_lines(result, summaries: dict, preds: list, tie=None) -> list[str]:
     """The lesson's predictions as lab checked them: the scale checklist, and the tie-kv claim (``tie``)."""
-    from attnlab.lab.train.summary import destabilised
+    from attnlab.train.summary import destabilised
 
     lines = []
     if preds:
@@ -246,7 +246,7 @@ def verdict_lines(result, summaries: dict, preds: list, tie=None) -> list[str]:
 
 def show(result, console) -> None:
     """Everything `attnlab train` prints after training: the table per variant, then the verdicts."""
-    from attnlab.lab.train import summary as train_summary
+    from attnlab.train import summary as train_summary
 
     summaries, preds = train_summary.summarise(result)
     console.print(table(result, summaries))

@@ -35,8 +35,8 @@ TIE = {"config": {"kind": "tie-kv", "uniform_entropy": 2.1}, "versions": {}, "ma
 
 def tiny_checkpoint(path, block_size=64):
     """A real checkpoint in `attnlab train`'s format (its model, its saver), with untrained weights."""
-    from attnlab.lab.train import checkpoint
     from attnlab.nn.gpt import GPT, GPTConfig
+    from attnlab.train import checkpoint
 
     chars = sorted(set("the animal did not cross the street because it was tired.,"))
     cfg = GPTConfig(vocab_size=len(chars), block_size=block_size, n_layer=2, n_head=2, d_model=32)

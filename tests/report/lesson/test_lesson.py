@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import attnlab
+from attnlab.demo import DemoResult
 from attnlab.kernels import matrix
-from attnlab.lab.demo import DemoResult
-from attnlab.lab.lesson import code, model, sources, walkthrough, worked
-from attnlab.lab.measure.bench import BenchResult
-from attnlab.lab.train.train import TrainResult
+from attnlab.lesson import code, model, sources, walkthrough, worked
+from attnlab.measure.bench import BenchResult
 from attnlab.report.lesson import numbers, sections, teach
+from attnlab.train.train import TrainResult
 
 from .conftest import BENCH, TRAIN, tiny_checkpoint
 
@@ -131,7 +131,7 @@ def test_worked_example_by_hand():
 
 
 def test_code_quotes_are_the_lessons_module_and_the_labs_starter():
-    from attnlab.lab.exercise import starter
+    from attnlab.lab import starter
 
     c = code.collect()
     module = (Path(attnlab.__file__).parent / "nn" / "causal.py").read_text().splitlines()
@@ -380,7 +380,7 @@ def test_a_wrong_results_file_is_named_with_its_field(tmp_path, name, edit, fiel
 
 
 def test_head_labels_follow_the_measurements():
-    from attnlab.lab.lesson import heads
+    from attnlab.lesson import heads
 
     tokens = list("the cat")
     T = len(tokens)
@@ -411,7 +411,7 @@ def test_head_labels_follow_the_measurements():
 
 
 def test_induction_and_the_even_spread_without_the_mask():
-    from attnlab.lab.lesson import heads
+    from attnlab.lesson import heads
 
     tokens = list("abcabc")  # query 3..5 repeat 0..2: the token after the earlier copy is i - 2
     T = len(tokens)

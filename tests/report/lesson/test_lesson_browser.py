@@ -47,7 +47,7 @@ def _open(browser, lesson, **context):
 @pytest.mark.slow
 def test_the_page_runs_the_same_model_as_python(browser, lesson):
     """window.attnlab.forward and the head statistics, computed by the page's script, against PyTorch."""
-    from attnlab.lab.lesson import heads, model
+    from attnlab.lesson import heads, model
 
     page, _, errors, _ = _open(browser, lesson, viewport={"width": 1280, "height": 800})
     m = model.trained(lesson[1] / "checkpoints" / "scale-sqrt.pt")

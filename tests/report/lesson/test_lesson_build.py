@@ -7,11 +7,10 @@ from dataclasses import asdict
 
 import pytest
 
-from attnlab import __version__
-from attnlab.lab import explore
-from attnlab.lab.lesson import build
-from attnlab.lab.results import write_json
-from attnlab.lab.train import train
+from attnlab import __version__, explore
+from attnlab.lesson import build
+from attnlab.results import write_json
+from attnlab.train import train
 
 from .conftest import BENCH, TIE, TRAIN, tiny_checkpoint
 

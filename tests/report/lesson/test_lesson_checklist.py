@@ -7,10 +7,10 @@ import re
 from html import unescape
 from types import SimpleNamespace
 
-from attnlab.lab.exercise import store
-from attnlab.lab.lesson import sources
-from attnlab.lab.train.train import TrainResult
+from attnlab.lab import store
+from attnlab.lesson import sources
 from attnlab.report.lesson import checklist
+from attnlab.train.train import TrainResult
 from tests.labchecks import made
 
 from .conftest import TRAIN

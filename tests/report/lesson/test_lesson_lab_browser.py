@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import attnlab.report.lesson as lesson_page
-from attnlab.lab.exercise import starter, store
-from attnlab.lab.lesson import collect, sources
+from attnlab.lab import starter, store
+from attnlab.lesson import collect, sources
 from tests.labchecks import graded
 
 from .conftest import BENCH, TIE, TRAIN, tiny_checkpoint

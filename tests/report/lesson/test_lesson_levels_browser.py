@@ -12,8 +12,8 @@ import re
 import pytest
 
 import attnlab.report.lesson as lesson_page
-from attnlab.lab.exercise import levels, store
-from attnlab.lab.lesson import collect
+from attnlab.lab import levels, store
+from attnlab.lesson import collect
 from tests.labchecks import leveled
 
 from .conftest import BENCH, TIE, TRAIN, tiny_checkpoint

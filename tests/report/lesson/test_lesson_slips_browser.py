@@ -96,8 +96,8 @@ def test_the_diagram_the_mask_off_long_input_and_newlines(browser, lesson):
 
 @pytest.mark.slow
 def test_the_copying_heads_are_measured_in_the_page_as_in_python(browser, lesson):
-    from attnlab.lab.lesson import model
-    from attnlab.lab.train import circuits
+    from attnlab.lesson import model
+    from attnlab.train import circuits
 
     page, _, errors, _ = _open(browser, lesson, viewport={"width": 1280, "height": 800})
     m = model.trained(lesson[1] / "checkpoints" / "scale-sqrt.pt")

@@ -1,6 +1,6 @@
 """The lesson page: one HTML file that works offline, built from results measured on this machine.
 
-:func:`build` takes the :class:`attnlab.lab.lesson.LessonData` that ``attnlab.lab.lesson.collect``
+:func:`build` takes the :class:`attnlab.lesson.LessonData` that ``attnlab.lesson.collect``
 gathered and writes a single file: the template ``page.html`` with the style sheet ``lesson.css``,
 the script ``lesson.js``, every figure (as base64 PNG) and the walkthrough's numbers (as JSON)
 written into it. Nothing is fetched when the page opens -- no fonts, no scripts, no images from
@@ -17,8 +17,8 @@ from html import escape
 from importlib import resources
 from pathlib import Path
 
-from attnlab.lab.lesson import heads
-from attnlab.lab.results import to_dict
+from attnlab.lesson import heads
+from attnlab.results import to_dict
 
 from . import checklist, copying, figures, levels, sections, teach
 
@@ -131,6 +131,6 @@ def build(data, path: str | Path) -> Path:
 
 
 def _write(page: str, path: str | Path) -> Path:
-    from attnlab.lab.files import write_text
+    from attnlab.results.files import write_text
 
     return write_text(path, page)

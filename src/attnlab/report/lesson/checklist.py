@@ -3,7 +3,7 @@
 The lab asks the learner to write causal attention, match PyTorch to 1e-4, measure memory at
 T = 128, 512 and 2048 and see it grow quadratically, and see what removing 1/√d does to training.
 The first three are ticked only from what ``attnlab lab check`` kept for the learner's functions
-(:mod:`attnlab.lab.exercise.store`), never from attnlab's forms: for each file and function its
+(:mod:`attnlab.lab.store`), never from attnlab's forms: for each file and function its
 newest check is what that function is now, and an item ticks from the newest such check that
 passed and shows what the item asks (a failing function's memory is not attention's memory). The
 match is never ticked from the starter's code as it came (the memory may be, and the page says
@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 from html import escape
 
-from attnlab.lab.exercise import levels, store
-from attnlab.lab.train import summary as ts
+from attnlab.lab import levels, store
 from attnlab.report import exercise
+from attnlab.train import summary as ts
 
 SEQS = (128, 512, 2048)
 GIVEN = "the starter's code as it came"

@@ -1,6 +1,6 @@
 /* attnlab lesson page: two heads that copy. The learner's sequence, written twice, through the model in the page:
    how much weight each head puts one step back, and on the characters right after the earlier copies of each
-   query's character -- the head view's own numbers (A.headStats, the one definition, attnlab.lab.train.circuits in
+   query's character -- the head view's own numbers (A.headStats, the one definition, attnlab.train.circuits in
    Python; the page test holds them together) -- every head of the layer, and the loss on each copy. */
 (function () {
   "use strict";

@@ -1,6 +1,6 @@
 """The section on two heads composing: how a previous-token head and an induction head copy, with this model's numbers.
 
-The numbers are those :func:`attnlab.lab.train.circuits.measure` took on the model in the page when it was
+The numbers are those :func:`attnlab.train.circuits.measure` took on the model in the page when it was
 built; each claim carries its rule and a ✓ only when the measurement meets it. The live part below
 (copy.js) measures the learner's own sequence the same way.
 """

@@ -1,6 +1,6 @@
 """The lab's path on the lesson page: six levels, each ticked from the learner's own newest check of that level.
 
-For each level (:mod:`attnlab.lab.exercise.levels`) the newest check ``attnlab lab check`` kept of it
+For each level (:mod:`attnlab.lab.levels`) the newest check ``attnlab lab check`` kept of it
 says whether it is done: it passed, it is the learner's own code (not the starter as it came) and its
 measurement is what the level asks (memory like T² for the matrix form, like T for the tiled one; the
 loss beside the library's for the module). The item names that check's file, function and time, says
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from attnlab.lab.exercise import levels, store
+from attnlab.lab import levels, store
 from attnlab.report.fmt import fmt_bytes
 
 GROWTH = {"matrix": 2.0, "flash": 1.0, "backward": 1.0, "decode": 1.0}  # the guide drawn beside a memory curve

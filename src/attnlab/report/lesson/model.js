@@ -1,7 +1,7 @@
 /* attnlab lesson page: the model's whole forward pass, in plain JavaScript, from the weights in the page.
    The same computation as attnlab.nn.gpt.GPT (token + position embedding, pre-norm blocks of LayerNorm,
    multi-head causal attention and a GELU MLP, a final LayerNorm, the tied output layer), in float64.
-   Also the head statistics of attnlab.lab.lesson.heads, so every label in the head view is measured. */
+   Also the head statistics of attnlab.lesson.heads, so every label in the head view is measured. */
 (function () {
   "use strict";
   const D = JSON.parse(document.getElementById("lesson-data").textContent);
@@ -130,7 +130,7 @@
   }
   const probsAt = (logits, temp) => softmaxRow(Array.from(logits, (z) => z / (temp || 1)));
 
-  // ---- what a head measurably does (attnlab.lab.lesson.heads, line for line) --------------------------------
+  // ---- what a head measurably does (attnlab.lesson.heads, line for line) --------------------------------
   const HD = D.heads, MARKS = [" ", "Ġ", "▁"];
   const isWordToken = (t) => /[A-Za-z0-9]/.test(t);
   function words(tokens) {

@@ -1,6 +1,6 @@
 """The lesson page for a pretrained model (``attnlab lesson --model``): one offline HTML file.
 
-:func:`build` takes the :class:`attnlab.lab.lesson.pretrained.ModelLesson` measured in Python and writes
+:func:`build` takes the :class:`attnlab.lesson.pretrained.ModelLesson` measured in Python and writes
 the template ``pretrained.html`` with the lesson's style sheet, the script ``pretrained.js`` and the
 weights and head statistics as JSON. The page draws them; it computes no statistic itself and runs no
 model, and says so at the top.
@@ -11,9 +11,9 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from attnlab.lab.lesson import heads
-from attnlab.lab.lesson.pretrained import short
-from attnlab.lab.results import to_dict
+from attnlab.lesson import heads
+from attnlab.lesson.pretrained import short
+from attnlab.results import to_dict
 
 from . import _asset, _fill, _script_json, _write
 

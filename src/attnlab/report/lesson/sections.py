@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from html import escape
 
-from attnlab.lab.train import summary as train_summary
-from attnlab.lab.train import verdict as train_verdict
 from attnlab.report.fmt import fmt_bytes, fmt_time
+from attnlab.train import summary as train_summary
+from attnlab.train import verdict as train_verdict
 
 from . import numbers as num
 from . import verdicts

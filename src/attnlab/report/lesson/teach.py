@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from html import escape
 
-from attnlab.lab.lesson import heads as H
+from attnlab.lesson import heads as H
 
 
 def plain_words() -> str:

@@ -1,8 +1,8 @@
 """What the training runs showed, each claim beside the rule that decides it, and said plainly when it did not hold.
 
 The page never ticks a claim its own numbers contradict. Each verdict here is read from a result
-computed in :mod:`attnlab.lab.train.summary` (the predictions, the 1/d comparison with its
-query/key norms) and :mod:`attnlab.lab.train.verdict` (a variant against its baseline on every
+computed in :mod:`attnlab.train.summary` (the predictions, the 1/d comparison with its
+query/key norms) and :mod:`attnlab.train.verdict` (a variant against its baseline on every
 measurement that bears on it: validation loss, induction share, loss on the repeated copy); this
 module only words it, every number and rule beside it, and says so when the measurements disagree.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from html import escape
 
-from attnlab.lab.train import summary as ts
-from attnlab.lab.train import verdict as tv
+from attnlab.train import summary as ts
+from attnlab.train import verdict as tv
 
 NAMES = {"sqrt": "1/√d", "none": "no scale", "inv": "1/d", "tied": "tied", "untied": "separate"}
 

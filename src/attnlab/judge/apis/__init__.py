@@ -1,0 +1,183 @@
+"""The APIs kernel authors implement, judged by the one oracle: SDPA's, FlashAttention's (dense and varlen),
+FlexAttention's, and decode over a paged KV cache.
+
+A case of the grid is one problem in the oracle's terms (:class:`attnlab.judge.cases.Case`: sizes, a mask,
+a scale, a score modifier). An API case is such a problem with ``Case.api`` saying how it is put to the API, in
+words: ``"flash-attn causal window=8,0 softcap"``, ``"flash-attn-varlen q=5,17,1 k=5,17,30 causal"``. Each API's
+module says once what its arguments mean in the oracle's terms (a dense mask, a score modifier), and how to call
+the function: it builds the API's arguments from the judge's (N, H, L, E) tensors, calls, and reads the output
+and the log-sum-exp back into the oracle's layout. The judge then holds them to the same rule as ever
+(:mod:`attnlab.judge.judge`); the log-sum-exp's own oracle and rule are in :mod:`.lse`.
+
+Cases of the grid an API cannot express (a bool mask for ``flash_attn_func``, dropout for FlexAttention) stay in
+the grid as skipped rows that say why (:func:`skip_reason`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import replace
+
+from attnlab.judge.cases import Case, default_cases, make_inputs
+
+NAMES = ("sdpa", "flash-attn", "flash-attn-varlen", "flex", "paged-decode")
+_MODULES = {"flash-attn": "flash", "flash-attn-varlen": "varlen", "flex": "flex", "paged-decode": "paged"}
+UNEXPRESSED = "unexpressed"  # the word an API case carries when the API cannot put the grid's case
+
+
+def module(name: str):
+    """The module of an API (not sdpa's, which is the judge's own)."""
+    if name not in _MODULES:
+        raise ValueError(f"no such API {name!r}; choose from {', '.join(NAMES)}")
+    return importlib.import_module(f"attnlab.judge.apis.{_MODULES[name]}")
+
+
+def parse(text: str) -> tuple[str, dict]:
+    """``"flash-attn causal window=8,0"`` -> ("flash-attn", {"causal": True, "window": (8, 0)}): a word alone is a
+    flag, ``key=a,b`` a tuple of numbers, ``key=a`` one number."""
+    name, *words = text.split()
+    args: dict = {}
+    for w in words:
+        key, _, value = w.partition("=")
+        if not value:
+            args[key] = True
+            continue
+        nums = tuple(_number(x) for x in value.split(",") if x)
+        args[key] = nums if "," in value else nums[0]
+    return name, args
+
+
+def _number(x: str):
+    try:
+        return int(x)
+    except ValueError:
+        return float(x)
+
+
+def words(name: str, **args) -> str:
+    """The inverse of :func:`parse` (flags that are False, and None values, left out)."""
+    out = [name]
+    for key, value in args.items():
+        if value is True:
+            out.append(key)
+        elif isinstance(value, tuple):
+            out.append(f"{key}={','.join(str(x) for x in value)}" + ("," if len(value) == 1 else ""))
+        elif value not in (None, False):
+            out.append(f"{key}={value}")
+    return " ".join(out)
+
+
+def cases(api: str, dtypes=("float32", "float64", "bfloat16"), long: bool = True) -> list[Case]:
+    """The grid put to ``api``: every case of verify's grid the API can express, the ones it cannot as skipped
+    rows, then the API's own cases (windows, ALiBi, packed lengths, page tables)."""
+    grid = default_cases(list(dtypes), long=long)
+    if api == "sdpa":
+        return grid
+    m = module(api)
+    out = []
+    for c in grid:
+        e = m.express(c)
+        out.append(e if isinstance(e, Case) else replace(c, api=f"{api} {UNEXPRESSED}"))
+    return out + [replace(c, dtype=dt) for dt in dtypes for c in m.extra()]
+
+
+def skip_reason(case: Case) -> str | None:
+    """Why the API cannot run this case (None: it can)."""
+    name, args = parse(case.api)
+    if not args.get(UNEXPRESSED):
+        return None
+    why = module(name).express(replace(case, api=None))
+    return why if isinstance(why, str) else None
+
+
+def backward(case: Case) -> bool:
+    return module(parse(case.api)[0]).BACKWARD
+
+
+def quantities(case: Case) -> list[str]:
+    """What is judged on an API case: the output, the gradients where the API has a backward, the log-sum-exp."""
+    from attnlab.judge import mod_cases
+
+    grads = ["dq", "dk", "dv", *mod_cases.PARAM_NAMES.get(case.mod, [])] if backward(case) else []
+    return ["out", *grads, "lse"]
+
+
+def inputs(case: Case, seed: int, device="cpu"):
+    """A case's tensors as :func:`attnlab.judge.cases.make_inputs` gives them, the mask being the API's
+    arguments in the oracle's terms (:func:`visible` of the API's module) where the API has its own."""
+    name, args = parse(case.api)
+    m = module(name)
+    if not hasattr(m, "visible"):
+        return make_inputs(case, seed, device)
+    q, k, v, _, _, grad_out = make_inputs(replace(case, mask=None, api=None), seed, device)
+    dense = m.visible(case, args)
+    dense = None if dense is None else dense.to(device)
+    return q, k, v, dense, dense, grad_out
+
+
+def modifier(case: Case):
+    """The score modifier the API's arguments mean (softcap, ALiBi), as the judge's ``fresh``; None: the case's
+    own (:mod:`attnlab.judge.mod_cases`)."""
+    name, args = parse(case.api)
+    build = getattr(module(name), "score_mod", None)
+    mod = build(case, args) if build is not None else None
+    if mod is None:
+        return None
+    return lambda dtype=None, device=None: (mod, [])
+
+
+def hints(case: Case, x, out, exp) -> list[str]:
+    """The wrong semantics a failing API case's output matches (keys of
+    :data:`attnlab.judge.diagnose.TEXT`): the API's mask ignored (``causal=``, ``window_size=``, ``block_mask=``,
+    the packing or the page table), or, for FlashAttention's causal= with L != S, the mask aligned top-left."""
+    import torch
+
+    from attnlab.judge import oracle
+
+    if not isinstance(out, torch.Tensor) or (x.dense is None and not case.is_causal):
+        return []
+    mod64, _ = exp.fresh(torch.float64, "cpu")
+    q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
+    mine = out.detach().double().cpu()
+
+    def like(mask, causal=False) -> bool:
+        with torch.no_grad():
+            alt = oracle.reference(q, k, v, mask, causal, case.scale, case.gqa, score_mod=mod64)
+        if alt.shape != mine.shape or not bool(torch.isfinite(mine).all()):
+            return False
+        return bool(((mine - alt).abs() <= 1e-2 * (1 + alt.abs().max())).all())
+
+    name, args = parse(case.api)
+    if like(None):
+        return ["api-mask-ignored"]
+    S = case.S or case.L
+    if args.get("causal") and case.L != S and name in ("flash-attn", "flash-attn-varlen", "paged-decode"):
+        left, right = tuple(args.get("window", (-1, -1)))
+        top = torch.ones(case.L, S, dtype=torch.bool).tril()
+        if left >= 0:
+            top &= torch.arange(S)[None, :] >= torch.arange(case.L)[:, None] - left
+        if like(top):
+            return ["api-top-left"]
+    return []
+
+
+class Adapted:
+    """A function written to an API, called by the judge as it calls SDPA's: :meth:`call_case` builds the API's
+    arguments for the case from the (N, H, L, E) tensors and returns (out in the oracle's layout, the log-sum-exp
+    (N, H, L) or None)."""
+
+    def __init__(self, fn, api: str):
+        if api not in _MODULES:
+            raise ValueError(f"no such API {api!r}; choose from {', '.join(NAMES)}")
+        self.fn, self.api = fn, api
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+        self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
+
+    def __repr__(self) -> str:
+        return f"Adapted({self.__qualname__}, {self.api!r})"
+
+    def call_case(self, q, k, v, case: Case, dropout_p: float = 0.0, score_mod=None):
+        name, args = parse(case.api or self.api)
+        if name != self.api:
+            raise ValueError(f"a {name} case given to a {self.api} function")
+        return module(name).call(self.fn, q, k, v, case, args, dropout_p, score_mod)

@@ -1,0 +1,176 @@
+"""FlashAttention's ``flash_attn_func``: its arguments in the oracle's terms, and the call.
+
+    flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False)
+
+q is (B, L, H, D), k and v (B, S, Hkv, D) -- heads third, one head dim for all three -- and query head h reads
+key head h // (H / Hkv). What the arguments mean, as FlashAttention's interface documents them:
+
+* query i sits at key position ``i + S - L``: the causal mask is aligned bottom-right, so with L > S the first
+  L - S queries see no key (their output is zeros, their log-sum-exp -inf);
+* ``window_size=(left, right)``: query i sees keys ``i + S - L - left ... i + S - L + right``, -1 unbounded;
+  ``causal=True`` sets ``right`` to 0;
+* ``softcap > 0``: each scaled score s becomes ``softcap * tanh(s / softcap)``, before the mask;
+* ``alibi_slopes`` (H,) or (B, H), float32: ``-slope * |i + S - L - j|`` is added to the score after that;
+* ``return_attn_probs=True``: returns ``(out, softmax_lse, S_dmask)``, softmax_lse float32 (B, H, L), the
+  log-sum-exp of each row of the scaled (and capped, biased, masked) scores.
+
+:func:`keys_seen` and :func:`score_mod` are those rules, written once; the varlen and paged APIs use them too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+
+from attnlab.judge import mod_cases
+from attnlab.judge.apis import words
+from attnlab.judge.cases import CAUSAL_BIAS, LOWER_RIGHT, Case
+from attnlab.kernels import mods
+
+NAME = "flash-attn"
+BACKWARD = True
+TENSOR_MASKS = "flash_attn_func takes no attn_mask (its masks are causal= and window_size=)"
+
+
+def keys_seen(L: int, S: int, causal: bool = False, window=(-1, -1)) -> torch.Tensor | None:
+    """(L, S) bool, True where query i sees key j; None where every query sees every key."""
+    left, right = window
+    if causal:
+        right = 0
+    if left < 0 and right < 0:
+        return None
+    i, j = torch.arange(L)[:, None] + (S - L), torch.arange(S)[None, :]  # i: the query's key position
+    seen = torch.ones(L, S, dtype=torch.bool)
+    if left >= 0:
+        seen &= j >= i - left
+    if right >= 0:
+        seen &= j <= i + right
+    return seen
+
+
+def slopes(case: Case, args: dict) -> torch.Tensor | None:
+    """The ALiBi slopes a case passes, float32: the paper's geometric ones (H,), or per batch element (B, H)."""
+    if args.get("alibi"):
+        return mods.alibi_slopes(case.H).float()
+    if args.get("alibi-batch"):
+        B = math.prod(case.batch)
+        return mods.alibi_slopes(case.H).float()[None] * (1.0 + 0.5 * torch.arange(B, dtype=torch.float32)[:, None])
+    return None
+
+
+def score_mod(case: Case, args: dict):
+    """softcap, then ALiBi, as a score modifier ``(score, b, h, q_idx, kv_idx) -> score`` on the scaled scores."""
+    cap = mod_cases.CAP if args.get("softcap") else None
+    sl = slopes(case, args)
+    if cap is None and sl is None:
+        return None
+    offset = (case.S or case.L) - case.L
+
+    def fn(score, b, h, q_idx, kv_idx):
+        if cap is not None:
+            score = torch.tanh(score / cap) * cap
+        if sl is not None:
+            s = sl.to(score)
+            slope = s[b, h] if s.dim() == 2 else s[h]
+            score = score - slope * (q_idx + offset - kv_idx).abs().to(score.dtype)
+        return score
+
+    return mods.Mod.from_fn(fn, words("flash", softcap=cap is not None, alibi=sl is not None))
+
+
+def visible(case: Case, args: dict):
+    return keys_seen(case.L, case.S or case.L, bool(args.get("causal")), tuple(args.get("window", (-1, -1))))
+
+
+def express(c: Case) -> Case | str:
+    """A case of verify's grid as a flash_attn_func call, or why it cannot be one."""
+    S = c.S or c.L
+    if (c.Ev or c.E) != c.E:
+        return "flash_attn_func takes one head dim for q, k and v (here Ev != E)"
+    if c.is_causal and c.mask is not None:
+        return TENSOR_MASKS
+    if c.is_causal and c.L != S:
+        return ("flash_attn_func's causal= is aligned bottom-right: PyTorch's upper-left is_causal with L != S "
+                "has no flash_attn_func spelling")
+    causal = c.is_causal or c.mask in (LOWER_RIGHT - {"causal_lower_right & sliding_window"}) or (
+        c.mask in ("causal", CAUSAL_BIAS[0]) and c.L == S)
+    if c.mask is not None and not causal:
+        return TENSOR_MASKS + (": a padding mask is flash_attn_varlen_func's cu_seqlens" if c.mask == "padding"
+                               else "")
+    if c.mod is not None and c.mod != "softcap":
+        return ("flash_attn_func takes no score_mod (its modifiers are softcap= and alibi_slopes=, run in the "
+                "flash-attn cases)")
+    return replace(c, is_causal=False, mask="lower-right" if causal else None,
+                   mod="flash: softcap" if c.mod else None, api=words(NAME, causal=causal, softcap=bool(c.mod)))
+
+
+def extra() -> list[Case]:
+    """flash_attn_func's own cases: windows, ALiBi, softcap with both, and a head dim of 128."""
+    a = "alibi-batch"
+    return [
+        Case("flash: window (8, 0), causal", H=2, mask="lower-right", api=words(NAME, causal=True, window=(8, 0))),
+        Case("flash: window (4, 4), L<S", batch=(1,), H=2, L=33, S=47, api=words(NAME, window=(4, 4))),
+        Case("flash: window (-1, 3), L>S", batch=(1,), H=2, L=47, S=33, api=words(NAME, window=(-1, 3))),
+        Case("flash: window (5, -1), GQA 4/2", H=4, Hkv=2, L=40, api=words(NAME, window=(5, -1))),
+        Case("flash: ALiBi (H,), L<S", H=4, L=33, S=47, mod="flash: alibi", api=words(NAME, alibi=True)),
+        Case("flash: ALiBi (B, H), causal, L>S", batch=(3,), H=2, L=47, S=33, mask="lower-right",
+             mod="flash: alibi", api=words(NAME, causal=True, **{a: True})),
+        Case("flash: softcap, ALiBi, window (16, 0), causal, L=97", batch=(1,), H=2, L=97, mask="lower-right",
+             mod="flash: softcap, alibi", api=words(NAME, causal=True, window=(16, 0), softcap=True, alibi=True)),
+        Case("flash: head dim 128, causal", batch=(1,), H=2, L=80, E=128, mask="lower-right",
+             api=words(NAME, causal=True)),
+    ]
+
+
+def heads_third(t: torch.Tensor, case: Case) -> torch.Tensor:
+    """(..., H, L, D) -> (B, L, H, D): contiguous, or, for the grid's non-contiguous cases, a view (a
+    (B, H, L, D) tensor seen heads third; k, v expanded over the batch; a sliced last dim)."""
+    t = t.reshape(-1, *t.shape[-3:])  # the batch dims as one
+    if case.layout is None:
+        return t.transpose(1, 2).contiguous()
+    return (t.contiguous() if case.layout == "transposed" else t).transpose(1, 2)
+
+
+def keywords(case: Case, args: dict, p: float, device) -> dict:
+    """The keywords of FlashAttention's functions that a case sets (the defaults left out)."""
+    kw = {}
+    if p > 0:
+        kw["dropout_p"] = p
+    if case.scale is not None:
+        kw["softmax_scale"] = float(case.scale)
+    if args.get("causal"):
+        kw["causal"] = True
+    if "window" in args:
+        kw["window_size"] = tuple(args["window"])
+    if args.get("softcap"):
+        kw["softcap"] = mod_cases.CAP
+    sl = slopes(case, args)
+    if sl is not None:
+        kw["alibi_slopes"] = sl.to(device)
+    return kw
+
+
+def split(res) -> tuple:
+    """(out, lse or None) from what a FlashAttention-style function returns: out, or (out, lse[, ...])."""
+    if isinstance(res, (tuple, list)):
+        return res[0], (res[1] if len(res) > 1 else None)
+    return res, None
+
+
+def flat_lse(lse, N: int, H: int, L: int):
+    """A returned log-sum-exp as (N, H, L) where it has that many numbers (else as it came, to fail its shape)."""
+    if isinstance(lse, torch.Tensor) and lse.numel() == N * H * L:
+        return lse.reshape(N, H, L)
+    return lse
+
+
+def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):
+    out, lse = split(fn(*(heads_third(t, case) for t in (q, k, v)), **keywords(case, args, p, q.device),
+                        return_attn_probs=True))
+    if not isinstance(out, torch.Tensor) or out.dim() != 4:
+        return out, lse
+    N, H, L = out.shape[0], out.shape[2], out.shape[1]
+    return out.transpose(1, 2).reshape(*q.shape[:-1], out.shape[-1]), flat_lse(lse, N, H, L)

@@ -1,0 +1,114 @@
+"""The log-sum-exp flash kernels return, held to the same rule as the output.
+
+For each query row, ``lse_i = log sum_j exp(s_ij)`` over the row's scaled scores after the score modifier and the
+mask (masked scores are -inf), before dropout: the statistic a flash kernel keeps to finish its softmax and to run
+its backward, and what ring attention merges. The oracle's is computed in float64 by the oracle itself
+(:attr:`attnlab.judge.oracle.Forward.lse`). **A row that sees no key has lse = -inf**, the log of an empty sum,
+as FlexAttention returns it; FlashAttention 2's CUDA kernel writes +inf there instead (so that its backward's
+``exp(s - lse)`` is 0), and either infinity is accepted on those rows. Anything finite, or NaN, fails.
+
+On the other rows the rule is the output's: ``max|yours - oracle| <= 2 x max|PyTorch - oracle| + floor``.
+PyTorch's public functions return no log-sum-exp, so its side is ``torch.logsumexp`` over PyTorch's own scores
+in the case's dtype -- with float32 statistics for float16 and bfloat16, as every flash kernel keeps them (the
+matmul of half inputs accumulated in float32). The floor is the scores' rounding error on the row
+(:func:`attnlab.judge.rule.score_error`), plus ``u sqrt(S)`` for the sum, plus twice the error of storing the
+answer in float32 (float64 for float64 inputs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import torch
+
+from attnlab.judge import oracle, rule
+from attnlab.judge.cases import DTYPES, Case
+from attnlab.kernels import mods
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+def store_dtype(case: Case) -> torch.dtype:
+    return torch.float64 if DTYPES[case.dtype] == torch.float64 else torch.float32
+
+
+def floor(case: Case, f: oracle.Forward) -> float:
+    """The lse's rounding budget on the rows that see a key (the storing is :func:`rule.compare`'s)."""
+    dt = DTYPES[case.dtype]
+    u = torch.finfo(torch.float32 if dt in HALF else dt).eps
+    live = torch.isfinite(f.lse)
+    if not live.any():
+        return 0.0
+    bound = rule.score_error(f, u)[..., 0] + u * math.sqrt(f.k.shape[2])  # (N, H, L)
+    return float(bound[live].max())
+
+
+def pytorch(case: Case, x, fresh) -> torch.Tensor:
+    """PyTorch's log-sum-exp on the case's device, (N, H, L) float32 (or float64)."""
+    dt = DTYPES[case.dtype]
+    work = torch.float32 if dt in HALF else dt
+    q, k, _, _ = oracle._broadcast(*(t.detach().to(work) for t in (x.q, x.k, x.v)), case.gqa)  # (N, H, L, E)...
+    N, H, L, E = q.shape
+    G = H // k.shape[1] if k.shape[1] else 1
+    k = k.repeat_interleave(G, dim=1)
+    S = k.shape[2]
+    sc = 1.0 / math.sqrt(E) if case.scale is None else float(case.scale)
+    s = q @ k.transpose(-2, -1) * sc  # (N, H, L, S)
+    mod, _ = fresh(work, q.device)
+    if mod is not None:
+        s = mods.apply_dense(mods.as_mod(mod), s)
+    m = x.dense
+    if m is not None:
+        full = (*case.batch, H, L, S)
+        m = m.to(q.device).expand(full).reshape(N, H, L, S)
+        s = s.masked_fill(~m, -math.inf) if m.dtype == torch.bool else s + m.to(work)
+    if case.is_causal:
+        s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool, device=q.device).tril(), -math.inf)
+    return torch.logsumexp(s, dim=-1)
+
+
+def extend(case: Case, x, exp, n: int) -> dict:
+    """The fields of the judge's ``Expected`` for an API case: its first ``n`` quantities (the output, and the
+    gradients where the API has a backward), then the log-sum-exp -- the oracle's, PyTorch's, and its floor."""
+    f = exp.fwd  # the case's one oracle forward (judge.expect), which computes the lse with the rest
+    theirs_lse = pytorch(case, x, exp.fresh)
+    theirs = [(*t[:n], theirs_lse) for t in exp.theirs] if isinstance(exp.theirs, list) else \
+        (*exp.theirs[:n], theirs_lse)
+    return {"ref": (*exp.ref[:n], f.lse), "ref0": (*exp.ref0[:n], f.lse), "theirs": theirs,
+            "budget": {**exp.budget, "lse": floor(case, f)}}
+
+
+def compare(mine, theirs: torch.Tensor, ref: torch.Tensor, case: Case, rounding: float) -> rule.Comparison:
+    """The rule on the rows that see a key; on the others (oracle -inf) either infinity passes."""
+    if not isinstance(mine, torch.Tensor) or mine.shape != ref.shape:
+        return rule.Comparison("lse", math.inf, math.inf, 0.0, 0.0, False)
+    mine, theirs = mine.detach().double().cpu(), theirs.detach().double().cpu()
+    dead = torch.isneginf(ref)
+    c = rule.compare("lse", mine[~dead], theirs[~dead], ref[~dead], store_dtype(case), rounding)
+    if bool(torch.isinf(mine[dead]).all()):
+        return c
+    return replace(c, err=math.inf, passed=False)
+
+
+LOG2E = 1.0 / math.log(2.0)
+
+
+def hints(mine, ref: torch.Tensor) -> list[str]:
+    """The wrong log-sum-exps a failing one matches (keys of :data:`attnlab.judge.diagnose.TEXT`): in base 2
+    (``log2 sum 2^(s log2 e)``, what a kernel working in exp2 keeps), or right on every row that sees a key but
+    finite or NaN on the rows that see none."""
+    if not isinstance(mine, torch.Tensor) or mine.shape != ref.shape:
+        return []
+    m = mine.detach().double().cpu()
+    dead = torch.isneginf(ref)
+    live = ~dead
+    if not live.any():
+        return [] if bool(torch.isinf(m).all()) else ["lse-dead-rows"]
+    r, x = ref[live], m[live]
+    near = 1e-2 * (1 + r.abs())  # far coarser than any dtype's rule: these say which formula, not how well
+    if bool(((x - r * LOG2E).abs() <= near).all()) and bool(((x - r).abs() > near).any()):
+        return ["lse-base2"]
+    if bool(((x - r).abs() <= near).all()) and dead.any() and not bool(torch.isinf(m[dead]).all()):
+        return ["lse-dead-rows"]
+    return []

@@ -1,0 +1,51 @@
+"""What a row of verify knows about a failure, as values: the diagnoses read these, never the row's text.
+
+A failing row says in words what went wrong (``Row.detail``, for people); beside the words it keeps
+:class:`Facts`: what ended the case (an exception, a timeout, the process gone, the oracle's own
+check, the dropout probe), the keys of the contract problems (:data:`PROBLEMS`), and an exception's
+type and message. With the row's comparisons (which quantities failed, by how much, against what
+limit) and its hints (the wrong semantics its output matched, :mod:`attnlab.judge.hypotheses`),
+that is all :mod:`attnlab.judge.diagnose` reads, so rewording a message changes no diagnosis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from attnlab.results import Result
+
+KINDS = ("", "oracle", "raised", "exit", "timeout", "lost", "probe")  # "": the numbers (and the contract) decide
+
+# key -> how a row says it (format fields are the problem's values)
+PROBLEMS = {
+    "not-a-tensor": "returned {returned}, not a tensor",
+    "dtype": "the output has dtype {got}; PyTorch returns the inputs' dtype {want}",
+    "device": "the output is on {got}; PyTorch returns it on the inputs' device {want}",
+    "in-place": "changed its input {name} in place (the caller's tensor is not what it passed)",
+    "requires-grad": "changed {name}.requires_grad from {was} to {now}",
+    "shape": "the output has shape {got}; PyTorch's is {want}",
+    "no-grad": "the output does not require grad: no gradient reaches q, k or v (detached inputs?)",
+    "no-lse": "returned no log-sum-exp, which the API returns when asked (return_attn_probs=True, return_lse=True, "
+              "return_softmax_lse=True)",
+}
+
+
+@dataclass
+class Facts(Result):
+    kind: str = ""  # one of KINDS
+    problems: list[str] = field(default_factory=list)  # keys of PROBLEMS
+    raised_type: str = ""  # an exception's class name ("" when none)
+    raised_message: str = ""
+
+
+def problem(key: str, **values) -> list[str]:
+    """A contract problem as it travels: [key, the sentence a row shows]."""
+    return [key, PROBLEMS[key].format(**values)]
+
+
+def raised(e: BaseException, kind: str = "raised") -> Facts:
+    """The facts of an exception the judged function raised (in this process, or another's, sent as values)."""
+    info = getattr(e, "info", None)
+    if isinstance(info, dict):
+        return Facts(kind, raised_type=str(info.get("type", "")), raised_message=str(info.get("message", "")))
+    return Facts(kind, raised_type=type(e).__name__, raised_message=str(e))

@@ -1,0 +1,371 @@
+"""Judging one function on one case: what it is held to, how it is called, and the verdict.
+
+For a case, :func:`expect` computes once what every function is judged by -- the float64 oracle's
+output and gradients, the rounding floors, and PyTorch's own answer in the case's dtype on the
+case's device (the "2 x PyTorch's error" of the rule). It also checks the oracle: PyTorch's answer
+in float64 must agree with it to float64 rounding, or the case is an ERROR that says so, whatever
+the judged function does -- a disagreement never widens a limit.
+
+:func:`judge` then calls the function on fresh copies laid out as the case says (transposed,
+expanded, sliced), checks the contract (an output of PyTorch's shape, dtype and device; the
+caller's tensors untouched, values and ``requires_grad``), and holds the output and every gradient
+to the rule of :mod:`attnlab.judge.rule`. A failing row also records which wrong semantics its output
+matches (:mod:`attnlab.judge.hypotheses`), for the diagnoses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.nn.functional as F
+
+from attnlab import kernels
+from attnlab.judge import apis, hypotheses, mod_cases, oracle, rule
+from attnlab.judge.apis import lse
+from attnlab.judge.cases import DTYPES, Case, views
+from attnlab.judge.facts import Facts, problem, raised
+from attnlab.judge.remote import Remote, described
+from attnlab.masks import Mask
+from attnlab.results import Result
+
+CROSS_FACTOR = 4.0  # PyTorch in float64 within 4x the float64 rounding floor of the oracle: the oracle is right
+
+
+@dataclass
+class Row(Result):
+    form: str
+    case: str
+    dtype: str
+    status: str  # pass | fail | skipped | error
+    comparisons: list[rule.Comparison] = field(default_factory=list)
+    detail: str = ""
+    tags: list[str] = field(default_factory=list)  # what the case exercises (Case.tags)
+    hints: list[str] = field(default_factory=list)  # wrong semantics a failing output matches (hypotheses)
+    cross: rule.Comparison | None = None  # PyTorch in float64 against the oracle: the oracle's own check
+    facts: Facts = field(default_factory=Facts)  # what failed, as values (what the diagnoses read)
+
+    @property
+    def worst(self) -> rule.Comparison | None:
+        """The comparison closest to (or furthest past) its limit."""
+        if not self.comparisons:
+            return None
+        return max(self.comparisons, key=lambda c: c.err / c.allowed if c.allowed > 0 else math.inf)
+
+
+def row(name: str, case: Case, status: str, detail: str = "", **kw) -> Row:
+    return Row(name, case.name, case.dtype, status, detail=detail, tags=sorted(case.tags), **kw)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a function is judged by on one case (see :func:`expect`)."""
+
+    ref: tuple  # the oracle: out, dq, dk, dv[, dmask][, d params] (float64, CPU)
+    ref0: tuple  # the same without dropout (what PyTorch's answer is measured against)
+    budget: dict  # rounding floor per quantity
+    theirs: tuple  # PyTorch in the case's dtype and device
+    cross: rule.Comparison  # PyTorch in float64 against the oracle, worst quantity
+    keep: torch.Tensor | None  # the dropout keep-mask the oracle applied
+    fresh: object  # the case's score modifier maker (see _modifier)
+    fwd: oracle.Forward | None = None  # the oracle's forward (with the keep-mask), computed once for the case
+    theirs64: tuple | None = None  # PyTorch in float64 on these inputs (the oracle's own check)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """A case's tensors (:func:`attnlab.judge.cases.make_inputs`): ``mask`` is what attnlab's forms take (an
+    attnlab mask function stays a function), ``dense`` its tensor twin for PyTorch and other functions."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    mask: object
+    dense: torch.Tensor | None
+    grad_out: torch.Tensor
+
+    def mask_for(self, accepts_masks: bool):
+        return self.mask if accepts_masks else self.dense
+
+    @property
+    def oracle_mask(self):
+        """The oracle reads a mask function (its own evaluation) and PyTorch's CausalBias itself, a tensor as it is."""
+        return self.mask if isinstance(self.mask, Mask) or oracle.causal_variant(self.mask) else self.dense
+
+    @property
+    def torch_mask(self):
+        """What PyTorch is given: its own CausalBias as it is, else the dense tensor."""
+        return self.mask if oracle.causal_variant(self.mask) else self.dense
+
+
+def quantities(case: Case, backward: bool = True) -> list[str]:
+    """What is compared on a case: the output, and with ``backward`` every gradient; an API case's own
+    (:func:`apis.quantities`) end with its log-sum-exp."""
+    if case.api:
+        names = apis.quantities(case)
+        return names if backward else ["out", "lse"]
+    if not backward:
+        return ["out"]
+    return sdpa_quantities(case)
+
+
+def sdpa_quantities(case: Case) -> list[str]:
+    return ["out", "dq", "dk", "dv"] + (["dmask"] if case.grad_mask else []) + mod_cases.PARAM_NAMES.get(case.mod, [])
+
+
+def call(fn, q, k, v, mask, case: Case, dropout_p: float = 0.0, score_mod=None):
+    """Call a form passing only non-default keywords (user functions may not take them all)."""
+    if isinstance(fn, Remote):  # a function in another process: the call goes there, its output comes back
+        return fn.call(q, k, v, mask, case, dropout_p)
+    if isinstance(fn, apis.Adapted):  # another API: its own arguments, from the case
+        return fn.call_case(q, k, v, case, dropout_p, score_mod)[0]
+    kw = {"dropout_p": dropout_p} if dropout_p > 0 else {}
+    if score_mod is not None:
+        kw["score_mod"] = score_mod
+    if mask is not None:
+        kw["attn_mask"] = mask
+    if case.is_causal:
+        kw["is_causal"] = True
+    if case.gqa:
+        kw["enable_gqa"] = True
+    if case.scale is not None:
+        kw["scale"] = torch.tensor(case.scale, dtype=torch.float64) if case.scale_tensor else case.scale
+    return fn(q, k, v, **kw)
+
+
+def _modifier(case: Case, seed: int):
+    """The case's score modifier: ``fresh(dtype=None) -> (Mod or None, the tensors it holds)``, each call
+    on its own copies of those tensors (leaves whose gradients are compared like dq, dk, dv). An API's own
+    arguments (flash-attn's softcap and ALiBi) are its modifier (:func:`apis.modifier`)."""
+    own = apis.modifier(case) if case.api else None
+    if own is not None:
+        return own
+    tensors, build = mod_cases.make(case.mod, case.H, seed, DTYPES[case.dtype]) if case.mod else ([], None)
+
+    def fresh(dtype=None, device=None):
+        if build is None:
+            return None, []
+        ts = [t.detach().to(device or t.device, dtype or t.dtype).clone().requires_grad_(True) for t in tensors]
+        return build(ts), ts
+
+    return fresh
+
+
+def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=None, layout: bool = True,
+        backward: bool = True):
+    """Call ``f`` on fresh inputs after ``torch.manual_seed(seed)``; returns ((out, dq, dk, dv[, dmask][, dparams]),
+    contract problems). Inputs are laid out as the case says (``layout``); gradients are taken with respect
+    to the tensors ``f`` was given: by ``torch.autograd.grad``, or where the function's backward only works under
+    ``.backward()`` (reentrant activation checkpointing) from the ``.grad`` it leaves. ``backward=False``: the
+    forward alone, on inputs that do not require grad, returns ((out,), problems). A :class:`Remote` function does
+    all of it in its own process, and sends back the tensors and the problems as values."""
+    if isinstance(f, Remote):
+        return f.run(case, seed, q, k, v, m, grad_out, p, fresh, layout, backward)
+    _, (qq, kk, vv) = views(case, q, k, v) if layout else (None, [t.detach().clone().requires_grad_(True)
+                                                                 for t in (q, k, v)])
+    if not backward:  # the same layout, nothing to differentiate
+        qq, kk, vv = (t.detach() for t in (qq, kk, vv))
+    tensor = isinstance(m, torch.Tensor) and oracle.causal_variant(m) is None  # (a CausalBias holds no values)
+    mm = m.detach().clone().requires_grad_(case.grad_mask and backward) if tensor else m  # the caller's own copy
+    mod, ts = fresh(device=q.device) if fresh is not None else (None, [])
+    given = [qq, kk, vv] + ([mm] if tensor else [])
+    before = [(t.detach().clone(), t.requires_grad) for t in given]
+    if p > 0:  # the dropout a function draws follows torch.manual_seed
+        torch.manual_seed(seed)
+    if isinstance(f, apis.Adapted):  # another API: (out, its log-sum-exp), and gradients where it has a backward
+        out, lse_ = f.call_case(qq, kk, vv, case, p, mod)
+    else:
+        out, lse_ = call(f, qq, kk, vv, mm, case, p, mod), None
+    problems = _contract(out, q, given, before)
+    if not isinstance(out, torch.Tensor):
+        return None, problems
+    extra = (lse_,) if isinstance(f, apis.Adapted) else ()
+    if isinstance(f, apis.Adapted) and lse_ is None:
+        problems.append(problem("no-lse"))
+    if not backward:
+        return (out.detach(), *extra), problems
+    if case.api and not apis.backward(case):
+        return (out, *extra), problems
+    wrt = [qq, kk, vv] + ([mm] if case.grad_mask else []) + ts
+    if out.shape != grad_out.shape:
+        problems.append(problem("shape", got=tuple(out.shape), want=tuple(grad_out.shape)))
+        return (out, *[None] * len(wrt)), problems
+    if not out.requires_grad:
+        problems.append(problem("no-grad"))
+        return (out, *[None] * len(wrt)), problems
+    try:
+        grads = torch.autograd.grad(out, wrt, grad_out.to(out.dtype), allow_unused=True)
+    except RuntimeError as first:  # e.g. reentrant checkpointing, which takes only .backward(): ask it that way
+        grads = _by_backward(f, case, seed, p, qq, kk, vv, mm, mod, wrt, grad_out, first)
+    return (out, *grads, *extra), problems
+
+
+def _by_backward(f, case: Case, seed: int, p: float, qq, kk, vv, mm, mod, wrt, grad_out, first: RuntimeError):
+    """The gradients ``out.backward(grad_out)`` leaves in ``.grad`` (kept on the views too), from a fresh forward:
+    the graph ``torch.autograd.grad`` refused may be half spent. Its own failure raises the first error."""
+    for t in wrt:
+        t.grad = None
+        if not t.is_leaf:
+            t.retain_grad()
+    if p > 0:
+        torch.manual_seed(seed)
+    out = f.call_case(qq, kk, vv, case, p, mod)[0] if isinstance(f, apis.Adapted) else call(f, qq, kk, vv, mm, case,
+                                                                                              p, mod)
+    try:
+        out.backward(grad_out.to(out.dtype))
+    except RuntimeError:
+        raise first from None
+    return tuple(t.grad for t in wrt)
+
+
+INPUT_NAMES = ("query", "key", "value", "attn_mask")
+
+
+def _contract(out, q, given, before) -> list[list[str]]:
+    """What breaks PyTorch's contract, as [key, sentence] (:data:`attnlab.judge.facts.PROBLEMS`): not a
+    tensor, another dtype or device, inputs changed in place."""
+    problems = []
+    if not isinstance(out, torch.Tensor):
+        return [problem("not-a-tensor", returned=type(out).__name__)]
+    if out.dtype != q.dtype:
+        problems.append(problem("dtype", got=out.dtype, want=q.dtype))
+    if out.device != q.device:
+        problems.append(problem("device", got=out.device, want=q.device))
+    for name, t, (was, grad) in zip(INPUT_NAMES, given, before, strict=False):
+        if not torch.equal(t.detach(), was):
+            problems.append(problem("in-place", name=name))
+        if t.requires_grad != grad:
+            problems.append(problem("requires-grad", name=name, was=grad, now=t.requires_grad))
+    return problems
+
+
+def expect(case: Case, seed: int, x: Inputs, keep) -> Expected:
+    """What a form is judged by: the oracle (with the keep-mask), the oracle without dropout, the
+    rounding floors, PyTorch's answer in the case's dtype (without dropout), and the oracle's own check.
+    The oracle's forward runs once (twice with dropout: with the keep-mask and without), and every floor and
+    hypothesis reads it; in float64 on the CPU, PyTorch's answer is its float64 answer too."""
+    q, k, v, dense, grad_out = x.q, x.k, x.v, x.torch_mask, x.grad_out
+    fresh = _modifier(case, seed)
+    mod64, ts64 = fresh(torch.float64, "cpu")  # the oracle differentiates the tensors made, listed or not
+    args = (q, k, v, x.oracle_mask, case.is_causal, case.scale, case.gqa)
+    ref, fwd = oracle.answer(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, score_mod=mod64,
+                             score_params=ts64)
+    # PyTorch runs without dropout (its dropout draws other random numbers): its error is measured
+    # against the oracle without dropout, the form's against the oracle with the form's keep-mask.
+    ref0, fwd0 = (ref, fwd) if keep is None else oracle.answer(*args, grad_out=grad_out, score_mod=mod64,
+                                                               score_params=ts64)
+    budget = rule.rounding_floor(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, fwd=fwd)
+    theirs = _pytorch(case, seed, q, k, v, dense, grad_out, fresh)
+    if DTYPES[case.dtype] == torch.float64 and q.device.type == "cpu":  # the float64 answer is that one
+        ours64 = theirs
+    else:
+        cpu64 = [t.detach().cpu().double() for t in (q, k, v, grad_out)]
+        case64 = Case(**{**case.__dict__, "dtype": "float64", "layout": None})
+        ours64 = _pytorch(case64, seed, *cpu64[:3], oracle.cpu64(dense), cpu64[3],
+                          lambda dtype=None, device=None: fresh(torch.float64))
+    if keep is None and DTYPES[case.dtype] in (torch.float32, torch.float64):  # one roundoff: the floor is linear in it
+        ratio = torch.finfo(torch.float64).eps / torch.finfo(DTYPES[case.dtype]).eps
+        floor64 = {n: b * ratio for n, b in budget.items()}
+    else:
+        floor64 = rule.rounding_floor(*args, grad_out=grad_out, dtype=torch.float64, fwd=fwd0)
+    exp = Expected(ref, ref0, budget, theirs, _cross(case, ours64, ref0, floor64), keep, fresh, fwd, ours64)
+    if case.api:  # the API's quantities: out (and the gradients where it has a backward), then the log-sum-exp
+        return replace(exp, **lse.extend(case, x, exp, len(quantities(case)) - 1))
+    return exp
+
+
+def in_float64(exp: Expected, case64: Case, seed: int) -> Expected:
+    """What the float64 twin of a float32 case is judged by, from the float32 case's :class:`Expected`: the same
+    inputs (:meth:`Case.seed`) give the same oracle, floors that scale with the dtype's epsilon, and PyTorch's
+    float64 answer, already computed for the oracle's check. For cases without dropout or a score modifier."""
+    ratio = torch.finfo(torch.float64).eps / torch.finfo(torch.float32).eps
+    return Expected(exp.ref, exp.ref0, {n: b * ratio for n, b in exp.budget.items()}, exp.theirs64, exp.cross,
+                    exp.keep, _modifier(case64, seed), exp.fwd, exp.theirs64)
+
+
+def _pytorch(case: Case, seed: int, q, k, v, dense, grad_out, fresh):
+    """PyTorch's answer and gradients: F.scaled_dot_product_attention, or with a score modifier its plain
+    operations (the larger error of its two natural orders, and SDPA with the bias where it is additive)."""
+    if not case.mod:
+        got, _ = run(F.scaled_dot_product_attention, case, seed, q, k, v, dense, grad_out, fresh=fresh, layout=False)
+        if case.is_causal and not all(torch.isfinite(t).all() for t in got if t is not None) and (
+                torch.isfinite(q).all() and torch.isfinite(k).all() and torch.isfinite(v).all()):
+            # PyTorch 2.13's CPU kernel answers NaN for is_causal with a negative scale: the mask spelled out
+            spelled = Case(**{**case.__dict__, "is_causal": False})
+            tril = torch.ones(case.L, case.S or case.L, dtype=torch.bool, device=q.device).tril()
+            m = tril if dense is None else (dense & tril if dense.dtype == torch.bool else
+                                            dense.masked_fill(~tril, -math.inf))
+            got, _ = run(F.scaled_dot_product_attention, spelled, seed, q, k, v, m, grad_out, fresh=fresh,
+                         layout=False)
+        return got
+    fns = [mod_cases.eager, mod_cases.eager_folded] + ([mod_cases.sdpa_bias] if case.mod in mod_cases.ADDITIVE else [])
+    answers = [run(f, case, seed, q, k, v, dense, grad_out, fresh=fresh, layout=False)[0] for f in fns]
+    return answers[0] if len(answers) == 1 else answers
+
+
+def _cross(case: Case, ours64, ref0, floor64: dict) -> rule.Comparison:
+    """PyTorch's float64 answer against the oracle, quantity by quantity: the worst, against CROSS_FACTOR
+    times the float64 rounding floor. With a score modifier, every one of PyTorch's orders must agree."""
+    answers = ours64 if isinstance(ours64, list) else [ours64]
+    worst = None
+    for ans in answers:
+        for name, got, want in zip(sdpa_quantities(case), ans, ref0, strict=False):
+            if got is None:
+                continue
+            err = rule.max_err(got, want)
+            allowed = CROSS_FACTOR * (floor64.get(name, 0.0) + rule.floor(want, torch.float64))
+            c = rule.Comparison(name, err, rule.mean_err(got, want), 0.0, allowed, bool(err <= allowed))
+            if worst is None or c.err / c.allowed > worst.err / worst.allowed:
+                worst = c
+    return worst or rule.Comparison("out", 0.0, 0.0, 0.0, 1e-300, True)
+
+
+def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accepts_masks: bool,
+          explain: bool = True, *, backward: bool = True, factor: float = rule.FACTOR) -> Row:
+    """Run ``fn`` on the case and hold out, dq, dk, dv (and dmask, and a modifier's tensors) to the tolerance rule.
+    ``accepts_masks``: ``fn`` is one of attnlab's forms, given mask functions as they are. ``explain``: on a
+    failure, look for the wrong semantics it matches (a few float64 runs more). ``backward=False``: the output
+    alone. ``factor``: the rule's multiple of PyTorch's error (see :data:`attnlab.judge.rule.FACTOR`)."""
+    if not exp.cross.passed:
+        return row(name, case, "error", f"the oracle and PyTorch disagree: max|PyTorch(float64) - oracle| = "
+                   f"{exp.cross.err:.3g} on {exp.cross.quantity}, allowed {exp.cross.allowed:.3g} (float64 "
+                   "rounding); this case judges nothing until they agree", cross=exp.cross, facts=Facts("oracle"))
+    try:
+        mine, problems = run(fn, case, seed, x.q, x.k, x.v, x.mask_for(accepts_masks), x.grad_out, case.dropout_p,
+                             exp.fresh, backward=backward)
+    except kernels.Unsupported as e:  # an input the form says it does not take: skipped, with the reason
+        return row(name, case, "skipped", str(e), cross=exp.cross)
+    except Exception as e:  # a function that cannot run a case fails it, with the reason
+        exit_ = getattr(e, "info", {}).get("type") == "SystemExit"  # sys.exit() in another process
+        return row(name, case, "error", described(e), cross=exp.cross, facts=raised(e, "exit" if exit_ else "raised"))
+    except SystemExit as e:  # sys.exit() inside the function: a failure, never the process's exit code
+        return row(name, case, "error", f"called sys.exit({e.code!r}) while running the case", cross=exp.cross,
+                   facts=Facts("exit"))
+    comps = []
+    if mine is not None:
+        theirs = exp.theirs
+        every = quantities(case)  # the order of exp's tuples; mine holds the ones compared, in that order
+        for i, qname in enumerate(quantities(case, backward)):
+            j = every.index(qname)
+            m_, r_, r0 = mine[i] if i < len(mine) else None, exp.ref[j], exp.ref0[j]
+            if m_ is None:
+                comps.append(rule.Comparison(qname, math.inf, math.inf, 0.0, 0.0, False))
+                continue
+            t_ = (max((t[j] for t in theirs), key=lambda x, r=r0: rule.max_err(x, r)) if isinstance(theirs, list)
+                  else theirs[j])
+            if qname == "lse":  # its own rows: either infinity where the oracle's is -inf
+                comps.append(lse.compare(m_, t_, r_, case, exp.budget["lse"]))
+                continue
+            comps.append(rule.compare(qname, m_, t_, r_, DTYPES[case.dtype], exp.budget.get(qname, 0.0),
+                                      theirs_ref=r0, factor=factor))
+    ok = not problems and bool(comps) and all(c.passed for c in comps)
+    if case.api:  # an API's case: what its log-sum-exp matches (the hypotheses speak SDPA's arguments)
+        failed = {c.quantity for c in comps if not c.passed}
+        hints = apis.hints(case, x, mine[0], exp) if explain and "out" in failed and mine is not None else []
+        if explain and "lse" in failed and mine is not None and not hints:
+            hints = lse.hints(mine[-1], exp.ref[-1])
+    else:
+        hints = hypotheses.matches(case, x, mine, exp, comps) if explain and not ok else []
+    return row(name, case, "pass" if ok else "fail", "; ".join(text for _, text in problems), comparisons=comps,
+               hints=hints, cross=exp.cross, facts=Facts(problems=[key for key, _ in problems]))

@@ -1,0 +1,257 @@
+"""The judged function in a process of its own, seen by the judge as a function it can call.
+
+The judge (oracle, PyTorch's baseline, the tolerance rule, the diagnoses) must be out of reach of the
+code it judges: a module that patches ``F.scaled_dot_product_attention``, ``torch.allclose`` or
+attnlab itself when it is imported would otherwise move the goalposts. So other people's code runs
+in another process, and the two talk in messages of plain values and tensors (:mod:`.wire`):
+
+* :class:`Remote` is the judge's side: a stand-in for the function whose :meth:`Remote.run` sends a
+  case's inputs and gets back the output, the gradients and what broke PyTorch's contract -- values
+  the judge then holds to the rule itself. Every request has a deadline; a process that hangs is
+  killed, one that ends (``sys.exit``, ``os._exit``, a kill, a crash, out of memory) is said so,
+  and nothing more is asked of it (:attr:`Remote.lost`).
+* :func:`attnlab.judge.served.serve` is the judged side: it runs the requests on the real
+  function, in the process that holds it (:mod:`.worker` for ``verify --impl`` and ``lab check``;
+  the test's own process for :mod:`attnlab.testing`, whose judge then runs in a fresh process,
+  :func:`attnlab.judge.isolate.judge_apart`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+from attnlab.judge import wire
+
+LOAD_SECONDS = 120.0  # importing the function's module (and torch) in its process
+QUIET_SECONDS = 600.0  # a request without a deadline of its own still ends
+
+
+class LoadFailed(ValueError):
+    """The judged process could not load the function (the message says why, in one line)."""
+
+
+class Raised(Exception):
+    """The judged function raised (or called sys.exit); ``text`` is what a row says of it."""
+
+    def __init__(self, info: dict):
+        super().__init__(info.get("message", ""))
+        self.info = info
+        kind, msg, where = info.get("type", "Exception"), info.get("message", ""), info.get("where")
+        if kind == "SystemExit":
+            self.text = f"called sys.exit({info.get('exit')!r}) while running the case"
+        else:
+            self.text = f"{kind}: {msg}" if msg else kind
+        if where:
+            self.text += f" ({where})"
+
+
+class Lost(Exception):
+    """The judged process is gone (ended, or killed after a hang): nothing more can be asked of it."""
+
+
+def described(e: BaseException) -> str:
+    """What a row says of an exception the judged function raised."""
+    return e.text if isinstance(e, Raised) else str(e) if isinstance(e, Lost) else f"{type(e).__name__}: {e}"
+
+
+class Remote:
+    """The judged function, as the judge sees it. ``info``: what its side said when it loaded it (``name``,
+    ``score_mod``: takes a ``score_mod=`` keyword, ``form`` for the lab). ``deadline``: seconds the next
+    request may take (None: :data:`QUIET_SECONDS`)."""
+
+    def __init__(self, rfd: int, wfd: int, info: dict, process: subprocess.Popen | None = None):
+        self.rfd, self.wfd, self.info, self.process = rfd, wfd, info, process
+        self.deadline: float | None = None
+        self.lost: str | None = None  # why no more can be asked
+        self.timed_out = False
+        self.strays = False  # processes the judged code started were still running at the end (and were ended)
+
+    def __repr__(self) -> str:
+        return f"Remote({self.info.get('name')!r})"
+
+    @property
+    def takes_score_mod(self) -> bool:
+        return bool(self.info.get("score_mod"))
+
+    def request(self, header: dict, tensors=(), seconds: float | None = None) -> tuple[dict, list]:
+        if self.lost is not None:
+            raise Lost(self.lost)
+        limit = seconds if seconds is not None else self.deadline if self.deadline is not None else QUIET_SECONDS
+        if self.process is None:  # the serving side keeps the time (its watchdog answers "hung"): wait a little longer
+            limit += 30.0
+        try:
+            wire.send(self.wfd, header, tensors)
+            reply, got = wire.receive(self.rfd, limit)
+        except (wire.TimedOut, TimeoutError):
+            self._end(f"no answer after {limit:.1f} s")
+            self.timed_out = True
+            raise Lost(self.lost) from None
+        except (wire.Closed, BrokenPipeError, OSError, ValueError) as e:
+            self._end(None if isinstance(e, (wire.Closed, BrokenPipeError)) else f"a message it sent was not ours: {e}")
+            raise Lost(self.lost) from None
+        if "hung" in reply:  # the serving side's own watchdog (attnlab.testing)
+            self.lost, self.timed_out = f"no answer after {reply['hung']:.1f} s", True
+            raise Lost(self.lost)
+        if "raised" in reply:
+            from attnlab import kernels
+
+            if reply["raised"].get("unsupported"):
+                raise kernels.Unsupported(reply["raised"].get("message", ""))
+            raise Raised(reply["raised"])
+        return reply, got
+
+    def run(self, case, seed: int, q, k, v, m, grad_out, p: float, fresh, layout: bool, backward: bool = True):
+        """:func:`attnlab.judge.judge.run` on the function's side: (out, gradients...) or None, and the problems."""
+        _, ts = fresh(device=q.device) if fresh is not None else (None, [])
+        head = {"op": "run", "case": asdict(case), "seed": seed, "p": p, "layout": layout, "mask": mask_word(m),
+                "backward": backward}
+        dense = m if head["mask"] == "tensor" else None
+        reply, got = self.request(head, [q, k, v, dense, grad_out, *ts])
+        return (tuple(got) if reply.get("mine") else None), list(reply.get("problems", []))
+
+    def call(self, q, k, v, m, case, p: float = 0.0):
+        """The function's output on these inputs, without gradients (:func:`attnlab.judge.judge.call`)."""
+        import torch
+
+        head = {"op": "call", "case": asdict(case), "p": p, "mask": mask_word(m), "seed": torch.initial_seed()}
+        reply, got = self.request(head, [q, k, v, m if head["mask"] == "tensor" else None])
+        if not reply.get("tensor"):
+            raise Raised({"type": "TypeError", "message": f"returned {reply.get('returned')}, not a tensor"})
+        return got[0]
+
+    def ask(self, op: str, seconds: float | None = None, **fields) -> dict:
+        """An operation of the serving side that answers with plain values (the lab's timing and memory)."""
+        return self.request({"op": op, **fields}, (), seconds)[0]
+
+    def close(self) -> None:
+        if self.process is None:
+            return
+        if self.lost is None and self.process.poll() is None:
+            try:
+                wire.send(self.wfd, {"op": "close"})
+                self.process.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._end("closed")
+
+    def __enter__(self) -> Remote:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _end(self, why: str | None) -> None:
+        """Kill the process (if it is still there) and say how it ended."""
+        p = self.process
+        if p is not None:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            self.strays = end_group(p.pid) or self.strays
+            for f in (p.stdin, p.stdout):
+                if f is not None:
+                    f.close()
+        if self.lost is None:
+            self.lost = why or (f"the process ended ({how(p)})" if p is not None else "the other side ended")
+
+
+def end_group(pgid: int) -> bool:
+    """Kill what is left of the process group ``pgid`` (the judged process's session: whatever the judged code
+    started, at import or in a call, and left running); True when something was."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError, OSError):
+        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        os.killpg(pgid, signal.SIGKILL)
+    return True
+
+
+def mask_word(m) -> object:
+    """How a mask argument travels: None, "tensor", or the CausalBias it is (which holds no values to send)."""
+    if m is None:
+        return None
+    from attnlab.judge import oracle
+
+    variant = oracle.causal_variant(m)
+    if variant is not None:
+        return {"causal_bias": "lower" in str(variant).lower(), "L": int(m.seq_len_q), "S": int(m.seq_len_kv)}
+    return "tensor"
+
+
+def how(p: subprocess.Popen | None) -> str:
+    """How a process ended, in words: "exit code 0", "signal 9, SIGKILL: out of memory, or killed"."""
+    code = None if p is None else p.returncode
+    if code is None or code >= 0:
+        return f"exit code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+    why = {"SIGKILL": ": out of memory, or killed", "SIGSEGV": ": a crash", "SIGABRT": ": aborted"}.get(name, "")
+    return f"signal {-code}, {name}{why}"
+
+
+def start(job: dict, cwd: str | None = None, module: str = "attnlab.judge.worker") -> Remote:
+    """A judged process for ``job`` (see :mod:`.worker`; ``module``: a room's own worker), loaded: LoadFailed in
+    one line when it cannot be."""
+    # A session of its own: a Ctrl-C at the terminal is the judge's to handle (it ends this process), and never
+    # reaches the judged process halfway through its imports.
+    child = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=cwd,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+    r = Remote(child.stdout.fileno(), child.stdin.fileno(), {}, child)
+    try:
+        wire.send(r.wfd, job)
+        reply, _ = wire.receive(r.rfd, LOAD_SECONDS)
+    except wire.TimedOut:
+        r._end("timed out")
+        raise LoadFailed(f"loading {job.get('what')} took more than {LOAD_SECONDS:.0f} s") from None
+    except (wire.Closed, BrokenPipeError):
+        r._end(None)
+        raise LoadFailed(f"loading {job.get('what')} ended the process ({how(child)}) before the function was found: "
+                         "the module, or something it imported, ended it (sys.exit, os._exit, a crash)") from None
+    except BaseException:
+        r._end("interrupted")
+        raise
+    if "load_error" in reply:
+        r._end("did not load")
+        raise LoadFailed(reply["load_error"])
+    r.info = reply["loaded"]
+    return r
+
+
+def raised(e: BaseException, roots: tuple[str, ...] = ()) -> dict:
+    """An exception as the judge is told it: its type, message, whether it is a refusal, and the user's line."""
+    from attnlab import kernels
+
+    info = {"type": type(e).__name__, "message": str(e)[:2000], "unsupported": isinstance(e, kernels.Unsupported)}
+    if isinstance(e, SystemExit):
+        info["exit"] = e.code if isinstance(e.code, (int, str, type(None))) else repr(e.code)
+    frame = user_frame(e.__traceback__, roots)
+    if frame is not None:
+        info["where"] = f"{Path(frame.filename).name}, line {frame.lineno}"
+    return info
+
+
+def user_frame(tb, roots: tuple[str, ...] = ()):
+    """The last frame of a traceback in the user's own code: in one of ``roots`` if given, else outside attnlab,
+    torch and the standard library."""
+    import torch
+
+    skip = tuple(str(Path(m.__file__).resolve().parent) for m in (torch, os))
+    skip += (str(Path(__file__).resolve().parents[2]),)
+    frames = traceback.extract_tb(tb)
+    for f in reversed(frames):
+        path = str(Path(f.filename).resolve())
+        if roots and any(path.startswith(str(Path(r).resolve())) for r in roots):
+            return f
+        if not roots and not path.startswith(skip) and not f.filename.startswith("<"):
+            return f
+    return None

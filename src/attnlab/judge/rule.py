@@ -1,0 +1,184 @@
+"""The one tolerance rule, after FlashAttention's tests, and the rounding floor it stands on.
+
+On the same inputs, for each quantity (the output and each gradient) a form passes when
+
+    max|form - oracle|  <=  2 * max|PyTorch - oracle|  +  floor
+
+where the oracle is the float64 reference of :mod:`attnlab.judge.oracle` and PyTorch runs in the
+input dtype. The ``floor`` is the rounding error the input dtype allows for the sums that make
+that quantity, derived from the computation itself rather than fixed: every sum of n products may
+be off by
+
+    u * sqrt(n) * sum|product|          (u = the dtype's machine epsilon, torch.finfo(dtype).eps)
+
+and these errors are carried, to first order, from the scores (n = E) through the softmax into
+the output (n = S), and through dP = dO V^T (n = Ev), D = rowsum(dO * O) and
+dS = P * (dP - D) into dq (n = S), dk (n = L) and dv (n = L); see :func:`rounding_floor`. The
+floor is the largest such bound over the quantity's elements, plus twice the error of merely
+storing the oracle's answer in the dtype. It grows with the size of the numbers, so the rule holds
+for every seed, and it is ~1e-6 (float32) of the quantities' size, so a wrong form still fails.
+With ``dtype=float64`` the same floor is what PyTorch's float64 answer must meet against the
+oracle: the cross-check that the oracle itself is right.
+
+Every number is reported; nothing hides in ``allclose`` defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from attnlab.judge import oracle
+from attnlab.results import Result
+
+FACTOR = 2.0  # the rule's multiple of PyTorch's own error; a knowingly less precise kernel may be held to more
+NO_GRADS = {"out": 0.0, "dq": 0.0, "dk": 0.0, "dv": 0.0, "dmask": 0.0}
+
+
+def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
+                   grad_out=None, keep=None, dropout_p=0.0, dtype=None, score_mod=None,
+                   fwd: oracle.Forward | None = None, elementwise: bool = False) -> dict:
+    """The rounding budget of each quantity: ``{"out": ..., "dq": ..., "dk": ..., "dv": ..., "dmask": ...}``.
+
+    First-order error propagation in float64: every sum of n products is allowed
+    ``u * sqrt(n) * sum|product|`` (the probabilistic bound of Higham & Mary), with u the unit roundoff
+    of the precision the sums accumulate in, and the weights P and dS = P * (dP - D) are allowed one
+    rounding each, h, in the dtype they are stored in before their matmuls. In float32 and float64
+    u = h = ``torch.finfo(dtype).eps``. In half precision (float16, bfloat16) sums accumulate in
+    float32 on every backend that does it right (PyTorch's kernels, FlashAttention, tensor cores),
+    so u is float32's eps and h the half dtype's: P and dS are rounded to it before P V and dS K,
+    as FlashAttention does. Sums over a row's scores are bounded with norms (|q_i . k_j| <= |q_i| |k_j|),
+    so that every error is a per-row number times the weights P, and the budget costs four products
+    with P. A score modifier is taken not to amplify the scores' error (true of the built-ins:
+    soft-capping's slope is at most 1, ALiBi and relative biases add a constant). The output's own
+    rounding to the dtype is :func:`floor`'s. ``fwd``: the oracle's forward on these arguments where it has already
+    been computed (:func:`attnlab.judge.oracle.answer`), so that a case runs it once. ``elementwise=True``:
+    each quantity's bound per element instead of its largest, as float64 tensors of the oracle's flattened shapes
+    (out (N, H, L, Ev); dq (N, H, L, E); dk, dv (N, Hkv, S, .)), without dmask.
+    """
+    dtype = dtype or query.dtype
+    h = torch.finfo(dtype).eps
+    u = torch.finfo(torch.float32).eps if dtype in (torch.float16, torch.bfloat16) else h
+    with torch.no_grad():
+        f = fwd if fwd is not None else oracle.forward(*(t.detach().double().cpu() for t in (query, key, value)),
+                                                       oracle.cpu64(attn_mask), is_causal, scale, enable_gqa, keep,
+                                                       dropout_p, score_mod)
+        if f.P.numel() == 0:
+            return dict(NO_GRADS)
+        q, kx, vx, P, Pd, O = f.q, f.k, f.v, f.P, f.Pd, f.out
+        N, H, L, E = q.shape
+        S, Ev, G, sc = kx.shape[2], vx.shape[3], f.groups, abs(f.scale)
+        # scores s = scale * q.k, E products, then the mask added and exp taken (relative u): per row,
+        # the largest error over the row's keys. P_ij then moves by at most P_ij * rel_i.
+        s_err = score_error(f, u)  # (N, H, L, 1)
+        rel = 2.0 * s_err + u * math.sqrt(S) + h  # P's relative error: the scores', the sum's, its own rounding
+        Pv = Pd @ vx.abs()  # (N, H, L, Ev): the sum of |products| that makes the output
+        o_err = (u * math.sqrt(S) + rel) * Pv
+        fl = {"out": o_err}
+        if grad_out is not None:
+            dO = grad_out.detach().double().cpu().reshape(O.shape)  # (N, H, L, Ev)
+            kf = torch.where(P > 0, Pd / P, 0.0)  # dropout's keep * 1/(1-p) per weight (1 without dropout)
+            D = (dO * O).sum(dim=-1, keepdim=True)  # (N, H, L, 1)
+            g = (dO @ vx.transpose(-2, -1)) * kf - D  # dP - D, (N, H, L, S)
+            # dP = dO.v and D = dO.O are sums of Ev products (O carrying its own error); dS = P (dP - D) moves
+            # with P, with them, and by its own rounding before dS K: per element, then into the matmuls
+            dD = u * math.sqrt(Ev) * dO.norm(dim=-1, keepdim=True) * O.norm(dim=-1, keepdim=True) + (
+                dO.abs() * o_err).sum(dim=-1, keepdim=True)
+            dP = u * math.sqrt(Ev) * dO.norm(dim=-1, keepdim=True) * vx.norm(dim=-1).unsqueeze(-2) * kf
+            dS_err = P * ((rel + h + u) * g.abs() + dP + dD)  # (N, H, L, S)
+            dS_abs = P * g.abs()
+            dq = sc * (dS_err + u * math.sqrt(S) * dS_abs) @ kx.abs()
+            dk = sc * (dS_err + u * math.sqrt(L) * dS_abs).transpose(-2, -1) @ q.abs()
+            dv = (Pd * (rel + u * math.sqrt(L))).transpose(-2, -1) @ dO.abs()
+            fl["dq"] = dq
+            fl["dk"] = _per_key_head(dk, G)  # the G query heads of a group add into one key head
+            fl["dv"] = _per_key_head(dv, G)
+            if not elementwise:
+                fl["dmask"] = dS_err.max() * max(1, N * H * L * S // max(1, _numel(attn_mask)))
+    if elementwise:
+        return fl
+    return {n: float(x.max()) for n, x in fl.items()}
+
+
+def score_error(f: oracle.Forward, u: float) -> torch.Tensor:
+    """(N, H, L, 1): how far a row's scores may be off, for sums of E products in unit roundoff ``u`` (the
+    mask added and exp taken count one more u)."""
+    k_len = f.k.norm(dim=-1).amax(dim=-1, keepdim=True).unsqueeze(-1)  # (N, H, 1, 1)
+    return u * (math.sqrt(f.q.shape[-1]) * abs(f.scale) * f.q.norm(dim=-1, keepdim=True) * k_len + 1.0)
+
+
+def _per_key_head(x: torch.Tensor, G: int) -> torch.Tensor:
+    """(N, H, S, .) per query head -> (N, Hkv, S, .), summed over the G query heads that share a key head."""
+    N, H = x.shape[:2]
+    return x.reshape(N, H // G, G, *x.shape[2:]).sum(dim=2)
+
+
+def _numel(m) -> int:
+    return m.numel() if isinstance(m, torch.Tensor) and oracle.causal_variant(m) is None else 1
+
+
+def max_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    d = (x.detach().double().cpu() - ref.detach().double().cpu()).abs()
+    return d.max().item() if d.numel() else 0.0
+
+
+def mean_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    d = (x.detach().double().cpu() - ref.detach().double().cpu()).abs()
+    return d.mean().item() if d.numel() else 0.0
+
+
+def floor(ref: torch.Tensor, dtype: torch.dtype) -> float:
+    """Twice the error of storing ``ref`` in ``dtype``, plus a hair for exactly representable cases."""
+    if not ref.numel():
+        return 1e-12
+    stored = ref.detach().to(dtype).double()
+    return 2.0 * (stored - ref.detach().double()).abs().max().item() + 1e-12
+
+
+@dataclass(frozen=True)
+class Comparison(Result):
+    """One quantity (out, dq, dk, dv, dmask) of one case: the form's error, PyTorch's, the limit."""
+
+    quantity: str
+    err: float
+    mean_err: float
+    torch_err: float
+    allowed: float
+    passed: bool
+    # The limit reaches the answer's own size only because the factor is above FACTOR: an output of zeros would pass
+    # this quantity, so it judged nothing (``ref_max``: max|oracle|, what the limit must stay below to judge).
+    vacuous: bool = False
+    ref_max: float = 0.0
+
+    def judging_factor(self, factor: float) -> float:
+        """The largest factor at which this quantity, held at ``factor``, still judges (its limit below max|oracle|)."""
+        if not (math.isfinite(self.torch_err) and self.torch_err > 0):
+            return math.inf
+        rest = self.allowed - factor * self.torch_err
+        return max((self.ref_max - rest) / self.torch_err, 0.0)
+
+
+def compare(quantity: str, mine: torch.Tensor, theirs: torch.Tensor, ref: torch.Tensor,
+            dtype: torch.dtype, rounding: float = 0.0, theirs_ref: torch.Tensor | None = None,
+            factor: float = FACTOR) -> Comparison:
+    """Apply the tolerance rule to ``mine`` given PyTorch's ``theirs`` and the float64 ``ref``.
+
+    ``rounding`` is the quantity's computed rounding budget (:func:`rounding_floor`); ``theirs_ref``
+    the oracle PyTorch's answer is measured against when it differs from ``ref`` (dropout); ``factor`` the
+    multiple of PyTorch's error allowed (2, after FlashAttention's tests).
+    """
+    terr = max_err(theirs, ref if theirs_ref is None else theirs_ref)
+    if mine.shape != ref.shape:
+        return Comparison(quantity, float("inf"), float("inf"), terr, 0.0, False)
+    err = max_err(mine, ref)
+    # PyTorch answering NaN where the oracle is finite (2.13's CPU kernel, is_causal with scale < 0) gives no
+    # error to scale: the limit is then the rounding floor alone.
+    rest = rounding + floor(ref, dtype)
+    allowed = (factor * terr if math.isfinite(terr) else 0.0) + rest
+    ok = bool(err <= allowed) and bool(torch.isfinite(mine.detach()).all())
+    top = ref.detach().abs().max().item() if ref.numel() else 0.0
+    # Judged nothing: at the rule's own factor the limit would stay below the answer's size, at this one it does not.
+    vacuous = factor > FACTOR and allowed >= top > (FACTOR * terr if math.isfinite(terr) else 0.0) + rest
+    return Comparison(quantity, err, mean_err(mine, ref), terr, allowed, ok, vacuous, top)

@@ -1,0 +1,293 @@
+"""Check forms of attention -- attnlab's or anyone's -- against a float64 oracle and PyTorch, forward and backward.
+
+For every case of the grid (:mod:`attnlab.judge.cases`) the function's output and its gradients dq,
+dk, dv are compared with the float64 oracle (:mod:`attnlab.judge.oracle`) under the tolerance rule
+(:mod:`attnlab.judge.rule`): at most twice PyTorch's own error on the same inputs, on the same
+device and in the same dtype, plus a rounding floor. What each case is judged by is computed once
+and shared by every function checked on it (:mod:`attnlab.judge.judge`).
+
+Any function with PyTorch's SDPA signature can be checked. Its dropout is checked too: with v = columns
+of the identity the output *is* the weights after dropout, which says which weights the function dropped
+under a seed; the oracle then applies that keep-mask (see :func:`probe_keep`). A function that refuses an
+argument by raising :class:`attnlab.Unsupported` has that case SKIPPED with its message; one without a
+backward is judged on its forward (``backward=False``). Each case of a function that
+is not attnlab's runs under a watchdog (:mod:`attnlab.judge.watchdog`), so one that hangs is a FAIL
+row. :func:`attnlab.judge.diagnose.diagnose` reads a result's failures as likely causes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from attnlab import kernels
+from attnlab.judge import apis, judge, mod_cases, oracle
+from attnlab.judge.cases import (  # noqa: F401 -- the grid's names, read through verify by callers
+    DTYPES,
+    MASK_FAMILIES,
+    MASK_KINDS,
+    Case,
+    default_cases,
+    make_inputs,
+    random_cases,
+)
+from attnlab.judge.diagnose import Diagnosis, diagnose
+from attnlab.judge.facts import Facts, raised
+from attnlab.judge.judge import Inputs, Row
+from attnlab.judge.remote import QUIET_SECONDS, Remote, described
+from attnlab.judge.watchdog import case_limit, watched
+from attnlab.kernels import dropout
+from attnlab.results import Result
+from attnlab.results.host import machine, versions
+
+EXPLAINED = 400  # failing rows per function held against wrong semantics (hypotheses): every row of the grid
+
+
+@dataclass
+class VerifyResult(Result):
+    rows: list[Row]
+    machine: dict
+    versions: dict
+    device: str = "cpu"
+    diagnoses: dict[str, list[Diagnosis]] = field(default_factory=dict)  # per function that failed
+    factor: float = judge.rule.FACTOR  # the rule's multiple of PyTorch's error the rows were held to
+    backward: bool = True  # the gradients were judged (False: --forward-only)
+
+    @classmethod
+    def of(cls, rows: list[Row], device="cpu", factor: float = judge.rule.FACTOR,
+           backward: bool = True) -> VerifyResult:
+        """The result of these rows, with the machine, the versions and each failing function's diagnoses."""
+        r = cls(rows, machine(), versions(), str(torch.device(device)), factor=factor, backward=backward)
+        r.diagnoses = {f: diagnose(r, f) for f in dict.fromkeys(x.form for x in rows)
+                       if any(x.form == f and x.status in ("fail", "error") for x in rows)}
+        return r
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and all(r.status in ("pass", "skipped") for r in self.rows) and any(
+            r.status == "pass" for r in self.rows) and not self.vacuous()
+
+    def vacuous(self) -> list[judge.rule.Comparison]:
+        """The quantities a factor above the rule's 2 left unjudged: their limit exceeds the answer's own size."""
+        return [c for r in self.rows for c in r.comparisons if c.vacuous]
+
+    def judging_factor(self) -> float:
+        """The largest factor at which every quantity of these rows still judges something."""
+        return min((c.judging_factor(self.factor) for r in self.rows for c in r.comparisons), default=math.inf)
+
+    def counts(self) -> dict:
+        out = {"pass": 0, "fail": 0, "error": 0, "skipped": 0}
+        for r in self.rows:
+            out[r.status] += 1
+        return out
+
+    def worst_cross(self) -> judge.rule.Comparison | None:
+        """The largest float64 disagreement between PyTorch and the oracle over the cases (relative to its limit)."""
+        crosses = [r.cross for r in self.rows if r.cross is not None]
+        return max(crosses, key=lambda c: c.err / c.allowed if c.allowed > 0 else math.inf, default=None)
+
+
+def inputs(case: Case, seed: int, device="cpu") -> Inputs:
+    return Inputs(*(apis.inputs(case, seed, device) if case.api else make_inputs(case, seed, device)))
+
+
+def shared_keep(case: Case, seed: int, device="cpu") -> torch.Tensor | None:
+    """The keep-mask attnlab's counter-based dropout draws after ``torch.manual_seed(seed)`` (None: no dropout)."""
+    if case.dropout_p <= 0:
+        return None
+    torch.manual_seed(seed)
+    return dropout.keep_mask(dropout.draw_seed(), case.dropout_p, math.prod(case.batch), case.H,
+                             torch.arange(case.L), torch.arange(case.S or case.L), device).cpu()
+
+
+def probe_keep(fn: Callable, case: Case, x: Inputs, seed: int, accepts_masks: bool) -> tuple[torch.Tensor | None, str]:
+    """Which weights ``fn`` drops for this case and seed: (keep (N, H, L, S) bool, "") or (None, why not).
+
+    Called with v = Ev columns of the identity, attention returns those columns of its weights after dropout,
+    Pd = keep * P / (1 - p); ceil(S / Ev) calls, each after the same ``torch.manual_seed(seed)`` on inputs of the
+    case's own shapes, read them all. A weight counts as kept when Pd is over half of P (P from the oracle;
+    whether the survivors were scaled is for the comparison that follows). The share dropped must be p within
+    six standard deviations of a binomial draw, or the function is not doing dropout.
+    """
+    S, Hkv, Ev, p = case.S or case.L, case.Hkv or case.H, case.Ev or case.E, case.dropout_p
+    eye = torch.eye(S, math.ceil(S / Ev) * Ev, device=x.q.device).to(x.q.dtype)  # (S, S rounded up to Ev)
+    n = math.prod(case.batch)
+    cols = []
+    for j in range(0, S, Ev):
+        v = eye[:, j:j + Ev].expand(*case.batch, Hkv, S, Ev).clone()
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            cols.append(judge.call(fn, x.q, x.k, v, x.mask_for(accepts_masks), case, p).detach().double().cpu()
+                        .reshape(n, case.H, case.L, Ev))
+    Pd = torch.cat(cols, dim=-1)[..., :S]
+    P = oracle.answer(x.q, x.k, x.v, x.oracle_mask, case.is_causal, case.scale, case.gqa)[1].P
+    keep = (Pd.abs() > 0.5 * P) | (P == 0)
+    live = P > 1e-12
+    total = int(live.sum())
+    dropped = int((live & ~keep).sum())
+    sd = math.sqrt(p * (1 - p) / max(1, total))
+    if total and abs(dropped / total - p) > 6 * sd + 1.0 / total:
+        return None, (f"dropped {dropped / total:.1%} of the weights with dropout_p={p} (expected about {p:.0%}, "
+                      f"within {6 * sd:.1%}); a function without dropout can say so with --no-dropout")
+    return keep, ""
+
+
+def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bool,
+               shared_dropout: bool = True, device="cpu", *, backward: bool = True,
+               factor: float = judge.rule.FACTOR) -> Row:
+    """Run one case on one function: oracle, PyTorch, the function; compare out, dq, dk, dv (and dmask).
+
+    Dropout cases: the function draws its seed from ``torch.manual_seed(seed)`` and the oracle applies
+    the keep-mask that seed gives: attnlab's counter-based dropout for attnlab's forms
+    (``shared_dropout``), else the mask :func:`probe_keep` reads from the function itself. A function
+    that ignores ``dropout_p``, drops the wrong share, or does not scale the survivors fails.
+    PyTorch's dropout uses other random numbers, so its column shows its error on the same inputs
+    without dropout, against the oracle without dropout. ``backward``, ``factor``: as in :func:`verify`.
+    """
+    x = inputs(case, seed, device)
+    keep = shared_keep(case, seed, device) if shared_dropout else None
+    if case.dropout_p > 0 and not shared_dropout:
+        try:
+            keep, why = probe_keep(fn, case, x, seed, accepts_masks)
+        except kernels.Unsupported as e:  # as in judge: an input the form says it does not take is skipped
+            return judge.row(name, case, "skipped", str(e))
+        except Exception as e:  # as in judge: a function that cannot run a case fails it, with the reason
+            exit_ = getattr(e, "info", {}).get("type") == "SystemExit"
+            return judge.row(name, case, "error", described(e), facts=raised(e, "exit" if exit_ else "raised"))
+        except SystemExit as e:
+            return judge.row(name, case, "error", f"called sys.exit({e.code!r}) while running the case",
+                             facts=Facts("exit"))
+        if keep is None:
+            return judge.row(name, case, "fail", why, facts=Facts("probe"))
+    return judge.judge(name, fn, case, seed, x, judge.expect(case, seed, x, keep), accepts_masks, backward=backward,
+                       factor=factor)
+
+
+def check_forms(fns: dict[str, Callable], case: Case, seed: int, device="cpu") -> list[Row]:
+    """:func:`check_case` for several of attnlab's forms at once, sharing the oracle and PyTorch's run."""
+    x = inputs(case, seed, device)
+    exp = judge.expect(case, seed, x, shared_keep(case, seed, device))
+    return [judge.judge(name, fn, case, seed, x, exp, True) for name, fn in fns.items()]
+
+
+def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, seed: int = 0,
+           progress: Callable[[str], None] | None = None, check_dropout: bool = True,
+           timeout: float | None = 10.0, device="cpu", report: Callable[[Row], None] | None = None,
+           backward: bool = True, factor: float = judge.rule.FACTOR) -> VerifyResult:
+    """Check each named function over the cases on ``device``. ``targets`` maps a label to a function.
+
+    ``check_dropout=False`` skips the dropout cases (for functions without dropout). ``timeout``:
+    seconds per case at the basic case's size (:func:`attnlab.judge.watchdog.case_limit`) for functions
+    that are not attnlab's registered forms; a case past it is a FAIL row and the function's remaining
+    cases are not run. ``None``: no watchdog. Inputs are made on ``device`` (any torch device), the
+    oracle runs on the CPU in float64, PyTorch on ``device`` in each case's dtype. ``report`` hears each
+    row as soon as it is judged. ``backward=False`` judges the output alone, for a function without a backward
+    (called on inputs that do not require grad). ``factor``: the rule's multiple of PyTorch's error (2 unless a
+    kernel is knowingly less precise; the result records it).
+    """
+    cases = default_cases() if cases is None else cases
+    registered = kernels.forms(device=None)
+    rows: dict[str, list[Row]] = {name: [] for name in targets}
+    hung: dict[str, str | None] = dict.fromkeys(targets)  # a function whose case timed out runs no more
+    explained = dict.fromkeys(targets, 0)  # failures read for wrong semantics (diagnose needs a few, not all)
+    twins = _twins(cases, device)  # float32 cases whose float64 twin takes their oracle
+    for case in cases:
+        shared: dict[Case, tuple] = {}  # one oracle and PyTorch run per case (and per size, for slow forms)
+        for name, fn in targets.items():
+            form = registered.get(name)
+            why = _skip_reason(fn, form, case, check_dropout, hung[name])
+            if why is not None:
+                row = judge.row(name, case, "skipped", why)
+            else:
+                c = case.shrunk(form.max_work) if form is not None and form.max_work is not None else case
+                if progress:
+                    progress(f"{name}: {c.label}")
+                row = _run_case(name, fn, form, c, case.seed(seed), shared, device, explained[name] < EXPLAINED,
+                                timeout, {"backward": backward, "factor": factor}, twins)
+                if row.facts.kind == "timeout":
+                    hung[name] = f"not run: case {c.label!r} timed out"
+                elif isinstance(fn, Remote) and fn.lost is not None:
+                    hung[name] = f"not run: the process ended during case {c.label!r}"
+                explained[name] += row.status == "fail"
+            rows[name].append(row)
+            if report:
+                report(row)
+    return VerifyResult.of([r for name in targets for r in rows[name]], device, factor, backward)
+
+
+def _twins(cases: list[Case], device) -> dict:
+    """{float32 case: None} for each float32 case on the CPU whose float64 twin is among ``cases`` (no dropout, no
+    score modifier, not an API's case): the twin is judged by the float32 case's oracle
+    (:func:`attnlab.judge.judge.in_float64`)."""
+    if torch.device(device).type != "cpu":
+        return {}
+    wanted = {replace(c, dtype="float32") for c in cases if c.dtype == "float64" and c.mod is None and not c.dropout_p
+              and not c.api}
+    return {c: None for c in cases if c in wanted}
+
+
+def _expected(c: Case, seed: int, device, twins: dict) -> tuple:
+    """(inputs, what the case is judged by), from the float32 twin where there is one (see :func:`_twins`)."""
+    x = inputs(c, seed, device)
+    f32 = replace(c, dtype="float32")
+    if c.dtype == "float64" and twins.get(f32) is not None:
+        return x, judge.in_float64(twins.pop(f32), c, seed)
+    exp = judge.expect(c, seed, x, shared_keep(c, seed, device))
+    if c in twins:
+        twins[c] = exp
+    return x, exp
+
+
+def _run_case(name: str, fn: Callable, form, c: Case, seed: int, shared: dict, device, explain: bool,
+              timeout: float | None, held: dict, twins: dict) -> Row:
+    """One function on one case: the shared oracle where it can be (not a function's own dropout), under the
+    watchdog when it is not one of attnlab's forms."""
+    ours = form is not None and form.fn is fn
+    if c.dropout_p > 0 and not (ours and form.shared_dropout):
+        run = functools.partial(check_case, name, fn, c, seed, ours, False, device, **held)
+    else:
+        if c not in shared:
+            shared[c] = _expected(c, seed, device, twins)
+        run = functools.partial(judge.judge, name, fn, c, seed, *shared[c], ours, explain, **held)
+    if isinstance(fn, Remote):  # a process of its own: killed when it is past the limit
+        fn.deadline = None if timeout is None else case_limit(c, timeout)
+        row = run()
+        if fn.timed_out:
+            return judge.row(name, c, "fail", timed_out(fn.deadline or QUIET_SECONDS, timeout or QUIET_SECONDS),
+                             facts=Facts("timeout"))
+        if fn.lost is not None:
+            return judge.row(name, c, "error", f"{fn.lost} while running this case: the function, or something it "
+                             "called, ended it (sys.exit, os._exit, a kill, a crash, out of memory)",
+                             facts=Facts("lost"))
+        return row
+    if timeout is None or form is not None:  # attnlab's own forms run without a watchdog
+        return run()
+    limit = case_limit(c, timeout)
+    row = watched(run, limit)
+    return row if row is not None else judge.row(name, c, "fail", timed_out(limit, timeout), facts=Facts("timeout"))
+
+
+def timed_out(limit: float, timeout: float) -> str:
+    return (f"timed out: no answer after {limit:.1f} s (--timeout {timeout:g} s at the basic case's size); the "
+            "function's remaining cases were not run")
+
+
+def _skip_reason(fn: Callable, form, case: Case, check_dropout: bool, hung: str | None) -> str | None:
+    """Why ``fn`` (registered as ``form``, or None for the user's own) does not run ``case``; None: it runs it."""
+    if case.dropout_p > 0 and not check_dropout:
+        return "dropout not checked (--no-dropout)"
+    if hung is not None:
+        return hung
+    if case.api and (why := apis.skip_reason(case)):  # a case the API cannot express
+        return why
+    if isinstance(fn, Remote) and fn.lost is not None:
+        return f"not run: {fn.lost}"
+    takes = form.score_mod if form is not None else (fn.takes_score_mod if isinstance(fn, Remote) else
+                                                      mod_cases.takes_score_mod(fn))
+    if case.mod and not takes and not case.api:  # (an API's modifiers are its own arguments)
+        return "takes no score_mod= keyword"
+    return None

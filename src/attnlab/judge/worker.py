@@ -1,0 +1,73 @@
+"""The judged process: it loads one function and answers the judge's requests with it, nothing more.
+
+Started by :func:`attnlab.judge.remote.start` as ``python -m attnlab.judge.worker``. The first
+message names what to load; the reply is ``{"loaded": ...}`` or ``{"load_error": line}``. Then it
+serves (:func:`attnlab.judge.served.serve`) until the judge closes the pipe. It never sees the
+oracle, PyTorch's answers or the limits, so nothing it imports can change them.
+
+Its messages go out on the stdout it was given; the function's own prints (Python's and C's) go to
+stderr. Ctrl-C is the judge's to handle (it ends this process), and the process ends by itself if
+the judge is killed outright.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def _end_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (elsewhere the closed pipe ends it at its next read)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def load(job: dict):
+    """(the function to serve, what to tell the judge, the user's roots for the lines of errors)."""
+    from attnlab.judge import loader, mod_cases
+
+    if "spec" in job:
+        fn, roots = loader.import_function(job["spec"]), ()
+        name = job["spec"]
+    else:
+        path = Path(job["file"])
+        fn, roots = loader.load_file(path, job["function"]), (str(path.resolve()),)
+        name = job["function"]
+    info = {"name": name, "score_mod": mod_cases.takes_score_mod(fn)}
+    if job.get("api") not in (None, "sdpa"):  # a function written to another API, called through its adapter
+        from attnlab.judge import apis
+
+        fn = apis.Adapted(fn, job["api"])
+    return fn, info, roots
+
+
+def main(prepare=None, extra=None) -> None:
+    """``prepare(fn, job, info) -> fn``: a room's own wrapping of the loaded function (the lab's (q, k, v) form);
+    ``extra``: the room's own requests (see :func:`attnlab.judge.served.answer`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _end_with_parent()
+    rfd, wfd = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)  # the function's own prints go to stderr, not into the messages
+    sys.stdout = sys.stderr
+    from attnlab.judge import loader, served, wire
+
+    job, _ = wire.receive(rfd)
+    try:
+        fn, info, roots = load(job)
+        if prepare is not None:
+            fn = prepare(fn, job, info)
+    except loader.LoadError as e:
+        wire.send(wfd, {"load_error": str(e)})
+        return
+    wire.send(wfd, {"loaded": info})
+    served.serve(fn, rfd, wfd, roots=roots, extra=extra)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""The lab's levels: from attention in loops to FlashAttention's backward and a KV cache, each written by the learner.
+
+A level is one small module here: its starter (a file ``attnlab lab start --level NAME`` writes, with
+the signature, the docstring and TODOs), how it is graded, the slips it names (each compared, case by
+case, with what the learner's function returned), what it measures, and its item on the lesson page.
+
+    1 loops     attention_by_hand(q, k, v)         one query and one key at a time
+    2 matrix    attention_matrix(q, k, v)          the same in four tensor lines; memory grows like T²
+    3 module    CausalSelfAttention(d_model, H)    projections, heads, causal attention, merge; trained
+    4 flash     flash_forward(q, k, v, block)      key blocks with a running max and sum; memory like T
+    5 backward  flash_backward(q, k, v, o, lse, do, block)   dq, dk, dv from the saved log-sum-exp
+    6 decode    decode_step(q, k, v, cache)        one token at a time, keys and values kept
+
+:func:`find` names a level (one line naming them all when there is no such level); :func:`of_function`
+finds it from the function's name, the way ``attnlab lab check FILE:FUNCTION`` does when no
+``--level`` is given (a name of the learner's own is level 1's kind: attention in (q, k, v)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+
+@dataclass(frozen=True)
+class Level:
+    number: int
+    name: str
+    title: str  # what the learner writes, in a few words
+    function: str  # the function (or class) the starter asks for
+    filename: str  # what `attnlab lab start --level NAME` writes
+    item: str  # the level's line on the lesson page's path
+    kind: str  # "attention": graded on verify's grid as (q, k, v); "own": graded by the level's own cases
+    resource: str  # the starter's file in this package
+
+    def starter_text(self) -> str:
+        if self.resource == "starter.py":
+            return resources.files("attnlab.lab").joinpath("starter.py").read_text(encoding="utf-8")
+        return resources.files(__name__).joinpath("starters", self.resource).read_text(encoding="utf-8")
+
+    def module(self):
+        """The level's own module (its grading, slips and measurement)."""
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{self.name}")
+
+
+LEVELS = (
+    Level(1, "loops", "attention with loops", "attention_by_hand", "attention_lab.py",
+          "Level 1: attention with loops matches the oracle", "attention", "starter.py"),
+    Level(2, "matrix", "attention in four tensor lines", "attention_matrix", "lab_matrix.py",
+          "Level 2: the matrix form matches, its memory grows like T²", "attention", "matrix.py"),
+    Level(3, "module", "the multi-head module, trained", "CausalSelfAttention", "lab_module.py",
+          "Level 3: your CausalSelfAttention matches the library's and trains like it", "own", "module.py"),
+    Level(4, "flash", "the online softmax, tiled (flash forward)", "flash_forward", "lab_flash.py",
+          "Level 4: your tiled forward matches, its memory grows like T", "attention", "flash.py"),
+    Level(5, "backward", "flash backward from the log-sum-exp", "flash_backward", "lab_backward.py",
+          "Level 5: your backward's dq, dk, dv match the oracle's, without autograd", "own", "backward.py"),
+    Level(6, "decode", "decoding with a KV cache", "decode_step", "lab_decode.py",
+          "Level 6: your decoder, one token at a time, matches the full causal forward", "own", "decode.py"),
+)
+BY_NAME = {lv.name: lv for lv in LEVELS}
+DEFAULT = BY_NAME["loops"]
+
+
+class NoSuchLevel(ValueError):
+    """A level name that is not one of :data:`LEVELS` (the message names them all)."""
+
+
+def names() -> str:
+    return ", ".join(f"{lv.number} {lv.name}" for lv in LEVELS)
+
+
+def find(name: str) -> Level:
+    """The level called ``name`` (or numbered so); :class:`NoSuchLevel` naming every level when there is none."""
+    key = name.strip().lower()
+    for lv in LEVELS:
+        if key in (lv.name, str(lv.number)):
+            return lv
+    raise NoSuchLevel(f"no level {name!r}; the levels are {names()}")
+
+
+def of_function(function: str) -> Level:
+    """The level whose starter asks for ``function``; level 1 for a name of the learner's own."""
+    return next((lv for lv in LEVELS if lv.function == function), DEFAULT)
+
+
+def of_result(result) -> Level:
+    """The level a kept check is of: as it says, or (an older check) from its function's name."""
+    name = getattr(result, "level", "") or ""
+    return BY_NAME.get(name) or of_function(result.function)
+
+
+def of_file(path, have, default: Level) -> Level:
+    """The level a file given without ``:FUNCTION`` is checked as: the level whose starter has this file's name
+    (lab_backward.py is level 5 even when the learner pasted their flash_forward into it), else the one level whose
+    function the file defines (``have``: the functions it defines); with several and no name to choose by, a
+    LoadError naming each FILE:FUNCTION."""
+    from attnlab.judge.loader import LoadError
+
+    by_name = next((lv for lv in LEVELS if lv.filename == path.name and lv.function in have), None)
+    if by_name is not None:
+        return by_name
+    found = [lv for lv in LEVELS if lv.function in have]
+    if len(found) > 1:
+        raise LoadError(f"{path} defines the functions of {len(found)} levels; say which to check: "
+                        + " or ".join(f"{path}:{lv.function}" for lv in found))
+    return found[0] if found else default
+
+
+def start_and_check(level: Level, beside: str = "") -> tuple[str, str, str]:
+    """The two commands that begin ``level`` in the folder of the file ``beside`` (the file a check was run on),
+    ``attnlab lab start [DIR] --level NAME`` and ``attnlab lab check [DIR/]FILE``, and the file they write and check
+    -- so a learner working in mylab/ is sent to mylab/lab_matrix.py, not to a new file in the current folder."""
+    from pathlib import PurePath
+
+    folder = PurePath(beside).parent.as_posix() if beside else "."
+    where = "" if folder == "." else f" {folder}"
+    path = level.filename if folder == "." else f"{folder}/{level.filename}"
+    return f"attnlab lab start{where} --level {level.name}", f"attnlab lab check {path}", path

@@ -1,0 +1,28 @@
+"""Level 1, loops: ``attention_by_hand(q, k, v)``, one query and one key at a time (the lab's first starter).
+
+Graded on verify's grid as a (q, k, v) function that is always causal (:mod:`attnlab.lab.grade`),
+its slips named from its outputs (:mod:`.slips`), its time and memory measured at T = 128, 512, 2048.
+"""
+
+from __future__ import annotations
+
+from attnlab.lab import measure
+
+from . import slips
+
+SEQS = measure.SEQS
+
+
+def slip_list():
+    return slips.common()
+
+
+def wrap(fn):
+    """The learner's function as the grid calls it: (q, k, v)."""
+    return fn
+
+
+def measured_ok(result) -> tuple[bool, str]:
+    """What the level asks of its measurement: none beyond having measured it (the loops keep a row at a time)."""
+    done = [t.seq for t in result.timings if t.peak_bytes is not None]
+    return bool(done), (f"time and peak memory at T = {', '.join(map(str, done))}" if done else "not measured")

@@ -1,0 +1,205 @@
+"""Level 3, the multi-head module: the lesson's ``CausalSelfAttention(d_model, n_head)``, written by the learner.
+
+The learner's class gets the library's weights (:class:`attnlab.nn.causal.CausalSelfAttention`, whose
+parameters are named ``qkv`` and ``proj`` as the starter's are) and is graded on two inputs: its output
+and every parameter's gradient against the library's module in float64 under verify's rule (the
+library's module in float32 sets the limit). Then it is trained: a tiny GPT with the learner's module
+in its block, beside the same GPT with the library's, from the same weights on the same tokens, and
+the two loss curves compared step by step. Slips named from the output: the heads split along the
+wrong axis, the output projection skipped, the causal mask applied after the softmax.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from torch import nn
+
+from . import own
+
+CASES = (("d_model = 32, 4 heads, T = 12", 32, 4, (2, 12)), ("d_model = 48, 6 heads, T = 17", 48, 6, (1, 17)))
+STEPS = 20  # training steps, beside the library's
+LOSS_TOL = 1e-3  # the most the two loss curves may differ at any step
+SEQS = ()
+MEASURES = f"its loss over {STEPS} training steps in a tiny GPT, beside the library module's"
+
+
+def _library(C: int, H: int, seed: int):
+    from attnlab.nn.causal import CausalSelfAttention
+
+    torch.manual_seed(seed)
+    return CausalSelfAttention(C, H)
+
+
+def _inputs(i: int, seed: int):
+    _, C, _, (B, T) = CASES[i]
+    g = torch.Generator().manual_seed(seed * 100 + i)
+    return torch.randn(B, T, C, generator=g), torch.randn(B, T, C, generator=g)
+
+
+def _outputs(module, x, gout) -> dict[str, torch.Tensor]:
+    out = module(x)
+    (out * gout).sum().backward()
+    return {"out": out.detach(), **{n: p.grad for n, p in module.named_parameters() if p.grad is not None}}
+
+
+class _Plugged(nn.Module):
+    """A module of (B, T, C) -> (B, T, C) in the place of the GPT block's attention (which is also given a cache)."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x, cache=None, shard=None):
+        return self.inner(x)
+
+
+@functools.lru_cache(maxsize=4)  # graded, then shown: one run of each
+def train(cls, seed: int) -> tuple[float, ...]:
+    """The loss of a tiny GPT with ``cls`` as its attention, step by step, from seeded weights and tokens."""
+    from attnlab.nn.gpt import GPT, GPTConfig
+
+    cfg = GPTConfig(vocab_size=16, block_size=16, n_layer=1, n_head=2, d_model=32)
+    torch.manual_seed(seed)
+    model = GPT(cfg)
+    for block in model.blocks:
+        mine = cls(cfg.d_model, cfg.n_head)
+        mine.load_state_dict(block.attn.state_dict())
+        block.attn = _Plugged(mine)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(STEPS):
+        idx = torch.randint(0, cfg.vocab_size, (8, cfg.block_size + 1), generator=g)
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return tuple(losses)
+
+
+def run(cls, header: dict) -> dict:
+    """In the learner's process: the class built and given the library's weights, run on each case, trained."""
+    seed = header["seed"]
+    if header.get("what") == "measure":
+        return {"timings": [], "exponents": {"time": None, "memory": None}, "curve": {"yours": list(train(cls, seed))},
+                "note": f"a tiny GPT (1 layer, d_model 32, 2 heads) trained {STEPS} steps on seeded random tokens"}
+    cases = []
+    for i, (_, C, H, _) in enumerate(CASES):
+        try:
+            mine = cls(C, H)
+            try:
+                mine.load_state_dict(_library(C, H, seed + i).state_dict())
+            except (RuntimeError, KeyError) as e:
+                raise ValueError("its parameters are not the library's qkv and proj (keep the starter's __init__): "
+                                 + str(e).splitlines()[0]) from None
+            got = _outputs(mine, *_inputs(i, seed))
+            cases.append({"values": {n: own.pack(t) for n, t in got.items()}})
+        except Exception as e:
+            cases.append({"error": own.said(e)})
+    try:
+        losses = list(train(cls, seed))
+    except Exception as e:
+        losses = own.said(e)
+    return {"cases": cases, "losses": losses}
+
+
+def forward64(lib, x, slip=None):
+    """The library module's computation in float64 with its weights, each step switchable: the slips' answers."""
+    lib = lib.double()
+    x = x.double()
+    B, T, C = x.shape
+    H, d = lib.n_head, lib.head_dim
+    q, k, v = lib.qkv(x).split(C, dim=-1)
+    if slip == "heads-split":
+        q, k, v = (t.reshape(B, H, T, d) for t in (q, k, v))
+    else:
+        q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in (q, k, v))
+    s = q @ k.transpose(-2, -1) / math.sqrt(d)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    if slip == "mask-after-softmax":
+        w = torch.softmax(s, dim=-1).masked_fill(future, 0.0)
+    else:
+        w = torch.softmax(s.masked_fill(future, -math.inf), dim=-1)
+    y = (w @ v).transpose(1, 2).reshape(B, T, C)
+    return y if slip == "no-proj" else lib.proj(y)
+
+
+def judge(reply: dict, seed: int, name: str = "CausalSelfAttention"):
+    rows, got, right = [], [], []
+    replies = reply.get("cases") or [{"error": reply.get("raised", "no answer")}] * len(CASES)
+    for i, ((cname, C, H, _), r) in enumerate(zip(CASES, replies, strict=True)):
+        x, gout = _inputs(i, seed)
+        lib32 = _library(C, H, seed + i)
+        theirs = _outputs(lib32, x, gout)
+        ref = _outputs(_library(C, H, seed + i).double(), x.double(), gout.double())
+        right.append({"out": ref["out"]})
+        if "error" in r:
+            rows.append(own.row(name, cname, "float32", [], error=r["error"]))
+            got.append(None)
+            continue
+        mine = {n: own.unpack(t) for n, t in r["values"].items()}
+        got.append(mine)
+        comps = [own.compare(n, mine.get(n, torch.full((0,), math.nan)), theirs[n], ref[n], torch.float32,
+                             1e-6 * (1 + float(ref[n].abs().max()))) for n in ref]
+        rows.append(own.row(name, cname, "float32", comps))
+    losses = reply.get("losses")
+    mine_curve = losses if isinstance(losses, list) else None
+    library = library_curve(seed)
+    if mine_curve is None:
+        rows.append(own.row(name, f"trained {STEPS} steps beside the library's", "float32", [],
+                            error=str(losses or "not trained")))
+    else:
+        from attnlab.judge.rule import Comparison
+
+        gap = max(abs(a - b) for a, b in zip(mine_curve, library, strict=True))
+        ok = bool(gap <= LOSS_TOL) and all(math.isfinite(a) for a in mine_curve)
+        rows.append(own.row(name, f"trained {STEPS} steps beside the library's", "float32",
+                            [Comparison("loss", gap, gap, 0.0, LOSS_TOL, ok)]))
+    keys = own.named(got, right, slip_list(seed)) if any(r.status != "pass" for r in rows) else []
+    errs = [float((m["out"].double() - right[i]["out"]).abs().max()) for i, m in enumerate(got) if m is not None]
+    err = max(errs) if len(errs) == len(CASES) else math.inf
+    note = (f"{len(CASES)} inputs (output and every parameter's gradient against the library's module), then "
+            f"{STEPS} training steps beside it (losses within {LOSS_TOL:g})")
+    return rows, own.lines(keys, TEXT), err, note
+
+
+def library_curve(seed: int) -> list[float]:
+    from attnlab.nn.causal import CausalSelfAttention
+
+    return list(train(CausalSelfAttention, seed))
+
+
+def slip_list(seed: int):
+    def of(slip):
+        return lambda i: {"out": forward64(_library(*CASES[i][1:3], seed + i), _inputs(i, seed)[0], slip).detach()}
+    return [("heads-split", of("heads-split")), ("no-proj", of("no-proj")),
+            ("mask-after-softmax", of("mask-after-softmax"))]
+
+
+TEXT = {
+    "heads-split": "your heads are split along the wrong axis: view (B, T, C) as (B, T, H, d), then transpose to "
+                   "(B, H, T, d); a plain view to (B, H, T, d) mixes tokens and heads",
+    "no-proj": "your module skips the output projection: after merging the heads back to (B, T, C), apply self.proj",
+    "mask-after-softmax": "your mask comes after the softmax: each row's weights no longer add up to 1; set the "
+                          "future scores to -inf before the softmax",
+}
+
+
+def measured_ok(result) -> tuple[bool | None, str]:
+    c = result.curve
+    if not c.get("yours") or not c.get("library"):
+        return None, "not trained"
+    gap = max(abs(a - b) for a, b in zip(c["yours"], c["library"], strict=True))
+    return gap <= LOSS_TOL, (f"trained {len(c['yours'])} steps: loss {c['yours'][0]:.3f} → {c['yours'][-1]:.3f}, "
+                             f"the library's {c['library'][-1]:.3f} (largest gap {gap:.1e})")
+
+
+def check(learner, quick=False, seed=0, progress=None, on_stage=None):
+    from . import BY_NAME
+
+    return own.check(BY_NAME["module"], learner, lambda h: learner.fn.ask("level", seconds=600, **h),
+                     lambda reply, s: judge(reply, s, learner.name), seed=seed, on_stage=on_stage)

@@ -1,0 +1,181 @@
+"""The levels with cases of their own (the module, flash backward, the decoder): run there, judged here.
+
+Such a level's function is not attention in (q, k, v), so verify's grid cannot grade it. Its module
+says how instead: ``run(fn, header)`` runs the learner's code on the level's cases where the code
+lives (the learner's process, :mod:`attnlab.lab.judged`), from inputs drawn from the seed,
+and sends back the values (:func:`pack`, plain numbers: nothing of the learner's crosses); here
+``expect(case, seed)`` draws the same inputs and computes the right answers itself -- the float64
+oracle, PyTorch or the library's module in the case's dtype -- and :func:`rows` holds the learner's
+values to verify's tolerance rule. The slips are named as the attention levels' are
+(:mod:`.slips`): the learner's values are what the slip's semantics give.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from attnlab.judge import rule
+from attnlab.judge.diagnose import Diagnosis
+from attnlab.judge.judge import Row
+from attnlab.judge.verify import VerifyResult
+from attnlab.results.host import load_average, machine, versions
+
+from ..result import LabResult, Timing
+
+
+def pack(t: torch.Tensor) -> dict:
+    """A tensor as plain values: its dtype, shape and numbers (float32 and bfloat16 are exact as Python floats)."""
+    t = t.detach().cpu()
+    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+            "data": t.double().flatten().tolist()}
+
+
+def unpack(d: dict) -> torch.Tensor:
+    return torch.tensor(d["data"], dtype=torch.float64).reshape(d["shape"]).to(getattr(torch, d["dtype"]))
+
+
+def said(e: BaseException) -> str:
+    """What a row says of an exception the learner's code raised."""
+    from attnlab.judge import remote
+
+    info = remote.raised(e)
+    return f"{info['type']}: {info['message']}" + (f" ({info['where']})" if info.get("where") else "")
+
+
+def compare(quantity: str, mine: torch.Tensor, theirs: torch.Tensor, ref: torch.Tensor, dtype, rounding=0.0):
+    """verify's rule, with a shape that is not the answer's a failing comparison of its own."""
+    return rule.compare(quantity, mine, theirs, ref, dtype, rounding)
+
+
+def row(name: str, case: str, dtype: str, comps: list, detail: str = "", error: str | None = None) -> Row:
+    if error is not None:
+        return Row(name, case, dtype, "error", detail=error)
+    ok = bool(comps) and all(c.passed for c in comps)
+    return Row(name, case, dtype, "pass" if ok else "fail", comparisons=comps, detail=detail)
+
+
+def named(got: list[dict[str, torch.Tensor] | None], right: list[dict], slips, tol=1e-4) -> list[str]:
+    """The slips whose answers the learner's values are: on every case where a slip differs from the right
+    answer, each quantity within ``tol`` (relative to its size) of the slip's. ``slips``: (key, case index ->
+    {quantity: float64 tensor} or None)."""
+    found = []
+    for key, slip in slips:
+        if key in found:
+            continue
+        differs = 0
+        for i, mine in enumerate(got):
+            alt = slip(i)
+            if mine is None or alt is None:
+                continue
+            size = {q: _size(a, right[i][q], tol) for q, a in alt.items()}
+            if all(float((alt[q] - right[i][q]).abs().max()) <= 10 * size[q] for q in alt):
+                continue
+            if any(q in mine and not bool(torch.isfinite(mine[q]).all()) and float(alt[q].abs().max()) > 1e30
+                   for q in alt):
+                continue  # the slip's answer overflows the learner's dtype here: the case says nothing
+            close = all(q in mine and mine[q].shape == alt[q].shape and
+                        bool(torch.isfinite(mine[q]).all()) and float((mine[q].double() - alt[q]).abs().max())
+                        <= size[q] for q in alt)
+            if not close:
+                differs = -1
+                break
+            differs += 1
+        if differs > 0:
+            found.append(key)
+    return found
+
+
+def _size(alt: torch.Tensor, right: torch.Tensor, tol: float) -> float:
+    """How near the learner's value must be to a slip's: ``tol`` of its size; a hundredth where the slip's answer is
+    blown up (a thousand times the right one's size), as exp amplifies the rounding of what goes into it there."""
+    big, ref = float(alt.abs().max()) if alt.numel() else 0.0, float(right.abs().max()) if right.numel() else 0.0
+    return (1e-2 if big > 1e3 * (1 + ref) else tol) * (1 + big)
+
+
+def check(level, learner, run, judge, seed: int = 0, on_stage=None, measure=True) -> LabResult:
+    """The level's check of the learner's code: ``run(header) -> reply`` runs it where it lives (the learner's
+    process, or in a test this one); ``judge(reply, seed) -> (rows, diagnoses, match_err, note)``."""
+    from attnlab.judge import remote
+
+    t0 = time.perf_counter()
+    say = on_stage or (lambda text: None)
+    say(f"found {learner.name} in {learner.path}: level {level.number} ({level.title})" + (
+        "; it is the starter's code as it came, unchanged: what it scores is not yours" if learner.given else ""))
+    ended, lost = None, None
+    try:
+        reply = run({"level": level.name, "seed": seed, "what": "grade"})
+    except remote.Raised as e:
+        reply = {"raised": e.text}
+    except remote.Lost as e:
+        reply, lost = {"raised": str(e)}, str(e)
+    rows, found, err, note = judge(reply, seed)
+    passed = bool(rows) and all(r.status == "pass" for r in rows) and lost is None
+    timings, exps, how, load, curve = [], {"time": None, "memory": None}, "not measured: it did not pass", None, {}
+    if passed and measure:
+        say(f"measuring it: {level.module().MEASURES}")
+        load = load_average()
+        try:
+            m = run({"level": level.name, "seed": seed, "what": "measure"})
+            timings = [Timing.from_dict(t) for t in m.get("timings", [])]
+            exps, how, curve = m.get("exponents", exps), m.get("note", ""), m.get("curve", {})
+            if curve and hasattr(level.module(), "library_curve"):
+                curve["library"] = level.module().library_curve(seed)
+        except (remote.Raised, remote.Lost) as e:
+            how = f"not measured: {getattr(e, 'text', str(e))}"
+    if lost is not None:
+        ended = lost
+    verify = VerifyResult(rows, machine(), versions())
+    r = LabResult(str(learner.path), learner.name, "level", note, verify, found, err, passed, timings, exps, how,
+                  time.perf_counter() - t0, {**machine(), "load_average": load}, versions(), given=learner.given,
+                  ended=ended, functions=list(learner.functions), level=level.name, curve=curve)
+    r.measured_ok, r.measured_note = level.module().measured_ok(r)
+    return r
+
+
+def lines(keys, text) -> list[Diagnosis]:
+    return [Diagnosis(k, text[k]) for k in dict.fromkeys(keys)]
+
+
+def measure_lengths(seqs, seed: int, inputs, call, note: str, peaks: int = 3) -> dict:
+    """Time and extra peak memory of ``call(*inputs(T, generator))`` at each length T (longer lengths stop once one
+    takes over 20 s); the measurement reply a level's ``measure`` sends, with ``note`` and the growth exponents.
+
+    The peak is the median of ``peaks`` calls where a call takes under a second (one call's high-water mark can
+    hold another allocation's pages), the time the least of those calls."""
+    import statistics
+
+    from attnlab.measure import growth, memory
+
+    timings = []
+    memory.exact_heap("cpu")
+    try:
+        for T in seqs:
+            args, took = inputs(T, torch.Generator().manual_seed(seed + T)), []
+
+            def once(args=args, took=took):
+                t0 = time.perf_counter()
+                r = call(*args)
+                took.append(time.perf_counter() - t0)
+                return r
+
+            got = [memory.measure_peak(once, "cpu")]
+            if not took:  # memory is not measurable here, so measure_peak did not call it
+                once()
+            while len(got) < peaks and took[0] < 1 and got[0] is not None:
+                got.append(memory.measure_peak(once, "cpu"))
+            got = [p for p in got if p is not None]
+            peak = int(statistics.median(got)) if got else None
+            timings.append({"seq": T, "time_s": statistics.median(took), "times_s": took, "peak_bytes": peak,
+                            "peaks": got, "skipped": None})
+            if took[0] > 20:
+                break
+    finally:
+        memory.exact_heap("cpu", exact=False)
+    exps = {"time": growth.exponent([t["seq"] for t in timings], [t["time_s"] for t in timings]),
+            "memory": growth.exponent([t["seq"] for t in timings if t["peak_bytes"]],
+                                      [t["peak_bytes"] for t in timings if t["peak_bytes"]])}
+    how = memory.method("cpu") or "not measurable here"
+    return {"timings": timings, "exponents": exps, "note": f"{note}; memory: {how}, the median of up to {peaks} "
+            "calls, the time their median"}

@@ -1,0 +1,54 @@
+"""The levels' mutant corpus, run the way ``attnlab lab check`` names slips, in this process: each slip of each level
+(tests/lab/level_solutions.py) and what the level names first, at a seed; the solutions and what they get.
+
+The attention levels (loops, matrix, flash) name slips from the learner's outputs on the probes
+(:func:`attnlab.lab.check.level_diagnoses`, which lab check puts before verify's diagnoses);
+the levels with cases of their own (module, backward, decode) from their ``judge`` of what ``run``
+returned. ``named(level, slip, seed)`` is the keys, most likely first, and whether every case passed.
+"""
+
+import functools
+
+from attnlab.judge import oracle  # noqa: F401 -- the tests read the oracle through here
+from attnlab.lab import grade, levels
+from attnlab.lab.check import level_diagnoses
+from tests.lab import level_solutions as S  # noqa: F401
+
+ATTENTION = {"loops": S.attention_by_hand, "matrix": S.attention_matrix, "flash": S.flash_forward}
+EXTRA = {"backward": {"autograd": S.autograd_backward}}  # mutants that are not the solution with a knob
+
+
+def _own(level: str, slip):
+    if level == "module":
+        return S.causal_self_attention(slip)
+    if slip in EXTRA.get(level, {}):
+        return EXTRA[level][slip]
+    return functools.partial({"backward": S.flash_backward, "decode": S.decode_step}[level], slip=slip)
+
+
+def named(level: str, slip: str | None, seed: int) -> tuple[list[str], bool | None]:
+    """(the diagnoses' keys, most likely first; whether every case passed, None for the attention levels, whose
+    grid grading is verify's and tested there)."""
+    lv = levels.find(level)
+    if lv.kind == "attention":
+        fn = grade.as_sdpa(lv.module().wrap(functools.partial(ATTENTION[level], slip=slip)))
+        return [d.key for d in level_diagnoses(fn, lv, seed, [])], None
+    mod = lv.module()
+    rows, found, _, _ = mod.judge(mod.run(_own(level, slip), {"seed": seed}), seed)
+    return [d.key for d in found], all(r.status == "pass" for r in rows)
+
+
+def slips(level: str) -> tuple[str, ...]:
+    return S.SLIPS[level] + tuple(EXTRA.get(level, ()))
+
+
+def run(seeds=range(5), chosen=None) -> list[dict]:
+    """Every level's solution and slips at every seed: what was named first, and whether that is right."""
+    out = []
+    for level in chosen or S.SLIPS:
+        for seed in seeds:
+            for slip in (None, *slips(level)):
+                keys, passed = named(level, slip, seed)
+                right = (keys == [] and passed is not False) if slip is None else (keys[:1] == [slip])
+                out.append({"level": level, "slip": slip, "seed": seed, "named": keys, "right": right})
+    return out
