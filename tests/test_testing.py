@@ -109,6 +109,7 @@ def refuses_everything(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, 
     raise attnlab.Unsupported("this kernel takes nothing")
 
 
+@pytest.mark.slow  # the whole float32 quick grid, refused case by case
 def test_a_function_that_refuses_every_case_fails_as_verify_does():
     """Before: "1 passed" under pytest where `attnlab verify` exits 1."""
     with pytest.raises(AssertionError) as e:

@@ -17,8 +17,17 @@ function's error, PyTorch's own error on the same device and dtype, the limit) a
 what the pattern of failures points to. The rule is verify's: ``max|yours - oracle| <= 2 x
 max|PyTorch - oracle| + floor`` for the output and every gradient. See ``examples/test_my_attention.py``.
 
+The function never runs in the test runner's process: it runs in a process of its own (loaded from its pickle, or
+a fork of the runner for a function defined inside a test), and the judge in another. A function that exits, kills
+its process or hangs fails its test with a line that says so, within ``timeout`` seconds a case (10 at the basic
+case's size, as ``attnlab verify``), and the run goes on. Every argument is checked first, by verify's rules: a
+``TypeError`` or ``ValueError`` naming it; selecting nothing (``dtypes=[]``, an ``only=`` that matches no case) is
+an error, not a pass, and a device that is not here raises :class:`NoDevice` -- skip a GPU test on purpose with
+``@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")``.
+
 A function refuses an argument it does not take by raising ``attnlab.Unsupported`` (the case is skipped, with
-its message); any other exception fails the case. ``backward=False`` judges a kernel without a backward on its
+its message); any other exception fails the case. A check in which no case passed fails: a function that refuses
+everything was judged on nothing. ``backward=False`` judges a kernel without a backward on its
 forward; ``factor=`` holds a kernel that is knowingly less precise to more than 2x PyTorch's error (the
 failure message says so); ``name=`` names the function in ids and messages.
 
@@ -35,23 +44,27 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from attnlab.judge import apis as _apis
+from attnlab.judge import arguments as _arguments
 from attnlab.judge import isolate
+from attnlab.judge.arguments import NoDevice
 from attnlab.judge.cases import Case
 from attnlab.report import plain
 
-__all__ = ["Case", "assert_attention_matches", "assert_case", "cases"]
+__all__ = ["Case", "NoDevice", "assert_attention_matches", "assert_case", "cases"]
+
+DTYPES = ("float32", "float64", "bfloat16")
 
 
-def cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), *, quick: bool = True,
-          only: str | Iterable[str] | None = None, name: str | None = None, api: str = "sdpa") -> list:
+def cases(dtypes: Iterable = DTYPES, *, quick: bool = True, only: str | Iterable[str] | None = None,
+          name: str | None = None, api: str = "sdpa") -> list:
     """verify's grid, for ``pytest.mark.parametrize``: one ``pytest.param`` per case with the case's label as its
     id, after ``name`` where given (``"mine: basic [float32]"``, for several functions in one test file); plain
-    :class:`Case` objects where pytest is not installed. ``only``: case names containing these words. ``api``: the
-    grid put to that API (the cases it cannot express are there, and skip with the reason)."""
-    picked = _grid(api, dtypes, quick)
-    if only is not None:
-        words = [only] if isinstance(only, str) else list(only)
-        picked = [c for c in picked if any(w.lower() in c.name.lower() for w in words)]
+    :class:`Case` objects where pytest is not installed. ``only``: case names containing these words (none matching
+    is a ValueError). ``api``: the grid put to that API (the cases it cannot express are there, and skip with the
+    reason)."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name={name!r}: give a string, or None")
+    picked = _arguments.picked(_grid(api, dtypes, quick), _arguments.only(only), only)
     try:
         import pytest
     except ModuleNotFoundError:
@@ -60,42 +73,65 @@ def cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), *, quick: 
 
 
 def assert_case(fn: Callable, case: Case, *, device="cpu", seed: int = 0, check_dropout: bool = True,
-                timeout: float | None = None, backward: bool = True, factor: float = 2.0,
+                timeout: float = _arguments.TIMEOUT, backward: bool = True, factor: float = 2.0,
                 name: str | None = None) -> None:
     """Hold ``fn`` to the rule on one case (see :func:`cases`); AssertionError with the row and its diagnosis. A
     case of ``cases(api=...)`` calls ``fn`` through that API."""
+    __tracebackhide__ = True
+    if not isinstance(case, Case):
+        inner = getattr(case, "values", None)
+        hint = (" -- the test's parameter, not the pytest.param: parametrize over cases() and take the argument"
+                if inner is not None else " (cases(only=...) picks them by name)")
+        raise TypeError(f"case={case!r:.80}: give one Case of attnlab.testing.cases(){hint}")
     api = _apis.parse(case.api)[0] if case.api else "sdpa"
     _check(fn, [case], device=device, seed=seed, check_dropout=check_dropout, timeout=timeout, backward=backward,
            factor=factor, name=name, api=api, single=True)
 
 
-def assert_attention_matches(fn: Callable, *, device="cpu", dtypes: Iterable[str] = ("float32", "float64", "bfloat16"),
-                             quick: bool = True, seed: int = 0, check_dropout: bool = True,
-                             timeout: float | None = None, backward: bool = True, factor: float = 2.0,
-                             name: str | None = None, api: str = "sdpa") -> None:
-    """Hold ``fn`` to the rule on every case of the grid (``quick``: without the long cases) in ``dtypes`` on
-    ``device``. ``check_dropout=False`` skips the dropout cases, for a function without dropout. ``timeout``:
-    seconds a case may take at the basic case's size (None: no limit). ``backward=False``: the output alone, for a
-    kernel without a backward. ``factor``: the rule's multiple of PyTorch's error (default 2). ``api``: the API
-    ``fn`` is written to (see the module's notes)."""
+def assert_attention_matches(fn: Callable, *, device="cpu", dtypes: Iterable = DTYPES, quick: bool = True,
+                             seed: int = 0, check_dropout: bool = True, timeout: float = _arguments.TIMEOUT,
+                             backward: bool = True, factor: float = 2.0, name: str | None = None,
+                             api: str = "sdpa") -> None:
+    """Hold ``fn`` to the rule on every case of the grid (``quick``: without the long cases) in ``dtypes`` (names
+    or ``torch.dtype``) on ``device`` (a string or ``torch.device``). ``check_dropout=False`` skips the dropout
+    cases, for a function without dropout. ``timeout``: seconds a case may take at the basic case's size.
+    ``backward=False``: the output alone, for a kernel without a backward. ``factor``: the rule's multiple of
+    PyTorch's error (default 2). ``api``: the API ``fn`` is written to (see the module's notes)."""
+    __tracebackhide__ = True
     _check(fn, _grid(api, dtypes, quick), device=device, seed=seed, check_dropout=check_dropout, timeout=timeout,
            backward=backward, factor=factor, name=name, api=api)
 
 
 def _grid(api: str, dtypes, quick: bool) -> list:
-    if api not in _apis.NAMES:
+    if not isinstance(api, str) or api not in _apis.NAMES:
         raise ValueError(f"api={api!r}: choose from {', '.join(map(repr, _apis.NAMES))}")
-    return _apis.cases(api, list(dtypes), long=not quick)
+    if not isinstance(quick, bool):
+        raise TypeError(f"quick={quick!r}: give True or False")
+    return _apis.cases(api, _arguments.dtypes(dtypes), long=not quick)
+
+
+def _function(fn, name) -> str:
+    """The name to judge ``fn`` by; TypeError for what is not a function."""
+    if isinstance(fn, str):
+        raise TypeError(f"fn={fn!r}: a string, not a function; give the attention function itself (a form of "
+                        f"attnlab's: attnlab.kernels.get({fn!r}).fn)")
+    if not callable(fn):
+        raise TypeError(f"fn={fn!r:.60}: not a function; give the attention function to judge, with "
+                        "F.scaled_dot_product_attention's signature (or the API's named by api=)")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name={name!r}: give a string, or None")
+    return name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
 def _check(fn, picked, *, device, seed, check_dropout, timeout, backward, factor, name, api="sdpa", single=False):
     __tracebackhide__ = True  # pytest shows the table and the causes, not this module's frames
-    factor = _factor(factor)
-    name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    if api != "sdpa":
-        fn = _apis.Adapted(fn, api)
-    r = isolate.judge_apart(fn, name, picked, seed=seed, check_dropout=check_dropout, timeout=timeout, device=device,
-                            backward=backward, factor=factor)
+    name = _function(fn, name)
+    for flag, value in (("check_dropout", check_dropout), ("backward", backward)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{flag}={value!r}: give True or False")
+    kw = {"seed": _arguments.seed(seed), "timeout": _arguments.timeout(timeout), "factor": _arguments.factor(factor),
+          "device": _arguments.device(device), "check_dropout": check_dropout, "backward": backward}
+    r = isolate.judge_apart(fn, name, picked, api=api, **kw)
     if single and r.rows[0].status == "skipped":  # e.g. a score-modifier case for a function without score_mod=
         import pytest
 
@@ -103,18 +139,6 @@ def _check(fn, picked, *, device, seed, check_dropout, timeout, backward, factor
     if not r.passed:  # a failure, a factor that judged nothing, or every case refused: nothing passed is no pass
         raise AssertionError(message(r, name))
     return r
-
-
-def _factor(factor) -> float:
-    """``factor=`` by the command line's rule: a finite number of at least 1 (never less than PyTorch's own error)."""
-    import math
-
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)):
-        raise TypeError(f"factor={factor!r}: give a number >= 1 (default 2)")
-    if not (math.isfinite(factor) and factor >= 1):
-        raise ValueError(f"factor={factor!r}: give a number >= 1 (default 2): the rule never asks less of a kernel "
-                         "than PyTorch's own error")
-    return float(factor)
 
 
 def message(result, name: str) -> str:

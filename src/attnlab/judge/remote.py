@@ -188,7 +188,11 @@ def mask_word(m) -> object:
 
 def how(p: subprocess.Popen | None) -> str:
     """How a process ended, in words: "exit code 0", "signal 9, SIGKILL: out of memory, or killed"."""
-    code = None if p is None else p.returncode
+    return how_code(None if p is None else p.returncode)
+
+
+def how_code(code: int | None) -> str:
+    """:func:`how` for a return code as subprocess gives it (negative: the signal that ended the process)."""
     if code is None or code >= 0:
         return f"exit code {code}"
     try:

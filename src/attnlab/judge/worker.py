@@ -30,7 +30,9 @@ def load(job: dict):
     """(the function to serve, what to tell the judge, the user's roots for the lines of errors)."""
     from attnlab.judge import loader, mod_cases
 
-    if "spec" in job:
+    if "pickled" in job:  # attnlab.testing: a function of the test's own, by reference (its module imported here)
+        fn, roots, name = _unpickled(job), (), job.get("name", "function")
+    elif "spec" in job:
         fn, roots = loader.import_function(job["spec"]), ()
         name = job["spec"]
     else:
@@ -43,6 +45,24 @@ def load(job: dict):
 
         fn = apis.Adapted(fn, job["api"])
     return fn, info, roots
+
+
+def _unpickled(job: dict):
+    """The test's function, from its pickle: with the test runner's import path and folder, so that its module
+    imports here as it did there."""
+    import base64
+    import pickle
+
+    from attnlab.judge import loader
+
+    sys.path[:0] = [p for p in job.get("sys_path", []) if p not in sys.path]
+    with contextlib.suppress(OSError):
+        os.chdir(job.get("cwd") or ".")
+    try:
+        return pickle.loads(base64.b64decode(job["pickled"]))
+    except Exception as e:  # noqa: BLE001 -- a module that cannot be imported here, by any error
+        raise loader.LoadError(f"{job.get('name')} cannot be loaded in a process of its own: "
+                               f"{type(e).__name__}: {e}") from None
 
 
 def main(prepare=None, extra=None) -> None:
