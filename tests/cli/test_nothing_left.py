@@ -94,6 +94,7 @@ def test_a_full_disk_is_one_line_exit_2_and_leaves_nothing(tmp_path, argv, path)
         kill_group(p.pid)
 
 
+WORKERS = ("attnlab.judge.worker", "attnlab.lab.judged")  # the modules a judged function runs in: verify's, the lab's
 HANGS = "import time\n\n\ndef attention_by_hand(q, k, v, **kw):\n    time.sleep(600)\n"
 
 
@@ -106,7 +107,7 @@ def test_ctrl_c_into_a_judged_function_ends_its_process_too(tmp_path, monkeypatc
     p, tag = _start(argv)
     try:
         deadline = time.monotonic() + GUARD_S
-        while not any("attnlab.lab" in cmd and "worker" in cmd or "judged" in cmd for cmd in
+        while not any(worker in cmd for worker in WORKERS for cmd in
                       (Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace") for pid in of_run(tag)
                        if Path(f"/proc/{pid}/cmdline").exists())):
             assert p.poll() is None and time.monotonic() < deadline, p.communicate()
