@@ -22,6 +22,7 @@ from attnlab.judge.apis import flash, lse
 from tests import api_functions as A
 
 HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
 
 
 def judged(fn, api, dtypes=("float32",), only=None, backward=True, first=None):
@@ -159,7 +160,7 @@ def test_the_testing_module_speaks_the_apis():
 
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "attnlab", "verify", *args], capture_output=True, text=True,
-                          cwd=HERE.parents[1], timeout=300)  # --impl's module is found from the current folder
+                          cwd=ROOT, timeout=300)  # --impl's module is found from the current folder
 
 
 # every API through the console script (15 s in a busy suite): make test-long; the same APIs are judged in-process
@@ -167,7 +168,7 @@ def _cli(*args):
 @pytest.mark.long
 @pytest.mark.slow  # attnlab verify --api, a child interpreter per API
 def test_verify_api_on_the_command_line():
-    p = _cli("--api", "flash-attn", "--impl", "api_functions:flash_top_left", "--quick", "--dtypes", "float32",
+    p = _cli("--api", "flash-attn", "--impl", "tests.api_functions:flash_top_left", "--quick", "--dtypes", "float32",
              "--no-dropout", "--only", "causal", "--show", "failures")
     print(p.stdout[-1500:])
     assert p.returncode == 1 and "causal= is aligned top-left" in p.stdout, p.stderr[-800:]
