@@ -232,3 +232,32 @@ def test_a_parametrized_test_over_no_case_is_a_collection_error_not_a_pass(tmp_p
                        capture_output=True, text=True, cwd=tmp_path, timeout=300)
     print(r.stdout[-3000:])
     assert r.returncode != 0 and "matches no case" in r.stdout and "1 error" in r.stdout
+
+
+JUDGES_AT_IMPORT = '''
+import torch.nn.functional as F
+import attnlab.testing
+
+
+def right(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+
+
+attnlab.testing.assert_case(right, next(p.values[0] for p in attnlab.testing.cases(dtypes=["float32"], only="basic")))
+print("judged")
+'''
+
+
+@pytest.mark.slow
+def test_a_module_that_judges_at_import_is_judged_once_not_again_in_the_judged_process(tmp_path):
+    """The judged process imports the function's module to load it; a call there would start a judge, whose worker
+    imports the module again, each waiting on the next until the loading's limit (120 s). It is refused there, and
+    the function is served from a fork of the caller instead: the import judges once, in seconds."""
+    (tmp_path / "judges_at_import.py").write_text(JUDGES_AT_IMPORT)
+    tag = uuid.uuid4().hex
+    r = subprocess.run([sys.executable, "-c", "import judges_at_import"], capture_output=True, text=True,
+                       cwd=tmp_path, env=marked_env(tag), timeout=100)
+    print(r.returncode, r.stdout, r.stderr[-2000:])
+    assert r.returncode == 0 and r.stdout.count("judged") == 1
+    wait_until_gone(of_run(tag), guard_s=30)
+    assert of_run(tag) == []

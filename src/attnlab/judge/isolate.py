@@ -108,7 +108,11 @@ def judge_apart(fn: Callable, name: str, cases: list[Case], *, seed: int = 0, ch
     Either way a function that exits, kills its process or hangs ends the check in a verdict, never this
     process. RuntimeError when the judge itself gave none."""
     __tracebackhide__ = True  # a failure reads as the test's, not as this module's frames
-    from attnlab.judge import mod_cases
+    from attnlab.judge import loader, mod_cases
+
+    if loader.LOADING:  # a module that judges at import, imported to serve its function: it would judge again, and on
+        raise RuntimeError(f"attnlab.testing was called while {loader.LOADING[-1]}'s module was imported to be "
+                           "judged: call it inside a test function or under `if __name__ == '__main__':`")
 
     job = {"name": name, "cases": [asdict(c) for c in cases], "seed": seed, "check_dropout": check_dropout,
            "timeout": timeout, "device": device, "backward": backward, "factor": factor, "api": api}

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from attnlab.judge.remote import user_frame
 
+LOADING: list[str] = []  # the functions this process is loading to be judged (their modules are being imported)
+
 
 class LoadError(ValueError):
     """What was named cannot be loaded as a function; the message says why, in one line."""
