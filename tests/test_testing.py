@@ -69,6 +69,7 @@ def test_a_case_the_function_cannot_take_is_skipped_not_failed():
         attnlab.testing.assert_case(right, mod)
 
 
+@pytest.mark.long  # 40 s on 2 cores: pytest started afresh, and a judge and a judged process per test of the file
 @pytest.mark.slow
 def test_the_example_file_passes_as_it_is():
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "examples")],
