@@ -73,10 +73,32 @@ def answer(fn, header: dict, tensors: list, roots: tuple[str, ...] = (), extra=N
         return {"raised": remote.raised(e, roots)}, []
 
 
-def serve(fn, rfd: int, wfd: int, watch: float | None = None, roots: tuple[str, ...] = (), extra=None) -> dict:
+def baseline() -> dict:
+    """torch's global state as it is now (taken in the judged process before the judged code is loaded)."""
+    return {"dtype": torch.get_default_dtype(), "grad": torch.is_grad_enabled(), "threads": torch.get_num_threads(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(), "device": torch.get_default_device()}
+
+
+def restore(state: dict) -> None:
+    """Put torch's global state back as :func:`baseline` took it: what the judged file set at import (a default
+    dtype of float64, grad mode off, a thread count, deterministic algorithms, a default device) or in an earlier
+    call never reaches the inputs the level builds or the calls it makes."""
+    torch.set_default_dtype(state["dtype"])
+    torch.set_grad_enabled(state["grad"])
+    if torch.get_num_threads() != state["threads"]:
+        torch.set_num_threads(state["threads"])
+    if torch.are_deterministic_algorithms_enabled() != state["deterministic"]:  # setting it costs 2-3 s the 1st time
+        torch.use_deterministic_algorithms(state["deterministic"])
+    if torch.get_default_device() != state["device"]:
+        torch.set_default_device(state["device"])
+
+
+def serve(fn, rfd: int, wfd: int, watch: float | None = None, roots: tuple[str, ...] = (), extra=None,
+          state: dict | None = None) -> dict:
     """Answer the judge's requests with ``fn`` until it closes (returns {}) or sends what is not a request
     (returned, e.g. the judge's result). ``watch``: seconds a request may take here before the judge is told it
-    hung (an in-process watchdog; a judged process of its own is killed by the judge instead)."""
+    hung (an in-process watchdog; a judged process of its own is killed by the judge instead). ``state``: torch's
+    global state to restore before each request (:func:`baseline`)."""
     while True:
         try:
             header, tensors = wire.receive(rfd)
@@ -87,6 +109,8 @@ def serve(fn, rfd: int, wfd: int, watch: float | None = None, roots: tuple[str, 
             return header
         if op == "close":
             return {}
+        if state is not None:
+            restore(state)
         if watch is None:
             reply = answer(fn, header, tensors, roots, extra)
         else:

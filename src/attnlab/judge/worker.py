@@ -79,6 +79,7 @@ def main(prepare=None, extra=None) -> None:
     from attnlab.judge import loader, served, wire
 
     job, _ = wire.receive(rfd)
+    state = served.baseline()  # before the judged code runs: what its import sets is undone before each request
     try:
         fn, info, roots = load(job)
         if prepare is not None:
@@ -87,7 +88,7 @@ def main(prepare=None, extra=None) -> None:
         wire.send(wfd, {"load_error": str(e)})
         return
     wire.send(wfd, {"loaded": info})
-    served.serve(fn, rfd, wfd, roots=roots, extra=extra)
+    served.serve(fn, rfd, wfd, roots=roots, extra=extra, state=state)
 
 
 if __name__ == "__main__":
