@@ -123,6 +123,7 @@ def check(args) -> int:
     from attnlab.lab.check import check as run_check
     from attnlab.report import exercise
     from attnlab.report.terminal import console, progress
+    from attnlab.results.files import CannotWrite
 
     from . import UsageError
 
@@ -139,9 +140,17 @@ def check(args) -> int:
             result = run_check(learner, quick=args.quick, seed=args.seed, progress=advance,
                                on_stage=lambda text: console.print(f"  {text}"),
                                budget_s=args.max_seconds or measure.BUDGET_S)
+    if learner.fn.strays:
+        console.print("  your file left processes of its own running (started at import or in a call): they were "
+                      "ended with the check")
     for line in exercise.lines(result):
         console.print(line)
-    saved = store.save(result, out)  # every check kept: lab-checks/STEM-FUNCTION-TIME.json, the figure beside it
-    for f in (saved, exercise.figure(result, saved.with_suffix(".png"))):
-        console.print(f"  wrote {f}")
+    try:  # every check kept: lab-checks/STEM-FUNCTION-TIME.json, the figure beside it
+        saved = store.save(result, out)
+        for f in (saved, exercise.figure(result, saved.with_suffix(".png"))):
+            console.print(f"  wrote {f}")
+    except CannotWrite as e:  # the verdict is printed above; the results folder's problem is one line
+        raise UsageError(f"the check's result was not kept: cannot write {e.path}: {e.reason}") from None
+    except OSError as e:
+        raise UsageError(f"the check's result was not kept in {out}: {e.strerror or e}") from None
     return 0 if result.passed and result.match_err <= result.match_tol else 1

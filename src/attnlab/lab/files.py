@@ -47,6 +47,9 @@ def start(folder: str | Path, level=None) -> Started:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (STARTER_NAME if level is None else level.filename)
     text = starter_text() if level is None else level.starter_text()
+    if path.is_dir() or (path.exists() and not path.is_file()):
+        raise LoadError(f"{path} is {'a folder' if path.is_dir() else 'not a file'}, where the level's file goes: "
+                        f"move it, or start the level in another folder")
     empty = path.is_file() and not path.is_symlink() and path.stat().st_size == 0
     try:  # never over a file that is there, even one that appeared a moment ago
         write_text(path, text, over=empty)

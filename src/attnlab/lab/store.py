@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from attnlab.results import BadField, write_json
+from attnlab.results.files import CannotWrite
 
 from .result import LabResult
 
@@ -48,6 +49,10 @@ def save(result: LabResult, out: str | Path) -> Path:
     if not result.time:
         result.time = now()
     folder = Path(out) / FOLDER
+    if folder.is_symlink() and not folder.exists():
+        raise CannotWrite(folder, "it is a symbolic link to nothing", None)
+    if folder.exists() and not folder.is_dir():
+        raise CannotWrite(folder, "it is a file, not the folder the checks are kept in", None)
     base = f"{Path(result.file).stem}-{result.function}-{when(result).strftime('%Y%m%dT%H%M%S.%fZ')}"
     path, n = folder / f"{base}.json", 1
     while path.exists():  # two checks within the same microsecond: the second gets a number, the first stays
