@@ -53,7 +53,12 @@ class Raised(Exception):
 
 
 class Lost(Exception):
-    """The judged process is gone (ended, or killed after a hang): nothing more can be asked of it."""
+    """The judged process is gone (ended, or killed after a hang): nothing more can be asked of it. ``timed_out``:
+    it was killed because it gave no answer in time (not because it ended by itself)."""
+
+    def __init__(self, message: str = "", timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 def described(e: BaseException) -> str:
@@ -82,7 +87,7 @@ class Remote:
 
     def request(self, header: dict, tensors=(), seconds: float | None = None) -> tuple[dict, list]:
         if self.lost is not None:
-            raise Lost(self.lost)
+            raise Lost(self.lost, self.timed_out)
         limit = seconds if seconds is not None else self.deadline if self.deadline is not None else QUIET_SECONDS
         if self.process is None:  # the serving side keeps the time (its watchdog answers "hung"): wait a little longer
             limit += 30.0
@@ -92,13 +97,13 @@ class Remote:
         except (wire.TimedOut, TimeoutError):
             self._end(f"no answer after {limit:.1f} s")
             self.timed_out = True
-            raise Lost(self.lost) from None
+            raise Lost(self.lost, True) from None
         except (wire.Closed, BrokenPipeError, OSError, ValueError) as e:
             self._end(None if isinstance(e, (wire.Closed, BrokenPipeError)) else f"a message it sent was not ours: {e}")
             raise Lost(self.lost) from None
         if "hung" in reply:  # the serving side's own watchdog (attnlab.testing)
             self.lost, self.timed_out = f"no answer after {reply['hung']:.1f} s", True
-            raise Lost(self.lost)
+            raise Lost(self.lost, True)
         if "raised" in reply:
             from attnlab import kernels
 

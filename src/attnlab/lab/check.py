@@ -40,19 +40,23 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
     """
     level = levels.find(learner.level)
     if level.kind == "own":
-        return level.module().check(learner, quick=quick, seed=seed, progress=progress, on_stage=on_stage)
+        return level.module().check(learner, quick=quick, seed=seed, progress=progress, on_stage=on_stage,
+                                    budget_s=budget_s)
     t0 = time.perf_counter()
     say = on_stage or (lambda text: None)
     name = learner.name
     say(f"found {name} in {learner.path}: {FORMS[learner.form]}, level {level.number} ({level.title})" + (
         "; it is the starter's code as it came, unchanged: what it scores is not yours" if learner.given else ""))
-    per_pair = judged.rate(learner)  # (a process that ends or hangs here is started again: the cases say how)
+    per_pair = judged.rate(learner, min(judged.RATE_SECONDS, budget_s))  # (one that ends or hangs here is started
+    # again: the cases say how)
     fn = learner.fn
-    result, shrunk, note = grade.grade(fn, name, learner.form, per_pair, quick=quick, seed=seed, progress=progress)
+    result, shrunk, note = grade.grade(fn, name, learner.form, per_pair, quick=quick, seed=seed, progress=progress,
+                                       timeout=min(grade.CASE_TIMEOUT, budget_s))
     found = result.diagnoses.get(name, [])  # verify's diagnoses of the failures, most likely first
     if not result.passed and fn.lost is None:
         found = level_diagnoses(fn, level, seed, found)
     hung = next((r for r in result.rows if r.facts.kind == "timeout"), None)
+    ended = fn.lost  # while it was graded (a measurement stopped for its time says so in its note instead)
     load, err, timings, fits = None, float("inf"), [], {"time": None, "memory": None}
     if hung is not None:  # a function that hung once would hang the measurements too
         how = f"not measured: it timed out on the case {hung.case!r} while it was graded"
@@ -70,7 +74,6 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
             how = f"not measured: measuring it raised {e.text}"
         except judged.remote.Lost:
             how = f"not measured: {fn.lost} while it was measured"
-    ended = fn.lost if fn.lost is not None else None
     exps = {k: f and f.exponent for k, f in fits.items()}  # the slope alone; the fits keep the repeats' range
     r = LabResult(str(learner.path), name, learner.form, note, result, found, err,
                   result.passed and ended is None, timings, exps, how, time.perf_counter() - t0,

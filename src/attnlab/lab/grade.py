@@ -103,11 +103,12 @@ def cases(form: str, per_pair: float | None, quick: bool = False) -> tuple[list,
     return out, [c.label for c in out if c.name not in {x.name for x in chosen}]
 
 
-def grade(target, name: str, form: str, per_pair: float | None, quick: bool = False, seed: int = 0, progress=None):
+def grade(target, name: str, form: str, per_pair: float | None, quick: bool = False, seed: int = 0, progress=None,
+          timeout: float = CASE_TIMEOUT):
     """(verify's result on the graded cases, the cases run smaller, a note saying which cases and why). ``target``:
     the learner's function in F.sdpa's signature (in its own process: a :class:`attnlab.judge.remote.Remote`)."""
     graded, shrunk = cases(form, per_pair, quick)
-    result = V.verify({name: target}, graded, seed=seed, progress=progress, timeout=CASE_TIMEOUT,
+    result = V.verify({name: target}, graded, seed=seed, progress=progress, timeout=timeout,
                       check_dropout=True)
     which = ("the grid's cases a (q, k, v) function that is always causal can answer: causal, no attn_mask, the "
              "default scale, no dropout, no GQA" if form == "lab" else "the whole grid")

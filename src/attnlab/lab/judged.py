@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab.judge import remote, worker
-from attnlab.measure.growth import Fit
 
 from . import files
 from .result import Timing
@@ -85,12 +84,32 @@ def rate(learner: Learner, timeout: float | None = None) -> float | None:
         return None
 
 
+MARGIN_S = 10.0  # beyond --max-seconds, for a length's first call that the estimate did not foresee
+
+
 def measure(learner: Learner, seqs, budget_s: float, seed: int = 0) -> tuple[list[Timing], dict, str]:
-    """Time and peak memory in the learner's process (see measure.measure); what it could not measure, said."""
-    reply = learner.fn.ask("measure", seconds=budget_s * len(seqs) * 3 + 60, seqs=list(seqs), budget_s=budget_s,
-                           seed=seed, level=learner.level)
-    fits = {k: None if f is None else Fit.from_dict(f) for k, f in reply["fits"].items()}
-    return [Timing.from_dict(t) for t in reply["timings"]], fits, reply["note"]
+    """Time and peak memory in the learner's process (see measure.measure), one length a request, each within the
+    budget and a margin: a call that hangs or sleeps ends the measurement at that length, said so; a length the
+    previous one says would take over the budget is skipped with its estimate."""
+    from . import measure as lab_measure
+
+    timings: list[Timing] = []
+    for T in seqs:
+        if timings and (skip := lab_measure.skip_note(T, timings[-1], budget_s)) is not None:
+            timings.append(skip)
+            continue
+        try:
+            reply = learner.fn.ask("measure", seconds=budget_s + MARGIN_S, seqs=[T], budget_s=budget_s, seed=seed,
+                                   level=learner.level)
+        except remote.Lost:
+            timings.append(Timing(T, skipped=f"no answer within {budget_s + MARGIN_S:g} s ({budget_s:g} s of "
+                                             f"--max-seconds and {MARGIN_S:g} s to spare): it was stopped there"))
+            break
+        timings += [Timing.from_dict(t) for t in reply["timings"]]
+        if timings[-1].time_s is None:  # it raised: the grading says what is wrong with it
+            break
+    fits, note = lab_measure.fitted(timings, budget_s)
+    return timings, fits, note
 
 
 def _prepare(fn, job: dict, info: dict):

@@ -93,6 +93,23 @@ def measure(fn, form: str, seqs=SEQS, budget_s: float = BUDGET_S, seed: int = 0)
                                   peaks=peaks))
     finally:
         memory.exact_heap("cpu", exact=False)
+    return (timings, *fitted(timings, budget_s))
+
+
+def skip_note(T: int, prev: Timing, budget_s: float) -> Timing | None:
+    """The length ``T`` skipped, with its estimate, when the call at the previous length says it would take over
+    the budget (growing like T²); None when it fits."""
+    if prev.time_s is None:
+        return None
+    est = prev.time_s * (T / prev.seq) ** 2
+    if est <= budget_s:
+        return None
+    return Timing(T, skipped=f"estimated {est:.3g} s a call (from T = {prev.seq}, growing like T²), over the "
+                             f"{budget_s:g} s budget; --max-seconds {allowing(est)} lets it run")
+
+
+def fitted(timings: list[Timing], budget_s: float) -> tuple[dict, str]:
+    """The growth fits of these timings and the note on how they were measured."""
     done = [t for t in timings if t.time_s is not None]
     fits = {"time": growth.fit({t.seq: t.times_s for t in done}),
             "memory": growth.fit({t.seq: t.peaks for t in done if t.peaks})}
@@ -104,4 +121,4 @@ def measure(fn, form: str, seqs=SEQS, budget_s: float = BUDGET_S, seed: int = 0)
     if skipped:
         note += (f"; T = {', '.join(map(str, skipped))} skipped, over the {budget_s:g} s budget (--max-seconds) or "
                  "failing")
-    return timings, fits, note
+    return fits, note

@@ -81,8 +81,11 @@ def run(fn, header: dict) -> dict:
     """In the learner's process: each case under inference mode (no autograd), or the level's measurement."""
     if header.get("what") == "measure":
         return measure(fn, header)
+    if header.get("what") == "extra":
+        return {}
     cases = []
-    for i, (_, shape, *_) in enumerate(CASES):
+    for i in own.indices(header, len(CASES)):
+        shape = CASES[i][1]
         x = inputs(i, header["seed"])
         try:
             with torch.inference_mode():
@@ -93,7 +96,9 @@ def run(fn, header: dict) -> dict:
             cases.append({"values": {n: own.pack(t) for n, t in zip(QUANTITIES, got, strict=True)},
                           "dtypes": [str(t.dtype).removeprefix("torch.") for t in got]})
         except Exception as e:
-            cases.append({"error": own.said(e)})
+            text = own.said(e)  # autograd asked for under inference mode: the level's own slip, as a fact
+            cases.append({"error": text, "autograd": isinstance(e, RuntimeError) and (
+                "grad" in str(e).lower() or "inference" in str(e).lower())})
     return {"cases": cases}
 
 
@@ -105,19 +110,23 @@ def _pytorch(x):
 
 def judge(reply: dict, seed: int, name: str = "flash_backward"):
     """(rows, diagnoses, max |yours − the oracle| on dq, dk, dv, the cases' note) from the learner's values."""
-    rows, got, right, autograd = [], [], [], False
+    rows, got, right, autograd, dtype_wrong = [], [], [], False, False
     replies = reply.get("cases") or [{"error": reply.get("raised", "no answer")}] * len(CASES)
     for i, ((cname, _, dtype, _), r) in enumerate(zip(CASES, replies, strict=True)):
         x = inputs(i, seed)
         ref = oracle.reference(*x[:3], is_causal=True, grad_out=x[5])
         ref = dict(zip(QUANTITIES, ref[1:], strict=True))
         right.append(ref)
-        if "error" in r:
-            autograd = autograd or "grad" in r["error"].lower() or "inference" in r["error"].lower()
-            rows.append(own.row(name, cname, dtype, [], error=r["error"]))
+        if (gone := own.answered(r, name, cname, dtype)) is not None:
+            autograd = autograd or r.get("autograd", False)
+            rows.append(gone)
             got.append(None)
             continue
         mine = {n: own.unpack(t) for n, t in r["values"].items()}
+        if (bad := own.wrong_shape(mine, ref)) is not None:
+            rows.append(own.row(name, cname, dtype, [], error=f"returned {bad}"))
+            got.append(None)
+            continue
         got.append(mine)
         theirs = _pytorch(x)
         budget = rule.rounding_floor(*x[:3], is_causal=True, grad_out=x[5])
@@ -126,10 +135,11 @@ def judge(reply: dict, seed: int, name: str = "flash_backward"):
         rows.append(own.row(name, cname, dtype, comps, f"returned {wrong[0]} for {dtype} inputs" if wrong else ""))
         if wrong:
             rows[-1].status = "fail"
+            dtype_wrong = True
     keys = ["autograd"] if autograd else []
     if any(r.status != "pass" for r in rows):
         keys += own.named(got, right, slip_list(seed), tol=1e-4)
-        if not keys and any(r.detail.startswith("returned") for r in rows):
+        if not keys and dtype_wrong:
             keys.append("dtype")
     errs = [max(float((m[n].double() - right[i][n]).abs().max()) for n in QUANTITIES)
             for i, m in enumerate(got) if m is not None]
@@ -182,8 +192,8 @@ def measured_ok(result) -> tuple[bool | None, str]:
     return p <= 1.2, f"memory grew as T^{p:.2f} (a tiled backward needs no T x T matrix: at most T^1.2)"
 
 
-def check(learner, quick=False, seed=0, progress=None, on_stage=None):
+def check(learner, quick=False, seed=0, progress=None, on_stage=None, budget_s=20.0):
     from . import BY_NAME
 
-    return own.check(BY_NAME["backward"], learner, lambda h: learner.fn.ask("level", seconds=600, **h),
-                     lambda reply, s: judge(reply, s, learner.name), seed=seed, on_stage=on_stage)
+    return own.check(BY_NAME["backward"], learner, lambda h, seconds: learner.fn.ask("level", seconds=seconds, **h),
+                     lambda reply, s: judge(reply, s, learner.name), seed=seed, on_stage=on_stage, budget_s=budget_s)

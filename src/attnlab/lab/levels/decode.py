@@ -48,8 +48,10 @@ def decode(fn, q, k, v) -> torch.Tensor:
 def run(fn, header: dict) -> dict:
     if header.get("what") == "measure":
         return measure(fn, header)
+    if header.get("what") == "extra":
+        return {}
     cases = []
-    for i in range(len(CASES)):
+    for i in own.indices(header, len(CASES)):
         try:
             with torch.no_grad():
                 out = decode(fn, *inputs(i, header["seed"]))
@@ -66,11 +68,15 @@ def judge(reply: dict, seed: int, name: str = "decode_step"):
         q, k, v = inputs(i, seed)
         ref = oracle.reference(q, k, v, is_causal=True)
         right.append({"out": ref})
-        if "error" in r:
-            rows.append(own.row(name, cname, dtype, [], error=r["error"]))
+        if (gone := own.answered(r, name, cname, dtype)) is not None:
+            rows.append(gone)
             got.append(None)
             continue
         mine = own.unpack(r["values"]["out"])
+        if (bad := own.wrong_shape({"out": mine}, {"out": ref})) is not None:
+            rows.append(own.row(name, cname, dtype, [], error=f"returned {bad}"))
+            got.append(None)
+            continue
         got.append({"out": mine})
         theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         budget = rule.rounding_floor(q, k, v, is_causal=True)["out"]
@@ -127,8 +133,8 @@ def measured_ok(result) -> tuple[bool | None, str]:
     return (bool(done) or None), (f"decoded T = {', '.join(map(str, done))} tokens" if done else "not measured")
 
 
-def check(learner, quick=False, seed=0, progress=None, on_stage=None):
+def check(learner, quick=False, seed=0, progress=None, on_stage=None, budget_s=20.0):
     from . import BY_NAME
 
-    return own.check(BY_NAME["decode"], learner, lambda h: learner.fn.ask("level", seconds=600, **h),
-                     lambda reply, s: judge(reply, s, learner.name), seed=seed, on_stage=on_stage)
+    return own.check(BY_NAME["decode"], learner, lambda h, seconds: learner.fn.ask("level", seconds=seconds, **h),
+                     lambda reply, s: judge(reply, s, learner.name), seed=seed, on_stage=on_stage, budget_s=budget_s)

@@ -94,44 +94,93 @@ def _size(alt: torch.Tensor, right: torch.Tensor, tol: float) -> float:
     return (1e-2 if big > 1e3 * (1 + ref) else tol) * (1 + big)
 
 
-def check(level, learner, run, judge, seed: int = 0, on_stage=None, measure=True) -> LabResult:
-    """The level's check of the learner's code: ``run(header) -> reply`` runs it where it lives (the learner's
-    process, or in a test this one); ``judge(reply, seed) -> (rows, diagnoses, match_err, note)``."""
+def indices(header: dict, n: int):
+    """The cases a grading request asks for: the one it names (``"case"``), else all ``n``."""
+    return [header["case"]] if "case" in header else range(n)
+
+
+def graded(run, names: list[str], seed: int, level: str, budget_s: float) -> tuple[dict, str | None]:
+    """The learner's answers to the level's cases, one request a case, each within ``budget_s`` seconds, then the
+    level's ``extra`` request (the module's training): (the reply every level's ``judge`` reads, why the process
+    was lost or None). A case that runs out of time or ends the process is an error that says so, and the cases
+    after it are not run (their entries say why)."""
+    from attnlab.judge import remote
+
+    cases: list[dict] = []
+    for i, name in enumerate(names):
+        try:
+            cases += run({"level": level, "seed": seed, "what": "grade", "case": i}, budget_s).get("cases", [])
+        except remote.Raised as e:
+            cases.append({"error": e.text})
+        except remote.Lost as e:
+            timed = e.timed_out
+            cases.append({"error": f"ran out of time: no answer within {budget_s:g} s (--max-seconds {budget_s:g}); "
+                                   "is there an endless loop, or a wait?" if timed else
+                                   f"{e}: the code, or something it called, ended its process"})
+            why = f"not run: the case {name!r} before it {'ran out of time' if timed else 'ended the process'}"
+            cases += [{"skipped": why}] * (len(names) - i - 1)
+            return {"cases": cases}, str(e)
+    try:
+        extra = run({"level": level, "seed": seed, "what": "extra"}, budget_s)
+    except remote.Raised as e:
+        extra = {"raised": e.text}
+    except remote.Lost as e:
+        return {"cases": cases, "raised": f"{e} (--max-seconds {budget_s:g})"}, str(e)
+    return {"cases": cases, **extra}, None
+
+
+def check(level, learner, run, judge, seed: int = 0, on_stage=None, measure=True,
+          budget_s: float = 20.0) -> LabResult:
+    """The level's check of the learner's code: ``run(header, seconds) -> reply`` runs it where it lives (the
+    learner's process, or in a test this one); ``judge(reply, seed) -> (rows, diagnoses, match_err, note)``.
+    ``budget_s``: the most each case and the measurement may take (--max-seconds)."""
     from attnlab.judge import remote
 
     t0 = time.perf_counter()
     say = on_stage or (lambda text: None)
     say(f"found {learner.name} in {learner.path}: level {level.number} ({level.title})" + (
         "; it is the starter's code as it came, unchanged: what it scores is not yours" if learner.given else ""))
-    ended, lost = None, None
-    try:
-        reply = run({"level": level.name, "seed": seed, "what": "grade"})
-    except remote.Raised as e:
-        reply = {"raised": e.text}
-    except remote.Lost as e:
-        reply, lost = {"raised": str(e)}, str(e)
+    mod = level.module()
+    reply, lost = graded(run, [c[0] for c in mod.CASES], seed, level.name, budget_s)
     rows, found, err, note = judge(reply, seed)
     passed = bool(rows) and all(r.status == "pass" for r in rows) and lost is None
     timings, exps, how, load, curve = [], {"time": None, "memory": None}, "not measured: it did not pass", None, {}
     if passed and measure:
-        say(f"measuring it: {level.module().MEASURES}")
+        say(f"measuring it: {mod.MEASURES} (at most {budget_s:g} s; --max-seconds changes it)")
         load = load_average()
         try:
-            m = run({"level": level.name, "seed": seed, "what": "measure"})
+            m = run({"level": level.name, "seed": seed, "what": "measure", "budget_s": budget_s},
+                    budget_s * len(getattr(mod, "SEQS", (0,))) + 5)
             timings = [Timing.from_dict(t) for t in m.get("timings", [])]
             exps, how, curve = m.get("exponents", exps), m.get("note", ""), m.get("curve", {})
-            if curve and hasattr(level.module(), "library_curve"):
-                curve["library"] = level.module().library_curve(seed)
-        except (remote.Raised, remote.Lost) as e:
-            how = f"not measured: {getattr(e, 'text', str(e))}"
-    if lost is not None:
-        ended = lost
+            if curve and hasattr(mod, "library_curve"):
+                curve["library"] = mod.library_curve(seed)
+        except remote.Raised as e:
+            how = f"not measured: {e.text}"
+        except remote.Lost as e:
+            how = f"not measured: {e} (--max-seconds {budget_s:g} a length)"
     verify = VerifyResult(rows, machine(), versions())
     r = LabResult(str(learner.path), learner.name, "level", note, verify, found, err, passed, timings, exps, how,
                   time.perf_counter() - t0, {**machine(), "load_average": load}, versions(), given=learner.given,
-                  ended=ended, functions=list(learner.functions), level=level.name, curve=curve)
-    r.measured_ok, r.measured_note = level.module().measured_ok(r)
+                  ended=lost, functions=list(learner.functions), level=level.name, curve=curve)
+    r.measured_ok, r.measured_note = mod.measured_ok(r)
     return r
+
+
+def answered(r: dict, name: str, case: str, dtype: str) -> Row | None:
+    """The row of a case the learner's code gave no values for (it raised, ran out of time, or was not run)."""
+    if "error" in r:
+        return row(name, case, dtype, [], error=r["error"])
+    if "skipped" in r:
+        return Row(name, case, dtype, "skipped", detail=r["skipped"])
+    return None
+
+
+def wrong_shape(mine: dict, right: dict) -> str | None:
+    """What a failing row says of values whose shapes are not the answer's, or None when every one fits."""
+    bad = [f"{n} has shape {tuple(mine[n].shape)}, not {tuple(right[n].shape)}" for n in right
+           if n in mine and tuple(mine[n].shape) != tuple(right[n].shape)]
+    return "; ".join(bad) or None
 
 
 def lines(keys, text) -> list[Diagnosis]:

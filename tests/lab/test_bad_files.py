@@ -1,0 +1,158 @@
+"""Every lab level ends in a verdict (issue 46): one table of bad files, run over every level through the command
+line -- a function that loops, sleeps, raises, exits, returns the wrong shape, the wrong dtype or no tensor, and a
+right one that sets torch's global state, starts a thread or starts a process at import. Each check ends within its
+--max-seconds budget and a margin, in a verdict (never a traceback), with nothing left running; a new level gets
+the table for free (the levels are read from attnlab.lab.levels)."""
+
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from attnlab.lab import levels
+from tests.processes import marked_env, of_run, wait_until_gone
+
+pytestmark = pytest.mark.slow  # each row is a whole `attnlab lab check` in a child process
+
+ROOT = Path(__file__).resolve().parents[2]
+BUDGET = 3  # --max-seconds
+WITHIN = 75  # seconds a check of a bad file may take at that budget: the rate, the first case, the start-ups
+
+# behaviour -> (what the function does with the right answer's thunk, what the file does at import, exit code,
+# what the verdict says)
+BEHAVIOURS = {
+    "loops": ("while True:\n        pass", "", 1, ("ran out of time", "timed out")),
+    "sleeps": ("time.sleep(600)", "", 1, ("ran out of time", "timed out")),
+    "raises": ('raise ValueError("my own bug")', "", 1, ("my own bug",)),
+    "exits": ("os._exit(3)", "", 1, ("exit code 3",)),
+    "wrong shape": ("return _first(thunk(), lambda t: t[..., :-1])", "", 1, ("shape",)),
+    "wrong dtype": ("return _first(thunk(), lambda t: t.half())", "", 1, ("float16", "dtype")),
+    "no tensor": ('return _first(thunk(), lambda t: "a string")', "", 1, ("str", "not a tensor", "not the three")),
+    "global state": ("return thunk()", "torch.set_default_dtype(torch.float64)\ntorch.set_grad_enabled(False)\n"
+                     "torch.set_num_threads(1)\ntorch.use_deterministic_algorithms(True)", 0, ("",)),
+    "a thread": ("return thunk()", "threading.Thread(target=time.sleep, args=(600,)).start()", 0, ("",)),
+    "a process": ("return thunk()", 'CHILD = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])',
+                  0, ("left processes of its own running",)),
+}
+
+TEMPLATE = '''import functools
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, {root!r})
+import torch
+
+from tests.lab import level_solutions as _S
+
+{prelude}
+
+
+def _first(out, f):
+    return (f(out[0]), *out[1:]) if isinstance(out, (tuple, list)) else f(out)
+
+
+def _bad(thunk):
+    {body}
+
+
+{definition}
+'''
+
+FUNCTION = '''@functools.wraps(_S.{name})
+def {name}(*args, **kwargs):
+    return _bad(lambda: _S.{name}(*args, **kwargs))
+'''
+
+MODULE = '''class CausalSelfAttention(_S.causal_self_attention()):
+    def forward(self, x):
+        return _bad(lambda: super(CausalSelfAttention, self).forward(x))
+'''
+
+
+def bad_file(folder: Path, level, behaviour: str) -> Path:
+    body, prelude, _, _ = BEHAVIOURS[behaviour]
+    definition = MODULE if level.name == "module" else FUNCTION.format(name=level.function)
+    path = folder / level.filename
+    path.write_text(TEMPLATE.format(root=str(ROOT), prelude=prelude, body=body, definition=definition))
+    return path
+
+
+def _check(tmp_path, level, behaviour):
+    path = bad_file(tmp_path, level, behaviour)
+    tag = uuid.uuid4().hex
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "attnlab", "lab", "check", str(path), "--level", level.name,
+                        "--max-seconds", str(BUDGET), "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                       cwd=tmp_path, env=marked_env(tag), timeout=300)
+    took = time.perf_counter() - t0
+    print(f"level {level.name}, {behaviour}: exit {r.returncode} in {took:.1f} s\n", r.stdout[-4000:], r.stderr[-2000:])
+    wait_until_gone(of_run(tag), guard_s=30)
+    assert of_run(tag) == [], "something the check or the file started is still running"
+    return r, took
+
+
+# Four rows in make test (a level of the lab's grid, of its own cases with gradients, of steps, of a module; a hang,
+# a wrong shape, a process left running, global state); the whole table, every level, in make test-long.
+QUICK = {("loops", "sleeps"), ("backward", "wrong shape"), ("decode", "a process"), ("module", "global state")}
+TABLE = [pytest.param(lv.name, b, id=f"{lv.name}: {b}",
+                      marks=() if (lv.name, b) in QUICK else (pytest.mark.long,))
+         for lv in levels.LEVELS for b in BEHAVIOURS]
+
+
+@pytest.mark.parametrize("level_name, behaviour", TABLE)
+def test_every_bad_file_ends_in_a_verdict_within_its_budget(tmp_path, level_name, behaviour):
+    level = levels.find(level_name)
+    _, _, code, says = BEHAVIOURS[behaviour]
+    r, took = _check(tmp_path, level, behaviour)
+    out = r.stdout + r.stderr
+    assert "Traceback" not in out
+    assert r.returncode == code, out[-3000:]
+    assert any(s in out for s in says), says
+    if code:
+        assert took < WITHIN, f"{took:.0f} s at --max-seconds {BUDGET}"
+
+
+def test_a_results_folder_that_is_a_file_is_one_line_after_the_verdict(tmp_path):
+    level = levels.find("matrix")
+    path = bad_file(tmp_path, level, "raises")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "lab-checks").write_text("")
+    r = subprocess.run([sys.executable, "-m", "attnlab", "lab", "check", str(path), "--max-seconds", "2",
+                        "--out", str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    print(r.returncode, r.stdout[-1500:], r.stderr)
+    assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr
+    assert r.stderr.strip() == ("attnlab lab: error: the check's result was not kept: cannot write "
+                                f"{out / 'lab-checks'}: it is a file, not the folder the checks are kept in")
+    assert "my own bug" in r.stdout  # the verdict was printed before the line
+
+
+@pytest.mark.parametrize("make, says", [(lambda p: p.write_text(""), "it is a file, not the folder"),
+                                        (lambda p: p.symlink_to(p.parent / "nowhere"), "a symbolic link to nothing")],
+                         ids=["file", "dangling link"])
+def test_store_refuses_a_results_folder_that_is_not_one(tmp_path, make, says):
+    from attnlab.lab import store
+    from attnlab.results.files import CannotWrite
+
+    make(tmp_path / "lab-checks")
+    result = type("R", (), {"time": "", "file": "lab_matrix.py", "function": "attention_matrix"})()
+    with pytest.raises(CannotWrite) as e:
+        store.save(result, tmp_path)
+    print(e.value)
+    assert says in e.value.reason and e.value.path == tmp_path / "lab-checks"
+    assert (tmp_path / "lab-checks").is_symlink() or (tmp_path / "lab-checks").read_text() == ""  # left as it was
+
+
+def test_lab_start_over_a_folder_named_like_the_level_s_file_says_so(tmp_path):
+    (tmp_path / "lab_flash.py").mkdir()
+    r = subprocess.run([sys.executable, "-m", "attnlab", "lab", "start", "--level", "flash", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    print(r.returncode, r.stdout, r.stderr)
+    assert r.returncode == 2 and "lab_flash.py is a folder" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "already there" not in r.stdout
