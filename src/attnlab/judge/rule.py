@@ -160,23 +160,24 @@ class Comparison(Result):
         return max((self.ref_max - rest) / self.torch_err, 0.0)
 
 
-def compare(quantity: str, mine: torch.Tensor, theirs: torch.Tensor, ref: torch.Tensor,
+def compare(quantity: str, mine: torch.Tensor | None, theirs: torch.Tensor, ref: torch.Tensor,
             dtype: torch.dtype, rounding: float = 0.0, theirs_ref: torch.Tensor | None = None,
             factor: float = FACTOR) -> Comparison:
     """Apply the tolerance rule to ``mine`` given PyTorch's ``theirs`` and the float64 ``ref``.
 
     ``rounding`` is the quantity's computed rounding budget (:func:`rounding_floor`); ``theirs_ref``
     the oracle PyTorch's answer is measured against when it differs from ``ref`` (dropout); ``factor`` the
-    multiple of PyTorch's error allowed (2, after FlashAttention's tests).
+    multiple of PyTorch's error allowed (2, after FlashAttention's tests). ``mine`` None (no gradient came back)
+    or of another shape fails, with the limit as the rule computed it.
     """
     terr = max_err(theirs, ref if theirs_ref is None else theirs_ref)
-    if mine.shape != ref.shape:
-        return Comparison(quantity, float("inf"), float("inf"), terr, 0.0, False)
-    err = max_err(mine, ref)
     # PyTorch answering NaN where the oracle is finite (2.13's CPU kernel, is_causal with scale < 0) gives no
     # error to scale: the limit is then the rounding floor alone.
     rest = rounding + floor(ref, dtype)
     allowed = (factor * terr if math.isfinite(terr) else 0.0) + rest
+    if mine is None or mine.shape != ref.shape:  # nothing to measure: failed, against the limit the rule computed
+        return Comparison(quantity, float("inf"), float("inf"), terr, allowed, False)
+    err = max_err(mine, ref)
     ok = bool(err <= allowed) and bool(torch.isfinite(mine.detach()).all())
     top = ref.detach().abs().max().item() if ref.numel() else 0.0
     # Judged nothing: at the rule's own factor the limit would stay below the answer's size, at this one it does not.

@@ -26,6 +26,9 @@ def _fail_line(row) -> str:
                 f"library's at its worst step, allowed {w.allowed:.2g}")
     if w is None:
         return f"  [red]{row.status.upper():<5}[/] {escape(row.case)} ({row.dtype}): {escape(row.detail)}"
+    if w.err == float("inf") and row.detail:  # nothing to measure (no gradient came back): the reason, not "inf"
+        return (f"  [red]FAIL[/]  {escape(row.case)} ({row.dtype}): {escape(row.detail)}; {w.quantity} is allowed "
+                f"{w.allowed:.2e} from the float64 answer (PyTorch's own: {w.torch_err:.2e})")
     return (f"  [red]FAIL[/]  {escape(row.case)} ({row.dtype}): {w.quantity} is {w.err:.2e} from the float64 "
             f"answer, allowed {w.allowed:.2e} (PyTorch's own: {w.torch_err:.2e})")
 
