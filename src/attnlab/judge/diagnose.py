@@ -58,7 +58,7 @@ TEXT = {
     "scale-1/d": "the output is attention scaled by 1/E: the default scale is 1/sqrt(E)",
     "scale": "fails only where scale= is passed: is the scale argument used (1/sqrt(E) only when it is None)?",
     "scale-tensor": "fails only where scale is a 0-d tensor: PyTorch accepts one (use float(scale))",
-    "dead-rows": "rows that see no key differ: PyTorch returns zeros there (and zero gradients), not NaN",
+    "dead-rows": "rows that see no key are wrong: PyTorch returns zeros there (and zero gradients){returned}",
     "max-subtraction": "large scores overflow: subtract each row's max before exp (exp overflows float32 near 88)",
     "causal-ignored": "is_causal=True is ignored: the output matches attention with no causal mask",
     "diagonal": "the causal mask hides the diagonal: query i sees keys j <= i, itself included",
@@ -156,7 +156,8 @@ def diagnose(result, form: str) -> list[Diagnosis]:
         if f.kind == "raised":
             raised.setdefault((f.raised_type, re.sub(r"\d+", "#", f.raised_message)), []).append(r)
         for h in r.hints:
-            causes.setdefault(HINTS.get(h, h), []).append(r)
+            if "=" not in h:  # "dead-rows=nan": what a cause's rows hold, said in its line (_fill)
+                causes.setdefault(HINTS.get(h, h), []).append(r)
         if not r.hints and _gradients_only(r):
             causes.setdefault("gradients-only", []).append(r)
         elif not r.hints and _lse_only(r):
@@ -168,9 +169,10 @@ def diagnose(result, form: str) -> list[Diagnosis]:
     found = []
     for key, group in causes.items():
         narrow = _narrower(rows, group, SCOPE.get(key))
-        found.append((len(group), len(found), [(narrow, {}, group)] * (narrow is not None) + [(key, {}, group)]))
+        found.append((len(group), len(found), [(narrow, _fill(narrow, group), group)] * (narrow is not None)
+                      + [(key, _fill(key, group), group)]))
     for tag, group in _cover(rows, bad, rest):
-        found.append((len(group), len(found), [(TAGS.get(tag, tag), {}, group)]))
+        found.append((len(group), len(found), [(TAGS.get(tag, tag), _fill(TAGS.get(tag, tag), group), group)]))
         rest = [r for r in rest if r not in group]
     for _, _, entries in sorted(found, key=lambda x: (-x[0], x[1])):
         lines += entries
@@ -182,6 +184,19 @@ def diagnose(result, form: str) -> list[Diagnosis]:
         w = rest[0].worst
         lines.append(("unclear", {"worst": f"{w.quantity}: {w.err:.3g} > {w.allowed:.3g}" if w else "-"}, rest))
     return _lines(lines, sorted({r.dtype for r in rows}))
+
+
+RETURNED = {"nan": "NaN", "mean": "the mean of V (every key weighted alike: a large finite number in place of -inf?)",
+            "other": "neither zeros nor NaN"}  # dead-rows=...: what a function returns in the rows that see no key
+
+
+def _fill(key: str | None, group) -> dict:
+    """The values a cause's line says beyond its count: for dead rows, what the function returns there."""
+    if key != "dead-rows":
+        return {}
+    seen = sorted({h.split("=", 1)[1] for r in group for h in r.hints if h.startswith("dead-rows=")},
+                  key=list(RETURNED).index)
+    return {"returned": "; yours returns " + " or ".join(RETURNED[s] for s in seen) if seen else ""}
 
 
 def _gradients_only(r) -> bool:

@@ -53,7 +53,7 @@ def matches(case: Case, x, mine, exp, comps) -> list[str]:
     if dead is not None and dead.any() and not dead.all():
         live = ~dead
         if rule.max_err(out[live], ref[live]) <= limit:
-            found.append("dead-rows")
+            found += ["dead-rows", f"dead-rows={_dead_answer(out, dead, exp, limit)}"]
     # A wrong mask can leave a row no key (the diagonal hidden: query 0 sees nothing), and a plain softmax turns
     # such a row into NaN where the bug's own answer, PyTorch's, is zeros: rows wholly NaN are compared as zeros.
     finite = torch.isfinite(out)
@@ -122,6 +122,19 @@ def _dead_rows(case: Case, x, exp) -> torch.Tensor | None:
     f = exp.fwd  # the case's one oracle forward (judge.expect)
     dead = f.P.sum(dim=-1, keepdim=True) == 0  # (N, H, L, 1)
     return dead.reshape(*exp.ref[0].shape[:-1], 1).expand(exp.ref[0].shape)
+
+
+def _dead_answer(out: torch.Tensor, dead: torch.Tensor, exp, limit: float) -> str:
+    """What a function returns in the rows that see no key: "nan", "mean" (the mean of V: every key weighted alike,
+    as a large finite number in place of -inf gives) or "other" (PyTorch's answer there is zeros)."""
+    got = out[dead]
+    if not bool(torch.isfinite(got).any()):
+        return "nan"
+    f = exp.fwd
+    mean = oracle._unflatten(f.v.mean(dim=-2, keepdim=True).expand(*f.v.shape[:-2], f.P.shape[-2], f.v.shape[-1]), f)
+    if bool(torch.isfinite(got).all()) and rule.max_err(got, mean[dead]) <= max(limit, 1e-3 * float(mean.abs().max())):
+        return "mean"
+    return "other"
 
 
 def _alternatives(case: Case, x, exp):
