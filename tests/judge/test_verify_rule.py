@@ -186,3 +186,29 @@ def test_pytorch_nan_answer_leaves_the_floor_alone():
     ref = torch.tensor([1.0, 2.0], dtype=torch.float64)
     c = rule.compare("out", ref.float(), torch.tensor([math.nan, 2.0]), ref, torch.float32, rounding=1e-6)
     assert c.passed and math.isnan(c.torch_err) and c.allowed == pytest.approx(1e-6 + rule.floor(ref, torch.float32))
+
+
+def test_skipped_cases_are_one_row_per_reason_unless_every_row_is_asked_for():
+    from attnlab.report import plain
+
+    def no_masks(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if attn_mask is not None:
+            raise attnlab.Unsupported("no attn_mask here")
+        if is_causal:
+            raise attnlab.Unsupported("no causal mask here")
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=enable_gqa)
+
+    cases = [Case("basic"), Case("bool mask", mask="bool"), Case("float mask", mask="float"),
+             Case("padding", mask="padding"), Case("causal", is_causal=True), Case("causal, L=1", is_causal=True, L=1)]
+    r = verify.verify({"no_masks": no_masks}, cases, check_dropout=False)
+    assert [row.status for row in r.rows].count("skipped") == 5, [(row.case, row.status) for row in r.rows]
+    judged = verify_table(r, table=plain.Table).lines()
+    every = verify_table(r, "all", table=plain.Table).lines()
+    print("\n".join(judged), "\n", "\n".join(every), sep="\n")
+    skipped = [line for line in judged if "SKIPPED" in line]
+    assert len(skipped) == 2 and any("3 case(s), e.g. bool mask" in s and "no attn_mask here" in s for s in skipped) \
+        and any("2 case(s), e.g. causal" in s and "--show all lists them" in s for s in skipped), skipped
+    assert sum("SKIPPED" in line for line in every) == 5 and any("PASS" in line for line in judged)
+    assert not any("SKIPPED" in line for line in verify_table(r, "failures", table=plain.Table).lines())
+    with pytest.raises(ValueError, match="show='some': choose from 'judged', 'all', 'failures'"):
+        verify_table(r, "some")

@@ -11,6 +11,8 @@ API_NAMES = ("sdpa", "flash-attn", "flash-attn-varlen", "flex", "paged-decode") 
 
 
 def add_parser(sub):
+    from attnlab.report.terminal import SHOWS
+
     p = sub.add_parser("verify", help="check forms of attention against a float64 oracle and PyTorch",
                        description="Check forms, forward and dq/dk/dv, over a grid of cases. A case passes when "
                                    "the form's max error against a float64 oracle is at most 2x PyTorch's own "
@@ -39,7 +41,9 @@ def add_parser(sub):
     p.add_argument("--only", metavar="TEXT[,TEXT...]",
                    help="run only the cases whose name contains one of these (case-insensitive), e.g. --only "
                         "causal,GQA to rerun what failed")
-    p.add_argument("--show", choices=["all", "failures"], default="all", help="which rows to print")
+    p.add_argument("--show", choices=SHOWS, default="judged",
+                   help="which rows to print: judged (default; the skipped cases one row per reason, with a count), "
+                        "all (every case, skipped ones too) or failures")
     p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.add_argument("--model", metavar="NAME_OR_PATH",
@@ -109,7 +113,7 @@ def run(args) -> int:
                 rows[spec] = _elsewhere(spec, cases, advance, {**kw, "api": args.api})
     result = verify.VerifyResult.of([r for spec in specs for r in rows[spec]], device, args.factor,
                                     not args.forward_only)
-    if args.show == "all" or not result.passed:
+    if args.show != "failures" or not result.passed:
         console.print(verify_table(result, args.show))
     for line in diagnosis_lines(result) + [oracle_line(result) or ""] + untested_lines(result):
         if line:

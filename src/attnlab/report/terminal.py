@@ -68,16 +68,27 @@ def progress(total: int, what: str):
         yield advance
 
 
-def verify_table(result, show: str = "all", table=None) -> Table:
+SHOWS = ("judged", "all", "failures")  # verify --show: judged rows one by one and the skipped ones counted, every
+# row one by one, or the failing rows alone
+
+
+def verify_table(result, show: str = "judged", table=None) -> Table:
     """One row per (form, case): worst quantity, its error, PyTorch's error, the limit, the verdict.
-    ``table``: the table class (default rich's, or the plain one on a core install)."""
+    ``show`` one of :data:`SHOWS`: under "judged" the skipped cases are one row per form and reason, with their
+    count and one of them. ``table``: the table class (default rich's, or the plain one on a core install)."""
+    if show not in SHOWS:
+        raise ValueError(f"show={show!r}: choose from {', '.join(map(repr, SHOWS))}")
     t = (table or Table)(title="attnlab verify: max error against the float64 oracle (limit = 2 x PyTorch's + "
                                "rounding floor)")
     for col in ("form", "case", "dtype", "worst", "error", "PyTorch's error", "limit", "result"):
         t.add_column(col, justify="right" if col in ("error", "PyTorch's error", "limit") else "left",
                      overflow="fold", min_width=24 if col == "result" else None)  # long reasons wrap, never cut
+    skipped: dict[tuple[str, str], list] = {}
     for r in result.rows:
         if show == "failures" and r.status in ("pass", "skipped"):
+            continue
+        if show == "judged" and r.status == "skipped":
+            skipped.setdefault((r.form, r.detail), []).append(r)
             continue
         w = r.worst
         style = {"pass": "green", "fail": "red", "error": "red", "skipped": "yellow"}[r.status]
@@ -86,6 +97,10 @@ def verify_table(result, show: str = "all", table=None) -> Table:
         else:
             t.add_row(r.form, r.case, r.dtype, w.quantity, fmt_err(w.err), fmt_err(w.torch_err), fmt_err(w.allowed),
                       f"[{style}]{r.status.upper()}[/]")
+    for (form, why), rows in skipped.items():
+        dtypes = sorted({r.dtype for r in rows})
+        t.add_row(form, f"{len(rows)} case(s), e.g. {rows[0].case}", ", ".join(dtypes), "-", "-", "-", "-",
+                  f"[yellow]SKIPPED[/] {escape(why)}" + (" (--show all lists them)" if len(rows) > 1 else ""))
     return t
 
 
