@@ -38,10 +38,7 @@ def decode(fn, q, k, v) -> torch.Tensor:
     cache, outs = None, []
     for t in range(q.shape[-2]):
         out, cache = fn(q[..., t:t + 1, :], k[..., t:t + 1, :], v[..., t:t + 1, :], cache)
-        if not isinstance(out, torch.Tensor) or out.shape != q[..., t:t + 1, :].shape:
-            raise TypeError(f"step {t} returned {type(out).__name__} "
-                            f"{tuple(out.shape) if isinstance(out, torch.Tensor) else ''}, not (B, H, 1, d)")
-        outs.append(out)
+        outs.append(own.expect_like(out, q[..., t:t + 1, :], f"step {t}", "(B, H, 1, d)"))
     return torch.cat(outs, dim=-2)
 
 

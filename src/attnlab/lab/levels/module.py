@@ -40,7 +40,7 @@ def _inputs(i: int, seed: int):
 
 
 def _outputs(module, x, gout) -> dict[str, torch.Tensor]:
-    out = module(x)
+    out = own.expect_like(module(x), x, "forward", "(B, T, C)")
     (out * gout).sum().backward()
     return {"out": out.detach(), **{n: p.grad for n, p in module.named_parameters() if p.grad is not None}}
 
@@ -157,7 +157,7 @@ def judge(reply: dict, seed: int, name: str = "CausalSelfAttention"):
     library = library_curve(seed)
     if mine_curve is None:
         rows.append(own.row(name, f"trained {STEPS} steps beside the library's", "float32", [],
-                            error=str(losses or "not trained")))
+                            error=str(losses or reply.get("raised") or "not trained")))
     else:
         from attnlab.judge.rule import Comparison
 

@@ -125,7 +125,9 @@ def graded(run, names: list[str], seed: int, level: str, budget_s: float) -> tup
     except remote.Raised as e:
         extra = {"raised": e.text}
     except remote.Lost as e:
-        return {"cases": cases, "raised": f"{e} (--max-seconds {budget_s:g})"}, str(e)
+        said = (f"ran out of time: no answer within {budget_s:g} s (--max-seconds {budget_s:g})" if e.timed_out
+                else f"{e}: the code, or something it called, ended its process")
+        return {"cases": cases, "raised": said}, str(e)
     return {"cases": cases, **extra}, None
 
 
@@ -174,6 +176,21 @@ def answered(r: dict, name: str, case: str, dtype: str) -> Row | None:
     if "skipped" in r:
         return Row(name, case, dtype, "skipped", detail=r["skipped"])
     return None
+
+
+def expect_like(out, like: torch.Tensor, what: str, want: str = "") -> torch.Tensor:
+    """``out`` when it is a tensor of ``like``'s shape, dtype and device; else a TypeError saying which (``what``:
+    what returned it, e.g. "step 3"; ``want``: the shape in the level's words, e.g. "(B, H, 1, d)")."""
+    shape = tuple(like.shape)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{what} returned {type(out).__name__}, not a tensor")
+    if tuple(out.shape) != shape:
+        raise TypeError(f"{what} returned a tensor of shape {tuple(out.shape)}, not {want + ' = ' if want else ''}"
+                        f"{shape}")
+    if out.dtype != like.dtype or out.device != like.device:
+        raise TypeError(f"{what} returned dtype {str(out.dtype).removeprefix('torch.')} on {out.device}, not the "
+                        f"inputs' dtype {str(like.dtype).removeprefix('torch.')} on {like.device}")
+    return out
 
 
 def wrong_shape(mine: dict, right: dict) -> str | None:
