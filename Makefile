@@ -62,7 +62,7 @@ test: install-dev browser lint
 test-long: install-dev
 	$(PYTEST) -q -n 2 -m long
 
-# Two workers here too: 34 s instead of 46 s of pytest on 2 idle cores.
+# Two workers here too, as make test.
 test-fast: install-dev lint
 	$(PYTEST) -q -n 2 --dist loadgroup -m "not slow"
 
