@@ -113,8 +113,7 @@ def _renormalised(case: Case, q, k, v, dense, keep) -> torch.Tensor:
     f = oracle.forward(q, k, v, dense, case.is_causal, case.scale, case.gqa)
     kept = f.P * keep.to(torch.float64).reshape(f.P.shape)
     total = kept.sum(dim=-1, keepdim=True)
-    out = (kept / torch.where(total == 0, 1.0, total)) @ f.v
-    return out.reshape(*f.batch, *out.shape[1:])[0] if f.two_d else out.reshape(*f.batch, *out.shape[1:])
+    return oracle.unflatten((kept / torch.where(total == 0, 1.0, total)) @ f.v, f)
 
 
 def _dead_rows(case: Case, x, exp) -> torch.Tensor | None:
@@ -131,7 +130,7 @@ def _dead_answer(out: torch.Tensor, dead: torch.Tensor, exp, limit: float) -> st
     if not bool(torch.isfinite(got).any()):
         return "nan"
     f = exp.fwd
-    mean = oracle._unflatten(f.v.mean(dim=-2, keepdim=True).expand(*f.v.shape[:-2], f.P.shape[-2], f.v.shape[-1]), f)
+    mean = oracle.unflatten(f.v.mean(dim=-2, keepdim=True).expand(*f.v.shape[:-2], f.P.shape[-2], f.v.shape[-1]), f)
     if bool(torch.isfinite(got).all()) and rule.max_err(got, mean[dead]) <= max(limit, 1e-3 * float(mean.abs().max())):
         return "mean"
     return "other"

@@ -75,7 +75,7 @@ def answer(query, key, value, attn_mask=None, is_causal=False, scale=None, enabl
         if m.dtype != torch.bool:
             m = m.double().requires_grad_(want and attn_mask.requires_grad)
     f = forward(q, k, v, m, is_causal, scale, enable_gqa, keep, dropout_p, score_mod)
-    out = _unflatten(f.out, f)
+    out = unflatten(f.out, f)
     if not want:
         return out.detach(), _detached(f)
     wrt = [q, k, v] + ([m] if isinstance(m, torch.Tensor) and m.requires_grad else [])
@@ -193,7 +193,7 @@ def _evaluate(mask: Mask, N, H, L, S) -> torch.Tensor:
     return seen.reshape(N, H, L, S)
 
 
-def _unflatten(x: torch.Tensor, f: Forward) -> torch.Tensor:
+def unflatten(x: torch.Tensor, f: Forward) -> torch.Tensor:
     """(N, H, L, .) -> the caller's leading dims + (H, L, .), or (L, .) for 2-D inputs."""
     x = x.reshape(*f.batch, *x.shape[1:])
     return x[0] if f.two_d else x
