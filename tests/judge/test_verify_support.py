@@ -199,7 +199,8 @@ def test_the_dense_twin_of_every_mask_function_is_what_flex_attentions_create_ma
 def test_rewording_every_message_changes_no_diagnosis(monkeypatch):
     """The diagnoses read facts, never a row's words: with every contract sentence and exception message said
     otherwise, the same causes come out, each with the same count (only the exception's own quoted text moves)."""
-    from attnlab.judge import diagnose, facts
+    from attnlab.judge import causes as table
+    from attnlab.judge import facts
 
     def several(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         if enable_gqa:
@@ -226,7 +227,7 @@ def test_rewording_every_message_changes_no_diagnosis(monkeypatch):
     assert before == after and {"unscaled", "dtype", "raises"} <= {k for k, _ in before}, (before, after)
     assert any(r.detail.startswith("[reworded]") for r in r1.rows) and not any("[reworded]" in r.detail
                                                                                for r in r0.rows)
-    assert diagnose.TEXT["dtype"] in "\n".join(d.text for d in r1.diagnoses["f"])
+    assert table.table()["dtype"].text in "\n".join(d.text for d in r1.diagnoses["f"])
 
 
 def test_an_api_function_that_raises_on_causal_gets_no_line_about_sdpas_masks_and_one_case_each_way_no_tag():

@@ -7,10 +7,9 @@ import sys
 from ._args import seconds, seed
 from ._folder import json_folder, save_json
 
-API_NAMES = ("sdpa", "flash-attn", "flash-attn-varlen", "flex", "paged-decode")  # attnlab.judge.apis.NAMES
-
 
 def add_parser(sub):
+    from attnlab.judge.apis import NAMES
     from attnlab.report.terminal import SHOWS
 
     p = sub.add_parser("verify", help="check forms of attention against a float64 oracle and PyTorch",
@@ -20,7 +19,7 @@ def add_parser(sub):
     p.add_argument("--impl", action="append", default=None, metavar="NAME[,NAME...]",
                    help="registered form names, or package.module:function for your own SDPA-style function "
                         "(repeatable; default: every registered form except sdpa)")
-    p.add_argument("--api", default="sdpa", choices=API_NAMES,
+    p.add_argument("--api", default="sdpa", choices=NAMES,
                    help="the API your function is written to: sdpa (F.scaled_dot_product_attention's), flash-attn "
                         "(flash_attn_func: (B, S, H, D), softmax_scale, causal lower-right, window_size, softcap, "
                         "alibi_slopes, the log-sum-exp), flash-attn-varlen (packed sequences, cu_seqlens), flex "

@@ -25,114 +25,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from attnlab.judge import causes as C
 from attnlab.results import Result
 
 
 @dataclass(frozen=True)
 class Diagnosis(Result):
-    key: str  # a stable name for the cause (see TEXT)
+    key: str  # a stable name for the cause (attnlab.judge.causes)
     text: str  # one line in plain words
     count: int = 0  # failing cases that show it
     dtypes: list[str] = field(default_factory=list)  # the dtypes of those cases
     example: str = ""  # one of them
 
 
-TEXT = {
-    "oracle": "the oracle and PyTorch disagree on {n} case(s): those cases judge nothing (report it: it is the "
-              "judge's bug, not yours)",
-    "exit": "calls sys.exit: a function must return its answer, never end the process",
-    "ended": "ended the process during case {case!r} (os._exit, or a crash): a function must return its answer",
-    "hangs": "a case timed out: is there an endless loop, or a loop over every element in Python?",
-    "raises": "raises {type}: {message}",
-    "not-a-tensor": "returns something that is not a tensor",
-    "shape": "the output's shape is not PyTorch's (..., H, L, Ev)",
-    "dtype": "the output's dtype is not the inputs' dtype: compute in higher precision if you like, but return "
-             "q.dtype",
-    "device": "the output is not on the inputs' device",
-    "in-place": "changes the caller's tensors in place: work on new tensors (no masked_fill_, mul_, div_ on inputs)",
-    "requires-grad": "changes the inputs' requires_grad",
-    "no-lse": "no log-sum-exp comes back: the API returns it when asked (flash-attn's return_attn_probs=True, "
-              "flex's return_lse=True, paged decode's return_softmax_lse=True), as (out, lse, ...)",
-    "no-grad": "no gradient flows back to q, k, v: is something detached, or computed under torch.no_grad()?",
-    "unscaled": "the output is attention without the scale: multiply the scores by 1/sqrt(E) (or by scale=)",
-    "scale-1/d": "the output is attention scaled by 1/E: the default scale is 1/sqrt(E)",
-    "scale": "fails only where scale= is passed: is the scale argument used (1/sqrt(E) only when it is None)?",
-    "scale-tensor": "fails only where scale is a 0-d tensor: PyTorch accepts one (use float(scale))",
-    "dead-rows": "rows that see no key are wrong: PyTorch returns zeros there (and zero gradients){returned}",
-    "max-subtraction": "large scores overflow: subtract each row's max before exp (exp overflows float32 near 88)",
-    "causal-ignored": "is_causal=True is ignored: the output matches attention with no causal mask",
-    "diagonal": "the causal mask hides the diagonal: query i sees keys j <= i, itself included",
-    "causal-reversed": "the causal mask is turned round: query i sees itself and the keys after it (j >= i), not "
-                       "the keys up to it; hide the keys after each query (j > i) instead",
-    "mask-zero": "the masked scores are set to 0, not -inf: a future key still gets weight exp(0) (use -inf)",
-    "causal-alignment": "only L != S causal cases fail: is_causal is aligned upper-left (query i sees keys j <= i)",
-    "lower-right": "only the lower-right causal masks fail (query i sees keys j <= i + S - L, as in KV-cache "
-                   "decoding)",
-    "mask-ignored": "attn_mask is ignored: the output matches attention with no mask",
-    "mask-inverted": "the bool mask is read backwards: True means the key takes part",
-    "causal+mask": "fails only where is_causal=True comes with attn_mask: PyTorch keeps the keys both allow",
-    "gqa": "only GQA cases fail: query head h uses key head h // (H / Hkv) (repeat_interleave, not repeat)",
-    "dropout-scale": "dropout rows: kept weights must be divided by 1 - p",
-    "dropout": "only dropout cases fail: drop each weight with probability p and scale the rest by 1/(1 - p)",
-    "softmax-dim": "the softmax is taken over the wrong dim: each query's weights over the keys (dim=-1) sum to 1",
-    "noncontig": "fails only on non-contiguous inputs (transposed, expanded or sliced views, as transformers "
-                 "passes them): use reshape or .contiguous(), not view",
-    "float-mask": "only float masks fail: a float attn_mask is added to the scores",
-    "bool-mask": "only bool masks fail: False hides a key (-inf before the softmax), True keeps it",
-    "broadcast-mask": "only masks that broadcast fail: an (L, S), (N, 1, 1, S) or (H, 1, S) mask broadcasts to "
-                      "(N, H, L, S)",
-    "mask-fn": "only attnlab's mask functions fail",
-    "mod": "only score-modifier cases fail: score_mod(score, b, h, q_idx, kv_idx) changes the scaled score "
-           "before the mask",
-    "grad-mask": "only cases with a learnable float mask fail: its gradient is dS summed over broadcast dims",
-    "batch-dims": "only inputs with no batch dim, or several, fail: take any leading dims (..., H, L, E)",
-    "Ev!=E": "only cases where value's last dim Ev differs from E fail",
-    "L=1": "only single-query cases (L = 1) fail",
-    "L!=S": "only cases with L != S fail: queries and keys may differ in number",
-    "bfloat16": "fails only in bfloat16: keep the softmax's max, sums and accumulator in float32",
-    "float64": "fails only in float64: is something computed in float32 (a constant, a cast)?",
-    "float32": "fails only in float32",
-    "precision": "fails in float32 and float64 but passes in bfloat16: something is rounded through half "
-                 "precision (the scores, the weights)",
-    "gradients-only": "only gradients fail: the output is right; check the backward (a custom autograd.Function?)",
-    "unclear": "fails with no single pattern (worst: {worst})",
-    "api-mask-ignored": "the API's mask is ignored: the output matches attention with no mask (causal=, "
-                        "window_size=, block_mask=, the sequences' packing or the page table left out)",
-    "api-top-left": "causal= is aligned top-left (query i sees keys j <= i): FlashAttention aligns it bottom-right, "
-                    "query i sees keys j <= i + S - L",
-    "lse-only": "only the log-sum-exp fails: the output (and the gradients) are right; lse_i = log sum_j "
-                "exp(s_ij), the natural log over row i's scaled, modified and masked scores, in float32",
-    "lse-base2": "the log-sum-exp is in base 2 (as a kernel working in exp2 keeps it): the API returns the natural "
-                 "log; multiply by ln 2",
-    "lse-dead-rows": "the log-sum-exp of a row that sees no key is finite or NaN: the log of an empty sum is -inf "
-                     "(FlashAttention's kernel writes +inf there; either is accepted)",
-    "causal-offset-sign": "the causal offset has the wrong sign for S > L: query i sees keys j <= i - (S - L); "
-                          "is_causal is upper-left (j <= i), lower-right is j <= i + (S - L)",
-    "scores-rounded": "the scores are rounded to the inputs' dtype before the softmax: keep them (and the max and "
-                      "sum) in float32",
-    "dropout-renormalised": "dropout renormalises over the kept weights: divide the kept weights by 1 - p, not by "
-                            "their sum",
-    "pad-keys": "zero keys padded to a block's multiple are attended: mask the padding (-inf) when S is not a "
-                "multiple of the block",
-    "backward-mask": "the output is right but the gradients are those of attention under another mask: the "
-                     "backward must use the forward's attn_mask and is_causal",
-}
 SUFFIX = " [{n} case(s), {dtypes}; e.g. {example}]"  # after each line's text: how many, where, one of them
-HINTS = {"scale-ignored": "scale", "lower-right-for-upper-left": "causal-alignment",
-         "upper-left-for-lower-right": "lower-right", "mask-dropped-with-causal": "causal+mask",
-         "causal-dropped-with-mask": "causal+mask", "gqa-repeat": "gqa", "dropout-unscaled": "dropout-scale"}
-TAGS = {"scale": "scale", "scale-tensor": "scale-tensor", "upper-left L!=S": "causal-alignment",
-        "lower-right": "lower-right", "gqa": "gqa", "dropout": "dropout", "large-logits": "max-subtraction",
-        "causal+mask": "causal+mask", "dead-rows": "dead-rows", "noncontig": "noncontig", "transposed": "noncontig",
-        "expanded": "noncontig", "sliced": "noncontig", "float-mask": "float-mask", "bool-mask": "bool-mask",
-        "broadcast-mask": "broadcast-mask", "mask-fn": "mask-fn", "mod": "mod", "grad-mask": "grad-mask",
-        "batch-dims": "batch-dims", "Ev!=E": "Ev!=E", "L=1": "L=1", "L!=S": "L!=S", "bfloat16": "bfloat16",
-        "float64": "float64", "float32": "float32"}
-SCOPE = {"scale": "scale", "causal-ignored": "causal", "diagonal": "causal", "causal-reversed": "causal",
-         "mask-zero": "causal", "causal-alignment": "upper-left L!=S",
-         "lower-right": "lower-right", "mask-inverted": "bool-mask", "causal+mask": "causal+mask", "gqa": "gqa",
-         "dropout-scale": "dropout", "dead-rows": "dead-rows", "max-subtraction": "large-logits",
-         "mask-ignored": ("bool-mask", "float-mask")}  # the cases a hint speaks of (any of the tags)
 KINDS = {"oracle": "oracle", "exit": "exit", "lost": "ended", "timeout": "hangs"}  # Facts.kind -> its line
 PRECISE = 0.9  # a tag is a cause when at least this share of its cases fail
 CONTRAST = 0.5  # ... and less than this share of the cases without it
@@ -157,7 +63,7 @@ def diagnose(result, form: str) -> list[Diagnosis]:
             raised.setdefault((f.raised_type, re.sub(r"\d+", "#", f.raised_message)), []).append(r)
         for h in r.hints:
             if "=" not in h:  # "dead-rows=nan": what a cause's rows hold, said in its line (_fill)
-                causes.setdefault(HINTS.get(h, h), []).append(r)
+                causes.setdefault(C.line_of(h), []).append(r)
         if not r.hints and _gradients_only(r):
             causes.setdefault("gradients-only", []).append(r)
         elif not r.hints and _lse_only(r):
@@ -168,11 +74,11 @@ def diagnose(result, form: str) -> list[Diagnosis]:
                                                                         if k != "oracle"]
     found = []
     for key, group in causes.items():
-        narrow = _narrower(rows, group, SCOPE.get(key))
+        narrow = _narrower(rows, group, _scope(key))
         found.append((len(group), len(found), [(narrow, _fill(narrow, group), group)] * (narrow is not None)
                       + [(key, _fill(key, group), group)]))
     for tag, group in _cover(rows, bad, rest):
-        found.append((len(group), len(found), [(TAGS.get(tag, tag), _fill(TAGS.get(tag, tag), group), group)]))
+        found.append((len(group), len(found), [(C.of_tag(tag), _fill(C.of_tag(tag), group), group)]))
         rest = [r for r in rest if r not in group]
     for _, _, entries in sorted(found, key=lambda x: (-x[0], x[1])):
         lines += entries
@@ -212,20 +118,20 @@ def _lse_only(r) -> bool:
     return r.status == "fail" and failed == ["lse"] and not r.facts.problems
 
 
-def _narrower(rows, group, scope: str | None) -> str | None:
+def _narrower(rows, group, scope: tuple[str, ...] | None) -> str | None:
     """The key of the most specific tag whose cases all fail and hold a hint's ``group``, when the hint does not
     fail its whole scope (a 0-d tensor scale, not every scale=; float masks, not every mask)."""
     if scope is None:
         return None
-    scoped = [r for r in rows if set(r.tags) & ({scope} if isinstance(scope, str) else set(scope))]
+    scoped = [r for r in rows if set(r.tags) & set(scope)]
     if all(r.status != "pass" for r in scoped):
         return None
     best = None
     for t in set.intersection(*(set(r.tags) for r in group)):
         mine = [r for r in rows if t in r.tags]
-        if t in TAGS and all(r.status != "pass" for r in mine) and len(mine) < len(scoped):
+        if C.of_tag(t) and all(r.status != "pass" for r in mine) and len(mine) < len(scoped):
             best = t if best is None or len(mine) < _support(rows, best) else best
-    return None if best is None else TAGS[best]
+    return None if best is None else C.of_tag(best)
 
 
 def _cover(rows, bad, rest):
@@ -233,7 +139,7 @@ def _cover(rows, bad, rest):
     tag's cases fail and less than CONTRAST of the others, it covers two rows or is one case's alone; each
     time the one that covers most (then the narrowest)."""
     failing = {id(r) for r in bad}
-    sets = {t: [r for r in rows if t in r.tags] for t in {t for r in rows for t in r.tags} if t in TAGS}
+    sets = {t: [r for r in rows if t in r.tags] for t in {t for r in rows for t in r.tags} if C.of_tag(t)}
     half = [r for r in rows if r.dtype in ("bfloat16", "float16")]
     if half and sum(id(r) in failing for r in half) < 0.25 * len(half):  # full precision fails, half passes
         sets["precision"] = [r for r in rows if r.dtype in ("float32", "float64")]
@@ -261,6 +167,11 @@ def _cover(rows, bad, rest):
     return out
 
 
+def _scope(key: str) -> tuple[str, ...] | None:
+    c = C.table().get(key)
+    return c.scope if c is not None and c.scope else None
+
+
 def _support(rows, tag: str | None) -> int:
     """On how many of the rows the case has ``tag`` (None: every row)."""
     return len(rows) if tag is None else sum(tag in r.tags for r in rows)
@@ -277,6 +188,7 @@ def _lines(entries, dtypes: list[str]) -> list[Diagnosis]:
         where = ", ".join(dts) + (" only" if len(dts) < len(dtypes) else "")
         n = len(group)
         case = group[0].case
-        text = TEXT[key].format(**{"n": n, "case": case, **fill}) + SUFFIX.format(n=n, dtypes=where, example=case)
+        text = C.table()[key].text.format(**{"n": n, "case": case, **fill})
+        text += SUFFIX.format(n=n, dtypes=where, example=case)
         out.append(Diagnosis(key, text, len(group), dts, f"{group[0].case} [{group[0].dtype}]"))
     return out

@@ -11,8 +11,8 @@ to a block's multiple and attended -- and the two a from-scratch version starts 
 scale and no causal mask, which name both keys. When the output is right and a gradient is not, the
 gradients are held against those of attention under another mask (a backward that forgot it).
 If the output agrees with one of them to within the case's own limit (and that answer is really
-different from the right one), the row records the mistake's key
-(:data:`KEYS`); :mod:`attnlab.judge.diagnose` turns the keys into sentences.
+different from the right one), the row records the mistake's key; the causes
+each key is said by are in :mod:`attnlab.judge.causes`.
 
 Two patterns need no second answer: NaN or infinity where the oracle is finite on a case with large
 scores (a softmax without the max subtraction), and a difference only on the rows that see no key.
@@ -30,11 +30,6 @@ import torch
 from attnlab.judge import oracle, rule
 from attnlab.judge.cases import Case
 
-KEYS = ("scale-ignored", "unscaled", "scale-1/d", "causal-ignored", "mask-ignored", "mask-inverted",
-        "mask-dropped-with-causal", "causal-dropped-with-mask", "diagonal", "lower-right-for-upper-left",
-        "upper-left-for-lower-right", "gqa-repeat", "dropout-unscaled", "softmax-dim", "max-subtraction",
-        "dead-rows", "mask-zero", "causal-reversed", "causal-offset-sign", "scores-rounded", "dropout-renormalised",
-        "pad-keys", "backward-mask")
 BLOCKS = (16, 32, 64, 128)  # the tile widths a key length is padded to (pad-keys)
 
 

@@ -19,10 +19,25 @@ import importlib
 from dataclasses import replace
 
 from attnlab.judge.cases import Case, default_cases, make_inputs
+from attnlab.judge.causes import Cause
 
 NAMES = ("sdpa", "flash-attn", "flash-attn-varlen", "flex", "paged-decode")
 _MODULES = {"flash-attn": "flash", "flash-attn-varlen": "varlen", "flex": "flex", "paged-decode": "paged"}
 UNEXPRESSED = "unexpressed"  # the word an API case carries when the API cannot put the grid's case
+
+
+CAUSES = (  # what every API's hints can say (each module adds its own)
+    Cause('api-mask-ignored', "the API's mask is ignored: the output matches attention with no mask (causal=, "
+                              "window_size=, block_mask=, the sequences' packing or the page table left out)"),
+)
+
+
+def causes() -> list:
+    """The causes the APIs add to the judge's table (:func:`attnlab.judge.causes.table`): these, the log-sum-exp's
+    and each API module's ``CAUSES``."""
+    from attnlab.judge.apis import lse
+
+    return [*CAUSES, *lse.CAUSES, *(c for name in _MODULES for c in getattr(module(name), "CAUSES", ()))]
 
 
 def module(name: str):

@@ -28,10 +28,15 @@ import torch
 from attnlab.judge import mod_cases
 from attnlab.judge.apis import words
 from attnlab.judge.cases import CAUSAL_BIAS, LOWER_RIGHT, Case
+from attnlab.judge.causes import Cause
 from attnlab.kernels import mods
 
 NAME = "flash-attn"
 BACKWARD = True
+CAUSES = (
+    Cause('api-top-left', 'causal= is aligned top-left (query i sees keys j <= i): FlashAttention aligns it '
+                          'bottom-right, query i sees keys j <= i + S - L'),
+)
 TENSOR_MASKS = "flash_attn_func takes no attn_mask (its masks are causal= and window_size=)"
 
 

@@ -24,9 +24,18 @@ import torch
 
 from attnlab.judge import oracle, rule
 from attnlab.judge.cases import DTYPES, Case
+from attnlab.judge.causes import Cause
 from attnlab.kernels import mods
 
 HALF = (torch.float16, torch.bfloat16)
+CAUSES = (
+    Cause('lse-only', 'only the log-sum-exp fails: the output (and the gradients) are right; lse_i = log sum_j '
+                      "exp(s_ij), the natural log over row i's scaled, modified and masked scores, in float32"),
+    Cause('lse-base2', 'the log-sum-exp is in base 2 (as a kernel working in exp2 keeps it): the API returns the '
+                       'natural log; multiply by ln 2'),
+    Cause('lse-dead-rows', 'the log-sum-exp of a row that sees no key is finite or NaN: the log of an empty sum is '
+                           "-inf (FlashAttention's kernel writes +inf there; either is accepted)"),
+)
 
 
 def store_dtype(case: Case) -> torch.dtype:

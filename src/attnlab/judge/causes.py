@@ -1,0 +1,173 @@
+"""The causes a verdict can name: one table, each cause's line, the hints and case tags that point to it, its scope.
+
+A failing row carries facts and hints (:mod:`attnlab.judge.facts`, :mod:`attnlab.judge.hypotheses`);
+:mod:`attnlab.judge.diagnose` groups the rows by cause and says each cause in one line. Everything it
+needs to know of a cause is here, in one :class:`Cause`:
+
+* ``text`` -- the line, in the user's terms: what the function does and what it should do;
+* ``hints`` -- the keys of the wrong semantics (hypotheses) whose rows this line speaks for, beside its own key
+  (``scale-ignored`` is said as "fails only where scale= is passed");
+* ``tags`` -- the case tags (:attr:`attnlab.judge.cases.Case.tags`) whose failing cases, when nothing else
+  explains them, are this cause (every failing bfloat16 case: "fails only in bfloat16");
+* ``scope`` -- the tags of the cases a hint speaks of: where the hint's rows are only part of its scope, the
+  narrower tag that holds them all is said first (a 0-d tensor scale, not every ``scale=``).
+
+The APIs other than SDPA's add their own causes beside their semantics (``CAUSES`` in each module of
+:mod:`attnlab.judge.apis`); :func:`table` is all of them, and the only table anything reads.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Cause:
+    key: str  # a stable name (what results and tests hold)
+    text: str  # the line; format fields: {n}, {case}, {type}, {message}, {worst}, {returned}, and a cause's own
+    hints: tuple[str, ...] = ()  # hypotheses' keys said by this line
+    tags: tuple[str, ...] = ()  # case tags read as this cause when nothing else explains their rows
+    scope: tuple[str, ...] = ()  # the tags of the cases the cause speaks of
+
+
+SDPA = (
+    Cause('oracle', 'the oracle and PyTorch disagree on {n} case(s): those cases judge nothing (report it: it is the '
+                    "judge's bug, not yours)"),
+    Cause('exit', 'calls sys.exit: a function must return its answer, never end the process'),
+    Cause('ended', 'ended the process during case {case!r} (os._exit, or a crash): a function must return its answer'),
+    Cause('hangs', 'a case timed out: is there an endless loop, or a loop over every element in Python?'),
+    Cause('raises', 'raises {type}: {message}'),
+    Cause('not-a-tensor', 'returns something that is not a tensor'),
+    Cause('shape', "the output's shape is not PyTorch's (..., H, L, Ev)"),
+    Cause('dtype', "the output's dtype is not the inputs' dtype: compute in higher precision if you like, but return "
+                   'q.dtype'),
+    Cause('device', "the output is not on the inputs' device"),
+    Cause('in-place', "changes the caller's tensors in place: work on new tensors (no masked_fill_, mul_, div_ on "
+                      'inputs)'),
+    Cause('requires-grad', "changes the inputs' requires_grad"),
+    Cause('no-lse', "no log-sum-exp comes back: the API returns it when asked (flash-attn's return_attn_probs=True, "
+                    "flex's return_lse=True, paged decode's return_softmax_lse=True), as (out, lse, ...)"),
+    Cause('no-grad', 'no gradient flows back to q, k, v: is something detached, or computed under torch.no_grad()?'),
+    Cause('unscaled', 'the output is attention without the scale: multiply the scores by 1/sqrt(E) (or by scale=)'),
+    Cause('scale-1/d', 'the output is attention scaled by 1/E: the default scale is 1/sqrt(E)'),
+    Cause('scale', 'fails only where scale= is passed: is the scale argument used (1/sqrt(E) only when it is None)?',
+          hints=('scale-ignored',), tags=('scale',), scope=('scale',)),
+    Cause('scale-tensor', 'fails only where scale is a 0-d tensor: PyTorch accepts one (use float(scale))',
+          tags=('scale-tensor',)),
+    Cause('dead-rows', 'rows that see no key are wrong: PyTorch returns zeros there (and zero gradients){returned}',
+          tags=('dead-rows',), scope=('dead-rows',)),
+    Cause('max-subtraction', "large scores overflow: subtract each row's max before exp (exp overflows float32 near "
+                             '88)',
+          tags=('large-logits',), scope=('large-logits',)),
+    Cause('causal-ignored', 'is_causal=True is ignored: the output matches attention with no causal mask',
+          scope=('causal',)),
+    Cause('diagonal', 'the causal mask hides the diagonal: query i sees keys j <= i, itself included',
+          scope=('causal',)),
+    Cause('causal-reversed', 'the causal mask is turned round: query i sees itself and the keys after it (j >= i), '
+                             'not the keys up to it; hide the keys after each query (j > i) instead',
+          scope=('causal',)),
+    Cause('mask-zero', 'the masked scores are set to 0, not -inf: a future key still gets weight exp(0) (use -inf)',
+          scope=('causal',)),
+    Cause('causal-alignment', 'only L != S causal cases fail: is_causal is aligned upper-left (query i sees keys j <='
+                              ' i)',
+          hints=('lower-right-for-upper-left',), tags=('upper-left L!=S',), scope=('upper-left L!=S',)),
+    Cause('lower-right', 'only the lower-right causal masks fail (query i sees keys j <= i + S - L, as in KV-cache '
+                         'decoding)',
+          hints=('upper-left-for-lower-right',), tags=('lower-right',), scope=('lower-right',)),
+    Cause('mask-ignored', 'attn_mask is ignored: the output matches attention with no mask',
+          scope=('bool-mask', 'float-mask')),
+    Cause('mask-inverted', 'the bool mask is read backwards: True means the key takes part',
+          scope=('bool-mask',)),
+    Cause('causal+mask', 'fails only where is_causal=True comes with attn_mask: PyTorch keeps the keys both allow',
+          hints=('mask-dropped-with-causal', 'causal-dropped-with-mask'), tags=('causal+mask',),
+          scope=('causal+mask',)),
+    Cause('gqa', 'only GQA cases fail: query head h uses key head h // (H / Hkv) (repeat_interleave, not repeat)',
+          hints=('gqa-repeat',), tags=('gqa',), scope=('gqa',)),
+    Cause('dropout-scale', 'dropout rows: kept weights must be divided by 1 - p',
+          hints=('dropout-unscaled',), scope=('dropout',)),
+    Cause('dropout', 'only dropout cases fail: drop each weight with probability p and scale the rest by 1/(1 - p)',
+          tags=('dropout',)),
+    Cause('softmax-dim', "the softmax is taken over the wrong dim: each query's weights over the keys (dim=-1) sum to"
+                         ' 1'),
+    Cause('noncontig', 'fails only on non-contiguous inputs (transposed, expanded or sliced views, as transformers '
+                       'passes them): use reshape or .contiguous(), not view',
+          tags=('noncontig', 'transposed', 'expanded', 'sliced')),
+    Cause('float-mask', 'only float masks fail: a float attn_mask is added to the scores',
+          tags=('float-mask',)),
+    Cause('bool-mask', 'only bool masks fail: False hides a key (-inf before the softmax), True keeps it',
+          tags=('bool-mask',)),
+    Cause('broadcast-mask', 'only masks that broadcast fail: an (L, S), (N, 1, 1, S) or (H, 1, S) mask broadcasts to '
+                            '(N, H, L, S)',
+          tags=('broadcast-mask',)),
+    Cause('mask-fn', "only attnlab's mask functions fail",
+          tags=('mask-fn',)),
+    Cause('mod', 'only score-modifier cases fail: score_mod(score, b, h, q_idx, kv_idx) changes the scaled score '
+                 'before the mask',
+          tags=('mod',)),
+    Cause('grad-mask', 'only cases with a learnable float mask fail: its gradient is dS summed over broadcast dims',
+          tags=('grad-mask',)),
+    Cause('batch-dims', 'only inputs with no batch dim, or several, fail: take any leading dims (..., H, L, E)',
+          tags=('batch-dims',)),
+    Cause('Ev!=E', "only cases where value's last dim Ev differs from E fail",
+          tags=('Ev!=E',)),
+    Cause('L=1', 'only single-query cases (L = 1) fail',
+          tags=('L=1',)),
+    Cause('L!=S', 'only cases with L != S fail: queries and keys may differ in number',
+          tags=('L!=S',)),
+    Cause('bfloat16', "fails only in bfloat16: keep the softmax's max, sums and accumulator in float32",
+          tags=('bfloat16',)),
+    Cause('float64', 'fails only in float64: is something computed in float32 (a constant, a cast)?',
+          tags=('float64',)),
+    Cause('float32', 'fails only in float32',
+          tags=('float32',)),
+    Cause('precision', 'fails in float32 and float64 but passes in bfloat16: something is rounded through half '
+                       'precision (the scores, the weights)',
+          tags=('precision',)),  # a tag diagnose gives the full-precision rows when half passes
+    Cause('gradients-only', 'only gradients fail: the output is right; check the backward (a custom '
+                            'autograd.Function?)'),
+    Cause('unclear', 'fails with no single pattern (worst: {worst})'),
+    Cause('causal-offset-sign', 'the causal offset has the wrong sign for S > L: query i sees keys j <= i - (S - L); '
+                                'is_causal is upper-left (j <= i), lower-right is j <= i + (S - L)'),
+    Cause('scores-rounded', "the scores are rounded to the inputs' dtype before the softmax: keep them (and the max "
+                            'and sum) in float32'),
+    Cause('dropout-renormalised', 'dropout renormalises over the kept weights: divide the kept weights by 1 - p, not '
+                                  'by their sum'),
+    Cause('pad-keys', "zero keys padded to a block's multiple are attended: mask the padding (-inf) when S is not a "
+                      'multiple of the block'),
+    Cause('backward-mask', 'the output is right but the gradients are those of attention under another mask: the '
+                           "backward must use the forward's attn_mask and is_causal"),
+)
+
+
+@functools.cache
+def table() -> dict[str, Cause]:
+    """Every cause by key: SDPA's and each API's (an API's key may not repeat another's)."""
+    from attnlab.judge import apis
+
+    out: dict[str, Cause] = {}
+    for c in (*SDPA, *apis.causes()):
+        if c.key in out:
+            raise ValueError(f"cause {c.key!r} defined twice")
+        out[c.key] = c
+    return out
+
+
+def line_of(hint: str) -> str:
+    """The key of the line that says a hint (itself, or the cause that lists it in ``hints``)."""
+    return _hint_lines().get(hint, hint)
+
+
+def of_tag(tag: str) -> str | None:
+    """The cause a case tag is read as (None: a tag that names no cause)."""
+    return _tag_causes().get(tag)
+
+
+@functools.cache
+def _hint_lines() -> dict[str, str]:
+    return {h: c.key for c in table().values() for h in c.hints}
+
+
+@functools.cache
+def _tag_causes() -> dict[str, str]:
+    return {t: c.key for c in table().values() for t in c.tags}
