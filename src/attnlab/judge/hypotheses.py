@@ -26,8 +26,9 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
-from attnlab.judge import oracle, rule
+from attnlab.judge import explain, oracle, rule
 from attnlab.judge.cases import Case
 
 BLOCKS = (16, 32, 64, 128)  # the tile widths a key length is padded to (pad-keys)
@@ -43,25 +44,13 @@ def matches(case: Case, x, mine, exp, comps) -> list[str]:
         return []
     if comps and comps[0].passed:  # the output is right: the fault is in the gradients
         return _backward(case, x, mine, exp, comps)
-    found = []
-    dead = _dead_rows(case, x, exp)
-    if dead is not None and dead.any() and not dead.all():
-        live = ~dead
-        if rule.max_err(out[live], ref[live]) <= limit:
-            found += ["dead-rows", f"dead-rows={_dead_answer(out, dead, exp, limit)}"]
-    # A wrong mask can leave a row no key (the diagonal hidden: query 0 sees nothing), and a plain softmax turns
-    # such a row into NaN where the bug's own answer, PyTorch's, is zeros: rows wholly NaN are compared as zeros.
-    finite = torch.isfinite(out)
-    nan_rows = ~finite.all(dim=-1, keepdim=True)  # (..., L, 1)
-    # every row all finite or all not, and some finite: an answer wholly NaN matches no semantics
-    whole = bool((finite | nan_rows).all()) and not bool(nan_rows.all())
-    held = out.masked_fill(nan_rows, 0.0) if whole else None
-    explained = False  # the NaN rows are a wrong mask's rows with no key, not an overflow
-    for key, alt in _alternatives(case, x, exp):
-        if held is not None and rule.max_err(alt, ref) > 2 * limit and rule.max_err(held, alt) <= limit:
-            found += [k for k in key.split("+") if k not in found]  # "a+b": two mistakes at once
-            explained = explained or bool(nan_rows.any())
-    if bool((~finite & torch.isfinite(ref)).any()) and case.magnitude > 1 and not explained:
+    q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
+    base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal,
+                scale=case.scale, enable_gqa=case.gqa, keep=exp.keep, dropout_p=case.dropout_p)
+    found, left = explain.explain(out, ref, limit, base, list(_alternatives(case, x, exp)), mean_of_v(exp),
+                                  dead_rows(exp))
+    overflow = ~torch.isfinite(out).all(dim=-1) & torch.isfinite(ref).all(dim=-1) & left  # (..., L)
+    if bool(overflow.any()) and case.magnitude > 1:
         found.insert(0, "max-subtraction")
     return found
 
@@ -91,16 +80,50 @@ def _with_causal(dense, keep: torch.Tensor):
     return dense & keep if dense.dtype == torch.bool else dense.masked_fill(~keep, -math.inf)
 
 
-def _padded(case: Case, q, k, v, dense, keep, pad: int):
-    """Attention with ``pad`` zero keys and values appended, and seen (a tile loop that never masks them)."""
-    L, S = case.L, case.S or case.L
-    m = _with_causal(dense, torch.ones(L, S, dtype=torch.bool).tril()) if case.is_causal else dense
-    if m is not None:
-        m = torch.nn.functional.pad(m, (0, pad), value=True if m.dtype == torch.bool else 0.0)
-    kp, vp = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (k, v))
-    kept = None if keep is None else torch.nn.functional.pad(keep, (0, pad), value=True)
-    return oracle.reference(q, kp, vp, attn_mask=m, scale=case.scale, enable_gqa=case.gqa, keep=kept,
-                            dropout_p=case.dropout_p)
+def _causal_as(shift: int | None, upper: bool = False):
+    """A change that spells is_causal out as another mask: key j seen when j <= i + shift (``upper``: j >= i)."""
+    def change(kw):
+        L, S = kw["query"].shape[-2], kw["key"].shape[-2]
+        ones = torch.ones(L, S, dtype=torch.bool)
+        keep = ones.triu() if upper else ones.tril(shift)
+        return {**kw, "is_causal": False, "attn_mask": _with_causal(kw["attn_mask"], keep)}
+    return change
+
+
+def _masked_zero(kw):
+    """Future keys' scores set to 0 (not -inf): they keep a weight of exp(0) -- as a float mask that cancels them."""
+    q, k, E = kw["query"], kw["key"], kw["query"].shape[-1]
+    sc = 1.0 / math.sqrt(E) if kw["scale"] is None else float(kw["scale"])
+    future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
+    zero = torch.where(future, -(q @ k.transpose(-2, -1)) * sc, 0.0)
+    dense = kw["attn_mask"]
+    if dense is not None:  # the mask still applies after
+        zero = zero.masked_fill(~dense, -math.inf) if dense.dtype == torch.bool else zero + dense
+    return {**kw, "is_causal": False, "attn_mask": zero}
+
+
+def _padded(pad: int):
+    """``pad`` zero keys and values appended and seen (a tile loop that never masks them)."""
+    def change(kw):
+        L, S = kw["query"].shape[-2], kw["key"].shape[-2]
+        m = kw["attn_mask"]
+        if kw["is_causal"]:
+            m = _with_causal(m, torch.ones(L, S, dtype=torch.bool).tril())
+        if m is not None:
+            m = torch.nn.functional.pad(m, (0, pad), value=True if m.dtype == torch.bool else 0.0)
+        keep = kw.get("keep")
+        return {**kw, "key": F.pad(kw["key"], (0, 0, 0, pad)), "value": F.pad(kw["value"], (0, 0, 0, pad)),
+                "attn_mask": m, "is_causal": False, "keep": None if keep is None else F.pad(keep, (0, pad), value=True)}
+    return change
+
+
+def repeated(G: int):
+    """Key head h % Hkv for query head h: ``repeat`` where ``repeat_interleave`` is due."""
+    def change(kw):
+        k, v = kw["key"], kw["value"]
+        lead = [1] * (k.dim() - 3)
+        return {**kw, "key": k.repeat(*lead, G, 1, 1), "value": v.repeat(*lead, G, 1, 1), "enable_gqa": False}
+    return change
 
 
 def _renormalised(case: Case, q, k, v, dense, keep) -> torch.Tensor:
@@ -111,83 +134,62 @@ def _renormalised(case: Case, q, k, v, dense, keep) -> torch.Tensor:
     return oracle.unflatten((kept / torch.where(total == 0, 1.0, total)) @ f.v, f)
 
 
-def _dead_rows(case: Case, x, exp) -> torch.Tensor | None:
-    """(..., L, 1) True where a query sees no key (the oracle's weights sum to 0 there)."""
+def dead_rows(exp) -> torch.Tensor:
+    """(..., L) True where a query sees no key (the oracle's weights sum to 0 there)."""
     f = exp.fwd  # the case's one oracle forward (judge.expect)
-    dead = f.P.sum(dim=-1, keepdim=True) == 0  # (N, H, L, 1)
-    return dead.reshape(*exp.ref[0].shape[:-1], 1).expand(exp.ref[0].shape)
+    return oracle.unflatten(f.P.sum(dim=-1) == 0, f)
 
 
-def _dead_answer(out: torch.Tensor, dead: torch.Tensor, exp, limit: float) -> str:
-    """What a function returns in the rows that see no key: "nan", "mean" (the mean of V: every key weighted alike,
-    as a large finite number in place of -inf gives) or "other" (PyTorch's answer there is zeros)."""
-    got = out[dead]
-    if not bool(torch.isfinite(got).any()):
-        return "nan"
+def mean_of_v(exp) -> torch.Tensor:
+    """(..., L, Ev): each query's mean of its values over every key -- what a row that sees no key gets when a large
+    finite number stands in for -inf (every key weighted alike)."""
     f = exp.fwd
-    mean = oracle.unflatten(f.v.mean(dim=-2, keepdim=True).expand(*f.v.shape[:-2], f.P.shape[-2], f.v.shape[-1]), f)
-    if bool(torch.isfinite(got).all()) and rule.max_err(got, mean[dead]) <= max(limit, 1e-3 * float(mean.abs().max())):
-        return "mean"
-    return "other"
+    return oracle.unflatten(f.v.mean(dim=-2, keepdim=True).expand(*f.v.shape[:-2], f.P.shape[-2], f.v.shape[-1]), f)
+
+
+def _set(**over):
+    return lambda kw: {**kw, **over}
 
 
 def _alternatives(case: Case, x, exp):
-    """(key, the output a bug of that kind gives): the oracle asked a slightly different question."""
+    """The wrong semantics a failing output is held against (:class:`attnlab.judge.explain.Alternative`)."""
+    if case.mod is not None:
+        return  # a modifier's own semantics are the question there
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
     dense = oracle.cpu64(x.dense)
     L, S, E = case.L, case.S or case.L, case.E
-    base = dict(attn_mask=dense, is_causal=case.is_causal, scale=case.scale, enable_gqa=case.gqa,
-                keep=exp.keep, dropout_p=case.dropout_p)
-    if case.mod is not None:
-        return  # a modifier's own semantics are the question there
-
-    def alt(**kw):
-        return oracle.reference(q, k, v, **{**base, **kw})
-
+    A = explain.Alternative
     if case.scale is not None:
-        yield "scale-ignored", alt(scale=None)
-    yield "unscaled", alt(scale=1.0)
-    yield "scale-1/d", alt(scale=1.0 / E)
+        yield A("scale-ignored", _set(scale=None))
+    yield A("unscaled", _set(scale=1.0))
+    yield A("scale-1/d", _set(scale=1.0 / E))
     if case.is_causal:
-        yield "causal-ignored", alt(is_causal=False)
-        yield "unscaled+causal-ignored", alt(is_causal=False, scale=1.0)  # neither the scale nor the mask yet
+        yield A("causal-ignored", _set(is_causal=False))
         if dense is not None:
-            yield "mask-dropped-with-causal", alt(attn_mask=None)
-            yield "causal-dropped-with-mask", alt(is_causal=False)
-        ones = torch.ones(L, S, dtype=torch.bool)
-        yield "diagonal", alt(is_causal=False, attn_mask=_with_causal(dense, ones.tril(-1)))
-        yield "causal-reversed", alt(is_causal=False, attn_mask=_with_causal(dense, ones.triu()))
+            yield A("mask-dropped-with-causal", _set(attn_mask=None))
+            yield A("causal-dropped-with-mask", _set(is_causal=False))
+        yield A("diagonal", _causal_as(-1))
+        yield A("causal-reversed", _causal_as(None, upper=True))
         if not case.gqa:  # a future key's score set to 0, not -inf: it still gets exp(0) of weight
-            sc = 1.0 / math.sqrt(E) if case.scale is None else case.scale
-            zero = torch.where(ones.triu(1), -(q @ k.transpose(-2, -1)) * sc, 0.0)
-            if dense is not None:  # the mask still applies after
-                zero = zero.masked_fill(~dense, -math.inf) if dense.dtype == torch.bool else zero + dense
-            yield "mask-zero", alt(is_causal=False, attn_mask=zero)
+            yield A("mask-zero", _masked_zero)
         if L != S:
-            yield "lower-right-for-upper-left", alt(is_causal=False, attn_mask=_with_causal(dense, ones.tril(S - L)))
+            yield A("lower-right-for-upper-left", _causal_as(S - L))
         if S > L:  # an offset meant to be S - L, taken as L - S
-            flipped = _with_causal(dense, torch.ones(L, S, dtype=torch.bool).tril(L - S))
-            yield "causal-offset-sign", alt(is_causal=False, attn_mask=flipped)
+            yield A("causal-offset-sign", _causal_as(L - S))
     if dense is not None and dense.dtype == torch.bool:
-        yield "mask-inverted", alt(attn_mask=~dense)
+        yield A("mask-inverted", lambda kw: {**kw, "attn_mask": ~kw["attn_mask"]})
     if dense is not None and not case.is_causal:
-        yield "mask-ignored", alt(attn_mask=None)
+        yield A("mask-ignored", _set(attn_mask=None))
         if case.mask in ("lower-right", "causal_lower_right"):
-            yield "upper-left-for-lower-right", alt(attn_mask=None, is_causal=True)
+            yield A("upper-left-for-lower-right", _set(attn_mask=None, is_causal=True))
     if case.gqa:
-        G = case.H // (case.Hkv or case.H)
-        lead = [1] * (k.dim() - 3)  # key head h % Hkv for query head h: `repeat` where `repeat_interleave` is due
-        yield "gqa-repeat", oracle.reference(q, k.repeat(*lead, G, 1, 1), v.repeat(*lead, G, 1, 1),
-                                             **{**base, "enable_gqa": False})
+        yield A("gqa-repeat", repeated(case.H // (case.Hkv or case.H)))
     if case.dropout_p > 0 and exp.keep is not None:
-        yield "dropout-unscaled", alt(dropout_p=0.0)
-        yield "dropout-renormalised", _renormalised(case, q, k, v, dense, exp.keep)
-    if x.q.dtype in (torch.float16, torch.bfloat16):  # the scaled scores stored in the inputs' dtype
-        dt = x.q.dtype
-        yield "scores-rounded", alt(score_mod=lambda s, b, h, i, j: s.to(dt).double())
+        yield A("dropout-unscaled", _set(dropout_p=0.0))
+        yield A("dropout-renormalised", out=_renormalised(case, q, k, v, dense, exp.keep))
     if case.dropout_p == 0 or exp.keep is not None:
         for pad in dict.fromkeys((-S) % b for b in BLOCKS if S % b):
-            yield "pad-keys", _padded(case, q, k, v, dense, exp.keep, pad)
+            yield A("pad-keys", _padded(pad))
     if dense is None and not case.is_causal and not case.gqa and case.dropout_p == 0:
         sc = 1.0 / math.sqrt(E) if case.scale is None else case.scale
-        yield "softmax-dim", torch.softmax(q @ k.transpose(-2, -1) * sc, dim=-2) @ v
+        yield A("softmax-dim", out=torch.softmax(q @ k.transpose(-2, -1) * sc, dim=-2) @ v)

@@ -359,7 +359,8 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
     ok = not problems and bool(comps) and all(c.passed for c in comps)
     if case.api:  # an API's case: what its log-sum-exp matches (the hypotheses speak SDPA's arguments)
         failed = {c.quantity for c in comps if not c.passed}
-        hints = apis.hints(case, x, mine[0], exp) if explain and "out" in failed and mine is not None else []
+        limit = next((c.allowed for c in comps if c.quantity == "out"), math.inf)
+        hints = apis.hints(case, x, mine[0], exp, limit) if explain and "out" in failed and mine is not None else []
         if explain and "lse" in failed and mine is not None and not hints:
             hints = lse.hints(mine[-1], exp.ref[-1])
     else:

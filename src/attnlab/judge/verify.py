@@ -109,9 +109,11 @@ def probe_keep(fn: Callable, case: Case, x: Inputs, seed: int, accepts_masks: bo
 
     Called with v = Ev columns of the identity, attention returns those columns of its weights after dropout,
     Pd = keep * P / (1 - p); ceil(S / Ev) calls, each after the same ``torch.manual_seed(seed)`` on inputs of the
-    case's own shapes, read them all. A weight counts as kept when Pd is over half of P (P from the oracle;
-    whether the survivors were scaled is for the comparison that follows). The share dropped must be p within
-    six standard deviations of a binomial draw, or the function is not doing dropout.
+    case's own shapes, read them all. A weight counts as dropped where the function's is exactly 0 and the oracle's
+    is not (the scale of the rest is for the comparison that follows), so a function whose weights are wrong for
+    another reason (no scale, the wrong key heads) still has its keep-mask read, and that bug is named on the
+    dropout cases too. The share dropped must be p within six standard deviations of a binomial draw, or the
+    function is not doing dropout.
     """
     S, Hkv, Ev, p = case.S or case.L, case.Hkv or case.H, case.Ev or case.E, case.dropout_p
     eye = torch.eye(S, math.ceil(S / Ev) * Ev, device=x.q.device).to(x.q.dtype)  # (S, S rounded up to Ev)
@@ -125,8 +127,8 @@ def probe_keep(fn: Callable, case: Case, x: Inputs, seed: int, accepts_masks: bo
                         .reshape(n, case.H, case.L, Ev))
     Pd = torch.cat(cols, dim=-1)[..., :S]
     P = oracle.answer(x.q, x.k, x.v, x.oracle_mask, case.is_causal, case.scale, case.gqa)[1].P
-    keep = (Pd.abs() > 0.5 * P) | (P == 0)
-    live = P > 1e-12
+    keep = (Pd != 0) | (P == 0)  # a dropped weight is exactly 0, whatever else the function gets wrong
+    live = P > 1e-5  # weights no dtype's rounding makes 0
     total = int(live.sum())
     dropped = int((live & ~keep).sum())
     sd = math.sqrt(p * (1 - p) / max(1, total))

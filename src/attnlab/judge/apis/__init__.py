@@ -16,6 +16,7 @@ the grid as skipped rows that say why (:func:`skip_reason`).
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import replace
 
 from attnlab.judge.cases import Case, default_cases, make_inputs
@@ -141,39 +142,39 @@ def modifier(case: Case):
     return lambda dtype=None, device=None: (mod, [])
 
 
-def hints(case: Case, x, out, exp) -> list[str]:
-    """The wrong semantics a failing API case's output matches (keys of
-    :data:`attnlab.judge.diagnose.TEXT`): the API's mask ignored (``causal=``, ``window_size=``, ``block_mask=``,
-    the packing or the page table), or, for FlashAttention's causal= with L != S, the mask aligned top-left."""
+def hints(case: Case, x, out, exp, limit: float) -> list[str]:
+    """The wrong semantics a failing API case's output matches (keys of :func:`attnlab.judge.causes.table`), row by
+    row (:mod:`attnlab.judge.explain`): the API's mask ignored, the scale, the key heads, the dead rows, and the API
+    module's own (``alternatives(case, args)``: a window swapped, causal aligned top-left, a sequence's keys
+    leaking into the next ...)."""
     import torch
 
-    from attnlab.judge import oracle
+    from attnlab.judge import explain, hypotheses, oracle
 
-    if not isinstance(out, torch.Tensor) or (x.dense is None and not case.is_causal):
+    if not isinstance(out, torch.Tensor) or out.shape != exp.ref[0].shape or not math.isfinite(limit):
         return []
+    name, args = parse(case.api)
     mod64, _ = exp.fresh(torch.float64, "cpu")
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
-    mine = out.detach().double().cpu()
+    base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=False, scale=case.scale,
+                enable_gqa=case.gqa, score_mod=mod64)
+    own = getattr(module(name), "alternatives", None)
+    alts = [*_common(case), *(own(case, args) if own is not None else ())]
+    found, _ = explain.explain(out, exp.ref[0], limit, base, alts, hypotheses.mean_of_v(exp), hypotheses.dead_rows(exp))
+    return found
 
-    def like(mask, causal=False) -> bool:
-        with torch.no_grad():
-            alt = oracle.reference(q, k, v, mask, causal, case.scale, case.gqa, score_mod=mod64)
-        if alt.shape != mine.shape or not bool(torch.isfinite(mine).all()):
-            return False
-        return bool(((mine - alt).abs() <= 1e-2 * (1 + alt.abs().max())).all())
 
-    name, args = parse(case.api)
-    if like(None):
-        return ["api-mask-ignored"]
-    S = case.S or case.L
-    if args.get("causal") and case.L != S and name in ("flash-attn", "flash-attn-varlen", "paged-decode"):
-        left, right = tuple(args.get("window", (-1, -1)))
-        top = torch.ones(case.L, S, dtype=torch.bool).tril()
-        if left >= 0:
-            top &= torch.arange(S)[None, :] >= torch.arange(case.L)[:, None] - left
-        if like(top):
-            return ["api-top-left"]
-    return []
+def _common(case: Case):
+    """What any API's kernel can get wrong as SDPA's can: its mask left out, the scale, the key heads."""
+    from attnlab.judge import explain, hypotheses
+
+    A = explain.Alternative
+    yield A("api-mask-ignored", lambda kw: {**kw, "attn_mask": None})
+    if case.scale is not None:
+        yield A("scale-ignored", lambda kw: {**kw, "scale": None})
+    yield A("unscaled", lambda kw: {**kw, "scale": 1.0})
+    if case.gqa:
+        yield A("gqa-repeat", hypotheses.repeated(case.H // (case.Hkv or case.H)))
 
 
 class Adapted:

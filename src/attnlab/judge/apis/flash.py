@@ -90,6 +90,17 @@ def visible(case: Case, args: dict):
     return keys_seen(case.L, case.S or case.L, bool(args.get("causal")), tuple(args.get("window", (-1, -1))))
 
 
+def alternatives(case: Case, args: dict):
+    """What flash_attn_func's kernels get wrong, in the oracle's terms (:class:`attnlab.judge.explain.Alternative`)."""
+    from attnlab.judge.explain import Alternative
+
+    L, S = case.L, case.S or case.L
+    window = tuple(args.get("window", (-1, -1)))
+    if args.get("causal") and L != S:  # PyTorch's is_causal: query i at key position i, not i + S - L
+        n = max(L, S)
+        yield Alternative("api-top-left", lambda kw: {**kw, "attn_mask": keys_seen(n, n, True, window)[:L, :S]})
+
+
 def express(c: Case) -> Case | str:
     """A case of verify's grid as a flash_attn_func call, or why it cannot be one."""
     S = c.S or c.L

@@ -1,0 +1,181 @@
+"""Which wrong semantics a failing output is, row by row, so that one cause does not hide another.
+
+A failing output is held, one query row at a time, against the oracle's answers to slightly different
+questions (:class:`Alternative`: the scale ignored, the causal mask aligned the other way, an API's window
+swapped ...). An alternative explains the output when, on every row where its answer differs from the right
+one, the function gave that answer -- or, on a row that sees no key under it, what a function with a dead-row
+bug gives there: NaN (a plain softmax of -inf), or the mean of V (a large finite number in place of -inf
+weighs every key alike). Those rows are then the alternative's, and it says so ("dead-rows" beside its key).
+
+The alternatives are taken greedily, the one that explains most failing rows first; the rows left are tested
+again, against the others and against pairs of them (two bugs in the same rows: the scale ignored *and* the key
+heads repeated), each pair the second change made on top of the first. So a function whose causal mask is
+aligned lower-right and whose rows with no key return mean(V) gets both lines, where a test of one answer at
+a time finds neither.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from attnlab.judge import oracle
+
+PAIRS = 6  # the alternatives that come closest on the rows left, tried two at a time
+CLOSER = 0.5  # ... "closest": the rows where an alternative is at most this share of the right answer's distance
+RESIDUE = 0.5  # where more than this share of the failing rows stays unexplained, a cause must explain this share
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """A wrong semantics: ``key`` (several keys joined by "+": bugs a from-scratch version has together), and how
+    its answer is computed -- ``change`` maps the oracle's keyword arguments (:func:`oracle.answer`'s: query, key,
+    value, attn_mask, is_causal, scale, enable_gqa, keep, dropout_p, score_mod) to the wrong question's, so that two
+    changes compose; or ``out``, an answer computed otherwise, which composes with nothing."""
+
+    key: str
+    change: Callable[[dict], dict] | None = None
+    out: torch.Tensor | None = None
+
+
+@dataclass
+class _Fit:
+    """How one alternative's answer meets the function's, row by row ((..., L) bool each)."""
+
+    key: str
+    differs: torch.Tensor  # the alternative's answer is not the right one
+    ok: torch.Tensor  # the function gave the alternative's answer (or its dead-row variant)
+    dead_answers: list[str] = field(default_factory=list)  # "nan" / "mean": what the function's dead rows hold
+    used_dead: torch.Tensor | None = None  # the rows its dead-row variant explains
+    change: Callable[[dict], dict] | None = None
+
+    def consistent(self) -> bool:
+        """On every row its answer changes, the function gave it; and on one at least by value, not only as a row
+        that sees no key (the identity, key "", speaks only of those rows)."""
+        by_value = self.differs & self.ok & ~self.used_dead
+        return bool(self.ok[self.differs].all()) and (not self.key or bool(by_value.any()))
+
+    def explains(self, bad: torch.Tensor) -> torch.Tensor:
+        return bad & self.ok & (self.differs | self.used_dead)
+
+
+def rows_err(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """max |a - b| over the last dim, (..., L); NaN counts as infinitely far."""
+    d = (a - b).abs()
+    return torch.nan_to_num(d, nan=torch.inf).amax(dim=-1)
+
+
+def explain(out: torch.Tensor, ref: torch.Tensor, limit: float, base: dict, alternatives, mean_v: torch.Tensor,
+            dead_ref: torch.Tensor) -> tuple[list[str], torch.Tensor]:
+    """(the hint keys that explain ``out``'s failing rows, the failing rows none explains (..., L) bool). ``ref`` the
+    right answer, ``limit`` the rule's for the output, ``base`` the oracle's arguments for the case, ``mean_v``
+    (..., L, Ev) each row's mean of its values, ``dead_ref`` (..., L) the rows that see no key."""
+    ev = _Evidence(out.detach().double().cpu(), ref, limit, mean_v)
+    bad = ev.bad
+    if not bad.any():
+        return [], bad
+    fits = [ev.fit(Alternative("", out=ref), ref, dead_ref)]  # the right answer but for its rows with no key
+    fits += [ev.fit(a, *_answer(a, base)) for a in alternatives]
+    fits = [f for f in fits if f is not None]
+    found, left = _greedy(fits, bad)
+    if left.any():
+        pair = _best_pair(ev, fits, base, left)
+        if pair is not None:
+            found.append(pair)
+            left = left & ~pair.explains(left)
+    if left.sum() > RESIDUE * bad.sum():  # most rows unexplained: a cause that fits a few of them is chance
+        found = [f for f in found if f.explains(bad).sum() >= RESIDUE * bad.sum()]
+        left = bad.clone()
+        for f in found:
+            left &= ~f.explains(bad)
+    keys: list[str] = []
+    for f in found:
+        keys += [k for k in f.key.split("+") if k and k not in keys]
+        if f.used_dead is not None and (f.used_dead & bad).any():
+            keys += [k for k in ("dead-rows", *(f"dead-rows={a}" for a in f.dead_answers)) if k not in keys]
+    return keys, left
+
+
+def _answer(a: Alternative, base: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if a.change is None:
+        return a.out, None
+    return _compute(a.change(dict(base)))
+
+
+def _compute(kw: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The oracle's output for these arguments, and its rows that see no key (..., L)."""
+    out, f = oracle.answer(**kw)
+    dead = oracle.unflatten(f.P.sum(dim=-1) == 0, f)
+    return out, dead
+
+
+def _greedy(fits: list[_Fit], bad: torch.Tensor) -> tuple[list[_Fit], torch.Tensor]:
+    """The consistent alternatives, most failing rows explained first, while one explains a row still left."""
+    found, left = [], bad.clone()
+    pool = [f for f in fits if f.consistent()]
+    while left.any() and pool:
+        best = max(pool, key=lambda f: int(f.explains(left).sum()))
+        gained = best.explains(left)
+        if not gained.any():
+            break
+        found.append(best)
+        pool.remove(best)
+        left &= ~gained
+    return found, left
+
+
+def _best_pair(ev: _Evidence, fits: list[_Fit], base: dict, left: torch.Tensor) -> _Fit | None:
+    """Two changes at once (the second made on top of the first) that explain the rows left, if any pair does."""
+    near = sorted((f for f in fits if f.change is not None),
+                  key=lambda f: -int((ev.closer(f) & left).sum()))[:PAIRS]
+    near = [f for f in near if (ev.closer(f) & left).any()]
+    best = None
+    for a, b in itertools.permutations(near, 2):
+        both = Alternative(f"{a.key}+{b.key}", change=lambda kw, a=a, b=b: b.change(a.change(kw)))
+        try:
+            fit = ev.fit(both, *_answer(both, base))
+        except (TypeError, ValueError, RuntimeError, KeyError):  # two changes that do not compose (no mask to invert)
+            continue
+        if fit is None or not fit.consistent():
+            continue
+        n = int(fit.explains(left).sum())
+        if n and (best is None or n > best[0]):
+            best = (n, fit)
+    return None if best is None else best[1]
+
+
+class _Evidence:
+    """The function's output beside the right answer, with what fitting an alternative needs."""
+
+    def __init__(self, out: torch.Tensor, ref: torch.Tensor, limit: float, mean_v: torch.Tensor):
+        self.out, self.ref, self.limit = out, ref, limit
+        self.bad = rows_err(out, ref) > limit  # (..., L)
+        self.nan = ~torch.isfinite(out).any(dim=-1)  # rows wholly NaN or infinite
+        tol = max(limit, 1e-3 * float(mean_v.abs().max()) if mean_v.numel() else 0.0)
+        self.mean = torch.isfinite(out).all(dim=-1) & (rows_err(out, mean_v) <= tol)
+        self._alts: dict[int, torch.Tensor] = {}
+
+    def fit(self, a: Alternative, alt: torch.Tensor | None, dead: torch.Tensor | None) -> _Fit | None:
+        if alt is None or alt.shape != self.out.shape:
+            return None
+        differs = rows_err(alt, self.ref) > 2 * self.limit
+        ok = rows_err(self.out, alt) <= self.limit
+        used = torch.zeros_like(ok)
+        answers = []
+        if dead is not None and not bool(self.nan.all()):  # an answer wholly NaN says nothing of its dead rows
+            for name, rows in (("nan", self.nan), ("mean", self.mean)):
+                hit = dead & rows & ~ok
+                if hit.any():
+                    answers.append(name)
+                    used |= hit
+        f = _Fit(a.key, differs, ok | used, answers, used, a.change)
+        self._alts[id(f)] = alt
+        return f
+
+    def closer(self, f: _Fit) -> torch.Tensor:
+        """Rows where the alternative's answer is much nearer the function's than the right answer is."""
+        alt = self._alts[id(f)]
+        return rows_err(self.out, alt) <= CLOSER * rows_err(self.out, self.ref)
