@@ -295,6 +295,8 @@ MUTANTS = {
                                                                                  "batch-dims"), F32),
     "GQA with repeat, diagonal hidden, attn_mask ignored": (_bug(attend, ("gqa-repeat", "diagonal", "mask-ignored")),
                                                             ("gqa", "diagonal", "mask-ignored"), F32),
+    "causal lower-right, -1e9 for -inf": (_bug(attend, ("lower-right", "minus-1e9")), ("causal-alignment", "dead-rows"),
+                                          F32),
     "float32 inside, is_causal ignored, NaN dead rows": (_bug(attend, ("fp32-always", "causal-ignored", "nan-rows")),
                                                          ("float64", "causal-ignored", "dead-rows"),
                                                          ("float32", "float64")),

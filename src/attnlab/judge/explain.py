@@ -5,7 +5,9 @@ questions (:class:`Alternative`: the scale ignored, the causal mask aligned the 
 swapped ...). An alternative explains the output when, on every row where its answer differs from the right
 one, the function gave that answer -- or, on a row that sees no key under it, what a function with a dead-row
 bug gives there: NaN (a plain softmax of -inf), or the mean of V (a large finite number in place of -inf
-weighs every key alike). Those rows are then the alternative's, and it says so ("dead-rows" beside its key).
+weighs every key alike). Those rows are then the alternative's; where they hold the mean of V it says so
+("dead-rows" beside its key) -- a NaN there is what any plain softmax gives a row the wrong mask left empty, and is
+named only where the right mask leaves a row empty too.
 
 The alternatives are taken greedily, the one that explains most failing rows first; the rows left are tested
 again, against the others and against pairs of them (two bugs in the same rows: the scale ignored *and* the key
@@ -94,8 +96,9 @@ def explain(out: torch.Tensor, ref: torch.Tensor, limit: float, base: dict, alte
     keys: list[str] = []
     for f in found:
         keys += [k for k in f.key.split("+") if k and k not in keys]
-        if f.used_dead is not None and (f.used_dead & bad).any():
-            keys += [k for k in ("dead-rows", *(f"dead-rows={a}" for a in f.dead_answers)) if k not in keys]
+        named = [a for a in f.dead_answers if not f.key or a != "nan"]  # NaN under a wrong mask: the mask's doing
+        if named and f.used_dead is not None and (f.used_dead & bad).any():
+            keys += [k for k in ("dead-rows", *(f"dead-rows={a}" for a in named)) if k not in keys]
     return keys, left
 
 

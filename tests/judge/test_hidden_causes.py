@@ -1,0 +1,46 @@
+"""One cause does not hide another: where two bugs fail the same rows, both are named (issue 42 §3).
+
+A kernel whose causal mask is aligned lower-right and whose rows with no key return the mean of V fails the
+L > S causal rows in two ways at once: under upper-left alignment no row there is empty, so neither the
+alignment alone (its empty rows are zeros) nor the dead rows alone (the oracle has none) match the output.
+Explained row by row, the alignment explains the rows that see keys and its own empty rows hold the mean of V.
+"""
+
+import pytest
+
+from attnlab.judge import verify
+from tests import mutants
+
+pytestmark = pytest.mark.slow  # verify on a handful of cases (a few seconds)
+
+
+def _named(bug, names):
+    cases = [c for c in verify.default_cases(["float32"], long=False) if c.name in names]
+    assert len(cases) == len(names), [c.name for c in cases]
+    fn = mutants._bug(mutants.attend, bug)
+    r = verify.verify({"f": fn}, cases, timeout=None)
+    for row in r.rows:
+        print(row.case, row.status, row.hints)
+    print([d.text for d in r.diagnoses.get("f", [])])
+    return r, [d.key for d in r.diagnoses.get("f", [])]
+
+
+def test_lower_right_alignment_and_mean_of_v_dead_rows_are_both_named_on_the_same_rows():
+    r, keys = _named(("lower-right", "minus-1e9"), ["L>S causal upper-left"])
+    (row,) = r.rows
+    assert row.status == "fail" and {"lower-right-for-upper-left", "dead-rows", "dead-rows=mean"} <= set(row.hints)
+    assert set(keys) == {"causal-alignment", "dead-rows"}, keys
+    assert "the mean of V" in next(d.text for d in r.diagnoses["f"] if d.key == "dead-rows")
+
+
+def test_two_bugs_on_every_row_are_named_as_a_pair():
+    r, keys = _named(("scale-ignored", "gqa-repeat"), ["scale=0.3 as a 0-d tensor, GQA 4/2"])
+    (row,) = r.rows
+    assert {"scale-ignored", "gqa-repeat"} <= set(row.hints), row.hints
+
+
+def test_a_wrong_mask_that_empties_a_row_through_a_plain_softmax_is_the_masks_line_alone():
+    # the diagonal hidden: query 0 sees nothing, and a plain softmax makes its row NaN -- the mask's doing
+    r, keys = _named(("diagonal", "nan-rows"), ["causal"])
+    (row,) = r.rows
+    assert row.hints == ["diagonal"], row.hints
