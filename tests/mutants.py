@@ -56,6 +56,14 @@ def attend(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, 
         scale = 1 / math.sqrt(E)
     if "fp16-matmul" in bug:
         s = (q.half() @ k.half().transpose(-2, -1)).to(work) * float(scale)
+    elif "scores-in-dtype" in bug:  # the matmul and the scale both in the inputs' dtype (two roundings)
+        s = ((q.to(dtype) @ k.to(dtype).transpose(-2, -1)) * float(scale)).to(work)
+    elif "fold-q" in bug:  # the scale multiplied into q and stored in the inputs' dtype
+        s = (q * float(scale)).to(dtype).to(work) @ k.transpose(-2, -1)
+    elif "fold-k" in bug:
+        s = q @ (k * float(scale)).to(dtype).to(work).transpose(-2, -1)
+    elif "scale-f32" in bug:  # the scale a float32 tensor: a float64 path computed with a float32 constant
+        s = q @ k.transpose(-2, -1) * torch.tensor(float(scale), dtype=torch.float32)
     elif "view-flatten" in bug:
         s = (q.view(-1, L, E) @ k.view(-1, S, E).transpose(-2, -1)).view(*q.shape[:-1], S) * float(scale)
     else:
@@ -102,6 +110,11 @@ def attend(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, 
         w = torch.softmax(s.clamp(min=-1e9), dim=-1)  # a row that sees nothing spreads evenly
     elif "softmax-dim" in bug:
         w = torch.softmax(s, dim=-2)
+    elif "softmax-in-dtype" in bug:  # exp and its sum by hand in the inputs' dtype
+        m_ = s.amax(dim=-1, keepdim=True).detach()
+        e = (s - torch.where(torch.isneginf(m_), 0.0, m_)).to(dtype).exp()
+        total = e.sum(dim=-1, keepdim=True)
+        w = (e / torch.where(total == 0, 1.0, total)).to(work)
     else:
         m_ = s.amax(dim=-1, keepdim=True).detach()
         m_ = torch.where(torch.isneginf(m_), 0.0, m_)
@@ -115,7 +128,7 @@ def attend(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, 
         w = w * keep if "dropout-unscaled" in bug else w * keep / (1 - dropout_p)
         if "dropout-renormalised" in bug:  # the kept weights divided by their sum, not by 1 - p
             w = w / w.sum(dim=-1, keepdim=True).clamp(min=1e-30)
-    out = w @ v
+    out = (w.float() @ v.float()).to(work) if "acc-f32" in bug else w @ v  # P V accumulated in float32
     return out.float() if "fp32-always-returned" in bug else out.to(dtype)
 
 
@@ -266,7 +279,13 @@ MUTANTS = {
     "ignores dropout_p": (_bug(attend, "dropout-ignored"), "dropout", F32),
     "weights rounded to bfloat16": (_bug(attend, "bf16-weights"), "precision", BF16),
     "scores in float16": (_bug(attend, "fp16-matmul"), "precision", BF16),
-    "float64 computed in float32": (_bug(attend, "fp32-always"), "float64", ("float32", "float64")),
+    "float64 computed in float32": (_bug(attend, "fp32-always"), "float32-in-float64", ("float32", "float64")),
+    "the scale a float32 tensor": (_bug(attend, "scale-f32"), "float32-in-float64", F64),
+    "P V accumulated in float32": (_bug(attend, "acc-f32"), "float32-in-float64", F64),
+    "scores: matmul and scale in the inputs' dtype": (_bug(attend, "scores-in-dtype"), "scores-rounded", BF16),
+    "scale folded into q in the inputs' dtype": (_bug(attend, "fold-q"), "scale-folded", BF16),
+    "scale folded into k in the inputs' dtype": (_bug(attend, "fold-k"), "scale-folded", BF16),
+    "softmax by hand in the inputs' dtype": (_bug(attend, "softmax-in-dtype"), "scores-rounded", BF16),
     "returns float32 whatever the input": (_bug(attend, "fp32-always-returned"), "dtype", F64),
     "view instead of reshape": (_bug(attend, "view-flatten"), "noncontig", F32),
     "only 4-D inputs": (_bug(attend, "only-4d"), "batch-dims", F32),
@@ -298,7 +317,7 @@ MUTANTS = {
     "causal lower-right, -1e9 for -inf": (_bug(attend, ("lower-right", "minus-1e9")), ("causal-alignment", "dead-rows"),
                                           F32),
     "float32 inside, is_causal ignored, NaN dead rows": (_bug(attend, ("fp32-always", "causal-ignored", "nan-rows")),
-                                                         ("float64", "causal-ignored", "dead-rows"),
+                                                         ("float32-in-float64", "causal-ignored", "dead-rows"),
                                                          ("float32", "float64")),
 }
 
@@ -309,7 +328,8 @@ ALSO = {
     "float-mask": {"mask-ignored", "causal+mask"}, "dropout-scale": {"dropout"}, "dropout-renormalised": {"dropout"},
     "max-subtraction": {"dead-rows"},
     "mask-ignored": {"causal+mask"}, "causal-alignment": {"L!=S", "lower-right"}, "scores-rounded": {"bfloat16"},
-    "float64": {"precision"}, "precision": {"float32", "bfloat16"}, "batch-dims": {"raises"},
+    "float64": {"precision"}, "precision": {"float32", "bfloat16"}, "float32-in-float64": {"float64", "precision"},
+    "scale-folded": {"bfloat16"}, "softmax-half": {"scores-rounded", "bfloat16"}, "batch-dims": {"raises"},
     "backward-mask": {"gradients-only"}, "causal-offset-sign": {"causal-alignment", "L!=S"},
     "noncontig": {"raises"}, "broadcast-mask": {"raises"},
 }

@@ -129,12 +129,21 @@ SDPA = (
     Cause('unclear', 'fails with no single pattern (worst: {worst})'),
     Cause('causal-offset-sign', 'the causal offset has the wrong sign for S > L: query i sees keys j <= i - (S - L); '
                                 'is_causal is upper-left (j <= i), lower-right is j <= i + (S - L)'),
-    Cause('scores-rounded', "the scores are rounded to the inputs' dtype before the softmax: keep them (and the max "
-                            'and sum) in float32'),
+    Cause('scores-rounded', "the error is the size of scores kept in the inputs' dtype before the softmax (or its "
+                            "running sum): keep the scores, the max and the sum in float32",
+),
+    Cause('scale-folded', "the error is the size of the scale folded into q or k in the inputs' dtype: scale the "
+                          "float32 scores instead (or fold it where the dtype holds it exactly)"),
+    Cause('softmax-half', "the error is the size of a softmax taken in half precision (exp and its sum in the "
+                          "inputs' dtype): take it in float32 and round only the weights before P V"),
+    Cause('float32-in-float64', "the error is float32's size in a float64 case: a float32 constant (the scale as "
+                                "a float32 tensor) or a float32 accumulator is in the float64 path"),
     Cause('dropout-renormalised', 'dropout renormalises over the kept weights: divide the kept weights by 1 - p, not '
                                   'by their sum'),
     Cause('pad-keys', "zero keys padded to a block's multiple are attended: mask the padding (-inf) when S is not a "
                       'multiple of the block'),
+    Cause('mod-after-mask', "the score modifier is applied after the mask: masked scores come out finite (a soft-cap "
+                            "turns -inf into -softcap) and those keys get weight; modify the scores, then mask"),
     Cause('backward-mask', 'the output is right but the gradients are those of attention under another mask: the '
                            "backward must use the forward's attn_mask and is_causal"),
 )

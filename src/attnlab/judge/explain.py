@@ -54,11 +54,13 @@ class _Fit:
     used_dead: torch.Tensor | None = None  # the rows its dead-row variant explains
     change: Callable[[dict], dict] | None = None
 
-    def consistent(self) -> bool:
-        """On every row its answer changes, the function gave it; and on one at least by value, not only as a row
-        that sees no key (the identity, key "", speaks only of those rows)."""
-        by_value = self.differs & self.ok & ~self.used_dead
-        return bool(self.ok[self.differs].all()) and (not self.key or bool(by_value.any()))
+    def consistent(self, done: torch.Tensor | None = None) -> bool:
+        """On every row its answer changes (but the rows ``done``, explained by another cause already), the function
+        gave it; and on one at least by value, not only as a row that sees no key (the identity, key "", speaks only
+        of those rows)."""
+        rows = self.differs if done is None else self.differs & ~done
+        by_value = rows & self.ok & ~self.used_dead
+        return bool(self.ok[rows].all()) and (not self.key or bool(by_value.any()))
 
     def explains(self, bad: torch.Tensor) -> torch.Tensor:
         return bad & self.ok & (self.differs | self.used_dead)
@@ -80,7 +82,7 @@ def explain(out: torch.Tensor, ref: torch.Tensor, limit: float, base: dict, alte
     if not bad.any():
         return [], bad
     fits = [ev.fit(Alternative("", out=ref), ref, dead_ref)]  # the right answer but for its rows with no key
-    fits += [ev.fit(a, *_answer(a, base)) for a in alternatives]
+    fits += [_fit(ev, a, base) for a in alternatives]
     fits = [f for f in fits if f is not None]
     found, left = _greedy(fits, bad)
     if left.any():
@@ -102,6 +104,13 @@ def explain(out: torch.Tensor, ref: torch.Tensor, limit: float, base: dict, alte
     return keys, left
 
 
+def _fit(ev: _Evidence, a: Alternative, base: dict) -> _Fit | None:
+    try:
+        return ev.fit(a, *_answer(a, base))
+    except (TypeError, ValueError, RuntimeError, IndexError, KeyError):  # a change these arguments do not take
+        return None  # (no mask to invert; two changes that do not compose; a modifier that reads its indices)
+
+
 def _answer(a: Alternative, base: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
     if a.change is None:
         return a.out, None
@@ -116,17 +125,19 @@ def _compute(kw: dict) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _greedy(fits: list[_Fit], bad: torch.Tensor) -> tuple[list[_Fit], torch.Tensor]:
-    """The consistent alternatives, most failing rows explained first, while one explains a row still left."""
+    """The consistent alternatives, most failing rows explained first, while one explains a row still left; each
+    time the rest is tested again with the rows explained so far set aside (one cause does not hide another)."""
     found, left = [], bad.clone()
-    pool = [f for f in fits if f.consistent()]
+    pool = list(fits)
     while left.any() and pool:
-        best = max(pool, key=lambda f: int(f.explains(left).sum()))
-        gained = best.explains(left)
-        if not gained.any():
+        done = bad & ~left
+        ready = [f for f in pool if f.consistent(done)]
+        best = max(ready, key=lambda f: int(f.explains(left).sum()), default=None)
+        if best is None or not best.explains(left).any():
             break
         found.append(best)
         pool.remove(best)
-        left &= ~gained
+        left &= ~best.explains(left)
     return found, left
 
 
@@ -138,11 +149,8 @@ def _best_pair(ev: _Evidence, fits: list[_Fit], base: dict, left: torch.Tensor) 
     best = None
     for a, b in itertools.permutations(near, 2):
         both = Alternative(f"{a.key}+{b.key}", change=lambda kw, a=a, b=b: b.change(a.change(kw)))
-        try:
-            fit = ev.fit(both, *_answer(both, base))
-        except (TypeError, ValueError, RuntimeError, KeyError):  # two changes that do not compose (no mask to invert)
-            continue
-        if fit is None or not fit.consistent():
+        fit = _fit(ev, both, base)
+        if fit is None or not fit.consistent(~left):
             continue
         n = int(fit.explains(left).sum())
         if n and (best is None or n > best[0]):

@@ -46,7 +46,8 @@ def matches(case: Case, x, mine, exp, comps) -> list[str]:
         return _backward(case, x, mine, exp, comps)
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
     base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal,
-                scale=case.scale, enable_gqa=case.gqa, keep=exp.keep, dropout_p=case.dropout_p)
+                scale=case.scale, enable_gqa=case.gqa, keep=exp.keep, dropout_p=case.dropout_p,
+                score_mod=exp.fresh(torch.float64, "cpu")[0])
     found, left = explain.explain(out, ref, limit, base, list(_alternatives(case, x, exp)), mean_of_v(exp),
                                   dead_rows(exp))
     overflow = ~torch.isfinite(out).all(dim=-1) & torch.isfinite(ref).all(dim=-1) & left  # (..., L)
@@ -126,6 +127,25 @@ def repeated(G: int):
     return change
 
 
+def modified_after_mask(kw):
+    """The score modifier applied to scores already masked (-inf where hidden), the mask not applied again."""
+    mod, m, q, k = kw["score_mod"], kw["attn_mask"], kw["query"], kw["key"]
+    L, S = q.shape[-2], k.shape[-2]
+    seen = torch.ones(L, S, dtype=torch.bool).tril() if kw["is_causal"] else None
+    if m is not None:
+        m = m if m.dtype == torch.bool else ~torch.isneginf(m)
+        seen = m if seen is None else m & seen
+    if mod is None or seen is None:
+        raise ValueError("no modifier and mask to swap")
+    H = q.shape[-3]
+    seen = seen.expand(*q.shape[:-3], H, L, S).reshape(-1, H, L, S)  # as the oracle flattens the batch
+
+    def fn(score, b, h, q_idx, kv_idx):
+        return mod(score.masked_fill(~seen, -math.inf), b, h, q_idx, kv_idx)
+
+    return {**kw, "score_mod": fn, "attn_mask": None, "is_causal": False}
+
+
 def _renormalised(case: Case, q, k, v, dense, keep) -> torch.Tensor:
     """Dropout whose kept weights are divided by their sum, not by 1 - p."""
     f = oracle.forward(q, k, v, dense, case.is_causal, case.scale, case.gqa)
@@ -153,8 +173,9 @@ def _set(**over):
 
 def _alternatives(case: Case, x, exp):
     """The wrong semantics a failing output is held against (:class:`attnlab.judge.explain.Alternative`)."""
-    if case.mod is not None:
-        return  # a modifier's own semantics are the question there
+    if case.mod is not None:  # a modifier's own semantics are the question there, and its place before the mask
+        yield explain.Alternative("mod-after-mask", modified_after_mask)
+        return
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
     dense = oracle.cpu64(x.dense)
     L, S, E = case.L, case.S or case.L, case.E

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab import kernels
-from attnlab.judge import apis, hypotheses, mod_cases, oracle, rule
+from attnlab.judge import apis, hypotheses, mod_cases, oracle, precision, rule
 from attnlab.judge.apis import lse
 from attnlab.judge.cases import DTYPES, Case, views
 from attnlab.judge.facts import Facts, problem, raised
@@ -321,6 +321,16 @@ def _cross(case: Case, ours64, ref0, floor64: dict) -> rule.Comparison:
     return worst or rule.Comparison("out", 0.0, 0.0, 0.0, 1e-300, True)
 
 
+def _precision(case: Case, out, exp: Expected, comps) -> list[str]:
+    """A precision cause whose error model holds the failing output's error (:mod:`attnlab.judge.precision`)."""
+    limit = next((c.allowed for c in comps if c.quantity == "out"), math.inf)
+    if not isinstance(out, torch.Tensor) or out.shape != exp.ref[0].shape or exp.keep is not None:
+        return []
+    theirs = exp.theirs[0][0] if isinstance(exp.theirs, list) else exp.theirs[0]
+    key = precision.cause(DTYPES[case.dtype], exp.fwd, out, exp.ref[0], theirs, limit)
+    return [key] if key else []
+
+
 def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accepts_masks: bool,
           explain: bool = True, *, backward: bool = True, factor: float = rule.FACTOR) -> Row:
     """Run ``fn`` on the case and hold out, dq, dk, dv (and dmask, and a modifier's tensors) to the tolerance rule.
@@ -365,5 +375,7 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
             hints = lse.hints(mine[-1], exp.ref[-1])
     else:
         hints = hypotheses.matches(case, x, mine, exp, comps) if explain and not ok else []
+    if explain and not ok and not hints and mine is not None:
+        hints = _precision(case, mine[0], exp, comps)
     return row(name, case, "pass" if ok else "fail", "; ".join(text for _, text in problems), comparisons=comps,
                hints=hints, cross=exp.cross, facts=Facts(problems=[key for key, _ in problems]))

@@ -175,6 +175,8 @@ def _common(case: Case):
     yield A("unscaled", lambda kw: {**kw, "scale": 1.0})
     if case.gqa:
         yield A("gqa-repeat", hypotheses.repeated(case.H // (case.Hkv or case.H)))
+    if case.mod is not None:
+        yield A("mod-after-mask", hypotheses.modified_after_mask)
 
 
 class Adapted:

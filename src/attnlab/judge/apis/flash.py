@@ -36,6 +36,14 @@ BACKWARD = True
 CAUSES = (
     Cause('api-top-left', 'causal= is aligned top-left (query i sees keys j <= i): FlashAttention aligns it '
                           'bottom-right, query i sees keys j <= i + S - L'),
+    Cause('flash-window-swapped', "window_size's two sides are swapped: it is (left, right), query i sees keys "
+                                  "i + S - L - left ... i + S - L + right"),
+    Cause('flash-softcap-scale', "the soft-cap is taken on the scores before the softmax scale: cap "
+                                 "softmax_scale * q.k, softcap * tanh(s / softcap) on the scaled score s"),
+    Cause('flash-alibi-one-row', "(B, H) alibi_slopes are read as one row: batch element b has its own slopes, "
+                                 "alibi_slopes[b, h]"),
+    Cause('flash-alibi-offset', "ALiBi's distance leaves out the S - L offset: query i sits at key position "
+                                "i + S - L, the bias is -slope * |i + S - L - j|"),
 )
 TENSOR_MASKS = "flash_attn_func takes no attn_mask (its masks are causal= and window_size=)"
 
@@ -72,18 +80,24 @@ def score_mod(case: Case, args: dict):
     sl = slopes(case, args)
     if cap is None and sl is None:
         return None
-    offset = (case.S or case.L) - case.L
+    fn = _modifier(cap, sl, (case.S or case.L) - case.L)
+    return mods.Mod.from_fn(fn, words("flash", softcap=cap is not None, alibi=sl is not None))
 
+
+def _modifier(cap, sl, offset: int, cap_unscaled: float | None = None):
+    """The soft-cap then ALiBi as a function of the scaled scores; ``cap_unscaled``: the cap taken on the scores
+    before the softmax scale (this scale), as a kernel that caps q k^T and scales after does."""
     def fn(score, b, h, q_idx, kv_idx):
-        if cap is not None:
+        if cap is not None and cap_unscaled is not None:
+            score = torch.tanh(score / cap_unscaled / cap) * cap * cap_unscaled
+        elif cap is not None:
             score = torch.tanh(score / cap) * cap
         if sl is not None:
             s = sl.to(score)
             slope = s[b, h] if s.dim() == 2 else s[h]
             score = score - slope * (q_idx + offset - kv_idx).abs().to(score.dtype)
         return score
-
-    return mods.Mod.from_fn(fn, words("flash", softcap=cap is not None, alibi=sl is not None))
+    return fn
 
 
 def visible(case: Case, args: dict):
@@ -91,14 +105,32 @@ def visible(case: Case, args: dict):
 
 
 def alternatives(case: Case, args: dict):
-    """What flash_attn_func's kernels get wrong, in the oracle's terms (:class:`attnlab.judge.explain.Alternative`)."""
+    """What flash_attn_func's kernels get wrong, in the oracle's terms (:class:`attnlab.judge.explain.Alternative`):
+    causal aligned top-left, the window's sides swapped, the soft-cap taken before the scale, the (B, H) slopes read
+    as one row, ALiBi's distance without the S - L offset."""
     from attnlab.judge.explain import Alternative
 
     L, S = case.L, case.S or case.L
-    window = tuple(args.get("window", (-1, -1)))
-    if args.get("causal") and L != S:  # PyTorch's is_causal: query i at key position i, not i + S - L
+    window, causal = tuple(args.get("window", (-1, -1))), bool(args.get("causal"))
+    if causal and L != S:  # PyTorch's is_causal: query i at key position i, not i + S - L
         n = max(L, S)
         yield Alternative("api-top-left", lambda kw: {**kw, "attn_mask": keys_seen(n, n, True, window)[:L, :S]})
+    if window[0] != window[1] and "window" in args:
+        swapped = keys_seen(L, S, causal, window[::-1])
+        yield Alternative("flash-window-swapped", lambda kw: {**kw, "attn_mask": swapped})
+    cap = mod_cases.CAP if args.get("softcap") else None
+    sl = slopes(case, args)
+    scale = case.E ** -0.5 if case.scale is None else float(case.scale)
+    if cap is not None:
+        yield Alternative("flash-softcap-scale", _with_mod(_modifier(cap, sl, S - L, cap_unscaled=scale)))
+    if sl is not None and sl.dim() == 2:
+        yield Alternative("flash-alibi-one-row", _with_mod(_modifier(cap, sl[0], S - L)))
+    if sl is not None and L != S:
+        yield Alternative("flash-alibi-offset", _with_mod(_modifier(cap, sl, 0)))
+
+
+def _with_mod(fn):
+    return lambda kw: {**kw, "score_mod": fn}
 
 
 def express(c: Case) -> Case | str:

@@ -30,6 +30,7 @@ import torch
 from attnlab import masks as M
 from attnlab.judge.apis.flash import flat_lse, split
 from attnlab.judge.cases import CAUSAL_BIAS, MASK_FAMILIES, Case
+from attnlab.judge.causes import Cause
 
 NAME = "flex"
 BACKWARD = True
@@ -60,7 +61,73 @@ def express(c: Case) -> Case | str:
 
 
 def extra() -> list[Case]:
-    return []
+    """Masks over several of the block mask's 128-key blocks, some full and some partial, where a kernel that reads
+    the blocks wrong shows it."""
+    return [
+        Case("flex: documents, causal, L=S=300", batch=(1,), H=2, L=300, E=32, mask="document & causal", api=NAME),
+        Case("flex: causal, softcap, L=S=257", batch=(1,), H=2, L=257, E=32, mask="causal", mod="softcap", api=NAME),
+        Case("flex: sliding window, relative bias, L=S=200", batch=(1,), H=2, L=200, E=32, mask="sliding_window",
+             mod="relative_bias", api=NAME),
+    ]
+
+
+BLOCK = 128  # create_block_mask's default BLOCK_SIZE: the tiles a block mask lists as empty, partial or full
+CAUSES = (
+    Cause("flex-partial-as-full", "partial blocks are taken as full: the block mask's partial blocks "
+                                  "(kv_num_blocks / kv_indices) need mask_mod inside them; only full_kv_indices' "
+                                  "blocks are wholly seen"),
+    Cause("flex-full-only", "only the full blocks are attended: the partial blocks (kv_num_blocks / kv_indices) are "
+                            "left out; visit them too, with mask_mod applied inside"),
+    Cause("flex-block-size", "the blocks are read at another size than the block mask's BLOCK_SIZE: block index kb "
+                             "covers keys kb * BLOCK_SIZE ... (kb + 1) * BLOCK_SIZE - 1"),
+    Cause("flex-mod-index", "score_mod gets q_idx and kv_idx swapped: it is score_mod(score, b, h, q_idx, kv_idx)"),
+)
+
+
+def alternatives(case: Case, args: dict):
+    """What flex_attention kernels get wrong with a block mask and a score modifier."""
+    from attnlab.judge.explain import Alternative
+
+    if mask_fn(case) is not None:
+        yield Alternative("flex-partial-as-full", _blocks(lambda seen: _tiles(seen, torch.any, False)))
+        yield Alternative("flex-full-only", _blocks(lambda seen: _tiles(seen, torch.all, True)))
+        for size in (16, 32, 64):
+            yield Alternative("flex-block-size", _blocks(lambda seen, size=size: seen & _listed(seen, size)))
+    if case.mod is not None:
+        yield Alternative("flex-mod-index", lambda kw: {**kw, "score_mod": _swapped(kw["score_mod"])})
+
+
+def _blocks(read):
+    """A change that reads the case's dense mask through a block rule ``read(seen (..., L, S)) -> seen'``."""
+    return lambda kw: {**kw, "attn_mask": read(kw["attn_mask"])}
+
+
+def _tiles(seen: torch.Tensor, reduce, pad: bool) -> torch.Tensor:
+    """Each BLOCK x BLOCK tile of ``seen`` made wholly True or False by ``reduce`` over it (the ragged edge padded
+    with ``pad``)."""
+    L, S = seen.shape[-2:]
+    nL, nS = -(-L // BLOCK), -(-S // BLOCK)
+    full = torch.full((*seen.shape[:-2], nL * BLOCK, nS * BLOCK), pad, dtype=torch.bool)
+    full[..., :L, :S] = seen
+    t = full.unflatten(-1, (nS, BLOCK)).unflatten(-3, (nL, BLOCK))  # (..., nL, BLOCK, nS, BLOCK)
+    r = reduce(reduce(t, dim=-1), dim=-2)  # (..., nL, nS)
+    return r.repeat_interleave(BLOCK, -2).repeat_interleave(BLOCK, -1)[..., :L, :S]
+
+
+def _listed(seen: torch.Tensor, size: int) -> torch.Tensor:
+    """(..., L, S): keys a kernel visits that reads the block mask's kv_indices (BLOCK-wide) as ``size``-wide."""
+    L, S = seen.shape[-2:]
+    listed = _tiles(seen, torch.any, False)[..., ::BLOCK, ::BLOCK]  # (..., nL, nS): the tiles with a key seen
+    kb = torch.arange(S) // size  # the tile index a key has in the kernel's reading
+    inside = kb < listed.shape[-1]
+    got = listed[..., torch.arange(L) // BLOCK, :][..., kb.clamp(max=listed.shape[-1] - 1)]  # (..., L, S)
+    return got & inside
+
+
+def _swapped(mod):
+    if mod is None:
+        raise ValueError("no score_mod")
+    return lambda score, b, h, q_idx, kv_idx: mod(score, b, h, kv_idx, q_idx)
 
 
 def block_mask(case: Case, B: int, device):

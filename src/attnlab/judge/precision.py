@@ -1,0 +1,149 @@
+"""Precision causes, named by the size of the error: a failure that is a rounding, and which one.
+
+A kernel that keeps its scores in bfloat16, or folds the scale into q in the input dtype, or lets a float32
+constant into a float64 path, is right in its formula and wrong in its numbers. Its output cannot equal any
+one rounding order the judge might try (a kernel rounds where it rounds: after the matmul, after the scale,
+in the running max), but the *size* of its error is the cause's: scores rounded to bfloat16 move each score by
+about 2^-9 of itself, and the output by what that does through the softmax -- far more than a correct kernel's
+error on large scores, about as much on small ones.
+
+So each cause has an error model: the case's own inputs pushed through the oracle's formula with the cause's
+roundings, in two or three orders (:func:`_models`), each giving an error max|answer - oracle| that would fail
+the rule and is clear of the correct computation's (PyTorch's on the same case, times :data:`CLEAR`). A failing
+output whose error is within a factor :data:`BAND` of one of them is that cause; where several hold it, the one
+nearest in ratio. The emulations round with
+``torch.Tensor.to(dtype)`` and compute the rest in float64, on the oracle's scores (its forward's weights and
+log-sum-exp give them back, after the score modifier and the mask), so they share nothing with the forms.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnlab.judge import oracle, rule
+
+BAND = 2.0  # an error within this factor of one of a cause's orders fits the cause
+WIDE = 10.0  # ... in float64, where nothing correct comes near float32's error, and float32 rounds in many places
+CLEAR = 2.0  # an order counts where its error is this many times the correct computation's
+HALF = (torch.float16, torch.bfloat16)
+BLOCK = 64  # the key block a running sum is accumulated over, in the emulation of a half-precision sum
+
+
+def cause(case_dtype: torch.dtype, f: oracle.Forward, mine: torch.Tensor, ref: torch.Tensor, theirs: torch.Tensor,
+          limit: float) -> str | None:
+    """The precision cause whose error model holds ``mine``'s error, or None. ``f`` the oracle's forward for the
+    case (:attr:`attnlab.judge.judge.Expected.fwd`), ``theirs`` PyTorch's output in the case's dtype."""
+    mine = mine.detach().double().cpu()
+    err = rule.max_err(mine, ref)
+    if not (math.isfinite(err) and err > limit) or not bool(torch.isfinite(mine).all()):
+        return None
+    correct = rule.max_err(theirs, ref)
+    fits = []
+    for key, orders in _models(case_dtype).items():
+        for order in orders:
+            e = rule.max_err(oracle.unflatten(order(f, case_dtype), f), ref)
+            band = WIDE if case_dtype == torch.float64 else BAND
+            if e > max(limit, CLEAR * correct) and e / band <= err <= e * band:
+                fits.append((abs(math.log(err / e)), key))
+    return min(fits)[1] if fits else None
+
+
+def _models(dtype: torch.dtype) -> dict:
+    if dtype in HALF:
+        return {"scores-rounded": (_scores_once, _scores_twice, _sum_rounded),
+                "scale-folded": (_fold_q, _fold_k),
+                "softmax-half": (_softmax_half, _softmax_half_blocks)}
+    if dtype == torch.float64:
+        return {"float32-in-float64": (_scale32, _all32, _values32)}
+    return {}
+
+
+def _r(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return x.to(dtype).double()
+
+
+def _scores(f: oracle.Forward) -> torch.Tensor:
+    """The oracle's scores after the modifier and the mask, (N, H, L, S): log P + lse (-inf where masked)."""
+    lse = torch.where(torch.isfinite(f.lse), f.lse, 0.0)[..., None]
+    return torch.where(f.P > 0, f.P.log() + lse, -math.inf)
+
+
+def _finish(s: torch.Tensor, f: oracle.Forward, dtype: torch.dtype, P: torch.Tensor | None = None) -> torch.Tensor:
+    """A correct kernel's rest from scores ``s``: softmax with float32-or-better statistics, P rounded to the
+    dtype before P V, the output stored in the dtype."""
+    if P is None:
+        dead = torch.isneginf(s).all(dim=-1, keepdim=True)
+        P = torch.softmax(torch.where(dead, 0.0, s), dim=-1).masked_fill(dead, 0.0)
+    store = dtype if dtype in HALF else torch.float64
+    return _r(_r(P, store) @ f.v, store)
+
+
+def _scores_once(f, dtype):
+    return _finish(_r(_scores(f), dtype), f, dtype)  # the scaled scores stored in the dtype
+
+
+def _scores_twice(f, dtype):
+    s = _scores(f)  # q k^T rounded, then scaled in the dtype and rounded again
+    return _finish(_r(_r(s / f.scale, dtype) * f.scale, dtype), f, dtype)
+
+
+def _sum_rounded(f, dtype):
+    s = _scores(f)  # the scores right, the running sum kept in the dtype
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, 0.0)
+    p = (s - m).exp()
+    total = _r(p.sum(dim=-1, keepdim=True), dtype)
+    return _finish(s, f, dtype, p / torch.where(total == 0, 1.0, total))
+
+
+def _folded(f, dtype, on_q: bool):
+    """The scale multiplied into q (or k) and stored in the dtype before the matmul."""
+    q, k = f.q, f.k
+    exact = q @ k.transpose(-2, -1) * f.scale
+    folded = (_r(q * f.scale, dtype) @ k.transpose(-2, -1)) if on_q else (q @ _r(k * f.scale, dtype).transpose(-2, -1))
+    return _finish(_scores(f) + (folded - exact), f, dtype)
+
+
+def _fold_q(f, dtype):
+    return _folded(f, dtype, True)
+
+
+def _fold_k(f, dtype):
+    return _folded(f, dtype, False)
+
+
+def _softmax_half(f, dtype):
+    s = _scores(f)  # exp and the sum in the dtype
+    m = s.amax(dim=-1, keepdim=True)
+    p = _r((s - torch.where(torch.isfinite(m), m, 0.0)).exp(), dtype)
+    total = _r(p.sum(dim=-1, keepdim=True), dtype)
+    return _finish(s, f, dtype, _r(p / torch.where(total == 0, 1.0, total), dtype))
+
+
+def _softmax_half_blocks(f, dtype):
+    s = _scores(f)  # torch.softmax on half scores: each block's sum rounded, the sum of blocks rounded
+    m = s.amax(dim=-1, keepdim=True)
+    p = _r((_r(s, dtype) - _r(torch.where(torch.isfinite(m), m, 0.0), dtype)).exp(), dtype)
+    total = torch.zeros_like(p[..., :1])
+    for j in range(0, p.shape[-1], BLOCK):
+        total = _r(total + _r(p[..., j:j + BLOCK].sum(dim=-1, keepdim=True), dtype), dtype)
+    return _finish(s, f, dtype, _r(p / torch.where(total == 0, 1.0, total), dtype))
+
+
+def _scale32(f, dtype):
+    s = _scores(f)  # the scale a float32 constant
+    return _finish(s * (float(torch.tensor(f.scale, dtype=torch.float32)) / f.scale), f, dtype)
+
+
+def _all32(f, dtype):
+    q, k, v = (t.float() for t in (f.q, f.k, f.v))  # inputs, scores, softmax and P V in float32
+    s = (_scores(f) + (q.double() @ k.double().transpose(-2, -1) - f.q @ f.k.transpose(-2, -1)) * f.scale).float()
+    dead = torch.isneginf(s).all(dim=-1, keepdim=True)
+    P = torch.softmax(torch.where(dead, 0.0, s), dim=-1).masked_fill(dead, 0.0)
+    return (P @ v).double()
+
+
+def _values32(f, dtype):
+    return (f.P.float() @ f.v.float()).double()  # the weights right, P V accumulated in float32

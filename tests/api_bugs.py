@@ -1,0 +1,94 @@
+"""Wrong kernels for the flash-attn and flex APIs, one bug each (or two), for the tests of their causes.
+
+Each is the right reference of tests/api_functions.py with one thing a kernel author gets wrong; the table at the
+bottom says which cause line (attnlab.judge.causes) names it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tests import api_functions as R
+
+
+def flash_window_swapped(q, k, v, window_size=(-1, -1), **kw):
+    """window_size read as (right, left)."""
+    return R.flash_attn_func(q, k, v, window_size=tuple(window_size)[::-1], **kw)
+
+
+def flash_softcap_before_scale(q, k, v, softmax_scale=None, softcap=0.0, **kw):
+    """The cap taken on q.k before the softmax scale: softcap * tanh(q.k / softcap) * scale."""
+    if not softcap:
+        return R.flash_attn_func(q, k, v, softmax_scale=softmax_scale, **kw)
+    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+    # the cap on the unscaled product equals a cap of softcap * scale on the scaled one
+    return R.flash_attn_func(q, k, v, softmax_scale=scale, softcap=softcap * scale, **kw)
+
+
+def flash_alibi_one_row(q, k, v, alibi_slopes=None, **kw):
+    """(B, H) slopes read as the first batch element's for every batch element."""
+    if alibi_slopes is not None and alibi_slopes.dim() == 2:
+        alibi_slopes = alibi_slopes[0].expand_as(alibi_slopes).contiguous()
+    return R.flash_attn_func(q, k, v, alibi_slopes=alibi_slopes, **kw)
+
+
+def flash_dead_rows_mean(q, k, v, **kw):
+    """Rows that see no key get every key alike (a large finite number in place of -inf)."""
+    out, lse, p = R.flash_attn_func(q, k, v, **{**kw, "return_attn_probs": True})
+    B, L, H, D = q.shape
+    S = k.shape[1]
+    if kw.get("causal") and L > S:  # the first L - S queries see nothing under bottom-right alignment
+        G = H // k.shape[2]
+        mean = v.float().mean(dim=1).repeat_interleave(G, dim=1).to(out.dtype)  # (B, H, D)
+        out = out.clone()
+        out[:, :L - S] = mean[:, None]
+    return (out, lse, p) if kw.get("return_attn_probs") else out
+
+
+def flash_top_left_dead_mean(q, k, v, **kw):
+    """Two bugs: causal aligned top-left, and (where that aligns it bottom-right) dead rows as the mean of V."""
+    return flash_dead_rows_mean(q, k, v, **{**kw, "_top_left": True})
+
+
+def flex_mod_after_mask(query, key, value, score_mod=None, block_mask=None, **kw):
+    """The score modifier applied to scores already masked to -inf (a soft-cap makes them finite again)."""
+    if score_mod is None or block_mask is None:
+        return R.flex_attention(query, key, value, score_mod=score_mod, block_mask=block_mask, **kw)
+    B, H, L, _ = query.shape
+    S = key.shape[-2]
+    seen = _dense(block_mask, B, H, L, S)
+
+    def masked_first(s, b, h, i, j):
+        return score_mod(s.masked_fill(~seen, -math.inf), b, h, i, j)
+
+    return R.flex_attention(query, key, value, score_mod=masked_first, block_mask=None, **kw)
+
+
+def _dense(block_mask, B, H, L, S):
+    b, h = torch.arange(B).view(B, 1, 1, 1), torch.arange(H).view(1, H, 1, 1)
+    i, j = torch.arange(L).view(1, 1, L, 1), torch.arange(S).view(1, 1, 1, S)
+    fn = block_mask.mask_mod
+    return torch.vmap(torch.vmap(torch.vmap(torch.vmap(fn, (None, None, None, 0)), (None, None, 0, None)),
+                                 (None, 0, None, None)), (0, None, None, None))(
+        b.flatten(), h.flatten(), i.flatten(), j.flatten())
+
+
+def flex_mod_index_swapped(query, key, value, score_mod=None, **kw):
+    """score_mod called with kv_idx and q_idx swapped."""
+    mod = None if score_mod is None else (lambda s, b, h, i, j: score_mod(s, b, h, j, i))
+    return R.flex_attention(query, key, value, score_mod=mod, **kw)
+
+
+# name -> (function, api, the cause keys that name its bugs)
+BUGS = {
+    "flash_window_swapped": (flash_window_swapped, "flash-attn", ("flash-window-swapped",)),
+    "flash_softcap_before_scale": (flash_softcap_before_scale, "flash-attn", ("flash-softcap-scale",)),
+    "flash_alibi_one_row": (flash_alibi_one_row, "flash-attn", ("flash-alibi-one-row",)),
+    "flash_dead_rows_mean": (flash_dead_rows_mean, "flash-attn", ("dead-rows",)),
+    "flash_top_left": (R.flash_top_left, "flash-attn", ("api-top-left",)),
+    "flash_top_left_dead_mean": (flash_top_left_dead_mean, "flash-attn", ("api-top-left", "dead-rows")),
+    "flex_mod_after_mask": (flex_mod_after_mask, "flex", ("mod-after-mask",)),
+    "flex_mod_index_swapped": (flex_mod_index_swapped, "flex", ("flex-mod-index",)),
+}
