@@ -157,7 +157,7 @@ def sparse(rounds: int, S: int = 8192) -> dict:
     q, k, v = (torch.randn(B, H, S, D, generator=g) for _ in range(3))
     out = {}
     for mask in (attnlab.masks.sliding_window(1024), packed_documents(S)):
-        band = flash_band.plan(mask, B, H, S, S, tuned.current().band_rows or flash_band.BAND_BLOCK_Q)
+        band = flash_band.bands(mask, B, H, S, S, tuned.current().band_rows or flash_band.BAND_BLOCK_Q)
         tiles = flash.Tiles(B, H, S, S, 256, 256, mask, None, "cpu", True)
         use_bands = band is not None and band.scores <= flash_band.SHARE_OF_TILES * tiles.scores()
         scores = (band.scores if use_bands else tiles.scores()) * B * H  # (both count per head)
@@ -235,7 +235,7 @@ def band_share(rounds: int, S: int = 8192) -> dict:
     out = {}
     for w in (1024, 2048):
         mask = attnlab.masks.sliding_window(w)
-        band = flash_band.plan(mask, B, H, S, S, flash_band.BAND_BLOCK_Q)
+        band = flash_band.bands(mask, B, H, S, S, flash_band.BAND_BLOCK_Q)
         tiles = flash.Tiles(B, H, S, S, 256, 256, mask, None, "cpu", True)
 
         def bands(mask=mask):

@@ -1,5 +1,6 @@
 """Score modifiers: gradcheck in float64 for each built-in on loops, matrix and flash; bad input."""
 
+import copy
 import math
 
 import pytest
@@ -124,7 +125,7 @@ def test_builtin_arguments_are_checked():
                                   "alibi, 8 slopes for 4 heads", "relative_bias, 8 rows for 4 heads"])
 @pytest.mark.parametrize("mask", ["causal", "window"])
 def test_the_flash_forms_fused_builtins_are_their_functions(name, mask):
-    """[P12] flash fuses a built-in (mods.Closed) instead of calling its function: the same output and every
+    """[P12] flash fuses a built-in (a mods.Fused) instead of calling its function: the same output and every
     gradient (q, k, v and the modifier's tensor) as the function called on each tile under autograd, in float64,
     over several tiles with GQA; and the function is never called on the fused path. (A cap of 1.5 takes the
     bounded path; Gemma 2's 50, on scores made large, the running max.)"""
@@ -142,8 +143,9 @@ def test_the_flash_forms_fused_builtins_are_their_functions(name, mask):
         calls.append(1)
         return fused.fn(*a)
 
-    plain = mods.Mod(counted, fused.name + " as a function", fused.params)  # the same function, no closed form
-    spy = mods.Mod(counted, fused.name, fused.params, closed=fused.closed)  # the closed form, the function spied on
+    plain = mods.Mod(counted, fused.name + " as a function", fused.params)  # the same function, no fused form
+    spy = copy.copy(fused)  # the fused form, its function spied on
+    spy.fn = counted
     kw = dict(enable_gqa=True, impl="flash", block_q=4, block_k=3)
     kw |= {"is_causal": True} if mask == "causal" else {"attn_mask": attnlab.masks.sliding_window(4)}
     go = torch.randn(1, 4, 11, 4, generator=g, dtype=torch.float64)
@@ -164,34 +166,34 @@ def test_a_t5_block_in_one_bucket_is_a_constant_per_head_and_equals_the_gather(b
     """[P12] Far from the diagonal every distance of a block falls into T5's last bucket: the closed form then adds
     one number per head instead of gathering a tile; the blocks it does so for, and the bias, are the gather's."""
     table = torch.randn(4, 8, dtype=torch.float64)
-    closed = mods.relative_bias(table, max_distance=16, bidirectional=bidirectional).closed
+    t5 = mods.relative_bias(table, max_distance=16, bidirectional=bidirectional)
     constant = 0
     for r0 in range(0, 64, 8):
         for c0 in range(0, 64, 8):
             rows, cols = slice(r0, r0 + 8), slice(c0, c0 + 8)
-            a, b = closed.bias(4, rows, cols, torch.float64, "cpu")
+            a, b = t5.bias(4, rows, cols, torch.float64, "cpu")
             assert b is None
-            gathered = table[:, closed.bucket(kmods.distance(rows, cols, "cpu")[0, 0])].unsqueeze(0)
+            gathered = table[:, t5.bucket(kmods.distance(rows, cols, "cpu")[0, 0])].unsqueeze(0)
             assert torch.equal(a.expand(gathered.shape), gathered)
             constant += a.shape[-1] == 1
     assert 0 < constant < 64  # both ways are taken
 
 
 def test_a_builtin_says_when_it_bounds_the_scores():
-    """[P2] [P12] The flash form skips the running max only where Closed.bounded says no modified score can pass
-    SAFE_LOGIT and no row's largest can fall below -SAFE_LOGIT; each way it can be wrong is refused."""
-    cap, alibi = mods.softcap(30.0).closed, mods.alibi(8).closed
-    assert cap.bounded(1e6, None, 40.0) and not mods.softcap(50.0).closed.bounded(0.0, (0, 0), 40.0)
+    """[P2] [P12] The flash form skips the running max only where a built-in's ``bounded`` says no modified score can
+    pass SAFE_LOGIT and no row's largest can fall below -SAFE_LOGIT; each way it can be wrong is refused."""
+    cap, alibi = mods.softcap(30.0), mods.alibi(8)
+    assert cap.bounded(1e6, None, 40.0) and not mods.softcap(50.0).bounded(0.0, (0, 0), 40.0)
     assert alibi.bounded(39.0, (0, 0), 40.0)  # causal: every bias <= 0 and each row sees its own key (bias 0)
     assert not alibi.bounded(41.0, (0, 0), 40.0)  # q.k alone may pass the bound
     assert not alibi.bounded(1.0, None, 40.0)  # the mask's reach unknown: a row may see only far keys
     assert not alibi.bounded(1.0, (100, 0), 40.0)  # keys 100 ahead: 0.5 x 100 = 50 above the score
     assert not alibi.bounded(1.0, (0, -100), 40.0)  # a row whose nearest key is 100 back: its largest score -50
     assert alibi.bounded(1.0, (0, -70), 40.0)  # ... 70 back: -35 + -1, inside
-    assert not mods.alibi(slopes=torch.tensor([0.5, -0.1])).closed.bounded(1.0, (0, 0), 40.0)  # a negative slope
+    assert not mods.alibi(slopes=torch.tensor([0.5, -0.1])).bounded(1.0, (0, 0), 40.0)  # a negative slope
     table = torch.full((2, 8), 3.0)
-    assert mods.relative_bias(table).closed.bounded(37.0, None, 40.0)
-    assert not mods.relative_bias(-table).closed.bounded(37.5, None, 40.0)  # |bias| 3 on top of 37.5
+    assert mods.relative_bias(table).bounded(37.0, None, 40.0)
+    assert not mods.relative_bias(-table).bounded(37.5, None, 40.0)  # |bias| 3 on top of 37.5
 
 
 def test_alibi_on_the_bounded_path_underflows_exactly(monkeypatch):
@@ -202,13 +204,13 @@ def test_alibi_on_the_bounded_path_underflows_exactly(monkeypatch):
     from attnlab.kernels import flash
 
     taken = []
-    bounded = flash._bounded_row_block
-    monkeypatch.setattr(flash, "_bounded_row_block", lambda *a: taken.append(1) or bounded(*a))
+    attend = flash.attend
+    monkeypatch.setattr(flash, "attend", lambda *a: taken.append(a[-1].fixed) or attend(*a))  # shift fixed at 0?
     slopes = torch.tensor([8.0, 2.0, 0.5, 0.01], dtype=torch.float64, requires_grad=True)  # exp(-8 x 30): 0
     q, k, v = (t.requires_grad_() for t in qkv(1, 4, 4, 40, 40, 8, 8, seed=2))
     mod = mods.alibi(slopes=slopes)
     got = attnlab.attention(q, k, v, is_causal=True, impl="flash", score_mod=mod, block_q=8, block_k=8)
-    assert taken, "ALiBi under the causal mask must take the bounded path here"
+    assert taken and all(taken), "ALiBi under the causal mask must take the bounded path here"
     want = attnlab.attention(q, k, v, is_causal=True, impl="matrix", score_mod=mod)
     wrt = (q, k, v, slopes)
     errs = [(a - b).abs().max().item() for a, b in zip((got, *torch.autograd.grad(got.sum(), wrt)),
