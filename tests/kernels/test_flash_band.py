@@ -153,7 +153,7 @@ def builtin(which: str, H: int, g: torch.Generator):
 @pytest.mark.parametrize("name", ["window-gqa", "window-L<S", "documents-causal-gqa", "documents-per-batch"])
 def test_a_builtin_modifier_rides_on_the_bands_and_equals_the_float64_matrix_form(name, which, small_bands,
                                                                                   monkeypatch):
-    """[P12] A built-in modifier takes the band forward (bounded where Closed.bounded says so: a soft-cap of 1.5,
+    """[P12] A built-in modifier takes the band forward (bounded where its ``bounded`` says so: a soft-cap of 1.5,
     ALiBi where the window ends at the diagonal, T5's small table; else the running max), and its output and
     gradients -- of q, k, v and the modifier's tensor, the backward on the tiles from the bands' lse -- are the
     float64 matrix form's."""

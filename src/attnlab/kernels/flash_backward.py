@@ -155,7 +155,7 @@ def backward_tile(t: QueryTile, keys: Keys, k, k_half, v, bufs: Buffers, dP_buf,
     half = bufs.half is not None
     q_half, do_half = (t.q.reshape(N * Hkv, R, E).to(bufs.half.dtype), t.do.to(bufs.half.dtype)) if half else (None,
                                                                                                                  None)
-    dk3 = g.dk.view(N * Hkv, *g.dk.shape[2:])  # (N*Hkv, S, E): the same memory, for batched matmuls
+    dk_bmm = g.dk.view(N * Hkv, *g.dk.shape[2:])  # (N*Hkv, S, E): the same memory, for batched matmuls
     dqi = torch.zeros_like(t.q)
     for kt, cols, kind in keys.tiles.key_tiles(t.qt, t.rows):  # -- 1. load a key tile --
         s = keys.product(t.q, bufs.scores, cols)  # -- 2. score, as forward did [P1] --
@@ -185,11 +185,11 @@ def backward_tile(t: QueryTile, keys: Keys, k, k_half, v, bufs: Buffers, dP_buf,
         # -- 8. dQ += dS K (this tile's own), dK += scale dS^T Q [P1] --
         if not half:
             dqi.add_(torch.matmul(dS, k[:, :, cols]))
-            dk3[:, cols].baddbmm_(dS.view(N * Hkv, R, -1).transpose(1, 2), t.q.reshape(N * Hkv, R, E), alpha=scale)
+            dk_bmm[:, cols].baddbmm_(dS.view(N * Hkv, R, -1).transpose(1, 2), t.q.reshape(N * Hkv, R, E), alpha=scale)
         else:  # [P11] dS rounded to the input dtype once, for both half products; dk scaled at the end
             dS_half = rounded(bufs.half, dS)
             dqi.add_(torch.matmul(dS_half, k_half[:, :, cols]))
-            dk3[:, cols].add_(torch.bmm(dS_half.view(N * Hkv, R, -1).transpose(1, 2), q_half))
+            dk_bmm[:, cols].add_(torch.bmm(dS_half.view(N * Hkv, R, -1).transpose(1, 2), q_half))
     return dqi
 
 

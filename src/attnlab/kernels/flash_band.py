@@ -162,7 +162,7 @@ class _Call:
     how: tuple  # (alpha, bounded, mod, bound): the product's alpha, shift 0, the fused modifier, |alpha q.k| bound
 
 
-def forward(q5, k, v, scale, p: Bands, half: torch.dtype | None = None, mod: Fused | None = None, rule=None):
+def forward(q, k, v, scale, p: Bands, half: torch.dtype | None = None, mod: Fused | None = None, rule=None):
     """Out (N, Hkv, G, L, Ev), lse (N, Hkv, G, L) and each row's (shift, normaliser) in base-2 units, as
     :func:`attnlab.kernels.flash.forward_tiles` with ``keep_norm=True`` gives them (:func:`online.finish`).
 
@@ -175,14 +175,14 @@ def forward(q5, k, v, scale, p: Bands, half: torch.dtype | None = None, mod: Fus
     bands all have the same distances -- and added per head. ``rule``: the plan's bounded rule
     (:class:`attnlab.kernels.flash_plan.Bounded`, with the bands' own reach), or None for the running max: the
     bands take shift 0 when it allows |q.k| over the whole call (flash.py [P2])."""
-    N, Hkv, G, L, E = q5.shape
+    N, Hkv, G, L, E = q.shape
     Ev = v.shape[3]
     bq, Z = p.block_q, N * Hkv
     nq = -(-L // bq)
     # scale and log2(e) ride on the score matmul (exp2 of these scores is exp of the true ones; flash.py [P1]);
     # q is read contiguous: a transposed q (as transformers passes it) cannot be viewed below
     alpha = scale * LOG2E if mod is None else mod.alpha(scale)
-    qs = q5.contiguous()
+    qs = q.contiguous()
     if nq * bq != L:  # pad the last tile's rows; the mask hides nothing there, they are dropped
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
     qs = qs.view(Z, G, nq, bq, E).transpose(1, 2).reshape(Z, nq, G * bq, E)  # tile-major rows
@@ -194,9 +194,9 @@ def forward(q5, k, v, scale, p: Bands, half: torch.dtype | None = None, mod: Fus
     if half is not None:  # [P11] the values in the half dtype (exact: they are half values upcast)
         v3 = v3.to(half)
     front = max((max(b.starts) + b.W for b in p.batches if min(b.starts) < p.pad), default=p.pad) - p.pad
-    buf = q5.new_empty(max((b.t1 - b.t0) * G * bq * b.W for b in p.batches))  # one batch of scores, reused
+    buf = q.new_empty(max((b.t1 - b.t0) * G * bq * b.W for b in p.batches))  # one batch of scores, reused
     call = _Call(qs, (k3, v3, _front(k3, p.pad, front), _front(v3, p.pad, front)),  # only the keys they reach
-                 (q5.new_empty(Z, nq, G * bq, Ev), q5.new_empty(Z, nq, G * bq, 1), q5.new_zeros(Z, nq, G * bq, 1)),
+                 (q.new_empty(Z, nq, G * bq, Ev), q.new_empty(Z, nq, G * bq, 1), q.new_zeros(Z, nq, G * bq, 1)),
                  (buf, torch.empty_like(buf) if mod is not None and mod.scratch else None,
                   None if half is None else torch.empty_like(buf, dtype=half)),
                  (alpha, bounded, mod, qk * abs(alpha)))
@@ -222,7 +222,7 @@ def _batch(call: _Call, b: Batch, p: Bands, Hkv: int, G: int) -> None:
     made = None if mod is None else mod.band_bias(_distances(b, p, k3.device), Hkv * G, call.qs.dtype, k3.device,
                                                   BATCH_SCORES)
     out, l_all, m_all = call.out
-    buf, scratch, hbuf = call.bufs
+    buf, scratch, half_buf = call.bufs
     nb, W = b.t1 - b.t0, b.W
     for z in range(k3.shape[0]):
         # -- 1. scores of the batch's query tiles against their bands, modified [P12] --
@@ -246,11 +246,11 @@ def _batch(call: _Call, b: Batch, p: Bands, Hkv: int, G: int) -> None:
             m_all[z, b.t0:b.t1] = online.shift_(s).unsqueeze(-1)  # a row that sees nothing: shift 0, not -inf
         l_all[z, b.t0:b.t1] = s.sum(dim=-1, keepdim=True)
         # -- 4. weights @ values, normalised by online.finish --
-        if hbuf is None:
+        if half_buf is None:
             torch.bmm(s, _band(vx[z], b, idx, shift), out=out[z, b.t0:b.t1])
         else:  # [P11] P rounded to the input dtype, a half product into the float32 output
-            hs = hbuf[:s.numel()].view(s.shape).copy_(s)
-            out[z, b.t0:b.t1].copy_(torch.bmm(hs, _band(vx[z], b, idx, shift)))
+            p_half = half_buf[:s.numel()].view(s.shape).copy_(s)
+            out[z, b.t0:b.t1].copy_(torch.bmm(p_half, _band(vx[z], b, idx, shift)))
 
 
 def _distances(b: Batch, p: Bands, device) -> torch.Tensor:

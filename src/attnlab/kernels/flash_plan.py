@@ -28,7 +28,7 @@ chose: the bound of each query tile, and whether a float16 product could overflo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -70,15 +70,15 @@ class Bounded:
 class Plan:
     """What the flash form does with one call's arguments (:func:`make`); ``str()`` says it in words."""
 
-    args: Args  # the checked arguments
+    args: Args = field(repr=False)  # the checked arguments
     path: str  # TILES, BANDS, SPLIT or NOTHING
     block_q: int  # [P5] the tile sizes asked for (a tile is cut to L and S)
     block_k: int
     sizes: str  # where they came from
     mod: Mod | None = None
     half: torch.dtype | None = None  # [P11] the weights' matmul dtype when it is a half one; None: the work dtype
-    tiles: Tiles | None = None  # the mask's tiles: the forward's walk (TILES) and always the backward's
-    bands: flash_band.Bands | None = None  # BANDS: the key bands
+    tiles: Tiles | None = field(default=None, repr=False)  # the forward's walk (TILES) and always the backward's
+    bands: flash_band.Bands | None = field(default=None, repr=False)  # BANDS: the key bands
     heads: tuple = ()  # SPLIT [P13]: (first key head, end, window or None for causal) per run
     bounded: Bounded | None = None  # [P2] None: every tile keeps the running max, for the reason ``why_max``
     why_max: str = ""
@@ -94,11 +94,7 @@ class Plan:
                  f"{tuple(args.k.shape)}{values}, {_mask_words(args)}",
                  f"  path      {self._path_words()}"]
         if self.path in (TILES, BANDS):
-            lines.append("  shift     " + ("0 on each query tile whose |q| |k| scale per head is at most "
-                                          f"{online.SAFE_LOGIT:g}, else the running max [P2]" if self.path == TILES
-                                          and self.bounded else "0 for the whole call when |q| |k| scale is at "
-                                          f"most {online.SAFE_LOGIT:g}, else the running max [P2]"
-                                          if self.bounded else f"the running max: {self.why_max}"))
+            lines.append(f"  shift     {self._shift_words()}")
         if self.mod is not None:
             how = "fused into the tile [P12]" if self.fused is not None else "called as a function on every tile"
             lines.append(f"  modifier  {self.mod.name}, {how}")
@@ -108,12 +104,22 @@ class Plan:
         lines.append(f"  dropout   {args.dropout_p:g}" if args.dropout_p > 0 else "  dropout   none")
         return "\n".join(lines)
 
+    def _shift_words(self) -> str:
+        if self.bounded is None:
+            return f"the running max: {self.why_max}"
+        rule = (f"0 on each query tile whose |q| |k| scale per head is at most {online.SAFE_LOGIT:g}"
+                if self.path == TILES else f"0 for the whole call when |q| |k| scale is at most {online.SAFE_LOGIT:g}")
+        if self.half == torch.float16:  # (the forward rules it out once it knows the products fit float16)
+            return (f"the running max for float16 weights, whose exp(s) could pass 65504 [P11]; where a product "
+                    f"could pass it the weights stay float32, and then {rule} [P2]")
+        return f"{rule}, else the running max [P2]"
+
     def _path_words(self) -> str:
         if self.path == NOTHING:
             return "nothing to compute: an empty dim"
         if self.path == SPLIT:
-            runs = ", ".join(f"key heads {h0}-{h1 - 1} " + ("causal" if w is None else f"over {w} keys")
-                             for h0, h1, w in self.heads)
+            runs = ", ".join((f"key head {h0} " if h1 == h0 + 1 else f"key heads {h0}-{h1 - 1} ")
+                             + ("causal" if w is None else f"over {w} keys") for h0, h1, w in self.heads)
             return f"ALiBi's heads split [P13]: {runs}; each run is a call of its own with its own plan"
         t = self.tiles
         size = f"{t.block_q} x {t.block_k} ({self.sizes})"
@@ -171,8 +177,8 @@ def tile_rule(G: int, L: int, scale: float, bias: bool, mod: Mod | None, reach: 
     """(the :class:`Bounded` rule of a tile walk over L query rows of G heads per key head, or None; why not).
     (float16 weights are ruled out where the forward knows its matmul dtype: flash.forward_tiles.)"""
     if G * L < FEW_ROWS:
-        return None, (f"{G * L} query rows per key head (decoding): the keys' norms would cost a pass as long as "
-                      "the attention")
+        return None, (f"{G * L} query row{'s' if G * L != 1 else ''} per key head (decoding): the keys' norms would "
+                      "cost a pass as long as the attention")
     if bias:
         return None, "a float mask can move a score anywhere"
     if mod is not None and not isinstance(mod, Fused):
@@ -188,7 +194,7 @@ def _tile_sizes(L: int, block_q: int | None, block_k: int | None, sizes: tuned.S
     block_q = block_q or tq or DEFAULT_BLOCK_Q
     if block_k is None and tk is None and block_q > L:  # decoding: one query, S keys, in a few wide tiles
         block_k = max(DEFAULT_BLOCK_K, TILE_SCORES // max(L, 1) // 64 * 64)
-        words.append("widened to as many scores as a default tile (fewer query rows than a tile)")
+        words.append("widened (fewer query rows than a tile)")
     else:
         words.append("given" if block_k else "tuned" if tk else "default")
     block_k = block_k or tk or DEFAULT_BLOCK_K

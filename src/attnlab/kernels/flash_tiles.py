@@ -142,10 +142,10 @@ def buffer_view(buf: torch.Tensor, shape: tuple) -> torch.Tensor:
     return buf[:n].view(shape)
 
 
-def rounded(hbuf: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
-    """[P11] x (float32 weights P or dS) rounded to the half dtype of the reused buffer ``hbuf``, in x's shape:
+def rounded(half_buf: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """[P11] x (float32 weights P or dS) rounded to the half dtype of the reused buffer ``half_buf``, in x's shape:
     FlashAttention's rounding just before a half-precision matmul."""
-    return buffer_view(hbuf, tuple(x.shape)).copy_(x)
+    return buffer_view(half_buf, tuple(x.shape)).copy_(x)
 
 
 def mask_scores(s: torch.Tensor, tile: torch.Tensor, G: int) -> None:
@@ -222,14 +222,14 @@ class Keys:
     score: Score
 
     @classmethod
-    def of(cls, q5: torch.Tensor, k: torch.Tensor, tiles: Tiles, drop: Dropout, mod: Mod | None, scale: float):
-        """The keys k (N, Hkv, S, E) of queries q5 (N, Hkv, G, L, E); their longest with the longest key bounds
+    def of(cls, q: torch.Tensor, k: torch.Tensor, tiles: Tiles, drop: Dropout, mod: Mod | None, scale: float):
+        """The keys k (N, Hkv, S, E) of queries q (N, Hkv, G, L, E); their longest with the longest key bounds
         every product, for a fused modifier that asks (the soft-cap skips its clamp below expm1's limit)."""
         fused = mod if isinstance(mod, Fused) else None
         alpha = scale * LOG2E if fused is None else fused.alpha(scale)  # [P1] [P8] [P12]
-        bound = online.qk_bound(q5, k) * abs(alpha) if fused is not None and fused.wants_bound else None
+        bound = online.qk_bound(q, k) * abs(alpha) if fused is not None and fused.wants_bound else None
         kT = k.reshape(k.shape[0] * k.shape[1], *k.shape[2:]).transpose(1, 2)
-        return cls(kT, tiles, drop, Score(alpha, q5.shape[2], mod, bound))
+        return cls(kT, tiles, drop, Score(alpha, q.shape[2], mod, bound))
 
     def product(self, qi: torch.Tensor, buf: torch.Tensor, cols: slice) -> torch.Tensor:
         """-- score -- [P1] [P3] alpha * qi @ k^T for key tile ``cols``, (N, Hkv, G*r, c), written into ``buf``."""
