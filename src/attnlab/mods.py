@@ -1,6 +1,7 @@
 """Score modifiers for ``score_mod=`` (re-exported from :mod:`attnlab.kernels.mods`)."""
 
 from .kernels.mods import (
+    Additive,
     ALiBi,
     Fused,
     Mod,
@@ -14,5 +15,5 @@ from .kernels.mods import (
     t5_bucket,
 )
 
-__all__ = ["ALiBi", "Fused", "Mod", "SoftCap", "T5Bias", "alibi", "alibi_slopes", "compose", "relative_bias",
-           "softcap", "t5_bucket"]
+__all__ = ["ALiBi", "Additive", "Fused", "Mod", "SoftCap", "T5Bias", "alibi", "alibi_slopes", "compose",
+           "relative_bias", "softcap", "t5_bucket"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -201,12 +202,12 @@ class Score:
     mod: Mod | None = None
     bound: float | None = None  # bounds |alpha q.k|, where a fused modifier asks for it (the soft-cap's clamp)
 
-    @property
+    @cached_property
     def fused(self) -> Fused | None:
         """[P12] The modifier when it is fused into the tile instead of called."""
         return self.mod if isinstance(self.mod, Fused) else None
 
-    @property
+    @cached_property
     def hides(self) -> bool:
         """A modifier called as a function may return -inf: a row of a FULL tile may then see nothing."""
         return self.mod is not None and self.fused is None
