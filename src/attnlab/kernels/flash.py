@@ -35,7 +35,7 @@ A score modifier (:mod:`attnlab.mods`) is applied to each tile's scores before t
 order: a hidden score is -inf whatever the modifier makes of it). The backward pass applies the chain rule
 inside the tile: it recomputes the tile's raw scores, runs the modifier under autograd, and pulls dS back
 through it to the raw scores and to any tensor the modifier holds (a bias table, ALiBi slopes; listed in its
-``params`` or not: :func:`attnlab.mods.unlisted` finds the others) -- one tile at a time, never L x S. A
+``params`` or not: :func:`attnlab.kernels.mods.unlisted` finds the others) -- one tile at a time, never L x S. A
 modifier that hides every key of a row (-inf) leaves it all zeros, as a mask does; one that changes its input
 in place gets a copy there. The built-ins are fused instead [P12].
 

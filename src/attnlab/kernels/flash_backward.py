@@ -5,12 +5,12 @@ form's own shift and normaliser, or ring attention's global log-sum-exp), never 
 
     dV += P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dO * O)),   dQ += dS K,   dK += dS^T Q
 
-The loop over a query tile's key tiles is :func:`backward_tile`, shaped like the forward's (:func:`attnlab.kernels.
-flash.attend`): load a key tile, score, modify, mask, rebuild the weights, then the five products. With a score
-modifier, dS is pulled back through it inside the tile, to the raw scores and to any tensor the modifier holds:
-in closed form for a fused one (its ``grad``, [P12]), else by the chain rule under autograd. :class:`FlashBackward`
-is this pass as an autograd Function of its own, so that it can itself be vmapped. The tags [P1] .. [P13] are the
-performance notes in :mod:`attnlab.kernels.flash`.
+The loop over a query tile's key tiles is :func:`backward_tile`, shaped like the forward's
+(:func:`attnlab.kernels.flash.attend`): load a key tile, score, modify, mask, rebuild the weights, then the five
+products. With a score modifier, dS is pulled back through it inside the tile, to the raw scores and to any tensor
+the modifier holds: in closed form for a fused one (its ``grad``, [P12]), else by the chain rule under autograd.
+:class:`FlashBackward` is this pass as an autograd Function of its own, so that it can itself be vmapped. The tags
+[P1] .. [P13] are the performance notes in :mod:`attnlab.kernels.flash`.
 """
 
 from __future__ import annotations
