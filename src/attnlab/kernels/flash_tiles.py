@@ -167,7 +167,7 @@ def dropout_keep(drop: Dropout, s: torch.Tensor, G: int, rows: slice, cols: slic
     return keep.reshape(s.shape).to(s.dtype) * dropout.factor(drop.p)
 
 
-def modify(mod: Mod, s: torch.Tensor, G: int, rows: slice, cols: slice) -> torch.Tensor:
+def call_mod(mod: Mod, s: torch.Tensor, G: int, rows: slice, cols: slice) -> torch.Tensor:
     """Apply a score modifier to a tile's natural-unit scores (N, Hkv, G*r, c), seen as (N, H, r, c), H = Hkv*G."""
     N, Hkv, _, c = s.shape
     s4 = s.view(N, Hkv * G, -1, c)  # query head h = hk * G + g: the order of the caller's heads
@@ -255,7 +255,7 @@ class Keys:
         elif sc.mod is not None:
             raw = s.mul_(LN2)
             version = raw._version
-            s = modify(sc.mod, raw, sc.G, rows, cols)
+            s = call_mod(sc.mod, raw, sc.G, rows, cols)
             if raw._version != version:
                 self.tiles.mod_in_place = True
             s = s.mul_(LOG2E)
@@ -275,7 +275,7 @@ class Keys:
             return s, None
         raw = s.mul_(LN2).detach().requires_grad_(True)  # [P8] natural units
         with torch.enable_grad():  # a modifier that works in place gets a copy: raw is a leaf of the graph
-            modded = modify(sc.mod, raw.clone() if self.tiles.mod_in_place else raw, sc.G, rows, cols)
+            modded = call_mod(sc.mod, raw.clone() if self.tiles.mod_in_place else raw, sc.G, rows, cols)
         return modded.detach() * LOG2E, (modded, raw)
 
     def heads(self, s: torch.Tensor) -> torch.Tensor:
