@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import attnlab
-from attnlab.kernels import flash, flash_reach
+from attnlab.kernels import flash
 from attnlab.kernels.masks import EMPTY
 from attnlab.measure import timing
 from attnlab.results import machine, versions
@@ -150,17 +150,15 @@ def tiles_vs_sdpa(q, k, v, rounds: int) -> dict:
 def sparse(rounds: int, S: int = 8192) -> dict:
     """The sparse masks: the flash form's profile, and both sides' GFLOP/s on the scores each computes (flash: its
     bands' or tiles' scores; flex: its 128-key blocks that the mask does not skip)."""
-    from attnlab.kernels import flash_band, tuned
     from attnlab.measure import flex
 
     g = torch.Generator().manual_seed(S)
     q, k, v = (torch.randn(B, H, S, D, generator=g) for _ in range(3))
     out = {}
     for mask in (attnlab.masks.sliding_window(1024), packed_documents(S)):
-        band = flash_band.plan(mask, B, H, S, S, tuned.current().band_rows or flash_band.BAND_BLOCK_Q)
-        tiles = flash.Tiles(B, H, S, S, 256, 256, mask, None, "cpu", True)
-        use_bands = band is not None and band.scores <= flash_band.SHARE_OF_TILES * tiles.scores()
-        scores = (band.scores if use_bands else tiles.scores()) * B * H  # (both count per head)
+        plan = flash.plan(q, k, v, attn_mask=mask)  # what the call does: its bands, or its tiles
+        use_bands = plan.path == "bands"
+        scores = (plan.bands.scores if use_bands else plan.tiles.scores()) * B * H  # (both count per head)
         row = {"path": "bands" if use_bands else "tiles", "scores": scores,
                "profile": profile_flash(q, k, v, flop=2 * scores * D, attn_mask=mask)}
         if flex.unavailable() is None:
@@ -220,10 +218,10 @@ def alibi_split(rounds: int) -> dict:
             o = flash.attention(q, k, v, is_causal=True, score_mod=mod, split_heads=split)
             if grad:
                 o.sum().backward()
-        parts = flash_reach.alibi_heads(flash.check(q, k, v, None, 0.0, True, None, False), mod, torch.float32, None)
+        parts = flash.plan(q, k, v, is_causal=True, score_mod=mod).heads  # [P13] the runs of key heads
         out[f"{'forward + backward' if grad else 'forward'} T={T}"] = {
             **paired({"split": lambda c=call: c(True), "unsplit": lambda c=call: c(False)}, rounds, grad),
-            "windows": [w for *_, w in parts or () if w is not None]}
+            "windows": [w for *_, w in parts if w is not None]}
     return out
 
 
@@ -235,7 +233,7 @@ def band_share(rounds: int, S: int = 8192) -> dict:
     out = {}
     for w in (1024, 2048):
         mask = attnlab.masks.sliding_window(w)
-        band = flash_band.plan(mask, B, H, S, S, flash_band.BAND_BLOCK_Q)
+        band = flash_band.bands(mask, B, H, S, S, flash_band.BAND_BLOCK_Q)
         tiles = flash.Tiles(B, H, S, S, 256, 256, mask, None, "cpu", True)
 
         def bands(mask=mask):

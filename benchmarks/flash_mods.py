@@ -10,7 +10,7 @@ slopes) and a learned T5 bias (a table that requires grad), each under the causa
   function    the flash form given the same modifier as a plain function (no closed form): what it did before
   flex        torch.compile(flex_attention) with the same score_mod and the mask's block mask
 
-The table reports each side's median and the median of the ratios of adjacent calls, flash / flex (the target:
+The table reports each side's median and the median of the ratios of a round's calls, flash / flex (the target:
 at most 1.0, issue 31) and flash / function (the fusion's own effect). FlexAttention has no backward on a CPU
 (torch 2.13 raises NotImplementedError), so the forward + backward rows time flash against the function path
 alone and say so. Writes DIR/flash_mods-<processor>.json and .txt with every number and the load average before
@@ -20,7 +20,6 @@ and after: the comparison depends on the processor.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import statistics
 import sys
@@ -32,7 +31,7 @@ import torch
 import attnlab
 from attnlab import masks, mods
 from attnlab.kernels import tuned
-from attnlab.measure import flex
+from attnlab.measure import flex, timing
 from attnlab.measure.tune import in_words
 from attnlab.results import machine, versions
 
@@ -52,7 +51,7 @@ def modifiers(learned: bool = True) -> dict:
 
 
 def as_function(mod: mods.Mod) -> mods.Mod:
-    """The same modifier with no closed form: the flash form calls its function on every tile."""
+    """The same modifier as a plain function (not a mods.Fused): the flash form calls it on every tile."""
     return mods.Mod(mod.fn, mod.name + " as a function", mod.params)
 
 
@@ -84,20 +83,15 @@ def sides(mod, mask, T, backward: bool) -> dict:
     return runs
 
 
-def alternate(runs: dict, repeats: int) -> dict:
-    """Each side once to warm up (flex compiles here), then ``repeats`` rounds of every side in turn."""
+def rounds(runs: dict, repeats: int) -> dict:
+    """Each side once to warm up (flex compiles here: its first call is kept), then ``repeats`` rounds of every side
+    in turn, the order reversed every other round (:func:`attnlab.measure.timing.alternate`)."""
     compile_s = {}
     for name, f in runs.items():
         t0 = time.perf_counter()
         f()
         compile_s[name] = time.perf_counter() - t0
-    times = {n: [] for n in runs}
-    for _ in range(repeats):
-        for name, f in runs.items():
-            gc.collect()
-            t0 = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t0)
+    times = timing.alternate(runs, repeats, warm=())
     ratio = {f"flash/{o}": statistics.median(a / b for a, b in zip(times["flash"], times[o], strict=True))
              for o in ("flex", "function") if o in times}
     return {"median_s": {n: statistics.median(t) for n, t in times.items()}, "times_s": times, "ratio": ratio,
@@ -139,7 +133,7 @@ def main(argv=None) -> int:
                     if args.only and args.only not in label:
                         continue
                     mod = modifiers()[name]
-                    r = alternate(sides(mod, "causal" if mask == "causal" else "window", T, backward), repeats)
+                    r = rounds(sides(mod, "causal" if mask == "causal" else "window", T, backward), repeats)
                     met = r["ratio"]["flash/flex"] <= TARGET if "flash/flex" in r["ratio"] else None
                     out["rows"].append({"modifier": name, "mask": mask, "backward": backward, "T": T, **r,
                                         "met": met})

@@ -31,7 +31,6 @@ block size of flex's block mask: the flex comparison depends on the processor.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import re
@@ -48,7 +47,7 @@ from attnlab.kernels import tuned
 from attnlab.kernels.dtypes import DTYPES, HALF, matmul_dtype
 from attnlab.measure import flex, memory
 from attnlab.measure.growth import exponent
-from attnlab.measure.timing import bmm_rate
+from attnlab.measure.timing import alternate, bmm_rate
 from attnlab.measure.tune import in_words
 from attnlab.results import machine, versions
 from attnlab.results.host import cpu_features
@@ -77,18 +76,11 @@ def matmul_rates(repeats: int) -> dict:
 
 
 def side_by_side(a, b, repeats):
-    """Median seconds of a() and b(), calls alternated after one warm-up each, and the median of the
-    ratios a / b of each adjacent pair (a pair runs within a second, so a machine that slows down for
-    a while slows both sides of a pair alike: the paired median is what the targets are held to)."""
-    a()
-    b()
-    ta, tb = [], []
-    for _ in range(repeats):
-        for f, ts in ((a, ta), (b, tb)):
-            gc.collect()
-            t0 = time.perf_counter()
-            f()
-            ts.append(time.perf_counter() - t0)
+    """Median seconds of a() and b(), calls alternated after one warm-up each (:func:`attnlab.measure.timing.
+    alternate`), and the median of the ratios a / b of each round (a round runs within a second, so a machine that
+    slows down for a while slows both sides of it alike: the paired median is what the targets are held to)."""
+    times = alternate({"a": a, "b": b}, repeats)
+    ta, tb = times["a"], times["b"]
     return statistics.median(ta), statistics.median(tb), statistics.median(x / y for x, y in zip(ta, tb, strict=True))
 
 

@@ -50,12 +50,14 @@ def test_under_torchrun_the_ranks_are_torchruns(monkeypatch, capsys):
 
 
 def test_what_every_rank_refuses_is_said_once(monkeypatch, capsys, tmp_path):
-    why = "UsageError: checkpoint c.pt was trained with other settings (context_parallel: 2 -> 1) (at train.py:9)"
-    monkeypatch.setattr(launch, "launch", lambda *a, **k: [launch.Outcome(r, 1, None, why) for r in range(2)])
+    said = "checkpoint c.pt was trained with other settings (context_parallel: 2 -> 1)"
+    why = f"UsageError: {said} (at train.py:9)"
+    refused = [launch.Outcome(r, 1, None, why, raised="UsageError", message=said) for r in range(2)]
+    monkeypatch.setattr(launch, "launch", lambda *a, **k: refused)
     assert main([*TINY, "--procs", "2", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err == ("attnlab train: error: checkpoint c.pt was trained with other settings "
                                        "(context_parallel: 2 -> 1)\n")
-    other = [launch.Outcome(0, 1, None, why), launch.Outcome(1, -9, None, "exited with code -9")]
+    other = [refused[0], launch.Outcome(1, -9, None, "exited with code -9")]
     monkeypatch.setattr(launch, "launch", lambda *a, **k: other)
     assert main([*TINY, "--procs", "2", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err

@@ -35,7 +35,7 @@ CASES = {  # name: (N, H, Hkv, L, S, E, Ev), mask
 def test_bands_equal_the_float64_matrix_form(name, small_bands, path):  # noqa: F811
     size, mask = CASES[name]
     N, H, Hkv, L, S, E, Ev = size
-    plan = flash_band.plan(mask, N, H, L, S, 4)
+    plan = flash_band.bands(mask, N, H, L, S, 4)
     assert plan is not None, "the band plan must be used here, or this test checks the tiles"
     assert len(plan.batches) > 1
     errs = both(size, 8, 6, attn_mask=mask)  # backward on the tiles, from the band forward's lse
@@ -44,8 +44,8 @@ def test_bands_equal_the_float64_matrix_form(name, small_bands, path):  # noqa: 
 
 def test_bands_take_views_and_gathers(small_bands):
     """A sliding window's bands are evenly spaced (strided views); documents' are not (gathered)."""
-    window = flash_band.plan(masks.sliding_window(5), 1, 1, 64, 64, 4)
-    docs = flash_band.plan(masks.document(ids(9, 10, 6, 12, 8, 7, 12)), 1, 1, 64, 64, 4)
+    window = flash_band.bands(masks.sliding_window(5), 1, 1, 64, 64, 4)
+    docs = flash_band.bands(masks.document(ids(9, 10, 6, 12, 8, 7, 12)), 1, 1, 64, 64, 4)
     assert any(b.step is not None and b.t1 - b.t0 > 1 for b in window.batches)
     assert any(b.step is None for b in docs.batches)
     # a window's inner columns are seen by every row: only its two edges are masked
@@ -67,7 +67,7 @@ def test_bands_float32_against_pytorch_and_oracle(small_bands):
 def test_rows_that_see_nothing_are_zero(small_bands):
     q, k, v = (t.requires_grad_() for t in qkv(1, 2, 2, 20, 40, 8, 8))
     mask = masks.Mask.from_mod(lambda b, h, i, j: (j >= 2 * i) & (j < 2 * i + 3) & (i % 5 != 0), "stride")
-    assert flash_band.plan(mask, 1, 2, 20, 40, 4) is not None
+    assert flash_band.bands(mask, 1, 2, 20, 40, 4) is not None
     out = attnlab.attention(q, k, v, attn_mask=mask, impl="flash")
     ref = attnlab.attention(q, k, v, attn_mask=mask.dense(1, 2, 20, 40), impl="matrix")
     print("max |bands - matrix| with hidden rows:", rule.max_err(out, ref))
@@ -79,9 +79,9 @@ def test_rows_that_see_nothing_are_zero(small_bands):
 
 def test_dense_masks_keep_the_tiles():
     """Full and causal attention would gain nothing from bands: no plan, the tile loop runs."""
-    assert flash_band.plan(masks.causal(), 1, 1, 512, 512, 64) is None
-    assert flash_band.plan(masks.prefix_lm(10), 1, 1, 512, 512, 64) is None
-    assert flash_band.plan(masks.sliding_window(64), 1, 1, 1024, 1024, 64) is not None
+    assert flash_band.bands(masks.causal(), 1, 1, 512, 512, 64) is None
+    assert flash_band.bands(masks.prefix_lm(10), 1, 1, 512, 512, 64) is None
+    assert flash_band.bands(masks.sliding_window(64), 1, 1, 1024, 1024, 64) is not None
 
 
 @pytest.mark.parametrize("kw", [
@@ -111,7 +111,7 @@ def test_bands_only_where_they_save_work(monkeypatch):
     attnlab.attention(q, k, v, attn_mask=masks.sliding_window(64), impl="flash")
     assert calls == [1]
     docs = masks.document(ids(256, 512, 256))
-    plan = flash_band.plan(docs, 1, 2, 1024, 1024, flash_band.BAND_BLOCK_Q)
+    plan = flash_band.bands(docs, 1, 2, 1024, 1024, flash_band.BAND_BLOCK_Q)
     assert plan is not None and plan.scores >= 256 ** 2 * 2 + 512 ** 2  # no fewer than the visible tiles'
     out = attnlab.attention(q, k, v, attn_mask=docs, impl="flash")
     assert calls == [1], "aligned documents must walk the tiles"
@@ -153,7 +153,7 @@ def builtin(which: str, H: int, g: torch.Generator):
 @pytest.mark.parametrize("name", ["window-gqa", "window-L<S", "documents-causal-gqa", "documents-per-batch"])
 def test_a_builtin_modifier_rides_on_the_bands_and_equals_the_float64_matrix_form(name, which, small_bands,
                                                                                   monkeypatch):
-    """[P12] A built-in modifier takes the band forward (bounded where Closed.bounded says so: a soft-cap of 1.5,
+    """[P12] A built-in modifier takes the band forward (bounded where its ``bounded`` says so: a soft-cap of 1.5,
     ALiBi where the window ends at the diagonal, T5's small table; else the running max), and its output and
     gradients -- of q, k, v and the modifier's tensor, the backward on the tiles from the bands' lse -- are the
     float64 matrix form's."""

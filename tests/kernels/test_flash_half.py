@@ -118,9 +118,12 @@ def test_the_band_path_rounds_its_weights_too(monkeypatch):
 
     seen = []
     band_forward = flash_band.forward
-    monkeypatch.setattr(flash_band, "forward", lambda *a: seen.append(a[6]) or band_forward(*a))  # a[6]: half
+    monkeypatch.setattr(flash_band, "forward", lambda *a: seen.append(a[5]) or band_forward(*a))  # a[5]: half
     q, k, v = (t.to(torch.bfloat16) for t in qkv(1, 2, 2, 512, 512, 16))
     window = masks.sliding_window(24)
+    plans = [flash.plan(q, k, v, attn_mask=window, half_matmuls=h) for h in (True, False)]
+    assert [(p.path, p.half) for p in plans] == [("bands", torch.bfloat16), ("bands", None)], [str(p) for p in plans]
+    assert "weights   multiplied in bfloat16" in str(plans[0]) and "multiplied in float32" in str(plans[1])
     half = flash.attention(q, k, v, attn_mask=window, half_matmuls=True)
     f32 = flash.attention(q, k, v, attn_mask=window, half_matmuls=False)
     ref = oracle.reference(q, k, v, attn_mask=window)

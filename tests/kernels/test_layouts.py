@@ -91,7 +91,7 @@ def test_flash_mask_functions_read_every_layout_on_tiles_and_bands(how, bands):
     N, H, Hkv, L, S, E = 2, 4, 2, 128, 217, 8
     mask = masks.causal_lower_right() & masks.sliding_window(18)
     q, k, v, g = inputs(how, N, H, Hkv, L, S, E)
-    plan = flash_band.plan(mask, N, H, L, S, flash_band.BAND_BLOCK_Q)
+    plan = flash_band.bands(mask, N, H, L, S, flash_band.BAND_BLOCK_Q)
     assert plan is not None  # the band path is taken when bands=True
     errs = judge("flash", q, k, v, g, attn_mask=mask, enable_gqa=True, bands=bands)
     assert max(errs.values()) < 1e-12

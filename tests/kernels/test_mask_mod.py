@@ -96,7 +96,7 @@ def test_block_maps_and_bands_of_a_per_position_mask(monkeypatch):
     assert bm.kind.tolist() == kinds and bm.counts()["empty"] > 0
     monkeypatch.setattr(flash_band, "BAND_BLOCK_Q", 4)
     monkeypatch.setattr(flash_band, "BATCH_SCORES", 150)
-    assert flash_band.plan(mask, N, H, L, L, 4) is not None  # the band path is taken
+    assert flash_band.bands(mask, N, H, L, L, 4) is not None  # the band path is taken
     q, k, v = qkv(N, H, H, L, L, 8)
     out = attnlab.attention(q, k, v, attn_mask=mask, impl="flash", block_q=8, block_k=8)
     err = rule.max_err(out, oracle.reference(q, k, v, dense))

@@ -1,5 +1,6 @@
 """Score modifiers: gradcheck in float64 for each built-in on loops, matrix and flash; bad input."""
 
+import copy
 import math
 
 import pytest
@@ -124,7 +125,7 @@ def test_builtin_arguments_are_checked():
                                   "alibi, 8 slopes for 4 heads", "relative_bias, 8 rows for 4 heads"])
 @pytest.mark.parametrize("mask", ["causal", "window"])
 def test_the_flash_forms_fused_builtins_are_their_functions(name, mask):
-    """[P12] flash fuses a built-in (mods.Closed) instead of calling its function: the same output and every
+    """[P12] flash fuses a built-in (a mods.Fused) instead of calling its function: the same output and every
     gradient (q, k, v and the modifier's tensor) as the function called on each tile under autograd, in float64,
     over several tiles with GQA; and the function is never called on the fused path. (A cap of 1.5 takes the
     bounded path; Gemma 2's 50, on scores made large, the running max.)"""
@@ -142,8 +143,9 @@ def test_the_flash_forms_fused_builtins_are_their_functions(name, mask):
         calls.append(1)
         return fused.fn(*a)
 
-    plain = mods.Mod(counted, fused.name + " as a function", fused.params)  # the same function, no closed form
-    spy = mods.Mod(counted, fused.name, fused.params, closed=fused.closed)  # the closed form, the function spied on
+    plain = mods.Mod(counted, fused.name + " as a function", fused.params)  # the same function, no fused form
+    spy = copy.copy(fused)  # the fused form, its function spied on
+    spy.fn = counted
     kw = dict(enable_gqa=True, impl="flash", block_q=4, block_k=3)
     kw |= {"is_causal": True} if mask == "causal" else {"attn_mask": attnlab.masks.sliding_window(4)}
     go = torch.randn(1, 4, 11, 4, generator=g, dtype=torch.float64)
@@ -164,34 +166,34 @@ def test_a_t5_block_in_one_bucket_is_a_constant_per_head_and_equals_the_gather(b
     """[P12] Far from the diagonal every distance of a block falls into T5's last bucket: the closed form then adds
     one number per head instead of gathering a tile; the blocks it does so for, and the bias, are the gather's."""
     table = torch.randn(4, 8, dtype=torch.float64)
-    closed = mods.relative_bias(table, max_distance=16, bidirectional=bidirectional).closed
+    t5 = mods.relative_bias(table, max_distance=16, bidirectional=bidirectional)
     constant = 0
     for r0 in range(0, 64, 8):
         for c0 in range(0, 64, 8):
             rows, cols = slice(r0, r0 + 8), slice(c0, c0 + 8)
-            a, b = closed.bias(4, rows, cols, torch.float64, "cpu")
+            a, b = t5.bias(4, rows, cols, torch.float64, "cpu")
             assert b is None
-            gathered = table[:, closed.bucket(kmods.distance(rows, cols, "cpu")[0, 0])].unsqueeze(0)
+            gathered = table[:, t5.bucket(kmods.distance(rows, cols, "cpu")[0, 0])].unsqueeze(0)
             assert torch.equal(a.expand(gathered.shape), gathered)
             constant += a.shape[-1] == 1
     assert 0 < constant < 64  # both ways are taken
 
 
 def test_a_builtin_says_when_it_bounds_the_scores():
-    """[P2] [P12] The flash form skips the running max only where Closed.bounded says no modified score can pass
-    SAFE_LOGIT and no row's largest can fall below -SAFE_LOGIT; each way it can be wrong is refused."""
-    cap, alibi = mods.softcap(30.0).closed, mods.alibi(8).closed
-    assert cap.bounded(1e6, None, 40.0) and not mods.softcap(50.0).closed.bounded(0.0, (0, 0), 40.0)
+    """[P2] [P12] The flash form skips the running max only where a built-in's ``bounded`` says no modified score can
+    pass SAFE_LOGIT and no row's largest can fall below -SAFE_LOGIT; each way it can be wrong is refused."""
+    cap, alibi = mods.softcap(30.0), mods.alibi(8)
+    assert cap.bounded(1e6, None, 40.0) and not mods.softcap(50.0).bounded(0.0, (0, 0), 40.0)
     assert alibi.bounded(39.0, (0, 0), 40.0)  # causal: every bias <= 0 and each row sees its own key (bias 0)
     assert not alibi.bounded(41.0, (0, 0), 40.0)  # q.k alone may pass the bound
     assert not alibi.bounded(1.0, None, 40.0)  # the mask's reach unknown: a row may see only far keys
     assert not alibi.bounded(1.0, (100, 0), 40.0)  # keys 100 ahead: 0.5 x 100 = 50 above the score
     assert not alibi.bounded(1.0, (0, -100), 40.0)  # a row whose nearest key is 100 back: its largest score -50
     assert alibi.bounded(1.0, (0, -70), 40.0)  # ... 70 back: -35 + -1, inside
-    assert not mods.alibi(slopes=torch.tensor([0.5, -0.1])).closed.bounded(1.0, (0, 0), 40.0)  # a negative slope
+    assert not mods.alibi(slopes=torch.tensor([0.5, -0.1])).bounded(1.0, (0, 0), 40.0)  # a negative slope
     table = torch.full((2, 8), 3.0)
-    assert mods.relative_bias(table).closed.bounded(37.0, None, 40.0)
-    assert not mods.relative_bias(-table).closed.bounded(37.5, None, 40.0)  # |bias| 3 on top of 37.5
+    assert mods.relative_bias(table).bounded(37.0, None, 40.0)
+    assert not mods.relative_bias(-table).bounded(37.5, None, 40.0)  # |bias| 3 on top of 37.5
 
 
 def test_alibi_on_the_bounded_path_underflows_exactly(monkeypatch):
@@ -202,13 +204,13 @@ def test_alibi_on_the_bounded_path_underflows_exactly(monkeypatch):
     from attnlab.kernels import flash
 
     taken = []
-    bounded = flash._bounded_row_block
-    monkeypatch.setattr(flash, "_bounded_row_block", lambda *a: taken.append(1) or bounded(*a))
+    attend = flash.attend
+    monkeypatch.setattr(flash, "attend", lambda *a: taken.append(a[-1].fixed) or attend(*a))  # shift fixed at 0?
     slopes = torch.tensor([8.0, 2.0, 0.5, 0.01], dtype=torch.float64, requires_grad=True)  # exp(-8 x 30): 0
     q, k, v = (t.requires_grad_() for t in qkv(1, 4, 4, 40, 40, 8, 8, seed=2))
     mod = mods.alibi(slopes=slopes)
     got = attnlab.attention(q, k, v, is_causal=True, impl="flash", score_mod=mod, block_q=8, block_k=8)
-    assert taken, "ALiBi under the causal mask must take the bounded path here"
+    assert taken and all(taken), "ALiBi under the causal mask must take the bounded path here"
     want = attnlab.attention(q, k, v, is_causal=True, impl="matrix", score_mod=mod)
     wrt = (q, k, v, slopes)
     errs = [(a - b).abs().max().item() for a, b in zip((got, *torch.autograd.grad(got.sum(), wrt)),
@@ -301,3 +303,97 @@ def test_alibi_under_the_causal_mask_vmaps_and_names_too_few_slopes():
     torch.testing.assert_close(batched, looped)
     with pytest.raises(ValueError, match="holds 2 heads but the attention has at least 4"):
         attnlab.attention(q, k, v, is_causal=True, impl="flash", score_mod=mods.alibi(2))
+
+
+@pytest.mark.parametrize("name", ["softcap", "softcap 50", "alibi slopes", "relative_bias", "relative_bias far"])
+def test_each_builtin_is_one_class_that_says_its_fused_form_and_gradient(name):
+    """[P12] SoftCap, ALiBi and T5Bias are each a mods.Fused: its fused form on a tile of base-2 products is its
+    function's answer times log2(e), and its ``grad`` is what autograd gets through the function -- dS to the raw
+    scores and the held tensor's gradient -- on a tile away from the origin (its rows and columns offset)."""
+    g = torch.Generator().manual_seed(11)
+    H, rows, cols = 4, slice(40, 46), slice(3, 10) if name != "relative_bias far" else slice(200, 207)
+    mod = {"softcap 50": mods.softcap(50.0), "relative_bias far": _builtins(H, g)["relative_bias"]}.get(name) or \
+        _builtins(H, g)[name.removesuffix(" far")]
+    assert isinstance(mod, mods.Fused) and type(mod) in (mods.SoftCap, mods.ALiBi, mods.T5Bias)
+    x = (torch.randn(2, H, 6, 7, generator=g, dtype=torch.float64) * 30).requires_grad_()  # raw scaled scores
+    idx = kmods.indices(2, H, rows.start, rows.stop, cols.start, cols.stop, "cpu")
+    want = mod.fn(x, *idx)
+    s4 = (x.detach() * (mod.alpha(1.0))).contiguous()  # the product the flash form's matmul makes, scale 1
+    scratch = torch.empty_like(s4) if mod.scratch else None
+    mod.tile(s4, rows, cols, scratch, None, slope=True)
+    print(name, "fused form vs function:", float((s4 - want.detach() * LOG2E).abs().max()))
+    assert torch.allclose(s4, want.detach() * LOG2E, rtol=1e-12, atol=1e-11)
+    dS = torch.randn(x.shape, generator=g, dtype=torch.float64)
+    held = list(mod.params)
+    auto = torch.autograd.grad(want, [x, *held], dS)
+    dS4 = dS.clone()
+    got = mod.grad(dS4, rows, cols, scratch, want=bool(held))
+    assert torch.allclose(dS4, auto[0], rtol=1e-12, atol=1e-12)  # dS to the raw scores
+    if held:
+        print(name, "held tensor's gradient vs autograd:", float((got - auto[1]).abs().max()))
+        assert torch.allclose(got, auto[1], rtol=1e-12, atol=1e-12)
+    else:
+        assert got is None
+
+
+class HeadBias(mods.Additive):
+    """A modifier the library does not have, written as one class: ``score + bias[h]``, a learnable number per
+    head. Everything the flash form needs to fuse it is here; no kernel file knows it."""
+
+    def __init__(self, bias: torch.Tensor):
+        def fn(score, b, h, q_idx, kv_idx):
+            return score + bias.to(score.device, score.dtype)[h]
+
+        super().__init__(fn, f"head_bias({bias.shape[0]})", (bias,), bias, "head_bias")
+
+    def bounded(self, qk, reach, safe_logit):
+        return qk + float(self.held.detach().abs().max()) <= safe_logit
+
+    def bias(self, H, rows, cols, dtype, device, times=1.0):
+        return self.values(H, dtype, device, times).view(1, H, 1, 1), None
+
+    def held_grad(self, dS4, rows, cols):
+        g = dS4.new_zeros(self.held.shape)
+        g[:dS4.shape[1]] = dS4.sum(dim=(0, 2, 3))
+        return g.to(self.held.device, self.held.dtype)
+
+    def band_bias(self, rel, H, dtype, device, budget):
+        return self.values(H, dtype, device, LOG2E)
+
+    def band(self, s4, made, hk, scratch=None, bound=None):
+        G = s4.shape[1]
+        s4.add_(made[hk * G:(hk + 1) * G].view(1, G, 1, 1))
+
+
+@pytest.mark.parametrize("mask", ["causal", "window"])
+def test_a_new_fused_modifier_is_one_class_and_its_test(mask, small_bands, monkeypatch):
+    """A subclass of mods.Fused (here mods.Additive) is fused by the flash form -- on the tiles under the causal mask,
+    on the key bands under a window -- with its function never called there, and its output and gradients (q, k, v
+    and its own tensor) are the float64 matrix form's, which calls the function."""
+    from attnlab.kernels import flash, flash_band
+
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (t.requires_grad_() for t in qkv(1, 4, 2, 23, 23, 8, generator=g))
+    bias = torch.randn(4, generator=g, dtype=torch.float64, requires_grad=True)
+    mod, calls = HeadBias(bias), []
+    plain = mods.Mod(mod.fn, "head_bias as a function", mod.params)
+    spy = copy.copy(mod)
+    spy.fn = lambda *a: calls.append(1) or mod.fn(*a)
+    kw = {"enable_gqa": True}
+    kw |= {"is_causal": True} if mask == "causal" else {"attn_mask": attnlab.masks.sliding_window(5)}
+    p = flash.plan(q, k, v, score_mod=spy, block_q=8, block_k=6, **kw)
+    print(p)
+    assert p.path == ("tiles" if mask == "causal" else "bands") and "fused into the tile" in str(p)
+    assert p.bounded is not None  # its own bound: |q.k| scale + max|bias|
+    banded = []
+    forward = flash_band.forward
+    monkeypatch.setattr(flash_band, "forward", lambda *a: banded.append(1) or forward(*a))
+    got = flash.run(p)
+    assert not calls and bool(banded) == (mask == "window")
+    want = attnlab.attention(q, k, v, impl="matrix", score_mod=plain, **kw)
+    go = torch.randn(want.shape, generator=g, dtype=want.dtype)
+    wrt = (q, k, v, bias)
+    errs = [(a - b).abs().max().item() for a, b in zip((got, *torch.autograd.grad(got, wrt, go)),
+                                                     (want, *torch.autograd.grad(want, wrt, go)), strict=True)]
+    print(mask, "head_bias, flash fused vs float64 matrix:", [f"{e:.1e}" for e in errs])
+    assert max(errs) < 1e-12

@@ -249,3 +249,24 @@ def test_a_rank_that_stops_answering_is_an_error_after_the_group_timeout():
     msg, waited = out[0].result
     assert "could not compare shapes with the other 1 rank(s)" in msg
     assert waited > 1.5  # it waited for the group's timeout (2 s) first: load can only make that longer
+
+
+def _cannot_write(rank, world):
+    from pathlib import Path
+
+    from attnlab.results.files import CannotWrite
+
+    raise CannotWrite(Path("/checkpoints/scale-sqrt.pt"), "No space left on device", False)
+
+
+@pytest.mark.slow
+def test_a_rank_that_raises_says_what_it_raised():
+    """What a rank raised comes back as facts -- the exception's class and its first line -- beside the one line
+    for people, so that a caller (attnlab train) asks the outcome instead of reading its text back."""
+    out = launch.launch(_cannot_write, 1, timeout_s=60.0, pg_timeout_s=5.0)
+    print(out)
+    o = out[0]
+    assert o.raised == "CannotWrite" and not o.ok
+    assert o.message == "cannot write /checkpoints/scale-sqrt.pt: No space left on device; scale-sqrt.pt was not " \
+                        "created, and the files written before it are complete"
+    assert o.error.startswith(f"CannotWrite: {o.message} (at test_ring.py:")

@@ -98,19 +98,22 @@ def test_pair_work_counts_tiles_and_scores():
 
 
 @pytest.mark.parametrize("Hkv", [4, 1])
-def test_decoding_takes_wide_key_tiles_and_equals_the_oracle(Hkv, monkeypatch):
-    """[P5] One query (decoding) against many keys: the flash form takes key tiles of TILE_SCORES // L keys (one
-    query row: the scores as k q^T), and its output and gradients are the float64 oracle's as with 256-key tiles."""
+def test_decoding_takes_wide_key_tiles_and_equals_the_oracle(Hkv):
+    """[P5] One query (decoding) against many keys: the flash form's plan takes key tiles of TILE_SCORES // L keys
+    (one query row: the scores as k q^T) and the running max (too few rows for the keys' norms to pay), and its
+    output and gradients are the float64 oracle's as with 256-key tiles."""
     from attnlab.judge import oracle, rule
     from attnlab.kernels import flash
 
-    built = []
-    tiles = flash.Tiles
-    monkeypatch.setattr(flash, "Tiles", lambda *a, **kw: built.append(a[4:6]) or tiles(*a, **kw))
     q, k, v = (t.float().requires_grad_() for t in qkv(2, 4, Hkv, 1, 3000, 16, 16, seed=7))
     mask = attnlab.masks.causal_lower_right()
+    p = flash.plan(q, k, v, attn_mask=mask, enable_gqa=True)
+    print(p)
+    assert (p.tiles.block_q, p.tiles.block_k) == (1, 3000)  # one tile of every key (65536 // 1, cut to S)
+    assert p.sizes.startswith("block_q default, block_k widened")
+    # one query row per key head takes the running max; 4 (GQA: the group's rows) the bounded rule [P2]
+    assert (p.bounded is None and "decoding" in p.why_max) if Hkv == 4 else p.bounded is not None
     out = attnlab.attention(q, k, v, attn_mask=mask, enable_gqa=True, impl="flash")
-    assert built == [(1, 3000)]  # one tile of every key (65536 // 1, cut to S)
     narrow = attnlab.attention(q, k, v, attn_mask=mask, enable_gqa=True, impl="flash", block_k=256)
     ref = oracle.reference(q, k, v, attn_mask=mask.dense(2, 4, 1, 3000), enable_gqa=True)
     print("decode, wide vs float64:", rule.max_err(out, ref), "narrow vs float64:", rule.max_err(narrow, ref))

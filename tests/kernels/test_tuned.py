@@ -67,25 +67,26 @@ def test_a_refused_cache_is_one_line_on_the_command_line(tiles_cache, capsys):
 
 
 def test_the_flash_form_takes_the_tuned_tiles_and_a_size_by_hand_wins(monkeypatch):
-    """With tuned sizes the flash form builds those tiles (and bands), and gives exactly what passing them by hand
-    gives; sizes passed by hand are used whatever is tuned."""
-    built = []
-    tiles = flash.Tiles
-    monkeypatch.setattr(flash, "Tiles", lambda *a, **kw: built.append(a[4:6]) or tiles(*a, **kw))
-    plans = []
-    plan = flash_band.plan
-    monkeypatch.setattr(flash_band, "plan", lambda *a, **kw: plans.append((a[5], a[7])) or plan(*a, **kw))
+    """With tuned sizes the flash form's plan takes those tiles (and bands), and gives exactly what passing them by
+    hand gives; sizes passed by hand are used whatever is tuned; the plan says where its sizes came from."""
+    asked = []
+    bands = flash_band.bands
+    monkeypatch.setattr(flash_band, "bands", lambda *a, **kw: asked.append((a[5], a[7])) or bands(*a, **kw))
     q, k, v = qkv(1, 2, 2, 40, 40, 8, 8, dtype=torch.float32)
-    with tuned.using(tuned.Sizes(short_q=8, short_k=16, band_rows=4, band_batch=200)):
+    window = masks.sliding_window(4)
+    with tuned.using(tuned.Sizes(short_q=8, short_k=16, band_rows=4, band_batch=200, source="a test")):
+        plans = [flash.plan(q, k, v, is_causal=True), flash.plan(q, k, v, attn_mask=window),
+                 flash.plan(q, k, v, is_causal=True, block_q=32, block_k=4)]
         got = attnlab.attention(q, k, v, impl="flash", is_causal=True)
-        attnlab.attention(q, k, v, impl="flash", attn_mask=masks.sliding_window(4))
-        attnlab.attention(q, k, v, impl="flash", is_causal=True, block_q=32, block_k=4)
-    assert built == [(8, 16), (8, 16), (32, 4)]
-    assert plans and set(plans) == {(4, 200)}  # (asked for the causal mask too: it has no bands)
+    print(*plans, sep="\n")
+    assert [(p.tiles.block_q, p.tiles.block_k) for p in plans] == [(8, 16), (8, 16), (32, 4)]
+    assert [p.sizes for p in plans] == ["tuned: a test", "tuned: a test", "given"]
+    assert plans[1].path == "bands" and plans[1].bands.block_q == 4
+    assert asked and set(asked) == {(4, 200)}  # (asked for the causal mask too: it has no bands)
     assert torch.equal(got, attnlab.attention(q, k, v, impl="flash", is_causal=True, block_q=8, block_k=16))
-    assert built[-1] == (8, 16)
-    attnlab.attention(q, k, v, impl="flash", is_causal=True)
-    assert built[-1] == (40, 40)  # the defaults, 256 x 256, cut to the problem
+    p = flash.plan(q, k, v, is_causal=True)
+    assert (p.tiles.block_q, p.tiles.block_k) == (40, 40)  # the default 256 (key tiles widened: fewer rows), cut
+    assert p.sizes.startswith("block_q default, block_k widened")
 
 
 def test_bad_tile_sizes_are_still_refused():

@@ -132,6 +132,7 @@ def test_sweep_result_json_schema_and_csv(tmp_path, round_trip):
 def test_guards_skip_with_a_reason_instead_of_running():
     r = bench.sweep(bench.BenchConfig(impls=("matrix", "loops"), memory_limit_bytes=1024, **TINY))
     assert all(x.skipped and x.skipped.startswith("estimated") and "--max-memory" in x.skipped for x in r.results)
+    assert {x.status for x in r.results} == {"skipped"}  # a fact of the row, not read back from its reason
     assert r.exponents["matrix"] == {"time": None, "memory": None}
     assert "[ ] quadratic memory growth measured" in report.checklist_line(r)
     # the loops form is timed on a tiny problem first; a budget it cannot fit skips it
@@ -169,11 +170,14 @@ def test_failing_form_and_ctrl_c_keep_what_was_measured(monkeypatch):
     r = bench.sweep(bench.BenchConfig(impls=("brittle",), **{**TINY, "seq": (16, 32, 64)}))
     assert [x.skipped for x in r.results] == [None, "failed: ValueError: too long for me",
                                               "not tried: failed at T=32"]
+    assert [x.status for x in r.results] == ["measured", "failed", "failed"]
+    assert report.skip_lines(r) == ["failed brittle T=32: failed: ValueError: too long for me",
+                                    "failed brittle T=64: not tried: failed at T=32"]
     r = bench.sweep(bench.BenchConfig(impls=("ctrlc", "matrix"), **{**TINY, "seq": (16, 32, 64)}))
     assert r.interrupted
     done = [(x.impl, x.seq) for x in r.results if x.skipped is None]
     assert done == [("ctrlc", 16), ("matrix", 16)]
-    assert all(x.skipped == "interrupted" for x in r.results if x.seq > 16)
+    assert all(x.skipped == "interrupted" and x.status == "interrupted" for x in r.results if x.seq > 16)
 
 
 def test_flex_wrapper_refuses_what_flex_cannot_do():

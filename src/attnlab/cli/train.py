@@ -102,11 +102,13 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
     try:
         return max(launch.results(outcomes))
     except launch.LaunchError as e:
-        errors = {o.error for o in e.outcomes}
-        if len(errors) == 1 and None not in errors:  # every rank refused the same thing (a checkpoint that differs)
-            raise UsageError(errors.pop().removeprefix("UsageError: ").rsplit(" (at ", 1)[0]) from None
-        if (e.first.error or "").startswith("CannotWrite: "):  # rank 0 could not write a checkpoint (a full disk)
-            raise UsageError(e.first.error.removeprefix("CannotWrite: ").rsplit(" (at ", 1)[0]) from None
+        said = {(o.raised, o.message, o.error) for o in e.outcomes}
+        if len(said) == 1 and e.first.error is not None:  # every rank refused the same thing (a checkpoint differs)
+            raised, message, error = said.pop()
+            raise UsageError(error if raised is None else message if raised == "UsageError" else
+                             f"{raised}: {message}") from None
+        if e.first.raised == "CannotWrite":  # rank 0 could not write a checkpoint (a full disk)
+            raise UsageError(e.first.message) from None
         raise UsageError(f"training across {world} processes failed: {e}") from None
 
 

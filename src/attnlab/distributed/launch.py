@@ -55,8 +55,10 @@ class Outcome:
     rank: int
     exitcode: int | None  # None: still running at the deadline, then terminated
     result: object = None
-    error: str | None = None
+    error: str | None = None  # why it failed, in one line (for a raise: type, first line, and where)
     failed_s: float | None = None  # when the parent saw it fail, seconds after the start
+    raised: str | None = None  # the class name of the exception it raised, e.g. "CannotWrite" (None: no raise)
+    message: str | None = None  # that exception's first line alone
 
     @property
     def ok(self) -> bool:
@@ -87,10 +89,15 @@ def progress(text: str) -> None:
     os.replace(tmp, _progress_file)  # the parent never reads half a line
 
 
+def first_line(e: BaseException) -> str:
+    """An exception's first line, without C++ frames ("" when it says nothing)."""
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    return next((x for x in lines if not x.startswith(("Exception raised from", "frame #"))), "")
+
+
 def reason(e: BaseException) -> str:
     """One line for an exception: its type and first line, without C++ frames, at most 300 characters."""
-    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
-    first = next((x for x in lines if not x.startswith(("Exception raised from", "frame #"))), "")
+    first = first_line(e)
     text = f"{type(e).__name__}: {first}" if first else type(e).__name__
     return text if len(text) <= 300 else text[:297] + "..."
 
@@ -139,7 +146,7 @@ def _rank_main(rank: int, world: int, port: int, target: Callable, args: tuple, 
         traceback.print_exc()  # in full, to the rank's log
         last = traceback.extract_tb(e.__traceback__)[-1:]
         where = f" (at {Path(last[0].filename).name}:{last[0].lineno})" if last else ""
-        torch.save({"error": reason(e) + where}, path)
+        torch.save({"error": reason(e) + where, "raised": type(e).__name__, "message": first_line(e)}, path)
         os._exit(1)  # skip tearing down a group whose peers may be gone: that could wait
     torch.save({"result": result}, path)
     try:
@@ -268,9 +275,9 @@ def _outcome(rank: int, code: int | None, stopped: bool, path: Path, timeout_s: 
     if stopped:
         why = saved.get("error") or f"still running after the launch deadline ({timeout_s:g} s) or after " \
                                     "another rank failed, and was stopped"
-        return Outcome(rank, None, None, why, failed_s)
+        return Outcome(rank, None, None, why, failed_s, saved.get("raised"), saved.get("message"))
     if "error" in saved:
-        return Outcome(rank, code, None, saved["error"], failed_s)
+        return Outcome(rank, code, None, saved["error"], failed_s, saved.get("raised"), saved.get("message"))
     if code is not None and code < 0:
         name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
         hint = " (the system may have run out of memory)" if -code == signal.SIGKILL else ""

@@ -5,10 +5,12 @@ form's own shift and normaliser, or ring attention's global log-sum-exp), never 
 
     dV += P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dO * O)),   dQ += dS K,   dK += dS^T Q
 
-With a score modifier, dS is pulled back through it inside the tile (the chain rule under autograd),
-to the raw scores and to any tensor the modifier holds. :class:`FlashBackward` is this pass as an
-autograd Function of its own, so that it can itself be vmapped. The tags [P1] .. [P12] are the
-performance notes in :mod:`attnlab.kernels.flash`.
+The loop over a query tile's key tiles is :func:`backward_tile`, shaped like the forward's
+(:func:`attnlab.kernels.flash.attend`): load a key tile, score, modify, mask, rebuild the weights, then the five
+products. With a score modifier, dS is pulled back through it inside the tile, to the raw scores and to any tensor
+the modifier holds: in closed form for a fused one (its ``grad``, [P12]), else by the chain rule under autograd.
+:class:`FlashBackward` is this pass as an autograd Function of its own, so that it can itself be vmapped. The tags
+[P1] .. [P13] are the performance notes in :mod:`attnlab.kernels.flash`.
 """
 
 from __future__ import annotations
@@ -20,10 +22,9 @@ import torch
 from . import dropout, online, vmap_loop
 from .dropout import NO_DROPOUT, Dropout
 from .dtypes import half_product_fits
-from .flash_tiles import Keys, Tiles, buffer_view, dropout_keep, mask_scores, mask_slice, modify, rounded
+from .flash_tiles import Buffers, Keys, Tiles, buffer_view, mask_slice, rounded
 from .masks import PARTIAL
 from .mods import Mod
-from .online import LN2, LOG2E
 
 
 def delta(dout: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -80,67 +81,116 @@ class Weights:
         return doi, cut(self.shift), cut(self.norm), Di
 
 
-def backward_tiles(q5, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: Dropout = NO_DROPOUT,
+@dataclass(frozen=True)
+class QueryTile:
+    """One query tile on the backward's way: its rows and what forward saved for them, rows as (N, Hkv, G*r, .)."""
+
+    qt: int
+    rows: slice
+    q: torch.Tensor  # (N, Hkv, G*r, E)
+    do: torch.Tensor  # c * dO (N, Hkv, G*r, Ev) [P4]
+    shift: torch.Tensor  # (N, Hkv, G*r, 1): P = exp2(s - shift) [/ norm]
+    norm: torch.Tensor | None
+    D: torch.Tensor  # c * rowsum(dO * O) [P10]
+    lone: torch.Tensor | None  # [P10] its rows that see exactly one key: dS = 0 there
+
+
+@dataclass
+class Grads:
+    """What the backward sums: dq (N, Hkv, G, L, E), dk, dv (N, Hkv, S, .), dbias (the float mask's shape, or None)
+    and one gradient per modifier tensor asked for (None until a tile adds to it)."""
+
+    dq: torch.Tensor
+    dk: torch.Tensor
+    dv: torch.Tensor
+    dbias: torch.Tensor | None
+    dparams: list
+
+    def add_param(self, i: int, g: torch.Tensor | None) -> None:
+        if g is not None:
+            self.dparams[i] = g if self.dparams[i] is None else self.dparams[i] + g
+
+
+def backward_tiles(q, k, v, dout, scale, tiles: Tiles, weights: Weights, drop: Dropout = NO_DROPOUT,
                    mod: Mod | None = None, *, bias_shape=None, mod_params=(), half: torch.dtype | None = None):
-    """FlashAttention-2 backward by recomputation. Returns dq5, dk, dv and (if ``bias_shape``) dbias.
+    """FlashAttention-2 backward by recomputation. Returns dq, dk, dv and (if ``bias_shape``) dbias.
 
     ``weights`` says how each tile's weights are rebuilt (:class:`Weights`). With a score modifier
     ``mod``, dS is pulled back through it tile by tile, and the gradients of the tensors in
     ``mod_params`` are returned as a fifth item (a list). [P7] The outer loop is over query tiles.
-    ``half``: the inputs' half dtype (q5, k, v and dout hold half values, upcast): P^T dO, dS K and
+    ``half``: the inputs' half dtype (q, k, v and dout hold half values, upcast): P^T dO, dS K and
     dS^T Q are half-precision matmuls of P and dS rounded to it [P11]; the scores, dP, D and dS are
     float32, and so are the sums dq, dk, dv.
     """
-    N, Hkv, G, L, E = q5.shape
-    dq5, dk, dv = torch.zeros_like(q5), torch.zeros_like(k), torch.zeros_like(v)
-    dk3 = dk.view(N * Hkv, *dk.shape[2:])  # (N*Hkv, S, E): the same memory, for batched matmuls
-    dbias = q5.new_zeros(bias_shape) if bias_shape is not None else None
-    dparams = [None] * len(mod_params)
-    keys = Keys.of(k, v, tiles, drop, mod, G, scale, half, spare=False, q=q5)
+    N, Hkv, G, L, E = q.shape
+    g = Grads(torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v),
+              q.new_zeros(bias_shape) if bias_shape is not None else None, [None] * len(mod_params))
+    keys = Keys.of(q, k, tiles, drop, mod, scale)
     n = N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, k.shape[2])
-    capped = keys.closed is not None and keys.closed.cap is not None  # [P12] the soft-cap's slope kept per tile
-    bufs = (q5.new_empty(n), q5.new_empty(n), q5.new_empty(n) if capped else None)  # [P3] scores, dP (, slope)
-    hbuf = None if half is None else q5.new_empty(n, dtype=half)  # [P3] [P11] P, then dS, rounded
+    fused = keys.score.fused
+    bufs = Buffers.of(q, n, fused is not None and fused.scratch, half)  # [P3] scores, the slope [P12], P or dS [P11]
+    dP_buf = q.new_empty(n)  # [P3] dP
+    k_half = k.to(half) if half is not None else None  # [P11] exact: k holds half values, upcast
     for qt, rows in tiles.query_tiles():
-        # -- 1. this query tile, and its rows' saved numbers --
-        qi = q5[:, :, :, rows].reshape(N, Hkv, G * (rows.stop - rows.start), E)
-        doi, shift, norm, Di = weights.rows(rows, dout)
-        R = qi.shape[2]
-        qih, doih = (qi.reshape(N * Hkv, R, E).to(half), doi.to(half)) if half is not None else (None, None)
-        # [P1] the scores by the same product as forward's: P is rebuilt bit for bit (tile forward)
-        walk = (qi, doi, shift, norm, keys, bufs, qt, rows)
+        # -- this query tile, and its rows' saved numbers --
+        do, shift, norm, D = weights.rows(rows, dout)
         lone = _lone_rows(tiles, qt, rows, N, Hkv, G) if weights.whole else None  # [P10]
-        # -- 2. each key tile: dV, dS, then dQ (this tile's own) and dK --
-        dqi = torch.zeros_like(qi)
-        for cols, P, dP, keep, through in _key_tiles(*walk):
-            Pk = P if keep is None else P * keep
-            if half is None:
-                dv[:, :, cols] += torch.matmul(Pk.transpose(-2, -1), doi)
-            else:  # [P11] P rounded to the input dtype; the half product is added into the float32 dV
-                dv[:, :, cols] += torch.matmul(rounded(hbuf, Pk).transpose(-2, -1), doih)
-            dS = dP.sub_(Di).mul_(P)  # dS = P * (dP - D), D from forward's output [P10]
-            if lone is not None:
-                dS.masked_fill_(lone, 0.0)  # [P10] one visible key: its weight is 1 whatever its score
-            if dbias is not None:
-                _add_bias_grad(dbias, dS.view(N, Hkv * G, -1, dS.shape[-1]), rows, cols)
-            if keys.closed is not None:  # [P12] the chain rule in closed form
-                dparams = _through_closed(keys, through, mod_params, dS, dparams, rows, cols)
-            elif through is not None:  # chain rule through the modifier: dS to the raw scores and its tensors
-                dS, dparams = _through_mod(*through, mod_params, dS, dparams)
-            if half is None:
-                dqi.add_(torch.matmul(dS, k[:, :, cols]))
-                dk3[:, cols].baddbmm_(dS.view(N * Hkv, R, -1).transpose(1, 2), qi.reshape(N * Hkv, R, E),
-                                      alpha=scale)  # [P1] dk += scale * dS^T q
-            else:  # [P11] dS rounded to the input dtype once, for both half products; dk scaled at the end
-                dSh = rounded(hbuf, dS)
-                dqi.add_(torch.matmul(dSh, keys.kh[:, :, cols]))
-                dk3[:, cols].add_(torch.bmm(dSh.view(N * Hkv, R, -1).transpose(1, 2), qih))
-        dq5[:, :, :, rows] = (dqi * scale).view(N, Hkv, G, rows.stop - rows.start, E)
+        qi = q[:, :, :, rows].reshape(N, Hkv, G * (rows.stop - rows.start), E)
+        dqi = backward_tile(QueryTile(qt, rows, qi, do, shift, norm, D, lone), keys, k, k_half, v, bufs, dP_buf, g,
+                            mod_params, scale)
+        g.dq[:, :, :, rows] = (dqi * scale).view(N, Hkv, G, rows.stop - rows.start, E)
     if half is not None:
-        dk.mul_(scale)
+        g.dk.mul_(scale)
     if mod is not None:
-        return dq5, dk, dv, dbias, dparams
-    return dq5, dk, dv, dbias
+        return g.dq, g.dk, g.dv, g.dbias, g.dparams
+    return g.dq, g.dk, g.dv, g.dbias
+
+
+def backward_tile(t: QueryTile, keys: Keys, k, k_half, v, bufs: Buffers, dP_buf, g: Grads, mod_params,
+                  scale: float) -> torch.Tensor:
+    """THE BACKWARD LOOP: one query tile against its key tiles; adds to dK, dV (and dbias, the modifier's tensors)
+    in ``g`` and returns the tile's dQ / scale. ``k_half``: k in the half dtype of the weight matmuls [P11], else
+    None. [P1] The scores are made by the same product as forward's, so P is rebuilt bit for bit."""
+    N, Hkv, R, E = t.q.shape
+    half = bufs.half is not None
+    q_half, do_half = (t.q.reshape(N * Hkv, R, E).to(bufs.half.dtype), t.do.to(bufs.half.dtype)) if half else (None,
+                                                                                                                 None)
+    dk_bmm = g.dk.view(N * Hkv, *g.dk.shape[2:])  # (N*Hkv, S, E): the same memory, for batched matmuls
+    dqi = torch.zeros_like(t.q)
+    for kt, cols, kind in keys.tiles.key_tiles(t.qt, t.rows):  # -- 1. load a key tile --
+        s = keys.product(t.q, bufs.scores, cols)  # -- 2. score, as forward did [P1] --
+        s, through = keys.modify_for_grad(s, t.rows, cols, bufs)  # -- 3. modify, keeping what the chain rule needs
+        if kind == PARTIAL:  # -- 4. mask --
+            keys.tiles.mask(s, t.qt, kt, t.rows, cols, keys.score.G)
+        P = s.sub_(t.shift).exp2_()  # -- 5. the weights, rebuilt from the saved shift (and normaliser) [P8] --
+        if t.norm is not None:
+            P.div_(t.norm)  # exp(s - m) / l, divided as forward divided: a lone key's weight is exactly 1
+        # -- 6. dV += P^T dO and dP = dO V^T, dropped where forward dropped --
+        dP = torch.matmul(t.do, v[:, :, cols].transpose(-2, -1), out=buffer_view(dP_buf, P.shape))
+        keep = keys.keep(s, t.rows, cols)
+        Pk = P if keep is None else P * keep
+        if keep is not None:
+            dP.mul_(keep)
+        if not half:
+            g.dv[:, :, cols] += torch.matmul(Pk.transpose(-2, -1), t.do)
+        else:  # [P11] P rounded to the input dtype; the half product is added into the float32 dV
+            g.dv[:, :, cols] += torch.matmul(rounded(bufs.half, Pk).transpose(-2, -1), do_half)
+        # -- 7. dS = P (dP - D), through the modifier to the raw scores --
+        dS = dP.sub_(t.D).mul_(P)  # D from forward's output [P10]
+        if t.lone is not None:
+            dS.masked_fill_(t.lone, 0.0)  # [P10] one visible key: its weight is 1 whatever its score
+        if g.dbias is not None:
+            _add_bias_grad(g.dbias, keys.heads(dS), t.rows, cols)
+        dS = _through(keys, dS, through, t.rows, cols, g, mod_params)
+        # -- 8. dQ += dS K (this tile's own), dK += scale dS^T Q [P1] --
+        if not half:
+            dqi.add_(torch.matmul(dS, k[:, :, cols]))
+            dk_bmm[:, cols].baddbmm_(dS.view(N * Hkv, R, -1).transpose(1, 2), t.q.reshape(N * Hkv, R, E), alpha=scale)
+        else:  # [P11] dS rounded to the input dtype once, for both half products; dk scaled at the end
+            dS_half = rounded(bufs.half, dS)
+            dqi.add_(torch.matmul(dS_half, k_half[:, :, cols]))
+            dk_bmm[:, cols].add_(torch.bmm(dS_half.view(N * Hkv, R, -1).transpose(1, 2), q_half))
+    return dqi
 
 
 def _lone_rows(tiles: Tiles, qt: int, rows: slice, N: int, Hkv: int, G: int) -> torch.Tensor | None:
@@ -152,63 +202,24 @@ def _lone_rows(tiles: Tiles, qt: int, rows: slice, N: int, Hkv: int, G: int) -> 
     return lone.expand(Nb, Hkv * G, r).reshape(Nb, Hkv, G * r, 1)
 
 
-def _key_tiles(qi, doi, shift, norm, keys: Keys, bufs, qt: int, rows: slice):
-    """Each computed key tile of one query tile: (cols, P, dP, keep, through), weights rebuilt, dP = c dO V^T.
-
-    ``qi`` (N, Hkv, G*r, E) is the query tile (its scores: :meth:`Keys.product`); ``shift`` / ``norm``
-    (N, Hkv, G*r, 1) rebuild P (:class:`Weights`). P and dP live in the two reused buffers ``bufs``: use
-    them before the next.
-    With a score modifier, ``through`` is (modified scores, raw scores) with the graph between them,
-    for the chain rule; else None.
-    """
-    for kt, cols, kind in keys.tiles.key_tiles(qt, rows):
-        # -- 1. scores, through the modifier under autograd when there is one (a built-in: fused [P12]) --
-        if keys.mod is None or keys.closed is not None:
-            slope = None if bufs[2] is None else buffer_view(bufs[2], (*qi.shape[:3], cols.stop - cols.start))
-            s, through = keys.scores(qi, bufs[0], qt, rows, kt, cols, kind, slope=slope), slope
-        else:
-            raw = keys.product(qi, bufs[0], cols).mul_(LN2).detach().requires_grad_(True)  # [P8] natural units
-            with torch.enable_grad():  # a modifier that works in place gets a copy: raw is a leaf of the graph
-                modded = modify(keys.mod, raw.clone() if keys.tiles.mod_in_place else raw, keys.G, rows, cols)
-            s, through = modded.detach() * LOG2E, (modded, raw)
-            if kind == PARTIAL:
-                mask_scores(s, keys.tiles.tile(qt, kt, rows, cols), keys.G)
-        # -- 2. the tile's weights, recomputed from the saved shift (and normaliser) --
-        P = s.sub_(shift).exp2_()  # [P8]
-        if norm is not None:
-            P.div_(norm)  # exp(s - m) / l, divided as forward divided: a lone key's weight is exactly 1
-        # -- 3. dP = dO V^T, dropped where forward dropped --
-        dP = torch.matmul(doi, keys.v[:, :, cols].transpose(-2, -1), out=buffer_view(bufs[1], P.shape))
-        keep = dropout_keep(keys.drop, s, keys.G, rows, cols) if keys.drop.active else None
-        if keep is not None:
-            dP.mul_(keep)
-        yield cols, P, dP, keep, through
-
-
-def _through_closed(keys: Keys, slope, params, dS, dparams, rows: slice, cols: slice):
-    """[P12] dS (N, Hkv, G*r, c) w.r.t. a built-in's modified scores, to the raw ones, in place: times the soft-cap's
-    slope 1 - tanh^2; unchanged by an added bias, whose tensor's gradient (when asked for) is summed from it."""
-    if slope is not None:
-        dS.mul_(slope)
-    elif params and params[0] is not None:
-        N, Hkv, _, c = dS.shape
-        g = keys.closed.grad(dS.view(N, Hkv * keys.G, -1, c), rows, cols)
-        dparams[0] = g if dparams[0] is None else dparams[0] + g
-    return dparams
-
-
-def _through_mod(modded, raw, params, dS, dparams):
-    """Backpropagate dS (w.r.t. the modified scores) through the modifier: d raw scores, and add to d params."""
+def _through(keys: Keys, dS, through, rows: slice, cols: slice, g: Grads, params) -> torch.Tensor:
+    """dS (N, Hkv, G*r, c) w.r.t. the modified scores -> w.r.t. the raw ones, and the modifier's tensors' gradients
+    added to ``g``: in closed form for a fused modifier [P12] (its ``grad``: the soft-cap's slope, a bias's sum),
+    by autograd through the graph ``through`` = (modified, raw) for a function."""
+    fused = keys.score.fused
+    if fused is not None:
+        g.add_param(0, fused.grad(keys.heads(dS), rows, cols, through, bool(params) and params[0] is not None))
+        return dS
+    if through is None:
+        return dS
+    modded, raw = through
     want = [t for t in params if t is not None]
     grads = torch.autograd.grad(modded, [raw, *want], dS, allow_unused=True)
     it = iter(grads[1:])
     for i, t in enumerate(params):
-        if t is None:
-            continue
-        g = next(it)
-        if g is not None:
-            dparams[i] = g if dparams[i] is None else dparams[i] + g
-    return grads[0], dparams
+        if t is not None:
+            g.add_param(i, next(it))
+    return grads[0]
 
 
 def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, rows: slice, cols: slice) -> None:
@@ -219,18 +230,18 @@ def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, rows: slice, cols: sli
 
 
 class FlashBackward(torch.autograd.Function):
-    """(dout, q5, k, v, bias, m, l, out, cfg, wants, *mod_params) -> (dq5, dk, dv, dbias or None, *dparams).
+    """(dout, q, k, v, bias, m, l, out, cfg, wants, *mod_params) -> (dq, dk, dv, dbias or None, *dparams).
 
     ``out`` is forward's own output in the working dtype (before any rounding to a half input dtype): D = rowsum(dO * O)
     is taken from it [P10]."""
 
     @staticmethod
-    def forward(dout, q5, k, v, bias, m, l, out, cfg, wants, *mod_params):
+    def forward(dout, q, k, v, bias, m, l, out, cfg, wants, *mod_params):
         tiles, scale, drop, mod, half = cfg
         want = [t if w else None for t, w in zip(mod_params, wants[1:], strict=True)]
         dout = dout.contiguous()
-        half = _backward_half(half, q5, k, v, dout, tiles, drop, mod)
-        grads = backward_tiles(q5, k, v, dout, scale, tiles, Weights.from_norm(m, l, delta(dout, out)), drop, mod,
+        half = _backward_half(half, q, k, v, dout, tiles, drop, mod)
+        grads = backward_tiles(q, k, v, dout, scale, tiles, Weights.from_norm(m, l, delta(dout, out)), drop, mod,
                                bias_shape=bias.shape if wants[0] else None, mod_params=want, half=half)
         return (*grads[:4], *(grads[4] if mod is not None else ()))
 
@@ -249,7 +260,7 @@ class FlashBackward(torch.autograd.Function):
         return vmap_loop.loop(FlashBackward, info, in_dims, *args)
 
 
-def _backward_half(half, q5, k, v, dout, tiles: Tiles, drop: Dropout, mod) -> torch.dtype | None:
+def _backward_half(half, q, k, v, dout, tiles: Tiles, drop: Dropout, mod) -> torch.dtype | None:
     """[P11] The backward's matmul dtype: ``half``, unless it is float16 and a product could pass 65504.
 
     With P <= 1 and the keep-mask at most f = 1/(1-p): |dP_ij| <= f |dO_i| |v_j| and |D_i| <= |dO_i| |O_i|
@@ -262,9 +273,9 @@ def _backward_half(half, q5, k, v, dout, tiles: Tiles, drop: Dropout, mod) -> to
     if mod is not None:
         return None
     f = dropout.factor(drop.p) if drop.active else 1.0
-    R = q5.shape[2] * min(tiles.block_q, q5.shape[3])
-    ds = 2 * f * float(dout.norm(dim=-1).amax()) * float(v.norm(dim=-1).amax())
-    worst = max(ds, R * f * float(dout.abs().amax()), ds * float(k.abs().amax()), R * ds * float(q5.abs().amax()))
+    R = q.shape[2] * min(tiles.block_q, q.shape[3])
+    ds = 2 * f * online.qk_bound(dout, v)  # |dO_i . v_j| <= |dO_i| |v_j|
+    worst = max(ds, R * f * float(dout.abs().amax()), ds * float(k.abs().amax()), R * ds * float(q.abs().amax()))
     return half if half_product_fits(half, worst) else None
 
 

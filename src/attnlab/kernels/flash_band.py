@@ -15,11 +15,11 @@ copy every band (9x the keys for a window of 512). Uneven bands (documents) are 
 holds at most ``BATCH_SCORES`` scores per head (4 MiB), so its scores stay in the cache between the
 five operations. Scores are in base-2 units, as in :mod:`attnlab.kernels.flash` ([P8] there).
 
-The plan (ranges, batches and the additive mask of each batch's edge columns) depends only on the
-mask and the sizes, so it is built once and cached, like the block map. The flash form uses it only
-when it does less work than the tiles: the bands cover at most ``MAX_FRACTION`` of L x S (never full
-or causal attention), and compute at most ``SHARE_OF_TILES`` of the scores of the tiles the mask
-does not skip (documents aligned to the tiles leave the tile walk nothing to waste).
+The layout of the bands (:class:`Bands`: ranges, batches and the additive mask of each batch's edge columns)
+depends only on the mask and the sizes, so it is built once and cached, like the block map. The flash form's plan
+(:mod:`attnlab.kernels.flash_plan`) takes the bands only where they do less work than the tiles: they cover at
+most ``MAX_FRACTION`` of L x S (never full or causal attention), and compute at most ``SHARE_OF_TILES`` of the
+scores of the tiles the mask does not skip (documents aligned to the tiles leave the tile walk nothing to waste).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import torch
 from . import online
 from .dtypes import half_product_fits
 from .masks import Mask
+from .mods import Fused
 from .online import LOG2E
 
 BAND_BLOCK_Q = 64  # query rows per band: the band is (rows + window) wide, so fewer rows waste less
@@ -40,7 +41,7 @@ MAX_FRACTION = 0.4  # use bands only when they cover at most this share of all L
 SHARE_OF_TILES = 0.9  # ... and at most this share of the scores of the tiles the mask does not skip (measured,
 # benchmarks/flash_levers.py: a window of 1024 at T = 8192, 0.90 of the tiles' scores, took 0.87 of their time on the
 # bands; 2048, 0.96 of the scores, took 1.08)
-_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # mask -> {sizes: Plan or None}
+_BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # mask -> {sizes: Bands or None}
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,9 @@ class Batch:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Bands:
+    """The key bands of one mask and size: the query tiles' batches, each tile against its one range of keys."""
+
     block_q: int
     pad: int  # zero keys put in front of k and v, so that a band may start before key 0
     batches: tuple
@@ -69,11 +72,12 @@ class Plan:
         return sum((b.t1 - b.t0) * self.block_q * b.W for b in self.batches)
 
 
-def plan(mask: Mask, N: int, H: int, L: int, S: int, rows: int, device="cpu", batch: int | None = None) -> Plan | None:
-    """The band plan for a mask and sizes, or None when the bands would not save work. Cached. ``batch``: the
-    scores per head and batch of bands (None: ``BATCH_SCORES``)."""
+def bands(mask: Mask, N: int, H: int, L: int, S: int, rows: int, device="cpu",
+          batch: int | None = None) -> Bands | None:
+    """The bands for a mask and sizes, or None when they would cover more than ``MAX_FRACTION`` of L x S. Cached.
+    ``batch``: the scores per head and batch of bands (None: ``BATCH_SCORES``)."""
     batch = BATCH_SCORES if batch is None else batch
-    built = _PLANS.setdefault(mask, {})
+    built = _BUILT.setdefault(mask, {})
     key = (N, H, L, S, rows, batch, str(device))
     if key not in built:
         built[key] = _build(mask, N, H, L, S, rows, device, batch)
@@ -110,7 +114,7 @@ def _build(mask, N, H, L, S, bq, device, batch):
                              tuple(cols), tuple(_additive(m[..., c0:c1]) for c0, c1 in cols)))
         t = t1
     rel = torch.cat(reach)
-    return Plan(bq, pad, tuple(batches), (int(rel.max()), int(rel.min())) if rel.numel() else None)
+    return Bands(bq, pad, tuple(batches), (int(rel.max()), int(rel.min())) if rel.numel() else None)
 
 
 def _round(width: int) -> int:
@@ -146,124 +150,118 @@ def _runs(flags: list) -> list:
     return runs
 
 
-def forward(q5, k, v, scale, p: Plan, safe_logit: float = online.SAFE_LOGIT, half: torch.dtype | None = None,
-            closed=None):
+@dataclass(frozen=True)
+class _Call:
+    """What every batch of one band forward reads: the queries in tile-major rows, the keys and values (and the
+    early batches' copies behind their zero rows), the results being written, and how scores are made."""
+
+    qs: torch.Tensor  # (Z, nq, G*bq, E) with Z = N*Hkv
+    kv: tuple  # (k3, v3, kp, vp): k and v as (Z, S, .), and the copies with p.pad zero rows in front
+    out: tuple  # (out, l, m): (Z, nq, G*bq, Ev), (Z, nq, G*bq, 1) twice
+    bufs: tuple  # (scores, scratch, half): one batch each [P3], the soft-cap's scratch, the rounded weights [P11]
+    how: tuple  # (alpha, bounded, mod, bound): the product's alpha, shift 0, the fused modifier, |alpha q.k| bound
+
+
+def forward(q, k, v, scale, p: Bands, half: torch.dtype | None = None, mod: Fused | None = None, rule=None):
     """Out (N, Hkv, G, L, Ev), lse (N, Hkv, G, L) and each row's (shift, normaliser) in base-2 units, as
     :func:`attnlab.kernels.flash.forward_tiles` with ``keep_norm=True`` gives them (:func:`online.finish`).
 
     ``half``: the inputs' half dtype; the weights are rounded to it and multiplied by the values in it,
     the sums kept in float32 (flash.py [P11]). A band holds a row's every key, so its product is
-    rounded once, not once per tile. float16 always subtracts the max (exp(40) would overflow it).
+    rounded once, not once per tile.
 
-    ``closed``: a built-in modifier (:class:`attnlab.kernels.mods.Closed`), fused as the tiles fuse it (flash.py
-    [P12]). Soft-capping: the band's product is 2 q.k scale / cap, one tanh (as expm1) times cap * log2(e); a cap
-    of at most ``safe_logit`` bounds every score. ALiBi and T5's bias: one add per head of the band's bias in
-    base-2 units (:func:`_additive_mod`), made once per batch -- once per call for a window, whose bands all have
-    the same distances. Each takes the bounded path when :meth:`Closed.bounded` says no score can pass
-    ``safe_logit`` (ALiBi: from the plan's reach, the distances the mask lets a row see)."""
-    cap = closed.cap if closed is not None else None
-    adds = closed if closed is not None and cap is None else None
-    N, Hkv, G, L, E = q5.shape
+    ``mod``: a fused modifier (:class:`attnlab.kernels.mods.Fused`), fused as the tiles fuse it (flash.py [P12]):
+    the soft-cap's tanh on each band, ALiBi's and T5's bias made once per batch -- once per call for a window, whose
+    bands all have the same distances -- and added per head. ``rule``: the plan's bounded rule
+    (:class:`attnlab.kernels.flash_plan.Bounded`, with the bands' own reach), or None for the running max: the
+    bands take shift 0 when it allows |q.k| over the whole call (flash.py [P2])."""
+    N, Hkv, G, L, E = q.shape
     Ev = v.shape[3]
     bq, Z = p.block_q, N * Hkv
     nq = -(-L // bq)
     # scale and log2(e) ride on the score matmul (exp2 of these scores is exp of the true ones; flash.py [P1]);
     # q is read contiguous: a transposed q (as transformers passes it) cannot be viewed below
-    alpha = online.product_alpha(scale, cap)
-    qs = q5.contiguous()
-    if nq * bq != L:  # pad the last tile's rows; the plan's mask hides nothing there, they are dropped
+    alpha = scale * LOG2E if mod is None else mod.alpha(scale)
+    qs = q.contiguous()
+    if nq * bq != L:  # pad the last tile's rows; the mask hides nothing there, they are dropped
         qs = torch.cat([qs, qs.new_zeros(N, Hkv, G, nq * bq - L, E)], dim=3)
     qs = qs.view(Z, G, nq, bq, E).transpose(1, 2).reshape(Z, nq, G * bq, E)  # tile-major rows
-    # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], exp needs no shift
-    qk = online.qk_bound(qs, k)
-    clamp = not online.expm1_fits(qk * abs(alpha))
-    bounded = half != torch.float16 and online.bounded(qk, scale, safe_logit, closed, p.reach)
+    qk = online.qk_bound(qs, k)  # |q.k| <= |q| |k|: when no score can leave [-safe_logit, safe_logit], no shift
+    bounded = rule is not None and rule.allows(qk)
     if half == torch.float16 and not half_product_fits(half, max(b.W for b in p.batches) * float(v.abs().amax())):
         half = None  # |P V| <= W max|v| with P <= 1: a float16 product could pass 65504
-    out = q5.new_empty(Z, nq, G * bq, Ev)  # per row: the weighted sum of its values, then divided by l
-    l_all = q5.new_empty(Z, nq, G * bq, 1)  # per row: the sum of its weights
-    m_all = q5.new_zeros(Z, nq, G * bq, 1)  # per row: the shift (0 when bounded)
     k3, v3 = k.reshape(Z, -1, E), v.reshape(Z, -1, Ev)
-    early = [min(b.starts) < p.pad for b in p.batches]  # batches with a band that starts before key 0
-    front = max((max(b.starts) + b.W for b, e in zip(p.batches, early, strict=True) if e), default=p.pad) - p.pad
     if half is not None:  # [P11] the values in the half dtype (exact: they are half values upcast)
         v3 = v3.to(half)
-    kp, vp = _front(k3, p.pad, front), _front(v3, p.pad, front)  # only the keys they reach are copied
-    buf = q5.new_empty(max((b.t1 - b.t0) * G * bq * b.W for b in p.batches))  # one batch of scores, reused
-    hbuf = None if half is None else torch.empty_like(buf, dtype=half)  # [P11] the weights, rounded
-    spare = torch.empty_like(buf) if cap is not None else None  # the soft-cap's tanh
-    for b, e in zip(p.batches, early, strict=True):
-        nb, W = b.t1 - b.t0, b.W
-        kx, vx, shift = (kp, vp, 0) if e else (k3, v3, p.pad)  # the early keys behind their zeros, or k itself
-        idx = None if b.step is not None and b.step >= 0 else _index(b, q5.device, shift)
-        mod_bias = _additive_mod(adds, b, p, Hkv * G, q5.dtype, q5.device) if adds is not None else None
-        for z in range(Z):  # one head at a time: its bands are a strided view, no copy
-            # -- 1. scores of the batch's query tiles against their bands --
-            s = buf[:nb * G * bq * W].view(nb, G * bq, W)  # written in place: no fresh pages per batch
-            band = _band(kx[z], b, idx, shift).transpose(1, 2)
-            torch.baddbmm(s, qs[z, b.t0:b.t1], band, beta=0, alpha=alpha, out=s)
-            if cap is not None:  # the soft-cap, as flash_tiles.Keys.fused_mod takes it
-                online.tanh_(s, spare[:s.numel()].view(s.shape), cap * LOG2E, doubled=True, clamp=clamp)
-            s4 = s.view(nb, G, bq, W)
-            if mod_bias is not None:  # ALiBi's slope x distance, or T5's gathered table, for this key head's G heads
-                _add_mod(s4, mod_bias, z % Hkv, G)
-            for (c0, c1), bias in zip(b.cols, b.bias, strict=True):  # -inf only where some row does not see
-                hide = _bias_of(bias, z, Hkv, G)
-                if bounded:  # finite scores: one add ([P9] in flash.py)
-                    s4[..., c0:c1].add_(hide)
-                else:  # a score may be +inf, and +inf - inf is NaN: fill instead
-                    s4[..., c0:c1].masked_fill_(torch.isneginf(hide), float("-inf"))
-            # -- 2. the softmax of each row, complete: its band holds every key it sees (one online step) --
-            if not bounded:
-                m = online.safe_shift(s.amax(dim=-1, keepdim=True))  # a row that sees nothing: shift 0, not -inf
-                s.sub_(m)
-                m_all[z, b.t0:b.t1] = m
-            l_all[z, b.t0:b.t1] = s.exp2_().sum(dim=-1, keepdim=True)
-            # -- 3. weights @ values, normalised below --
-            if hbuf is None:
-                torch.bmm(s, _band(vx[z], b, idx, shift), out=out[z, b.t0:b.t1])
-            else:  # [P11] P rounded to the input dtype, a half product into the float32 output
-                hs = hbuf[:s.numel()].view(s.shape).copy_(s)
-                out[z, b.t0:b.t1].copy_(torch.bmm(hs, _band(vx[z], b, idx, shift)))
+    front = max((max(b.starts) + b.W for b in p.batches if min(b.starts) < p.pad), default=p.pad) - p.pad
+    buf = q.new_empty(max((b.t1 - b.t0) * G * bq * b.W for b in p.batches))  # one batch of scores, reused
+    call = _Call(qs, (k3, v3, _front(k3, p.pad, front), _front(v3, p.pad, front)),  # only the keys they reach
+                 (q.new_empty(Z, nq, G * bq, Ev), q.new_empty(Z, nq, G * bq, 1), q.new_zeros(Z, nq, G * bq, 1)),
+                 (buf, torch.empty_like(buf) if mod is not None and mod.scratch else None,
+                  None if half is None else torch.empty_like(buf, dtype=half)),
+                 (alpha, bounded, mod, qk * abs(alpha)))
+    for b in p.batches:
+        _batch(call, b, p, Hkv, G)
 
     def rows(x):  # (Z, nq, G*bq, ...) in tile-major rows -> (N, Hkv, G, L, ...)
         x = x.view(Z, nq, G, bq, *x.shape[3:]).transpose(1, 2).reshape(N, Hkv, G, nq * bq, *x.shape[3:])
         return x[:, :, :, :L]
 
+    out, l_all, m_all = call.out
     out, lse, shift, l = online.finish(m_all[..., 0], l_all[..., 0], out)  # rows that see no key: out 0
     return rows(out), rows(lse), (rows(shift), rows(l))
 
 
-def _additive_mod(closed, b: Batch, p: Plan, H: int, dtype, device) -> tuple:
-    """What ALiBi or T5's bias adds to a batch's scores, in base-2 units, for :func:`_add_mod`: ALiBi's
-    (slopes (H,), distance (nb or 1, 1, bq, W)), T5's (None, bias (H, nb or 1, bq, W)). The distance
-    kv_idx - q_idx of row r of tile t against column c of its band is starts[t] - pad + c - (t0 + t) * bq - r:
-    the same for every tile of a batch whose bands step by exactly bq (a window), so one is kept then."""
+def _batch(call: _Call, b: Batch, p: Bands, Hkv: int, G: int) -> None:
+    """One batch of bands, one head at a time (its bands are a strided view of its keys, no copy)."""
+    k3, v3, kp, vp = call.kv
+    early = min(b.starts) < p.pad  # a band that starts before key 0: the keys behind their zero rows
+    kx, vx, shift = (kp, vp, 0) if early else (k3, v3, p.pad)
+    idx = None if b.step is not None and b.step >= 0 else _index(b, k3.device, shift)
+    alpha, bounded, mod, bound = call.how
+    made = None if mod is None else mod.band_bias(_distances(b, p, k3.device), Hkv * G, call.qs.dtype, k3.device,
+                                                  BATCH_SCORES)
+    out, l_all, m_all = call.out
+    buf, scratch, half_buf = call.bufs
+    nb, W = b.t1 - b.t0, b.W
+    for z in range(k3.shape[0]):
+        # -- 1. scores of the batch's query tiles against their bands, modified [P12] --
+        s = buf[:nb * G * p.block_q * W].view(nb, G * p.block_q, W)  # written in place: no fresh pages per batch
+        torch.baddbmm(s, call.qs[z, b.t0:b.t1], _band(kx[z], b, idx, shift).transpose(1, 2), beta=0, alpha=alpha,
+                      out=s)
+        s4 = s.view(nb, G, p.block_q, W)
+        if mod is not None:
+            mod.band(s4, made, z % Hkv, None if scratch is None else scratch[:s.numel()].view(s4.shape), bound)
+        # -- 2. masked: -inf only where some row does not see --
+        for (c0, c1), bias in zip(b.cols, b.bias, strict=True):
+            hide = _bias_of(bias, z, Hkv, G)
+            if bounded:  # finite scores: one add ([P9] in flash.py)
+                s4[..., c0:c1].add_(hide)
+            else:  # a score may be +inf, and +inf - inf is NaN: fill instead
+                s4[..., c0:c1].masked_fill_(torch.isneginf(hide), float("-inf"))
+        # -- 3. the softmax of each row, complete: its band holds every key it sees (one online step, no rescale) --
+        if bounded:
+            s.exp2_()
+        else:
+            m_all[z, b.t0:b.t1] = online.shift_(s).unsqueeze(-1)  # a row that sees nothing: shift 0, not -inf
+        l_all[z, b.t0:b.t1] = s.sum(dim=-1, keepdim=True)
+        # -- 4. weights @ values, normalised by online.finish --
+        if half_buf is None:
+            torch.bmm(s, _band(vx[z], b, idx, shift), out=out[z, b.t0:b.t1])
+        else:  # [P11] P rounded to the input dtype, a half product into the float32 output
+            p_half = half_buf[:s.numel()].view(s.shape).copy_(s)
+            out[z, b.t0:b.t1].copy_(torch.bmm(p_half, _band(vx[z], b, idx, shift)))
+
+
+def _distances(b: Batch, p: Bands, device) -> torch.Tensor:
+    """kv_idx - q_idx of row r of tile t against column c of its band, (nb or 1, bq, W): starts[t] - pad + c
+    - (t0 + t) * bq - r, the same for every tile of a batch whose bands step by exactly bq (a window): one is kept."""
     bq = p.block_q
     first = torch.tensor(b.starts, device=device) - p.pad - torch.arange(b.t0, b.t1, device=device) * bq  # (nb,)
     if bool((first == first[0]).all()):
         first = first[:1]
-    rel = (first.view(-1, 1, 1) + torch.arange(b.W, device=device).view(1, 1, -1)
-           - torch.arange(bq, device=device).view(1, -1, 1))  # (nb or 1, bq, W)
-    t = closed.param.detach().to(device, dtype)[:H] * LOG2E
-    if closed.slopes is not None:
-        return t, rel.unsqueeze(1).to(dtype)
-    if rel.shape[0] == 1 or H * rel.numel() <= BATCH_SCORES:  # all heads at once while it stays small
-        return None, t[:, closed.bucket(rel)]
-    return None, (t, closed.bucket(rel))  # each head gathers its own when it is used
-
-
-def _add_mod(s4: torch.Tensor, mod_bias: tuple, hk: int, G: int) -> None:
-    """Add the modifier's bias for key head hk's G query heads to their scores s4 (nb, G, bq, W), in place."""
-    slopes, bias = mod_bias
-    heads = slice(hk * G, (hk + 1) * G)
-    if slopes is not None:
-        s4.addcmul_(slopes[heads].view(1, G, 1, 1), bias)
-    elif isinstance(bias, tuple):
-        table, buckets = bias
-        s4.add_(table[heads][:, buckets].transpose(0, 1))
-    else:
-        s4.add_(bias[heads].transpose(0, 1))
+    return (first.view(-1, 1, 1) + torch.arange(b.W, device=device).view(1, 1, -1)
+            - torch.arange(bq, device=device).view(1, -1, 1))  # (nb or 1, bq, W)
 
 
 def _front(x: torch.Tensor, pad: int, n: int) -> torch.Tensor:

@@ -11,7 +11,8 @@ multiple of ``QUANTUM``, so that calls share a few masks and their block maps an
 form runs each run of key heads with the same window as a call of its own (the bands, or the tiles with the
 window's block map); heads that would gain little run together, causal. It needs finite values (0 x inf is NaN
 in the full sum) and no dropout (whose keep-mask depends on the head). :func:`reach` is what the mask's closed
-form says about the distances a row sees, which ALiBi's bounds (:meth:`Closed.bounded`) use.
+form says about the distances a row sees, which the fused modifiers' bounds (:meth:`attnlab.kernels.mods.Fused.bounded`)
+use.
 
 Measured (AMD EPYC, 2 threads, float32, B = 1, H = 8, d = 64, ALiBi's paper slopes, causal): 5 of the 8 heads
 run over windows of 320 to 4416 keys at T = 8192, and the split took 1.02 of the unsplit form's time forward
@@ -29,6 +30,7 @@ import math
 import torch
 
 from . import masks, online
+from .mods import ALiBi
 from .online import LN2, SAFE_LOGIT
 
 _WINDOWS: dict = {}  # window -> its Mask, one instance each: its block maps and band plans are cached with it
@@ -52,7 +54,7 @@ def window(w: int):
     return _WINDOWS[w]
 
 
-def alibi_heads(a, mod, work, half) -> list | None:
+def alibi_heads(args, mod, work, half) -> list | None:
     """[P13] ALiBi under the causal mask, on the bounded path: the runs of key heads ``(h0, h1, window or None)``
     whose weights of keys more than ``window - 1`` back are all exactly 0, or None when no head gains.
 
@@ -61,22 +63,22 @@ def alibi_heads(a, mod, work, half) -> list | None:
     dtype once log2(e) (2 |q.k| scale - slope d) < -(the exponent of its least subnormal + 2): 151 in float32
     (bfloat16 weights round from float32 ones), 1076 in float64. Dropping those keys changes no number but the
     order of the sums; the values must be finite (0 x inf is NaN in the full sum)."""
-    closed = mod.closed if mod is not None else None
-    if closed is None or closed.slopes is None or not a.is_causal or a.L > a.S or a.dropout_p > 0 or \
-            a.attn_mask is not None or half == torch.float16 or work not in (torch.float32, torch.float64):
+    if not isinstance(mod, ALiBi) or not args.is_causal or args.L > args.S or args.dropout_p > 0 or \
+            args.attn_mask is not None or half == torch.float16 or work not in (torch.float32, torch.float64):
         return None
-    if WORTH * a.L < QUANTUM or closed.slopes.numel() < a.H or torch._C._functorch.is_functorch_wrapped_tensor(a.q):
+    vmapped = torch._C._functorch.is_functorch_wrapped_tensor(args.q)
+    if WORTH * args.L < QUANTUM or mod.slopes.numel() < args.H or vmapped:
         return None  # no window could be taken (decoding); too few slopes (the form's own check names it); vmap
-    qk = online.qk_bound(a.q, a.k) * abs(a.scale)
-    if not math.isfinite(qk) or not closed.bounded(qk, (0, 0), SAFE_LOGIT) or not bool(torch.isfinite(a.v).all()):
+    qk = online.qk_bound(args.q, args.k) * abs(args.scale)
+    if not math.isfinite(qk) or not mod.bounded(qk, (0, 0), SAFE_LOGIT) or not bool(torch.isfinite(args.v).all()):
         return None
     floor = 151 if work == torch.float32 else 1076
-    least = closed.slopes.detach()[:a.H].double().view(a.Hkv, a.groups).amin(dim=1).tolist()  # per key head
+    least = mod.slopes.detach()[:args.H].double().view(args.Hkv, args.groups).amin(dim=1).tolist()  # per key head
     runs: list = []
     for hk, slope in enumerate(least):
         d = (2 * qk + floor * LN2) / slope if slope > 0 else math.inf  # no weight more than d back is nonzero
-        w = -(-(math.floor(d) + 1) // QUANTUM) * QUANTUM if d < a.L else math.inf  # keys i - w < j <= i
-        w = w if w <= WORTH * a.L else None
+        w = -(-(math.floor(d) + 1) // QUANTUM) * QUANTUM if d < args.L else math.inf  # keys i - w < j <= i
+        w = w if w <= WORTH * args.L else None
         if runs and runs[-1][2] == w:
             runs[-1][1] = hk + 1
         else:

@@ -1,11 +1,11 @@
-"""The flash form's tiles: which (query tile, key tile) pairs to compute, and each pair's scores.
+"""The flash form's tiles: which (query tile, key tile) pairs to compute, and the three steps that make a pair's scores.
 
-:class:`Tiles` says what the mask makes of every pair -- EMPTY (skipped), FULL (no elementwise
-mask) or PARTIAL (masked) -- from a mask function's block map (:mod:`attnlab.kernels.masks`) or a
-mask tensor. :class:`Keys` holds what every query tile of one call walks over: the keys and values,
-the tile map, dropout and the score modifier; :meth:`Keys.walk` yields each computed key tile's
-scores, modified and masked, in base-2 units. The forward (:mod:`attnlab.kernels.flash`) and the
-backward (:mod:`attnlab.kernels.flash_backward`) both walk them; the tags [P1] .. [P12] are the
+:class:`Tiles` says what the mask makes of every pair -- EMPTY (skipped), FULL (no elementwise mask) or PARTIAL
+(masked) -- from a mask function's block map (:mod:`attnlab.kernels.masks`) or a mask tensor, and masks a PARTIAL
+tile's scores (:meth:`Tiles.mask`). :class:`Keys` is what every query tile of one call walks over: the keys,
+their tiles, dropout, and :class:`Score`, how a tile's product becomes its scores. Its steps are the loop's
+"score" and "modify" (:meth:`Keys.product`, :meth:`Keys.modify`); the loops themselves are in
+:mod:`attnlab.kernels.flash` (forward) and :mod:`attnlab.kernels.flash_backward`. The tags [P1] .. [P13] are the
 performance notes in :mod:`attnlab.kernels.flash`.
 """
 
@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
 from . import dropout, online
 from .dropout import Dropout
 from .masks import EMPTY, FULL, PARTIAL, Mask, tile_slices
-from .mods import Closed, Mod, indices
+from .mods import Fused, Mod, indices
 from .online import LN2, LOG2E
 
 
@@ -42,8 +43,6 @@ class Tiles:
         self.has_bias = dense is not None and dense.dtype != torch.bool  # a float mask: scores unbounded
         self.bm = mask_fn.block_map(N, H, L, S, block_q, block_k, device) if mask_fn is not None else None
         self._kinds = self.bm.kind.tolist() if self.bm is not None else None  # [P6] Python ints per tile
-        self.band = None  # a flash_band.Plan, when the forward may run as bands instead of tiles
-        self.reach = None  # (largest kv_idx - q_idx any row sees, least over rows of each one's largest), if known
         self.mod_in_place = False  # the score modifier changed its input in place in the forward
         self._additive: dict = {}  # [P9] bool tiles as additive ones, for scores known finite
         self._lone: dict = {}  # [P10] per query tile: its rows that see exactly one key, or None
@@ -64,6 +63,13 @@ class Tiles:
         if self._kinds is None:
             return self.L * self.S
         return sum(kind != EMPTY for row in self._kinds for kind in row) * self.block_q * self.block_k
+
+    def counts(self) -> dict[str, int] | None:
+        """How many tiles per head the mask function's block map makes EMPTY, FULL and PARTIAL (None: no map)."""
+        if self._kinds is None:
+            return None
+        flat = [kind for row in self._kinds for kind in row]
+        return {"empty": flat.count(EMPTY), "full": flat.count(FULL), "partial": flat.count(PARTIAL)}
 
     def kind(self, qt: int, kt: int, rows: slice, cols: slice) -> int:
         if self._kinds is not None:
@@ -115,6 +121,14 @@ class Tiles:
             return self.bm.partial[(qt, kt)]
         return mask_slice(self.dense, rows, cols)
 
+    def mask(self, s: torch.Tensor, qt: int, kt: int, rows: slice, cols: slice, G: int, finite: bool = False) -> None:
+        """-- mask -- A PARTIAL tile's scores s (N, Hkv, G*r, c), in place: -inf where hidden, a float mask added.
+        ``finite``: the scores are known finite (the bounded path [P2]), so a bool mask is one add of 0 / -inf [P9]."""
+        tile = self.tile(qt, kt, rows, cols)
+        if finite and tile.dtype == torch.bool:  # [P9] one add of a cached 0 / -inf tile
+            tile = self.additive(qt, kt, tile, s.dtype)
+        mask_scores(s, tile, G)
+
 
 def mask_slice(m: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
     """Rows and columns of a 4-D mask whose row / column dims may broadcast (size 1)."""
@@ -129,10 +143,10 @@ def buffer_view(buf: torch.Tensor, shape: tuple) -> torch.Tensor:
     return buf[:n].view(shape)
 
 
-def rounded(hbuf: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
-    """[P11] x (float32 weights P or dS) rounded to the half dtype of the reused buffer ``hbuf``, in x's shape:
+def rounded(half_buf: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """[P11] x (float32 weights P or dS) rounded to the half dtype of the reused buffer ``half_buf``, in x's shape:
     FlashAttention's rounding just before a half-precision matmul."""
-    return buffer_view(hbuf, tuple(x.shape)).copy_(x)
+    return buffer_view(half_buf, tuple(x.shape)).copy_(x)
 
 
 def mask_scores(s: torch.Tensor, tile: torch.Tensor, G: int) -> None:
@@ -153,20 +167,7 @@ def dropout_keep(drop: Dropout, s: torch.Tensor, G: int, rows: slice, cols: slic
     return keep.reshape(s.shape).to(s.dtype) * dropout.factor(drop.p)
 
 
-def fused(mod: Mod | None, H: int) -> Closed | None:
-    """[P12] The closed form the flash form fuses for ``mod`` (a built-in) on H query heads, else None. A
-    per-head one must hold every head, as its function checks."""
-    c = getattr(mod, "closed", None)
-    if c is None:
-        return None
-    held = c.param
-    if held is not None and held.shape[0] < H:
-        name = "alibi" if c.slopes is not None else "relative_bias"
-        raise ValueError(f"score modifier {name} holds {held.shape[0]} heads but the attention has at least {H}")
-    return c
-
-
-def modify(mod: Mod, s: torch.Tensor, G: int, rows: slice, cols: slice) -> torch.Tensor:
+def call_mod(mod: Mod, s: torch.Tensor, G: int, rows: slice, cols: slice) -> torch.Tensor:
     """Apply a score modifier to a tile's natural-unit scores (N, Hkv, G*r, c), seen as (N, H, r, c), H = Hkv*G."""
     N, Hkv, _, c = s.shape
     s4 = s.view(N, Hkv * G, -1, c)  # query head h = hk * G + g: the order of the caller's heads
@@ -174,100 +175,114 @@ def modify(mod: Mod, s: torch.Tensor, G: int, rows: slice, cols: slice) -> torch
 
 
 @dataclass(frozen=True)
-class Keys:
-    """What every query tile of one call walks over: keys, values, the tile map, dropout and the modifier."""
+class Buffers:
+    """[P3] One call's reused flat buffers, each one tile of scores long: the scores, the modifier's scratch (the
+    soft-cap's tanh forward, its slope backward), and the weights rounded to the inputs' half dtype [P11]."""
 
-    k: torch.Tensor  # (N, Hkv, S, E)
-    kT3: torch.Tensor  # (N*Hkv, E, S)
-    v: torch.Tensor  # (N, Hkv, S, Ev)
-    tiles: Tiles
-    drop: Dropout
-    mod: Mod | None
-    G: int  # query heads per key head
-    alpha: float  # [P1] [P8] scale * log2(e): what each dot product is multiplied by
-    half: torch.dtype | None = None  # [P11] the dtype of the weight matmuls when it is a half one, else None
-    kh: torch.Tensor | None = None  # [P11] k and v in that dtype (exact: they are half values upcast)
-    vh: torch.Tensor | None = None
-    closed: Closed | None = None  # [P12] a built-in modifier, fused into the tile instead of called
-    spare: torch.Tensor | None = None  # [P12] [P3] a second tile buffer, for the soft-cap's tanh
-    clamp: bool = True  # [P12] the soft-cap's product may pass what expm1 takes: clamp it first
+    scores: torch.Tensor
+    scratch: torch.Tensor | None = None
+    half: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, k, v, tiles, drop, mod, G, scale, half: torch.dtype | None = None, spare: bool = True,
-           q: torch.Tensor | None = None) -> Keys:
-        """``q``: the queries, whose longest with the longest key bounds every product (the soft-cap then skips
-        its clamp where no product can reach expm1's limit); None: not known."""
-        kT3 = k.reshape(k.shape[0] * k.shape[1], *k.shape[2:]).transpose(1, 2)  # (N*Hkv, E, S)
-        kh, vh = (k.to(half), v.to(half)) if half is not None else (None, None)
-        closed = fused(mod, k.shape[1] * G)
-        capped = closed is not None and closed.cap is not None
-        alpha = online.product_alpha(scale, closed.cap if capped else None)  # [P1] [P12]
-        clamp = capped and (q is None or not online.expm1_fits(online.qk_bound(q, k) * abs(alpha)))
-        spare = k.new_empty(k.shape[0] * k.shape[1] * G * min(tiles.block_q, tiles.L) * min(tiles.block_k, tiles.S)) \
-            if capped and spare else None  # (the backward's tanh has its slope buffer)
-        return cls(k, kT3, v, tiles, drop, mod, G, alpha, half, kh, vh, closed, spare, clamp)
+    def of(cls, like: torch.Tensor, n: int, scratch: bool, half: torch.dtype | None) -> Buffers:
+        return cls(like.new_empty(n), like.new_empty(n) if scratch else None,
+                   None if half is None else like.new_empty(n, dtype=half))
+
+    def like(self, buf: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor | None:
+        """The first elements of ``buf`` in x's shape, or None where there is no such buffer."""
+        return None if buf is None else buffer_view(buf, tuple(x.shape))
+
+
+@dataclass(frozen=True)
+class Score:
+    """How a tile's product becomes its scores: multiplied by ``alpha`` in the matmul, then modified."""
+
+    alpha: float  # [P1] [P8] scale * log2(e), or the fused modifier's own (the soft-cap folds 2 / cap in)
+    G: int  # query heads per key head: a tile's rows are its heads' rows, h = hk * G + g
+    mod: Mod | None = None
+    bound: float | None = None  # bounds |alpha q.k|, where a fused modifier asks for it (the soft-cap's clamp)
+
+    @cached_property
+    def fused(self) -> Fused | None:
+        """[P12] The modifier when it is fused into the tile instead of called."""
+        return self.mod if isinstance(self.mod, Fused) else None
+
+    @cached_property
+    def hides(self) -> bool:
+        """A modifier called as a function may return -inf: a row of a FULL tile may then see nothing."""
+        return self.mod is not None and self.fused is None
+
+
+@dataclass(frozen=True)
+class Keys:
+    """What every query tile of one call walks over: the keys, their tiles, dropout, and how scores are made."""
+
+    kT: torch.Tensor  # (N*Hkv, E, S): k transposed, a view where k is contiguous
+    tiles: Tiles
+    drop: Dropout
+    score: Score
+
+    @classmethod
+    def of(cls, q: torch.Tensor, k: torch.Tensor, tiles: Tiles, drop: Dropout, mod: Mod | None, scale: float):
+        """The keys k (N, Hkv, S, E) of queries q (N, Hkv, G, L, E); their longest with the longest key bounds
+        every product, for a fused modifier that asks (the soft-cap skips its clamp below expm1's limit)."""
+        fused = mod if isinstance(mod, Fused) else None
+        alpha = scale * LOG2E if fused is None else fused.alpha(scale)  # [P1] [P8] [P12]
+        bound = online.qk_bound(q, k) * abs(alpha) if fused is not None and fused.wants_bound else None
+        kT = k.reshape(k.shape[0] * k.shape[1], *k.shape[2:]).transpose(1, 2)
+        return cls(kT, tiles, drop, Score(alpha, q.shape[2], mod, bound))
 
     def product(self, qi: torch.Tensor, buf: torch.Tensor, cols: slice) -> torch.Tensor:
-        """[P1] [P3] alpha * qi @ k^T for key tile ``cols``, (N, Hkv, G*r, c), written into ``buf``."""
+        """-- score -- [P1] [P3] alpha * qi @ k^T for key tile ``cols``, (N, Hkv, G*r, c), written into ``buf``."""
         N, Hkv, R, E = qi.shape
         c = cols.stop - cols.start
         s = buffer_view(buf, (N * Hkv, R, c))
         if R == 1:  # one query row (decoding): (1, c) is (c, 1) in memory, and k q^T reads k in its own order
-            torch.baddbmm(s.view(N * Hkv, c, 1), self.k.view(N * Hkv, -1, E)[:, cols], qi.reshape(N * Hkv, 1, E).mT,
-                          beta=0, alpha=self.alpha, out=s.view(N * Hkv, c, 1))
+            torch.baddbmm(s.view(N * Hkv, c, 1), self.kT.mT[:, cols], qi.reshape(N * Hkv, 1, E).mT,
+                          beta=0, alpha=self.score.alpha, out=s.view(N * Hkv, c, 1))
         else:
-            torch.baddbmm(s, qi.reshape(N * Hkv, R, E), self.kT3[:, :, cols], beta=0, alpha=self.alpha, out=s)
+            torch.baddbmm(s, qi.reshape(N * Hkv, R, E), self.kT[:, :, cols], beta=0, alpha=self.score.alpha, out=s)
         return s.view(N, Hkv, R, -1)
 
-    def scores(self, qi: torch.Tensor, buf: torch.Tensor, qt, rows, kt, cols, kind, finite=False,
-               slope: torch.Tensor | None = None) -> torch.Tensor:
-        """-- 1. scores -- of query tile qi (N, Hkv, G*r, E) against key tile ``cols``: modified, then masked.
-        ``finite``: the scores are known finite (the bounded path), so a bool mask may be added as 0 / -inf.
-        ``slope``: a buffer for the soft-cap's derivative 1 - tanh^2 in the tile's shape (the backward's)."""
-        s = self.product(qi, buf, cols)
-        if self.closed is not None:  # [P12] a built-in modifier, fused
-            self.fused_mod(s, rows, cols, slope)
-        elif self.mod is not None:  # [P8] the modifier sees natural units
+    def modify(self, s: torch.Tensor, rows: slice, cols: slice, bufs: Buffers) -> torch.Tensor:
+        """-- modify -- A tile's product s (N, Hkv, G*r, c) to its modified base-2 scores: a fused modifier in place
+        [P12], a function called on natural units [P8] (one that changes its input in place is remembered: the
+        backward then gives it a copy)."""
+        sc = self.score
+        if sc.fused is not None:
+            s4 = self.heads(s)
+            sc.fused.tile(s4, rows, cols, bufs.like(bufs.scratch, s4), sc.bound)
+        elif sc.mod is not None:
             raw = s.mul_(LN2)
             version = raw._version
-            s = modify(self.mod, raw, self.G, rows, cols)
-            if raw._version != version:  # it changed its input in place (s.mul_): backward gives it a copy
+            s = call_mod(sc.mod, raw, sc.G, rows, cols)
+            if raw._version != version:
                 self.tiles.mod_in_place = True
             s = s.mul_(LOG2E)
-        if kind == PARTIAL:
-            tile = self.tiles.tile(qt, kt, rows, cols)
-            if finite and tile.dtype == torch.bool:  # [P9] one add of a cached 0 / -inf tile
-                tile = self.tiles.additive(qt, kt, tile, s.dtype)
-            mask_scores(s, tile, self.G)
         return s
 
-    def fused_mod(self, s: torch.Tensor, rows: slice, cols: slice, slope: torch.Tensor | None = None) -> None:
-        """[P12] A built-in modifier on a tile's product s (N, Hkv, G*r, c), in place, to base-2 modified scores.
-        Soft-capping: the product is already 2 q.k scale / cap (:meth:`of`'s alpha), so one tanh that multiplies by
-        cap * log2(e) on the way (:func:`online.tanh_`); ``slope`` gets 1 - tanh^2. ALiBi and T5's bias: one add
-        of the tile's bias in base-2 units (ALiBi's as slope x distance, in the same pass)."""
-        c = self.closed
-        if c.cap is not None:  # (the slope buffer holds the tanh's denominator first, in the backward)
-            times = c.cap * LOG2E
-            t = online.tanh_(s, buffer_view(self.spare, tuple(s.shape)) if slope is None else slope, times,
-                             doubled=True, clamp=self.clamp)  # times * tanh
-            if slope is not None:  # 1 - tanh^2 = 1 - (t / times)^2
-                torch.addcmul(torch.ones((), dtype=s.dtype), t, t, value=-1.0 / times ** 2, out=slope)
-            return
-        N, Hkv, _, n = s.shape
-        H = Hkv * self.G
-        a, b = c.bias(H, rows, cols, s.dtype, s.device, times=LOG2E)
-        s4 = s.view(N, H, -1, n)  # query head h = hk * G + g
-        if b is None:
-            s4.add_(a)
-        else:
-            s4.addcmul_(a, b)
+    def modify_for_grad(self, s: torch.Tensor, rows: slice, cols: slice, bufs: Buffers):
+        """:meth:`modify` on the backward's way: (scores, what the chain rule needs). A fused modifier leaves its
+        derivative in the scratch buffer where it has one (the soft-cap's slope, per query head); a function runs
+        under autograd, and the pair (modified scores, raw scores) carries its graph."""
+        sc = self.score
+        if sc.fused is not None:
+            s4 = self.heads(s)
+            slope = bufs.like(bufs.scratch, s4)
+            sc.fused.tile(s4, rows, cols, slope, sc.bound, slope=slope is not None)
+            return s, slope
+        if sc.mod is None:
+            return s, None
+        raw = s.mul_(LN2).detach().requires_grad_(True)  # [P8] natural units
+        with torch.enable_grad():  # a modifier that works in place gets a copy: raw is a leaf of the graph
+            modded = call_mod(sc.mod, raw.clone() if self.tiles.mod_in_place else raw, sc.G, rows, cols)
+        return modded.detach() * LOG2E, (modded, raw)
 
-    def walk(self, qi: torch.Tensor, buf: torch.Tensor, qt: int, rows: slice, finite: bool = False):
-        """(cols, kind, s, s3) of each computed key tile: its scores s (N, Hkv, G*r, c) and s3, the same
-        memory as (N*Hkv, G*r, c)."""
-        NH, R = qi.shape[0] * qi.shape[1], qi.shape[2]
-        for kt, cols, kind in self.tiles.key_tiles(qt, rows):
-            s = self.scores(qi, buf, qt, rows, kt, cols, kind, finite)
-            yield cols, kind, s, s.view(NH, R, -1)
+    def heads(self, s: torch.Tensor) -> torch.Tensor:
+        """A tile's scores (N, Hkv, G*r, c) seen per query head, (N, H, r, c): h = hk * G + g."""
+        N, Hkv, _, c = s.shape
+        return s.view(N, Hkv * self.score.G, -1, c)
 
+    def keep(self, s: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor | None:
+        """The tile's dropout keep-mask scaled by 1/(1-p), in s's shape (N, Hkv, G*r, c); None without dropout."""
+        return dropout_keep(self.drop, s, self.score.G, rows, cols) if self.drop.active else None

@@ -75,12 +75,12 @@ def expm1_fits(bound: float) -> bool:
     return bound <= 80.0
 
 
-def bounded(bound: float, scale: float, safe_logit: float = SAFE_LOGIT, closed=None, reach=None) -> bool:
-    """True when no score can leave [-safe_logit, safe_logit]: ``bound`` bounds |q.k| (max|q| * max|k|). With a
-    built-in score modifier ``closed`` (``mods.Closed``): when none passes safe_logit and each row's largest stays
-    above -safe_logit (:meth:`Closed.bounded`, from the mask's ``reach``)."""
-    if closed is not None:
-        return closed.bounded(bound * abs(scale), reach, safe_logit)
+def bounded(bound: float, scale: float, safe_logit: float = SAFE_LOGIT, mod=None, reach=None) -> bool:
+    """True when no score can leave [-safe_logit, safe_logit]: ``bound`` bounds |q.k| (:func:`qk_bound`,
+    :func:`head_bound`). With a fused score modifier ``mod`` (:class:`attnlab.kernels.mods.Fused`): when none passes
+    safe_logit and each row's largest stays above -safe_logit (its ``bounded``, from the mask's ``reach``)."""
+    if mod is not None:
+        return mod.bounded(bound * abs(scale), reach, safe_logit)
     return bound * abs(scale) <= safe_logit
 
 
@@ -90,15 +90,32 @@ def qk_bound(q: torch.Tensor, k: torch.Tensor) -> float:
         return float(q.norm(dim=-1).amax()) * float(k.norm(dim=-1).amax())
 
 
-def product_alpha(scale: float, cap: float | None) -> float:
-    """What each dot product is multiplied by: scale * log2(e) (base-2 scores, flash.py [P1] [P8]), or with a
-    soft-cap 2 scale / cap, the doubled input :func:`tanh_` takes."""
-    return scale * LOG2E if cap is None else 2 * scale / cap
+def key_norms(k: torch.Tensor) -> torch.Tensor:
+    """The longest key of each head, (N, Hkv, 1) from k (N, Hkv, S, E): what :func:`head_bound` multiplies."""
+    return k.norm(dim=-1).amax(dim=-1, keepdim=True)
+
+
+def head_bound(qi: torch.Tensor, k_norms: torch.Tensor) -> float:
+    """A bound on |q.k| over a tile of queries qi (N, Hkv, R, E) and the keys of their heads, whose longest are
+    ``k_norms`` (:func:`key_norms`): the largest over the heads of max|q| * max|k|, tighter than :func:`qk_bound`."""
+    return float((qi.norm(dim=-1) * k_norms).max())
 
 
 def safe_shift(m: torch.Tensor) -> torch.Tensor:
     """The shift of rows whose max is ``m``: 0 where a row has seen nothing (-inf), so that exp2(-inf - 0) = 0."""
     return torch.where(torch.isneginf(m), 0.0, m)
+
+
+def shift_(s: torch.Tensor, m: torch.Tensor | None = None, may_see_nothing: bool = True) -> torch.Tensor:
+    """The first half of the online step, on scores s (..., c) in place: the new shift m_new, the larger of ``m``
+    (None: nothing seen yet) and each row's max -- 0 for a row that has seen nothing when ``may_see_nothing``
+    (:func:`safe_shift`) -- and s <- exp2(s - m_new). Returns m_new (...)."""
+    top = s.amax(dim=-1)
+    m_new = top if m is None else torch.maximum(m, top)
+    if may_see_nothing:
+        m_new = safe_shift(m_new)
+    s.sub_(m_new.unsqueeze(-1)).exp2_()
+    return m_new
 
 
 @dataclass
@@ -107,28 +124,31 @@ class Running:
 
     Scores arrive as (B, R, c) tiles. :meth:`rescale` turns a tile into its weights and brings what
     was gathered to the new shift; :meth:`add` gathers the weights. A row block whose scores are
-    bounded (:func:`bounded`) starts with shift 0 and never rescales: :meth:`add` alone.
+    bounded (:func:`bounded`) starts with its shift fixed at 0 and never rescales (:meth:`weigh`).
     """
 
     m: torch.Tensor
     l: torch.Tensor
     acc: torch.Tensor
+    fixed: bool = False  # the shift stays 0 (bounded scores): no running max, no rescale
 
     @classmethod
-    def start(cls, like: torch.Tensor, B: int, R: int, Ev: int, shift: float = float("-inf")) -> Running:
-        """Nothing seen yet: l = 0, acc = 0, and m = -inf (the running max) or the fixed ``shift`` (0: bounded)."""
+    def start(cls, like: torch.Tensor, B: int, R: int, Ev: int, fixed: bool = False) -> Running:
+        """Nothing seen yet: l = 0, acc = 0, and m = -inf (the running max) or, ``fixed``, the shift 0 (bounded)."""
         l = like.new_zeros(B, R)
-        return cls(torch.full_like(l, shift), l, like.new_zeros(B, R, Ev))
+        return cls(torch.full_like(l, 0.0 if fixed else float("-inf")), l, like.new_zeros(B, R, Ev), fixed)
+
+    def weigh(self, s: torch.Tensor, may_see_nothing: bool = True) -> torch.Tensor:
+        """The online step: a tile of scores s (B, R, c) -> its weights, in place. With the shift fixed at 0 that is
+        exp2(s) alone; with the running max, :meth:`rescale`."""
+        return s.exp2_() if self.fixed else self.rescale(s, may_see_nothing)
 
     def rescale(self, s: torch.Tensor, may_see_nothing: bool = True) -> torch.Tensor:
         """A tile of scores s (B, R, c) -> its weights exp2(s - m_new), in place; l and acc rescaled to m_new.
 
         ``may_see_nothing``: some row of the tile may have no visible key (a masked tile), so its max
         may be -inf: such a row keeps shift 0 (:func:`safe_shift`), never -inf - -inf."""
-        m_new = torch.maximum(self.m, s.amax(dim=-1))
-        if may_see_nothing:
-            m_new = safe_shift(m_new)
-        s.sub_(m_new.unsqueeze(-1)).exp2_()
+        m_new = shift_(s, self.m, may_see_nothing)
         alpha = torch.exp2(self.m - m_new)  # what was gathered against the old shift, brought to the new one
         self.l.mul_(alpha)
         self.acc.mul_(alpha.unsqueeze(-1))
@@ -147,7 +167,7 @@ class Running:
         float32 ``acc``. The normaliser is summed from the float32 p, before the rounding."""
         self.l.add_(p.sum(dim=-1))
         if keep is not None:
-            p.mul_(keep)
+            p.mul_(keep.view(p.shape))
         if half is None:
             self.acc.baddbmm_(p, v)
         else:

@@ -62,6 +62,7 @@ from .argcheck import positive_int
 from .dropout import NO_DROPOUT, Dropout
 from .flash import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, forward_tiles
 from .flash_backward import Weights, backward_tiles, delta
+from .flash_plan import Bounded, tile_rule
 from .flash_tiles import Tiles
 from .masks import causal
 from .ring_layout import LAYOUTS, check_layout, chunk_ids, pieces, positions, shard, unshard
@@ -202,6 +203,7 @@ class _Call:
     schedule: _Schedule
     scale: float
     drop: Dropout
+    bounded: Bounded | None  # [P2] of the flash form: a query chunk's tiles may skip the running max
 
 
 def _forward(q5, k, v, call: _Call):
@@ -218,7 +220,7 @@ def _forward(q5, k, v, call: _Call):
         todo, t0 = call.schedule.step(link.holder(step)), link.clock()
         for pair in todo.pairs:
             o, lo = forward_tiles(q5[:, :, :, pair.rows], kv[:, :, pair.cols, :E], kv[:, :, pair.cols, E:],
-                                  call.scale, pair.tiles, call.drop.at(pair.row0, pair.col0))
+                                  call.scale, pair.tiles, call.drop.at(pair.row0, pair.col0), bounded=call.bounded)
             online.merge(out[:, :, :, pair.rows], lse[:, :, :, pair.rows], o, lo)
         todo.record(link.stats, link.clock() - t0)
         # -- 3. the next part has arrived --
@@ -384,5 +386,6 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     link = _Link(group, stats, a.q.device)
     schedule = _Schedule.of(a, link.rank, link.world, layout, block_q, block_k)
     drop = Dropout(seed, a.dropout_p) if a.dropout_p > 0 else NO_DROPOUT
-    out5, _ = _Ring.apply(q5, k, v, _Call(link, schedule, a.scale, drop))  # (N, Hkv, G, L, Ev)
+    bounded, _ = tile_rule(a.groups, schedule.cq, a.scale, False, None, None)  # the flash form's rule, per chunk
+    out5, _ = _Ring.apply(q5, k, v, _Call(link, schedule, a.scale, drop, bounded))  # (N, Hkv, G, L, Ev)
     return a.unflatten(out5.reshape(a.N, a.H, a.L, a.Ev).to(a.q.dtype))

@@ -121,6 +121,11 @@ class Row(Result):
     gflops: float | None = None
     peak_bytes: int | None = None
     skipped: str | None = None  # why the case was not measured; None when it was
+    status: str = "measured"  # or why not, in one word: skipped, failed, unavailable, interrupted
+
+    def __post_init__(self):
+        if self.skipped is not None and self.status == "measured":
+            self.status = "skipped"
 
 
 @dataclass
@@ -135,7 +140,7 @@ class BenchResult(Result):
 
     @property
     def interrupted(self) -> bool:
-        return any(r.skipped == "interrupted" for r in self.results)
+        return any(r.status == "interrupted" for r in self.results)
 
     def rows(self, impl: str) -> list[Row]:
         return sorted((r for r in self.results if r.impl == impl), key=lambda r: r.seq)
@@ -263,7 +268,8 @@ def _sweep(cfg: BenchConfig, progress, say: Callable[[str], None]) -> BenchResul
             result.results.append(_run_case(cfg, forms[name], T, result, failed, floor))
     except KeyboardInterrupt:
         done = {(r.seq, r.impl) for r in result.results}
-        result.results += [Row(name, T, skipped="interrupted") for T, name in todo if (T, name) not in done]
+        result.results += [Row(name, T, skipped="interrupted", status="interrupted") for T, name in todo
+                           if (T, name) not in done]
     # the peak again: a busy moment during the first measurement would make every share too high
     say("measuring the matmul peak again")
     result.matmul_gflops = max(result.matmul_gflops, _peak(cfg, sizes))
@@ -322,12 +328,12 @@ def _run_case(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult,
               floor: int | None) -> Row:
     name = form.name
     if name == flex.NAME and flex.unavailable():
-        return Row(name, T, skipped=f"unavailable: {flex.unavailable()}")
+        return Row(name, T, skipped=f"unavailable: {flex.unavailable()}", status="unavailable")
     if name in failed:
-        return Row(name, T, skipped=f"not tried: failed at T={failed[name]}")
+        return Row(name, T, skipped=f"not tried: failed at T={failed[name]}", status="failed")
     why = form.why_not(cfg.device)
     if why is not None:
-        return Row(name, T, skipped=f"unavailable: {why}")
+        return Row(name, T, skipped=f"unavailable: {why}", status="unavailable")
     if cfg.mod and name != flex.NAME and not form.score_mod:
         return Row(name, T, skipped=f"takes no score modifier (--mod {cfg.mod})")
     try:
@@ -337,7 +343,7 @@ def _run_case(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult,
             raise KeyboardInterrupt from e
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         failed[name] = T
-        return Row(name, T, skipped=f"failed: {type(e).__name__}: {msg}"[:200])
+        return Row(name, T, skipped=f"failed: {type(e).__name__}: {msg}"[:200], status="failed")
 
 
 def _caused_by_ctrl_c(e: BaseException | None) -> bool:

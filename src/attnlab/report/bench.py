@@ -20,7 +20,7 @@ from .plots import _plt, save_figure
 Table = require("rich.table").Table
 escape = require("rich.markup").escape
 
-COLUMNS = ["impl", "seq", "time_s", "time_min_s", "time_max_s", "gflops", "peak_bytes", "skipped"]
+COLUMNS = ["impl", "seq", "time_s", "time_min_s", "time_max_s", "gflops", "peak_bytes", "skipped", "status"]
 QUADRATIC = (1.7, 2.3)  # a fitted memory slope in this range reads as "grows with the square of T"
 
 
@@ -36,7 +36,7 @@ def table(result: BenchResult) -> Table:
     floor = result.machine.get("memory_noise_floor_bytes")
     for r in result.results:
         if r.skipped is not None:
-            t.add_row(r.impl, str(r.seq), f"[yellow]{status(r)}[/]", "", "", "", "")
+            t.add_row(r.impl, str(r.seq), f"[yellow]{r.status}[/]", "", "", "", "")
             continue
         share = f"{r.gflops / result.matmul_gflops:.0%}" if r.gflops and result.matmul_gflops else "-"
         t.add_row(r.impl, str(r.seq), fmt_time(r.time_s), f"{fmt_time(r.time_min_s)} - {fmt_time(r.time_max_s)}",
@@ -44,20 +44,10 @@ def table(result: BenchResult) -> Table:
     return t
 
 
-def status(row) -> str:
-    """One word for a row that was not measured: skipped, failed, unavailable or interrupted."""
-    reason = row.skipped or ""
-    if reason == "interrupted":
-        return "interrupted"
-    if reason.startswith(("failed", "not tried")):
-        return "failed"
-    return "unavailable" if reason.startswith("unavailable") else "skipped"
-
-
 def skip_lines(result: BenchResult) -> list[str]:
     """Why each case was not measured (the interrupted ones are summed up by the caller)."""
-    return [f"{status(r)} {r.impl} T={r.seq}: {r.skipped}" for r in result.results
-            if r.skipped is not None and r.skipped != "interrupted"]
+    return [f"{r.status} {r.impl} T={r.seq}: {r.skipped}" for r in result.results
+            if r.skipped is not None and r.status != "interrupted"]
 
 
 def growth_lines(result: BenchResult) -> list[str]:
