@@ -34,11 +34,11 @@ FIXED = {"demo": 0.7, "explore": 0.8, "page": 2.7}
 # A build that runs no step is the page alone, from a cold start: it loads matplotlib, draws its first figures and
 # reads the checkpoint's heads itself, work of the same kind as the process's own start (loading torch and attnlab),
 # and as fast or as slow on a busy machine. So it is estimated from the seconds the process took to reach the
-# estimate: the page took 4.5-4.7 times as long (default trained model, AMD EPYC, 2 cores, load 10.7-12: page 20-22
-# s after a start of 4.3-4.9 s; the page after a full build took 6 s). STARTUP_RATIO is the first such estimate in
-# a folder; after it, the median of the folder's last ratios (lesson-build.json keeps them). Without the process's
-# start time (not Linux): the median of the folder's last page-only times, or PAGE_ONLY_S
-STARTUP_RATIO, PAGE_ONLY_S = 4.6, 12.0
+# estimate: the page took 2.9-4.7 times as long in six builds (default trained model, AMD EPYC, 2 cores, load
+# 10.7-12: page 14-22 s after a start of 4.3-5.0 s; the page after a full build took 6 s). STARTUP_RATIO is the
+# first such estimate in a folder; after it, the median of the folder's last ratios (lesson-build.json keeps them).
+# Without the process's start time (not Linux): the median of the folder's last page-only times, or PAGE_ONLY_S
+STARTUP_RATIO, PAGE_ONLY_S = 4.0, 12.0
 PAGES_KEPT, PAGES_USED = 6, 3
 # ...and the bench, whose cases are timed for as long as their time budgets allow (attnlab.measure.bench), is not
 # scaled at all: 42 s in the reference build, then 40, 28, 48, 36 and 26.8 s in builds whose step took 0.034-0.049
