@@ -12,7 +12,7 @@ from attnlab.judge import verify as V
 from attnlab.judge.diagnose import Diagnosis
 from attnlab.judge.judge import Row
 from attnlab.lab import files, grade
-from attnlab.lab.measure import SEQS
+from attnlab.lab.measure import SEQS, THREADS
 from attnlab.lab.result import LabResult, Timing
 from attnlab.measure import growth
 
@@ -21,14 +21,16 @@ def _exponents(fits):
     return {k: f and f.exponent for k, f in fits.items()}
 
 
-def measured(memory=2.0, seqs=SEQS, jitter=0.0):
+def measured(memory=2.0, seqs=SEQS, jitter=0.0, load=1.5):
     """Timings at ``seqs`` whose peak memory grows as T**memory, each length's three repeats ``jitter`` (a fraction)
-    apart either side, their time as T**2 exactly; with the fits `lab check` makes of them, and their exponents."""
+    apart either side, their time as T**2 exactly, on the lab's thread count at ``load``; with the fits `lab check`
+    makes of them, and their exponents."""
     timings = []
     for T in seqs:
         peak = 1e5 * (T / 128) ** memory
         peaks = [int(peak * (1 + jitter * k)) for k in (-1, 0, 1)]
-        timings.append(Timing(T, 1e-3 * (T / 128) ** 2, peaks[1], times_s=[1e-3 * (T / 128) ** 2] * 3, peaks=peaks))
+        timings.append(Timing(T, 1e-3 * (T / 128) ** 2, peaks[1], times_s=[1e-3 * (T / 128) ** 2] * 3, peaks=peaks,
+                              threads=THREADS, load=load))
     fits = {"time": growth.fit({t.seq: t.times_s for t in timings}),
             "memory": growth.fit({t.seq: t.peaks for t in timings})}
     return timings, fits
@@ -45,13 +47,13 @@ def made(file="attention_lab.py", function="my_attention", passed=True, err=3e-7
                      functions=list(functions), fits=fits)
 
 
-def graded(fn, file, function=None, memory=2.0, cases=6):
+def graded(fn, file, function=None, memory=2.0, cases=6, seqs=SEQS):
     """A check of ``fn`` as ``file:function``: graded for real on the first ``cases`` cases a (q, k, v) function
     can answer, each run at 16 x 16 query-key pairs at most; the starter's own code is told as `lab check` tells it."""
     function = function or fn.__name__
     chosen = [c.shrunk(256) for c in V.default_cases(long=False) if grade.answerable(c)][:cases]
     result = V.verify({function: grade.as_sdpa(fn)}, chosen, seed=0)
-    timings, fits = measured(memory)
+    timings, fits = measured(memory, seqs)
     return LabResult(file, function, "lab", f"{len(chosen)} small cases", result, result.diagnoses.get(function, []),
                      grade.match(grade.as_sdpa(fn)), result.passed, timings, _exponents(fits),
                      "measurements made by the test", 1.0, {}, {}, fits=fits,
@@ -75,7 +77,7 @@ def leveled(level: str, slip=None, file=None, time=""):
     if lv.kind == "attention":
         fn = C.ATTENTION[level] if slip is None else functools.partial(C.ATTENTION[level], slip=slip)
         fn = functools.update_wrapper(mod.wrap(fn), C.ATTENTION[level])
-        r = graded(fn, file, lv.function, memory={"matrix": 2.0, "flash": 1.0}.get(level, 1.5))
+        r = graded(fn, file, lv.function, memory={"matrix": 2.0, "flash": 1.0}.get(level, 1.5), seqs=mod.SEQS)
         r.level, r.time = level, time
         if not r.passed:  # the level's slips first, as lab check puts them
             from attnlab.lab import grade

@@ -1,6 +1,7 @@
 """What `attnlab lab check` prints, drawn from a result: the next step names the learner's own file, and a busy
 machine is said beside the times it makes noisy."""
 
+import re
 from dataclasses import replace
 
 from attnlab.judge.verify import VerifyResult
@@ -101,3 +102,36 @@ def test_a_measurement_that_does_not_rise_with_t_says_its_exponent_says_nothing(
     assert "the memory did not rise with T (224.0 KiB, 2.2 MiB, 932.0 KiB), so its exponent says nothing" in said
     assert "time" not in said
     assert exercise._unsteady(r(224 * 2**10, 450 * 2**10, 932 * 2**10)) == ""
+
+
+def test_a_function_that_gave_no_answer_is_said_so_not_inf():
+    r = _result(load=None)
+    r.passed, r.match_err = False, float("inf")  # it raised on the lesson's input (grade.match)
+    text = re.sub(r"\[/?[a-z ]*\]", "", "\n".join(exercise.lines(r)))  # rich's markup left out
+    print(text)
+    assert "inf" not in text and "Match: no answer to compare with F.scaled_dot_product_attention on 2 heads" in text
+    assert "your function raised, or returned no tensor of the inputs' shape" in text
+
+
+def test_a_levels_verdict_on_its_measurement_says_whether_it_was_measured():
+    """Measured and the rule failed: "measured, and it did not hold"; not measured: never "measured"."""
+    r = _result(load=None, function="attention_matrix", functions=("attention_matrix",))
+    r.level, r.measured_ok, r.measured_note = "matrix", False, "memory grew as T^0.75 (the level asks for T²)"
+    line = next(x for x in exercise.lines(r) if x.startswith("[bold]Level 2"))
+    assert line.endswith("— [red]measured, and it did not hold[/]"), line
+    r.passed, r.timings, r.exponents = False, [], {"time": None, "memory": None}  # raised before it was timed
+    r.measured_note = "its memory was not measured at two lengths or more"
+    line = next(x for x in exercise.lines(r) if x.startswith("[bold]Level 2"))
+    print(line)
+    assert line.endswith("not measured at two lengths or more — the grading failed above, so the level is not done")
+    assert " measured, " not in line.split("—")[1]
+
+
+def test_each_length_says_the_load_it_was_timed_at_and_the_busiest_is_the_note():
+    r = _result(load=0.4)  # the load when the check began; its lengths were timed busier
+    r.timings = [Timing(128, 0.8, 370_000, threads=1, load=1.2), Timing(512, 3.0, 1_000_000, threads=1, load=2.6),
+                 Timing(2048, skipped="estimated 48 s a call")]
+    text = "\n".join(exercise.lines(r))
+    print(text)
+    assert "peak memory 361.3 KiB   load 1.2" in text and "load 2.6" in text
+    assert "busy while it was timed (load 2.6 on 2 cores)" in text

@@ -14,6 +14,9 @@ class _Log:
     def __init__(self, out: Path, log):
         self.out, self.log, self.t0 = out, log, time.perf_counter()
         self.page_t0: float | None = None  # when the page phase began
+        self.before = None  # the last build's log in this folder (its steps' times are kept)
+        self.page_how = ""  # how the page's time was estimated
+        self.startup_s: float | None = None  # the process's seconds up to the estimate (a page-only build's measure)
         self.path = out / "lesson-build.log"
         self._write("w", "")  # before any step: a log that cannot be written stops the build now
 
@@ -35,16 +38,22 @@ class _Log:
 
     def finish(self, page_s: float) -> None:
         """The build's end: ``page_s`` is the page's own collecting; the page phase is timed from its line on."""
+        from attnlab.lesson import build
+        from attnlab.report.fmt import fmt_estimate
         from attnlab.results import write_json
 
         if self.page_t0 is not None:
             page_s = max(page_s, time.perf_counter() - self.page_t0)
         self.log.page_s, self.log.total_s = page_s, time.perf_counter() - self.t0
         self.log.load_after = _load()
+        self.log.steps = build.kept(self.log.steps, self.before, self.log.started)
+        alone = not any(s.seconds is not None for s in self.log.steps)
+        self.log.pages = build.pages(self.before, page_s, alone, self.log.started, self.startup_s if alone else None)
         ran = [s for s in self.log.steps if s.seconds is not None]
         parts = ", ".join(f"{s.name} {s.seconds:.0f} s" for s in ran)
+        said = f" (estimated {fmt_estimate(self.log.page_estimate_s)})" if self.log.page_estimate_s else ""
         self.say(f"lesson --build: done in {self.log.total_s:.0f} s ({parts}{', ' if parts else ''}page "
-                 f"{page_s:.0f} s); wrote {write_json(self.log, self.out / 'lesson-build.json')}")
+                 f"{page_s:.0f} s{said}); wrote {write_json(self.log, self.out / 'lesson-build.json')}")
 
 
 def _load() -> list[float]:
@@ -62,39 +71,11 @@ def _left(done: list, todo: list, page_s: float) -> float:
 def build_steps(out: Path) -> _Log:
     """Run what the default lesson still needs in ``out``; a UsageError (one line) when a step fails."""
     from attnlab import cli
-    from attnlab.lesson import build
     from attnlab.report.fmt import fmt_estimate
-    from attnlab.train import estimate as train_time
-    from attnlab.train import train as lab_train
 
     from . import UsageError
 
-    log = _Log(out, None)  # a log that cannot be started (a folder of its name) is said before the plan's timing
-    load = _load()
-    steps = build.plan(out)
-    choice = None
-    if any(s.why for s in steps):  # time a few real steps at 1 and 2 threads: the faster runs the build
-        cfg = lab_train.PRESETS["default"]
-        data = lab_train.load_corpus(cfg)
-        choice = train_time.choose_threads(cfg, data)
-        log.say(f"lesson --build: {choice.threads} thread{'s' if choice.threads > 1 else ''}, the faster here now ("
-                + ", ".join(f"{n}: {s * 1e3:.0f} ms a training step" for n, s in choice.step_s.items()) + ")")
-        est = train_time.estimate(cfg, data)
-        steps = build.plan(out, est.seconds(cfg.steps, cfg.eval_every), est.step_s)
-    log.log = build.BuildLog(str(out), steps, load_average=load, cpu_count=os.cpu_count(),
-                             threads=choice.to_dict() if choice else None, step_s=est.step_s if choice else None)
-    todo = [s for s in steps if s.why]
-    page_s = build.scaled("page", est.step_s if choice else None)  # the page's collecting and writing
-    total = sum(s.estimate_s for s in todo) + page_s
-    busy = f", load {load[0]:.1f} on {os.cpu_count()} cores" if load else ""
-    log.say(f"lesson --build: {len(todo)} of {len(steps)} steps to run, then the page: {fmt_estimate(total)} on this "
-            f"machine now{busy}")
-    line = build.versions_line(build.other_versions(out, build.REBUILT), "they are made again below")
-    if line:
-        log.say(f"  {line}")
-    for s in steps:
-        log.say(f"  {s.name}: {s.why}; {fmt_estimate(s.estimate_s)} (attnlab {' '.join(s.argv)})" if s.why else
-                f"  {s.name}: up to date")
+    log, todo, page_s = _planned(out)
     for i, s in enumerate(todo, 1):
         log.say(f"[{i}/{len(todo)}] {s.name}: starting ({fmt_estimate(s.estimate_s)})")
         t0 = time.perf_counter()
@@ -107,6 +88,50 @@ def build_steps(out: Path) -> _Log:
         log.say(f"[{i}/{len(todo)}] {s.name}: done in {s.seconds:.0f} s (estimated {fmt_estimate(s.estimate_s)}); "
                 f"{fmt_estimate(_left(todo[:i], todo[i:], page_s))} left, re-estimated from the steps so far"
                 + (f" (load {now[0]:.1f})" if now else ""))
-    log.say(f"[page] collecting the results and writing lesson.html ({fmt_estimate(page_s)})")
+    log.say(f"[page] collecting the results and writing lesson.html ({fmt_estimate(page_s)}, {log.page_how})")
     log.page_t0 = time.perf_counter()
     return log
+
+
+def _planned(out: Path) -> tuple[_Log, list, float]:
+    """(the build's log, the steps to run, the page's estimate): what is missing or stale, each step's estimate
+    from a few training steps timed now (when any is to run), the page's from this folder's last pages; said."""
+    from datetime import UTC, datetime
+
+    from attnlab.lesson import build
+    from attnlab.report.fmt import fmt_estimate
+    from attnlab.train import estimate as train_time
+    from attnlab.train import train as lab_train
+
+    before = build.previous(out)  # read before the log is started again: its steps' times are kept
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    log = _Log(out, None)  # a log that cannot be started (a folder of its name) is said before the plan's timing
+    log.before = before
+    load = _load()
+    steps = build.plan(out)
+    choice = None
+    if any(s.why for s in steps):  # time a few real steps at 1 and 2 threads: the faster runs the build
+        cfg = lab_train.PRESETS["default"]
+        data = lab_train.load_corpus(cfg)
+        choice = train_time.choose_threads(cfg, data)
+        log.say(f"lesson --build: {choice.threads} thread{'s' if choice.threads > 1 else ''}, the faster here now ("
+                + ", ".join(f"{n}: {s * 1e3:.0f} ms a training step" for n, s in choice.step_s.items()) + ")")
+        est = train_time.estimate(cfg, data)
+        steps = build.plan(out, est.seconds(cfg.steps, cfg.eval_every), est.step_s)
+    todo = [s for s in steps if s.why]
+    log.startup_s = build.running_s()
+    page_s, log.page_how = build.page_estimate(not todo, before, est.step_s if choice else None, log.startup_s)
+    log.log = build.BuildLog(str(out), steps, load_average=load, cpu_count=os.cpu_count(),
+                             threads=choice.to_dict() if choice else None, step_s=est.step_s if choice else None,
+                             started=started, page_estimate_s=page_s)
+    total = sum(s.estimate_s for s in todo) + page_s
+    busy = f", load {load[0]:.1f} on {os.cpu_count()} cores" if load else ""
+    log.say(f"lesson --build: {len(todo)} of {len(steps)} steps to run, then the page: {fmt_estimate(total)} on this "
+            f"machine now{busy}")
+    line = build.versions_line(build.other_versions(out, build.REBUILT), "they are made again below")
+    if line:
+        log.say(f"  {line}")
+    for s in steps:
+        log.say(f"  {s.name}: {s.why}; {fmt_estimate(s.estimate_s)} (attnlab {' '.join(s.argv)})" if s.why else
+                f"  {s.name}: up to date")
+    return log, todo, page_s

@@ -5,7 +5,8 @@ judged process (:mod:`attnlab.judge.worker`), which loads the file once, from it
 which form it found (:func:`attnlab.lab.grade.form_of`), and then answers the judge's
 requests -- the graded cases, and the lab's own two: ``rate`` (how long one query-key pair takes)
 and ``measure`` (time and peak memory against length, :mod:`.measure`). Both are measured here, in
-the process that runs the function, so the memory counted is the function's own.
+the process that runs the function, so the memory counted is the function's own, and timed on the
+lab's thread count (:data:`attnlab.lab.measure.THREADS`), set here, with the load beside each length.
 """
 
 from __future__ import annotations
@@ -87,29 +88,57 @@ def rate(learner: Learner, timeout: float | None = None) -> float | None:
 MARGIN_S = 10.0  # beyond --max-seconds, for a length's first call that the estimate did not foresee
 
 
-def measure(learner: Learner, seqs, budget_s: float, seed: int = 0) -> tuple[list[Timing], dict, str]:
+def measure(learner: Learner, seqs, budget_s: float, seed: int = 0,
+            threads: int | None = None) -> tuple[list[Timing], dict, str]:
     """Time and peak memory in the learner's process (see measure.measure), one length a request, each within the
     budget and a margin: a call that hangs or sleeps ends the measurement at that length, said so; a length the
-    previous one says would take over the budget is skipped with its estimate."""
+    previous one says would take over the budget is skipped with its estimate. Every length of ``seqs`` is in the
+    timings: measured, or skipped with why. ``threads``: torch's thread count there (None: the lab's,
+    :data:`attnlab.lab.measure.THREADS`)."""
     from . import measure as lab_measure
 
     timings: list[Timing] = []
+    after = None  # (a length, its seconds a call, timed or estimated)
     for T in seqs:
-        if timings and (skip := lab_measure.skip_note(T, timings[-1], budget_s)) is not None:
-            timings.append(skip)
-            continue
+        if after is not None:
+            est, skip = lab_measure.skip_note(T, after, budget_s)
+            if skip is not None:
+                timings.append(skip)
+                after = (T, est)
+                continue
         try:
             reply = learner.fn.ask("measure", seconds=budget_s + MARGIN_S, seqs=[T], budget_s=budget_s, seed=seed,
-                                   level=learner.level)
+                                   level=learner.level, threads=threads or lab_measure.THREADS)
         except remote.Lost:
             timings.append(Timing(T, skipped=f"no answer within {budget_s + MARGIN_S:g} s ({budget_s:g} s of "
                                              f"--max-seconds and {MARGIN_S:g} s to spare): it was stopped there"))
+            timings = lab_measure.said_why(seqs, timings, f"not timed: the call at T = {T} was stopped")
             break
-        timings += [Timing.from_dict(t) for t in reply["timings"]]
-        if timings[-1].time_s is None:  # it raised: the grading says what is wrong with it
+        got = [Timing.from_dict(t) for t in reply["timings"]]
+        timings += got
+        if got[-1].time_s is None:  # it raised: the grading says what is wrong with it
+            timings = lab_measure.said_why(seqs, timings, f"not timed: {got[-1].skipped.split(':')[0]} at T = {T}")
             break
+        after = (T, got[-1].time_s)
     fits, note = lab_measure.fitted(timings, budget_s)
     return timings, fits, note
+
+
+def completed(reply: dict, seqs, count: int, load: float | None) -> dict:
+    """A level's own measurement reply (:func:`attnlab.lab.levels.own.measure_lengths`) with the thread count and
+    the load beside each timed length, and every length of ``seqs`` it did not reach said: after which call the
+    measurement stopped, and how long that call took."""
+    from . import measure as lab_measure
+
+    timings = [Timing.from_dict({"threads": count, "load": load, **t}) for t in reply.get("timings", [])]
+    last = next((t for t in reversed(timings) if t.time_s is not None), None)
+    why = ("not timed: no length was" if last is None else
+           f"not timed: the measurement stopped after T = {last.seq}, whose call took {last.time_s:.3g} s")
+    timings = lab_measure.said_why(seqs, timings, why)
+    where = lab_measure.conditions(timings)
+    note = reply.get("note", "")
+    return {**reply, "timings": [t.to_dict() for t in timings],
+            "note": f"{note}; {where}" if note and where else note or where}
 
 
 def _prepare(fn, job: dict, info: dict):
@@ -143,16 +172,25 @@ def _measure(fn, header: dict) -> dict:
     if hasattr(mod, "measure_call") and hasattr(fn, "raw"):  # the level's own arguments (flash: block = 64)
         call, form = mod.measure_call(fn.raw), "lab"
     timings, fits, note = measure.measure(call, form, seqs=tuple(header["seqs"]), budget_s=header["budget_s"],
-                                          seed=header["seed"])
+                                          seed=header["seed"], count=header.get("threads") or measure.THREADS)
     return {"timings": [t.to_dict() for t in timings], "fits": {k: f and f.to_dict() for k, f in fits.items()},
             "note": note}
 
 
 def _level(fn, header: dict) -> dict:
-    """A level's own cases, run on the learner's function or class here (see its module's ``run``)."""
-    from . import levels
+    """A level's own cases, run on the learner's function or class here (see its module's ``run``); its
+    measurement on :data:`attnlab.lab.measure.THREADS` thread, with the load beside it."""
+    from attnlab.results.host import load_average
 
-    return levels.find(header["level"]).module().run(fn, header)
+    from . import levels, measure
+
+    mod = levels.find(header["level"]).module()
+    if header.get("what") != "measure" or not getattr(mod, "SEQS", ()):  # (the module's "measure" trains it)
+        return mod.run(fn, header)
+    load = load_average()
+    with measure.threads() as count:
+        reply = mod.run(fn, header)
+    return completed(reply, getattr(mod, "SEQS", ()), count, load)
 
 
 if __name__ == "__main__":

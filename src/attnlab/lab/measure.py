@@ -6,7 +6,15 @@ row of scores at a time grows more slowly -- and takes far longer: a Python step
 So each length is estimated from the one before (along T², the growth of every exact form's time)
 and skipped, with the estimate, when it would take longer than :data:`BUDGET_S` (``attnlab lab check
 --max-seconds N`` raises it: a loops version reaches T = 2048 in a few minutes); a call that takes
-over a quarter of it is timed once, and its peak memory measured in that same call.
+over a quarter of it is timed once, and its peak memory measured in that same call. A length that
+is not timed says why: skipped with its estimate, or left after a call that raised or was stopped.
+
+It is timed on :data:`THREADS` thread. A small call split over several threads spends most of its
+time waiting for them to start and to finish -- far more on a machine whose cores are busy with other
+work, where a waiting thread may not run for milliseconds -- so its time says little about the
+function, and the times of small and large calls do not grow as the work does. One thread does the
+work in order, and the time grows as the work grows. The load of the machine (the 1-minute load
+average, :func:`os.getloadavg`) is kept with every length: other programs' work is still in a time.
 
 Forward only, one head of width 64, float32, without autograd; peak memory is the extra resident
 memory while the call runs (:func:`attnlab.measure.memory.measure_peak`), the growth exponent the
@@ -18,6 +26,7 @@ about growth is made only where it holds over that whole range.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -26,6 +35,7 @@ import torch
 
 from attnlab.measure import growth, memory
 from attnlab.measure.timing import time_calls
+from attnlab.results.host import load_average
 
 from .grade import as_sdpa
 from .result import Timing
@@ -36,6 +46,21 @@ HEADS, HEAD_DIM = 1, 64
 QUADRATIC = 0.25  # memory growth within this of T² -- for every repeat -- counts as quadratic
 AGREE = 0.3  # time exponents whose repeats span more than this disagree: no growth is read from them
 PEAKS = 3  # the peak memory is measured this many times at each length (once where a call is slow): its spread
+THREADS = 1  # torch's threads while the learner's function is timed (the module docstring says why one)
+SAID = 160  # the most characters of an error's message a skipped length quotes (cut at a word)
+
+
+@contextlib.contextmanager
+def threads(count: int = THREADS):
+    """torch set to ``count`` threads inside the block, and back to what it was after it."""
+    before = torch.get_num_threads()
+    if before != count:
+        torch.set_num_threads(count)
+    try:
+        yield count
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def allowing(est: float) -> int:
@@ -43,69 +68,112 @@ def allowing(est: float) -> int:
     return math.ceil(est * 1.25)
 
 
-def measure(fn, form: str, seqs=SEQS, budget_s: float = BUDGET_S, seed: int = 0) -> tuple[list[Timing], dict, str]:
+def shortened(text: str, most: int = SAID) -> str:
+    """The first line of ``text``, cut at a space (never inside a word) with "…" when it is longer than ``most``."""
+    line = (text.strip().splitlines() or [""])[0]
+    if len(line) <= most:
+        return line
+    cut = line[:most].rsplit(" ", 1)[0] if " " in line[:most] else line[:most]
+    return cut.rstrip(" ,;:") + " …"
+
+
+def raised(e: BaseException) -> str:
+    return f"it raised {type(e).__name__}: {shortened(str(e))}"
+
+
+def skip_note(T: int, after: tuple[int, float], budget_s: float) -> tuple[float, Timing | None]:
+    """(the estimated seconds a call at ``T``, the length skipped with that estimate when it is over the budget, else
+    None), estimated along T² from ``after``: (a length, its seconds a call, timed or itself estimated)."""
+    seq, seconds = after
+    est = seconds * (T / seq) ** 2
+    if est <= budget_s:
+        return est, None
+    return est, Timing(T, skipped=f"estimated {est:.3g} s a call (from T = {seq}, growing like T²), over the "
+                                  f"{budget_s:g} s budget; --max-seconds {allowing(est)} lets it run")
+
+
+def said_why(seqs, timings: list[Timing], why: str) -> list[Timing]:
+    """``timings`` and, for every length of ``seqs`` they do not have, one that is skipped for ``why``."""
+    have = {t.seq for t in timings}
+    return timings + [Timing(T, skipped=why) for T in seqs if T not in have]
+
+
+def measure(fn, form: str, seqs=SEQS, budget_s: float = BUDGET_S, seed: int = 0,
+            count: int = THREADS) -> tuple[list[Timing], dict, str]:
     """(a Timing per length, the fitted growth {"time", "memory"} as :class:`~attnlab.measure.growth.Fit`
-    or None, a note on how it was measured).
+    or None, a note on how it was measured), on ``count`` threads (the lab's: :data:`THREADS`).
 
     Each fit is over the longer lengths, with the range of exponents its repeated measurements allow.
     """
     call = as_sdpa(fn) if form == "lab" else fn
-    timings, per_call = [], None
+    timings: list[Timing] = []
+    after = None  # (a length, its seconds a call): what the next length is estimated from
     memory.exact_heap("cpu")
     try:
-        for i, T in enumerate(seqs):
-            if per_call is not None and i:
-                est = per_call * (T / seqs[i - 1]) ** 2
-                if est > budget_s:
-                    timings.append(Timing(T, skipped=f"estimated {est:.3g} s a call (from T = {seqs[i - 1]}, "
-                                                     f"growing like T²), over the {budget_s:g} s budget; "
-                                                     f"--max-seconds {allowing(est)} lets it run"))
-                    per_call = est
-                    continue
-            g = torch.Generator().manual_seed(seed + T)
-            q, k, v = (torch.randn(1, HEADS, T, HEAD_DIM, generator=g) for _ in range(3))
-            once = lambda q=q, k=k, v=v: call(q, k, v, is_causal=True)  # noqa: E731
-            took = []
-
-            def timed(once=once, took=took):
-                t0 = time.perf_counter()
-                out = once()
-                took.append(time.perf_counter() - t0)  # the call alone, not the garbage collection before it
-                return out
-
-            with torch.no_grad():
-                try:
-                    peak = memory.measure_peak(timed, "cpu")  # the first call, timed and measured at once
-                    if not took:  # memory is not measurable here, so measure_peak did not call it
-                        timed()
-                except Exception as e:  # the grading above says what is wrong with it
-                    timings.append(Timing(T, skipped=f"it raised {type(e).__name__}: {str(e)[:80]}"))
+        with threads(count):
+            for T in seqs:
+                if after is not None:
+                    est, skip = skip_note(T, after, budget_s)
+                    if skip is not None:
+                        timings.append(skip)
+                        after = (T, est)
+                        continue
+                timing = one_length(call, T, budget_s, seed)
+                timings.append(timing)
+                if timing.time_s is None:  # it raised (the grading says what is wrong with it): the rest are not run
+                    timings = said_why(seqs, timings, f"not timed: {timing.skipped.split(':')[0]} at T = {T}")
                     break
-                first = took[0]
-                if first * 4 > budget_s:  # a slow call is its own measurement: another would only double the wait
-                    times, peaks = [first], [peak]
-                else:  # warmed up now: time a few, and measure the peak again (the first may hold one-time costs)
-                    times = time_calls(once, 0, max(2, min(5, int(budget_s / 4 / max(first, 1e-6)))))
-                    peaks = [memory.measure_peak(once, "cpu") for _ in range(PEAKS)]
-            per_call = statistics.median(times)
-            peaks = [p for p in peaks if p is not None]
-            timings.append(Timing(T, per_call, int(statistics.median(peaks)) if peaks else None, times_s=list(times),
-                                  peaks=peaks))
+                after = (T, timing.time_s)
     finally:
         memory.exact_heap("cpu", exact=False)
     return (timings, *fitted(timings, budget_s))
 
 
-def skip_note(T: int, prev: Timing, budget_s: float) -> Timing | None:
-    """The length ``T`` skipped, with its estimate, when the call at the previous length says it would take over
-    the budget (growing like T²); None when it fits."""
-    if prev.time_s is None:
-        return None
-    est = prev.time_s * (T / prev.seq) ** 2
-    if est <= budget_s:
-        return None
-    return Timing(T, skipped=f"estimated {est:.3g} s a call (from T = {prev.seq}, growing like T²), over the "
-                             f"{budget_s:g} s budget; --max-seconds {allowing(est)} lets it run")
+def one_length(call, T: int, budget_s: float, seed: int) -> Timing:
+    """One length's Timing: the first call timed with its peak memory, then (a fast one) a few more, warmed up."""
+    g = torch.Generator().manual_seed(seed + T)
+    q, k, v = (torch.randn(1, HEADS, T, HEAD_DIM, generator=g) for _ in range(3))
+    once = lambda q=q, k=k, v=v: call(q, k, v, is_causal=True)  # noqa: E731
+    took, load = [], load_average()
+
+    def timed():
+        t0 = time.perf_counter()
+        out = once()
+        took.append(time.perf_counter() - t0)  # the call alone, not the garbage collection before it
+        return out
+
+    with torch.no_grad():
+        try:
+            peak = memory.measure_peak(timed, "cpu")  # the first call, timed and measured at once
+            if not took:  # memory is not measurable here, so measure_peak did not call it
+                timed()
+        except Exception as e:  # the grading says what is wrong with it
+            return Timing(T, skipped=raised(e), threads=torch.get_num_threads(), load=load)
+        first = took[0]
+        if first * 4 > budget_s:  # a slow call is its own measurement: another would only double the wait
+            times, peaks = [first], [peak]
+        else:  # warmed up now: time a few, and measure the peak again (the first may hold one-time costs)
+            times = time_calls(once, 0, max(2, min(5, int(budget_s / 4 / max(first, 1e-6)))))
+            peaks = [memory.measure_peak(once, "cpu") for _ in range(PEAKS)]
+    peaks = [p for p in peaks if p is not None]
+    return Timing(T, statistics.median(times), int(statistics.median(peaks)) if peaks else None, times_s=list(times),
+                  peaks=peaks, threads=torch.get_num_threads(), load=load)
+
+
+def conditions(timings: list[Timing]) -> str:
+    """How the machine was while the lengths were timed: the thread count and the load, in words ("" when none was
+    timed)."""
+    done = [t for t in timings if t.time_s is not None]
+    counts = sorted({t.threads for t in done if t.threads is not None})
+    loads = [t.load for t in done if t.load is not None]
+    said = []
+    if counts:
+        said.append(f"{' and '.join(map(str, counts))} torch thread{'s' if counts != [1] else ''}")
+    if loads:
+        span = f"{min(loads):.1f}" if f"{min(loads):.1f}" == f"{max(loads):.1f}" else \
+            f"{min(loads):.1f} to {max(loads):.1f}"
+        said.append(f"load {span} (1-minute average) as it was timed")
+    return ", ".join(said)
 
 
 def fitted(timings: list[Timing], budget_s: float) -> tuple[dict, str]:
@@ -113,12 +181,12 @@ def fitted(timings: list[Timing], budget_s: float) -> tuple[dict, str]:
     done = [t for t in timings if t.time_s is not None]
     fits = {"time": growth.fit({t.seq: t.times_s for t in done}),
             "memory": growth.fit({t.seq: t.peaks for t in done if t.peaks})}
-    note = (f"forward only, batch 1, {HEADS} head of width {HEAD_DIM}, float32, no autograd; the median of 2 to "
-            f"5 calls, one call where it takes over {budget_s / 4:g} s; memory: "
-            f"{memory.method('cpu') or 'not measurable here'}, the median of {PEAKS}; growth fitted on the longer "
-            "lengths, with the range of exponents the repeats allow")
+    where = conditions(timings)
+    note = (f"forward only, batch 1, {HEADS} head of width {HEAD_DIM}, float32, no autograd"
+            + (f", {where}" if where else "") + f"; the median of 2 to 5 calls, one call where it takes over "
+            f"{budget_s / 4:g} s; memory: {memory.method('cpu') or 'not measurable here'}, the median of {PEAKS}; "
+            "growth fitted on the longer lengths, with the range of exponents the repeats allow")
     skipped = [t.seq for t in timings if t.skipped]
     if skipped:
-        note += (f"; T = {', '.join(map(str, skipped))} skipped, over the {budget_s:g} s budget (--max-seconds) or "
-                 "failing")
+        note += f"; T = {', '.join(map(str, skipped))} not timed, each says why"
     return fits, note

@@ -26,6 +26,8 @@ class Timing(Result):
     skipped: str | None = None  # e.g. "estimated 95 s a call, over the 20 s budget"
     times_s: list[float] = field(default_factory=list)  # every timed call (time_s is their median)
     peaks: list[int] = field(default_factory=list)  # every peak measured (peak_bytes is their median)
+    threads: int | None = None  # torch's thread count while it was timed (attnlab.lab.measure.THREADS)
+    load: float | None = None  # the machine's 1-minute load average when this length's timing began
 
 
 @dataclass

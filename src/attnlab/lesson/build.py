@@ -31,6 +31,15 @@ REFERENCE_STEP_S = 0.18
 # 3.2 and 4.1 s, where scaling the whole reference said 0.65, 0.65 and 1.1. FIXED is each one's unscaled part,
 # fitted through those builds
 FIXED = {"demo": 0.7, "explore": 0.8, "page": 2.7}
+# A build that runs no step is the page alone, from a cold start: it loads matplotlib, draws its first figures and
+# reads the checkpoint's heads itself, work of the same kind as the process's own start (loading torch and attnlab),
+# and as fast or as slow on a busy machine. So it is estimated from the seconds the process took to reach the
+# estimate: the page took 2.9-4.7 times as long in six builds (default trained model, AMD EPYC, 2 cores, load
+# 10.7-12: page 14-22 s after a start of 4.3-5.0 s; the page after a full build took 6 s). STARTUP_RATIO is the
+# first such estimate in a folder; after it, the median of the folder's last ratios (lesson-build.json keeps them).
+# Without the process's start time (not Linux): the median of the folder's last page-only times, or PAGE_ONLY_S
+STARTUP_RATIO, PAGE_ONLY_S = 4.0, 12.0
+PAGES_KEPT, PAGES_USED = 6, 3
 # ...and the bench, whose cases are timed for as long as their time budgets allow (attnlab.measure.bench), is not
 # scaled at all: 42 s in the reference build, then 40, 28, 48, 36 and 26.8 s in builds whose step took 0.034-0.049
 # s; 34 s is within 30 % of every one of them
@@ -53,6 +62,18 @@ class Step(Result):
     why: str | None  # "missing ..." or "stale: ..."; None: up to date, not run
     estimate_s: float
     seconds: float | None = None  # measured, once run
+    last_s: float | None = None  # its time when it last ran, in this build or an earlier one (lesson-build.json)
+    last_at: str | None = None  # when that build began (UTC, ISO 8601)
+
+
+@dataclass
+class PageTime(Result):
+    """One build's page: its seconds, and whether the build ran the page alone (from a cold start)."""
+
+    seconds: float
+    alone: bool
+    at: str = ""  # when that build began (UTC, ISO 8601)
+    startup_s: float | None = None  # seconds from the process's start to the page's estimate (None: not known)
 
 
 @dataclass
@@ -66,6 +87,74 @@ class BuildLog(Result):
     threads: dict | None = None  # the thread count chosen from a measurement (attnlab.train.estimate.ThreadChoice)
     step_s: float | None = None  # the training step time the estimates were made from
     load_after: list[float] = field(default_factory=list)  # when the build finished
+    started: str = ""  # when the build began (UTC, ISO 8601)
+    page_estimate_s: float | None = None  # what the page was estimated to take, beforehand
+    pages: list[PageTime] = field(default_factory=list)  # this folder's last page times, oldest first (this one too)
+
+
+def previous(out: str | Path) -> BuildLog | None:
+    """The last build's log in ``out`` (lesson-build.json), or None when there is none it can read."""
+    data = _json(Path(out) / "lesson-build.json")
+    try:
+        return BuildLog.from_dict(data) if data is not None else None
+    except (TypeError, ValueError, KeyError, AttributeError):  # written by hand, or by an older attnlab
+        return None
+
+
+def kept(steps: list[Step], before: BuildLog | None, started: str) -> list[Step]:
+    """``steps`` each with its last measured time: this build's where it ran, else the last build's (which may
+    itself be kept from an earlier one), so that a build which runs only the page loses none of them."""
+    old = {s.name: s for s in before.steps} if before is not None else {}
+    for s in steps:
+        if s.seconds is not None:
+            s.last_s, s.last_at = s.seconds, started
+        elif s.name in old:
+            o = old[s.name]
+            s.last_s, s.last_at = (o.seconds, before.started or None) if o.seconds is not None else (o.last_s,
+                                                                                                      o.last_at)
+    return steps
+
+
+def page_estimate(alone: bool, before: BuildLog | None, step_s: float | None = None,
+                  startup_s: float | None = None) -> tuple[float, str]:
+    """(the page's seconds, how that was estimated). Alone: the process's ``startup_s`` so far times the median of
+    the folder's last :data:`PAGES_USED` ratios of page to startup (:data:`STARTUP_RATIO` before there are any).
+    After steps: the median of the folder's last pages after steps, else the reference build's page scaled by the
+    training step ``step_s`` (:func:`scaled`)."""
+    import statistics
+
+    same = [p for p in (before.pages if before is not None else []) if p.alone == alone][-PAGES_USED:]
+    n = f"{len(same)} " if len(same) > 1 else ""
+    if alone and startup_s:
+        ratios = [p.seconds / p.startup_s for p in same if p.startup_s]
+        ratio = statistics.median(ratios) if ratios else STARTUP_RATIO
+        return startup_s * ratio, (f"{ratio:.1f} times the {startup_s:.1f} s this command took to start, " + (
+            f"as this folder's last {n}page-only build{'s' if n else ''}" if ratios else "as measured on 2 cores"))
+    if same:
+        kind = ("page-only build" if alone else "page after steps") + ("s" if n else "")
+        return statistics.median(p.seconds for p in same), f"as this folder's last {n}{kind}"
+    if alone:
+        return PAGE_ONLY_S, "a page-only build measured on 2 cores"
+    return scaled("page", step_s), "scaled from a measured build by the training step timed now"
+
+
+def pages(before: BuildLog | None, seconds: float, alone: bool, started: str,
+          startup_s: float | None = None) -> list[PageTime]:
+    """The folder's page times with this build's added, the last :data:`PAGES_KEPT` of them."""
+    return [*(before.pages if before is not None else []), PageTime(seconds, alone, started, startup_s)][-PAGES_KEPT:]
+
+
+def running_s() -> float | None:
+    """Seconds since this process started (from Linux's /proc), or None where that is not known."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime, in clock ticks after boot
+        with open("/proc/uptime") as f:
+            return float(f.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def _json(path: Path) -> dict | None:

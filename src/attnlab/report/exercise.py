@@ -90,21 +90,14 @@ def lines(r) -> list[str]:
         out += [f"  - {escape(d.text)}" for d in r.diagnoses]
     elif not r.passed:
         out.append("[bold]Likely cause[/]: the failures fit no pattern verify knows; read the failing cases above")
-    ok = r.match_err <= r.match_tol
     level = levels.of_result(r)
-    if level.kind == "own":
-        out.append(f"[bold]Match[/]: max |yours - the right answer| = {r.match_err:.1e} over the level's cases (the "
-                   f"lab asks for at most {r.match_tol:g}): "
-                   + ("[green]matches[/]" if ok else "[red]does not match[/]"))
-    else:
-        out.append(f"[bold]Match[/]: max |yours - F.scaled_dot_product_attention| = {r.match_err:.1e} on 2 heads, "
-                   f"T = 64, d = 32, float32 (the lab asks for at most {r.match_tol:g}): "
-                   + ("[green]matches[/]" if ok else "[red]does not match[/]"))
+    out.append(_match_line(r, level))
     out.append(f"[bold]Measured[/] ({escape(r.measure_note)}):")
     for t in r.timings:
         mem = fmt_bytes(t.peak_bytes) if t.peak_bytes is not None else "not measured"
-        out.append(f"  T = {t.seq:<5} " + (f"skipped: {t.skipped}" if t.skipped else
-                                           f"{fmt_time(t.time_s):>9}   peak memory {mem}"))
+        load = f"   load {t.load:.1f}" if t.load is not None else ""
+        out.append(f"  T = {t.seq:<5} " + (f"skipped: {escape(t.skipped)}" if t.skipped else
+                                           f"{fmt_time(t.time_s):>9}   peak memory {mem}{load}"))
     grow = [f"{k} T^{v:.2f}" for k, v in r.exponents.items() if v is not None]
     if grow and level.number > 1:  # the level says what it asks of its growth (measured_note)
         out.append(f"  growth: {', '.join(grow)}" + _unsteady(r))
@@ -115,18 +108,56 @@ def lines(r) -> list[str]:
                                               "quadratic, it does not hold the whole T x T matrix at once"}[ok])
         if time_growth(r):
             out.append(f"  growth: {time_growth(r)}")
-    load, cpus = r.machine.get("load_average"), r.machine.get("cpu_count") or 1
-    if r.timings and load is not None and load >= cpus:
+    load, cpus = busiest(r), r.machine.get("cpu_count") or 1
+    if any(t.time_s is not None for t in r.timings) and load is not None and load >= cpus:
         out.append(f"  [yellow]note: the machine was busy while it was timed (load {load:.1f} on {cpus} cores): the "
                    "times are noisy, the short ones most, and so is their growth; the memory is not affected[/]")
     if getattr(r, "measured_note", ""):
-        held = {True: "[green]as the level asks[/]", False: "[red]not what the level asks[/]"}.get(r.measured_ok, "")
-        if held and not r.passed:  # a measurement of a function that fails its grading ticks nothing
-            held = "measured, but the grading failed above, so the level is not done"
+        held = held_text(r)
         out.append(f"[bold]Level {level.number}[/] ({escape(level.title)}): {escape(r.measured_note)}"
                    + (f" — {held}" if held else ""))
     out.append("[bold]Next[/]: " + _next(r, level))
     return out
+
+
+def busiest(r) -> float | None:
+    """The highest load its lengths were timed at (a check kept before each length had its own: the one load)."""
+    loads = [t.load for t in r.timings if t.time_s is not None and t.load is not None]
+    return max(loads) if loads else r.machine.get("load_average")
+
+
+def measured(r) -> bool:
+    """Whether anything of the check's measurement was taken: a length timed, or a curve trained."""
+    return any(t.time_s is not None for t in r.timings) or bool(getattr(r, "curve", None))
+
+
+def held_text(r, markup: bool = True) -> str:
+    """What the level asks of its measurement, said of this check: as asked, measured and it did not hold, not
+    measured; and a function that fails its grading ticks nothing whatever its measurement ("" when the level asks
+    nothing of it)."""
+    if r.measured_ok is None:
+        return ""
+    failed = "the grading failed above, so the level is not done"
+    if not measured(r):
+        return failed if not r.passed else "so the level is not done"
+    green, red = ("[green]", "[red]") if markup else ("", "")
+    if r.measured_ok:
+        return f"{green}as the level asks{'[/]' if markup else ''}" + ("" if r.passed else f", but {failed}")
+    return f"{red}measured, and it did not hold{'[/]' if markup else ''}" + ("" if r.passed else f"; {failed}")
+
+
+def _match_line(r, level) -> str:
+    """The match with the right answer, or, where the function gave none to compare, that it gave none."""
+    own = level.kind == "own"
+    against = "the right answer" if own else "F.scaled_dot_product_attention"
+    where = "over the level's cases" if own else "on 2 heads, T = 64, d = 32, float32"
+    asks = f"the lab asks for at most {r.match_tol:g}"
+    if r.match_err == float("inf"):
+        return (f"[bold]Match[/]: [red]no answer to compare[/] with {against} {where}: your function raised, or "
+                f"returned no tensor of the inputs' shape (the failing cases above say which); {asks}")
+    ok = r.match_err <= r.match_tol
+    return (f"[bold]Match[/]: max |yours - {against}| = {r.match_err:.1e} {where} ({asks}): "
+            + ("[green]matches[/]" if ok else "[red]does not match[/]"))
 
 
 def _unsteady(r) -> str:

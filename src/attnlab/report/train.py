@@ -226,7 +226,8 @@ def verdict_lines(result, summaries: dict, preds: list, tie=None) -> list[str]:
 
     lines = []
     if preds:
-        verdict = "[green]measured[/]" if destabilised(preds) else "[red]not measured at these settings[/]"
+        verdict = ("[green]measured[/]" if destabilised(preds) else
+                   "[red]measured, and it did not hold at these settings[/]")
         lines.append(f"[bold]Removing the 1/sqrt(d) scale visibly destabilised training[/]: {verdict}")
         for s in summaries.values():
             lines.append(f"  {s.name:<5} entropy {_fmt(s.entropy_start)} -> {_fmt(s.entropy_end)} nats, "

@@ -106,6 +106,7 @@ def test_build_says_what_it_will_run_and_how_long_then_logs_each_step(run_cli, t
     assert any(re.search(r"\[1/1\] demo: done in \d+ s \(estimated about \d+ s\); about \d+ s left, re-estimated", x)
                for x in lines)
     assert json.loads((out / "demo.json").read_text())["versions"]["attnlab"] == __version__
+    assert ran[0]["last_s"] == ran[0]["seconds"] and [p["alone"] for p in done["pages"]] == [False]
     bad = run_cli("lesson", "--build", "--quick")
     assert bad.returncode == 2 and "does not go with --quick" in bad.stderr
 
@@ -142,3 +143,86 @@ def test_the_bench_estimate_does_not_shrink_with_a_faster_training_step():
     assert build.scaled("demo", fast) == pytest.approx(fixed + (demo - fixed) / 4)
     assert build.scaled("explore", 2 * build.REFERENCE_STEP_S) == pytest.approx(
         2 * build.SECONDS["explore"] - build.FIXED["explore"])
+
+
+# the command itself (a page built from a cold start, ~25 s in a busy suite): make test-long; the keeping and the
+# estimate are held in-process by the two tests after it
+@pytest.mark.long
+@pytest.mark.slow
+def test_a_page_only_build_through_the_command_keeps_the_full_builds_times(run_cli, tmp_path):
+    out = tmp_path / "out"
+    (out / "checkpoints").mkdir(parents=True)
+    _up_to_date(out)
+    from attnlab import demo
+
+    write_json(demo.run(seed=0), out / "demo.json")  # a whole one: the page reads it
+    full = _ran(build.BuildLog(str(out), build.plan(out), started="2026-12-01T10:00:00+00:00",
+                               pages=[build.PageTime(6.0, False, "2026-12-01T10:00:00+00:00")]),
+                demo=1.4, bench=40.0, train=101.0, **{"train tie-kv": 27.0, "explore": 1.3})
+    full.steps = build.kept(full.steps, None, full.started)
+    write_json(full, out / "lesson-build.json")
+    r = run_cli("lesson", "--build", "--out", "out", timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    assert "0 of 5 steps to run" in r.stdout and "times the" in r.stdout and "this command took to start" in r.stdout
+    done = json.loads((out / "lesson-build.json").read_text())
+    assert [s["seconds"] for s in done["steps"]] == [None] * 5
+    assert [s["last_s"] for s in done["steps"]] == [1.4, 40.0, 101.0, 27.0, 1.3]
+    assert [p["alone"] for p in done["pages"]] == [False, True] and done["pages"][1]["startup_s"] > 0
+    print(f"page-only build: page {done['page_s']:.1f} s, estimated {done['page_estimate_s']:.1f} s")
+
+
+def _ran(log, **seconds):
+    """``log``'s steps, those named in ``seconds`` run for that long (a build as `lesson --build` leaves it)."""
+    for s in log.steps:
+        s.seconds = seconds.get(s.name)
+    return log
+
+
+def test_a_build_that_runs_no_step_keeps_every_steps_last_time(tmp_path):
+    """A page-only build used to write "seconds": null over the full build's step times."""
+    full = _ran(build.BuildLog(str(tmp_path), build.plan(tmp_path), started="2026-12-01T10:00:00+00:00"),
+                demo=1.4, bench=40.0, train=101.0, **{"train tie-kv": 27.0, "explore": 1.3})
+    full.steps = build.kept(full.steps, None, full.started)
+    write_json(full, tmp_path / "lesson-build.json")
+    before = build.previous(tmp_path)
+    assert [s.last_s for s in before.steps] == [1.4, 40.0, 101.0, 27.0, 1.3]
+    for started in ("2026-12-01T11:00:00+00:00", "2026-12-01T12:00:00+00:00"):  # two page-only builds in a row
+        page = _ran(build.BuildLog(str(tmp_path), build.plan(tmp_path), started=started))
+        page.steps = build.kept(page.steps, build.previous(tmp_path), started)
+        write_json(page, tmp_path / "lesson-build.json")
+    kept = json.loads((tmp_path / "lesson-build.json").read_text())["steps"]
+    assert [s["seconds"] for s in kept] == [None] * 5  # this build ran none of them
+    assert [s["last_s"] for s in kept] == [1.4, 40.0, 101.0, 27.0, 1.3]
+    assert {s["last_at"] for s in kept} == {"2026-12-01T10:00:00+00:00"}  # the build that measured them
+    again = _ran(build.BuildLog(str(tmp_path), build.plan(tmp_path), started="2026-12-01T13:00:00+00:00"), demo=2.0)
+    again.steps = build.kept(again.steps, build.previous(tmp_path), again.started)
+    assert (again.steps[0].last_s, again.steps[0].last_at) == (2.0, "2026-12-01T13:00:00+00:00")
+    assert again.steps[1].last_s == 40.0  # the others still the full build's
+
+
+def test_a_page_only_build_is_estimated_from_how_long_the_command_took_to_start():
+    """The page alone is work of the kind the command's start is (loading libraries, first figures): its estimate
+    is the start's seconds times the ratio this folder's last page-only builds showed, not a fixed 5 s."""
+    est, how = build.page_estimate(True, None, startup_s=5.0)
+    assert est == pytest.approx(5.0 * build.STARTUP_RATIO) and "this command took to start" in how
+    log = build.BuildLog("out", [], pages=[build.PageTime(6.0, False, "a"), build.PageTime(24.0, True, "b", 4.0),
+                                           build.PageTime(30.0, True, "c", 6.0), build.PageTime(21.0, True, "d", 3.0)])
+    est, how = build.page_estimate(True, log, startup_s=2.0)  # ratios 6, 5 and 7: their median, 6
+    assert est == pytest.approx(12.0) and "last 3 page-only builds" in how
+    est, how = build.page_estimate(False, log, step_s=0.05)  # after steps: that kind's own last page
+    assert est == 6.0 and "page after steps" in how
+    assert build.page_estimate(False, None, step_s=0.05)[0] == build.scaled("page", 0.05)
+    assert build.page_estimate(True, log, startup_s=None)[0] == 24.0  # no start time known: the last pages' median
+    assert [p.at for p in build.pages(log, 9.0, True, "e", 2.0)] == ["a", "b", "c", "d", "e"]
+    assert len(build.pages(build.BuildLog("out", [], pages=[build.PageTime(1, True)] * 9), 9.0, True, "e")) == \
+        build.PAGES_KEPT
+
+
+def test_the_process_knows_how_long_it_has_run():
+    import time
+
+    first = build.running_s()
+    if first is None:
+        pytest.skip("this system does not say when a process started (/proc)")
+    time.sleep(0.05)
+    assert 0 < first < build.running_s() < 24 * 3600

@@ -15,6 +15,8 @@ from tests.labchecks import made
 
 from .conftest import TRAIN
 
+OF_1 = "Your newest check of level 1 (attention with loops): "  # said beside an item ticked from an older check
+
 
 def at(minute: int) -> str:
     return f"2026-12-01T10:{minute:02d}:00.000000+00:00"
@@ -40,7 +42,9 @@ def test_nothing_checked_says_what_to_do(tmp_path):
     assert head.startswith("0 of 4 done — nothing of yours checked yet")
     assert [i[0] for i in items] == ["✗"] * 4  # the machine's forms never tick the learner's items
     assert "attnlab lab start" in items[0] and "not done yet" in items[1] and "not done yet" in items[2]
-    assert "the machine's run" in items[3] and "not measured at these settings" in items[3]  # TRAIN's unscaled: lower
+    # TRAIN's unscaled run: measured, its loss lower than the scaled one's, so the claim did not hold
+    assert "the machine's run" in items[3] and "measured, and it did not hold at these settings — " in items[3]
+    assert "not measured" not in items[3] and "the loss stays above the scaled model's: not so in this run" in items[3]
     assert "Your newest check" not in " ".join(items)
 
 
@@ -68,7 +72,7 @@ def test_fixed_then_a_second_failing_function_keeps_the_passing_one_and_says_the
     assert "from attention_lab.py:my_attention, checked at 10:02:00 UTC: peak memory at T = 128, 512, 2048" in items[1]
     assert "from attention_lab.py:my_attention, checked at 10:02:00 UTC: memory grew as T^2.01" in items[2]
     for item in items[:3]:
-        assert item.endswith(" Your newest check: my_second.py:attention_by_hand at 10:03:00 UTC, failed.")
+        assert item.endswith(f" {OF_1}my_second.py:attention_by_hand at 10:03:00 UTC, failed.")
     assert "Your newest check" not in items[3]  # the machine's run is not a check
 
 
@@ -83,7 +87,7 @@ def test_quadratic_memory_comes_from_a_passing_function_never_a_failing_one(tmp_
     # level 2 is where the whole T x T matrix is held: the item sends the learner there, with commands that exist
     assert ("level 2 holds the whole T x T matrix: attnlab lab start --level matrix writes lab_matrix.py, then "
             "attnlab lab check lab_matrix.py") in items[2]
-    assert items[2].endswith(" Your newest check: attention_lab.py:my_matrix at 10:02:00 UTC, failed.")
+    assert items[2].endswith(f" {OF_1}attention_lab.py:my_matrix at 10:02:00 UTC, failed.")
     # level 2 done: its passing check ticks the item, the loops version still the match's
     matrix = made("lab_matrix.py", "attention_matrix", memory=2.02, time=at(3))
     head, items = _page(tmp_path, matrix)
@@ -118,8 +122,7 @@ def test_the_starter_checked_last_never_ticks_the_match_and_replaces_nothing(tmp
     assert "from my_loops.py:attention_by_hand, checked at 10:01:00 UTC: every one" in items[0]
     assert "from my_loops.py:attention_by_hand, checked at 10:01:00 UTC: peak memory" in items[1]
     assert "my_loops.py:attention_by_hand, checked at 10:01:00 UTC: memory grew as T^1.00" in items[2]
-    beside = (" Your newest check: attention_lab.py:attention_by_hand at 10:02:00 UTC (the starter's code as it came), "
-              "failed.")
+    beside = f" {OF_1}attention_lab.py:attention_by_hand at 10:02:00 UTC (the starter's code as it came), failed."
     assert all(i.endswith(beside) for i in items[:3])
 
 
@@ -196,3 +199,21 @@ def test_the_path_says_a_level_that_passed_and_fails_now_and_to_fix_its_file(tmp
     assert "failing now (failed 1 of 15 cases); it passed at 10:02:00 UTC" in unescape(re.sub("<[^>]+>", "", level2))
     assert ("Next: level 2, attention in four tensor lines: fix lab_matrix.py:attention_matrix and run attnlab lab "
             "check lab_matrix.py again") in text
+
+
+def test_an_item_names_the_newest_check_of_its_own_level_never_a_later_levels(tmp_path):
+    """Levels 1 and 2 done, then flash failing (10:18), backward (10:20) and decode (10:21): the items, ticked from
+    levels 1 and 2, are each from the newest check of their level, so none names lab_flash.py as "your newest"
+    (the newest check was the decoder's in any case); a newer failing check of level 2 is named with its level."""
+    walk = [made(memory=0.75, time=at(10)), made("lab_matrix.py", "attention_matrix", memory=2.0, time=at(12)),
+            made("lab_flash.py", "flash_forward", passed=False, memory=1.0, time=at(18)),
+            made("lab_backward.py", "flash_backward", memory=1.0, time=at(20)),
+            made("lab_decode.py", "decode_step", memory=1.0, time=at(21))]
+    head, items = _page(tmp_path, *walk)
+    print(items)
+    assert [i[0] for i in items] == ["✓", "✓", "✓", "✗"] and head.startswith("3 of 4 done")
+    assert not any("Your newest check" in i or "lab_flash" in i for i in items), items
+    later = made("my_matrix.py", "attention_matrix", passed=False, time=at(22))  # level 2 again, failing
+    _, items = _page(tmp_path, later)
+    of_2 = "Your newest check of level 2 (attention in four tensor lines): "
+    assert all(i.endswith(f" {of_2}my_matrix.py:attention_matrix at 10:22:00 UTC, failed.") for i in items[:3])

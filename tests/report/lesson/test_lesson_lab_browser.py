@@ -22,6 +22,7 @@ from attnlab.lesson import collect, sources
 from tests.labchecks import graded
 
 from .conftest import BENCH, TIE, TRAIN, tiny_checkpoint
+from .test_lesson_checklist import OF_1
 
 
 def _matrix(q, k, v, scale, future):  # the learner's matrix version, with the scale and the mask they chose
@@ -123,7 +124,7 @@ def test_the_learners_checks_tick_the_page_from_their_newest_results(browser, tm
     _, texts, results = check(flipped, "my_second.py", "attention_by_hand", passed=False)
     assert [t[0] for t in texts] == ["✓", "✓", "✓", "✗"] and "3 of 4 done" in results
     assert all(source in t for t in texts[:3])
-    assert all("Your newest check: my_second.py:attention_by_hand at" in t and t.endswith(", failed.")
+    assert all(f"{OF_1}my_second.py:attention_by_hand at" in t and t.endswith(", failed.")
                for t in texts[:3])
 
     # 4. the starter's attention_by_hand checked again as it came: the same function name replaces nothing
@@ -131,7 +132,7 @@ def test_the_learners_checks_tick_the_page_from_their_newest_results(browser, tm
                               is_given=True)
     assert [t[0] for t in texts] == ["✓", "✓", "✓", "✗"] and "(4 checks kept in lab-checks/)" in results
     assert all(source in t for t in texts[:3])
-    assert all("Your newest check: attention_lab.py:attention_by_hand at" in t and "(the starter's code as it "
+    assert all(f"{OF_1}attention_lab.py:attention_by_hand at" in t and "(the starter's code as it "
                "came), failed." in t for t in texts[:3])
     assert "my_second" not in " ".join(texts)  # an older failing check is neither the source nor the newest
 

@@ -73,6 +73,29 @@ def test_nothing_spills_and_the_sticky_bar_never_covers_a_steps_text(browser, le
     assert errors == [] and [u for u in requests if not u.startswith("data:")] == [url]
 
 
+# text a learner types without a space, in the test model's letters: 40 of them, and one 200-letter word (longer than
+# the model's context, so the page also quotes the part it reads)
+UNBROKEN = {"40 letters": ("thestreetbecauseitwastired" * 2)[:40], "a 200-letter word": ("crossthestreet" * 15)[:200]}
+
+
+@pytest.mark.slow
+def test_long_unbroken_text_wraps_at_390_px(browser, lesson):
+    """The head cards' captions quote the word the query reads ("n → “thestreet…”"): a long word broke out of
+    the cards and made the phone's page scroll sideways (scrollWidth 521 at 390 px)."""
+    page, _, errors, _ = _page(browser, lesson, (390, 844))
+    for name, text in UNBROKEN.items():
+        assert " " not in text
+        page.fill("#text", text)
+        page.wait_for_function("(t) => { const read = window.attnlab.current().tokens.join(''); "
+                               "return read.length >= 40 && t.endsWith(read); }", arg=text)  # the page has read it
+        assert "→" in page.inner_text("#headview"), name  # the caption that quotes the word is shown
+        width = page.evaluate("document.documentElement.scrollWidth")
+        found = page.evaluate(SPILLS, TEXT + ", .live .text-status, #headview figcaption")
+        print(f"390x844, {name}: scrollWidth {width}, {found['checked']} boxes checked, spilled: {found['out']}")
+        assert width <= 390 and found["out"] == [], name
+    assert errors == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
 def test_the_model_pages_head_cards_keep_their_text(browser, model_lesson, size):

@@ -47,9 +47,20 @@ def _name(r, newest) -> str:
 
 
 def _verdict(r, newest) -> str:
-    """The newest check's verdict, said beside an item that comes from another check."""
-    return (f"Your newest check: {r.file}:{r.function} at {_at(r, newest)}" + (f" ({GIVEN})" if _given(r) else "")
-            + (", passed." if store.passed(r) else ", failed."))
+    """The verdict of the newest check of a level, said beside an item that comes from another check of it."""
+    lv = levels.of_result(r)
+    return (f"Your newest check of level {lv.number} ({lv.title}): {r.file}:{r.function} at {_at(r, newest)}"
+            + (f" ({GIVEN})" if _given(r) else "") + (", passed." if store.passed(r) else ", failed."))
+
+
+def newest_of_level(source, history):
+    """The newest check (``history``: newest first) of the level ``source`` is a check of, when it is not
+    ``source`` itself: what an item ticked from ``source`` says beside it; None when ``source`` is the newest."""
+    if source is None:
+        return None
+    lv = levels.of_result(source)
+    r = next((x for x in history if levels.of_result(x) is lv), None)
+    return None if r is None or r is source else r
 
 
 def _measured_at(r) -> list[int]:
@@ -143,9 +154,11 @@ def _ablation(part) -> tuple[bool, str]:
                       "stayed saturated and its loss ended above the scaled model's")
     if part.origin != "file":
         return False, f"the machine's run: only {part.origin} so far; `attnlab train` trains the real one"
+    if not preds:  # no scaled run to hold the unscaled one against
+        return False, f"the machine's run ({where}): not measured, it has no 1/√d run beside the unscaled one"
     failed = "; ".join(p.claim for p in preds if not p.holds)
-    return False, (f"the machine's run ({where}): not measured at these settings — {failed or 'no prediction'} did "
-                   "not hold (section 5 has the numbers)")
+    return False, (f"the machine's run ({where}): measured, and it did not hold at these settings — {failed}: not "
+                   "so in this run (section 5 has the numbers)")
 
 
 def checklist(data) -> str:
@@ -163,9 +176,9 @@ def checklist(data) -> str:
              (None, *_ablation(data.train_scale), "Removing the 1/√d scale visibly destabilised training")]
     lis = "".join(f'<li class="{"done" if ok else "todo"}"><span class="tick">{"✓" if ok else "✗"}</span> '
                   f"<b>{escape(text)}</b> — {_code(detail)}"
-                  + (f' <span class="newest">{escape(_verdict(newest, newest))}</span>'
-                     if newest is not None and i < 3 and source is not newest else "") + "</li>"
-                  for i, (source, ok, detail, text) in enumerate(items))
+                  + (f' <span class="newest">{escape(_verdict(other, newest))}</span>'
+                     if (other := newest_of_level(source, data.lab)) is not None else "") + "</li>"
+                  for source, ok, detail, text in items)
     done = sum(1 for _, ok, _, _ in items if ok)
     n = len(data.lab)
     source = (f"the first three from your own newest `attnlab lab check` results ({n} check{'s' if n != 1 else ''} "

@@ -34,11 +34,11 @@ def scale(result) -> str:
         head = ("<p><b>Removing the 1/√d scale visibly destabilised training</b>: measured — the unscaled softmax "
                 "stayed saturated and its loss ended above the scaled model's.</p>")
     else:
-        head = ("<p><b>Removing the 1/√d scale visibly destabilised training</b>: <b>not measured at these "
-                "settings.</b> The lesson predicts a saturated softmax and a worse loss; the rules below say which "
-                "part this run did not show. A small model can learn around a saturated softmax for a while (the "
-                "values and the MLP still train), so the gap shows more clearly with wider heads and longer runs "
-                "(<code>attnlab train --preset large</code>).</p>")
+        head = ("<p><b>Removing the 1/√d scale visibly destabilised training</b>: <b>measured, and it did not "
+                "hold at these settings.</b> The lesson predicts a saturated softmax and a worse loss; the rules "
+                "below say which part this run did not show. A small model can learn around a saturated softmax for "
+                "a while (the values and the MLP still train), so the gap shows more clearly with wider heads and "
+                "longer runs (<code>attnlab train --preset large</code>).</p>")
     v = tv.compare(result, "none", "sqrt", "without the scale the model learns worse")
     more = ("" if v is None else f"<p>Unscaled against scaled, on every measurement of the run that bears on what it "
             f"learned: {overall(v)}</p>{readings(v)}{disagreement(v)}")
