@@ -36,12 +36,12 @@ def test_oracle_matches_pytorch_float64_with_gqa_and_mask():
 def test_tolerance_rule_numbers():
     ref = torch.tensor([1.0, 2.0], dtype=torch.float64)
     theirs = ref + 1e-6
-    ok = rule.compare("out", (ref + 1.5e-6).float(), theirs.float(), ref, torch.float32)
-    bad = rule.compare("out", (ref + 5e-6).float(), theirs.float(), ref, torch.float32)
+    ok = rule.compare("out", (ref + 1.5e-6).float(), theirs.float(), ref, torch.float32, 0.0)  # the storing floor only
+    bad = rule.compare("out", (ref + 5e-6).float(), theirs.float(), ref, torch.float32, 0.0)
     print(ok, bad, sep="\n")
     assert ok.passed and not bad.passed
     assert bad.allowed == pytest.approx(2 * bad.torch_err + rule.floor(ref, torch.float32))
-    nan = rule.compare("out", torch.tensor([float("nan"), 2.0]), theirs.float(), ref, torch.float32)
+    nan = rule.compare("out", torch.tensor([float("nan"), 2.0]), theirs.float(), ref, torch.float32, 0.0)
     assert not nan.passed
 
 

@@ -111,8 +111,8 @@ def test_the_factor_widens_only_the_multiple_of_pytorchs_error_is_recorded_and_s
     ref = torch.tensor([1.0, 2.0], dtype=torch.float64)
     theirs = (ref + 1e-6).float()
     mine = (ref + 3e-6).float()
-    assert not rule.compare("out", mine, theirs, ref, torch.float32).passed
-    assert rule.compare("out", mine, theirs, ref, torch.float32, factor=4.0).passed
+    assert not rule.compare("out", mine, theirs, ref, torch.float32, 0.0).passed  # no rounding: the factor alone
+    assert rule.compare("out", mine, theirs, ref, torch.float32, 0.0, factor=4.0).passed
     r = rows_of(sdpa, BASIC[:1], factor=3.0)
     assert r.passed and r.factor == 3.0 and r.rows[0].comparisons[0].allowed >= 3 * r.rows[0].comparisons[0].torch_err
     assert "factor set to 3x PyTorch's error, not the default 2x" in verify_summary(r, ["f"])

@@ -278,7 +278,7 @@ def check_case(cfg: RingConfig, per_rank: list[dict], progress=None) -> list[Lay
     for layout in cfg.layouts():
         names = QUANTITIES if cfg.backward else QUANTITIES[:1]
         comps = [rule.compare(n, unshard([r[layout][n] for r in per_rank], layout), theirs[i], ref[i],
-                              DTYPES[cfg.dtype], floors.get(n, 0.0)) for i, n in enumerate(names)]
+                              DTYPES[cfg.dtype], floors[n]) for i, n in enumerate(names)]
         checks.append(LayoutCheck(layout, comps, [r[layout]["work"] for r in per_rank]))
     return checks
 

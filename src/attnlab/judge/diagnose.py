@@ -23,9 +23,11 @@ for one function of a verify result.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from attnlab.judge import causes as C
+from attnlab.judge.explain import TIE
 from attnlab.results import Result
 
 
@@ -50,6 +52,7 @@ def diagnose(result, form: str) -> list[Diagnosis]:
     bad = [r for r in rows if r.status in ("fail", "error")]
     if not bad:
         return []
+    plain = Counter(h for r in bad for h in r.hints if TIE not in h)  # the hints no other reading ties with
     first: dict[str, list] = {}  # certain: the oracle's check, the contract, exits and hangs
     causes: dict[str, list] = {}  # what the numbers show
     raised: dict[tuple[str, str], list] = {}
@@ -63,7 +66,7 @@ def diagnose(result, form: str) -> list[Diagnosis]:
             raised.setdefault((f.raised_type, re.sub(r"\d+", "#", f.raised_message)), []).append(r)
         for h in r.hints:
             if "=" not in h:  # "dead-rows=nan": what a cause's rows hold, said in its line (_fill)
-                causes.setdefault(C.line_of(h), []).append(r)
+                causes.setdefault(C.line_of(_settle(h, plain)), []).append(r)
         if not r.hints and _gradients_only(r):
             causes.setdefault("gradients-only", []).append(r)
         elif not r.hints and _lse_only(r):
@@ -165,6 +168,15 @@ def _cover(rows, bad, rest):
         out.append((best[1], best[2]))
         rest = [r for r in rest if id(r) not in {id(x) for x in best[2]}]
     return out
+
+
+def _settle(hint: str, plain: Counter) -> str:
+    """A hint that is several readings of the same rows ("a|b", :data:`attnlab.judge.explain.TIE`): the one the
+    function's other failing cases show most, else the first."""
+    if TIE not in hint:
+        return hint
+    keys = hint.split(TIE)
+    return max(keys, key=lambda k: (plain[k], -keys.index(k)))
 
 
 def _scope(key: str) -> tuple[str, ...] | None:

@@ -28,6 +28,7 @@ from attnlab.judge import oracle
 
 PAIRS = 6  # the alternatives that come closest on the rows left, tried two at a time
 CLOSER = 0.5  # ... "closest": the rows where an alternative is at most this share of the right answer's distance
+TIE = "|"  # joins the keys of alternatives that explain exactly the same rows of a case
 RESIDUE = 0.5  # where more than this share of the failing rows stays unexplained, a cause must explain this share
 
 
@@ -97,7 +98,7 @@ def explain(out: torch.Tensor, ref: torch.Tensor, limit: float, base: dict, alte
             left &= ~f.explains(bad)
     keys: list[str] = []
     for f in found:
-        keys += [k for k in f.key.split("+") if k and k not in keys]
+        keys += [k for k in (f.key.split("+") if TIE not in f.key else [f.key]) if k and k not in keys]
         named = [a for a in f.dead_answers if not f.key or a != "nan"]  # NaN under a wrong mask: the mask's doing
         if named and f.used_dead is not None and (f.used_dead & bad).any():
             keys += [k for k in ("dead-rows", *(f"dead-rows={a}" for a in named)) if k not in keys]
@@ -135,9 +136,14 @@ def _greedy(fits: list[_Fit], bad: torch.Tensor) -> tuple[list[_Fit], torch.Tens
         best = max(ready, key=lambda f: int(f.explains(left).sum()), default=None)
         if best is None or not best.explains(left).any():
             break
+        gained = best.explains(left)
+        tied = [f for f in ready if f is not best and f.key and torch.equal(f.explains(left), gained)]
+        pool = [f for f in pool if f is not best and f not in tied]
+        if tied and best.key:  # the same rows, two readings: the diagnosis settles it from the other cases
+            best = _Fit(TIE.join([best.key, *(f.key for f in tied)]), best.differs, best.ok, best.dead_answers,
+                        best.used_dead, best.change)
         found.append(best)
-        pool.remove(best)
-        left &= ~best.explains(left)
+        left &= ~gained
     return found, left
 
 

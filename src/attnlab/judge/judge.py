@@ -255,7 +255,9 @@ def expect(case: Case, seed: int, x: Inputs, keep) -> Expected:
     # against the oracle without dropout, the form's against the oracle with the form's keep-mask.
     ref0, fwd0 = (ref, fwd) if keep is None else oracle.answer(*args, grad_out=grad_out, score_mod=mod64,
                                                                score_params=ts64)
-    budget = rule.rounding_floor(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, fwd=fwd)
+    named = dict(zip(mod_cases.PARAM_NAMES.get(case.mod, []), ts64, strict=False))  # the tensors judged, by name
+    budget = rule.rounding_floor(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, fwd=fwd,
+                                 score_mod=mod64, params=named)
     theirs = _pytorch(case, seed, q, k, v, dense, grad_out, fresh)
     if DTYPES[case.dtype] == torch.float64 and q.device.type == "cpu":  # the float64 answer is that one
         ours64 = theirs
@@ -364,7 +366,7 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
             if qname == "lse":  # its own rows: either infinity where the oracle's is -inf
                 comps.append(lse.compare(m_, t_, r_, case, exp.budget["lse"]))
                 continue
-            comps.append(rule.compare(qname, m_, t_, r_, DTYPES[case.dtype], exp.budget.get(qname, 0.0),
+            comps.append(rule.compare(qname, m_, t_, r_, DTYPES[case.dtype], exp.budget[qname],
                                       theirs_ref=r0, factor=factor))
     ok = not problems and bool(comps) and all(c.passed for c in comps)
     if case.api:  # an API's case: what its log-sum-exp matches (the hypotheses speak SDPA's arguments)

@@ -102,7 +102,7 @@ def forward(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=Fal
     sc = (1.0 / math.sqrt(E) if E else 1.0) if scale is None else float(scale)
     scores = q @ kx.transpose(-2, -1) * sc  # (N, H, L, S)
     if score_mod is not None:
-        b, h, i, j = _grids(N, H, L, S)
+        b, h, i, j = grids(N, H, L, S)
         scores = score_mod(scores, b, h, i, j)
     visible = _visible(attn_mask, is_causal, N, H, L, S, batch, two_d)
     if visible is not None and visible.dtype == torch.bool:
@@ -141,7 +141,7 @@ def _broadcast(q, k, v, enable_gqa):
     return q, k, v, batch
 
 
-def _grids(N, H, L, S):
+def grids(N, H, L, S):
     """Index tensors b (N,1,1,1), h (1,H,1,1), i (1,1,L,1), j (1,1,1,S) that broadcast against the scores."""
     return (torch.arange(N).view(N, 1, 1, 1), torch.arange(H).view(1, H, 1, 1),
             torch.arange(L).view(1, 1, L, 1), torch.arange(S).view(1, 1, 1, S))
@@ -149,7 +149,7 @@ def _grids(N, H, L, S):
 
 def _visible(attn_mask, is_causal, N, H, L, S, batch, two_d):
     """Every kind of mask as one dense tensor broadcastable to (N, H, L, S): bool (True = attend) or float."""
-    _, _, i, j = _grids(N, H, L, S)
+    _, _, i, j = grids(N, H, L, S)
     variant = causal_variant(attn_mask)
     if variant is not None:  # PyTorch's CausalBias: its storage is not a bias, it names a causal variant
         m = j <= i + (S - L if variant == "lower_right" else 0)

@@ -39,7 +39,7 @@ NO_GRADS = {"out": 0.0, "dq": 0.0, "dk": 0.0, "dv": 0.0, "dmask": 0.0}
 
 def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
                    grad_out=None, keep=None, dropout_p=0.0, dtype=None, score_mod=None,
-                   fwd: oracle.Forward | None = None, elementwise: bool = False) -> dict:
+                   fwd: oracle.Forward | None = None, elementwise: bool = False, params: dict | None = None) -> dict:
     """The rounding budget of each quantity: ``{"out": ..., "dq": ..., "dk": ..., "dv": ..., "dmask": ...}``.
 
     First-order error propagation in float64: every sum of n products is allowed
@@ -56,7 +56,9 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
     rounding to the dtype is :func:`floor`'s. ``fwd``: the oracle's forward on these arguments where it has already
     been computed (:func:`attnlab.judge.oracle.answer`), so that a case runs it once. ``elementwise=True``:
     each quantity's bound per element instead of its largest, as float64 tensors of the oracle's flattened shapes
-    (out (N, H, L, Ev); dq (N, H, L, E); dk, dv (N, Hkv, S, .)), without dmask.
+    (out (N, H, L, Ev); dq (N, H, L, E); dk, dv (N, Hkv, S, .)), without dmask. ``params``: the score modifier's
+    tensors whose gradients are judged, by name (float64 leaves it reads): each gets the error dS's bound makes
+    through the modifier (:func:`_param_floors`).
     """
     dtype = dtype or query.dtype
     h = torch.finfo(dtype).eps
@@ -97,9 +99,26 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
             fl["dv"] = _per_key_head(dv, G)
             if not elementwise:
                 fl["dmask"] = dS_err.max() * max(1, N * H * L * S // max(1, _numel(attn_mask)))
+                fl.update(_param_floors(f, score_mod, params or {}, dS_err + u * math.sqrt(L * S) * dS_abs))
     if elementwise:
         return fl
     return {n: float(x.max()) for n, x in fl.items()}
+
+
+def _param_floors(f: oracle.Forward, score_mod, params: dict, dS_bound: torch.Tensor) -> dict:
+    """Each modifier tensor's gradient bound: the scores' gradient dS may be off by ``dS_bound`` (N, H, L, S) per
+    element, and that reaches a tensor through the modifier's Jacobian -- one product with it, whose entries
+    for each tensor element keep one sign in the built-ins (a bias table adds, ALiBi's distance subtracts).
+    ``params`` are leaves ``score_mod`` reads, requiring grad."""
+    if not params or score_mod is None:
+        return {}
+    N, H, L, S = f.P.shape
+    b, h, i, j = oracle.grids(N, H, L, S)
+    s = (f.q @ f.k.transpose(-2, -1) * f.scale).detach()  # the scaled scores the modifier is given
+    with torch.enable_grad():
+        out = score_mod(s, b, h, i, j)
+        grads = torch.autograd.grad(out, list(params.values()), dS_bound, allow_unused=True)
+    return {n: g.abs().max() if g is not None else torch.zeros(()) for n, g in zip(params, grads, strict=True)}
 
 
 def score_error(f: oracle.Forward, u: float) -> torch.Tensor:
@@ -161,7 +180,7 @@ class Comparison(Result):
 
 
 def compare(quantity: str, mine: torch.Tensor | None, theirs: torch.Tensor, ref: torch.Tensor,
-            dtype: torch.dtype, rounding: float = 0.0, theirs_ref: torch.Tensor | None = None,
+            dtype: torch.dtype, rounding: float, theirs_ref: torch.Tensor | None = None,
             factor: float = FACTOR) -> Comparison:
     """Apply the tolerance rule to ``mine`` given PyTorch's ``theirs`` and the float64 ``ref``.
 

@@ -156,7 +156,7 @@ def hints(case: Case, x, out, exp, limit: float) -> list[str]:
     name, args = parse(case.api)
     mod64, _ = exp.fresh(torch.float64, "cpu")
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
-    base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=False, scale=case.scale,
+    base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal, scale=case.scale,
                 enable_gqa=case.gqa, score_mod=mod64)
     own = getattr(module(name), "alternatives", None)
     alts = [*_common(case), *(own(case, args) if own is not None else ())]

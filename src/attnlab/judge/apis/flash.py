@@ -34,8 +34,8 @@ from attnlab.kernels import mods
 NAME = "flash-attn"
 BACKWARD = True
 CAUSES = (
-    Cause('api-top-left', 'causal= is aligned top-left (query i sees keys j <= i): FlashAttention aligns it '
-                          'bottom-right, query i sees keys j <= i + S - L'),
+    Cause('api-top-left', "causal= (or window_size=) is aligned top-left, query i at key position i: FlashAttention "
+                          "aligns it bottom-right, query i at key position i + S - L (causal: keys j <= i + S - L)"),
     Cause('flash-window-swapped', "window_size's two sides are swapped: it is (left, right), query i sees keys "
                                   "i + S - L - left ... i + S - L + right"),
     Cause('flash-softcap-scale', "the soft-cap is taken on the scores before the softmax scale: cap "
@@ -112,9 +112,9 @@ def alternatives(case: Case, args: dict):
 
     L, S = case.L, case.S or case.L
     window, causal = tuple(args.get("window", (-1, -1))), bool(args.get("causal"))
-    if causal and L != S:  # PyTorch's is_causal: query i at key position i, not i + S - L
+    if (causal or "window" in args) and L != S:  # PyTorch's is_causal: query i at key position i, not i + S - L
         n = max(L, S)
-        yield Alternative("api-top-left", lambda kw: {**kw, "attn_mask": keys_seen(n, n, True, window)[:L, :S]})
+        yield Alternative("api-top-left", lambda kw: {**kw, "attn_mask": keys_seen(n, n, causal, window)[:L, :S]})
     if window[0] != window[1] and "window" in args:
         swapped = keys_seen(L, S, causal, window[::-1])
         yield Alternative("flash-window-swapped", lambda kw: {**kw, "attn_mask": swapped})

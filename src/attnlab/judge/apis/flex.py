@@ -98,8 +98,16 @@ def alternatives(case: Case, args: dict):
 
 
 def _blocks(read):
-    """A change that reads the case's dense mask through a block rule ``read(seen (..., L, S)) -> seen'``."""
-    return lambda kw: {**kw, "attn_mask": read(kw["attn_mask"])}
+    """A change that reads the case's mask (dense, and is_causal) through a block rule ``read(seen (..., L, S))``."""
+    def change(kw):
+        seen, L, S = kw["attn_mask"], kw["query"].shape[-2], kw["key"].shape[-2]
+        if kw["is_causal"]:
+            tril = torch.ones(L, S, dtype=torch.bool).tril()
+            seen = tril if seen is None else seen & tril
+        if seen is None or seen.dtype != torch.bool:
+            raise ValueError("no block mask to read")
+        return {**kw, "attn_mask": read(seen), "is_causal": False}
+    return change
 
 
 def _tiles(seen: torch.Tensor, reduce, pad: bool) -> torch.Tensor:
