@@ -69,40 +69,49 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
                                                        dropout_p, score_mod)
         if f.P.numel() == 0:
             return dict(NO_GRADS)
-        q, kx, vx, P, Pd, O = f.q, f.k, f.v, f.P, f.Pd, f.out
-        N, H, L, E = q.shape
-        S, Ev, G, sc = kx.shape[2], vx.shape[3], f.groups, abs(f.scale)
+        S = f.k.shape[2]
         # scores s = scale * q.k, E products, then the mask added and exp taken (relative u): per row,
         # the largest error over the row's keys. P_ij then moves by at most P_ij * rel_i.
         s_err = score_error(f, u)  # (N, H, L, 1)
         rel = 2.0 * s_err + u * math.sqrt(S) + h  # P's relative error: the scores', the sum's, its own rounding
-        Pv = Pd @ vx.abs()  # (N, H, L, Ev): the sum of |products| that makes the output
+        Pv = f.Pd @ f.v.abs()  # (N, H, L, Ev): the sum of |products| that makes the output
         o_err = (u * math.sqrt(S) + rel) * Pv
         fl = {"out": o_err}
         if grad_out is not None:
-            dO = grad_out.detach().double().cpu().reshape(O.shape)  # (N, H, L, Ev)
-            kf = torch.where(P > 0, Pd / P, 0.0)  # dropout's keep * 1/(1-p) per weight (1 without dropout)
-            D = (dO * O).sum(dim=-1, keepdim=True)  # (N, H, L, 1)
-            g = (dO @ vx.transpose(-2, -1)) * kf - D  # dP - D, (N, H, L, S)
-            # dP = dO.v and D = dO.O are sums of Ev products (O carrying its own error); dS = P (dP - D) moves
-            # with P, with them, and by its own rounding before dS K: per element, then into the matmuls
-            dD = u * math.sqrt(Ev) * dO.norm(dim=-1, keepdim=True) * O.norm(dim=-1, keepdim=True) + (
-                dO.abs() * o_err).sum(dim=-1, keepdim=True)
-            dP = u * math.sqrt(Ev) * dO.norm(dim=-1, keepdim=True) * vx.norm(dim=-1).unsqueeze(-2) * kf
-            dS_err = P * ((rel + h + u) * g.abs() + dP + dD)  # (N, H, L, S)
-            dS_abs = P * g.abs()
-            dq = sc * (dS_err + u * math.sqrt(S) * dS_abs) @ kx.abs()
-            dk = sc * (dS_err + u * math.sqrt(L) * dS_abs).transpose(-2, -1) @ q.abs()
-            dv = (Pd * (rel + u * math.sqrt(L))).transpose(-2, -1) @ dO.abs()
-            fl["dq"] = dq
-            fl["dk"] = _per_key_head(dk, G)  # the G query heads of a group add into one key head
-            fl["dv"] = _per_key_head(dv, G)
-            if not elementwise:
-                fl["dmask"] = dS_err.max() * max(1, N * H * L * S // max(1, _numel(attn_mask)))
-                fl.update(_param_floors(f, score_mod, params or {}, dS_err + u * math.sqrt(L * S) * dS_abs))
+            fl.update(_gradient_floors(f, grad_out, o_err, rel, u, h, elementwise, attn_mask, score_mod, params))
     if elementwise:
         return fl
     return {n: float(x.max()) for n, x in fl.items()}
+
+
+def _gradient_floors(f: oracle.Forward, grad_out, o_err, rel, u: float, h: float, elementwise: bool, attn_mask,
+                     score_mod, params) -> dict:
+    """dq, dk, dv (and dmask, and a modifier's tensors) from the output's error ``o_err`` and P's relative ``rel``."""
+    q, kx, vx, P, Pd, O = f.q, f.k, f.v, f.P, f.Pd, f.out
+    N, H, L, E = q.shape
+    S, Ev, G, sc = kx.shape[2], vx.shape[3], f.groups, abs(f.scale)
+    fl = {}
+    dO = grad_out.detach().double().cpu().reshape(O.shape)  # (N, H, L, Ev)
+    kf = torch.where(P > 0, Pd / P, 0.0)  # dropout's keep * 1/(1-p) per weight (1 without dropout)
+    D = (dO * O).sum(dim=-1, keepdim=True)  # (N, H, L, 1)
+    g = (dO @ vx.transpose(-2, -1)) * kf - D  # dP - D, (N, H, L, S)
+    # dP = dO.v and D = dO.O are sums of Ev products (O carrying its own error); dS = P (dP - D) moves
+    # with P, with them, and by its own rounding before dS K: per element, then into the matmuls
+    dD = u * math.sqrt(Ev) * dO.norm(dim=-1, keepdim=True) * O.norm(dim=-1, keepdim=True) + (
+        dO.abs() * o_err).sum(dim=-1, keepdim=True)
+    dP = u * math.sqrt(Ev) * dO.norm(dim=-1, keepdim=True) * vx.norm(dim=-1).unsqueeze(-2) * kf
+    dS_err = P * ((rel + h + u) * g.abs() + dP + dD)  # (N, H, L, S)
+    dS_abs = P * g.abs()
+    dq = sc * (dS_err + u * math.sqrt(S) * dS_abs) @ kx.abs()
+    dk = sc * (dS_err + u * math.sqrt(L) * dS_abs).transpose(-2, -1) @ q.abs()
+    dv = (Pd * (rel + u * math.sqrt(L))).transpose(-2, -1) @ dO.abs()
+    fl["dq"] = dq
+    fl["dk"] = _per_key_head(dk, G)  # the G query heads of a group add into one key head
+    fl["dv"] = _per_key_head(dv, G)
+    if not elementwise:
+        fl["dmask"] = dS_err.max() * max(1, N * H * L * S // max(1, _numel(attn_mask)))
+        fl.update(_param_floors(f, score_mod, params or {}, dS_err + u * math.sqrt(L * S) * dS_abs))
+    return fl
 
 
 def _param_floors(f: oracle.Forward, score_mod, params: dict, dS_bound: torch.Tensor) -> dict:
