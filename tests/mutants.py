@@ -110,11 +110,13 @@ def attend(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, 
         w = torch.softmax(s.clamp(min=-1e9), dim=-1)  # a row that sees nothing spreads evenly
     elif "softmax-dim" in bug:
         w = torch.softmax(s, dim=-2)
-    elif "softmax-in-dtype" in bug:  # exp and its sum by hand in the inputs' dtype
+    elif "sum-in-dtype" in bug:  # a running sum, key by key, kept in the inputs' dtype
         m_ = s.amax(dim=-1, keepdim=True).detach()
-        e = (s - torch.where(torch.isneginf(m_), 0.0, m_)).to(dtype).exp()
-        total = e.sum(dim=-1, keepdim=True)
-        w = (e / torch.where(total == 0, 1.0, total)).to(work)
+        e = (s - torch.where(torch.isneginf(m_), 0.0, m_)).exp()
+        total = torch.zeros_like(e[..., :1]).to(dtype)
+        for j in range(e.shape[-1]):
+            total = (total + e[..., j:j + 1]).to(dtype)
+        w = e / torch.where(total == 0, 1.0, total).to(work)
     else:
         m_ = s.amax(dim=-1, keepdim=True).detach()
         m_ = torch.where(torch.isneginf(m_), 0.0, m_)
@@ -285,7 +287,7 @@ MUTANTS = {
     "scores: matmul and scale in the inputs' dtype": (_bug(attend, "scores-in-dtype"), "scores-rounded", BF16),
     "scale folded into q in the inputs' dtype": (_bug(attend, "fold-q"), "scale-folded", BF16),
     "scale folded into k in the inputs' dtype": (_bug(attend, "fold-k"), "scale-folded", BF16),
-    "softmax by hand in the inputs' dtype": (_bug(attend, "softmax-in-dtype"), "scores-rounded", BF16),
+    "running sum in the inputs' dtype": (_bug(attend, "sum-in-dtype"), "scores-rounded", BF16),
     "returns float32 whatever the input": (_bug(attend, "fp32-always-returned"), "dtype", F64),
     "view instead of reshape": (_bug(attend, "view-flatten"), "noncontig", F32),
     "only 4-D inputs": (_bug(attend, "only-4d"), "batch-dims", F32),

@@ -54,6 +54,7 @@ class _Fit:
     dead_answers: list[str] = field(default_factory=list)  # "nan" / "mean": what the function's dead rows hold
     used_dead: torch.Tensor | None = None  # the rows its dead-row variant explains
     change: Callable[[dict], dict] | None = None
+    alt: torch.Tensor | None = None  # its answer
 
     def consistent(self, done: torch.Tensor | None = None) -> bool:
         """On every row its answer changes (but the rows ``done``, explained by another cause already), the function
@@ -73,15 +74,25 @@ def rows_err(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(d, nan=torch.inf).amax(dim=-1)
 
 
+@dataclass(frozen=True)
+class Explained:
+    keys: list[str]  # the hints, most failing rows first
+    left: torch.Tensor  # (..., L) the failing rows nothing explains
+    corrected: torch.Tensor | None  # the output with each explained row's cause taken out (its answer moved onto
+    #   the right one's): what is left to test for a cause of another kind (precision); None where rows are left
+
+
 def explain(out: torch.Tensor, ref: torch.Tensor, limit: float, base: dict, alternatives, mean_v: torch.Tensor,
-            dead_ref: torch.Tensor) -> tuple[list[str], torch.Tensor]:
-    """(the hint keys that explain ``out``'s failing rows, the failing rows none explains (..., L) bool). ``ref`` the
-    right answer, ``limit`` the rule's for the output, ``base`` the oracle's arguments for the case, ``mean_v``
-    (..., L, Ev) each row's mean of its values, ``dead_ref`` (..., L) the rows that see no key."""
-    ev = _Evidence(out.detach().double().cpu(), ref, limit, mean_v)
+            dead_ref: torch.Tensor, slack: float = 0.0) -> Explained:
+    """What explains ``out``'s failing rows. ``ref`` the right answer, ``limit`` the rule's for the output, ``base``
+    the oracle's arguments for the case, ``mean_v`` (..., L, Ev) each row's mean of its values, ``dead_ref`` (..., L)
+    the rows that see no key; ``slack``: how far beyond the limit a row may be from an alternative and still be its
+    (the error a precision cause may add on top, in half precision)."""
+    out = out.detach().double().cpu()
+    ev = _Evidence(out, ref, limit, mean_v, slack)
     bad = ev.bad
     if not bad.any():
-        return [], bad
+        return Explained([], bad, out)
     fits = [ev.fit(Alternative("", out=ref), ref, dead_ref)]  # the right answer but for its rows with no key
     fits += [_fit(ev, a, base) for a in alternatives]
     fits = [f for f in fits if f is not None]
@@ -96,13 +107,30 @@ def explain(out: torch.Tensor, ref: torch.Tensor, limit: float, base: dict, alte
         left = bad.clone()
         for f in found:
             left &= ~f.explains(bad)
+    corrected = None if found and left.any() else _corrected(out, ref, found, bad)  # rows left: nothing to test
+    return Explained(_keys(found, bad), left, corrected)
+
+
+def _keys(found: list[_Fit], bad: torch.Tensor) -> list[str]:
     keys: list[str] = []
     for f in found:
         keys += [k for k in (f.key.split("+") if TIE not in f.key else [f.key]) if k and k not in keys]
         named = [a for a in f.dead_answers if not f.key or a != "nan"]  # NaN under a wrong mask: the mask's doing
         if named and f.used_dead is not None and (f.used_dead & bad).any():
             keys += [k for k in ("dead-rows", *(f"dead-rows={a}" for a in named)) if k not in keys]
-    return keys, left
+    return keys
+
+
+def _corrected(out: torch.Tensor, ref: torch.Tensor, found: list[_Fit], bad: torch.Tensor) -> torch.Tensor:
+    """``out`` with each cause's rows moved by (right answer - the cause's answer): what the function would return
+    had it not had that cause, as far as these rows tell."""
+    fixed = out.clone()
+    for f in found:
+        rows = f.explains(bad)
+        by_value = rows & ~f.used_dead
+        fixed[by_value] = out[by_value] - f.alt[by_value] + ref[by_value]
+        fixed[rows & f.used_dead] = ref[rows & f.used_dead]
+    return fixed
 
 
 def _fit(ev: _Evidence, a: Alternative, base: dict) -> _Fit | None:
@@ -141,7 +169,7 @@ def _greedy(fits: list[_Fit], bad: torch.Tensor) -> tuple[list[_Fit], torch.Tens
         pool = [f for f in pool if f is not best and f not in tied]
         if tied and best.key:  # the same rows, two readings: the diagnosis settles it from the other cases
             best = _Fit(TIE.join([best.key, *(f.key for f in tied)]), best.differs, best.ok, best.dead_answers,
-                        best.used_dead, best.change)
+                        best.used_dead, best.change, best.alt)
         found.append(best)
         left &= ~gained
     return found, left
@@ -167,19 +195,18 @@ def _best_pair(ev: _Evidence, fits: list[_Fit], base: dict, left: torch.Tensor) 
 class _Evidence:
     """The function's output beside the right answer, with what fitting an alternative needs."""
 
-    def __init__(self, out: torch.Tensor, ref: torch.Tensor, limit: float, mean_v: torch.Tensor):
-        self.out, self.ref, self.limit = out, ref, limit
+    def __init__(self, out: torch.Tensor, ref: torch.Tensor, limit: float, mean_v: torch.Tensor, slack: float = 0.0):
+        self.out, self.ref, self.limit, self.tol = out, ref, limit, limit + slack
         self.bad = rows_err(out, ref) > limit  # (..., L)
         self.nan = ~torch.isfinite(out).any(dim=-1)  # rows wholly NaN or infinite
-        tol = max(limit, 1e-3 * float(mean_v.abs().max()) if mean_v.numel() else 0.0)
+        tol = max(self.tol, 1e-3 * float(mean_v.abs().max()) if mean_v.numel() else 0.0)
         self.mean = torch.isfinite(out).all(dim=-1) & (rows_err(out, mean_v) <= tol)
-        self._alts: dict[int, torch.Tensor] = {}
 
     def fit(self, a: Alternative, alt: torch.Tensor | None, dead: torch.Tensor | None) -> _Fit | None:
         if alt is None or alt.shape != self.out.shape:
             return None
-        differs = rows_err(alt, self.ref) > 2 * self.limit
-        ok = rows_err(self.out, alt) <= self.limit
+        differs = rows_err(alt, self.ref) > 2 * self.tol
+        ok = rows_err(self.out, alt) <= self.tol
         used = torch.zeros_like(ok)
         answers = []
         if dead is not None and not bool(self.nan.all()):  # an answer wholly NaN says nothing of its dead rows
@@ -188,11 +215,8 @@ class _Evidence:
                 if hit.any():
                     answers.append(name)
                     used |= hit
-        f = _Fit(a.key, differs, ok | used, answers, used, a.change)
-        self._alts[id(f)] = alt
-        return f
+        return _Fit(a.key, differs, ok | used, answers, used, a.change, alt)
 
     def closer(self, f: _Fit) -> torch.Tensor:
         """Rows where the alternative's answer is much nearer the function's than the right answer is."""
-        alt = self._alts[id(f)]
-        return rows_err(self.out, alt) <= CLOSER * rows_err(self.out, self.ref)
+        return rows_err(self.out, f.alt) <= CLOSER * rows_err(self.out, self.ref)

@@ -28,32 +28,34 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attnlab.judge import explain, oracle, rule
+from attnlab.judge import explain, oracle, precision, rule
 from attnlab.judge.cases import Case
 
 BLOCKS = (16, 32, 64, 128)  # the tile widths a key length is padded to (pad-keys)
 
 
-def matches(case: Case, x, mine, exp, comps) -> list[str]:
-    """The keys of the wrong semantics the failing output ``mine[0]`` agrees with (see the module docstring)."""
+def matches(case: Case, x, mine, exp, comps) -> tuple[list[str], torch.Tensor | None]:
+    """(the keys of the wrong semantics the failing output ``mine[0]`` agrees with (see the module docstring), the
+    output with those causes taken out, for a precision cause to be looked for in what is left)."""
     if mine is None or not isinstance(mine[0], torch.Tensor) or mine[0].shape != exp.ref[0].shape:
-        return []
+        return [], None
     out, ref = mine[0].detach().double().cpu(), exp.ref[0]
     limit = next((c.allowed for c in comps if c.quantity == "out"), 0.0)
     if not math.isfinite(limit):
-        return []
+        return [], None
     if comps and comps[0].passed:  # the output is right: the fault is in the gradients
-        return _backward(case, x, mine, exp, comps)
+        return _backward(case, x, mine, exp, comps), None
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
     base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal,
                 scale=case.scale, enable_gqa=case.gqa, keep=exp.keep, dropout_p=case.dropout_p,
                 score_mod=exp.fresh(torch.float64, "cpu")[0])
-    found, left = explain.explain(out, ref, limit, base, list(_alternatives(case, x, exp)), mean_of_v(exp),
-                                  dead_rows(exp))
-    overflow = ~torch.isfinite(out).all(dim=-1) & torch.isfinite(ref).all(dim=-1) & left  # (..., L)
+    ex = explain.explain(out, ref, limit, base, list(_alternatives(case, x, exp)), mean_of_v(exp), dead_rows(exp),
+                         slack=precision.noise(x.q.dtype, exp.fwd, ref))
+    found = ex.keys
+    overflow = ~torch.isfinite(out).all(dim=-1) & torch.isfinite(ref).all(dim=-1) & ex.left  # (..., L)
     if bool(overflow.any()) and case.magnitude > 1:
         found.insert(0, "max-subtraction")
-    return found
+    return found, ex.corrected
 
 
 def _backward(case: Case, x, mine, exp, comps) -> list[str]:

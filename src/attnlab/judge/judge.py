@@ -323,13 +323,20 @@ def _cross(case: Case, ours64, ref0, floor64: dict) -> rule.Comparison:
     return worst or rule.Comparison("out", 0.0, 0.0, 0.0, 1e-300, True)
 
 
+PRECISE_ALREADY = ("max-subtraction",)  # causes whose own error is no rounding's
+
+
+def _limit(comps) -> float:
+    return next((c.allowed for c in comps if c.quantity == "out"), math.inf)
+
+
 def _precision(case: Case, out, exp: Expected, comps) -> list[str]:
-    """A precision cause whose error model holds the failing output's error (:mod:`attnlab.judge.precision`)."""
-    limit = next((c.allowed for c in comps if c.quantity == "out"), math.inf)
+    """A precision cause whose error model holds the failing output's error (:mod:`attnlab.judge.precision`): the
+    output as the function gave it, or with the semantic causes already named taken out."""
     if not isinstance(out, torch.Tensor) or out.shape != exp.ref[0].shape or exp.keep is not None:
         return []
     theirs = exp.theirs[0][0] if isinstance(exp.theirs, list) else exp.theirs[0]
-    key = precision.cause(DTYPES[case.dtype], exp.fwd, out, exp.ref[0], theirs, limit)
+    key = precision.cause(DTYPES[case.dtype], exp.fwd, out, exp.ref[0], theirs, _limit(comps))
     return [key] if key else []
 
 
@@ -369,15 +376,17 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
             comps.append(rule.compare(qname, m_, t_, r_, DTYPES[case.dtype], exp.budget[qname],
                                       theirs_ref=r0, factor=factor))
     ok = not problems and bool(comps) and all(c.passed for c in comps)
-    if case.api:  # an API's case: what its log-sum-exp matches (the hypotheses speak SDPA's arguments)
+    hints, corrected = [], None
+    if case.api and explain and not ok and mine is not None:  # an API's case: its own causes, then its lse's
         failed = {c.quantity for c in comps if not c.passed}
-        limit = next((c.allowed for c in comps if c.quantity == "out"), math.inf)
-        hints = apis.hints(case, x, mine[0], exp, limit) if explain and "out" in failed and mine is not None else []
-        if explain and "lse" in failed and mine is not None and not hints:
+        if "out" in failed:
+            hints, corrected = apis.hints(case, x, mine[0], exp, _limit(comps))
+        if "lse" in failed and not hints:
             hints = lse.hints(mine[-1], exp.ref[-1])
-    else:
-        hints = hypotheses.matches(case, x, mine, exp, comps) if explain and not ok else []
-    if explain and not ok and not hints and mine is not None:
-        hints = _precision(case, mine[0], exp, comps)
+    elif explain and not ok:
+        hints, corrected = hypotheses.matches(case, x, mine, exp, comps)
+    if explain and not ok and not problems and mine is not None and not any(h in PRECISE_ALREADY for h in hints) and (
+            corrected is not None or not hints):
+        hints = hints + _precision(case, mine[0] if corrected is None else corrected, exp, comps)
     return row(name, case, "pass" if ok else "fail", "; ".join(text for _, text in problems), comparisons=comps,
                hints=hints, cross=exp.cross, facts=Facts(problems=[key for key, _ in problems]))

@@ -28,6 +28,7 @@ BAND = 2.0  # an error within this factor of one of a cause's orders fits the ca
 WIDE = 10.0  # ... in float64, where nothing correct comes near float32's error, and float32 rounds in many places
 CLEAR = 2.0  # an order counts where its error is this many times the correct computation's
 HALF = (torch.float16, torch.bfloat16)
+STEPS = 256  # at most this many steps in the emulation of a sum run key by key
 BLOCK = 64  # the key block a running sum is accumulated over, in the emulation of a half-precision sum
 
 
@@ -50,9 +51,18 @@ def cause(case_dtype: torch.dtype, f: oracle.Forward, mine: torch.Tensor, ref: t
     return min(fits)[1] if fits else None
 
 
+def noise(dtype: torch.dtype, f: oracle.Forward, ref: torch.Tensor) -> float:
+    """The largest error a precision cause gives on this case (0 outside half precision): how far a function with
+    such a cause may sit from an answer and still be that answer, for the semantic causes looked for first."""
+    if dtype not in HALF:
+        return 0.0
+    return max(rule.max_err(oracle.unflatten(order(f, dtype), f), ref) for orders in _models(dtype).values()
+               for order in orders)
+
+
 def _models(dtype: torch.dtype) -> dict:
     if dtype in HALF:
-        return {"scores-rounded": (_scores_once, _scores_twice, _sum_rounded),
+        return {"scores-rounded": (_scores_once, _scores_twice, _sum_rounded, _sum_running),
                 "scale-folded": (_fold_q, _fold_k),
                 "softmax-half": (_softmax_half, _softmax_half_blocks)}
     if dtype == torch.float64:
@@ -95,6 +105,17 @@ def _sum_rounded(f, dtype):
     m = torch.where(torch.isfinite(m), m, 0.0)
     p = (s - m).exp()
     total = _r(p.sum(dim=-1, keepdim=True), dtype)
+    return _finish(s, f, dtype, p / torch.where(total == 0, 1.0, total))
+
+
+def _sum_running(f, dtype):
+    s = _scores(f)  # the sum run key by key (a few hundred steps at most), each step stored in the dtype
+    m = s.amax(dim=-1, keepdim=True)
+    p = (s - torch.where(torch.isfinite(m), m, 0.0)).exp()
+    step = max(1, p.shape[-1] // STEPS)
+    total = torch.zeros_like(p[..., :1])
+    for j in range(0, p.shape[-1], step):
+        total = _r(total + p[..., j:j + step].sum(dim=-1, keepdim=True), dtype)
     return _finish(s, f, dtype, p / torch.where(total == 0, 1.0, total))
 
 

@@ -142,17 +142,17 @@ def modifier(case: Case):
     return lambda dtype=None, device=None: (mod, [])
 
 
-def hints(case: Case, x, out, exp, limit: float) -> list[str]:
+def hints(case: Case, x, out, exp, limit: float) -> tuple[list[str], object]:
     """The wrong semantics a failing API case's output matches (keys of :func:`attnlab.judge.causes.table`), row by
     row (:mod:`attnlab.judge.explain`): the API's mask ignored, the scale, the key heads, the dead rows, and the API
     module's own (``alternatives(case, args)``: a window swapped, causal aligned top-left, a sequence's keys
-    leaking into the next ...)."""
+    leaking into the next ...); and the output with those causes taken out."""
     import torch
 
-    from attnlab.judge import explain, hypotheses, oracle
+    from attnlab.judge import explain, hypotheses, oracle, precision
 
     if not isinstance(out, torch.Tensor) or out.shape != exp.ref[0].shape or not math.isfinite(limit):
-        return []
+        return [], None
     name, args = parse(case.api)
     mod64, _ = exp.fresh(torch.float64, "cpu")
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
@@ -160,8 +160,9 @@ def hints(case: Case, x, out, exp, limit: float) -> list[str]:
                 enable_gqa=case.gqa, score_mod=mod64)
     own = getattr(module(name), "alternatives", None)
     alts = [*_common(case), *(own(case, args) if own is not None else ())]
-    found, _ = explain.explain(out, exp.ref[0], limit, base, alts, hypotheses.mean_of_v(exp), hypotheses.dead_rows(exp))
-    return found
+    ex = explain.explain(out, exp.ref[0], limit, base, alts, hypotheses.mean_of_v(exp), hypotheses.dead_rows(exp),
+                         slack=precision.noise(x.q.dtype, exp.fwd, exp.ref[0]))
+    return ex.keys, ex.corrected
 
 
 def _common(case: Case):
