@@ -14,14 +14,18 @@ from tests.api_corpus.common import no_dropout, online_init, online_step
 from tests.api_corpus.flash import BLOCK_N, finish, prologue, scorer, tile_keep, walk, window_of
 
 
+def swapped_window_of(causal: bool, window_size) -> tuple[int, int]:
+    """window_size read as (right, left): the bug of flash_window_swapped."""
+    right, left = (int(w) for w in window_size)
+    return left, 0 if causal else right
+
+
 def flash_window_swapped(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                          softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """Unpacks window_size as (right, left): an asymmetric window looks the wrong way."""
     no_dropout(dropout_p)
     L, S, scale, qh, kh, vh, slopes = prologue(q, k, v, softmax_scale, alibi_slopes)
-    right, left = (int(w) for w in window_size)
-    if causal:
-        right = 0
+    left, right = swapped_window_of(causal, window_size)
     out, lse = walk(q, qh, kh, vh, L, S, left, right, scorer(scale, softcap, slopes, left, right))
     return finish(q, out, lse, return_attn_probs)
 
@@ -93,14 +97,17 @@ def flash_dead_rows_mean(q, k, v, dropout_p=0.0, softmax_scale=None, causal=Fals
     no_dropout(dropout_p)
     L, S, scale, qh, kh, vh, slopes = prologue(q, k, v, softmax_scale, alibi_slopes)
     left, right = window_of(causal, window_size)
-    right_score = scorer(scale, softcap, slopes, left, right)
+    out, lse = min_filled_walk(q, qh, kh, vh, L, S, left, right, scorer(scale, softcap, slopes, left, right))
+    return finish(q, out, lse, return_attn_probs)
 
+
+def min_filled_walk(q, qh, kh, vh, L, S, left, right, right_score):
+    """The walk over every key tile with hidden scores finfo.min instead of -inf (dead rows average V)."""
     def score(qk, rows, cols):
         s = right_score(qk, rows, cols)
         return s.masked_fill(torch.isneginf(s), torch.finfo(s.dtype).min)
 
-    out, lse = walk(q, qh, kh, vh, L, S, left, right, score, tiles=lambda lo, hi: range(0, S, BLOCK_N))
-    return finish(q, out, lse, return_attn_probs)
+    return walk(q, qh, kh, vh, L, S, left, right, score, tiles=lambda lo, hi: range(0, S, BLOCK_N))
 
 
 def flash_dead_rows_nan(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),

@@ -26,6 +26,7 @@ from tests.api_corpus.flash import (
     walk,
     window_of,
 )
+from tests.api_corpus.flash_bugs import min_filled_walk, swapped_window_of
 
 
 def fa2_units(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes):
@@ -107,16 +108,8 @@ def flash_swapped_window_dead_mean(q, k, v, dropout_p=0.0, softmax_scale=None, c
     key return the mean of V."""
     no_dropout(dropout_p)
     L, S, scale, qh, kh, vh, slopes = prologue(q, k, v, softmax_scale, alibi_slopes)
-    right, left = (int(w) for w in window_size)
-    if causal:
-        right = 0
-    right_score = scorer(scale, softcap, slopes, left, right)
-
-    def score(qk, rows, cols):
-        s = right_score(qk, rows, cols)
-        return s.masked_fill(torch.isneginf(s), torch.finfo(s.dtype).min)
-
-    out, lse = walk(q, qh, kh, vh, L, S, left, right, score, tiles=lambda lo, hi: range(0, S, BLOCK_N))
+    left, right = swapped_window_of(causal, window_size)
+    out, lse = min_filled_walk(q, qh, kh, vh, L, S, left, right, scorer(scale, softcap, slopes, left, right))
     return finish(q, out, lse, return_attn_probs)
 
 

@@ -126,18 +126,27 @@ def flex_tiled(query, key, value, score_mod=None, block_mask=None, scale=None, e
     return flex_finish(query, out, lse, return_lse)
 
 
-def flex_dense(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False, return_lse=False):
-    """Right: FlexAttention's own eager reference, every score, score_mod and the whole mask, one softmax."""
+def dense_scores(query, key, value, score_mod, block_mask, scale, enable_gqa, mod_after_mask=False):
+    """Every score at once, FlexAttention's eager way: scale, score_mod, then -inf where mask_mod hides a key
+    (mod_after_mask applies score_mod after the mask, a bug). Returns the scores (B, H, L, S) and v."""
     B, H, L, E = query.shape
     S = key.shape[2]
     sc = E ** -0.5 if scale is None else scale
     q, k, v = flex_heads(query, key, value, enable_gqa)
     idx = [torch.arange(n, device=q.device) for n in (B, H, L, S)]
     s = q @ k.transpose(-2, -1) * sc
-    if score_mod is not None:
+    if score_mod is not None and not mod_after_mask:
         s = score_mod(s, *grids(*idx))
     if block_mask is not None:
         s = s.masked_fill(~on_index(block_mask.mask_mod, *idx), -math.inf)
-    st = online_step(*online_init((B, H, L), v.shape[-1], q.dtype, q.device), s, v)
+    if score_mod is not None and mod_after_mask:
+        s = score_mod(s, *grids(*idx))
+    return s, v
+
+
+def flex_dense(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False, return_lse=False):
+    """Right: FlexAttention's own eager reference, every score, score_mod and the whole mask, one softmax."""
+    s, v = dense_scores(query, key, value, score_mod, block_mask, scale, enable_gqa)
+    st = online_step(*online_init(s.shape[:-1], v.shape[-1], s.dtype, s.device), s, v)
     out, lse = online_finish(*st)
     return flex_finish(query, out, lse, return_lse)

@@ -15,8 +15,8 @@ from tests.api_corpus.flex import (
     DEFAULT_BLOCK,
     block_lists,
     cut_at_s,
+    dense_scores,
     flex_finish,
-    flex_heads,
     flex_walk,
     grids,
     on_index,
@@ -135,19 +135,7 @@ def flex_dead_rows_nan(query, key, value, score_mod=None, block_mask=None, scale
 
 def _exp2_dense(query, key, value, score_mod, block_mask, scale, enable_gqa, mod_after_mask=False):
     """FlexAttention's math in the exp2 form, every score at once; returns out and the base-2 lse."""
-    B, H, L, E = query.shape
-    S = key.shape[2]
-    sc = E ** -0.5 if scale is None else scale
-    q, k, v = flex_heads(query, key, value, enable_gqa)
-    idx = [torch.arange(n, device=q.device) for n in (B, H, L, S)]
-    s = q @ k.transpose(-2, -1) * sc
-    hide = None if block_mask is None else ~on_index(block_mask.mask_mod, *idx)
-    if score_mod is not None and not mod_after_mask:
-        s = score_mod(s, *grids(*idx))
-    if hide is not None:
-        s = s.masked_fill(hide, -math.inf)
-    if score_mod is not None and mod_after_mask:
-        s = score_mod(s, *grids(*idx))
+    s, v = dense_scores(query, key, value, score_mod, block_mask, scale, enable_gqa, mod_after_mask)
     s2 = s * LOG2E
     m2 = s2.amax(-1, keepdim=True)
     m2 = torch.where(torch.isneginf(m2), 0.0, m2)
