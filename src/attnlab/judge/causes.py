@@ -144,6 +144,8 @@ SDPA = (
                       'multiple of the block'),
     Cause('mod-after-mask', "the score modifier is applied after the mask: masked scores come out finite (a soft-cap "
                             "turns -inf into -softcap) and those keys get weight; modify the scores, then mask"),
+    Cause('tail-dropped', "the keys of the last partial tile are never seen: a tile count taken with // drops them; "
+                          "count the tiles with a ceiling division and mask the tile's end"),
     Cause('backward-mask', 'the output is right but the gradients are those of attention under another mask: the '
                            "backward must use the forward's attn_mask and is_causal"),
 )

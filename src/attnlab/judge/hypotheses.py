@@ -120,6 +120,22 @@ def _padded(pad: int):
     return change
 
 
+def tail_dropped(S: int):
+    """The alternatives of a tile loop that counts its key tiles with // and never loads the last partial one:
+    keys from S - S % b on unseen, for each tile width b that leaves a partial tile."""
+    for b in BLOCKS:
+        if S % b and b < S:
+            keep = torch.arange(S) < S - S % b
+            yield explain.Alternative("tail-dropped", lambda kw, keep=keep: {
+                **kw, "attn_mask": _with_causal(kw["attn_mask"], keep.expand(kw["query"].shape[-2], S))})
+
+
+def padded_keys(S: int):
+    """The alternatives of a tile loop that pads the keys with zeros to a tile's multiple and attends them."""
+    for pad in dict.fromkeys((-S) % b for b in BLOCKS if S % b):
+        yield explain.Alternative("pad-keys", _padded(pad))
+
+
 def repeated(G: int):
     """Key head h % Hkv for query head h: ``repeat`` where ``repeat_interleave`` is due."""
     def change(kw):
@@ -211,8 +227,8 @@ def _alternatives(case: Case, x, exp):
         yield A("dropout-unscaled", _set(dropout_p=0.0))
         yield A("dropout-renormalised", out=_renormalised(case, q, k, v, dense, exp.keep))
     if case.dropout_p == 0 or exp.keep is not None:
-        for pad in dict.fromkeys((-S) % b for b in BLOCKS if S % b):
-            yield A("pad-keys", _padded(pad))
+        yield from padded_keys(S)
+        yield from tail_dropped(S)
     if dense is None and not case.is_causal and not case.gqa and case.dropout_p == 0:
         sc = 1.0 / math.sqrt(E) if case.scale is None else case.scale
         yield A("softmax-dim", out=torch.softmax(q @ k.transpose(-2, -1) * sc, dim=-2) @ v)

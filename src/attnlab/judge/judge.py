@@ -382,7 +382,7 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
         if "out" in failed:
             hints, corrected = apis.hints(case, x, mine[0], exp, _limit(comps))
         if "lse" in failed and not hints:
-            hints = lse.hints(mine[-1], exp.ref[-1])
+            hints = lse.hints(mine[-1], exp.ref[-1], exp.fwd)
     elif explain and not ok:
         hints, corrected = hypotheses.matches(case, x, mine, exp, comps)
     if explain and not ok and not problems and mine is not None and not any(h in PRECISE_ALREADY for h in hints) and (

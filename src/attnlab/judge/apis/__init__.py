@@ -170,7 +170,7 @@ def _common(case: Case):
     from attnlab.judge import explain, hypotheses
 
     A = explain.Alternative
-    yield A("api-mask-ignored", lambda kw: {**kw, "attn_mask": None})
+    yield A("api-mask-ignored", lambda kw: {**kw, "attn_mask": None, "is_causal": False})
     if case.scale is not None:
         yield A("scale-ignored", lambda kw: {**kw, "scale": None})
     yield A("unscaled", lambda kw: {**kw, "scale": 1.0})

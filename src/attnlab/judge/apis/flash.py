@@ -42,6 +42,10 @@ CAUSES = (
                                  "softmax_scale * q.k, softcap * tanh(s / softcap) on the scaled score s"),
     Cause('flash-alibi-one-row', "(B, H) alibi_slopes are read as one row: batch element b has its own slopes, "
                                  "alibi_slopes[b, h]"),
+    Cause('flash-alibi-signed', "ALiBi's distance is signed (i - j): keys ahead of the query are raised, not lowered; "
+                                "the bias is -slope * |i + S - L - j|"),
+    Cause('flash-window-edge', "the window's edge is off by one key: query i sees keys i + S - L - left through "
+                               "i + S - L + right, both ends included"),
     Cause('flash-alibi-offset', "ALiBi's distance leaves out the S - L offset: query i sits at key position "
                                 "i + S - L, the bias is -slope * |i + S - L - j|"),
 )
@@ -84,9 +88,10 @@ def score_mod(case: Case, args: dict):
     return mods.Mod.from_fn(fn, words("flash", softcap=cap is not None, alibi=sl is not None))
 
 
-def _modifier(cap, sl, offset: int, cap_unscaled: float | None = None):
+def _modifier(cap, sl, offset: int, cap_unscaled: float | None = None, signed: bool = False):
     """The soft-cap then ALiBi as a function of the scaled scores; ``cap_unscaled``: the cap taken on the scores
-    before the softmax scale (this scale), as a kernel that caps q k^T and scales after does."""
+    before the softmax scale (this scale), as a kernel that caps q k^T and scales after does; ``signed``: ALiBi's
+    distance without its absolute value."""
     def fn(score, b, h, q_idx, kv_idx):
         if cap is not None and cap_unscaled is not None:
             score = torch.tanh(score / cap_unscaled / cap) * cap * cap_unscaled
@@ -95,7 +100,8 @@ def _modifier(cap, sl, offset: int, cap_unscaled: float | None = None):
         if sl is not None:
             s = sl.to(score)
             slope = s[b, h] if s.dim() == 2 else s[h]
-            score = score - slope * (q_idx + offset - kv_idx).abs().to(score.dtype)
+            d = q_idx + offset - kv_idx
+            score = score - slope * (d if signed else d.abs()).to(score.dtype)
         return score
     return fn
 
@@ -108,6 +114,7 @@ def alternatives(case: Case, args: dict):
     """What flash_attn_func's kernels get wrong, in the oracle's terms (:class:`attnlab.judge.explain.Alternative`):
     causal aligned top-left, the window's sides swapped, the soft-cap taken before the scale, the (B, H) slopes read
     as one row, ALiBi's distance without the S - L offset."""
+    from attnlab.judge import hypotheses
     from attnlab.judge.explain import Alternative
 
     L, S = case.L, case.S or case.L
@@ -127,6 +134,21 @@ def alternatives(case: Case, args: dict):
         yield Alternative("flash-alibi-one-row", _with_mod(_modifier(cap, sl[0], S - L)))
     if sl is not None and L != S:
         yield Alternative("flash-alibi-offset", _with_mod(_modifier(cap, sl, 0)))
+    if sl is not None and not causal:
+        yield Alternative("flash-alibi-signed", _with_mod(_modifier(cap, sl, S - L, signed=True)))
+    for edge in _edges(window):
+        yield Alternative("flash-window-edge", lambda kw, edge=edge: {**kw, "attn_mask": keys_seen(L, S, causal, edge)})
+    yield from hypotheses.padded_keys(S)
+    yield from hypotheses.tail_dropped(S)
+
+
+def _edges(window):
+    """The window one key narrower or wider on each side it has (an off-by-one in the bound's test)."""
+    left, right = window
+    for side, bound in ((0, left), (1, right)):
+        for d in (-1, 1):
+            if bound >= 0 and bound + d >= 0:
+                yield (bound + d, right) if side == 0 else (left, bound + d)
 
 
 def _with_mod(fn):

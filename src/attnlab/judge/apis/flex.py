@@ -80,12 +80,15 @@ CAUSES = (
                             "left out; visit them too, with mask_mod applied inside"),
     Cause("flex-block-size", "the blocks are read at another size than the block mask's BLOCK_SIZE: block index kb "
                              "covers keys kb * BLOCK_SIZE ... (kb + 1) * BLOCK_SIZE - 1"),
+    Cause("flex-mod-kv-head", "score_mod is given the key head, h // (H / Hkv): FlexAttention passes the query head "
+                              "h, so a per-head bias is read for each query head"),
     Cause("flex-mod-index", "score_mod gets q_idx and kv_idx swapped: it is score_mod(score, b, h, q_idx, kv_idx)"),
 )
 
 
 def alternatives(case: Case, args: dict):
     """What flex_attention kernels get wrong with a block mask and a score modifier."""
+    from attnlab.judge import hypotheses
     from attnlab.judge.explain import Alternative
 
     if mask_fn(case) is not None:
@@ -95,6 +98,18 @@ def alternatives(case: Case, args: dict):
             yield Alternative("flex-block-size", _blocks(lambda seen, size=size: seen & _listed(seen, size)))
     if case.mod is not None:
         yield Alternative("flex-mod-index", lambda kw: {**kw, "score_mod": _swapped(kw["score_mod"])})
+    if case.mod is not None and case.gqa:
+        G = case.H // case.Hkv
+        yield Alternative("flex-mod-kv-head", lambda kw: {**kw, "score_mod": _by_key_head(kw["score_mod"], G)})
+    if case.dropout_p == 0:
+        yield from hypotheses.padded_keys(case.S or case.L)
+        yield from hypotheses.tail_dropped(case.S or case.L)
+
+
+def _by_key_head(mod, G: int):
+    if mod is None:
+        raise ValueError("no score_mod")
+    return lambda score, b, h, q_idx, kv_idx: mod(score, b, h // G, q_idx, kv_idx)
 
 
 def _blocks(read):

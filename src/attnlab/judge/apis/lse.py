@@ -29,6 +29,10 @@ from attnlab.kernels import mods
 
 HALF = (torch.float16, torch.bfloat16)
 CAUSES = (
+    Cause('lse-unscaled', "the log-sum-exp leaves out the softmax scale (the max kept in q.k's own units, or the "
+                          "log-sum-exp of q.k itself): lse_i = log sum_j exp(scale * q_i.k_j), on the scaled scores"),
+    Cause('lse-shift', "the log-sum-exp leaves out the row's max: a kernel that keeps m and l = sum exp(s - m) "
+                       "returns m + log l, not log l"),
     Cause('lse-only', 'only the log-sum-exp fails: the output (and the gradients) are right; lse_i = log sum_j '
                       "exp(s_ij), the natural log over row i's scaled, modified and masked scores, in float32"),
     Cause('lse-base2', 'the log-sum-exp is in base 2 (as a kernel working in exp2 keeps it): the API returns the '
@@ -103,10 +107,12 @@ def compare(mine, theirs: torch.Tensor, ref: torch.Tensor, case: Case, rounding:
 LOG2E = 1.0 / math.log(2.0)
 
 
-def hints(mine, ref: torch.Tensor) -> list[str]:
-    """The wrong log-sum-exps a failing one matches (keys of :data:`attnlab.judge.diagnose.TEXT`): in base 2
-    (``log2 sum 2^(s log2 e)``, what a kernel working in exp2 keeps), or right on every row that sees a key but
-    finite or NaN on the rows that see none."""
+def hints(mine, ref: torch.Tensor, f: oracle.Forward | None = None) -> list[str]:
+    """The wrong log-sum-exps a failing one matches (keys of :func:`attnlab.judge.causes.table`): in base 2
+    (``log2 sum 2^(s log2 e)``, what a kernel working in exp2 keeps), without the softmax scale (a kernel keeping
+    the max of q.k in its own units, m + log l, or the log-sum-exp of q.k itself), without the row max added back
+    (log l), or right on every row that sees a key but finite or NaN on the rows that see none. ``f``: the case's
+    oracle forward, whose weights give each row's largest score."""
     if not isinstance(mine, torch.Tensor) or mine.shape != ref.shape:
         return []
     m = mine.detach().double().cpu()
@@ -116,8 +122,20 @@ def hints(mine, ref: torch.Tensor) -> list[str]:
         return [] if bool(torch.isinf(m).all()) else ["lse-dead-rows"]
     r, x = ref[live], m[live]
     near = 1e-2 * (1 + r.abs())  # far coarser than any dtype's rule: these say which formula, not how well
-    if bool(((x - r * LOG2E).abs() <= near).all()) and bool(((x - r).abs() > near).any()):
+
+    def like(alt) -> bool:
+        return bool(((x - alt).abs() <= near).all()) and bool(((alt - r).abs() > near).any())
+
+    if like(r * LOG2E):
         return ["lse-base2"]
+    if f is not None:
+        top = (ref + f.P.amax(dim=-1).log())[live]  # each row's largest score: lse + log max_j P_ij
+        s = torch.where(f.P > 0, f.P.log() + torch.where(dead, 0.0, ref)[..., None], -math.inf)
+        raw = torch.logsumexp(s / f.scale, dim=-1)[live] if f.scale > 0 else None
+        if like(r - top + top / f.scale) or (raw is not None and like(raw)):
+            return ["lse-unscaled"]
+        if like(r - top):
+            return ["lse-shift"]
     if bool(((x - r).abs() <= near).all()) and dead.any() and not bool(torch.isinf(m[dead]).all()):
         return ["lse-dead-rows"]
     return []
