@@ -44,7 +44,7 @@ class Alternative:
     out: torch.Tensor | None = None
 
 
-@dataclass
+@dataclass(eq=False)  # fits are told apart by identity (their fields are tensors)
 class _Fit:
     """How one alternative's answer meets the function's, row by row ((..., L) bool each)."""
 
@@ -166,7 +166,7 @@ def _greedy(fits: list[_Fit], bad: torch.Tensor) -> tuple[list[_Fit], torch.Tens
             break
         gained = best.explains(left)
         tied = [f for f in ready if f is not best and f.key and torch.equal(f.explains(left), gained)]
-        pool = [f for f in pool if f is not best and f not in tied]
+        pool = [f for f in pool if f is not best and not any(f is t for t in tied)]
         if tied and best.key:  # the same rows, two readings: the diagnosis settles it from the other cases
             best = _Fit(TIE.join([best.key, *(f.key for f in tied)]), best.differs, best.ok, best.dead_answers,
                         best.used_dead, best.change, best.alt)
