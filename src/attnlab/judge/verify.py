@@ -17,6 +17,7 @@ row. :func:`attnlab.judge.diagnose.diagnose` reads a result's failures as likely
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from attnlab.judge.cases import (  # noqa: F401 -- the grid's names, read throug
     MASK_KINDS,
     Case,
     default_cases,
+    default_dtypes,
     make_inputs,
     random_cases,
 )
@@ -39,12 +41,14 @@ from attnlab.judge.diagnose import Diagnosis, diagnose
 from attnlab.judge.facts import Facts, raised
 from attnlab.judge.judge import Inputs, Row
 from attnlab.judge.remote import QUIET_SECONDS, Remote, described
+from attnlab.judge.repro import Repro
 from attnlab.judge.watchdog import case_limit, watched
 from attnlab.kernels import dropout
 from attnlab.results import Result
 from attnlab.results.host import machine, versions
 
 EXPLAINED = 400  # failing rows per function held against wrong semantics (hypotheses): every row of the grid
+JUDGE_THREADS = 1  # torch's threads while the judge works (see one_thread), in its process and the judged one's
 
 
 @dataclass
@@ -56,6 +60,7 @@ class VerifyResult(Result):
     diagnoses: dict[str, list[Diagnosis]] = field(default_factory=dict)  # per function that failed
     factor: float = judge.rule.FACTOR  # the rule's multiple of PyTorch's error the rows were held to
     backward: bool = True  # the gradients were judged (False: --forward-only)
+    repros: dict[str, list[Repro]] = field(default_factory=dict)  # per function: each cause's smallest case, script
 
     @classmethod
     def of(cls, rows: list[Row], device="cpu", factor: float = judge.rule.FACTOR,
@@ -191,7 +196,28 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
     (called on inputs that do not require grad). ``factor``: the rule's multiple of PyTorch's error (2 unless a
     kernel is knowingly less precise; the result records it).
     """
-    cases = default_cases() if cases is None else cases
+    with one_thread():
+        return _verify(targets, default_cases() if cases is None else cases, seed, progress, check_dropout, timeout,
+                       device, report, backward, factor)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread while the judge works, as before it afterwards. A case's tensors are small: with two
+    threads on two cores, each small operation waits for the other thread -- for as long as another process holds
+    the core it needs, and the judged function runs in another process (at load 15, the grid's oracles took 30 s of
+    CPU time with two threads and 2 s with one)."""
+    before = torch.get_num_threads()
+    if before != JUDGE_THREADS:
+        torch.set_num_threads(JUDGE_THREADS)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def _verify(targets, cases, seed, progress, check_dropout, timeout, device, report, backward, factor) -> VerifyResult:
     registered = kernels.forms(device=None)
     rows: dict[str, list[Row]] = {name: [] for name in targets}
     hung: dict[str, str | None] = dict.fromkeys(targets)  # a function whose case timed out runs no more
