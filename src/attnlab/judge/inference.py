@@ -114,16 +114,17 @@ def paths(forward) -> tuple[list, list]:
 
 
 def compare(outs, grad_out, grad_comp: rule.Comparison, theirs, ref, ref0, dtype, budget: float,
-            factor: float) -> tuple[list[rule.Comparison], list[list[str]]]:
+            factor: float, said=()) -> tuple[list[rule.Comparison], list[list[str]]]:
     """Each mode's output held to the rule of the output with gradients (``grad_comp``: that output's comparison;
     ``theirs``, ``ref``, ``ref0``, ``budget``: its PyTorch answer, oracle, undropped oracle and floor). A mode that
     fails is a problem of its own (``no-grad-output``, ``inference-mode-output``) when the grad path's output
-    passed, or when the two outputs differ by more than the limit: a different bug, not the same one twice."""
+    passed, or when the two outputs differ by more than the limit: a different bug, not the same one twice.
+    ``said``: the keys of the problems already found (a mode that raised is said so, not as an output off by inf)."""
     comps, problems = [], []
     for (mode, key, _), out in zip(MODES, outs, strict=False):
         c = rule.compare(quantity(mode), out, theirs, ref, dtype, budget, theirs_ref=ref0, factor=factor)
         comps.append(c)
-        if c.passed:
+        if c.passed or f"{key}-raises" in said:
             continue
         apart = (rule.max_err(out, grad_out) if isinstance(out, torch.Tensor) and isinstance(grad_out, torch.Tensor)
                  and out.shape == grad_out.shape else float("inf"))

@@ -166,15 +166,17 @@ def same_way(row, key: str, form: str):
 
 
 def _start(rows, by: dict, key: str, example: str, form: str):
-    """(the failing row to shrink for a cause, its case, the test of failing the same way): the smallest of the rows
-    that fail the cause's way alone, without a score modifier or dropout where there is one (a script for those
-    needs the oracle's answer written in); the diagnosis's example where no row does."""
+    """(the failing row to shrink for a cause, its case, the test of failing the same way): of the rows that fail the
+    cause's way alone, one without a score modifier or dropout where there is one (a script for those needs the
+    oracle's answer written in), then the plainest (the fewest tags: a causal case before a causal case with a float
+    mask), then the smallest; the diagnosis's example where no row does."""
     first = next((r for r in rows if f"{r.case} [{r.dtype}]" == example), None)
     if first is None or (first.case, first.dtype) not in by:
         return None, None, None
     same = same_way(first, key, form)
     fit = [r for r in rows if (r.case, r.dtype) in by and r.status in ("fail", "error") and same(r)]
-    row = min(fit or [first], key=lambda r: (bool({"mod", "dropout"} & set(r.tags)), by[r.case, r.dtype].work))
+    row = min(fit or [first], key=lambda r: (bool({"mod", "dropout"} & set(r.tags)), len(r.tags),
+                                             by[r.case, r.dtype].work))
     return row, by[row.case, row.dtype], same
 
 

@@ -153,9 +153,17 @@ def _value(v, named) -> str:
     raise NoScript(f"an argument of type {type(v).__name__} the script cannot write")
 
 
-def numbers(args, kwargs) -> int:
-    """How many values writing these arguments out would take (views of q, k, v aside, counted anyway)."""
-    return sum(a.numel() for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
+def numbers(args, kwargs, named, case: Case, x, exp) -> int:
+    """How many values the script would write out: the mask, the arguments that are not views of q, k, v or the
+    mask, and the oracle's answer where it is written in."""
+    def written(t) -> bool:
+        return not any(src is not None and src.shape == t.shape and torch.equal(src, t.detach()) for _, src in named)
+
+    n = x.dense.numel() if isinstance(x.dense, torch.Tensor) else 0
+    n += sum(a.numel() for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and written(a))
+    if case.mod or case.dropout_p > 0:
+        n += sum(t.numel() for t in exp.ref if isinstance(t, torch.Tensor))
+    return n
 
 
 HELPERS = '''
@@ -365,9 +373,10 @@ def write(path, *, spec: str, api: str, cause: str, text: str, case: Case, seed:
     from attnlab.results.files import write_text
 
     args, kwargs, out_code, (qq, kk, vv) = record(case, x, api, exp.fresh)
-    if numbers(args, kwargs) > MAX_NUMBERS:
-        raise NoScript(f"its arguments hold {numbers(args, kwargs):,} numbers, too many to write out")
     named = [("q_", qq), ("k_", kk), ("v_", vv), ("m", x.dense if isinstance(x.dense, torch.Tensor) else None)]
+    n = numbers(args, kwargs, named, case, x, exp)
+    if n > MAX_NUMBERS:
+        raise NoScript(f"its mask and arguments hold {n:,} numbers, too many to write out")
     limits = {c.quantity: c.allowed for c in row.comparisons if math.isfinite(c.allowed)}
     blocks = any(type(a).__name__ == "BlockMask" for a in (*args, *kwargs.values()))
     dtype = str(x.q.dtype)[6:]
