@@ -92,6 +92,7 @@ def _printed(text: str) -> dict:
     return out
 
 
+@pytest.mark.slow  # the grid's cases and some thirty smaller ones judged
 def test_each_cause_shrinks_to_a_smaller_case_that_still_fails_the_same_way(tmp_path, monkeypatch):
     fn = _kernel(tmp_path, {"gqa", "mask"}, monkeypatch)
     r = verify.verify({"mykernel:attention": fn}, CASES, timeout=None)

@@ -7,6 +7,11 @@ import sys
 from ._args import seconds, seed
 from ._folder import json_folder, output_folder, save_json
 
+REPRO_HELP = ("for each cause a failing function gets, write DIR/repro_<cause>.py: the smallest case that still "
+              "fails that way (verify shrinks batch, heads, lengths and head dims while it does), as a standalone "
+              "script that draws its inputs, calls your function as verify did and prints its error against "
+              "PyTorch in float64 beside the limit (exit code 1 while it fails)")
+
 
 def add_parser(sub):
     from attnlab.judge.apis import NAMES
@@ -45,11 +50,7 @@ def add_parser(sub):
                    help="which rows to print: judged (default; the skipped cases one row per reason, with a count), "
                         "all (every case, skipped ones too) or failures")
     p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
-    p.add_argument("--repro", metavar="DIR",
-                   help="for each cause a failing function gets, write DIR/repro_<cause>.py: the smallest case that "
-                        "still fails that way (verify shrinks batch, heads, lengths and head dims while it does), as a "
-                        "standalone script that draws its inputs, calls your function as verify did and prints its "
-                        "error against PyTorch in float64 beside the limit (exit code 1 while it fails)")
+    p.add_argument("--repro", metavar="DIR", help=REPRO_HELP)
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.add_argument("--model", metavar="NAME_OR_PATH",
                    help="instead of the grid: run each form inside this Hugging Face causal LM (a hub name or a "
@@ -78,7 +79,6 @@ def run(args) -> int:
         console,
         diagnosis_lines,
         oracle_line,
-        progress,
         untested_lines,
         verify_summary,
         verify_table,
@@ -108,23 +108,7 @@ def run(args) -> int:
 
         cases = apis.cases(args.api, dtypes, long=not args.quick)
     cases = _only(cases, args.only)
-    kw = {"seed": args.seed, "check_dropout": not args.no_dropout, "timeout": args.timeout, "device": device,
-          "backward": not args.forward_only, "factor": args.factor}
-    rows: dict[str, list] = {}
-    repros: dict[str, list] = {}
-    shrink = _shrinker(args, cases, kw, len(specs) > 1, repros)
-    with progress(len(cases) * len(specs), "cases") as advance:
-        if ours:
-            done = verify.verify(ours, cases, progress=advance, **kw)
-            rows.update({name: [r for r in done.rows if r.form == name] for name in ours})
-            for name, fn in ours.items():
-                shrink(fn, name, done)
-        for spec in specs:
-            if spec not in ours:
-                rows[spec] = _elsewhere(spec, cases, advance, {**kw, "api": args.api}, shrink)
-    result = verify.VerifyResult.of([r for spec in specs for r in rows[spec]], device, args.factor,
-                                    not args.forward_only)
-    result.repros = {spec: repros[spec] for spec in specs if repros.get(spec)}
+    result = _judged(args, specs, ours, cases, device)
     if args.show != "failures" or not result.passed:
         console.print(verify_table(result, args.show))
     for line in diagnosis_lines(result) + [oracle_line(result) or ""] + untested_lines(result):
@@ -216,6 +200,32 @@ def _registered(specs: list[str], device: str) -> dict:
             raise UsageError(str(e)) from None
         targets[name] = fn
     return targets
+
+
+def _judged(args, specs: list[str], ours: dict, cases: list, device: str):
+    """verify's result for every function of --impl (attnlab's forms here, the others each in a process of its own),
+    with each failing function's causes shrunk to their smallest cases (and with --repro their scripts written)."""
+    from attnlab.judge import verify
+    from attnlab.report.terminal import progress
+
+    kw = {"seed": args.seed, "check_dropout": not args.no_dropout, "timeout": args.timeout, "device": device,
+          "backward": not args.forward_only, "factor": args.factor}
+    rows: dict[str, list] = {}
+    repros: dict[str, list] = {}
+    shrink = _shrinker(args, cases, kw, len(specs) > 1, repros)
+    with progress(len(cases) * len(specs), "cases") as advance:
+        if ours:
+            done = verify.verify(ours, cases, progress=advance, **kw)
+            rows.update({name: [r for r in done.rows if r.form == name] for name in ours})
+            for name, fn in ours.items():
+                shrink(fn, name, done)
+        for spec in specs:
+            if spec not in ours:
+                rows[spec] = _elsewhere(spec, cases, advance, {**kw, "api": args.api}, shrink)
+    result = verify.VerifyResult.of([r for spec in specs for r in rows[spec]], device, args.factor,
+                                    not args.forward_only)
+    result.repros = {spec: repros[spec] for spec in specs if repros.get(spec)}
+    return result
 
 
 def _shrinker(args, cases, kw: dict, several: bool, repros: dict):
