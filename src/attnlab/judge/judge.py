@@ -417,7 +417,7 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
         t_out = max((t[0] for t in theirs), key=lambda x: rule.max_err(x, exp.ref0[0])) if isinstance(theirs, list) \
             else theirs[0]
         more, said = compare_paths(modes, mine[0], comps[0], t_out, exp.ref[0], exp.ref0[0], DTYPES[case.dtype],
-                                       exp.budget.get("out", 0.0), factor, {key for key, _ in problems})
+                                   exp.budget["out"], factor, {key for key, _ in problems})
         comps += more
         problems = problems + said
     ok = not problems and bool(comps) and all(c.passed for c in comps)
