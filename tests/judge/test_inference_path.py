@@ -140,3 +140,15 @@ def test_the_inference_path_runs_where_the_function_is_served_from_its_own_proce
     r = verify.VerifyResult.of(rows)
     assert {"inference-mode-in-place", "inference-mode-output"} <= set(keys(r, "fastpath:attention")), r.diagnoses
     assert "no-grad-in-place" not in keys(r, "fastpath:attention")
+
+
+def test_nan_on_both_paths_in_the_same_rows_is_one_failure_not_two():
+    def nan_rows(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        s = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+        if attn_mask is not None:
+            s = s.masked_fill(~attn_mask, float("-inf"))
+        return torch.softmax(s, dim=-1) @ v  # NaN on the rows that see no key, with gradients or without
+
+    dead = [c for c in default_cases(["float32"], long=False) if c.name == "fully masked rows"]
+    r = verify.verify({"nan": nan_rows}, dead, timeout=None)
+    assert keys(r, "nan") == ["dead-rows"], keys(r, "nan")
