@@ -3,6 +3,7 @@ same way (the hint still holds), and ``verify --repro DIR`` writes a standalone 
 judge's own error on that case above its limit -- and below it once the bug is fixed -- for SDPA's API and the
 others."""
 
+import math
 import os
 import re
 import subprocess
@@ -96,7 +97,7 @@ def _printed(text: str) -> dict:
 def test_each_cause_shrinks_to_a_smaller_case_that_still_fails_the_same_way(tmp_path, monkeypatch):
     fn = _kernel(tmp_path, {"gqa", "mask"}, monkeypatch)
     r = verify.verify({"mykernel:attention": fn}, CASES, timeout=None)
-    reps = repro.reproduce(fn, "mykernel:attention", r, CASES, repro.Judging(timeout=None))
+    reps = repro.reproduce(fn, "mykernel:attention", r, CASES, repro.Judging(timeout=None), seconds=math.inf)
     by = {x.cause: x for x in reps}
     assert {"gqa", "mask-inverted"} <= set(by), [(d.key, d.text) for d in r.diagnoses["mykernel:attention"]]
     for rep in reps:

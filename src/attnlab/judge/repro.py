@@ -168,15 +168,15 @@ def same_way(row, key: str, form: str):
 def _start(rows, by: dict, key: str, example: str, form: str):
     """(the failing row to shrink for a cause, its case, the test of failing the same way): of the rows that fail the
     cause's way alone, one without a score modifier or dropout where there is one (a script for those needs the
-    oracle's answer written in), then the plainest (the fewest tags: a causal case before a causal case with a float
-    mask), then the smallest; the diagnosis's example where no row does."""
+    oracle's answer written in), then the smallest (each smaller case judged costs in proportion), then the
+    plainest (the fewest tags); the diagnosis's example where no row does."""
     first = next((r for r in rows if f"{r.case} [{r.dtype}]" == example), None)
     if first is None or (first.case, first.dtype) not in by:
         return None, None, None
     same = same_way(first, key, form)
     fit = [r for r in rows if (r.case, r.dtype) in by and r.status in ("fail", "error") and same(r)]
-    row = min(fit or [first], key=lambda r: (bool({"mod", "dropout"} & set(r.tags)), len(r.tags),
-                                             by[r.case, r.dtype].work))
+    row = min(fit or [first], key=lambda r: (bool({"mod", "dropout"} & set(r.tags)), by[r.case, r.dtype].work,
+                                             len(r.tags)))
     return row, by[row.case, row.dtype], same
 
 
@@ -201,9 +201,9 @@ class Judging:
     shared_dropout: bool = False  # its dropout is attnlab's counter-based one
 
 
-def _judged(fn, form: str, how: Judging):
+def _judged(fn, form: str, how: Judging, explain: bool = True):
     """``judged(case) -> Row | None``: one case judged as verify judges it (None: it could not be, or the function's
-    process is gone)."""
+    process is gone); ``explain``: with the wrong semantics its output matches (what a hint's cause needs)."""
     from attnlab.judge import verify
 
     def judged(c: Case):
@@ -212,7 +212,7 @@ def _judged(fn, form: str, how: Judging):
                 return None
             fn.deadline = None if how.timeout is None else case_limit(c, how.timeout)
         run = functools.partial(verify.check_case, form, fn, c, c.seed(how.seed), how.ours, how.shared_dropout,
-                                how.device, backward=how.backward, factor=how.factor)
+                                how.device, backward=how.backward, factor=how.factor, explain=explain)
         try:
             if how.ours or how.timeout is None or isinstance(fn, Remote):
                 return run()
@@ -224,11 +224,12 @@ def _judged(fn, form: str, how: Judging):
 
 
 def reproduce(fn, form: str, result, cases: list[Case], how: Judging = Judging(), *, spec: str | None = None,
-              api: str = "sdpa", folder: str | Path | None = None, several: bool = False) -> list[Repro]:
+              api: str = "sdpa", folder: str | Path | None = None, several: bool = False, tries: int = TRIES,
+              seconds: float = SECONDS) -> list[Repro]:
     """For each cause of ``form``'s failures in ``result`` (verify's, on ``cases``): the smallest case that still
-    fails that way, and with ``folder`` a script for it (``spec``: how the script imports ``fn``, verify's
-    ``--impl``; ``api``: the API it is written to). ``fn`` is the function verify judged (a :class:`Remote` for one
-    in its own process)."""
+    fails that way (``tries``, ``seconds``: at most so many smaller cases judged, or seconds spent, a cause), and
+    with ``folder`` a script for it (``spec``: how the script imports ``fn``, verify's ``--impl``; ``api``: the API
+    it is written to). ``fn`` is the function verify judged (a :class:`Remote` for one in its own process)."""
     rows = [r for r in result.rows if r.form == form]
     by = {(c.name, c.dtype): c for c in cases}
     out = []
@@ -236,8 +237,10 @@ def reproduce(fn, form: str, result, cases: list[Case], how: Judging = Judging()
         row, case, same = _start(rows, by, d.key, d.example, form)
         if row is None:
             continue
-        small, srow, tries = (case, row, 0) if d.key in UNSHRUNK else shrink(_judged(fn, form, how), case, row, same)
-        rep = Repro(form, d.key, f"{case.name!r} [{case.dtype}]", sizes(case), sizes(small), tries,
+        hinted = any(C.line_of(h) == d.key for h in row.hints if "=" not in h)  # only a hint's cause needs hints
+        small, srow, n = (case, row, 0) if d.key in UNSHRUNK else shrink(_judged(fn, form, how, hinted), case, row,
+                                                                          same, tries, seconds)
+        rep = Repro(form, d.key, f"{case.name!r} [{case.dtype}]", sizes(case), sizes(small), n,
                     {c.quantity: [c.err, c.allowed] for c in srow.comparisons if not c.passed})
         if folder is not None:
             text = d.text.rsplit(" [", 1)[0]  # the line as verify said it, without its count

@@ -145,7 +145,7 @@ def probe_keep(fn: Callable, case: Case, x: Inputs, seed: int, accepts_masks: bo
 
 def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bool,
                shared_dropout: bool = True, device="cpu", *, backward: bool = True,
-               factor: float = judge.rule.FACTOR) -> Row:
+               factor: float = judge.rule.FACTOR, explain: bool = True) -> Row:
     """Run one case on one function: oracle, PyTorch, the function; compare out, dq, dk, dv (and dmask).
 
     Dropout cases: the function draws its seed from ``torch.manual_seed(seed)`` and the oracle applies
@@ -153,7 +153,8 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
     (``shared_dropout``), else the mask :func:`probe_keep` reads from the function itself. A function
     that ignores ``dropout_p``, drops the wrong share, or does not scale the survivors fails.
     PyTorch's dropout uses other random numbers, so its column shows its error on the same inputs
-    without dropout, against the oracle without dropout. ``backward``, ``factor``: as in :func:`verify`.
+    without dropout, against the oracle without dropout. ``backward``, ``factor``: as in :func:`verify`;
+    ``explain``: as in :func:`attnlab.judge.judge.judge`.
     """
     x = inputs(case, seed, device)
     keep = shared_keep(case, seed, device) if shared_dropout else None
@@ -170,8 +171,8 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
                              facts=Facts("exit"))
         if keep is None:
             return judge.row(name, case, "fail", why, facts=Facts("probe"))
-    return judge.judge(name, fn, case, seed, x, judge.expect(case, seed, x, keep), accepts_masks, backward=backward,
-                       factor=factor)
+    return judge.judge(name, fn, case, seed, x, judge.expect(case, seed, x, keep), accepts_masks, explain,
+                       backward=backward, factor=factor)
 
 
 def check_forms(fns: dict[str, Callable], case: Case, seed: int, device="cpu") -> list[Row]:
