@@ -66,7 +66,7 @@ class Repro(Result):
 
 def said(s: dict) -> str:
     """Sizes in a few words: the key heads and Ev where they differ from H and E, S where it differs from L."""
-    skip = {"Hkv": s["Hkv"] == s["H"], "S": s["S"] == s["L"], "Ev": s["Ev"] == s["E"]}
+    skip = {"Hkv": s.get("Hkv") == s.get("H"), "S": s.get("S") == s.get("L"), "Ev": s.get("Ev") == s.get("E")}
     return ", ".join(f"{k}={v}" for k, v in s.items() if not skip.get(k))
 
 

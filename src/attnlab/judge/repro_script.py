@@ -124,7 +124,7 @@ def _as(t: torch.Tensor, named) -> str:
                 if y.stride() == t.stride():
                     return code.format(t=name)
                 best = best or code.format(t=name)
-    return best or literal(t)
+    return best or literal(t) + (".to(DEVICE)" if t.device.type != "cpu" else "")
 
 
 def _value(v, named) -> str:
