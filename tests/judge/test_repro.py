@@ -215,6 +215,13 @@ def test_a_repro_folder_that_cannot_be_one_is_refused_before_anything_runs(tmp_p
     assert err.count("\n") == 1 and "--repro" in err and "is a file, not a folder" in err, err
 
 
+def test_every_layout_of_the_grid_has_its_lines_in_the_script():
+    from attnlab.judge import repro_script
+    from attnlab.judge.cases import LAYOUTS
+
+    assert set(repro_script.LAYOUT_CODE) == {None, *LAYOUTS}
+
+
 def test_a_case_too_big_to_write_out_gets_no_script_and_says_why():
     from attnlab.judge import judge, repro_script
     from attnlab.judge.cases import Case
@@ -226,3 +233,18 @@ def test_a_case_too_big_to_write_out_gets_no_script_and_says_why():
     with pytest.raises(repro_script.NoScript, match="too many to write out"):
         repro_script.write(Path("unused.py"), spec="m:f", api="sdpa", cause="c", text="t", case=case, seed=0,
                            device="cpu", row=row, x=x, exp=exp, grid="", smallest="")
+
+
+def test_a_hint_that_ties_two_readings_is_the_same_way_for_either_of_their_causes():
+    from attnlab.judge.judge import Row
+
+    def row(*hints):
+        return Row("f", "c", "float32", "fail", tags=["causal", "float32"], hints=list(hints))
+
+    tied = row("causal-ignored|causal-dropped-with-mask")  # which one verify says is settled by the other cases
+    for key, alone, other in (("causal-ignored", "causal-ignored", "causal-dropped-with-mask"),
+                              ("causal+mask", "causal-dropped-with-mask", "causal-ignored")):
+        same = repro.same_way(tied, key, "f")
+        assert same(row("causal-ignored|causal-dropped-with-mask")) and same(row(alone)), key
+        assert not same(row(other)) and not same(row("unscaled")), key  # the other reading alone is another cause
+        assert not same(Row("f", "c", "float32", "pass", tags=["causal"]))

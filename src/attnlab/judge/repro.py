@@ -27,6 +27,7 @@ from attnlab.judge import apis, judge, repro_script
 from attnlab.judge import causes as C
 from attnlab.judge.cases import Case
 from attnlab.judge.diagnose import diagnose
+from attnlab.judge.explain import TIE
 from attnlab.judge.remote import Remote
 from attnlab.judge.watchdog import case_limit, watched
 from attnlab.results import Result
@@ -138,8 +139,14 @@ def shrink(judged, case: Case, row, same, tries: int = TRIES, seconds: float = S
 
 
 def _keys(row, form: str) -> set[str]:
-    """The causes ``row``'s failure is read as when it is diagnosed alone."""
-    return {d.key for d in diagnose(SimpleNamespace(rows=[row]), form)}
+    """The causes ``row``'s failure is read as when it is diagnosed alone, and every reading of a hint that ties
+    several ("a|b": which one is said is settled by the function's other cases)."""
+    return {d.key for d in diagnose(SimpleNamespace(rows=[row]), form)} | _readings(row)
+
+
+def _readings(row) -> set[str]:
+    """The causes the row's hints speak for, every reading of a tie among them."""
+    return {C.line_of(k) for h in row.hints if "=" not in h for k in h.split(TIE)}
 
 
 def same_way(row, key: str, form: str):
@@ -237,7 +244,7 @@ def reproduce(fn, form: str, result, cases: list[Case], how: Judging = Judging()
         row, case, same = _start(rows, by, d.key, d.example, form)
         if row is None:
             continue
-        hinted = any(C.line_of(h) == d.key for h in row.hints if "=" not in h)  # only a hint's cause needs hints
+        hinted = d.key in _readings(row)  # only a hint's cause needs the hints read
         small, srow, n = (case, row, 0) if d.key in UNSHRUNK else shrink(_judged(fn, form, how, hinted), case, row,
                                                                           same, tries, seconds)
         rep = Repro(form, d.key, f"{case.name!r} [{case.dtype}]", sizes(case), sizes(small), n,
