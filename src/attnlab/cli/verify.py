@@ -205,7 +205,7 @@ def _registered(specs: list[str], device: str) -> dict:
 def _judged(args, specs: list[str], ours: dict, cases: list, device: str):
     """verify's result for every function of --impl (attnlab's forms here, the others each in a process of its own),
     with each failing function's causes shrunk to their smallest cases (and with --repro their scripts written)."""
-    from attnlab.judge import verify
+    from attnlab.judge import repro, verify
     from attnlab.report.terminal import progress
 
     kw = {"seed": args.seed, "check_dropout": not args.no_dropout, "timeout": args.timeout, "device": device,
@@ -224,8 +224,7 @@ def _judged(args, specs: list[str], ours: dict, cases: list, device: str):
                 rows[spec] = _elsewhere(spec, cases, advance, {**kw, "api": args.api}, shrink)
     result = verify.VerifyResult.of([r for spec in specs for r in rows[spec]], device, args.factor,
                                     not args.forward_only)
-    result.repros = {spec: repros[spec] for spec in specs if repros.get(spec)}
-    return result
+    return repro.Reproduced.of_result(result, {spec: repros[spec] for spec in specs if repros.get(spec)})
 
 
 def _shrinker(args, cases, kw: dict, several: bool, repros: dict):

@@ -19,11 +19,11 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from attnlab.judge import apis, judge, repro_script
+from attnlab.judge import apis, judge, repro_script, verify
 from attnlab.judge import causes as C
 from attnlab.judge.cases import Case
 from attnlab.judge.diagnose import diagnose
@@ -63,6 +63,18 @@ class Repro(Result):
         err = f"; {worst[0]} off by {worst[1][0]:.3g}, limit {worst[1][1]:.3g}" if worst else ""
         where = f"; reproducer: {self.script}" if self.script else (f"; no script: {self.why}" if self.why else "")
         return f"smallest: {self.case} at {said(self.smallest)}{shrunk}{err}{where}"
+
+
+@dataclass
+class Reproduced(verify.VerifyResult):
+    """verify's result with, for each function that failed, its causes' reproducers (what ``verify --json`` writes
+    when they were made)."""
+
+    repros: dict[str, list[Repro]] = field(default_factory=dict)
+
+    @classmethod
+    def of_result(cls, result: verify.VerifyResult, repros: dict[str, list[Repro]]) -> Reproduced:
+        return cls(**{f.name: getattr(result, f.name) for f in fields(result)}, repros=repros)
 
 
 def said(s: dict) -> str:
@@ -211,8 +223,6 @@ class Judging:
 def _judged(fn, form: str, how: Judging, explain: bool = True):
     """``judged(case) -> Row | None``: one case judged as verify judges it (None: it could not be, or the function's
     process is gone); ``explain``: with the wrong semantics its output matches (what a hint's cause needs)."""
-    from attnlab.judge import verify
-
     def judged(c: Case):
         if isinstance(fn, Remote):
             if fn.lost is not None:

@@ -41,7 +41,6 @@ from attnlab.judge.diagnose import Diagnosis, diagnose
 from attnlab.judge.facts import Facts, raised
 from attnlab.judge.judge import Inputs, Row
 from attnlab.judge.remote import QUIET_SECONDS, Remote, described
-from attnlab.judge.repro import Repro
 from attnlab.judge.watchdog import case_limit, watched
 from attnlab.kernels import dropout
 from attnlab.results import Result
@@ -60,7 +59,6 @@ class VerifyResult(Result):
     diagnoses: dict[str, list[Diagnosis]] = field(default_factory=dict)  # per function that failed
     factor: float = judge.rule.FACTOR  # the rule's multiple of PyTorch's error the rows were held to
     backward: bool = True  # the gradients were judged (False: --forward-only)
-    repros: dict[str, list[Repro]] = field(default_factory=dict)  # per function: each cause's smallest case, script
 
     @classmethod
     def of(cls, rows: list[Row], device="cpu", factor: float = judge.rule.FACTOR,
