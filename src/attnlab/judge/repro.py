@@ -271,8 +271,6 @@ def _script(rep: Repro, text: str, fn, case: Case, row, path: Path, spec: str, a
     if rep.cause in NO_SCRIPT:
         rep.why = "the judge's own disagreement, not the function's"
         return
-    from attnlab.judge import verify
-
     s = case.seed(how.seed)
     try:
         x = verify.inputs(case, s, how.device)
@@ -287,3 +285,5 @@ def _script(rep: Repro, text: str, fn, case: Case, row, path: Path, spec: str, a
                                         backward=how.backward)
     except repro_script.NoScript as e:
         rep.why = str(e)
+    except Exception as e:  # noqa: BLE001 -- e.g. the function's process ended while its dropout was read again
+        rep.why = f"it could not be made: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
