@@ -153,3 +153,10 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
 def flex_ignores_block_mask(query, key, value, **kw):
     """Wrong: the block_mask is never applied."""
     return flex_attention(query, key, value, **kw, _ignore_mask=True)
+
+
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """Right: SDPA's own API, PyTorch's F.scaled_dot_product_attention as it is (what verify's speed is measured on)."""
+    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask,
+                                                            dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                                                            enable_gqa=enable_gqa)

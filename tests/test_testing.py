@@ -118,3 +118,34 @@ def test_a_function_that_refuses_every_case_fails_as_verify_does():
     print(e.value)
     assert "no case passed: refuses_everything was judged on nothing" in str(e.value)
     assert "this kernel takes nothing" in str(e.value)
+
+
+FAILING_TEST = '''import torch.nn.functional as F
+import pytest
+import attnlab.testing
+
+
+def unscaled(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=1.0,
+                                          enable_gqa=enable_gqa)
+
+
+@pytest.mark.parametrize("case", attnlab.testing.cases(["bfloat16"], only="basic"))
+def test_one_case(case):
+    attnlab.testing.assert_case(unscaled, case)
+'''
+
+
+@pytest.mark.slow  # pytest in a process of its own, a judge and a judged process for it
+def test_a_failure_under_pytest_shows_the_table_and_the_lines_and_no_frame_of_attnlabs(tmp_path):
+    (tmp_path / "test_theirs.py").write_text(FAILING_TEST)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                        str(tmp_path / "test_theirs.py")], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    text = r.stdout + r.stderr
+    print(text)
+    assert r.returncode == 1 and "1 failed" in text
+    assert "unscaled  basic  bfloat16" in text and "FAIL" in text  # the table
+    assert "the output is attention without the scale" in text  # the line
+    assert "attnlab/" not in text and "isolate.py" not in text and "picked=" not in text  # no internal frame
+    shown = [line for line in text.splitlines() if line.startswith("case = ")]
+    assert shown == ["case = Case('basic', dtype='bfloat16')"], shown  # the parameter in a few words

@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable
 
 from attnlab.judge import apis as _apis
 from attnlab.judge import arguments as _arguments
+from attnlab.judge import cases as _cases
 from attnlab.judge import isolate
 from attnlab.judge.arguments import NoDevice
 from attnlab.judge.cases import Case
@@ -52,19 +53,20 @@ from attnlab.report import plain
 
 __all__ = ["Case", "NoDevice", "assert_attention_matches", "assert_case", "cases"]
 
-DTYPES = ("float32", "float64", "bfloat16")
+DTYPES = _cases.CPU_DTYPES  # the default dtypes on the CPU; on a GPU float16 and bfloat16 (cases.default_dtypes)
 
 
-def cases(dtypes: Iterable = DTYPES, *, quick: bool = True, only: str | Iterable[str] | None = None,
-          name: str | None = None, api: str = "sdpa") -> list:
+def cases(dtypes: Iterable | None = None, *, quick: bool = True, only: str | Iterable[str] | None = None,
+          name: str | None = None, api: str = "sdpa", device="cpu") -> list:
     """verify's grid, for ``pytest.mark.parametrize``: one ``pytest.param`` per case with the case's label as its
     id, after ``name`` where given (``"mine: basic [float32]"``, for several functions in one test file); plain
-    :class:`Case` objects where pytest is not installed. ``only``: case names containing these words (none matching
-    is a ValueError). ``api``: the grid put to that API (the cases it cannot express are there, and skip with the
-    reason)."""
+    :class:`Case` objects where pytest is not installed. ``dtypes``: None for the ``device``'s own (float32,
+    float64 and bfloat16 on the CPU; float16 and bfloat16 on a GPU). ``only``: case names containing these words
+    (none matching is a ValueError). ``api``: the grid put to that API (the cases it cannot express are there, and
+    skip with the reason)."""
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name={name!r}: give a string, or None")
-    picked = _arguments.picked(_grid(api, dtypes, quick), _arguments.only(only), only)
+    picked = _arguments.picked(_grid(api, dtypes, quick, device), _arguments.only(only), only)
     try:
         import pytest
     except ModuleNotFoundError:
@@ -88,26 +90,39 @@ def assert_case(fn: Callable, case: Case, *, device="cpu", seed: int = 0, check_
            factor=factor, name=name, api=api, single=True)
 
 
-def assert_attention_matches(fn: Callable, *, device="cpu", dtypes: Iterable = DTYPES, quick: bool = True,
+def assert_attention_matches(fn: Callable, *, device="cpu", dtypes: Iterable | None = None, quick: bool = True,
                              seed: int = 0, check_dropout: bool = True, timeout: float = _arguments.TIMEOUT,
                              backward: bool = True, factor: float = 2.0, name: str | None = None,
                              api: str = "sdpa") -> None:
     """Hold ``fn`` to the rule on every case of the grid (``quick``: without the long cases) in ``dtypes`` (names
-    or ``torch.dtype``) on ``device`` (a string or ``torch.device``). ``check_dropout=False`` skips the dropout
+    or ``torch.dtype``; None: the device's own, float32, float64 and bfloat16 on the CPU, float16 and bfloat16 on a
+    GPU) on ``device`` (a string or ``torch.device``). ``check_dropout=False`` skips the dropout
     cases, for a function without dropout. ``timeout``: seconds a case may take at the basic case's size.
     ``backward=False``: the output alone, for a kernel without a backward. ``factor``: the rule's multiple of
     PyTorch's error (default 2). ``api``: the API ``fn`` is written to (see the module's notes)."""
     __tracebackhide__ = True
-    _check(fn, _grid(api, dtypes, quick), device=device, seed=seed, check_dropout=check_dropout, timeout=timeout,
-           backward=backward, factor=factor, name=name, api=api)
+    _check(fn, _grid(api, dtypes, quick, device), device=device, seed=seed, check_dropout=check_dropout,
+           timeout=timeout, backward=backward, factor=factor, name=name, api=api)
 
 
-def _grid(api: str, dtypes, quick: bool) -> list:
+def _grid(api: str, dtypes, quick: bool, device) -> list:
     if not isinstance(api, str) or api not in _apis.NAMES:
         raise ValueError(f"api={api!r}: choose from {', '.join(map(repr, _apis.NAMES))}")
     if not isinstance(quick, bool):
         raise TypeError(f"quick={quick!r}: give True or False")
+    if dtypes is None:  # the device's own: its type is enough (cases are made before any device is asked for)
+        dtypes = _cases.default_dtypes(_device_type(device))
     return _apis.cases(api, _arguments.dtypes(dtypes), long=not quick)
+
+
+def _device_type(device) -> str:
+    """``device``'s type ('cuda' for 'cuda:1'), or 'cpu' for what is not a device (refused later, by its rule)."""
+    import torch
+
+    try:
+        return torch.device(device).type
+    except (TypeError, RuntimeError, ValueError):
+        return "cpu"
 
 
 def _function(fn, name) -> str:

@@ -15,15 +15,17 @@ def add_out(p, help: str = "output folder") -> None:
     p.add_argument("--out", default=OUT, help=f"{help} (default: ./{OUT})")
 
 
-def output_folder(path) -> Path:
-    """``path`` as a folder this process can write to, or a UsageError saying why not (one line)."""
+def output_folder(path, flag: str = "--out") -> Path:
+    """``path`` as a folder this process can write to, or a UsageError saying why not (one line; ``flag``: the
+    option that named it)."""
     from . import UsageError
 
     if not str(path).strip():  # Path("") is the current folder: an empty name must not quietly mean "here"
-        raise UsageError(f"--out {str(path)!r}: an empty folder name; give a folder, or leave --out out for ./{OUT}")
+        leave = f", or leave --out out for ./{OUT}" if flag == "--out" else ""
+        raise UsageError(f"{flag} {str(path)!r}: an empty folder name; give a folder{leave}")
     out = Path(path)
     if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file, not a folder")
+        raise UsageError(f"{flag} {out} is a file, not a folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):  # mkdir succeeds on an existing folder we may not write in

@@ -5,7 +5,12 @@ from __future__ import annotations
 import sys
 
 from ._args import seconds, seed
-from ._folder import json_folder, save_json
+from ._folder import json_folder, output_folder, save_json
+
+REPRO_HELP = ("for each cause a failing function gets, write DIR/repro_<cause>.py: the smallest case that still "
+              "fails that way (verify shrinks batch, heads, lengths and head dims while it does), as a standalone "
+              "script that draws its inputs, calls your function as verify did and prints its error against "
+              "PyTorch in float64 beside the limit (exit code 1 while it fails)")
 
 
 def add_parser(sub):
@@ -26,9 +31,10 @@ def add_parser(sub):
                         "(flex_attention: score_mod, block_mask, return_lse) or paged-decode (a paged KV cache, "
                         "block_table, cache_seqlens); each case is put in the API's own layout and arguments, and "
                         "the log-sum-exp is judged where the API returns one (default: sdpa)")
-    p.add_argument("--dtypes", "--dtype", dest="dtype", default="float32,float64,bfloat16", metavar="DTYPE[,DTYPE...]",
+    p.add_argument("--dtypes", "--dtype", dest="dtype", default=None, metavar="DTYPE[,DTYPE...]",
                    help="dtypes to check, comma-separated, from float32, float64, bfloat16, float16 (default: "
-                        "float32,float64,bfloat16)")
+                        "float32,float64,bfloat16 on the CPU; float16,bfloat16 on a GPU, where flash kernels refuse "
+                        "float32 and float64: ask for float32 there with --dtypes float16,bfloat16,float32)")
     p.add_argument("--quick", action="store_true", help="skip the long cases (the longest each dtype affords)")
     p.add_argument("--forward-only", action="store_true",
                    help="judge the output alone, for a kernel without a backward (called on inputs that do not "
@@ -44,6 +50,7 @@ def add_parser(sub):
                    help="which rows to print: judged (default; the skipped cases one row per reason, with a count), "
                         "all (every case, skipped ones too) or failures")
     p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    p.add_argument("--repro", metavar="DIR", help=REPRO_HELP)
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.add_argument("--model", metavar="NAME_OR_PATH",
                    help="instead of the grid: run each form inside this Hugging Face causal LM (a hub name or a "
@@ -72,7 +79,6 @@ def run(args) -> int:
         console,
         diagnosis_lines,
         oracle_line,
-        progress,
         untested_lines,
         verify_summary,
         verify_table,
@@ -90,8 +96,10 @@ def run(args) -> int:
     device = _device(args.device)
     specs = _specs(args.impl, args.api)
     ours = _registered(specs, device)  # other people's functions are imported only in child processes
-    dtypes = _dtypes(args.dtype)
+    dtypes = _dtypes(args.dtype, device)
     json_folder(args.json)  # before the run, not after it: a folder that cannot be made is known now
+    if args.repro is not None:
+        output_folder(args.repro, "--repro")
 
     if args.api == "sdpa":
         cases = verify.default_cases(dtypes, long=not args.quick)
@@ -100,18 +108,7 @@ def run(args) -> int:
 
         cases = apis.cases(args.api, dtypes, long=not args.quick)
     cases = _only(cases, args.only)
-    kw = {"seed": args.seed, "check_dropout": not args.no_dropout, "timeout": args.timeout, "device": device,
-          "backward": not args.forward_only, "factor": args.factor}
-    rows: dict[str, list] = {}
-    with progress(len(cases) * len(specs), "cases") as advance:
-        if ours:
-            done = verify.verify(ours, cases, progress=advance, **kw)
-            rows.update({name: [r for r in done.rows if r.form == name] for name in ours})
-        for spec in specs:
-            if spec not in ours:
-                rows[spec] = _elsewhere(spec, cases, advance, {**kw, "api": args.api})
-    result = verify.VerifyResult.of([r for spec in specs for r in rows[spec]], device, args.factor,
-                                    not args.forward_only)
+    result = _judged(args, specs, ours, cases, device)
     if args.show != "failures" or not result.passed:
         console.print(verify_table(result, args.show))
     for line in diagnosis_lines(result) + [oracle_line(result) or ""] + untested_lines(result):
@@ -205,8 +202,53 @@ def _registered(specs: list[str], device: str) -> dict:
     return targets
 
 
-def _elsewhere(spec: str, cases, advance, kw) -> list:
-    """The rows of your function ``package.module:function``, run in a child process (attnlab.judge.isolate)."""
+def _judged(args, specs: list[str], ours: dict, cases: list, device: str):
+    """verify's result for every function of --impl (attnlab's forms here, the others each in a process of its own),
+    with each failing function's causes shrunk to their smallest cases (and with --repro their scripts written)."""
+    from attnlab.judge import repro, verify
+    from attnlab.report.terminal import progress
+
+    kw = {"seed": args.seed, "check_dropout": not args.no_dropout, "timeout": args.timeout, "device": device,
+          "backward": not args.forward_only, "factor": args.factor}
+    rows: dict[str, list] = {}
+    repros: dict[str, list] = {}
+    shrink = _shrinker(args, cases, kw, len(specs) > 1, repros)
+    with progress(len(cases) * len(specs), "cases") as advance:
+        if ours:
+            done = verify.verify(ours, cases, progress=advance, **kw)
+            rows.update({name: [r for r in done.rows if r.form == name] for name in ours})
+            for name, fn in ours.items():
+                shrink(fn, name, done)
+        for spec in specs:
+            if spec not in ours:
+                rows[spec] = _elsewhere(spec, cases, advance, {**kw, "api": args.api}, shrink)
+    result = verify.VerifyResult.of([r for spec in specs for r in rows[spec]], device, args.factor,
+                                    not args.forward_only)
+    return repro.Reproduced.of_result(result, {spec: repros[spec] for spec in specs if repros.get(spec)})
+
+
+def _shrinker(args, cases, kw: dict, several: bool, repros: dict):
+    """``shrink(fn, name, result)``: each cause of ``name``'s failures in verify's ``result`` shrunk to its smallest
+    case, with --repro its script written (attnlab.judge.repro), kept in ``repros`` by name."""
+    from attnlab import kernels
+    from attnlab.judge import repro
+
+    def shrink(fn, name: str, result) -> None:
+        if not result.diagnoses.get(name):
+            return
+        form = kernels.forms(device=None).get(name)
+        ours = form is not None and form.fn is fn
+        how = repro.Judging(kw["seed"], kw["device"], kw["timeout"], kw["backward"], kw["factor"], ours,
+                            ours and form.shared_dropout)
+        repros[name] = repro.reproduce(fn, name, result, cases, how, spec=name, api=args.api, folder=args.repro,
+                                       several=several)
+
+    return shrink
+
+
+def _elsewhere(spec: str, cases, advance, kw, shrink=None) -> list:
+    """The rows of your function ``package.module:function``, run in a child process (attnlab.judge.isolate);
+    ``shrink(fn, spec, result)`` is given the function before its process ends."""
     from attnlab.judge import isolate
 
     from . import UsageError
@@ -214,18 +256,21 @@ def _elsewhere(spec: str, cases, advance, kw) -> list:
     try:
         rows = isolate.verify_elsewhere(spec, cases, progress=advance,
                                         note=lambda line: print(f"attnlab verify: note: {line}", file=sys.stderr),
-                                        **kw)
+                                        after=None if shrink is None else lambda fn, r: shrink(fn, spec, r), **kw)
     except isolate.LoadFailed as e:
         raise UsageError(str(e)) from None
     return rows
 
 
-def _dtypes(text: str) -> list[str]:
-    """--dtypes as a list of names, each once, or a UsageError naming the choices."""
+def _dtypes(text: str | None, device: str = "cpu") -> list[str]:
+    """--dtypes as a list of names, each once, or a UsageError naming the choices; not given: the device's
+    (:func:`attnlab.judge.cases.default_dtypes`)."""
     from attnlab.judge import verify
 
     from . import UsageError
 
+    if text is None:
+        return list(verify.default_dtypes(device))
     dtypes = list(dict.fromkeys(d.strip() for d in text.split(",") if d.strip()))  # each once
     bad = [d for d in dtypes if d not in verify.DTYPES]
     if bad or not dtypes:

@@ -29,6 +29,8 @@ from attnlab import masks as M
 from attnlab.kernels.dtypes import DTYPES as ALL_DTYPES
 
 DTYPES = {name: ALL_DTYPES[name] for name in ("float32", "float64", "bfloat16", "float16")}  # the dtypes verify checks
+CPU_DTYPES = ("float32", "float64", "bfloat16")  # what a CPU kernel is checked in unless told otherwise
+GPU_DTYPES = ("float16", "bfloat16")  # what a GPU kernel is written for (flash kernels refuse float32 and float64)
 LAYOUTS = ("transposed", "expanded", "sliced")  # how non-contiguous inputs arrive (see views)
 LARGE = 10.0  # q and k times this: with E = 32 the scaled scores have a spread of about 100
 # the long case's length per dtype (left out by quick grids): float64's oracle and PyTorch runs cost the most per
@@ -59,6 +61,13 @@ class Case:
     magnitude: float = 1.0  # q and k are multiplied by this (large logits)
     layout: str | None = None  # None (contiguous) or one of LAYOUTS
     api: str | None = None  # how the case is put to an API other than SDPA's (attnlab.judge.apis), in words
+
+    def __repr__(self) -> str:
+        """The name and the fields that differ from a default case: what a failing test's parameter shows."""
+        default = Case(self.name)
+        fields = [f"{n}={getattr(self, n)!r}" for n in self.__dataclass_fields__ if n != "name"
+                  and getattr(self, n) != getattr(default, n)]
+        return f"Case({', '.join([repr(self.name), *fields])})"
 
     @property
     def work(self) -> int:
@@ -135,7 +144,14 @@ CAUSAL_MASKS = {"lower-right", *CAUSAL_BIAS, *MASK_FAMILIES} - {"sliding_window 
 LOWER_RIGHT = {"lower-right", "causal-bias lower-right", "causal_lower_right", "causal_lower_right & sliding_window"}
 
 
-def default_cases(dtypes: Iterable[str] = ("float32", "float64", "bfloat16"), long: bool = True) -> list[Case]:
+def default_dtypes(device="cpu") -> tuple[str, ...]:
+    """The dtypes a function is judged in on ``device`` unless asked for others: on the CPU float32, float64 and
+    bfloat16; on any other device (a GPU) float16 and bfloat16, the dtypes its kernels are written for -- float32
+    or float64 there only where asked (``--dtypes``, ``dtypes=``)."""
+    return CPU_DTYPES if torch.device(device).type == "cpu" else GPU_DTYPES
+
+
+def default_cases(dtypes: Iterable[str] = CPU_DTYPES, long: bool = True) -> list[Case]:
     """The verification grid: every case in every dtype."""
     base = [
         Case("basic"),

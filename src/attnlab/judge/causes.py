@@ -148,6 +148,19 @@ SDPA = (
                           "count the tiles with a ceiling division and mask the tile's end"),
     Cause('backward-mask', 'the output is right but the gradients are those of attention under another mask: the '
                            "backward must use the forward's attn_mask and is_causal"),
+    # the inference path (attnlab.judge.inference): the same call, forward only, on inputs that do not require grad
+    Cause('no-grad-output', 'under torch.no_grad() the output differs from the one computed with gradients, over the '
+                            'limit: the road taken when no gradient is wanted is wrong'),
+    Cause('inference-mode-output', 'under torch.inference_mode() the output differs from the one computed with '
+                                   'gradients, over the limit: the road taken when no gradient is wanted is wrong'),
+    Cause('no-grad-in-place', 'changes its inputs in place under torch.no_grad(), where they do not require grad: work '
+                              'on new tensors there too'),
+    Cause('inference-mode-in-place', 'changes its inputs in place under torch.inference_mode(): work on new tensors '
+                                     'there too'),
+    Cause('no-grad-raises', 'raises under torch.no_grad() where it runs with gradients (the rows say what): the road '
+                            'taken when no gradient is wanted must run too'),
+    Cause('inference-mode-raises', 'raises under torch.inference_mode() where it runs with gradients (the rows say '
+                                   'what): the road taken when no gradient is wanted must run too'),
 )
 
 

@@ -30,6 +30,18 @@ PROBLEMS = {
 }
 
 
+def _inference_path(mode: str, key: str) -> dict:
+    """The problems of the inference path (:mod:`attnlab.judge.inference`): the same call on inputs that do not
+    require grad, under ``mode``."""
+    return {f"{key}-output": f"under {mode} the output is off by {{err:.3g}}, over its limit {{limit:.3g}} (with "
+                             "gradients: {grad_err:.3g})",
+            f"{key}-in-place": f"changed its input {{name}} in place under {mode}",
+            f"{key}-raises": f"raised {{type}} under {mode}: {{message}}"}
+
+
+PROBLEMS |= _inference_path("torch.no_grad()", "no-grad") | _inference_path("torch.inference_mode()", "inference-mode")
+
+
 @dataclass
 class Facts(Result):
     kind: str = ""  # one of KINDS

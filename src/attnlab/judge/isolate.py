@@ -41,15 +41,19 @@ from attnlab.judge.remote import LoadFailed  # noqa: F401 -- the name cli/verify
 def verify_elsewhere(spec: str, cases: list[Case], *, seed: int = 0, check_dropout: bool = True,
                      timeout: float | None = 10.0, device: str = "cpu",
                      progress: Callable[[str], None] | None = None, api: str | None = None,
-                     note: Callable[[str], None] | None = None, **held) -> list[Row]:
+                     note: Callable[[str], None] | None = None, after: Callable | None = None, **held) -> list[Row]:
     """The rows of ``verify({spec: <the function spec names>}, cases, ...)``, the function in a process of its own
     (LoadFailed in one line when it cannot be loaded there). ``held``: verify's ``backward`` and ``factor``.
-    ``note``: told in a line when the function's code left processes running (they are ended with the check)."""
+    ``note``: told in a line when the function's code left processes running (they are ended with the check).
+    ``after(fn, result)``: called with the function (its process still there) and verify's result, before the
+    process ends (the reproducers: :func:`attnlab.judge.repro.reproduce`)."""
     from attnlab.judge import verify
 
-    with remote.start({"spec": spec, "what": f"--impl {spec}", "api": api}) as fn:
+    with remote.start({"spec": spec, "what": f"--impl {spec}", "api": api, "threads": verify.JUDGE_THREADS}) as fn:
         r = verify.verify({spec: fn}, cases, seed=seed, check_dropout=check_dropout, timeout=timeout, device=device,
                           progress=progress, **held)
+        if after is not None:
+            after(fn, r)
     if fn.strays and note is not None:
         note(f"--impl {spec} left processes of its own running (started at import or in a call): they were ended")
     return r.rows
@@ -247,7 +251,8 @@ def _judge_child() -> None:
                     workers.clear()
                     try:
                         fn = remote.start({"pickled": job["pickled"], "sys_path": job["sys_path"], "cwd": job["cwd"],
-                                           "what": job["name"], "name": job["name"], "api": job["api"]})
+                                           "what": job["name"], "name": job["name"], "api": job["api"],
+                                           "threads": verify.JUDGE_THREADS})
                     except remote.LoadFailed as e:
                         wire.send(wfd, {"load_failed": str(e)})
                         continue

@@ -26,6 +26,8 @@ from attnlab.judge import apis, hypotheses, mod_cases, oracle, precision, rule
 from attnlab.judge.apis import lse
 from attnlab.judge.cases import DTYPES, Case, views
 from attnlab.judge.facts import Facts, problem, raised
+from attnlab.judge.inference import Snapshot, Watched, paths
+from attnlab.judge.inference import compare as compare_paths
 from attnlab.judge.remote import Remote, described
 from attnlab.masks import Mask
 from attnlab.results import Result
@@ -153,31 +155,67 @@ def _modifier(case: Case, seed: int):
 
 
 def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=None, layout: bool = True,
-        backward: bool = True):
+        backward: bool = True, inference: bool = False):
     """Call ``f`` on fresh inputs after ``torch.manual_seed(seed)``; returns ((out, dq, dk, dv[, dmask][, dparams]),
     contract problems). Inputs are laid out as the case says (``layout``); gradients are taken with respect
     to the tensors ``f`` was given: by ``torch.autograd.grad``, or where the function's backward only works under
     ``.backward()`` (reentrant activation checkpointing) from the ``.grad`` it leaves. ``backward=False``: the
-    forward alone, on inputs that do not require grad, returns ((out,), problems). A :class:`Remote` function does
-    all of it in its own process, and sends back the tensors and the problems as values."""
+    forward alone, on inputs that do not require grad, returns ((out,), problems). ``inference``: then the
+    forward again under each of :data:`attnlab.judge.inference.MODES`, whose outputs end the tuple (see
+    :func:`attnlab.judge.inference.paths`). A :class:`Remote` function does all of it in its own process, and
+    sends back the tensors and the problems as values."""
     if isinstance(f, Remote):
-        return f.run(case, seed, q, k, v, m, grad_out, p, fresh, layout, backward)
+        return f.run(case, seed, q, k, v, m, grad_out, p, fresh, layout, backward, inference)
+    got, problems = _with_grad(f, case, seed, q, k, v, m, grad_out, p, fresh, layout, backward)
+    if inference and got is not None:
+        outs, more = paths(lambda: _forward(f, case, seed, q, k, v, m, p, fresh, layout))
+        got, problems = (*got, *outs), problems + more
+    return got, problems
+
+
+def _laid_out(case: Case, q, k, v, m, layout: bool, grad: bool):
+    """Fresh q, k, v laid out as the case says (leaves that require grad when ``grad``) and the caller's own copy
+    of a mask tensor; (inputs, whether the mask is a tensor of values)."""
     _, (qq, kk, vv) = views(case, q, k, v) if layout else (None, [t.detach().clone().requires_grad_(True)
                                                                  for t in (q, k, v)])
-    if not backward:  # the same layout, nothing to differentiate
+    if not grad:  # the same layout, nothing to differentiate
         qq, kk, vv = (t.detach() for t in (qq, kk, vv))
     tensor = isinstance(m, torch.Tensor) and oracle.causal_variant(m) is None  # (a CausalBias holds no values)
-    mm = m.detach().clone().requires_grad_(case.grad_mask and backward) if tensor else m  # the caller's own copy
+    mm = m.detach().clone().requires_grad_(case.grad_mask and grad) if tensor else m
+    return (qq, kk, vv, mm), tensor
+
+
+def _forward(f, case: Case, seed: int, q, k, v, m, p: float, fresh, layout: bool):
+    """One call of ``f`` on fresh inputs that do not require grad (in whatever mode the caller set): (its output,
+    the names of the inputs it changed in place -- every tensor it was given, for an API's function)."""
+    (qq, kk, vv, mm), tensor = _laid_out(case, q, k, v, m, layout, grad=False)
+    mod, _ = fresh(device=q.device) if fresh is not None else (None, [])
+    if p > 0:
+        torch.manual_seed(seed)
+    if isinstance(f, apis.Adapted):
+        watched = Watched(f.fn)
+        out = apis.Adapted(watched, f.api).call_case(qq, kk, vv, case, p, mod)[0]
+        return out, watched.changed()
+    snap = Snapshot(list(zip(INPUT_NAMES, [qq, kk, vv] + ([mm] if tensor else []), strict=False)))
+    out = call(f, qq, kk, vv, mm, case, p, mod)
+    return out, snap.changed()
+
+
+def _with_grad(f, case: Case, seed: int, q, k, v, m, grad_out, p: float, fresh, layout: bool, backward: bool):
+    """:func:`run`'s call with gradients (``backward``) or on inputs that do not require grad."""
+    (qq, kk, vv, mm), tensor = _laid_out(case, q, k, v, m, layout, grad=backward)
     mod, ts = fresh(device=q.device) if fresh is not None else (None, [])
     given = [qq, kk, vv] + ([mm] if tensor else [])
-    before = [(t.detach().clone(), t.requires_grad) for t in given]
+    snap = Snapshot(list(zip(INPUT_NAMES, given, strict=False)))
     if p > 0:  # the dropout a function draws follows torch.manual_seed
         torch.manual_seed(seed)
+    watched = None
     if isinstance(f, apis.Adapted):  # another API: (out, its log-sum-exp), and gradients where it has a backward
-        out, lse_ = f.call_case(qq, kk, vv, case, p, mod)
+        watched = Watched(f.fn)  # every argument the API's call gives it, checked for changes in place
+        out, lse_ = apis.Adapted(watched, f.api).call_case(qq, kk, vv, case, p, mod)
     else:
         out, lse_ = call(f, qq, kk, vv, mm, case, p, mod), None
-    problems = _contract(out, q, given, before)
+    problems = _contract(out, q, snap, watched)
     if not isinstance(out, torch.Tensor):
         return None, problems
     extra = (lse_,) if isinstance(f, apis.Adapted) else ()
@@ -222,22 +260,18 @@ def _by_backward(f, case: Case, seed: int, p: float, qq, kk, vv, mm, mod, wrt, g
 INPUT_NAMES = ("query", "key", "value", "attn_mask")
 
 
-def _contract(out, q, given, before) -> list[list[str]]:
+def _contract(out, q, snap: Snapshot, watched: Watched | None = None) -> list[list[str]]:
     """What breaks PyTorch's contract, as [key, sentence] (:data:`attnlab.judge.facts.PROBLEMS`): not a
-    tensor, another dtype or device, inputs changed in place."""
-    problems = []
+    tensor, another dtype or device, inputs changed in place (``snap``: q, k, v and the mask as they were given;
+    ``watched``: an API's function, every tensor its call was given) or their ``requires_grad``."""
+    changed = (watched.changed() if watched is not None else []) or snap.changed()  # an API's own names first
+    problems = [problem("in-place", name=name) for name in changed]
+    problems += [problem("requires-grad", name=name, was=was, now=now) for name, was, now in snap.regraded()]
     if not isinstance(out, torch.Tensor):
-        return [problem("not-a-tensor", returned=type(out).__name__)]
-    if out.dtype != q.dtype:
-        problems.append(problem("dtype", got=out.dtype, want=q.dtype))
-    if out.device != q.device:
-        problems.append(problem("device", got=out.device, want=q.device))
-    for name, t, (was, grad) in zip(INPUT_NAMES, given, before, strict=False):
-        if not torch.equal(t.detach(), was):
-            problems.append(problem("in-place", name=name))
-        if t.requires_grad != grad:
-            problems.append(problem("requires-grad", name=name, was=grad, now=t.requires_grad))
-    return problems
+        return [problem("not-a-tensor", returned=type(out).__name__), *problems]
+    head = [problem("dtype", got=out.dtype, want=q.dtype)] if out.dtype != q.dtype else []
+    head += [problem("device", got=out.device, want=q.device)] if out.device != q.device else []
+    return head + problems
 
 
 def expect(case: Case, seed: int, x: Inputs, keep) -> Expected:
@@ -341,18 +375,20 @@ def _precision(case: Case, out, exp: Expected, comps) -> list[str]:
 
 
 def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accepts_masks: bool,
-          explain: bool = True, *, backward: bool = True, factor: float = rule.FACTOR) -> Row:
+          explain: bool = True, *, backward: bool = True, factor: float = rule.FACTOR, inference: bool = True) -> Row:
     """Run ``fn`` on the case and hold out, dq, dk, dv (and dmask, and a modifier's tensors) to the tolerance rule.
     ``accepts_masks``: ``fn`` is one of attnlab's forms, given mask functions as they are. ``explain``: on a
     failure, look for the wrong semantics it matches (a few float64 runs more). ``backward=False``: the output
-    alone. ``factor``: the rule's multiple of PyTorch's error (see :data:`attnlab.judge.rule.FACTOR`)."""
+    alone. ``factor``: the rule's multiple of PyTorch's error (see :data:`attnlab.judge.rule.FACTOR`).
+    ``inference``: the output under ``torch.no_grad()`` and ``torch.inference_mode()`` too, held to the output's
+    rule, and the inputs unchanged there (:mod:`attnlab.judge.inference`)."""
     if not exp.cross.passed:
         return row(name, case, "error", f"the oracle and PyTorch disagree: max|PyTorch(float64) - oracle| = "
                    f"{exp.cross.err:.3g} on {exp.cross.quantity}, allowed {exp.cross.allowed:.3g} (float64 "
                    "rounding); this case judges nothing until they agree", cross=exp.cross, facts=Facts("oracle"))
     try:
         mine, problems = run(fn, case, seed, x.q, x.k, x.v, x.mask_for(accepts_masks), x.grad_out, case.dropout_p,
-                             exp.fresh, backward=backward)
+                             exp.fresh, backward=backward, inference=inference)
     except kernels.Unsupported as e:  # an input the form says it does not take: skipped, with the reason
         return row(name, case, "skipped", str(e), cross=exp.cross)
     except Exception as e:  # a function that cannot run a case fails it, with the reason
@@ -361,8 +397,10 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
     except SystemExit as e:  # sys.exit() inside the function: a failure, never the process's exit code
         return row(name, case, "error", f"called sys.exit({e.code!r}) while running the case", cross=exp.cross,
                    facts=Facts("exit"))
-    comps = []
+    comps, modes = [], []
     if mine is not None:
+        n = len(quantities(case, backward))
+        mine, modes = tuple(mine[:n]), list(mine[n:])  # the grad path's quantities, then the inference path's outputs
         theirs = exp.theirs
         every = quantities(case)  # the order of exp's tuples; mine holds the ones compared, in that order
         for i, qname in enumerate(quantities(case, backward)):
@@ -375,6 +413,13 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
                 continue
             comps.append(rule.compare(qname, m_, t_, r_, DTYPES[case.dtype], exp.budget[qname],
                                       theirs_ref=r0, factor=factor))
+    if modes and comps:  # the inference path: its outputs against the output's rule (the first comparison)
+        t_out = max((t[0] for t in theirs), key=lambda x: rule.max_err(x, exp.ref0[0])) if isinstance(theirs, list) \
+            else theirs[0]
+        more, said = compare_paths(modes, mine[0], comps[0], t_out, exp.ref[0], exp.ref0[0], DTYPES[case.dtype],
+                                   exp.budget["out"], factor, {key for key, _ in problems})
+        comps += more
+        problems = problems + said
     ok = not problems and bool(comps) and all(c.passed for c in comps)
     hints, corrected = [], None
     if case.api and explain and not ok and mine is not None:  # an API's case: its own causes, then its lse's

@@ -112,11 +112,13 @@ class Remote:
             raise Raised(reply["raised"])
         return reply, got
 
-    def run(self, case, seed: int, q, k, v, m, grad_out, p: float, fresh, layout: bool, backward: bool = True):
-        """:func:`attnlab.judge.judge.run` on the function's side: (out, gradients...) or None, and the problems."""
+    def run(self, case, seed: int, q, k, v, m, grad_out, p: float, fresh, layout: bool, backward: bool = True,
+            inference: bool = False):
+        """:func:`attnlab.judge.judge.run` on the function's side: (out, gradients..., the inference path's outputs)
+        or None, and the problems."""
         _, ts = fresh(device=q.device) if fresh is not None else (None, [])
         head = {"op": "run", "case": asdict(case), "seed": seed, "p": p, "layout": layout, "mask": mask_word(m),
-                "backward": backward}
+                "backward": backward, "inference": inference}
         dense = m if head["mask"] == "tensor" else None
         reply, got = self.request(head, [q, k, v, dense, grad_out, *ts])
         return (tuple(got) if reply.get("mine") else None), list(reply.get("problems", []))

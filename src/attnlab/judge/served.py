@@ -55,7 +55,7 @@ def answer(fn, header: dict, tensors: list, roots: tuple[str, ...] = (), extra=N
             q, k, v, dense, grad_out, *ts = tensors
             mine, problems = judge.run(fn, case, header["seed"], q, k, v, _mask(header["mask"], dense), grad_out,
                                        header["p"], _fresh(case, header["seed"], ts), header["layout"],
-                                       header.get("backward", True))
+                                       header.get("backward", True), header.get("inference", False))
             return {"mine": mine is not None, "problems": problems}, list(mine or [])
         if op == "call":
             case = case_of(header["case"])

@@ -17,6 +17,7 @@ row. :func:`attnlab.judge.diagnose.diagnose` reads a result's failures as likely
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from attnlab.judge.cases import (  # noqa: F401 -- the grid's names, read throug
     MASK_KINDS,
     Case,
     default_cases,
+    default_dtypes,
     make_inputs,
     random_cases,
 )
@@ -45,6 +47,7 @@ from attnlab.results import Result
 from attnlab.results.host import machine, versions
 
 EXPLAINED = 400  # failing rows per function held against wrong semantics (hypotheses): every row of the grid
+JUDGE_THREADS = 1  # torch's threads while the judge works (see one_thread), in its process and the judged one's
 
 
 @dataclass
@@ -140,7 +143,7 @@ def probe_keep(fn: Callable, case: Case, x: Inputs, seed: int, accepts_masks: bo
 
 def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bool,
                shared_dropout: bool = True, device="cpu", *, backward: bool = True,
-               factor: float = judge.rule.FACTOR) -> Row:
+               factor: float = judge.rule.FACTOR, explain: bool = True) -> Row:
     """Run one case on one function: oracle, PyTorch, the function; compare out, dq, dk, dv (and dmask).
 
     Dropout cases: the function draws its seed from ``torch.manual_seed(seed)`` and the oracle applies
@@ -148,7 +151,8 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
     (``shared_dropout``), else the mask :func:`probe_keep` reads from the function itself. A function
     that ignores ``dropout_p``, drops the wrong share, or does not scale the survivors fails.
     PyTorch's dropout uses other random numbers, so its column shows its error on the same inputs
-    without dropout, against the oracle without dropout. ``backward``, ``factor``: as in :func:`verify`.
+    without dropout, against the oracle without dropout. ``backward``, ``factor``: as in :func:`verify`;
+    ``explain``: as in :func:`attnlab.judge.judge.judge`.
     """
     x = inputs(case, seed, device)
     keep = shared_keep(case, seed, device) if shared_dropout else None
@@ -165,8 +169,8 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
                              facts=Facts("exit"))
         if keep is None:
             return judge.row(name, case, "fail", why, facts=Facts("probe"))
-    return judge.judge(name, fn, case, seed, x, judge.expect(case, seed, x, keep), accepts_masks, backward=backward,
-                       factor=factor)
+    return judge.judge(name, fn, case, seed, x, judge.expect(case, seed, x, keep), accepts_masks, explain,
+                       backward=backward, factor=factor)
 
 
 def check_forms(fns: dict[str, Callable], case: Case, seed: int, device="cpu") -> list[Row]:
@@ -191,7 +195,28 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
     (called on inputs that do not require grad). ``factor``: the rule's multiple of PyTorch's error (2 unless a
     kernel is knowingly less precise; the result records it).
     """
-    cases = default_cases() if cases is None else cases
+    with one_thread():
+        return _verify(targets, default_cases() if cases is None else cases, seed, progress, check_dropout, timeout,
+                       device, report, backward, factor)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread while the judge works, as before it afterwards. A case's tensors are small: with two
+    threads on two cores, each small operation waits for the other thread -- for as long as another process holds
+    the core it needs, and the judged function runs in another process (at load 15, the grid's oracles took 30 s of
+    CPU time with two threads and 2 s with one)."""
+    before = torch.get_num_threads()
+    if before != JUDGE_THREADS:
+        torch.set_num_threads(JUDGE_THREADS)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def _verify(targets, cases, seed, progress, check_dropout, timeout, device, report, backward, factor) -> VerifyResult:
     registered = kernels.forms(device=None)
     rows: dict[str, list[Row]] = {name: [] for name in targets}
     hung: dict[str, str | None] = dict.fromkeys(targets)  # a function whose case timed out runs no more

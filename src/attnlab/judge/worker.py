@@ -79,6 +79,10 @@ def main(prepare=None, extra=None) -> None:
     from attnlab.judge import loader, served, wire
 
     job, _ = wire.receive(rfd)
+    if job.get("threads"):  # the judge's own count (attnlab.judge.verify.one_thread): two processes share the cores
+        import torch
+
+        torch.set_num_threads(job["threads"])
     state = served.baseline()  # before the judged code runs: what its import sets is undone before each request
     try:
         fn, info, roots = load(job)

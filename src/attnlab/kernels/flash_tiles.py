@@ -254,9 +254,9 @@ class Keys:
             sc.fused.tile(s4, rows, cols, bufs.like(bufs.scratch, s4), sc.bound)
         elif sc.mod is not None:
             raw = s.mul_(LN2)
-            version = raw._version
+            version = None if raw.is_inference() else raw._version  # (an inference tensor keeps no version)
             s = call_mod(sc.mod, raw, sc.G, rows, cols)
-            if raw._version != version:
+            if version is not None and raw._version != version:
                 self.tiles.mod_in_place = True
             s = s.mul_(LOG2E)
         return s

@@ -147,12 +147,17 @@ def untested_lines(result) -> list[str]:
 
 
 def diagnosis_lines(result) -> list[str]:
-    """Under the table, for each form that failed: what its failures point to, one line each."""
+    """Under the table, for each form that failed: what its failures point to, one line each, and under a line the
+    smallest case that still fails that way and its reproducer (``result.repros``, where verify shrank them)."""
     lines = []
     for form, found in result.diagnoses.items():
         if found:
             lines.append(f"[bold]{escape(form)}[/]: what the failures point to")
-            lines += [f"  - {escape(d.text)}" for d in found]
+            repros = {r.cause: r for r in getattr(result, "repros", {}).get(form, [])}
+            for d in found:
+                lines.append(f"  - {escape(d.text)}")
+                if d.key in repros:
+                    lines.append(f"    {escape(repros[d.key].line())}")
     return lines
 
 
