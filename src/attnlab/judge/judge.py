@@ -173,11 +173,12 @@ def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=No
     before = [(t.detach().clone(), t.requires_grad) for t in given]
     if p > 0:  # the dropout a function draws follows torch.manual_seed
         torch.manual_seed(seed)
+    own = []  # what an API's own checks find (a KV cache written in the wrong slots)
     if isinstance(f, apis.Adapted):  # another API: (out, its log-sum-exp), and gradients where it has a backward
-        out, lse_ = f.call_case(qq, kk, vv, case, p, mod)
+        out, lse_, own = f.call_case(qq, kk, vv, case, p, mod)
     else:
         out, lse_ = call(f, qq, kk, vv, mm, case, p, mod), None
-    problems = _contract(out, q, given, before)
+    problems = _contract(out, q, given, before) + own
     if not isinstance(out, torch.Tensor):
         return None, problems
     extra = (lse_,) if isinstance(f, apis.Adapted) else ()

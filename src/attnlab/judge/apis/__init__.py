@@ -29,7 +29,7 @@ UNEXPRESSED = "unexpressed"  # the word an API case carries when the API cannot 
 
 CAUSES = (  # what every API's hints can say (each module adds its own)
     Cause('api-mask-ignored', "the API's mask is ignored: the output matches attention with no mask (causal=, "
-                              "window_size=, block_mask=, the sequences' packing or the page table left out)"),
+                              "window_size=, block_mask=, the sequences' packing or cache_seqlens left out)"),
 )
 
 
@@ -159,10 +159,24 @@ def hints(case: Case, x, out, exp, limit: float) -> tuple[list[str], object]:
     base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal, scale=case.scale,
                 enable_gqa=case.gqa, score_mod=mod64)
     own = getattr(module(name), "alternatives", None)
-    alts = [*_common(case), *(own(case, args) if own is not None else ())]
+    alts = _numbered([*(own(case, args) if own is not None else ()), *_common(case)])  # the API's words first
     ex = explain.explain(out, exp.ref[0], limit, base, alts, hypotheses.mean_of_v(exp), hypotheses.dead_rows(exp),
                          slack=precision.noise(x.q.dtype, exp.fwd, exp.ref[0]))
-    return ex.keys, ex.corrected
+    return list(dict.fromkeys(k.split(VARIANT)[0] for k in ex.keys)), ex.corrected
+
+
+VARIANT = "#"  # "key#2": the second way a cause can read (its edges, its alignment), told apart while explaining
+
+
+def _numbered(alts: list) -> list:
+    """The alternatives with each key once: a cause's further variants numbered (explain tells its candidates
+    apart by key), the number dropped again from what explain finds."""
+    seen: dict[str, int] = {}
+    out = []
+    for a in alts:
+        n = seen[a.key] = seen.get(a.key, 0) + 1
+        out.append(a if n == 1 else replace(a, key=f"{a.key}{VARIANT}{n}"))
+    return out
 
 
 def _common(case: Case):
@@ -183,7 +197,7 @@ def _common(case: Case):
 class Adapted:
     """A function written to an API, called by the judge as it calls SDPA's: :meth:`call_case` builds the API's
     arguments for the case from the (N, H, L, E) tensors and returns (out in the oracle's layout, the log-sum-exp
-    (N, H, L) or None)."""
+    (N, H, L) or None, the problems the API's own checks found)."""
 
     def __init__(self, fn, api: str):
         if api not in _MODULES:
@@ -196,7 +210,10 @@ class Adapted:
         return f"Adapted({self.__qualname__}, {self.api!r})"
 
     def call_case(self, q, k, v, case: Case, dropout_p: float = 0.0, score_mod=None):
+        """(out, lse, problems): ``problems`` ([key, sentence] each) what the API's own checks found wrong beyond the
+        output -- a KV cache written in the wrong slots, an argument changed in place."""
         name, args = parse(case.api or self.api)
         if name != self.api:
             raise ValueError(f"a {name} case given to a {self.api} function")
-        return module(name).call(self.fn, q, k, v, case, args, dropout_p, score_mod)
+        out, lse, *problems = module(name).call(self.fn, q, k, v, case, args, dropout_p, score_mod)
+        return out, lse, (problems[0] if problems else [])

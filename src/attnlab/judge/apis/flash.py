@@ -64,6 +64,14 @@ def keys_seen(L: int, S: int, causal: bool = False, window=(-1, -1)) -> torch.Te
     return seen
 
 
+def keys_seen_at(L: int, S: int, offset: int, causal: bool = False, window=(-1, -1)) -> torch.Tensor | None:
+    """:func:`keys_seen` with query i at key position ``i + offset`` (FlashAttention's is ``S - L``): how a kernel
+    that places its queries elsewhere masks, and how varlen and paged sequences place theirs."""
+    n = max(L, S - offset, 0)
+    seen = keys_seen(n, n + offset, causal, window)
+    return None if seen is None else seen[:L, :S]
+
+
 def slopes(case: Case, args: dict) -> torch.Tensor | None:
     """The ALiBi slopes a case passes, float32: the paper's geometric ones (H,), or per batch element (B, H)."""
     if args.get("alibi"):

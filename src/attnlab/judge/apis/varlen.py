@@ -8,20 +8,65 @@ q is (total_q, H, D) and k, v (total_k, Hkv, D): sequence b's queries are rows `
 cu_seqlens_q[b + 1] - 1`` (int32 cumulative lengths, starting at 0), its keys likewise. Each sequence is a
 ``flash_attn_func`` problem of its own (bottom-right causal, windows, softcap: :mod:`.flash`), so in the
 oracle's terms a varlen call is one batch of total_q queries and total_k keys under a block-diagonal mask:
-query rows of sequence b see only sequence b's keys, as :func:`attnlab.judge.apis.flash.keys_seen` says.
-The log-sum-exp comes back as (H, total_q) float32 (FlashAttention 2); the older (B, H, max_seqlen_q) padded
-form is read too.
+query rows of sequence b see only sequence b's keys, query i of the sequence at key position
+``i + S_b - L_b`` of its own keys (S_b, L_b its key and query counts). ``max_seqlen_q`` and ``max_seqlen_k``
+only bound the lengths. The log-sum-exp comes back as (H, total_q) float32 (FlashAttention 2); the older
+(B, H, max_seqlen_q) padded form is read too.
+
+Where a kernel gets the packing wrong, its output is still attention under some other block mask: a sequence
+whose keys start a row early, one that reads max_seqlen_k keys, a diagonal placed on the packed rows. Each is
+a :class:`Placement` of the sequences, turned into a mask by the one function that makes the right one.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from attnlab.judge.apis import flash, words
-from attnlab.judge.cases import Case
+from attnlab.judge.cases import LARGE, Case
+from attnlab.judge.causes import Cause
 
 NAME = "flash-attn-varlen"
 BACKWARD = True
+_WHERE = "its keys are rows cu_seqlens_k[b] ... cu_seqlens_k[b + 1] - 1"
+CAUSES = (
+    Cause('varlen-packing-ignored', "the sequences' packing is ignored: queries attend the keys of other sequences "
+                                    '(one mask over the packed rows); sequence b attends only its own keys, rows '
+                                    'cu_seqlens_k[b] ... cu_seqlens_k[b + 1] - 1'),
+    Cause('varlen-keys-early', "each sequence's keys are read one row early (cu_seqlens_k off by one): sequence b "
+                               'attends the last key of the sequence before it and not its own last key; ' + _WHERE),
+    Cause('varlen-keys-late', "each sequence's keys are read one row late (cu_seqlens_k off by one): sequence b "
+                              "skips its first key and attends the next sequence's first key; " + _WHERE),
+    Cause('varlen-keys-overrun', "each sequence attends one key past its end, the next sequence's first (is "
+                                 'cu_seqlens_k[b + 1] taken as its last row?); ' + _WHERE),
+    Cause('varlen-queries-shifted', "each sequence's queries are one row off (cu_seqlens_q off by one): an output "
+                                    "row is computed from the query row beside it, across the sequence's boundary; "
+                                    "sequence b's queries are rows cu_seqlens_q[b] ... cu_seqlens_q[b + 1] - 1"),
+    Cause('varlen-max-seqlen-k', 'every sequence is taken as max_seqlen_k keys long: sequence b reads keys past its '
+                                 'end, into the sequences after it; ' + _WHERE + ' (max_seqlen_k only bounds them)'),
+    Cause('varlen-max-seqlen-q', "every sequence is taken as max_seqlen_q queries long: the causal diagonal (and "
+                                 "window) is placed as if sequence b had max_seqlen_q queries; query i of sequence "
+                                 "b sits at key position i + S_b - L_b, its own lengths"),
+    Cause('varlen-top-left', 'causal= (or window_size=) is aligned top-left in each sequence (query i sees keys j '
+                             "<= i): FlashAttention aligns it bottom-right in each sequence, query i sees its keys "
+                             'j <= i + S_b - L_b (S_b, L_b: the sequence\'s key and query counts)'),
+    Cause('varlen-causal-packed', 'causal= (or window_size=) is aligned on the packed rows, not within each '
+                                  'sequence: query row r sees key rows c <= r (or c <= r + total_k - total_q); query '
+                                  'i of sequence b sees its keys j <= i + S_b - L_b'),
+)
+
+
+class Placement(NamedTuple):
+    """Where a kernel puts one sequence: its query rows from ``q0`` (``L`` of them), its key rows from ``k0``
+    (``S``), query i at key position ``i + offset`` of them."""
+
+    q0: int
+    L: int
+    k0: int
+    S: int
+    offset: int
 
 
 def lengths(case: Case, args: dict) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -30,20 +75,146 @@ def lengths(case: Case, args: dict) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return lq, lk
 
 
+def _starts(lens) -> list[int]:
+    return [sum(lens[:b]) for b in range(len(lens))]
+
+
+def placements(case: Case, args: dict) -> list[Placement]:
+    """Each sequence where flash_attn_varlen_func puts it."""
+    lq, lk = lengths(case, args)
+    return [Placement(q0, L, k0, S, S - L) for q0, L, k0, S in zip(_starts(lq), lq, _starts(lk), lk, strict=True)]
+
+
+def mask(case: Case, args: dict, seqs, base: torch.Tensor | None = None, wrap: bool = False) -> torch.Tensor:
+    """(total_q, total_k) bool: each placed sequence's query rows see its key rows under flash_attn_func's rules;
+    rows no placement covers keep ``base``'s (else see nothing). Rows and keys outside the packing are left out,
+    or with ``wrap`` read from the other end (an index below 0 that wraps)."""
+    lq, lk = lengths(case, args)
+    Tq, Tk = sum(lq), sum(lk)
+    seen = torch.zeros(Tq, Tk, dtype=torch.bool) if base is None else base.clone()
+    causal, window = bool(args.get("causal")), tuple(args.get("window", (-1, -1)))
+    for s in seqs:
+        r, c = torch.arange(s.q0, s.q0 + s.L), torch.arange(s.k0, s.k0 + s.S)
+        if wrap:
+            c = c % max(Tk, 1)
+        ir, ic = (r >= 0) & (r < Tq), (c >= 0) & (c < Tk)
+        block = flash.keys_seen_at(s.L, s.S, s.offset, causal, window)
+        block = torch.ones(s.L, s.S, dtype=torch.bool) if block is None else block
+        seen[r[ir]] = False
+        seen[r[ir][:, None], c[ic][None, :]] = block[ir][:, ic]
+    return seen
+
+
 def visible(case: Case, args: dict) -> torch.Tensor:
     """(total_q, total_k) bool: each sequence's queries see its own keys, under flash_attn_func's rules."""
-    lq, lk = lengths(case, args)
-    seen = torch.zeros(sum(lq), sum(lk), dtype=torch.bool)
-    i0 = j0 = 0
-    for L, S in zip(lq, lk, strict=True):
-        block = flash.keys_seen(L, S, bool(args.get("causal")), tuple(args.get("window", (-1, -1))))
-        seen[i0:i0 + L, j0:j0 + S] = True if block is None else block
-        i0, j0 = i0 + L, j0 + S
-    return seen
+    return mask(case, args, placements(case, args))
 
 
 def score_mod(case: Case, args: dict):
     return flash.score_mod(case, args)  # softcap only: ALiBi's distance is per sequence (not among the cases)
+
+
+EDGES = ("left", "clamped", "empty", "wrapped")  # what a kernel does where a sequence moved off the packing's ends
+
+
+def _moved(case: Case, args: dict, change, edge: str = "left") -> list[Placement]:
+    """The sequences as ``change`` moves them. Where one leaves the packing, kernels differ, so ``edge`` says how:
+    "left" -- held to nothing there (it keeps what its neighbours leave); "clamped" -- a slice cut at the end,
+    the diagonal placed by the slice's own lengths; "empty" -- a slice that starts below 0 is empty (Python's
+    ``t[-1:n]``); "wrapped" -- an index below 0 reads from the other end (``mask(..., wrap=True)``)."""
+    lq, lk = lengths(case, args)
+    Tq, Tk = sum(lq), sum(lk)
+    out = []
+    for s in placements(case, args):
+        m = change(s)
+        q_in = m.L == 0 or 0 <= m.q0 <= m.q0 + m.L <= Tq
+        k_in = m.S == 0 or 0 <= m.k0 <= m.k0 + m.S <= Tk
+        if q_in and k_in:
+            out.append(m)
+        elif edge == "clamped":
+            q0, k0 = max(m.q0, 0), max(m.k0, 0)
+            L, S = max(min(m.q0 + m.L, Tq) - q0, 0), max(min(m.k0 + m.S, Tk) - k0, 0)
+            out.append(Placement(q0, L, k0, S, S - L))
+        elif edge == "empty" and (m.q0 < 0 or m.k0 < 0):
+            out.append(m._replace(L=0) if m.q0 < 0 else m._replace(S=0))
+        elif edge == "wrapped" and q_in and m.k0 < 0:
+            out.append(m)
+    return out
+
+
+def _read_shifted(case: Case, args: dict, d: int) -> torch.Tensor:
+    """(total_q,) the query row each output row is computed from when each sequence reads its queries ``d`` rows
+    off but writes its output where it belongs (the packing's ends left alone, as in :func:`_moved`)."""
+    Tq = sum(lengths(case, args)[0])
+    rows = torch.arange(Tq)
+    for s in placements(case, args):
+        if s.q0 + d >= 0 and s.q0 + d + s.L <= Tq:
+            rows[s.q0:s.q0 + s.L] = torch.arange(s.q0 + d, s.q0 + d + s.L)
+    return rows
+
+
+def _wrong(case: Case, args: dict):
+    """(key, mask, query rows) of each wrong reading of the packing; query rows None: each row its own."""
+    lq, lk = lengths(case, args)
+    Tq, Tk = sum(lq), sum(lk)
+    causal, window = bool(args.get("causal")), tuple(args.get("window", (-1, -1)))
+    right, seqs = visible(case, args), placements(case, args)
+    every = flash.keys_seen(Tq, Tk, causal, window)
+    yield "varlen-packing-ignored", torch.ones(Tq, Tk, dtype=torch.bool) if every is None else every, None
+    for edge in EDGES:
+        for key, d in (("varlen-keys-early", -1), ("varlen-keys-late", 1)):
+            moved = _moved(case, args, lambda s, d=d: s._replace(k0=s.k0 + d), edge)
+            yield key, mask(case, args, moved, right, wrap=edge == "wrapped"), None
+        for extra in (1, 0):  # one key more, the diagonal placed by the longer count or by the right one
+            longer = _moved(case, args, lambda s, e=extra: s._replace(S=s.S + 1, offset=s.offset + e), edge)
+            yield "varlen-keys-overrun", mask(case, args, longer, right), None
+        for d in (-1, 1):  # the rows read and written one off
+            moved = _moved(case, args, lambda s, d=d: s._replace(q0=s.q0 + d), edge)
+            yield "varlen-queries-shifted", mask(case, args, moved, right), None
+    for d in (-1, 1):  # the rows only read one off
+        yield "varlen-queries-shifted", right, _read_shifted(case, args, d)
+    mq, mk = max(lq, default=0), max(lk, default=0)
+    yield "varlen-max-seqlen-k", mask(case, args, [s._replace(S=mk, offset=mk - s.L) for s in seqs]), None
+    clipped = [s._replace(S=min(mk, Tk - s.k0), offset=min(mk, Tk - s.k0) - s.L) for s in seqs]  # a slice's end
+    yield "varlen-max-seqlen-k", mask(case, args, clipped), None
+    if not causal and window == (-1, -1):
+        return  # the rest place the diagonal (or the window): without either, nothing to place
+    yield "varlen-max-seqlen-q", mask(case, args, [s._replace(offset=s.S - mq) for s in seqs]), None
+    yield "varlen-max-seqlen-k+varlen-max-seqlen-q", mask(case, args, [s._replace(S=mk, offset=mk - mq)
+                                                                      for s in seqs]), None
+    yield "varlen-top-left", mask(case, args, [s._replace(offset=0) for s in seqs]), None
+    blocks = torch.zeros(Tq, Tk, dtype=torch.bool)
+    for s in seqs:
+        blocks[s.q0:s.q0 + s.L, s.k0:s.k0 + s.S] = True
+    for offset in (0, Tk - Tq):  # the packed rows' own diagonal, top-left or bottom-right
+        yield "varlen-causal-packed", blocks & flash.keys_seen_at(Tq, Tk, offset, causal, window), None
+
+
+def alternatives(case: Case, args: dict):
+    """What flash_attn_varlen_func's kernels get wrong, in the oracle's terms (a mask, and for queries read one row
+    off the query rows): each distinct wrong answer once, and none that two causes give alike on this case (the
+    case cannot tell them apart, so it names neither)."""
+    from attnlab.judge.explain import Alternative
+
+    right = visible(case, args)
+    seen: dict[bytes, tuple[set, torch.Tensor, torch.Tensor | None]] = {}
+    for key, m, rows in _wrong(case, args):
+        if rows is None and torch.equal(m, right):
+            continue
+        sig = m.numpy().tobytes() + (b"" if rows is None else rows.numpy().tobytes())
+        seen.setdefault(sig, (set(), m, rows))[0].add(key)
+    for keys, m, rows in seen.values():
+        if len(keys) == 1:
+            yield Alternative(next(iter(keys)), _change(m, rows))
+
+
+def _change(m: torch.Tensor, rows: torch.Tensor | None):
+    def change(kw):
+        out = {**kw, "attn_mask": m}
+        if rows is not None:
+            out["query"] = kw["query"][..., rows, :]
+        return out
+    return change
 
 
 def case(name: str, lq, lk, causal=False, window=None, softcap=False, **kw) -> Case:
@@ -59,6 +230,9 @@ def express(c: Case) -> str:
 
 
 def extra() -> list[Case]:
+    """The packed cases: empty and one-token sequences, many of mixed lengths, more keys than queries (chunked
+    prefill, decoding) and fewer, causal, windows, softcap, GQA, odd head dims, large logits, views."""
+    mixed = (1, 9, 2, 17, 0, 5, 31, 3, 1, 12, 6, 24)
     return [
         case("varlen: 4 sequences 5, 17, 1, 33", (5, 17, 1, 33), (5, 17, 1, 33), H=2),
         case("varlen: causal, 5, 17, 1, 33", (5, 17, 1, 33), (5, 17, 1, 33), causal=True, H=2),
@@ -69,11 +243,39 @@ def extra() -> list[Case]:
         case("varlen: softcap, causal", (16, 40), (16, 40), causal=True, softcap=True, H=2),
         case("varlen: scale=0.3, one query a sequence", (1, 1, 1), (30, 7, 64), H=2, scale=0.3),
         case("varlen: dropout 0.2", (16, 40), (16, 40), H=2, dropout_p=0.2),
+        case("varlen: one sequence, causal, L=97", (97,), (97,), causal=True, H=2),
+        case("varlen: five sequences of one token, causal", (1,) * 5, (1,) * 5, causal=True, H=2),
+        case("varlen: empty sequences first and last", (0, 7, 12, 0), (0, 7, 12, 0), H=2),
+        case("varlen: a sequence with queries and no keys", (3, 5, 4), (6, 0, 7), H=2),
+        case("varlen: a sequence with keys and no queries, causal", (5, 0, 6), (5, 9, 6), causal=True, H=2),
+        case("varlen: 12 sequences of mixed lengths, causal", mixed, mixed, causal=True, H=2),
+        case("varlen: 12 sequences, keys longer (prefix cached), causal", (1, 3, 2, 5, 1, 4, 2, 6, 1, 3, 2, 1),
+             (9, 3, 14, 5, 30, 4, 8, 21, 1, 3, 11, 7), causal=True, H=2),
+        case("varlen: 12 sequences of mixed lengths", mixed[::-1], mixed[::-1], H=2),
+        case("varlen: window (4, 4)", (11, 26, 7), (11, 26, 7), window=(4, 4), H=2),
+        case("varlen: window (-1, 2), keys longer", (5, 8, 3), (12, 8, 19), window=(-1, 2), H=2),
+        case("varlen: window (3, -1), queries longer", (12, 6), (5, 6), window=(3, -1), H=2),
+        case("varlen: window (8, 0), causal, 4 sequences", (23, 2, 40, 9), (23, 2, 40, 9), causal=True,
+             window=(8, 0), H=2),
+        case("varlen: softcap, keys and queries differ", (13, 29, 6), (20, 29, 2), softcap=True, H=2),
+        case("varlen: softcap, window (5, 0), GQA 4/2, causal", (18, 7, 25), (18, 7, 25), causal=True,
+             window=(5, 0), softcap=True, H=4, Hkv=2),
+        case("varlen: MQA 4/1, causal", (14, 33, 5), (14, 33, 5), causal=True, H=4, Hkv=1),
+        case("varlen: GQA 6/2, keys longer, causal", (4, 9, 2), (19, 9, 30), causal=True, H=6, Hkv=2),
+        case("varlen: head dim 128, causal", (20, 45), (20, 45), causal=True, H=2, E=128),
+        case("varlen: head dim 40, 3 sequences", (7, 30, 15), (7, 30, 15), H=2, E=40),
+        case("varlen: large logits, causal", (17, 38, 9), (17, 38, 9), causal=True, H=2, magnitude=LARGE),
+        case("varlen: decoding, one query a sequence, causal", (1, 1, 1, 1), (9, 30, 1, 17), causal=True, H=2),
+        case("varlen: three queries a sequence, causal", (3, 3, 3), (12, 5, 20), causal=True, H=2),
+        case("varlen: scale=-0.5, causal", (10, 21, 6), (10, 21, 6), causal=True, H=2, scale=-0.5),
+        case("varlen: transposed views, causal", (12, 20, 9), (12, 20, 9), causal=True, H=2, layout="transposed"),
+        case("varlen: one long sequence among short ones", (2, 3, 60), (5, 3, 60), causal=True, H=2),
     ]
 
 
 def _cu(lens, device) -> torch.Tensor:
-    return torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    return torch.tensor([0, *torch.tensor(lens, dtype=torch.long).cumsum(0).tolist()], dtype=torch.int32,
+                        device=device)
 
 
 def packed(t: torch.Tensor, case: Case) -> torch.Tensor:
