@@ -54,8 +54,8 @@ def test_a_function_written_to_the_api_passes_every_case_the_api_can_express(fn,
     (A.flash_top_left, "flash-attn", "api-top-left"),
     (A.flex_ignores_block_mask, "flex", "api-mask-ignored"),
     (A.flash_lse_base2, "flash-attn", "lse-base2"),
-    (A.varlen_shifted, "flash-attn-varlen", None),
-    (A.paged_in_order, "paged-decode", None),
+    (A.varlen_shifted, "flash-attn-varlen", "varlen-keys-early"),
+    (A.paged_in_order, "paged-decode", "paged-table-ignored"),
 ])
 def test_a_function_with_one_bug_fails_and_the_bug_is_named_where_it_can_be(fn, api, key):
     _, counts, keys = judged(fn, api)

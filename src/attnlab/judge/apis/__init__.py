@@ -165,6 +165,18 @@ def hints(case: Case, x, out, exp, limit: float) -> tuple[list[str], object]:
     return list(dict.fromkeys(k.split(VARIANT)[0] for k in ex.keys)), ex.corrected
 
 
+def telling(groups):
+    """(key, what) for each wrong answer an API's alternatives give -- ``groups`` maps an answer to (the set of keys
+    that give it, what to compute it with): the one key that says it, where only one does or where one key's bugs
+    are part of every other's (a bug, and that bug with another that changes nothing on this case); none where
+    two causes give the answer alike, for then the case cannot tell them apart."""
+    for keys, what in groups:
+        parts = {k: set(k.split("+")) for k in keys}
+        least = [k for k in keys if all(parts[k] <= p for p in parts.values())]
+        if len(least) == 1:
+            yield least[0], what
+
+
 VARIANT = "#"  # "key#2": the second way a cause can read (its edges, its alignment), told apart while explaining
 
 

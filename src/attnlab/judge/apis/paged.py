@@ -31,7 +31,7 @@ import math
 
 import torch
 
-from attnlab.judge.apis import flash, pages, words
+from attnlab.judge.apis import flash, pages, telling, words
 from attnlab.judge.cases import DTYPES, LARGE, Case
 from attnlab.judge.causes import Cause
 from attnlab.judge.facts import problem
@@ -159,80 +159,106 @@ def extra() -> list[Case]:
         case("paged: append 2 under 4 queries, causal", (9, 20), 8, L=4, new=2, causal=True, H=2),
         case("paged: append 2, pages of 1", (4, 7), 1, L=2, new=2, causal=True, H=2),
         case("paged: append 3, large logits, causal", (11, 24), 16, L=3, new=3, causal=True, H=2, magnitude=LARGE),
-        case("paged: append 1, transposed q", (13, 8), 8, new=1, H=2, layout="transposed"),
+        case("paged: transposed q, 2 queries, causal", (13, 8), 8, L=2, causal=True, H=2, layout="transposed"),
     ]
 
 
 def _readings(case: Case, args: dict):
-    """(key, the slots the new keys are written to (B, new; None: not written), the slots read (B, S), lengths or
-    None, offsets or None) of each wrong way of reading the cache -- a kernel reads and writes through the same
-    wrong table."""
+    """(key, the slots the new keys are written to (B, new), the slots read (B, S) -- a kernel writes and reads
+    through the same wrong table; None for both: the right ones, and for the first alone: nothing written --,
+    how it changes each sequence's length (None: it does not), whether it aligns the queries top-left)."""
     lay = layout(case, args)
-    right, table, n = pages.codes(lay), lay.table, lay.table.shape[1]
+    right, table, n, S = pages.codes(lay), lay.table, lay.table.shape[1], case.S
     tables = [("paged-page-id-off", (table + d) % lay.blocks) for d in (1, -1)]
     tables += [("paged-table-index-off", table.reshape(-1).roll(-d).view_as(table)) for d in (1, -1)]
     tables += [("paged-table-ignored", torch.arange(table.numel()).view_as(table)),
                ("paged-table-ignored", torch.arange(n).expand_as(table))]
     for key, t in tables:
         read = pages.codes(lay, t)
-        yield key, pages.appended(lay, read), read, None, None
-    S, lens, into = case.S, totals(case, args), pages.appended(lay, right)
-    yield "paged-seqlens-ignored", into, right, (S,) * len(lens), None
-    yield "paged-stale-slots", into, right, tuple(min(S, -(-t // lay.block) * lay.block) for t in lens), None
+        yield key, pages.appended(lay, read), read, None, False
+    yield "paged-seqlens-ignored", None, None, lambda lens: (S,) * len(lens), False
+    yield "paged-stale-slots", None, None, lambda lens: tuple(min(S, -(-t // lay.block) * lay.block) for t in lens), \
+        False
     if args.get("causal") or "window" in args:
-        yield "paged-top-left", into, right, None, (0,) * len(lens)
+        yield "paged-top-left", None, None, None, True
     if not lay.new:
         return
-    yield "paged-new-kv-unseen", into, right, lay.lens, tuple(c - case.L for c in lay.lens)
-    yield "paged-new-kv-stale", None, right, None, None
+    yield "paged-new-kv-unseen", None, None, lambda lens: tuple(t - lay.new for t in lens), False
+    yield "paged-new-kv-stale", pages.appended(lay, right, None), right, None, False
     for d in (1, -1):
-        yield "paged-new-kv-wrong-slot", pages.appended(lay, right, d), right, None, None
+        yield "paged-new-kv-wrong-slot", pages.appended(lay, right, d), right, None, False
 
 
 def alternatives(case: Case, args: dict):
     """What paged kernels get wrong, in the oracle's terms: the keys and values another way of writing and reading
-    the cache sees (from the same memory) and the mask its lengths make; each distinct one once, and none that
-    two causes give alike on this case (it cannot tell them apart)."""
+    the cache sees (from the same memory), and the mask its lengths and alignment make; each distinct answer
+    once, and none that two causes give alike on this case (it cannot tell them apart)."""
     from attnlab.judge.explain import Alternative
 
-    lay = layout(case, args)
-    right = _seen(lay, pages.appended(lay, pages.codes(lay)), pages.codes(lay), visible(case, args))
-    found: dict[bytes, tuple[set, tuple]] = {}
-    for key, into, read, lens, offsets in _readings(case, args):
-        how = (into, read, visible(case, args, lens, offsets))
-        sig = _seen(lay, *how)
-        if sig != right:
-            found.setdefault(sig, (set(), how))[0].add(key)
-    memories: dict = {}  # one memory per tensor for every alternative of this case
-    for keys, how in found.values():
-        if len(keys) == 1:
-            yield Alternative(next(iter(keys)), _change(case, lay, memories, *how))
+    if case.magnitude > 1:  # scores in the hundreds: the softmax picks one key, readings that differ elsewhere agree
+        return
+    lay, B = layout(case, args), len(seqlens(case, args))
+    at = _Shared(case, args, lay)
+    found: dict[bytes, tuple[set, object]] = {}
+    for key, w, r, lens_of, top_left in _readings(case, args):
+        lens = totals(case, args) if lens_of is None else lens_of(totals(case, args))
+        sig = at.signature(w, r, visible(case, args, lens, (0,) * B if top_left else None))
+        at.alone.add(sig)
+        if sig != at.right:
+            found.setdefault(sig, (set(), at.change(w, r, lens_of, top_left)))[0].add(key)
+    for key, change in telling(found.values()):
+        yield Alternative(key, change)
 
 
-def _seen(lay: pages.Layout, into, read: torch.Tensor, m: torch.Tensor) -> bytes:
-    """What a way of writing and reading gives the attention, as bytes: for each key position some query sees,
-    the slot read or the new key written there, and the mask -- two ways alike here give one answer."""
-    src = read.clone()
-    if into is not None:
-        for b in range(lay.B):
-            for t in range(lay.new):
-                src[read == into[b, t]] = lay.slots + b * lay.new + t
-    src[~m.any(dim=2)[:, 0]] = -1  # positions no query sees
-    return src.numpy().tobytes() + m.numpy().tobytes()
+class _Shared:
+    """What the changes of one case share: the masks made (-> their lengths and alignment), the answers single
+    changes give, one memory per key tensor, the tensors the readings gathered."""
 
+    def __init__(self, case: Case, args: dict, lay: pages.Layout):
+        self.case, self.args, self.lay = case, args, lay
+        self.codes = pages.codes(lay)
+        self.into = pages.appended(lay, self.codes)
+        self.start = (totals(case, args), False)  # the right lengths, aligned bottom-right
+        self.made = {visible(case, args).numpy().tobytes(): self.start}
+        self.right = self.signature(None, None, visible(case, args))
+        self.alone: set[bytes] = set()
+        self.memories: dict = {}
+        self.gathered: list = []
 
-def _change(case: Case, lay: pages.Layout, memories: dict, into, read, m):
-    heads, dt = case.Hkv or case.H, DTYPES[case.dtype]
+    def signature(self, into, read, m) -> bytes:
+        return pages.signature(self.lay, self.into if read is None else into, self.codes if read is None else read, m)
 
-    def seen(keys, which):
-        if id(keys) not in memories:  # (the tensor kept beside its memory, so that its id stays its own)
-            memories[id(keys)] = (keys, pages.memory(lay, keys, which, heads, dt))
-        mem = memories[id(keys)][1]
-        if into is not None:
-            mem = pages.write(lay, mem, into, pages.new_keys(lay, keys))
-        return pages.gather(mem, read)
+    def change(self, into, read, lens_of, top_left: bool):
+        """The change of the oracle's arguments this reading makes: on top of another change, to the lengths and
+        alignment that one made (never to an answer a single change gives, which that change names; never a
+        reading of keys another reading gathered)."""
+        case, lay = self.case, self.lay
+        heads, dt = case.Hkv or case.H, DTYPES[case.dtype]
 
-    return lambda kw: {**kw, "attn_mask": m, "key": seen(kw["key"], "k"), "value": seen(kw["value"], "v")}
+        def seen(keys, which):
+            if id(keys) not in self.memories:  # (the tensor kept beside its memory, so that its id stays its own)
+                self.memories[id(keys)] = (keys, pages.memory(lay, keys, which, heads, dt, _scale(case, which)))
+            mem = pages.write(lay, self.memories[id(keys)][1], into, pages.new_keys(lay, keys))
+            self.gathered.append(pages.gather(mem, read))
+            return self.gathered[-1]
+
+        def change(kw):
+            state = self.made.get(kw["attn_mask"].numpy().tobytes()) if kw["attn_mask"] is not None else None
+            if state is None:
+                raise ValueError("a mask not made from this case's lengths")
+            lens = state[0] if lens_of is None else lens_of(state[0])
+            m = visible(case, self.args, lens, (0,) * lay.B if state[1] or top_left else None)
+            if read is None and state is not self.start and self.signature(None, None, m) in self.alone:
+                raise ValueError("two changes that give what one gives")
+            self.made.setdefault(m.numpy().tobytes(), (lens, state[1] or top_left))
+            out = {**kw, "attn_mask": m}
+            if read is not None:
+                if any(kw["key"] is t for t in self.gathered):
+                    raise ValueError("a reading of keys another reading gathered")
+                out["key"], out["value"] = seen(kw["key"], "k"), seen(kw["value"], "v")
+            return out
+
+        return change
 
 
 def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):
@@ -241,7 +267,7 @@ def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):
     lay = layout(case, args)
     heads = case.Hkv or case.H
     with torch.no_grad():
-        mems = [pages.memory(lay, t.detach(), w, heads) for t, w in ((k, "k"), (v, "v"))]
+        mems = [pages.memory(lay, t.detach(), w, heads, scale=_scale(case, w)) for t, w in ((k, "k"), (v, "v"))]
         caches = [pages.cache(lay, m.clone()) for m in mems]
         kw = {key: val for key, val in flash.keywords(case, args, p, q.device).items() if key != "dropout_p"}
         if lay.new:
@@ -261,6 +287,11 @@ def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):
     return out, flash.flat_lse(lse, B, H, L), problems
 
 
+def _scale(case: Case, which: str) -> float:
+    """How large the cache's other numbers are: keys as large as the case's (its large logits), values as drawn."""
+    return case.magnitude if which == "k" else 1.0
+
+
 def cache_problems(case: Case, args: dict, got, given, new) -> list[list[str]]:
     """[key, sentence] for a cache the call left wrong: ``got`` (k_cache, v_cache) as it left them, ``given`` the
     slots as it received them, ``new`` (k, v) as passed. Written through a wrong table, or a position off, the
@@ -276,10 +307,12 @@ def cache_problems(case: Case, args: dict, got, given, new) -> list[list[str]]:
         return []
     if lay.new and leaves(None):
         return [["paged-cache-not-written", "wrote nothing into k_cache, v_cache: k=, v= belong at " + _NEW]]
-    keys = {key for key, into, _, lens, _ in _readings(case, args)
-            if lens is None and into is not None and not torch.equal(into, right) and leaves(into)}
-    if len(keys) == 1:  # written as one wrong reading would: that reading's cause (two alike: neither)
-        return [[keys.pop(), "wrote k=, v= into other slots of the cache than " + _NEW]]
+    keys = sorted({key for key, into, read, _, _ in _readings(case, args)
+                   if read is not None and not torch.equal(into, right) and leaves(into)})
+    if len(keys) == 1:  # written as one wrong reading would: that reading's cause
+        return [[keys[0], "wrote k=, v= into other slots of the cache than " + _NEW]]
+    if keys:  # as two would alike: neither
+        return [["paged-cache-wrong-slots", f"wrote k=, v= where {' or '.join(keys)} would, not at " + _NEW]]
     if not lay.new:
         return [["paged-cache-touched", "changed k_cache, v_cache, though no k=, v= were passed"]]
     at = right.reshape(-1).to(got[0].device)

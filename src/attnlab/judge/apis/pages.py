@@ -66,13 +66,14 @@ def codes(lay: Layout, table: torch.Tensor | None = None) -> torch.Tensor:
     return t.long()[:, rows // lay.block] * lay.block + rows % lay.block
 
 
-def appended(lay: Layout, read: torch.Tensor, shift: int = 0) -> torch.Tensor:
+def appended(lay: Layout, read: torch.Tensor, shift: int | None = 0) -> torch.Tensor:
     """(B, new) the slots a call writes its new keys to when it reads the cache through ``read`` ((B, S), as
-    :func:`codes`): positions lens[b] + shift ... of sequence b (-1: nowhere, for a position off the table)."""
+    :func:`codes`): positions lens[b] + shift ... of sequence b (-1: nowhere, for a position off the table, or
+    for every one with ``shift`` None)."""
     out = torch.full((lay.B, lay.new), -1, dtype=torch.long)
     for b, c in enumerate(lay.lens):
         for t in range(lay.new):
-            if 0 <= c + t + shift < lay.S:
+            if shift is not None and 0 <= c + t + shift < lay.S:
                 out[b, t] = read[b, c + t + shift]
     return out
 
@@ -90,12 +91,13 @@ def _noise(name: str, slots: int, B: int, new: int, Hkv: int, D: int, which: str
     return torch.randn(slots, Hkv, D, generator=g), torch.randn(B, new, Hkv, D, generator=g)
 
 
-def memory(lay: Layout, keys: torch.Tensor, which: str, heads: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+def memory(lay: Layout, keys: torch.Tensor, which: str, heads: int, dtype: torch.dtype | None = None,
+           scale: float = 1.0) -> torch.Tensor:
     """(slots, Hkv, D): the cache's slots as the call receives them -- ``keys`` (B, Hkv, S, D, the oracle's order)
-    in their pages but the new keys' slots, which still hold other numbers; ``heads`` the case's key heads, the
-    noise rounded to ``dtype`` (the case's) first."""
+    in their pages but the new keys' slots, which still hold other numbers (``scale`` times the noise: keys as
+    large as the case's); ``heads`` the case's key heads, the noise rounded to ``dtype`` (the case's) first."""
     B, Hkv, S, D = keys.shape
-    pad, old = (t.to(dtype or keys.dtype).to(device=keys.device, dtype=keys.dtype)
+    pad, old = ((t * scale).to(dtype or keys.dtype).to(device=keys.device, dtype=keys.dtype)
                 for t in noise(lay, heads, D, which))
     if Hkv != heads:  # keys whose heads were tiled (a GQA hypothesis): the noise tiled alike
         pad, old = pad.repeat(1, Hkv // heads, 1), old.repeat(1, 1, Hkv // heads, 1)
@@ -118,6 +120,19 @@ def write(lay: Layout, mem: torch.Tensor, slots: torch.Tensor, rows: torch.Tenso
             if slots[b, t] >= 0:
                 mem[int(slots[b, t])] = rows[b, t]
     return mem
+
+
+def signature(lay: Layout, into: torch.Tensor, read: torch.Tensor, m: torch.Tensor) -> bytes:
+    """What a way of writing (``into``) and reading (``read``) gives the attention under the mask ``m`` (B, 1, L,
+    S), as bytes: for each key position some query sees, the slot read or the new key written there, and the
+    mask -- two ways alike here give one answer."""
+    src = read.clone()
+    for b in range(lay.B):
+        for t in range(lay.new):
+            if into[b, t] >= 0:
+                src[read == into[b, t]] = lay.slots + b * lay.new + t
+    src[~m.any(dim=2)[:, 0]] = -1  # positions no query sees
+    return src.numpy().tobytes() + m.numpy().tobytes()
 
 
 def cache(lay: Layout, mem: torch.Tensor) -> torch.Tensor:

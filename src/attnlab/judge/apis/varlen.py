@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from attnlab.judge.apis import flash, words
+from attnlab.judge.apis import flash, telling, words
 from attnlab.judge.cases import LARGE, Case
 from attnlab.judge.causes import Cause
 
@@ -60,13 +60,15 @@ CAUSES = (
 
 class Placement(NamedTuple):
     """Where a kernel puts one sequence: its query rows from ``q0`` (``L`` of them), its key rows from ``k0``
-    (``S``), query i at key position ``i + offset`` of them."""
+    (``S``), query i at key position ``i + offset`` of them; ``wrap``: key rows below 0 read from the other end
+    (an index that wraps)."""
 
     q0: int
     L: int
     k0: int
     S: int
     offset: int
+    wrap: bool = False
 
 
 def lengths(case: Case, args: dict) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -85,17 +87,17 @@ def placements(case: Case, args: dict) -> list[Placement]:
     return [Placement(q0, L, k0, S, S - L) for q0, L, k0, S in zip(_starts(lq), lq, _starts(lk), lk, strict=True)]
 
 
-def mask(case: Case, args: dict, seqs, base: torch.Tensor | None = None, wrap: bool = False) -> torch.Tensor:
+def mask(case: Case, args: dict, seqs, base: torch.Tensor | None = None) -> torch.Tensor:
     """(total_q, total_k) bool: each placed sequence's query rows see its key rows under flash_attn_func's rules;
-    rows no placement covers keep ``base``'s (else see nothing). Rows and keys outside the packing are left out,
-    or with ``wrap`` read from the other end (an index below 0 that wraps)."""
+    rows no placement covers keep ``base``'s (else see nothing). Rows and keys outside the packing are left out
+    (or, for a placement that wraps, read from the other end)."""
     lq, lk = lengths(case, args)
     Tq, Tk = sum(lq), sum(lk)
     seen = torch.zeros(Tq, Tk, dtype=torch.bool) if base is None else base.clone()
     causal, window = bool(args.get("causal")), tuple(args.get("window", (-1, -1)))
     for s in seqs:
         r, c = torch.arange(s.q0, s.q0 + s.L), torch.arange(s.k0, s.k0 + s.S)
-        if wrap:
+        if s.wrap:
             c = c % max(Tk, 1)
         ir, ic = (r >= 0) & (r < Tq), (c >= 0) & (c < Tk)
         block = flash.keys_seen_at(s.L, s.S, s.offset, causal, window)
@@ -117,34 +119,64 @@ def score_mod(case: Case, args: dict):
 EDGES = ("left", "clamped", "empty", "wrapped")  # what a kernel does where a sequence moved off the packing's ends
 
 
-def _moved(case: Case, args: dict, change, edge: str = "left") -> list[Placement]:
-    """The sequences as ``change`` moves them. Where one leaves the packing, kernels differ, so ``edge`` says how:
-    "left" -- held to nothing there (it keeps what its neighbours leave); "clamped" -- a slice cut at the end,
-    the diagonal placed by the slice's own lengths; "empty" -- a slice that starts below 0 is empty (Python's
-    ``t[-1:n]``); "wrapped" -- an index below 0 reads from the other end (``mask(..., wrap=True)``)."""
+def _mover(change, edge: str, Tq: int, Tk: int):
+    """placements -> the placements ``change`` moves them to. Where one leaves the packing, kernels differ, so
+    ``edge`` says how: "left" -- held to nothing there (it keeps what its neighbours leave); "clamped" -- a slice
+    cut at the end, the diagonal placed by the slice's own lengths; "empty" -- a slice that starts below 0 is
+    empty (Python's ``t[-1:n]``); "wrapped" -- a key index below 0 reads from the other end."""
+    def move(seqs):
+        out = []
+        for s in seqs:
+            m = change(s)
+            q_in = m.L == 0 or 0 <= m.q0 <= m.q0 + m.L <= Tq
+            k_in = m.S == 0 or 0 <= m.k0 <= m.k0 + m.S <= Tk
+            if q_in and k_in:
+                out.append(m)
+            elif edge == "clamped":
+                q0, k0 = max(m.q0, 0), max(m.k0, 0)
+                L, S = max(min(m.q0 + m.L, Tq) - q0, 0), max(min(m.k0 + m.S, Tk) - k0, 0)
+                out.append(Placement(q0, L, k0, S, S - L))
+            elif edge == "empty" and (m.q0 < 0 or m.k0 < 0):
+                out.append(m._replace(L=0) if m.q0 < 0 else m._replace(S=0))
+            elif edge == "wrapped" and q_in and m.k0 < 0:
+                out.append(m._replace(wrap=True))
+        return out
+    return move
+
+
+def _each(change):
+    return lambda seqs: [change(s) for s in seqs]
+
+
+def _readings(case: Case, args: dict):
+    """(key, how it moves the placements, whether rows it leaves unwritten see nothing) of each wrong reading of
+    the packing."""
     lq, lk = lengths(case, args)
-    Tq, Tk = sum(lq), sum(lk)
-    out = []
-    for s in placements(case, args):
-        m = change(s)
-        q_in = m.L == 0 or 0 <= m.q0 <= m.q0 + m.L <= Tq
-        k_in = m.S == 0 or 0 <= m.k0 <= m.k0 + m.S <= Tk
-        if q_in and k_in:
-            out.append(m)
-        elif edge == "clamped":
-            q0, k0 = max(m.q0, 0), max(m.k0, 0)
-            L, S = max(min(m.q0 + m.L, Tq) - q0, 0), max(min(m.k0 + m.S, Tk) - k0, 0)
-            out.append(Placement(q0, L, k0, S, S - L))
-        elif edge == "empty" and (m.q0 < 0 or m.k0 < 0):
-            out.append(m._replace(L=0) if m.q0 < 0 else m._replace(S=0))
-        elif edge == "wrapped" and q_in and m.k0 < 0:
-            out.append(m)
-    return out
+    Tq, Tk, mq, mk = sum(lq), sum(lk), max(lq), max(lk)
+    for edge in EDGES:
+        for key, d in (("varlen-keys-early", -1), ("varlen-keys-late", 1)):
+            yield key, _mover(lambda s, d=d: s._replace(k0=s.k0 + d), edge, Tq, Tk), False
+        for e in (1, 0):  # one key more, the diagonal placed by the longer count or by the right one
+            yield "varlen-keys-overrun", _mover(lambda s, e=e: s._replace(S=s.S + 1, offset=s.offset + e), edge,
+                                                Tq, Tk), False
+        for d in (-1, 1):  # the rows read and written one off; a row no sequence writes keeps its zeros, or not
+            for unwritten in (False, True):
+                yield "varlen-queries-shifted", _mover(lambda s, d=d: s._replace(q0=s.q0 + d), edge, Tq, Tk), unwritten
+    yield "varlen-max-seqlen-k", _each(lambda s: s._replace(S=mk, offset=mk - s.L)), False
+    yield "varlen-max-seqlen-k", _each(lambda s: s._replace(S=min(mk, Tk - s.k0), offset=min(mk, Tk - s.k0) - s.L)), \
+        False  # a slice cut at the end, the diagonal placed by its length
+    if not args.get("causal") and "window" not in args:
+        return  # the rest place the diagonal (or the window): without either, nothing to place
+    yield "varlen-max-seqlen-q", _each(lambda s: s._replace(offset=s.S - mq)), False
+    yield "varlen-max-seqlen-k+varlen-max-seqlen-q", _each(lambda s: s._replace(S=mk, offset=mk - mq)), False
+    yield "varlen-top-left", _each(lambda s: s._replace(offset=0)), False
+    for extra in (0, Tk - Tq):  # the packed rows' own diagonal, top-left or bottom-right
+        yield "varlen-causal-packed", _each(lambda s, e=extra: s._replace(offset=s.q0 - s.k0 + e)), False
 
 
 def _read_shifted(case: Case, args: dict, d: int) -> torch.Tensor:
     """(total_q,) the query row each output row is computed from when each sequence reads its queries ``d`` rows
-    off but writes its output where it belongs (the packing's ends left alone, as in :func:`_moved`)."""
+    off but writes its output where it belongs (the packing's ends left alone)."""
     Tq = sum(lengths(case, args)[0])
     rows = torch.arange(Tq)
     for s in placements(case, args):
@@ -153,67 +185,60 @@ def _read_shifted(case: Case, args: dict, d: int) -> torch.Tensor:
     return rows
 
 
-def _wrong(case: Case, args: dict):
-    """(key, mask, query rows) of each wrong reading of the packing; query rows None: each row its own."""
-    lq, lk = lengths(case, args)
-    Tq, Tk = sum(lq), sum(lk)
-    causal, window = bool(args.get("causal")), tuple(args.get("window", (-1, -1)))
-    right, seqs = visible(case, args), placements(case, args)
-    every = flash.keys_seen(Tq, Tk, causal, window)
-    yield "varlen-packing-ignored", torch.ones(Tq, Tk, dtype=torch.bool) if every is None else every, None
-    for edge in EDGES:
-        for key, d in (("varlen-keys-early", -1), ("varlen-keys-late", 1)):
-            moved = _moved(case, args, lambda s, d=d: s._replace(k0=s.k0 + d), edge)
-            yield key, mask(case, args, moved, right, wrap=edge == "wrapped"), None
-        for extra in (1, 0):  # one key more, the diagonal placed by the longer count or by the right one
-            longer = _moved(case, args, lambda s, e=extra: s._replace(S=s.S + 1, offset=s.offset + e), edge)
-            yield "varlen-keys-overrun", mask(case, args, longer, right), None
-        for d in (-1, 1):  # the rows read and written one off
-            moved = _moved(case, args, lambda s, d=d: s._replace(q0=s.q0 + d), edge)
-            yield "varlen-queries-shifted", mask(case, args, moved, right), None
-    for d in (-1, 1):  # the rows only read one off
-        yield "varlen-queries-shifted", right, _read_shifted(case, args, d)
-    mq, mk = max(lq, default=0), max(lk, default=0)
-    yield "varlen-max-seqlen-k", mask(case, args, [s._replace(S=mk, offset=mk - s.L) for s in seqs]), None
-    clipped = [s._replace(S=min(mk, Tk - s.k0), offset=min(mk, Tk - s.k0) - s.L) for s in seqs]  # a slice's end
-    yield "varlen-max-seqlen-k", mask(case, args, clipped), None
-    if not causal and window == (-1, -1):
-        return  # the rest place the diagonal (or the window): without either, nothing to place
-    yield "varlen-max-seqlen-q", mask(case, args, [s._replace(offset=s.S - mq) for s in seqs]), None
-    yield "varlen-max-seqlen-k+varlen-max-seqlen-q", mask(case, args, [s._replace(S=mk, offset=mk - mq)
-                                                                      for s in seqs]), None
-    yield "varlen-top-left", mask(case, args, [s._replace(offset=0) for s in seqs]), None
-    blocks = torch.zeros(Tq, Tk, dtype=torch.bool)
-    for s in seqs:
-        blocks[s.q0:s.q0 + s.L, s.k0:s.k0 + s.S] = True
-    for offset in (0, Tk - Tq):  # the packed rows' own diagonal, top-left or bottom-right
-        yield "varlen-causal-packed", blocks & flash.keys_seen_at(Tq, Tk, offset, causal, window), None
-
-
 def alternatives(case: Case, args: dict):
-    """What flash_attn_varlen_func's kernels get wrong, in the oracle's terms (a mask, and for queries read one row
-    off the query rows): each distinct wrong answer once, and none that two causes give alike on this case (the
-    case cannot tell them apart, so it names neither)."""
+    """What flash_attn_varlen_func's kernels get wrong, in the oracle's terms: another placement of the sequences
+    (a mask), queries read one row off (the query rows), the packing ignored. Each distinct wrong answer once, and
+    none that two causes give alike on this case (it cannot tell them apart). A change made on top of another's
+    (two bugs at once) moves the placements that one left."""
     from attnlab.judge.explain import Alternative
 
-    right = visible(case, args)
-    seen: dict[bytes, tuple[set, torch.Tensor, torch.Tensor | None]] = {}
-    for key, m, rows in _wrong(case, args):
-        if rows is None and torch.equal(m, right):
-            continue
-        sig = m.numpy().tobytes() + (b"" if rows is None else rows.numpy().tobytes())
-        seen.setdefault(sig, (set(), m, rows))[0].add(key)
-    for keys, m, rows in seen.values():
-        if len(keys) == 1:
-            yield Alternative(next(iter(keys)), _change(m, rows))
+    if case.magnitude > 1:  # scores in the hundreds: the softmax picks one key, readings that differ elsewhere agree
+        return
+    lq, lk = lengths(case, args)
+    right, seqs = visible(case, args), placements(case, args)
+    made = {right.numpy().tobytes(): seqs}  # each mask made here -> the placements it was made from
+    alone: set[bytes] = set()  # the masks single changes make: a change on top of another that makes one says nothing
+    every = flash.keys_seen(sum(lq), sum(lk), bool(args.get("causal")), tuple(args.get("window", (-1, -1))))
+    found: dict[bytes, tuple[set, object]] = {}
+
+    def add(key, m, change, rows=None):
+        alone.add(m.numpy().tobytes())
+        if not (rows is None and torch.equal(m, right)):
+            sig = m.numpy().tobytes() + (b"" if rows is None else rows.numpy().tobytes())
+            found.setdefault(sig, (set(), change))[0].add(key)
+
+    add("varlen-packing-ignored", torch.ones_like(right) if every is None else every,
+        lambda kw: {**kw, "attn_mask": every})
+    for key, move, unwritten in _readings(case, args):
+        change = _placed(case, args, made, alone, move, unwritten)
+        add(key, change({"attn_mask": right})["attn_mask"], change)
+    for d in (-1, 1):  # the rows only read one off
+        rows = _read_shifted(case, args, d)
+        add("varlen-queries-shifted", right, lambda kw, r=rows: {**kw, "query": kw["query"][..., r, :]}, rows)
+    for key, change in telling(found.values()):
+        yield Alternative(key, change)
 
 
-def _change(m: torch.Tensor, rows: torch.Tensor | None):
+def _placed(case: Case, args: dict, made: dict, alone: set, move, unwritten: bool):
+    """The change of the oracle's arguments that moves the placements of the mask it is given (on top of another
+    change: the placements that one made; never to a mask a single change makes, which that change names)."""
+    right = made[next(iter(made))]
+
     def change(kw):
-        out = {**kw, "attn_mask": m}
-        if rows is not None:
-            out["query"] = kw["query"][..., rows, :]
-        return out
+        base = kw["attn_mask"]
+        seqs = made.get(base.numpy().tobytes()) if isinstance(base, torch.Tensor) else None
+        if seqs is None:
+            raise ValueError("a mask not made from this case's placements")
+        moved = move(seqs)
+        if unwritten:
+            base = base.clone()
+            base[[r for r in range(base.shape[0]) if not any(s.q0 <= r < s.q0 + s.L for s in moved)]] = False
+        m = mask(case, args, moved, base)
+        sig = m.numpy().tobytes()
+        if seqs is not right and sig in alone:
+            raise ValueError("two changes that give what one gives")
+        made.setdefault(sig, moved)
+        return {**kw, "attn_mask": m}
     return change
 
 
