@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from attnlab.judge.cases import Case, default_cases, make_inputs
 from attnlab.judge.causes import Cause
+from attnlab.judge.explain import TIE
 
 NAMES = ("sdpa", "flash-attn", "flash-attn-varlen", "flex", "paged-decode")
 _MODULES = {"flash-attn": "flash", "flash-attn-varlen": "varlen", "flex": "flex", "paged-decode": "paged"}
@@ -159,25 +160,30 @@ def hints(case: Case, x, out, exp, limit: float) -> tuple[list[str], object]:
     base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal, scale=case.scale,
                 enable_gqa=case.gqa, score_mod=mod64)
     own = getattr(module(name), "alternatives", None)
-    alts = _numbered([*(own(case, args) if own is not None else ()), *_common(case)])  # the API's words first
+    alts = _numbered([*_common(case), *(own(case, args) if own is not None else ())])
     ex = explain.explain(out, exp.ref[0], limit, base, alts, hypotheses.mean_of_v(exp), hypotheses.dead_rows(exp),
                          slack=precision.noise(x.q.dtype, exp.fwd, exp.ref[0]))
-    return list(dict.fromkeys(k.split(VARIANT)[0] for k in ex.keys)), ex.corrected
+    return list(dict.fromkeys(_unnumbered(k) for k in ex.keys)), ex.corrected
 
 
 def telling(groups):
     """(key, what) for each wrong answer an API's alternatives give -- ``groups`` maps an answer to (the set of keys
-    that give it, what to compute it with): the one key that says it, where only one does or where one key's bugs
-    are part of every other's (a bug, and that bug with another that changes nothing on this case); none where
-    two causes give the answer alike, for then the case cannot tell them apart."""
+    that give it, what to compute it with). Where several causes give it alike, each is yielded (explain ties them
+    and the diagnosis settles the tie from the function's other cases), but a cause with another on top ("a+b")
+    is not where a single cause gives the same (a bug, and one that changes nothing on this case)."""
     for keys, what in groups:
-        parts = {k: set(k.split("+")) for k in keys}
-        least = [k for k in keys if all(parts[k] <= p for p in parts.values())]
-        if len(least) == 1:
-            yield least[0], what
+        single = [k for k in keys if "+" not in k]
+        least = [k for k in keys if all(set(k.split("+")) <= set(o.split("+")) for o in keys)]
+        for k in single or least[:1]:
+            yield k, what
 
 
 VARIANT = "#"  # "key#2": the second way a cause can read (its edges, its alignment), told apart while explaining
+
+
+def _unnumbered(hint: str) -> str:
+    """A hint without its variants' numbers ("a#2|b" -> "a|b"; "a|a#2" -> "a")."""
+    return TIE.join(dict.fromkeys(k.split(VARIANT)[0] for k in hint.split(TIE)))
 
 
 def _numbered(alts: list) -> list:
