@@ -191,10 +191,34 @@ def function(name: str):
     return _mutant(fn, bug, name)
 
 
+# the blind corpus's labels (tests/api_mutants.py) as the keys of the lines that name them (any one names it)
+LABEL_KEYS = {
+    "varlen-key-leak": ("varlen-keys-early", "varlen-keys-late", "varlen-keys-overrun"),
+    "varlen-query-leak": ("varlen-queries-shifted",),
+    "varlen-max-seqlen": ("varlen-max-seqlen-k",),
+    "varlen-causal-packed": ("varlen-causal-packed",),
+    "varlen-causal-top-left": ("varlen-top-left",),
+    "new:causal-offset-from-max-lengths": ("varlen-diagonal-from-max",),
+    "new:lse-padded-per-sequence": ("varlen-lse-padded",),
+    "paged-page-offset": ("paged-page-id-off", "paged-table-index-off"),
+    "paged-table-ignored": ("paged-table-ignored",),
+    "paged-seqlens-ignored": ("paged-seqlens-ignored",),
+    "paged-stale-slots": ("paged-stale-slots",),
+    "paged-append-wrong-slot": ("paged-new-kv-wrong-slot",),
+    "paged-append-missing": ("paged-new-kv-stale", "paged-new-kv-unseen", "paged-cache-not-written"),
+    "causal-top-left": ("paged-top-left", "varlen-top-left", "api-top-left"),
+    "dead-rows-nan": ("dead-rows",),
+    "new:gqa-heads-by-repeat": ("gqa",),
+    "softcap-before-scale": ("flash-softcap-scale",),
+    "lse-base2": ("lse-base2",),
+    "scores-low-precision": ("scores-rounded",),
+    "scale-folded-low-precision": ("scale-folded",),
+}
 NOT_CAUSES = ("raises", "unclear")  # lines that state what happened, not a cause
 WRITES = ("paged-page-id-off", "paged-table-index-off", "paged-table-ignored", "paged-new-kv-wrong-slot")
 # what else a line may truthfully say of a bug: a kernel that writes k=, v= through a wrong table, or a slot off,
-# writes them into other slots than theirs (the general line, where two wrong tables would write alike)
+# writes them into other slots than theirs (the general line, where two wrong tables would write alike); rows
+# that see no key hold NaN ("dead-rows=nan" is said in the dead-rows line)
 ALSO = {key: ("paged-cache-wrong-slots",) for key in WRITES}
 
 
@@ -232,12 +256,13 @@ def bugs_of(want) -> tuple:
     return tuple((b,) if isinstance(b, str) else tuple(b) for b in want)
 
 
-def judge(name: str, fn, api: str, want, dtypes=("float32",), seed: int = 0, only=None) -> Outcome:
+def judge(name: str, fn, api: str, want, dtypes=("float32",), seed: int = 0, only=None, backward=True) -> Outcome:
     """Run ``fn`` (written to ``api``) through verify on the API's own cases (``only``: names containing one of
-    these) and read the diagnoses."""
+    these) and read the diagnoses; ``backward=False``: the output and the log-sum-exp alone."""
     cases = [c for c in apis.cases(api, list(dtypes), long=False) if apis.skip_reason(c) is None
              and (only is None or any(o in c.name for o in only))]
-    r = verify.verify({name: apis.Adapted(fn, api)}, cases, check_dropout=False, timeout=None, seed=seed)
+    r = verify.verify({name: apis.Adapted(fn, api)}, cases, check_dropout=False, timeout=None, seed=seed,
+                      backward=backward)
     counts = {s: sum(row.status == s for row in r.rows) for s in ("pass", "fail", "error", "skipped")}
     return Outcome(name, bugs_of(want), counts, [d.key for d in r.diagnoses.get(name, [])])
 

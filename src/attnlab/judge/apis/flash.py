@@ -141,6 +141,12 @@ def _with_mod(fn):
     return lambda kw: {**kw, "score_mod": fn}
 
 
+def modifier_change(cap: float, scale: float):
+    """The change of the oracle's arguments that takes the soft-cap before the softmax scale, for the APIs that
+    take ``softcap=`` without ALiBi (varlen's and paged decode's cases)."""
+    return _with_mod(_modifier(cap, None, 0, cap_unscaled=scale))
+
+
 def express(c: Case) -> Case | str:
     """A case of verify's grid as a flash_attn_func call, or why it cannot be one."""
     S = c.S or c.L

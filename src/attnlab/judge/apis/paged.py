@@ -31,6 +31,7 @@ import math
 
 import torch
 
+from attnlab.judge import mod_cases
 from attnlab.judge.apis import flash, pages, telling, words
 from attnlab.judge.cases import DTYPES, LARGE, Case
 from attnlab.judge.causes import Cause
@@ -164,61 +165,79 @@ def extra() -> list[Case]:
 
 
 def _readings(case: Case, args: dict):
-    """(key, the slots the new keys are written to (B, new), the slots read (B, S) -- a kernel writes and reads
-    through the same wrong table; None for both: the right ones, and for the first alone: nothing written --,
-    how it changes each sequence's length (None: it does not), whether it aligns the queries top-left)."""
+    """(key, the slots the new keys are written to (B, new), the slots read (B, S) -- None for both: the right
+    ones --, how it changes each sequence's (lengths, offsets), None: it does not) of each wrong way of reading the
+    cache. A kernel that reads through a wrong table writes through it too, or writes right."""
     lay = layout(case, args)
-    right, table, n, S = pages.codes(lay), lay.table, lay.table.shape[1], case.S
-    tables = [("paged-page-id-off", (table + d) % lay.blocks) for d in (1, -1)]
-    tables += [("paged-table-index-off", table.reshape(-1).roll(-d).view_as(table)) for d in (1, -1)]
-    tables += [("paged-table-ignored", torch.arange(table.numel()).view_as(table)),
-               ("paged-table-ignored", torch.arange(n).expand_as(table))]
-    for key, t in tables:
-        read = pages.codes(lay, t)
-        yield key, pages.appended(lay, read), read, None, False
-    yield "paged-seqlens-ignored", None, None, lambda lens: (S,) * len(lens), False
-    yield "paged-stale-slots", None, None, lambda lens: tuple(min(S, -(-t // lay.block) * lay.block) for t in lens), \
-        False
+    right, table, n, S, L = pages.codes(lay), lay.table, lay.table.shape[1], case.S, case.L
+    into = pages.appended(lay, right)
+    tables = [("paged-page-id-off", pages.codes(lay, (table + d) % lay.blocks)) for d in (1, -1)]
+    tables += [("paged-table-index-off", pages.codes(lay, table.reshape(-1).roll(-d).view_as(table))) for d in (1, -1)]
+    tables += [("paged-table-index-off", pages.codes(lay, shift=d)) for d in (1, -1)]  # (j + 1) // block_size
+    tables += [("paged-table-ignored", pages.codes(lay, torch.arange(table.numel()).view_as(table))),
+               ("paged-table-ignored", pages.codes(lay, torch.arange(n).expand_as(table)))]
+    for key, read in tables:
+        yield key, pages.appended(lay, read), read, None
+        if lay.new:
+            yield key, into, read, None
+    def rounded(lens):
+        return tuple(min(S, -(-t // lay.block) * lay.block) for t in lens)
+
+    for key, longer in (("paged-seqlens-ignored", lambda lens: (S,) * len(lens)), ("paged-stale-slots", rounded)):
+        yield key, None, None, lambda lens, offs, f=longer: (f(lens), tuple(t - L for t in f(lens)))
+        yield key, None, None, lambda lens, offs, f=longer: (f(lens), offs)  # the diagonal by the right length
     if args.get("causal") or "window" in args:
-        yield "paged-top-left", None, None, None, True
+        yield "paged-top-left", None, None, lambda lens, offs: (lens, (0,) * len(lens))
     if not lay.new:
         return
-    yield "paged-new-kv-unseen", None, None, lambda lens: tuple(t - lay.new for t in lens), False
-    yield "paged-new-kv-stale", pages.appended(lay, right, None), right, None, False
+    def old(lens):
+        return tuple(t - lay.new for t in lens)
+
+    yield "paged-new-kv-unseen", None, None, lambda lens, offs: (old(lens), tuple(t - L for t in old(lens)))
+    yield "paged-new-kv-unseen", None, None, lambda lens, offs: (old(lens), offs)
+    yield "paged-new-kv-stale", pages.appended(lay, right, None), right, None
     for d in (1, -1):
-        yield "paged-new-kv-wrong-slot", pages.appended(lay, right, d), right, None, False
+        yield "paged-new-kv-wrong-slot", pages.appended(lay, right, d), right, None
 
 
 def alternatives(case: Case, args: dict):
     """What paged kernels get wrong, in the oracle's terms: the keys and values another way of writing and reading
-    the cache sees (from the same memory), and the mask its lengths and alignment make; each distinct answer
-    once, and none that two causes give alike on this case (it cannot tell them apart)."""
+    the cache sees (from the same memory), the mask its lengths and alignment make, the window's sides swapped,
+    the soft-cap before the scale. Each distinct answer once (several causes that give it alike: each, for the
+    diagnosis to settle from the other cases)."""
     from attnlab.judge.explain import Alternative
 
     if case.magnitude > 1:  # scores in the hundreds: the softmax picks one key, readings that differ elsewhere agree
         return
-    lay, B = layout(case, args), len(seqlens(case, args))
-    at = _Shared(case, args, lay)
+    at = _Shared(case, args, layout(case, args))
     found: dict[bytes, tuple[set, object]] = {}
-    for key, w, r, lens_of, top_left in _readings(case, args):
-        lens = totals(case, args) if lens_of is None else lens_of(totals(case, args))
-        sig = at.signature(w, r, visible(case, args, lens, (0,) * B if top_left else None))
+    for key, w, r, reshape in _readings(case, args):
+        lens, offsets = at.start if reshape is None else reshape(*at.start)
+        sig = at.signature(w, r, visible(case, args, lens, offsets))
         at.alone.add(sig)
         if sig != at.right:
-            found.setdefault(sig, (set(), at.change(w, r, lens_of, top_left)))[0].add(key)
+            found.setdefault(sig, (set(), at.change(w, r, reshape)))[0].add(key)
     for key, change in telling(found.values()):
         yield Alternative(key, change)
+    window = tuple(args.get("window", (-1, -1)))
+    if window[0] != window[1]:  # flash_attn_func's own: the window's sides swapped
+        swapped = visible(case, {**args, "window": window[::-1]})
+        yield Alternative("flash-window-swapped", lambda kw: {**kw, "attn_mask": swapped})
+    if args.get("softcap"):  # the soft-cap taken before the scale
+        yield Alternative("flash-softcap-scale", flash.modifier_change(mod_cases.CAP, case.E ** -0.5 if case.scale
+                                                                        is None else float(case.scale)))
 
 
 class _Shared:
-    """What the changes of one case share: the masks made (-> their lengths and alignment), the answers single
+    """What the changes of one case share: the masks made (-> their lengths and offsets), the answers single
     changes give, one memory per key tensor, the tensors the readings gathered."""
 
     def __init__(self, case: Case, args: dict, lay: pages.Layout):
         self.case, self.args, self.lay = case, args, lay
         self.codes = pages.codes(lay)
         self.into = pages.appended(lay, self.codes)
-        self.start = (totals(case, args), False)  # the right lengths, aligned bottom-right
+        lens = totals(case, args)
+        self.start = (lens, tuple(t - case.L for t in lens))  # the right lengths, aligned bottom-right
         self.made = {visible(case, args).numpy().tobytes(): self.start}
         self.right = self.signature(None, None, visible(case, args))
         self.alone: set[bytes] = set()
@@ -228,10 +247,10 @@ class _Shared:
     def signature(self, into, read, m) -> bytes:
         return pages.signature(self.lay, self.into if read is None else into, self.codes if read is None else read, m)
 
-    def change(self, into, read, lens_of, top_left: bool):
+    def change(self, into, read, reshape):
         """The change of the oracle's arguments this reading makes: on top of another change, to the lengths and
-        alignment that one made (never to an answer a single change gives, which that change names; never a
-        reading of keys another reading gathered)."""
+        offsets that one made (never to an answer a single change gives, which that change names; never a reading
+        of keys another reading gathered)."""
         case, lay = self.case, self.lay
         heads, dt = case.Hkv or case.H, DTYPES[case.dtype]
 
@@ -246,11 +265,11 @@ class _Shared:
             state = self.made.get(kw["attn_mask"].numpy().tobytes()) if kw["attn_mask"] is not None else None
             if state is None:
                 raise ValueError("a mask not made from this case's lengths")
-            lens = state[0] if lens_of is None else lens_of(state[0])
-            m = visible(case, self.args, lens, (0,) * lay.B if state[1] or top_left else None)
+            lens, offsets = state if reshape is None else reshape(*state)
+            m = visible(case, self.args, lens, offsets)
             if read is None and state is not self.start and self.signature(None, None, m) in self.alone:
                 raise ValueError("two changes that give what one gives")
-            self.made.setdefault(m.numpy().tobytes(), (lens, state[1] or top_left))
+            self.made.setdefault(m.numpy().tobytes(), (lens, offsets))
             out = {**kw, "attn_mask": m}
             if read is not None:
                 if any(kw["key"] is t for t in self.gathered):
@@ -307,7 +326,7 @@ def cache_problems(case: Case, args: dict, got, given, new) -> list[list[str]]:
         return []
     if lay.new and leaves(None):
         return [["paged-cache-not-written", "wrote nothing into k_cache, v_cache: k=, v= belong at " + _NEW]]
-    keys = sorted({key for key, into, read, _, _ in _readings(case, args)
+    keys = sorted({key for key, into, read, _ in _readings(case, args)
                    if read is not None and not torch.equal(into, right) and leaves(into)})
     if len(keys) == 1:  # written as one wrong reading would: that reading's cause
         return [[keys[0], "wrote k=, v= into other slots of the cache than " + _NEW]]

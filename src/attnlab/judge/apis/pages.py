@@ -59,11 +59,13 @@ def layout(name: str, lens, new: int, block: int, S: int) -> Layout:
     return Layout(name, inner[:B * n].view(B, n), block, tuple(lens), new)
 
 
-def codes(lay: Layout, table: torch.Tensor | None = None) -> torch.Tensor:
-    """(B, S) the slot each key position is read from, through ``table`` (default the case's)."""
+def codes(lay: Layout, table: torch.Tensor | None = None, shift: int = 0) -> torch.Tensor:
+    """(B, S) the slot each key position j is read from, through ``table`` (default the case's), its page's column
+    ``(j + shift) // block`` (kept on the table)."""
     t = lay.table if table is None else table
     rows = torch.arange(lay.S)
-    return t.long()[:, rows // lay.block] * lay.block + rows % lay.block
+    column = ((rows + shift) // lay.block).clamp(0, t.shape[1] - 1)
+    return t.long()[:, column] * lay.block + rows % lay.block
 
 
 def appended(lay: Layout, read: torch.Tensor, shift: int | None = 0) -> torch.Tensor:

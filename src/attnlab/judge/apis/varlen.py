@@ -10,8 +10,8 @@ cu_seqlens_q[b + 1] - 1`` (int32 cumulative lengths, starting at 0), its keys li
 oracle's terms a varlen call is one batch of total_q queries and total_k keys under a block-diagonal mask:
 query rows of sequence b see only sequence b's keys, query i of the sequence at key position
 ``i + S_b - L_b`` of its own keys (S_b, L_b its key and query counts). ``max_seqlen_q`` and ``max_seqlen_k``
-only bound the lengths. The log-sum-exp comes back as (H, total_q) float32 (FlashAttention 2); the older
-(B, H, max_seqlen_q) padded form is read too.
+only bound the lengths. The log-sum-exp comes back as (H, total_q) float32, packed like q (the first FlashAttention 2
+releases padded it per sequence, (B, H, max_seqlen_q): that is a line of its own).
 
 Where a kernel gets the packing wrong, its output is still attention under some other block mask: a sequence
 whose keys start a row early, one that reads max_seqlen_k keys, a diagonal placed on the packed rows. Each is
@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import torch
 
+from attnlab.judge import mod_cases
 from attnlab.judge.apis import flash, telling, words
 from attnlab.judge.cases import LARGE, Case
 from attnlab.judge.causes import Cause
@@ -41,14 +42,18 @@ CAUSES = (
                               "skips its first key and attends the next sequence's first key; " + _WHERE),
     Cause('varlen-keys-overrun', "each sequence attends one key past its end, the next sequence's first (is "
                                  'cu_seqlens_k[b + 1] taken as its last row?); ' + _WHERE),
-    Cause('varlen-queries-shifted', "each sequence's queries are one row off (cu_seqlens_q off by one): an output "
-                                    "row is computed from the query row beside it, across the sequence's boundary; "
-                                    "sequence b's queries are rows cu_seqlens_q[b] ... cu_seqlens_q[b + 1] - 1"),
+    Cause('varlen-queries-shifted', 'query rows are given to the wrong sequence at its boundaries (cu_seqlens_q off '
+                                    "by one): a sequence's first or last output row is computed with the sequence "
+                                    "beside it; sequence b's queries are rows cu_seqlens_q[b] ... cu_seqlens_q[b + 1] "
+                                    '- 1'),
     Cause('varlen-max-seqlen-k', 'every sequence is taken as max_seqlen_k keys long: sequence b reads keys past its '
                                  'end, into the sequences after it; ' + _WHERE + ' (max_seqlen_k only bounds them)'),
-    Cause('varlen-max-seqlen-q', "every sequence is taken as max_seqlen_q queries long: the causal diagonal (and "
-                                 "window) is placed as if sequence b had max_seqlen_q queries; query i of sequence "
-                                 "b sits at key position i + S_b - L_b, its own lengths"),
+    Cause('varlen-diagonal-from-max', 'the causal diagonal (and window) is placed by max_seqlen_q or max_seqlen_k, '
+                                      "not by the sequence's own lengths: query i of sequence b sits at key position "
+                                      'i + S_b - L_b'),
+    Cause('varlen-lse-padded', 'the log-sum-exp comes back padded per sequence, (batch, H, max_seqlen_q), as the '
+                               "first FlashAttention 2 releases returned it: flash_attn_varlen_func's is packed like "
+                               'q, (H, total_q)'),
     Cause('varlen-top-left', 'causal= (or window_size=) is aligned top-left in each sequence (query i sees keys j '
                              "<= i): FlashAttention aligns it bottom-right in each sequence, query i sees its keys "
                              'j <= i + S_b - L_b (S_b, L_b: the sequence\'s key and query counts)'),
@@ -162,16 +167,40 @@ def _readings(case: Case, args: dict):
         for d in (-1, 1):  # the rows read and written one off; a row no sequence writes keeps its zeros, or not
             for unwritten in (False, True):
                 yield "varlen-queries-shifted", _mover(lambda s, d=d: s._replace(q0=s.q0 + d), edge, Tq, Tk), unwritten
+    for unwritten in (False, True):  # each boundary row found with searchsorted(side='left'): the previous one's
+        yield "varlen-queries-shifted", _boundary(queries=True), unwritten
+    yield "varlen-keys-overrun", _boundary(queries=False), False
     yield "varlen-max-seqlen-k", _each(lambda s: s._replace(S=mk, offset=mk - s.L)), False
     yield "varlen-max-seqlen-k", _each(lambda s: s._replace(S=min(mk, Tk - s.k0), offset=min(mk, Tk - s.k0) - s.L)), \
         False  # a slice cut at the end, the diagonal placed by its length
     if not args.get("causal") and "window" not in args:
         return  # the rest place the diagonal (or the window): without either, nothing to place
-    yield "varlen-max-seqlen-q", _each(lambda s: s._replace(offset=s.S - mq)), False
-    yield "varlen-max-seqlen-k+varlen-max-seqlen-q", _each(lambda s: s._replace(S=mk, offset=mk - mq)), False
+    for offset in (lambda s: s.S - mq, lambda s: mk - s.L, lambda s: mk - mq):
+        yield "varlen-diagonal-from-max", _each(lambda s, o=offset: s._replace(offset=o(s))), False
+    yield "varlen-max-seqlen-k+varlen-diagonal-from-max", _each(lambda s: s._replace(S=mk, offset=mk - mq)), False
     yield "varlen-top-left", _each(lambda s: s._replace(offset=0)), False
     for extra in (0, Tk - Tq):  # the packed rows' own diagonal, top-left or bottom-right
         yield "varlen-causal-packed", _each(lambda s, e=extra: s._replace(offset=s.q0 - s.k0 + e)), False
+
+
+def _boundary(queries: bool):
+    """placements -> each sequence's first query row (or key) given to the sequence before it, as a row's sequence
+    found with ``searchsorted(cu_seqlens, row, side='left') - 1`` has it: a sequence takes the next one's first row
+    at its own next position, and starts a row late itself (the first sequence's first row goes to none)."""
+    def move(seqs):
+        rows = [s.L if queries else s.S for s in seqs]
+        out = []
+        for i, s in enumerate(seqs):
+            if not rows[i]:
+                out.append(s)
+                continue
+            grows = any(rows[i + 1:])
+            if queries:
+                out.append(s._replace(q0=s.q0 + 1, L=s.L - 1 + grows, offset=s.offset + 1))
+            else:
+                out.append(s._replace(k0=s.k0 + 1, S=s.S - 1 + grows, offset=s.offset - 1))
+        return out
+    return move
 
 
 def _read_shifted(case: Case, args: dict, d: int) -> torch.Tensor:
@@ -203,7 +232,7 @@ def alternatives(case: Case, args: dict):
 
     def add(key, m, change, rows=None):
         alone.add(m.numpy().tobytes())
-        if not (rows is None and torch.equal(m, right)):
+        if not torch.equal(m, right) or (rows is not None and not torch.equal(rows, torch.arange(len(rows)))):
             sig = m.numpy().tobytes() + (b"" if rows is None else rows.numpy().tobytes())
             found.setdefault(sig, (set(), change))[0].add(key)
 
@@ -217,6 +246,13 @@ def alternatives(case: Case, args: dict):
         add("varlen-queries-shifted", right, lambda kw, r=rows: {**kw, "query": kw["query"][..., r, :]}, rows)
     for key, change in telling(found.values()):
         yield Alternative(key, change)
+    window = tuple(args.get("window", (-1, -1)))
+    if window[0] != window[1]:  # flash_attn_func's own: the window's sides swapped, in every sequence
+        swapped = mask(case, {**args, "window": window[::-1]}, seqs)
+        yield Alternative("flash-window-swapped", lambda kw: {**kw, "attn_mask": swapped})
+    if args.get("softcap"):  # the soft-cap taken before the scale
+        scale = case.E ** -0.5 if case.scale is None else float(case.scale)
+        yield Alternative("flash-softcap-scale", flash.modifier_change(mod_cases.CAP, scale))
 
 
 def _placed(case: Case, args: dict, made: dict, alone: set, move, unwritten: bool):
@@ -316,6 +352,8 @@ def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):
     if not isinstance(out, torch.Tensor) or out.dim() != 3:
         return out, lse
     H, T = out.shape[1], out.shape[0]
-    if isinstance(lse, torch.Tensor) and lse.dim() == 3 and lse.shape[0] == len(lq):  # (B, H, max_seqlen_q)
-        lse = torch.cat([lse[b, :, :n] for b, n in enumerate(lq)], dim=-1)
-    return out.transpose(0, 1)[None], flash.flat_lse(lse, 1, H, T)
+    problems = []
+    if isinstance(lse, torch.Tensor) and lse.dim() == 3 and lse.shape[0] == len(lq) != 1:  # (B, H, max_seqlen_q)
+        problems.append(["varlen-lse-padded", f"returned the log-sum-exp as {tuple(lse.shape)}, padded per sequence; "
+                                              f"the API's is packed, ({H}, {T})"])
+    return out.transpose(0, 1)[None], flash.flat_lse(lse, 1, H, T), problems
