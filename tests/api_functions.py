@@ -34,10 +34,15 @@ def _attend(q, k, v, scale, seen=None, bias=None, softcap=0.0, dead_lse=-math.in
 
 
 def _flash_seen(L, S, causal, window, device, top_left=False):
+    return band(L, S, 0 if top_left else S - L, causal, window, device)
+
+
+def band(L, S, offset, causal, window, device):
+    """(L, S) bool: query i at key position i + offset sees key j under causal= and window_size=."""
     left, right = window
     if causal:
         right = 0
-    i = torch.arange(L, device=device)[:, None] + (0 if top_left else S - L)
+    i = torch.arange(L, device=device)[:, None] + offset
     j = torch.arange(S, device=device)[None, :]
     seen = torch.ones(L, S, dtype=torch.bool, device=device)
     if left >= 0:

@@ -12,26 +12,12 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from attnlab.judge import apis, verify
-
-
-def _seen(L, S, offset, causal, window, device):
-    """(L, S) bool: query i at key position i + offset sees key j under causal= and window_size=."""
-    left, right = window
-    if causal:
-        right = 0
-    i = torch.arange(L, device=device)[:, None] + offset
-    j = torch.arange(S, device=device)[None, :]
-    seen = torch.ones(L, S, dtype=torch.bool, device=device)
-    if left >= 0:
-        seen = seen & (j >= i - left)
-    if right >= 0:
-        seen = seen & (j <= i + right)
-    return seen
+from tests.api_functions import band
 
 
 def _softmax_v(q, k, v, scale, seen, softcap):
@@ -80,7 +66,7 @@ def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, drop
         offset = 0 if "top-left" in bug else S - L
         if "causal-packed" in bug:  # query row and key row compared as packed rows
             offset = q0 - k0
-        seen = _seen(L, S, offset, causal, window_size, q.device)
+        seen = band(L, S, offset, causal, window_size, q.device)
         o, l_ = _softmax_v(qs.transpose(0, 1), ks.transpose(0, 1), vs.transpose(0, 1), scale, seen, softcap)
         out[q0:q1] = o.transpose(0, 1)[:out[q0:q1].shape[0]]
         lse[:, q0:q1] = l_[:, :lse[:, q0:q1].shape[1]].to(lse.dtype)
@@ -124,7 +110,7 @@ def paged(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=N
         if "stale-slots" in bug:
             S = -(-S // bs) * bs
         offset = 0 if "top-left" in bug else S - Lq
-        seen = _seen(Lq, kk.shape[1], offset, causal, window_size, q.device)
+        seen = band(Lq, kk.shape[1], offset, causal, window_size, q.device)
         seen &= torch.arange(kk.shape[1], device=q.device)[None, :] < S
         o, l_ = _softmax_v(q[b].transpose(0, 1), kk, vv, scale, seen, softcap)
         outs.append(o.transpose(0, 1))
@@ -228,6 +214,7 @@ class Outcome:
     bugs: tuple  # each bug: the keys any of which names it
     counts: dict
     keys: list  # the diagnoses, most likely first
+    failed: list = field(default_factory=list)  # the names of the failing cases
 
     @property
     def killed(self) -> bool:
@@ -264,7 +251,20 @@ def judge(name: str, fn, api: str, want, dtypes=("float32",), seed: int = 0, onl
     r = verify.verify({name: apis.Adapted(fn, api)}, cases, check_dropout=False, timeout=None, seed=seed,
                       backward=backward)
     counts = {s: sum(row.status == s for row in r.rows) for s in ("pass", "fail", "error", "skipped")}
-    return Outcome(name, bugs_of(want), counts, [d.key for d in r.diagnoses.get(name, [])])
+    return Outcome(name, bugs_of(want), counts, [d.key for d in r.diagnoses.get(name, [])],
+                   [row.case for row in r.rows if row.status in ("fail", "error")])
+
+
+def failures(outcomes) -> list[str]:
+    """What the outcomes miss of the bar: a single bug not named first, two-bug kernels not all named in at least
+    90 % of them, a line naming a bug the kernel does not have, a right kernel failed."""
+    single = [o for o in outcomes if len(o.bugs) == 1]
+    multi = [o for o in outcomes if len(o.bugs) > 1]
+    out = [f"not named first: {o.name}: {o.keys}" for o in single if not o.first]
+    if sum(o.named for o in multi) < 0.9 * len(multi):
+        out += [f"not all named: {o.name}: {o.keys}" for o in multi if not o.named]
+    out += [f"false lines: {o.name}: {o.false}" for o in outcomes if o.false]
+    return out + [f"right kernel failed: {o.name}: {o.keys}" for o in outcomes if not o.bugs and o.killed]
 
 
 def table(outcomes) -> str:

@@ -154,6 +154,8 @@ def hints(case: Case, x, out, exp, limit: float) -> tuple[list[str], object]:
 
     if not isinstance(out, torch.Tensor) or out.shape != exp.ref[0].shape or not math.isfinite(limit):
         return [], None
+    if case.magnitude > 1:  # scores in the hundreds: the softmax picks one key, and readings of the mask that
+        return [], None  # differ in the others agree (what fails there is said by the case's tag: large logits)
     name, args = parse(case.api)
     mod64, _ = exp.fresh(torch.float64, "cpu")
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))

@@ -207,8 +207,6 @@ def alternatives(case: Case, args: dict):
     diagnosis to settle from the other cases)."""
     from attnlab.judge.explain import Alternative
 
-    if case.magnitude > 1:  # scores in the hundreds: the softmax picks one key, readings that differ elsewhere agree
-        return
     at = _Shared(case, args, layout(case, args))
     found: dict[bytes, tuple[set, object]] = {}
     for key, w, r, reshape in _readings(case, args):

@@ -221,8 +221,6 @@ def alternatives(case: Case, args: dict):
     (two bugs at once) moves the placements that one left."""
     from attnlab.judge.explain import Alternative
 
-    if case.magnitude > 1:  # scores in the hundreds: the softmax picks one key, readings that differ elsewhere agree
-        return
     lq, lk = lengths(case, args)
     right, seqs = visible(case, args), placements(case, args)
     made = {right.numpy().tobytes(): seqs}  # each mask made here -> the placements it was made from
