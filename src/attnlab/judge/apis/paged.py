@@ -44,8 +44,9 @@ _NEW = "positions cache_seqlens[b] ... cache_seqlens[b] + seqlen_new - 1 of sequ
 CAUSES = (
     Cause('paged-page-id-off', 'pages are read one off in memory: page block_table[b, p] + 1 (or - 1), the page '
                                'beside the right one; ' + _PAGE),
-    Cause('paged-table-index-off', 'block_table is read one entry off: page p of sequence b is taken from '
-                                   'block_table[b, p + 1] (or p - 1); ' + _PAGE),
+    Cause('paged-table-index-off', "block_table is read one entry off: a key's page is taken from block_table[b, "
+                                   'p + 1] (or p - 1), for every key of page p or for its last slot alone (a page '
+                                   'found as (j + 1) // block_size); ' + _PAGE),
     Cause('paged-table-ignored', 'block_table is ignored: the pages are read in their order in memory, not looked '
                                  'up; ' + _PAGE),
     Cause('paged-seqlens-ignored', "cache_seqlens is ignored: every slot of a sequence's pages is attended, the "
@@ -64,7 +65,8 @@ CAUSES = (
     Cause('paged-new-kv-wrong-slot', 'the new k, v are written one position off in the cache: they belong at '
                                      + _NEW + ', ' + _PAGE),
     Cause('paged-cache-not-written', 'k=, v= are not written into the cache: flash_attn_with_kvcache writes them in '
-                                     'place into k_cache, v_cache at ' + _NEW),
+                                     'place into k_cache, v_cache at ' + _NEW + ' (where the next step reads '
+                                     'them)'),
     Cause('paged-cache-wrong-slots', 'k=, v= are written into other slots of the cache than theirs: they belong at '
                                      + _NEW + ', ' + _PAGE),
     Cause('paged-cache-touched', "slots of k_cache, v_cache other than the new keys' are changed: the call writes "
