@@ -174,10 +174,16 @@ def telling(groups):
     and the diagnosis settles the tie from the function's other cases), but a cause with another on top ("a+b")
     is not where a single cause gives the same (a bug, and one that changes nothing on this case)."""
     for keys, what in groups:
-        single = [k for k in keys if "+" not in k]
-        least = [k for k in keys if all(set(k.split("+")) <= set(o.split("+")) for o in keys)]
+        single = sorted(k for k in keys if "+" not in k)
+        least = sorted(k for k in keys if all(set(k.split("+")) <= set(o.split("+")) for o in keys))
         for k in single or least[:1]:
             yield k, what
+
+
+def tied(groups) -> set:
+    """The answers (keys of ``groups``, as :func:`telling` reads them) that several causes give alike: a change made
+    on top of one of them would name one of those causes at random, so none is."""
+    return {sig for sig, (keys, _) in groups.items() if len([k for k in keys if "+" not in k]) > 1}
 
 
 VARIANT = "#"  # "key#2": the second way a cause can read (its edges, its alignment), told apart while explaining

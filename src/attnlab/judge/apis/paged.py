@@ -32,7 +32,7 @@ import math
 import torch
 
 from attnlab.judge import mod_cases
-from attnlab.judge.apis import flash, pages, telling, words
+from attnlab.judge.apis import flash, pages, telling, tied, words
 from attnlab.judge.cases import DTYPES, LARGE, Case
 from attnlab.judge.causes import Cause
 from attnlab.judge.facts import problem
@@ -212,11 +212,12 @@ def alternatives(case: Case, args: dict):
     at = _Shared(case, args, layout(case, args))
     found: dict[bytes, tuple[set, object]] = {}
     for key, w, r, reshape in _readings(case, args):
-        lens, offsets = at.start if reshape is None else reshape(*at.start)
+        lens, offsets = at.start[:2] if reshape is None else reshape(*at.start[:2])
         sig = at.signature(w, r, visible(case, args, lens, offsets))
         at.alone.add(sig)
         if sig != at.right:
-            found.setdefault(sig, (set(), at.change(w, r, reshape)))[0].add(key)
+            found.setdefault(sig, (set(), at.change(w, r, reshape, sig)))[0].add(key)
+    at.ties |= tied(found)
     for key, change in telling(found.values()):
         yield Alternative(key, change)
     window = tuple(args.get("window", (-1, -1)))
@@ -229,28 +230,31 @@ def alternatives(case: Case, args: dict):
 
 
 class _Shared:
-    """What the changes of one case share: the masks made (-> their lengths and offsets), the answers single
-    changes give, one memory per key tensor, the tensors the readings gathered."""
+    """What the changes of one case share: the masks made (-> their lengths, offsets and the answer of the change
+    that made them), the answers single changes give and those several give alike, one memory per key tensor, the
+    tensors the readings gathered (with the answer of the reading)."""
 
     def __init__(self, case: Case, args: dict, lay: pages.Layout):
         self.case, self.args, self.lay = case, args, lay
         self.codes = pages.codes(lay)
         self.into = pages.appended(lay, self.codes)
         lens = totals(case, args)
-        self.start = (lens, tuple(t - case.L for t in lens))  # the right lengths, aligned bottom-right
+        self.start = (lens, tuple(t - case.L for t in lens), None)  # the right lengths, aligned bottom-right
         self.made = {visible(case, args).numpy().tobytes(): self.start}
         self.right = self.signature(None, None, visible(case, args))
         self.alone: set[bytes] = set()
+        self.ties: set[bytes] = set()
         self.memories: dict = {}
         self.gathered: list = []
 
     def signature(self, into, read, m) -> bytes:
         return pages.signature(self.lay, self.into if read is None else into, self.codes if read is None else read, m)
 
-    def change(self, into, read, reshape):
-        """The change of the oracle's arguments this reading makes: on top of another change, to the lengths and
-        offsets that one made (never to an answer a single change gives, which that change names; never a reading
-        of keys another reading gathered)."""
+    def change(self, into, read, reshape, mine: bytes):
+        """The change of the oracle's arguments this reading makes (``mine``: its answer alone): on top of another
+        change, to the lengths and offsets that one made -- never to an answer a single change gives, which that
+        change names; never a reading of keys another reading gathered; never with a change whose answer several
+        causes give, as which of them the pair named would be chance."""
         case, lay = self.case, self.lay
         heads, dt = case.Hkv or case.H, DTYPES[case.dtype]
 
@@ -258,21 +262,24 @@ class _Shared:
             if id(keys) not in self.memories:  # (the tensor kept beside its memory, so that its id stays its own)
                 self.memories[id(keys)] = (keys, pages.memory(lay, keys, which, heads, dt, _scale(case, which)))
             mem = pages.write(lay, self.memories[id(keys)][1], into, pages.new_keys(lay, keys))
-            self.gathered.append(pages.gather(mem, read))
-            return self.gathered[-1]
+            self.gathered.append((pages.gather(mem, read), mine))
+            return self.gathered[-1][0]
 
         def change(kw):
             state = self.made.get(kw["attn_mask"].numpy().tobytes()) if kw["attn_mask"] is not None else None
             if state is None:
                 raise ValueError("a mask not made from this case's lengths")
-            lens, offsets = state if reshape is None else reshape(*state)
+            under = next((sig for t, sig in self.gathered if kw["key"] is t), None)  # keys a reading gathered
+            if (state is not self.start or under is not None) and ({mine, state[2], under} & self.ties):
+                raise ValueError("a change on top of one of two readings")
+            lens, offsets = state[:2] if reshape is None else reshape(*state[:2])
             m = visible(case, self.args, lens, offsets)
             if read is None and state is not self.start and self.signature(None, None, m) in self.alone:
                 raise ValueError("two changes that give what one gives")
-            self.made.setdefault(m.numpy().tobytes(), (lens, offsets))
+            self.made.setdefault(m.numpy().tobytes(), (lens, offsets, mine))
             out = {**kw, "attn_mask": m}
             if read is not None:
-                if any(kw["key"] is t for t in self.gathered):
+                if under is not None:
                     raise ValueError("a reading of keys another reading gathered")
                 out["key"], out["value"] = seen(kw["key"], "k"), seen(kw["value"], "v")
             return out

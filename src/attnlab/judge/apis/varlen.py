@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 
 from attnlab.judge import mod_cases
-from attnlab.judge.apis import flash, telling, words
+from attnlab.judge.apis import flash, telling, tied, words
 from attnlab.judge.cases import LARGE, Case
 from attnlab.judge.causes import Cause
 
@@ -225,6 +225,7 @@ def alternatives(case: Case, args: dict):
     right, seqs = visible(case, args), placements(case, args)
     made = {right.numpy().tobytes(): seqs}  # each mask made here -> the placements it was made from
     alone: set[bytes] = set()  # the masks single changes make: a change on top of another that makes one says nothing
+    ties: set[bytes] = set()  # the masks several causes make alike: no change is made on top of one, nor by one
     every = flash.keys_seen(sum(lq), sum(lk), bool(args.get("causal")), tuple(args.get("window", (-1, -1))))
     found: dict[bytes, tuple[set, object]] = {}
 
@@ -237,11 +238,12 @@ def alternatives(case: Case, args: dict):
     add("varlen-packing-ignored", torch.ones_like(right) if every is None else every,
         lambda kw: {**kw, "attn_mask": every})
     for key, move, unwritten in _readings(case, args):
-        change = _placed(case, args, made, alone, move, unwritten)
+        change = _placed(case, args, made, (alone, ties), move, unwritten)
         add(key, change({"attn_mask": right})["attn_mask"], change)
     for d in (-1, 1):  # the rows only read one off
         rows = _read_shifted(case, args, d)
         add("varlen-queries-shifted", right, lambda kw, r=rows: {**kw, "query": kw["query"][..., r, :]}, rows)
+    ties |= {sig[:right.numel()] for sig in tied(found)}
     for key, change in telling(found.values()):
         yield Alternative(key, change)
     window = tuple(args.get("window", (-1, -1)))
@@ -253,23 +255,29 @@ def alternatives(case: Case, args: dict):
         yield Alternative("flash-softcap-scale", flash.modifier_change(mod_cases.CAP, scale))
 
 
-def _placed(case: Case, args: dict, made: dict, alone: set, move, unwritten: bool):
+def _placed(case: Case, args: dict, made: dict, singles: tuple[set, set], move, unwritten: bool):
     """The change of the oracle's arguments that moves the placements of the mask it is given (on top of another
-    change: the placements that one made; never to a mask a single change makes, which that change names)."""
-    right = made[next(iter(made))]
+    change: the placements that one made; never to a mask a single change makes, which that change names, and
+    never with a change whose answer several causes give: which of them the pair named would be chance)."""
+    right, (alone, ties) = made[next(iter(made))], singles
+    mine = []  # this change's own answer, on the right placements
 
     def change(kw):
         base = kw["attn_mask"]
         seqs = made.get(base.numpy().tobytes()) if isinstance(base, torch.Tensor) else None
         if seqs is None:
             raise ValueError("a mask not made from this case's placements")
+        if seqs is not right and (base.numpy().tobytes() in ties or (mine and mine[0] in ties)):
+            raise ValueError("a change on top of one of two readings")
         moved = move(seqs)
         if unwritten:
             base = base.clone()
             base[[r for r in range(base.shape[0]) if not any(s.q0 <= r < s.q0 + s.L for s in moved)]] = False
         m = mask(case, args, moved, base)
         sig = m.numpy().tobytes()
-        if seqs is not right and sig in alone:
+        if seqs is right and not mine:
+            mine.append(sig)
+        elif seqs is not right and sig in alone:
             raise ValueError("two changes that give what one gives")
         made.setdefault(sig, moved)
         return {**kw, "attn_mask": m}
