@@ -34,10 +34,15 @@ def _attend(q, k, v, scale, seen=None, bias=None, softcap=0.0, dead_lse=-math.in
 
 
 def _flash_seen(L, S, causal, window, device, top_left=False):
+    return band(L, S, 0 if top_left else S - L, causal, window, device)
+
+
+def band(L, S, offset, causal, window, device):
+    """(L, S) bool: query i at key position i + offset sees key j under causal= and window_size=."""
     left, right = window
     if causal:
         right = 0
-    i = torch.arange(L, device=device)[:, None] + (0 if top_left else S - L)
+    i = torch.arange(L, device=device)[:, None] + offset
     j = torch.arange(S, device=device)[None, :]
     seen = torch.ones(L, S, dtype=torch.bool, device=device)
     if left >= 0:
@@ -105,16 +110,37 @@ def varlen_shifted(*args, **kw):
     return flash_attn_varlen_func(*args, **kw, _shift=1)
 
 
-def paged_decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, softmax_scale=None, softcap=0.0,
-                 return_softmax_lse=False, _pages=True):
-    B, _, H, D = q.shape
+def paged_decode(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None, softmax_scale=None,
+                 causal=False, window_size=(-1, -1), softcap=0.0, return_softmax_lse=False, _pages=True):
+    """flash_attn_with_kvcache over a paged cache: k, v (B, seqlen_new, Hkv, D) written into the cache at positions
+    cache_seqlens[b] ... first, then each sequence's Lq queries attend its cache_seqlens[b] + seqlen_new keys,
+    causal and the window aligned bottom-right."""
+    B, Lq, H, D = q.shape
+    bs = k_cache.shape[1]
     table = block_table.long() if _pages else torch.arange(block_table.numel()).view(block_table.shape)
-    k = k_cache[table].flatten(1, 2).transpose(1, 2)  # (B, Hkv, max_blocks * bs, D)
-    v = v_cache[table].flatten(1, 2).transpose(1, 2)
-    seen = (torch.arange(k.shape[2], device=q.device)[None] < cache_seqlens.long()[:, None])[:, None, None, :]
+    lens = cache_seqlens.long()
+    if k is not None:
+        for b in range(B):
+            for t in range(k.shape[1]):
+                j = int(lens[b]) + t
+                k_cache[table[b, j // bs], j % bs] = k[b, t]
+                v_cache[table[b, j // bs], j % bs] = v[b, t]
+        lens = lens + k.shape[1]
+    kk = k_cache[table].flatten(1, 2).transpose(1, 2)  # (B, Hkv, max_blocks * bs, D)
+    vv = v_cache[table].flatten(1, 2).transpose(1, 2)
+    j = torch.arange(kk.shape[2], device=q.device)[None, None, :]
+    pos = torch.arange(Lq, device=q.device)[None, :, None] + (lens - Lq)[:, None, None]  # (B, Lq, 1)
+    seen = j < lens[:, None, None]
+    left, right = window_size
+    if causal:
+        right = 0
+    if left >= 0:
+        seen = seen & (j >= pos - left)
+    if right >= 0:
+        seen = seen & (j <= pos + right)
     scale = D ** -0.5 if softmax_scale is None else softmax_scale
-    out, lse = _attend(q.transpose(1, 2), k, v, scale, seen, softcap=softcap)
-    out = out.transpose(1, 2)  # (B, 1, H, D)
+    out, lse = _attend(q.transpose(1, 2), kk, vv, scale, seen[:, None], softcap=softcap)
+    out = out.transpose(1, 2)  # (B, Lq, H, D)
     return (out, lse) if return_softmax_lse else out
 
 

@@ -28,9 +28,10 @@ def add_parser(sub):
                    help="the API your function is written to: sdpa (F.scaled_dot_product_attention's), flash-attn "
                         "(flash_attn_func: (B, S, H, D), softmax_scale, causal lower-right, window_size, softcap, "
                         "alibi_slopes, the log-sum-exp), flash-attn-varlen (packed sequences, cu_seqlens), flex "
-                        "(flex_attention: score_mod, block_mask, return_lse) or paged-decode (a paged KV cache, "
-                        "block_table, cache_seqlens); each case is put in the API's own layout and arguments, and "
-                        "the log-sum-exp is judged where the API returns one (default: sdpa)")
+                        "(flex_attention: score_mod, block_mask, return_lse) or paged-decode "
+                        "(flash_attn_with_kvcache over a paged KV cache: block_table, cache_seqlens, k, v appended "
+                        "in place); each case is put in the API's own layout and arguments, and the log-sum-exp is "
+                        "judged where the API returns one (default: sdpa)")
     p.add_argument("--dtypes", "--dtype", dest="dtype", default=None, metavar="DTYPE[,DTYPE...]",
                    help="dtypes to check, comma-separated, from float32, float64, bfloat16, float16 (default: "
                         "float32,float64,bfloat16 on the CPU; float16,bfloat16 on a GPU, where flash kernels refuse "

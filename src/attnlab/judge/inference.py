@@ -63,14 +63,15 @@ class Watched:
     that the judge can tell which of them it changed in place: for an API's function, whose arguments (packed
     sequences, a page cache, a block table) the judge builds itself."""
 
-    def __init__(self, fn):
-        self.fn = fn
+    def __init__(self, fn, writes: tuple[int, ...] = ()):
+        self.fn, self.writes = fn, writes  # writes: the positions of arguments the API writes in place itself
         self.snapshot: Snapshot | None = None
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
 
     def __call__(self, *args, **kwargs):
-        self.snapshot = Snapshot(_named(self.fn, args, kwargs))
+        self.snapshot = Snapshot(_named(self.fn, [None if i in self.writes else a for i, a in enumerate(args)],
+                                        kwargs))
         return self.fn(*args, **kwargs)
 
     def changed(self) -> list[str]:

@@ -193,7 +193,7 @@ def _forward(f, case: Case, seed: int, q, k, v, m, p: float, fresh, layout: bool
     if p > 0:
         torch.manual_seed(seed)
     if isinstance(f, apis.Adapted):
-        watched = Watched(f.fn)
+        watched = Watched(f.fn, apis.writes(f.api))
         out = apis.Adapted(watched, f.api).call_case(qq, kk, vv, case, p, mod)[0]
         return out, watched.changed()
     snap = Snapshot(list(zip(INPUT_NAMES, [qq, kk, vv] + ([mm] if tensor else []), strict=False)))
@@ -209,13 +209,13 @@ def _with_grad(f, case: Case, seed: int, q, k, v, m, grad_out, p: float, fresh, 
     snap = Snapshot(list(zip(INPUT_NAMES, given, strict=False)))
     if p > 0:  # the dropout a function draws follows torch.manual_seed
         torch.manual_seed(seed)
-    watched = None
+    watched, own = None, []  # own: what an API's own checks find (a KV cache written in the wrong slots)
     if isinstance(f, apis.Adapted):  # another API: (out, its log-sum-exp), and gradients where it has a backward
-        watched = Watched(f.fn)  # every argument the API's call gives it, checked for changes in place
-        out, lse_ = apis.Adapted(watched, f.api).call_case(qq, kk, vv, case, p, mod)
+        watched = Watched(f.fn, apis.writes(f.api))  # every argument its call gives it, checked for changes in place
+        out, lse_, own = apis.Adapted(watched, f.api).call_case(qq, kk, vv, case, p, mod)
     else:
         out, lse_ = call(f, qq, kk, vv, mm, case, p, mod), None
-    problems = _contract(out, q, snap, watched)
+    problems = _contract(out, q, snap, watched) + own
     if not isinstance(out, torch.Tensor):
         return None, problems
     extra = (lse_,) if isinstance(f, apis.Adapted) else ()

@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from attnlab.judge.cases import Case, default_cases, make_inputs
 from attnlab.judge.causes import Cause
+from attnlab.judge.explain import TIE
 
 NAMES = ("sdpa", "flash-attn", "flash-attn-varlen", "flex", "paged-decode")
 _MODULES = {"flash-attn": "flash", "flash-attn-varlen": "varlen", "flex": "flex", "paged-decode": "paged"}
@@ -29,7 +30,7 @@ UNEXPRESSED = "unexpressed"  # the word an API case carries when the API cannot 
 
 CAUSES = (  # what every API's hints can say (each module adds its own)
     Cause('api-mask-ignored', "the API's mask is ignored: the output matches attention with no mask (causal=, "
-                              "window_size=, block_mask=, the sequences' packing or the page table left out)"),
+                              "window_size=, block_mask=, the sequences' packing or cache_seqlens left out)"),
 )
 
 
@@ -153,16 +154,55 @@ def hints(case: Case, x, out, exp, limit: float) -> tuple[list[str], object]:
 
     if not isinstance(out, torch.Tensor) or out.shape != exp.ref[0].shape or not math.isfinite(limit):
         return [], None
+    if case.magnitude > 1:  # scores in the hundreds: the softmax picks one key, and readings of the mask that
+        return [], None  # differ in the others agree (what fails there is said by the case's tag: large logits)
     name, args = parse(case.api)
     mod64, _ = exp.fresh(torch.float64, "cpu")
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
     base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal, scale=case.scale,
                 enable_gqa=case.gqa, score_mod=mod64)
     own = getattr(module(name), "alternatives", None)
-    alts = [*_common(case), *(own(case, args) if own is not None else ())]
+    alts = _numbered([*_common(case), *(own(case, args) if own is not None else ())])
     ex = explain.explain(out, exp.ref[0], limit, base, alts, hypotheses.mean_of_v(exp), hypotheses.dead_rows(exp),
                          slack=precision.noise(x.q.dtype, exp.fwd, exp.ref[0]))
-    return ex.keys, ex.corrected
+    return list(dict.fromkeys(_unnumbered(k) for k in ex.keys)), ex.corrected
+
+
+def telling(groups):
+    """(key, what) for each wrong answer an API's alternatives give -- ``groups`` maps an answer to (the set of keys
+    that give it, what to compute it with). Where several causes give it alike, each is yielded (explain ties them
+    and the diagnosis settles the tie from the function's other cases), but a cause with another on top ("a+b")
+    is not where a single cause gives the same (a bug, and one that changes nothing on this case)."""
+    for keys, what in groups:
+        single = sorted(k for k in keys if "+" not in k)
+        least = sorted(k for k in keys if all(set(k.split("+")) <= set(o.split("+")) for o in keys))
+        for k in single or least[:1]:
+            yield k, what
+
+
+def tied(groups) -> set:
+    """The answers (keys of ``groups``, as :func:`telling` reads them) that several causes give alike: a change made
+    on top of one of them would name one of those causes at random, so none is."""
+    return {sig for sig, (keys, _) in groups.items() if len([k for k in keys if "+" not in k]) > 1}
+
+
+VARIANT = "#"  # "key#2": the second way a cause can read (its edges, its alignment), told apart while explaining
+
+
+def _unnumbered(hint: str) -> str:
+    """A hint without its variants' numbers ("a#2|b" -> "a|b"; "a|a#2" -> "a")."""
+    return TIE.join(dict.fromkeys(k.split(VARIANT)[0] for k in hint.split(TIE)))
+
+
+def _numbered(alts: list) -> list:
+    """The alternatives with each key once: a cause's further variants numbered (explain tells its candidates
+    apart by key), the number dropped again from what explain finds."""
+    seen: dict[str, int] = {}
+    out = []
+    for a in alts:
+        n = seen[a.key] = seen.get(a.key, 0) + 1
+        out.append(a if n == 1 else replace(a, key=f"{a.key}{VARIANT}{n}"))
+    return out
 
 
 def _common(case: Case):
@@ -180,10 +220,16 @@ def _common(case: Case):
         yield A("mod-after-mask", hypotheses.modified_after_mask)
 
 
+def writes(api: str) -> tuple[int, ...]:
+    """The positions of the arguments an API's call writes in place by design (paged-decode's k_cache, v_cache),
+    which its module checks itself; every other tensor it is given must come back unchanged."""
+    return getattr(module(api), "WRITES", ())
+
+
 class Adapted:
     """A function written to an API, called by the judge as it calls SDPA's: :meth:`call_case` builds the API's
     arguments for the case from the (N, H, L, E) tensors and returns (out in the oracle's layout, the log-sum-exp
-    (N, H, L) or None)."""
+    (N, H, L) or None, the problems the API's own checks found)."""
 
     def __init__(self, fn, api: str):
         if api not in _MODULES:
@@ -196,7 +242,10 @@ class Adapted:
         return f"Adapted({self.__qualname__}, {self.api!r})"
 
     def call_case(self, q, k, v, case: Case, dropout_p: float = 0.0, score_mod=None):
+        """(out, lse, problems): ``problems`` ([key, sentence] each) what the API's own checks found wrong beyond the
+        output -- a KV cache written in the wrong slots, an argument changed in place."""
         name, args = parse(case.api or self.api)
         if name != self.api:
             raise ValueError(f"a {name} case given to a {self.api} function")
-        return module(name).call(self.fn, q, k, v, case, args, dropout_p, score_mod)
+        out, lse, *problems = module(name).call(self.fn, q, k, v, case, args, dropout_p, score_mod)
+        return out, lse, (problems[0] if problems else [])

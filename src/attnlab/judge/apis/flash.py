@@ -68,6 +68,14 @@ def keys_seen(L: int, S: int, causal: bool = False, window=(-1, -1)) -> torch.Te
     return seen
 
 
+def keys_seen_at(L: int, S: int, offset: int, causal: bool = False, window=(-1, -1)) -> torch.Tensor | None:
+    """:func:`keys_seen` with query i at key position ``i + offset`` (FlashAttention's is ``S - L``): how a kernel
+    that places its queries elsewhere masks, and how varlen and paged sequences place theirs."""
+    n = max(L, S - offset, 0)
+    seen = keys_seen(n, n + offset, causal, window)
+    return None if seen is None else seen[:L, :S]
+
+
 def slopes(case: Case, args: dict) -> torch.Tensor | None:
     """The ALiBi slopes a case passes, float32: the paper's geometric ones (H,), or per batch element (B, H)."""
     if args.get("alibi"):
@@ -153,6 +161,12 @@ def _edges(window):
 
 def _with_mod(fn):
     return lambda kw: {**kw, "score_mod": fn}
+
+
+def modifier_change(cap: float, scale: float):
+    """The change of the oracle's arguments that takes the soft-cap before the softmax scale, for the APIs that
+    take ``softcap=`` without ALiBi (varlen's and paged decode's cases)."""
+    return _with_mod(_modifier(cap, None, 0, cap_unscaled=scale))
 
 
 def express(c: Case) -> Case | str:

@@ -1,0 +1,42 @@
+"""The varlen and paged-decode diagnoses on kernels with known bugs (tests/kv_bugs.py): each single bug named by
+the first line, every bug of a two-bug kernel among the lines, no line naming a bug the kernel does not have, the
+right kernels passed. The quick lane runs each kernel on a few cases of its API that show every bug; the long lane
+on every case, at seeds 0-4."""
+
+import pytest
+
+from tests import kv_bugs as K
+
+SOME = {  # a few cases per API that show every bug of the corpus (names contain one of these)
+    "flash-attn-varlen": ("12 sequences of mixed lengths, causal", "chunked prefill", "queries and no keys",
+                          "window (-1, 2)", "three queries a sequence"),
+    "paged-decode": ("3 sequences of 1, 37, 64", "8 sequences", "4 queries, causal", "append 4, causal",
+                     "append 3, not causal", "append 2, pages of 1"),
+}
+
+
+@pytest.mark.slow  # a few cases per kernel, the failing ones explained: seconds each
+@pytest.mark.parametrize("name", [*K.MUTANTS, *K.CORRECT])
+def test_each_bug_is_named_and_no_other(name):
+    api = K.MUTANTS[name][1] if name in K.MUTANTS else K.CORRECT[name][1]
+    want = K.MUTANTS[name][3] if name in K.MUTANTS else ()
+    o = K.judge(name, K.function(name), api, want, only=SOME[api])
+    print(K.table([o]))
+    if not want:
+        assert not o.killed and o.counts["pass"] == sum(o.counts.values()), o
+        return
+    assert o.killed and o.first and o.named and not o.false, o
+
+
+@pytest.mark.long
+@pytest.mark.slow  # every kernel on every case of its API, five seeds (minutes)
+def test_the_corpus_on_every_case_at_five_seeds():
+    rows = []
+    for seed in range(5):
+        for name in [*K.MUTANTS, *K.CORRECT]:
+            api = K.MUTANTS[name][1] if name in K.MUTANTS else K.CORRECT[name][1]
+            want = K.MUTANTS[name][3] if name in K.MUTANTS else ()
+            o = K.judge(f"{name} [seed {seed}]", K.function(name), api, want, seed=seed)
+            rows.append(o)
+    print(K.table(rows))
+    assert not K.failures(rows), K.failures(rows)
