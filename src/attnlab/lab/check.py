@@ -8,8 +8,10 @@ past its time, a FAIL) row, what could not be measured says why, and the result 
 
 from __future__ import annotations
 
+import re
 import time
 
+from attnlab.judge.diagnose import Diagnosis
 from attnlab.results.host import load_average, machine, versions
 
 from . import grade, judged, levels, measure
@@ -21,14 +23,23 @@ FORMS = {"lab": "the lab's form, (q, k, v), always causal",
          "level": "the level's own form"}
 
 
-def level_diagnoses(target, level, seed: int, verify_found) -> list:
+def starter_line(level) -> Diagnosis:
+    """What an untouched starter is told: that it is one, with its TODOs left, and nothing else."""
+    n = len(set(re.findall(r"TODO (\d+)", level.starter_text()))) or level.starter_text().count("TODO")
+    return Diagnosis("starter", slips.TEXT["starter"].format(n=n))
+
+
+def level_diagnoses(probes, level, seed: int, verify_found, more=(), fill=None) -> list:
     """The level's slips the learner's outputs are (:mod:`.levels.slips`), first, then verify's other diagnoses --
     but not its "no single pattern" line where a slip is named. The slip is read from the function's own outputs on
-    the level's probes, not from the failing rows, so this is a choice: a learner read that line, beside the named
-    slip, as noise about the same failures; every failing row is still in the table above the causes."""
+    the level's probes (``probes``: :func:`slips.answers`' reply), not from the failing rows, so this is a choice: a
+    learner read that line, beside the named slip, as noise about the same failures; every failing row is still in
+    the table above the causes. ``more``: lines the level's own rows name (level 4's work), after the slips."""
     mod = level.module()
-    keys = slips.named(slips.outputs(target, seed), mod.slip_list())
-    mine = slips.diagnoses(keys, getattr(mod, "TEXT", slips.TEXT))
+    keys = slips.named(probes, mod.PROBES, seed, mod.slip_list(), getattr(mod, "NAN", None))
+    keys += [k for k in more if not (keys and k == "lse-wrong")]  # (a named slip says what is wrong with the lse)
+    text = getattr(mod, "TEXT", slips.TEXT)
+    mine = [Diagnosis(k, text[k].format(**(fill or {}))) for k in dict.fromkeys(keys)]
     return mine + [d for d in verify_found if d.key not in set(keys) and not (mine and d.key == "unclear")]
 
 
@@ -44,17 +55,27 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
                                     budget_s=budget_s)
     t0 = time.perf_counter()
     say = on_stage or (lambda text: None)
-    name = learner.name
-    say(f"found {name} in {learner.path}: {FORMS[learner.form]}, level {level.number} ({level.title})" + (
+    name, mod = learner.name, level.module()
+    form = getattr(mod, "FORM", FORMS[learner.form])
+    runs = learner.fn.info.get("runs")
+    say(f"found {name} in {learner.path}: {form}, level {level.number} ({level.title})" + (
+        f"; it runs {runs}" if runs else "") + (
         "; it is the starter's code as it came, unchanged: what it scores is not yours" if learner.given else ""))
-    per_pair = judged.rate(learner, min(judged.RATE_SECONDS, budget_s))  # (one that ends or hangs here is started
-    # again: the cases say how)
+    own_cases = hasattr(mod, "cases")
+    per_pair = None if own_cases else judged.rate(learner, min(judged.RATE_SECONDS, budget_s))  # (one that ends
+    # or hangs here is started again: the cases say how)
     fn = learner.fn
     result, shrunk, note = grade.grade(fn, name, learner.form, per_pair, quick=quick, seed=seed, progress=progress,
-                                       timeout=min(grade.CASE_TIMEOUT, budget_s))
+                                       timeout=min(grade.CASE_TIMEOUT, budget_s), level=mod)
+    more, fill = [], {}
+    if hasattr(mod, "extra_rows") and fn.lost is None:
+        rows, more, fill = _extra(learner, level, seed, budget_s)
+        result.rows += rows
     found = result.diagnoses.get(name, [])  # verify's diagnoses of the failures, most likely first
-    if not result.passed and fn.lost is None:
-        found = level_diagnoses(fn, level, seed, found)
+    if learner.given:
+        found = [starter_line(level)]
+    elif not result.passed and fn.lost is None:
+        found = level_diagnoses(_probes(learner, seed, budget_s), level, seed, found, more, fill)
     hung = next((r for r in result.rows if r.facts.kind == "timeout"), None)
     ended = fn.lost  # while it was graded (a measurement stopped for its time says so in its note instead)
     load, err, timings, fits = None, float("inf"), [], {"time": None, "memory": None}
@@ -64,12 +85,13 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
         how = f"not measured: {fn.lost} while it was graded"
     else:
         err = grade.match(fn, seed)
-        seqs = level.module().SEQS
-        say("measuring its time and peak memory at T = " + ", ".join(map(str, seqs))
-            + f" (at most {budget_s:g} s a length; --max-seconds changes it)")
+        seqs = mod.SEQS
+        say(("measuring its time and peak memory at T = " + ", ".join(map(str, seqs))
+             + f" (at most {budget_s:g} s a length; --max-seconds changes it)") if seqs else mod.MEASURES)
         load = load_average()  # others' work while it is timed: noise in the times (not in the memory)
         try:
-            timings, fits, how = judged.measure(learner, seqs, budget_s, seed=seed)
+            timings, fits, how = (judged.measure(learner, seqs, budget_s, seed=seed) if seqs else
+                                  mod.measured(learner, budget_s, seed))
         except judged.remote.Raised as e:
             how = f"not measured: measuring it raised {e.text}"
         except judged.remote.Lost:
@@ -79,5 +101,31 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
                   result.passed and ended is None, timings, exps, how, time.perf_counter() - t0,
                   {**machine(), "load_average": load}, versions(), shrunk=shrunk, given=learner.given, ended=ended,
                   functions=list(learner.functions), level=level.name, fits=fits)
-    r.measured_ok, r.measured_note = level.module().measured_ok(r)
+    r.measured_ok, r.measured_note = mod.measured_ok(r)
     return r
+
+
+def _ask(learner, level, budget_s: float):
+    """A request of the level's own to the learner's process (the probes, level 4's lse and work)."""
+    return lambda header: learner.fn.ask("level", seconds=budget_s + judged.MARGIN_S, level=level.name, **header)
+
+
+def _probes(learner, seed: int, budget_s: float) -> list:
+    """The learner's outputs on the level's probes; no outputs where it raised, ended or hung there."""
+    mod = levels.find(learner.level).module()
+    try:
+        return _ask(learner, levels.find(learner.level), budget_s)({"what": "probes", "seed": seed})["probes"]
+    except (judged.remote.Raised, judged.remote.Lost):
+        return [None] * len(mod.PROBES)
+
+
+def _extra(learner, level, seed: int, budget_s: float) -> tuple[list, list, dict]:
+    """The level's own rows (level 4: the lse cases and the work), the lines they name, the numbers those lines say.
+    A request that raises or ends the process is an error row that says so."""
+    from attnlab.judge.judge import Row
+
+    try:
+        return level.module().extra_rows(_ask(learner, level, budget_s), learner.name, seed)
+    except (judged.remote.Raised, judged.remote.Lost) as e:
+        return [Row(learner.name, "the level's own cases", "float32", "error",
+                    detail=judged.remote.described(e))], [], {}

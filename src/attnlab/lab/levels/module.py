@@ -5,8 +5,10 @@ parameters are named ``qkv`` and ``proj`` as the starter's are) and is graded on
 and every parameter's gradient against the library's module in float64 under verify's rule (the
 library's module in float32 sets the limit). Then it is trained: a tiny GPT with the learner's module
 in its block, beside the same GPT with the library's, from the same weights on the same tokens, and
-the two loss curves compared step by step. Slips named from the output: the heads split along the
-wrong axis, the output projection skipped, the causal mask applied after the softmax.
+the two loss curves compared step by step. Each quantity is held to verify's rule, its rounding floor
+the attention's own (:func:`attnlab.judge.rule.rounding_floor`) carried through the two linear layers
+(:func:`budget`). Slips named from the output: the heads split or merged along the wrong axis, the
+output projection skipped, q, k, v taken from the wrong thirds, the scale, the mask.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import math
 
 import torch
 from torch import nn
+
+from attnlab.judge import oracle, rule
 
 from . import own
 
@@ -109,6 +113,13 @@ def run(cls, header: dict) -> dict:
     return {"cases": cases}
 
 
+def _heads(t, B, T, H, d, slip):
+    """(B, T, C) -> (B, H, T, d): a view as (B, T, H, d), then the head axis moved forward."""
+    if slip == "heads-split":
+        return t.reshape(B, H, T, d)  # a plain view: tokens and heads mixed
+    return t.view(B, T, H, d).transpose(1, 2)
+
+
 def forward64(lib, x, slip=None):
     """The library module's computation in float64 with its weights, each step switchable: the slips' answers."""
     lib = lib.double()
@@ -116,18 +127,49 @@ def forward64(lib, x, slip=None):
     B, T, C = x.shape
     H, d = lib.n_head, lib.head_dim
     q, k, v = lib.qkv(x).split(C, dim=-1)
-    if slip == "heads-split":
-        q, k, v = (t.reshape(B, H, T, d) for t in (q, k, v))
-    else:
-        q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in (q, k, v))
-    s = q @ k.transpose(-2, -1) / math.sqrt(d)
-    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    q, k, v = {"qkv-order": (k, q, v), "qkv-order-v": (q, v, k), "qkv-order-q": (v, k, q)}.get(slip, (q, k, v))
+    q, k, v = (_heads(t, B, T, H, d, slip) for t in (q, k, v))
+    sc = {"unscaled": 1.0, "scale-C": 1 / math.sqrt(C), "scale-1/d": 1 / d}.get(slip, 1 / math.sqrt(d))
+    s = q @ k.transpose(-2, -1) * sc
+    future = torch.ones(T, T, dtype=torch.bool).triu({"diagonal": 0, "peeks-ahead": 2}.get(slip, 1))
     if slip == "mask-after-softmax":
         w = torch.softmax(s, dim=-1).masked_fill(future, 0.0)
+    elif slip == "causal-ignored":
+        w = torch.softmax(s, dim=-1)
     else:
-        w = torch.softmax(s.masked_fill(future, -math.inf), dim=-1)
-    y = (w @ v).transpose(1, 2).reshape(B, T, C)
+        w = torch.softmax(s.masked_fill(future, 0.0 if slip == "mask-zero" else -math.inf),
+                          dim=-2 if slip == "softmax-dim" else -1)
+    y = w @ v  # (B, H, T, d)
+    y = y.reshape(B, T, C) if slip == "merge-view" else y.transpose(1, 2).reshape(B, T, C)
     return y if slip == "no-proj" else lib.proj(y)
+
+
+def budget(lib, x, gout) -> dict[str, float]:
+    """The float32 rounding the rule allows each judged quantity of the module: the attention's own floor
+    (:func:`attnlab.judge.rule.rounding_floor`, on the module's q, k, v and the gradient that reaches them), carried
+    through the two linear layers to first order, each sum of n products allowed u·√n·Σ|products| as the rule allows
+    its own. The projection to q, k, v is ``self.qkv`` in the learner's module and the library's alike (the starter
+    keeps it), so its rounding is in PyTorch's own error, which the rule allows twice."""
+    u = torch.finfo(torch.float32).eps
+    lib, x, gout = lib.double(), x.double(), gout.double()
+    B, T, C = x.shape
+    H, d, n = lib.n_head, lib.head_dim, B * T
+    Wo = lib.proj.weight.detach()  # (C, C)
+    with torch.no_grad():
+        q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in lib.qkv(x).split(C, dim=-1))
+        dy = (gout @ Wo).view(B, T, H, d).transpose(1, 2)  # the gradient that reaches the attention's output
+        fl = rule.rounding_floor(q, k, v, is_causal=True, grad_out=dy, dtype=torch.float32)
+        y = oracle.reference(q, k, v, is_causal=True).transpose(1, 2).reshape(n, C)
+        y_err = fl["out"]  # one element of y (q, k, v come from self.qkv in both: their rounding is PyTorch's own)
+        d_err = max(fl["dq"], fl["dk"], fl["dv"]) + u * math.sqrt(C) * float((gout.abs() @ Wo.abs()).max())
+        g, xs = gout.abs().reshape(n, C), x.abs().reshape(n, C)
+        out = u * math.sqrt(C) * float((y.abs() @ Wo.abs().T).max())  # the output projection's own rounding
+        return {"out": float(Wo.abs().sum(dim=1).max()) * y_err + out,
+                "proj.weight": float(g.sum(0).max()) * y_err + u * math.sqrt(n) * float((g.T @ y.abs()).max()),
+                "proj.bias": u * math.sqrt(n) * float(g.sum(0).max()),
+                "qkv.weight": float(xs.sum(0).max()) * d_err + u * math.sqrt(n) * float(
+                    (g @ Wo.abs()).sum(0).max() * xs.max()),
+                "qkv.bias": n * d_err}
 
 
 def judge(reply: dict, seed: int, name: str = "CausalSelfAttention"):
@@ -149,8 +191,9 @@ def judge(reply: dict, seed: int, name: str = "CausalSelfAttention"):
             got.append(None)
             continue
         got.append(mine)
-        comps = [own.compare(n, mine.get(n, torch.full((0,), math.nan)), theirs[n], ref[n], torch.float32,
-                             1e-6 * (1 + float(ref[n].abs().max()))) for n in ref]
+        room = budget(_library(C, H, seed + i), x, gout)
+        comps = [own.compare(n, mine.get(n, torch.full((0,), math.nan)), theirs[n], ref[n], torch.float32, room[n])
+                 for n in ref]
         rows.append(own.row(name, cname, "float32", comps))
     losses = reply.get("losses")
     mine_curve = losses if isinstance(losses, list) else None
@@ -182,16 +225,34 @@ def library_curve(seed: int) -> list[float]:
 def slip_list(seed: int):
     def of(slip):
         return lambda i: {"out": forward64(_library(*CASES[i][1:3], seed + i), _inputs(i, seed)[0], slip).detach()}
-    return [("heads-split", of("heads-split")), ("no-proj", of("no-proj")),
-            ("mask-after-softmax", of("mask-after-softmax"))]
+    return [(key.split(":")[0], of(key.split(":")[-1])) for key in SLIPS]
 
 
+SLIPS = ("heads-split", "merge-view", "no-proj", "mask-after-softmax", "qkv-order", "qkv-order:qkv-order-v",
+         "qkv-order:qkv-order-q", "unscaled", "scale-C", "scale-1/d", "causal-ignored", "diagonal", "peeks-ahead",
+         "mask-zero", "softmax-dim")  # key, or key:variant
 TEXT = {
     "heads-split": "your heads are split along the wrong axis: view (B, T, C) as (B, T, H, d), then transpose to "
                    "(B, H, T, d); a plain view to (B, H, T, d) mixes tokens and heads",
+    "merge-view": "your heads are merged back without moving the head axis first: y is (B, H, T, d); "
+                  "y.transpose(1, 2) makes it (B, T, H, d), and only then .reshape(B, T, C) puts the heads side by "
+                  "side (a view or reshape of (B, H, T, d) straight to (B, T, C) mixes tokens and heads)",
     "no-proj": "your module skips the output projection: after merging the heads back to (B, T, C), apply self.proj",
     "mask-after-softmax": "your mask comes after the softmax: each row's weights no longer add up to 1; set the "
                           "future scores to -inf before the softmax",
+    "qkv-order": "your q, k and v are taken from the wrong thirds of self.qkv(x): split(C, dim=-1) gives q, k, v in "
+                 "that order",
+    "unscaled": "your scores are not scaled: multiply q @ kᵀ by 1 / sqrt(d), d = C // H, the width of one head",
+    "scale-C": "your scores are scaled by 1 / sqrt(C), the model's width: scale by 1 / sqrt(d), d = C // H, the width "
+               "of one head",
+    "scale-1/d": "your scores are divided by d, not by √d (d = C // H)",
+    "causal-ignored": "your module has no causal mask: hide the keys after each query (j > i) with -inf before the "
+                      "softmax",
+    "diagonal": "your mask also hides the diagonal: a token must see itself (triu(1), not triu(0))",
+    "peeks-ahead": "your mask lets each token see one token ahead: hide j > i (triu(1), not triu(2))",
+    "mask-zero": "your masked scores are set to 0, not -inf: a future token still gets weight exp(0); use -inf",
+    "softmax-dim": "your softmax runs over the wrong axis: each query's weights over the keys (dim=-1) must add up "
+                   "to 1",
 }
 
 
