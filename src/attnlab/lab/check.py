@@ -23,6 +23,17 @@ FORMS = {"lab": "the lab's form, (q, k, v), always causal",
          "level": "the level's own form"}
 
 
+def count(learner, quick: bool = False) -> int:
+    """How many cases the check grades (for its progress bar): a level with cases of its own counts one."""
+    level = levels.find(learner.level)
+    if level.kind == "own":
+        return 1
+    mod = level.module()
+    if hasattr(mod, "cases"):
+        return len(mod.cases(quick))
+    return len(grade.cases(learner.form, None, quick, getattr(mod, "answerable", None))[0])
+
+
 def starter_line(level) -> Diagnosis:
     """What an untouched starter is told: that it is one, with its TODOs left, and nothing else."""
     n = len(set(re.findall(r"TODO (\d+)", level.starter_text()))) or level.starter_text().count("TODO")
@@ -71,6 +82,7 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
     if hasattr(mod, "extra_rows") and fn.lost is None:
         rows, more, fill = _extra(learner, level, seed, budget_s)
         result.rows += rows
+        note += f"; and {len(rows)} of the level's own: " + ", ".join(dict.fromkeys(r.case.split(",")[0] for r in rows))
     found = result.diagnoses.get(name, [])  # verify's diagnoses of the failures, most likely first
     if learner.given:
         found = [starter_line(level)]
@@ -81,6 +93,8 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
     load, err, timings, fits = None, float("inf"), [], {"time": None, "memory": None}
     if hung is not None:  # a function that hung once would hang the measurements too
         how = f"not measured: it timed out on the case {hung.case!r} while it was graded"
+    elif learner.given:  # the starter's code measures nothing of the learner's
+        how = "not measured: it is the starter's code as it came"
     elif fn.lost is not None:
         how = f"not measured: {fn.lost} while it was graded"
     else:
@@ -105,9 +119,14 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
     return r
 
 
+OWN_SECONDS = 120.0  # a request of the level's own (its probes, its lse cases, its work): fixed sizes, small ones
+
+
 def _ask(learner, level, budget_s: float):
-    """A request of the level's own to the learner's process (the probes, level 4's lse and work)."""
-    return lambda header: learner.fn.ask("level", seconds=budget_s + judged.MARGIN_S, level=level.name, **header)
+    """A request of the level's own to the learner's process (the probes, level 4's lse and work), given
+    :data:`OWN_SECONDS` or --max-seconds, the longer."""
+    seconds = max(OWN_SECONDS, budget_s) + judged.MARGIN_S
+    return lambda header: learner.fn.ask("level", seconds=seconds, level=level.name, **header)
 
 
 def _probes(learner, seed: int, budget_s: float) -> list:

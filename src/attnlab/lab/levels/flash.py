@@ -9,9 +9,9 @@ Graded on verify's grid as a function of (q, k, v, is_causal) -- every case with
 dropout, GQA or a score modifier, causal or not, L != S, forward and backward -- with tile sizes the
 case's lengths give (:func:`blocks`: about a third of them, so the last tiles are partial); its lse on
 cases of its own against the oracle's under the judge's lse rule; and its work: the multiply-adds of
-its matrix products in a causal and a full call at T = 1024 with 64 x 64 tiles, counted by
+its matrix products in a causal and a full call at T = 512 with 64 x 64 tiles, counted by
 ``torch.utils.flop_counter``. Skipping the tiles wholly above the diagonal, a causal forward does
-(n + 1) / 2n of the full one's (53 % for n = 16 tiles a side); at most :data:`HALF` passes. Its slips
+(n + 1) / 2n of the full one's (56 % for n = 8 tiles a side); at most :data:`HALF` passes. Its slips
 are named from its outputs on probes (:mod:`.tiles` computes each slip's answer).
 """
 
@@ -21,10 +21,11 @@ from attnlab.judge import verify as V
 
 from . import forwards, slips, tiles
 
+FORM = "the level's form, flash_forward(q, k, v, is_causal, block_q, block_k) -> (out, lse)"
 SEQS = (512, 1024, 2048, 4096, 8192)
 BLOCK = 64  # the tile size when it is measured and its work counted
-WORK_T = 1024  # the length the work is counted at
-HALF = 0.6  # the most a causal call's work may be of a full call's ("about half": 53 % with 16 tiles a side)
+WORK_T = 512  # the length the work is counted at (8 tiles a side of 64)
+HALF = 0.6  # the most a causal call's work may be of a full call's ("about half": 56 % with 8 tiles a side)
 
 
 def blocks(L: int, S: int) -> tuple[int, int]:
@@ -89,7 +90,8 @@ def slip_list():
             ("tile-mask", at(local="rows")), ("tile-mask", at(local="both")),
             ("diagonal-skipped", at(skip="diagonal")), ("diagonal-skipped", at(skip="partial")),
             ("skip-bound", at(skip="first-query")), ("skip-bound", at(skip="tile-number")),
-            ("skip-not-causal", at(skip_always=True)), ("not-divided", at(divide=False)),
+            ("skip-not-causal", at(skip_always=True)), ("causal-reversed", at(causal="reversed")),
+            ("not-divided", at(divide=False)),
             ("lse-no-max", at(lse="sum")), ("lse-no-sum", at(lse="max")), ("lse-base2", at(lse="base2"))
             ] + [(key, f) for key, f in slips.common() if key != "unnormalised"]  # (not-divided, in its words)
 

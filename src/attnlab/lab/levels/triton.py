@@ -93,6 +93,7 @@ PROBES = (
     V.Case("probe, full, S off the tile", batch=(1,), H=2, L=40, S=37, E=16),
     V.Case("probe, causal, L < S", batch=(1,), H=2, L=20, S=45, E=24, is_causal=True),
     V.Case("probe, causal, L > S", batch=(1,), H=1, L=45, S=20, E=16, is_causal=True),
+    V.Case("probe, causal, L = 100", batch=(1,), H=1, L=100, E=16, is_causal=True),
     V.Case("probe, large logits", batch=(1,), H=2, L=40, E=16, is_causal=True, magnitude=30.0),
 )
 LSE_CASES = (
@@ -113,7 +114,8 @@ def slip_list():
         slip = tiles.Slip(**kw)
         return lambda q, k, v, c: tiles.forward(q, k, v, c, BLOCK_M, BLOCK_N, slip)
     return [("pad-keys", at(pad=True)), ("bound-short", at(bound="short")), ("bound-block-n", at(bound="block-n")),
-            ("diagonal-unmasked", at(causal="none")), ("acc-not-rescaled", at(rescale_acc=False)),
+            ("diagonal-unmasked", at(causal="none")),
+            ("causal-reversed", at(causal="reversed")), ("acc-not-rescaled", at(rescale_acc=False)),
             ("sum-not-rescaled", at(rescale_sum=False)), ("rescale-after-update", at(after=True)),
             ("max-not-carried", at(carry_max=False)), ("stale-max", at(stale="-inf")),
             ("stale-max", at(stale="zero")), ("tile-mask", at(local="keys")), ("tile-mask", at(local="rows")),

@@ -23,7 +23,7 @@ TODO; as it stands it runs, and gives the wrong answer. After each one, run
 It grades out on the lab's grid (causal and not, L != S, float32, float64 and bfloat16, large
 logits), with tile sizes it chooses so that the last tiles are partial, and lse against the float64
 oracle's; it counts the multiply-adds of your matrix products in a causal and a full call at
-T = 1024 with 64 x 64 tiles (the causal one should do about half: at most 60 %), says the likely cause
+T = 512 with 64 x 64 tiles (the causal one should do about half: at most 60 %), says the likely cause
 of what fails, and measures the extra memory at T = 512 ... 8192: it should grow like T (an exponent
 of at most 1.2).
 """
