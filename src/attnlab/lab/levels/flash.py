@@ -99,6 +99,8 @@ def slip_list():
 TEXT = {
     **slips.TEXT,
     **forwards.TEXT,
+    "last-tile-dropped": "your loop over key tiles drops the last, partial tile (when S is not a multiple of the "
+                         "tile): range(0, S, block_k) visits it, and k[..., j0:j0 + block_k] is shorter there",
     "diagonal-skipped": "your causal forward skips the tile that holds the diagonal: a tile of keys is hidden from a "
                         "tile of queries only when its first key j0 comes after the tile's last query "
                         "(j0 > i0 + Bq - 1); the diagonal tile is partly visible and must be computed, masked",

@@ -33,8 +33,6 @@ TEXT = {
                        "max and added as they are; keep m = max(m, the tile's max) and rescale",
     "stale-max": "your exp(s − m) uses the running max from before this tile (m is used before it is updated): take "
                  "the new max first, m_new = max(m, the tile's max), then p = exp(s − m_new)",
-    "last-tile-dropped": "your loop over key tiles drops the last, partial tile (when S is not a multiple of the "
-                         "tile): range(0, S, block_k) visits it, and k[..., j0:j0 + block_k] is shorter there",
     "tile-mask": "your causal mask compares places inside the tiles, not in the sequence: key j0 + c comes after "
                  "query i0 + r when j0 + c > i0 + r",
     "not-divided": "your output is never divided by the running sum: at the end, out = acc / l",

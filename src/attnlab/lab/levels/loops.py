@@ -16,7 +16,7 @@ PROBES = slips.PROBES
 
 
 def slip_list():
-    return slips.common()
+    return slips.common(always_causal=True)
 
 
 def wrap(fn):

@@ -127,10 +127,15 @@ def _shifted(shift):
     return _causal_only(lambda q, k, v, c: plain(q, k, v, visible=_visible(q.shape[-2], k.shape[-2], shift)))
 
 
-def common():
+def common(always_causal: bool = False):
     """(key, (q, k, v, causal) -> the slip's output or None): the slips of attention itself, at every attention
-    level, computed on the probe's inputs in their dtype."""
+    level, computed on the probe's inputs in their dtype (``always_causal``: a level whose function takes no
+    is_causal, which cannot mask when it should not)."""
     L_of, S_of = (lambda t: t.shape[-2]), (lambda t: t.shape[-2])
+    return [s for s in _common(L_of, S_of) if not (always_causal and s[0] == "causal-always")]
+
+
+def _common(L_of, S_of):
     return [
         ("unscaled", lambda q, k, v, c: plain(q, k, v, c, scale=1.0)),
         ("scale-1/d", lambda q, k, v, c: plain(q, k, v, c, scale=1.0 / q.shape[-1])),
