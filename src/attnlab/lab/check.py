@@ -47,7 +47,8 @@ def level_diagnoses(probes, level, seed: int, verify_found, more=(), fill=None) 
     learner read that line, beside the named slip, as noise about the same failures; every failing row is still in
     the table above the causes. ``more``: lines the level's own rows name (level 4's work), after the slips."""
     mod = level.module()
-    keys = slips.named(probes, mod.PROBES, seed, mod.slip_list(), getattr(mod, "NAN", None))
+    keys = slips.named(probes, mod.PROBES, seed, mod.slip_list(), getattr(mod, "NAN", None),
+                       getattr(mod, "slip_pairs", list)())
     keys += [k for k in more if not (keys and k == "lse-wrong")]  # (a named slip says what is wrong with the lse)
     text = getattr(mod, "TEXT", slips.TEXT)
     mine = [Diagnosis(k, text[k].format(**(fill or {}))) for k in dict.fromkeys(keys)]

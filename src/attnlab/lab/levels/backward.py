@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from attnlab.judge import oracle, rule
 
-from . import grads, own
+from . import grads, own, ways
 
 SHAPES = ((1, 2, 24, 24, 8, 8), (1, 2, 37, 37, 16, 13), (2, 1, 30, 30, 32, 10), (1, 2, 20, 45, 16, 7),
           (1, 2, 45, 20, 16, 16), (1, 1, 26, 61, 8, 9))  # (batch, heads, L, S, d, block_q); block_k = block_q * S // L
@@ -121,7 +121,7 @@ def judge(reply: dict, seed: int, name: str = "flash_backward"):
             dtype_wrong = True
     keys = ["autograd"] if autograd else []
     if any(r.status != "pass" for r in rows):
-        keys += own.named(got, right, slip_list(seed), tol=1e-4)
+        keys += own.named(got, right, slip_list(seed), tol=1e-4, pairs=slip_pairs(seed))
         if not keys and dtype_wrong:
             keys.append("dtype")
     errs = [max(float((m[n].double() - right[i][n]).abs().max()) for n in QUANTITIES)
@@ -132,8 +132,9 @@ def judge(reply: dict, seed: int, name: str = "flash_backward"):
     return rows, own.lines(keys, TEXT), err, note
 
 
-def slip_list(seed: int):
-    """(key, case index -> the slip's dq, dk, dv or None): each one step of the tiled backward done wrong."""
+def slip_list(seed: int, both: bool = False):
+    """(key, case index -> the slip's dq, dk, dv or None): each one step of the tiled backward done wrong (``both``:
+    two at once, keyed by both keys)."""
     cases = {}
 
     def case(i):  # the case's inputs as the learner's function got them (out, lse rounded to the dtype), once
@@ -141,16 +142,26 @@ def slip_list(seed: int):
             cases[i] = tuple(t.double() for t in inputs(i, seed))
         return cases[i]
 
-    def at(**kw):
-        slip = grads.Slip(**kw)
+    def at(slip):
         return lambda i: grads.tiled(*case(i), CASES[i][2], *CASES[i][5], slip)
-    return [("d-wrong", at(D="v")), ("d-wrong", at(D="zero")), ("d-wrong", at(D="dout")), ("d-wrong", at(D="dp")),
-            ("dv-not-transposed", at(dv="p")), ("dv-not-transposed", at(dv="p-whole")),
-            ("dk-not-transposed", at(dk="ds")), ("scale-missing", at(scale="missing")),
-            ("scale-dv", at(scale="dv")), ("scale-twice", at(scale="twice")), ("lse-other-row", at(lse="key")),
-            ("second-softmax", at(lse="softmax")), ("lse-unused", at(lse="none")),
-            ("mask-missing", at(mask=False)), ("ds-sign", at(sign=-1.0)), ("dq-overwritten", at(dq="set")),
-            ("dkdv-overwritten", at(dkv="set"))]
+    return [(key, at(s)) for key, s in SLIPS] if not both else [(keys, at(s)) for keys, s in ways.pairs(SLIPS)]
+
+
+def slip_pairs(seed: int):
+    """Two steps of the backward done wrong at once."""
+    return slip_list(seed, both=True)
+
+
+SLIPS = [  # (key, one step of the tiled backward done wrong)
+    ("d-wrong", grads.Slip(D="v")), ("d-wrong", grads.Slip(D="zero")), ("d-wrong", grads.Slip(D="dout")),
+    ("d-wrong", grads.Slip(D="dp")), ("dv-not-transposed", grads.Slip(dv="p")),
+    ("dv-not-transposed", grads.Slip(dv="p-whole")), ("dk-not-transposed", grads.Slip(dk="ds")),
+    ("scale-missing", grads.Slip(scale="missing")), ("scale-dv", grads.Slip(scale="dv")),
+    ("scale-twice", grads.Slip(scale="twice")), ("lse-other-row", grads.Slip(lse="key")),
+    ("second-softmax", grads.Slip(lse="softmax")), ("lse-unused", grads.Slip(lse="none")),
+    ("mask-missing", grads.Slip(mask=False)), ("ds-sign", grads.Slip(sign=-1.0)),
+    ("dq-overwritten", grads.Slip(dq="set")), ("dkdv-overwritten", grads.Slip(dkv="set")),
+]
 
 
 TEXT = {

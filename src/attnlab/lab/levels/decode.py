@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from attnlab.judge import oracle, rule
 from attnlab.nn import rope
 
-from . import decoding, own
+from . import decoding, own, ways
 
 CASES = (  # name, (batch, heads, T, d), dtype, prompt: tokens already in the cache
     ("from an empty cache", (1, 2, 20, 8), "float64", 0),
@@ -109,7 +109,8 @@ def judge(reply: dict, seed: int, name: str = "decode_step"):
         rows.append(own.row(name, cname, dtype, [c], _first_wrong(mine, ref, c.allowed, P)))
         if r["dtypes"][0] != dtype:
             rows[-1].status, rows[-1].detail = "fail", f"returned {r['dtypes'][0]} for {dtype} inputs"
-    keys = own.named(got, right, slip_list(seed)) if any(r.status != "pass" for r in rows) else []
+    keys = own.named(got, right, slip_list(seed), pairs=slip_list(seed, both=True)) if any(
+        r.status != "pass" for r in rows) else []
     errs = [float((m["out"].double() - right[i]["out"]).abs().max()) for i, m in enumerate(got) if m is not None]
     err = max(errs) if len(errs) == len(CASES) else math.inf
     note = (f"{len(CASES)} sequences decoded token by token, two of them after a prompt already in the cache, against "
@@ -128,12 +129,13 @@ def _first_wrong(mine, ref, allowed: float, prompt: int) -> str:
             f"{float(per_step[t]):.2e} from the float64 answer, allowed {allowed:.2e}")
 
 
-def slip_list(seed: int):
-    """(key, case index -> the slip's outputs): each one step of the decoder done wrong, run over the case."""
-    def at(**kw):
-        slip = decoding.Slip(**kw)
+def slip_list(seed: int, both: bool = False):
+    """(key, case index -> the slip's outputs): each one step of the decoder done wrong, run over the case (``both``:
+    two at once, keyed by both keys)."""
+    def at(slip):
         return lambda i: {"out": decoding.decode64(*(t.double() for t in inputs(i, seed)), CASES[i][3], SPARE, slip)}
-    return [(key, at(**kw)) for key, kw in decoding.SLIPS]
+    entries = [(key, decoding.Slip(**kw)) for key, kw in decoding.SLIPS]
+    return [(key, at(s)) for key, s in entries] if not both else [(keys, at(s)) for keys, s in ways.pairs(entries)]
 
 
 TEXT = {

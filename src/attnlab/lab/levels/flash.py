@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from attnlab.judge import verify as V
 
-from . import forwards, slips, tiles
+from . import forwards, slips, tiles, ways
 
 FORM = "the level's form, flash_forward(q, k, v, is_causal, block_q, block_k) -> (out, lse)"
 SEQS = (512, 1024, 2048, 4096, 8192)
@@ -78,22 +78,33 @@ LSE_CASES = (
 NAN = "nan-everywhere"
 
 
+TILE_SLIPS = [  # (key, one step of the tiled forward done wrong)
+    ("acc-not-rescaled", tiles.Slip(rescale_acc=False)), ("sum-not-rescaled", tiles.Slip(rescale_sum=False)),
+    ("rescale-after-update", tiles.Slip(after=True)), ("max-not-carried", tiles.Slip(carry_max=False)),
+    ("stale-max", tiles.Slip(stale="-inf")), ("stale-max", tiles.Slip(stale="zero")),
+    ("last-tile-dropped", tiles.Slip(last_keys=False)), ("tile-mask", tiles.Slip(local="keys")),
+    ("tile-mask", tiles.Slip(local="rows")), ("tile-mask", tiles.Slip(local="both")),
+    ("diagonal-skipped", tiles.Slip(skip="diagonal")), ("diagonal-skipped", tiles.Slip(skip="partial")),
+    ("skip-bound", tiles.Slip(skip="first-query")), ("skip-bound", tiles.Slip(skip="tile-number")),
+    ("skip-not-causal", tiles.Slip(skip_always=True)), ("causal-reversed", tiles.Slip(causal="reversed")),
+    ("not-divided", tiles.Slip(divide=False)), ("lse-no-max", tiles.Slip(lse="sum")),
+    ("lse-no-sum", tiles.Slip(lse="max")), ("lse-base2", tiles.Slip(lse="base2")),
+]
+
+
+def _tiled(slip):
+    return lambda q, k, v, c: tiles.forward(q, k, v, c, *blocks(q.shape[-2], k.shape[-2]), slip)
+
+
 def slip_list():
     """The tiled forward's own slips first (they are what a tiled form gets wrong), then attention's."""
-    def at(**kw):
-        slip = tiles.Slip(**kw)
-        return lambda q, k, v, c: tiles.forward(q, k, v, c, *blocks(q.shape[-2], k.shape[-2]), slip)
-    return [("acc-not-rescaled", at(rescale_acc=False)), ("sum-not-rescaled", at(rescale_sum=False)),
-            ("rescale-after-update", at(after=True)), ("max-not-carried", at(carry_max=False)),
-            ("stale-max", at(stale="-inf")), ("stale-max", at(stale="zero")),
-            ("last-tile-dropped", at(last_keys=False)), ("tile-mask", at(local="keys")),
-            ("tile-mask", at(local="rows")), ("tile-mask", at(local="both")),
-            ("diagonal-skipped", at(skip="diagonal")), ("diagonal-skipped", at(skip="partial")),
-            ("skip-bound", at(skip="first-query")), ("skip-bound", at(skip="tile-number")),
-            ("skip-not-causal", at(skip_always=True)), ("causal-reversed", at(causal="reversed")),
-            ("not-divided", at(divide=False)),
-            ("lse-no-max", at(lse="sum")), ("lse-no-sum", at(lse="max")), ("lse-base2", at(lse="base2"))
-            ] + [(key, f) for key, f in slips.common() if key != "unnormalised"]  # (not-divided, in its words)
+    return [(key, _tiled(s)) for key, s in TILE_SLIPS] + [
+        (key, f) for key, f in slips.common() if key != "unnormalised"]  # (not-divided says it, in its words)
+
+
+def slip_pairs():
+    """Two slips at once: two of the tiled forward's, or two of attention's."""
+    return [(keys, _tiled(s)) for keys, s in ways.pairs(TILE_SLIPS)] + slips.common_pairs()
 
 
 TEXT = {

@@ -19,6 +19,10 @@ def slip_list():
     return slips.common(always_causal=True)
 
 
+def slip_pairs():
+    return slips.common_pairs(always_causal=True)
+
+
 def wrap(fn):
     """The learner's function as the grid calls it: (q, k, v)."""
     return fn

@@ -20,6 +20,10 @@ def slip_list():
     return slips.common(always_causal=True)
 
 
+def slip_pairs():
+    return slips.common_pairs(always_causal=True)
+
+
 def wrap(fn):
     return fn
 

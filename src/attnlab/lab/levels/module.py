@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from attnlab.judge import oracle, rule
 
-from . import own
+from . import own, ways
 
 CASES = (("d_model = 32, 4 heads, T = 12", 32, 4, (2, 12)), ("d_model = 48, 6 heads, T = 17", 48, 6, (1, 17)))
 STEPS = 20  # training steps, beside the library's
@@ -113,35 +114,48 @@ def run(cls, header: dict) -> dict:
     return {"cases": cases}
 
 
-def _heads(t, B, T, H, d, slip):
+@dataclass(frozen=True)
+class Slip:
+    """Each step of the module, right or as a learner slips in it."""
+
+    order: str = "qkv"  # which thirds of self.qkv(x) become q, k, v: "kqv", "qvk", "vkq", "qkk", "qkq"
+    heads: str = "right"  # "view": a plain view to (B, H, T, d); "interleaved": a view as (B, T, d, H)
+    scale: str = "right"  # "none", "C" (1/√C), "1/d"
+    mask: str = "right"  # "diagonal", "ahead", "reversed", "reversed-strict", "none", "zero", "after"
+    softmax: int = -1  # the dim of the softmax
+    merge: str = "right"  # "view": (B, H, T, d) straight to (B, T, C); "permute": through (B, T, d, H)
+    proj: bool = True
+
+
+def _heads(t, B, T, H, d, how: str):
     """(B, T, C) -> (B, H, T, d): a view as (B, T, H, d), then the head axis moved forward."""
-    if slip == "heads-split":
+    if how == "view":
         return t.reshape(B, H, T, d)  # a plain view: tokens and heads mixed
+    if how == "interleaved":
+        return t.reshape(B, T, d, H).permute(0, 3, 1, 2)  # every H-th feature to a head
     return t.view(B, T, H, d).transpose(1, 2)
 
 
-def forward64(lib, x, slip=None):
+def forward64(lib, x, slip: Slip = Slip()):
     """The library module's computation in float64 with its weights, each step switchable: the slips' answers."""
     lib = lib.double()
     x = x.double()
     B, T, C = x.shape
     H, d = lib.n_head, lib.head_dim
-    q, k, v = lib.qkv(x).split(C, dim=-1)
-    q, k, v = {"qkv-order": (k, q, v), "qkv-order-v": (q, v, k), "qkv-order-q": (v, k, q)}.get(slip, (q, k, v))
-    q, k, v = (_heads(t, B, T, H, d, slip) for t in (q, k, v))
-    sc = {"unscaled": 1.0, "scale-C": 1 / math.sqrt(C), "scale-1/d": 1 / d}.get(slip, 1 / math.sqrt(d))
-    s = q @ k.transpose(-2, -1) * sc
-    future = torch.ones(T, T, dtype=torch.bool).triu({"diagonal": 0, "peeks-ahead": 2}.get(slip, 1))
-    if slip == "mask-after-softmax":
-        w = torch.softmax(s, dim=-1).masked_fill(future, 0.0)
-    elif slip == "causal-ignored":
-        w = torch.softmax(s, dim=-1)
+    thirds = dict(zip("qkv", lib.qkv(x).split(C, dim=-1), strict=True))
+    q, k, v = (_heads(thirds[c], B, T, H, d, slip.heads) for c in slip.order)
+    s = q @ k.transpose(-2, -1) * {"none": 1.0, "C": 1 / math.sqrt(C), "1/d": 1 / d}.get(slip.scale, 1 / math.sqrt(d))
+    ones = torch.ones(T, T, dtype=torch.bool)
+    hidden = {"diagonal": ones.triu(0), "ahead": ones.triu(2), "reversed": ones.tril(-1), "reversed-strict":
+              ones.tril(0), "none": ~ones}.get(slip.mask, ones.triu(1))
+    if slip.mask == "after":
+        w = torch.softmax(s, dim=-1).masked_fill(hidden, 0.0)
     else:
-        w = torch.softmax(s.masked_fill(future, 0.0 if slip == "mask-zero" else -math.inf),
-                          dim=-2 if slip == "softmax-dim" else -1)
+        w = torch.softmax(s.masked_fill(hidden, 0.0 if slip.mask == "zero" else -math.inf), dim=slip.softmax)
     y = w @ v  # (B, H, T, d)
-    y = y.reshape(B, T, C) if slip == "merge-view" else y.transpose(1, 2).reshape(B, T, C)
-    return y if slip == "no-proj" else lib.proj(y)
+    y = {"view": lambda: y.reshape(B, T, C), "permute": lambda: y.permute(0, 2, 3, 1).reshape(B, T, C)
+         }.get(slip.merge, lambda: y.transpose(1, 2).reshape(B, T, C))()
+    return lib.proj(y) if slip.proj else y
 
 
 def budget(lib, x, gout) -> dict[str, float]:
@@ -208,7 +222,8 @@ def judge(reply: dict, seed: int, name: str = "CausalSelfAttention"):
         ok = bool(gap <= LOSS_TOL) and all(math.isfinite(a) for a in mine_curve)
         rows.append(own.row(name, f"trained {STEPS} steps beside the library's", "float32",
                             [Comparison("loss", gap, gap, 0.0, LOSS_TOL, ok)]))
-    keys = own.named(got, right, slip_list(seed)) if any(r.status != "pass" for r in rows) else []
+    keys = own.named(got, right, slip_list(seed), pairs=slip_list(seed, both=True)) if any(
+        r.status != "pass" for r in rows) else []
     errs = [float((m["out"].double() - right[i]["out"]).abs().max()) for i, m in enumerate(got) if m is not None]
     err = max(errs) if len(errs) == len(CASES) else math.inf
     note = (f"{len(CASES)} inputs (output and every parameter's gradient against the library's module), then "
@@ -222,26 +237,37 @@ def library_curve(seed: int) -> list[float]:
     return list(train(CausalSelfAttention, seed))
 
 
-def slip_list(seed: int):
+def slip_list(seed: int, both: bool = False):
+    """(key, case index -> the slip's output): each step of the module done wrong (``both``: two at once)."""
     def of(slip):
         return lambda i: {"out": forward64(_library(*CASES[i][1:3], seed + i), _inputs(i, seed)[0], slip).detach()}
-    return [(key.split(":")[0], of(key.split(":")[-1])) for key in SLIPS]
+    return [(key, of(s)) for key, s in SLIPS] if not both else [(keys, of(s)) for keys, s in ways.pairs(SLIPS)]
 
 
-SLIPS = ("heads-split", "merge-view", "no-proj", "mask-after-softmax", "qkv-order", "qkv-order:qkv-order-v",
-         "qkv-order:qkv-order-q", "unscaled", "scale-C", "scale-1/d", "causal-ignored", "diagonal", "peeks-ahead",
-         "mask-zero", "softmax-dim")  # key, or key:variant
+SLIPS = [  # (key, one step of the module done wrong)
+    ("heads-split", Slip(heads="view")), ("heads-split", Slip(heads="interleaved")), ("merge-view", Slip(merge="view")),
+    ("merge-view", Slip(merge="permute")), ("no-proj", Slip(proj=False)), ("mask-after-softmax", Slip(mask="after")),
+    *[("qkv-order", Slip(order=o)) for o in ("kqv", "qvk", "vkq", "qkk", "qkq")], ("unscaled", Slip(scale="none")),
+    ("scale-C", Slip(scale="C")), ("scale-1/d", Slip(scale="1/d")), ("causal-ignored", Slip(mask="none")),
+    ("diagonal", Slip(mask="diagonal")), ("peeks-ahead", Slip(mask="ahead")),
+    ("causal-reversed", Slip(mask="reversed")), ("causal-reversed", Slip(mask="reversed-strict")),
+    ("mask-zero", Slip(mask="zero")),
+    ("softmax-dim", Slip(softmax=-2)),
+]
 TEXT = {
-    "heads-split": "your heads are split along the wrong axis: view (B, T, C) as (B, T, H, d), then transpose to "
-                   "(B, H, T, d); a plain view to (B, H, T, d) mixes tokens and heads",
-    "merge-view": "your heads are merged back without moving the head axis first: y is (B, H, T, d); "
-                  "y.transpose(1, 2) makes it (B, T, H, d), and only then .reshape(B, T, C) puts the heads side by "
-                  "side (a view or reshape of (B, H, T, d) straight to (B, T, C) mixes tokens and heads)",
+    "heads-split": "your heads are split wrongly: view (B, T, C) as (B, T, H, d) -- H heads of d features each -- "
+                   "then transpose to (B, H, T, d); a plain view to (B, H, T, d) mixes tokens and heads, and a view as "
+                   "(B, T, d, H) gives a head every H-th feature",
+    "merge-view": "your heads are merged back in the wrong order: y is (B, H, T, d); y.transpose(1, 2) makes it "
+                  "(B, T, H, d), and only then .reshape(B, T, C) puts each head's d features side by side (a view of "
+                  "(B, H, T, d) straight to (B, T, C), or another permute, mixes tokens, heads and features)",
     "no-proj": "your module skips the output projection: after merging the heads back to (B, T, C), apply self.proj",
     "mask-after-softmax": "your mask comes after the softmax: each row's weights no longer add up to 1; set the "
                           "future scores to -inf before the softmax",
     "qkv-order": "your q, k and v are taken from the wrong thirds of self.qkv(x): split(C, dim=-1) gives q, k, v in "
-                 "that order",
+                 "that order, one each",
+    "causal-reversed": "your mask is turned round: it hides the keys before each query (and so the past) and keeps "
+                       "the future; hide j > i, torch.ones(T, T).triu(1), keep j <= i",
     "unscaled": "your scores are not scaled: multiply q @ kᵀ by 1 / sqrt(d), d = C // H, the width of one head",
     "scale-C": "your scores are scaled by 1 / sqrt(C), the model's width: scale by 1 / sqrt(d), d = C // H, the width "
                "of one head",

@@ -25,6 +25,8 @@ from attnlab.judge import oracle
 from attnlab.judge import verify as V
 from attnlab.judge.diagnose import Diagnosis
 
+from . import ways
+
 PROBES = (  # the always-causal levels' (1, 2)
     V.Case("probe", batch=(1,), H=2, L=24, E=8, is_causal=True, dtype="float64"),
     V.Case("probe, d = 16", batch=(1,), H=1, L=19, E=16, is_causal=True, dtype="float64"),
@@ -58,8 +60,6 @@ TEXT = {
     "mask-after-softmax": "your mask comes after the softmax: the visible weights no longer add up to 1; set the "
                           "hidden scores to -inf before the softmax",
     "causal-ignored": "your function has no causal mask yet: query i also sees the keys after it; hide j > i",
-    "unscaled+causal-ignored": "your function has neither the scale nor the causal mask yet: divide q·k by √d, then "
-                               "hide the keys after each query (j > i)",
     "lower-right": "your causal mask is aligned at the bottom right (query i sees keys j <= i + S - L): it is aligned "
                    "at the top left, as PyTorch's is_causal=True -- query i sees keys 0 .. i, whatever L and S",
     "scores-transposed": "your scores are transposed: entry (i, j) must be query i against key j, q @ kᵀ (q[i]·k[j]); "
@@ -68,104 +68,35 @@ TEXT = {
            "k.transpose(-2, -1) (or k.mT)",
     "out-is-v": "your output is each query's own value row, v[i]: the weighted sum must run over the keys, "
                 "Σ_j w_ij · v[j] (is v indexed by the query, i, instead of the key, j?)",
+    "scale-after-softmax": "your scale is applied after the softmax, to the weights: it belongs inside, on the "
+                           "scores, softmax(q·k / √d); scaled weights no longer add up to 1",
+    "max-before-mask": "your softmax subtracts the row's largest score taken before the mask, over the hidden keys "
+                       "too: where a hidden score is far larger, every visible exp underflows to 0 and the row is "
+                       "0 / 0; take the max after masking",
+    "mask-finite": "your masked scores are set to a finite number (like -100), which a large score beats: a hidden "
+                   "key then still gets weight; make them -inf (or the dtype's lowest value)",
+    "square-assumed": "your function assumes L = S (it answers only where the numbers of queries and keys are "
+                      "equal): build the mask as (L, S), from q.shape[-2] and k.shape[-2]",
     "causal-always": "your function masks the keys after each query even when is_causal is False: mask only under "
                      "is_causal",
 }
 
 
-def _scale(q, scale):
-    return 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-
-
-def _visible(L: int, S: int, shift: int = 0) -> torch.Tensor:
-    return torch.ones(L, S, dtype=torch.bool).tril(shift)  # key j visible to query i when j <= i + shift
-
-
-def attend(s, visible, v, dim=-1):
-    """softmax(s with the hidden scores at -inf) @ v; a row (or column) with no key is NaN, as in naive code."""
-    return torch.softmax(s.masked_fill(~visible, -math.inf), dim=dim) @ v
-
-
-def plain(q, k, v, causal=True, scale=None, visible=None, dim=-1):
-    """Attention with the causal mask (top-left) when ``causal``, or the ``visible`` given."""
-    L, S = q.shape[-2], k.shape[-2]
-    if visible is None:
-        visible = _visible(L, S) if causal else torch.ones(L, S, dtype=torch.bool)
-    return attend(q @ k.transpose(-2, -1) * _scale(q, scale), visible, v, dim)
-
-
-def _exp_rows(q, k, v, causal, stable: bool, axis: int = -1, divide=False):
-    s = q @ k.transpose(-2, -1) * _scale(q, None)
-    if causal:
-        s = s.masked_fill(~_visible(q.shape[-2], k.shape[-2]), -math.inf)
-    e = torch.exp(s - (s.amax(dim=axis, keepdim=True) if stable else 0.0))
-    return (e / e.sum(dim=-1, keepdim=True) if divide else e) @ v
-
-
-def _mask_zero(q, k, v, causal):
-    s = q @ k.transpose(-2, -1) * _scale(q, None)
-    return torch.softmax(s.masked_fill(~_visible(q.shape[-2], k.shape[-2]), 0.0), dim=-1) @ v
-
-
-def _after(q, k, v, causal):
-    w = torch.softmax(q @ k.transpose(-2, -1) * _scale(q, None), dim=-1)
-    return w.masked_fill(~_visible(q.shape[-2], k.shape[-2]), 0.0) @ v
-
-
-def _k_T(q, k, v, causal):
-    if q.dim() != 4 or len(set(q.shape) | set(k.shape)) != 1:
-        return None  # only where every size is equal does k.T give numbers (elsewhere it raises)
-    return plain(q, k.permute(3, 2, 1, 0).transpose(-2, -1), v, causal)
-
-
-def _causal_only(f):
-    """A slip of the causal mask: it says nothing on a probe without one."""
-    return lambda q, k, v, causal: f(q, k, v, causal) if causal else None
-
-
-def _shifted(shift):
-    return _causal_only(lambda q, k, v, c: plain(q, k, v, visible=_visible(q.shape[-2], k.shape[-2], shift)))
-
-
 def common(always_causal: bool = False):
     """(key, (q, k, v, causal) -> the slip's output or None): the slips of attention itself, at every attention
-    level, computed on the probe's inputs in their dtype (``always_causal``: a level whose function takes no
-    is_causal, which cannot mask when it should not)."""
-    L_of, S_of = (lambda t: t.shape[-2]), (lambda t: t.shape[-2])
-    return [s for s in _common(L_of, S_of) if not (always_causal and s[0] == "causal-always")]
+    level (:data:`.ways.COMMON`), computed on the probe's inputs in their dtype (``always_causal``: a level whose
+    function takes no is_causal, which cannot mask when it should not)."""
+    return [(key, _at(w)) for key, w in ways.COMMON if not (always_causal and w.mask == "always")]
 
 
-def _common(L_of, S_of):
-    return [
-        ("unscaled", lambda q, k, v, c: plain(q, k, v, c, scale=1.0)),
-        ("scale-1/d", lambda q, k, v, c: plain(q, k, v, c, scale=1.0 / q.shape[-1])),
-        ("scale-length", lambda q, k, v, c: plain(q, k, v, c, scale=1.0 / math.sqrt(S_of(k)))),
-        ("scale-length", lambda q, k, v, c: plain(q, k, v, c, scale=1.0 / math.sqrt(L_of(q)))),
-        ("softmax-dim", lambda q, k, v, c: plain(q, k, v, c, dim=-2)),
-        ("max-axis", lambda q, k, v, c: _exp_rows(q, k, v, c, True, axis=-2, divide=True)),
-        ("unnormalised", lambda q, k, v, c: _exp_rows(q, k, v, c, True)),
-        ("unnormalised", lambda q, k, v, c: _exp_rows(q, k, v, c, False)),
-        ("peeks-ahead", _shifted(1)),
-        ("causal-reversed", _causal_only(lambda q, k, v, c: plain(
-            q, k, v, visible=~_visible(q.shape[-2], k.shape[-2], -1)))),
-        ("diagonal", _shifted(-1)),
-        ("lower-right", _causal_only(lambda q, k, v, c: None if L_of(q) == S_of(k) else plain(
-            q, k, v, visible=_visible(L_of(q), S_of(k), S_of(k) - L_of(q))))),
-        ("mask-zero", _causal_only(_mask_zero)),
-        ("mask-after-softmax", _causal_only(_after)),
-        ("causal-ignored", _causal_only(lambda q, k, v, c: plain(q, k, v, False))),
-        ("unscaled+causal-ignored", _causal_only(lambda q, k, v, c: plain(q, k, v, False, scale=1.0))),
-        ("causal-always", lambda q, k, v, c: None if c else plain(q, k, v, True)),
-        ("scores-transposed", lambda q, k, v, c: None if L_of(q) != S_of(k) else _transposed(q, k, v, c)),
-        ("k-T", _k_T),
-        ("out-is-v", lambda q, k, v, c: None if L_of(q) > S_of(k) else v[..., :L_of(q), :] + 0),
-    ]
+def common_pairs(always_causal: bool = False):
+    """((key, key), slip): two of attention's slips at once, for an output no single one explains."""
+    entries = [(key, w) for key, w in ways.COMMON if not (always_causal and w.mask == "always")]
+    return [(keys, _at(w)) for keys, w in ways.pairs(entries)]
 
 
-def _transposed(q, k, v, causal):
-    s = (q @ k.transpose(-2, -1) * _scale(q, None)).transpose(-2, -1)
-    visible = _visible(q.shape[-2], k.shape[-2]) if causal else torch.ones_like(s[0, 0], dtype=torch.bool)
-    return attend(s, visible, v)
+def _at(way):
+    return lambda q, k, v, causal: ways.attention(q, k, v, causal, way)
 
 
 def answers(call, probes, seed: int) -> list[dict | None]:
@@ -189,9 +120,10 @@ def answers(call, probes, seed: int) -> list[dict | None]:
     return got
 
 
-def named(got: list, probes, seed: int, slips, nan_key: str | None = None) -> list[str]:
+def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs=()) -> list[str]:
     """The keys of the slips whose answers the learner's outputs are (``got``: :func:`answers`' reply), in the order
-    of ``slips``; ``nan_key``: the level's line for an output that is NaN everywhere, even on small scores."""
+    of ``slips``; ``nan_key``: the level's line for an output that is NaN everywhere, even on small scores;
+    ``pairs``: ((key, key), slip) -- two slips at once, tried where no single one is the learner's output."""
     from .own import unpack
 
     live = []
@@ -208,14 +140,24 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None) -> li
             for (c, *_, o), r in zip(live, right, strict=True)]
     if calm and nan_key and all(not bool(torch.isfinite(o["out"]).any()) for o, _ in calm):
         return [nan_key]
+    if _square_only(probes, got, live, right):
+        return ["square-assumed"]
     for key, slip in slips:
         if key not in found and _matches(slip, live, right):
             found.append((key, slip))
+    if not found and _wrong(live, right):
+        found = next(([(key, slip) for key in keys] for keys, slip in pairs if _matches(slip, live, right)), [])
     keys = [key for key, _ in found]
     if any(over) and all(bool(torch.isfinite(o["out"]).all()) for o, _ in calm) and not any(
             _overflows(slip, live, over) for _, slip in found):
         keys.insert(0, "max-subtraction")  # an overflow no slip named here explains
     return keys
+
+
+def _wrong(live, right) -> bool:
+    """The learner's output is not the right one on some probe."""
+    return any(float((o[n] - r[n]).abs().nan_to_num(nan=math.inf).max()) > _tol(c, r[n])
+               for (c, *_, o), r in zip(live, right, strict=True) for n in o if n in r)
 
 
 def _overflows(slip, live, over) -> bool:
@@ -226,6 +168,22 @@ def _overflows(slip, live, over) -> bool:
         if alt is not None and bool((~torch.isfinite(mine["out"]) & torch.isfinite(alt)).any()):
             return False
     return any(over)
+
+
+def _square_only(probes, got, live, right) -> bool:
+    """Every probe with L = S answered right, and every one with L != S gave no answer (it raised)."""
+    square = [(c.S or c.L) == c.L for c in probes]
+    if all(square) or not any(square):
+        return False
+    if any(g is not None for g, sq in zip(got, square, strict=True) if not sq):
+        return False
+    return all(_says(c, "out", o["out"], r["out"], r["out"]) == "nothing" and
+               float((o["out"] - r["out"]).abs().max()) <= _tol(c, r["out"])
+               for (c, *_, o), r in zip(live, right, strict=True))
+
+
+def _tol(case, ref) -> float:
+    return (1e-9 if case.dtype == "float64" else 3e-5) * (1.0 + float(ref.abs().max()))
 
 
 def _right(case, q, k, v) -> dict:
@@ -258,16 +216,20 @@ def _says(case, quantity: str, mine: torch.Tensor, alt: torch.Tensor, right: tor
     """"yes" (mine is the slip's answer), "no", or "nothing" (the slip is the right answer here, or has no rows)."""
     if mine.shape != alt.shape:
         return "no"
-    void = _rows(alt, quantity)  # rows the slip leaves NaN (no weight at all): they say nothing
-    keep = ~void
+    void = _rows(alt, quantity)  # rows the slip leaves NaN (no weight at all, or an overflow)
+    keep, bad = ~void, _rows(mine, quantity)
+    if bool((bad & keep).any()):
+        return "no"  # NaN where the slip's answer is a number
+    # NaN on the very rows where the slip's answer is NaN and the right one is not: the slip's own arithmetic shown
+    # (an underflow), where the slip gives numbers elsewhere
+    live_rows = ~_rows(right, quantity)
+    shown = bool(keep.any()) and bool((void & live_rows).any()) and bool(((void & live_rows) == (bad & live_rows))
+                                                                        .all())
     if not bool(keep.any()):
         return "nothing"
-    big = 1.0 + float(alt[keep].abs().max())
-    tol = (1e-9 if case.dtype == "float64" else 3e-5) * big
+    tol = _tol(case, alt[keep])
     if float((alt[keep] - right[keep]).abs().max()) <= 10 * tol:
-        return "nothing"
-    if bool((_rows(mine, quantity) & keep).any()):
-        return "no"
+        return "yes" if shown else "nothing"
     return "yes" if float((mine[keep] - alt[keep]).abs().max()) <= tol else "no"
 
 

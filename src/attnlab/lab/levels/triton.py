@@ -27,7 +27,7 @@ from attnlab.judge import verify as V
 from attnlab.judge.cases import LARGE
 from attnlab.kernels.interpreter import interpreting
 
-from . import forwards, slips, tiles
+from . import forwards, slips, tiles, ways
 
 FORM = "the level's form, flash_attention(q, k, v, is_causal) -> (out, lse), a Triton kernel"
 BACKWARD = False  # a kernel of the forward alone: the gradients are not judged
@@ -108,19 +108,31 @@ def probe_call(fn, q, k, v, case):
     return {"out": out, "lse": lse}
 
 
+TILE_SLIPS = [  # (key, one step of the kernel done wrong)
+    ("pad-keys", tiles.Slip(pad=True)), ("bound-short", tiles.Slip(bound="short")),
+    ("bound-block-n", tiles.Slip(bound="block-n")), ("diagonal-unmasked", tiles.Slip(causal="none")),
+    ("causal-reversed", tiles.Slip(causal="reversed")), ("acc-not-rescaled", tiles.Slip(rescale_acc=False)),
+    ("sum-not-rescaled", tiles.Slip(rescale_sum=False)), ("rescale-after-update", tiles.Slip(after=True)),
+    ("max-not-carried", tiles.Slip(carry_max=False)), ("stale-max", tiles.Slip(stale="-inf")),
+    ("stale-max", tiles.Slip(stale="zero")), ("tile-mask", tiles.Slip(local="keys")),
+    ("tile-mask", tiles.Slip(local="rows")), ("not-divided", tiles.Slip(divide=False)),
+    ("lse-no-max", tiles.Slip(lse="sum")), ("lse-no-sum", tiles.Slip(lse="max")),
+    ("lse-base2", tiles.Slip(lse="base2")),
+]
+
+
+def _tiled(slip):
+    return lambda q, k, v, c: tiles.forward(q, k, v, c, BLOCK_M, BLOCK_N, slip)
+
+
 def slip_list():
     """The kernel's own slips first (its tile edges, its loop bound, its online softmax), then attention's."""
-    def at(**kw):
-        slip = tiles.Slip(**kw)
-        return lambda q, k, v, c: tiles.forward(q, k, v, c, BLOCK_M, BLOCK_N, slip)
-    return [("pad-keys", at(pad=True)), ("bound-short", at(bound="short")), ("bound-block-n", at(bound="block-n")),
-            ("diagonal-unmasked", at(causal="none")),
-            ("causal-reversed", at(causal="reversed")), ("acc-not-rescaled", at(rescale_acc=False)),
-            ("sum-not-rescaled", at(rescale_sum=False)), ("rescale-after-update", at(after=True)),
-            ("max-not-carried", at(carry_max=False)), ("stale-max", at(stale="-inf")),
-            ("stale-max", at(stale="zero")), ("tile-mask", at(local="keys")), ("tile-mask", at(local="rows")),
-            ("not-divided", at(divide=False)), ("lse-no-max", at(lse="sum")), ("lse-no-sum", at(lse="max")),
-            ("lse-base2", at(lse="base2"))] + [(key, f) for key, f in slips.common() if key != "unnormalised"]
+    return [(key, _tiled(s)) for key, s in TILE_SLIPS] + [
+        (key, f) for key, f in slips.common() if key != "unnormalised"]
+
+
+def slip_pairs():
+    return [(keys, _tiled(s)) for keys, s in ways.pairs(TILE_SLIPS)] + slips.common_pairs()
 
 
 TEXT = {
