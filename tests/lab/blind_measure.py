@@ -57,7 +57,8 @@ def _small_cases(level):
             V.Case("large logits, causal", batch=(1,), H=2, L=20, E=8, is_causal=True, magnitude=10.0),
             V.Case("full", batch=(1,), H=2, L=16, E=8)]
     which = getattr(mod, "answerable", None) or (lambda c: c.is_causal)
-    return [replace(c, dtype=dt) for dt in ("float32", "float64", "bfloat16") for c in base if which(c)]
+    return [replace(c, dtype=dt) for dt in ("float32", "float64", "bfloat16") for c in base if which(c)] + list(
+        getattr(mod, "MORE_CASES", ()))
 
 
 def _attention(level, fn, name: str, seed: int) -> tuple[list[str], bool]:

@@ -118,13 +118,17 @@ def grade(target, name: str, form: str, per_pair: float | None, quick: bool = Fa
     """(verify's result on the graded cases, the cases run smaller, a note saying which cases and why). ``target``:
     the learner's function in F.sdpa's signature (in its own process: a :class:`attnlab.judge.remote.Remote`).
     ``level``: the level's module, which may name its own cases (``cases(quick)``), the cases its form answers
-    (``answerable``) and whether gradients are judged (``BACKWARD``, default True)."""
+    (``answerable``), cases of its own beside the grid's (``MORE_CASES``) and whether gradients are judged
+    (``BACKWARD``, default True)."""
     own = getattr(level, "cases", None)
     if own is not None:
         graded, shrunk, which = own(quick), [], level.CASES_NOTE
     else:
         graded, shrunk = cases(form, per_pair, quick, getattr(level, "answerable", None))
         which = WHICH.get(form, WHICH["sdpa"])
+    more = list(getattr(level, "MORE_CASES", ()))  # the level's own, beside the grid's
+    if more:
+        graded, which = graded + more, which + "; and " + ", ".join(c.name for c in more)
     result = V.verify({name: target}, graded, seed=seed, progress=progress, timeout=timeout,
                       check_dropout=True, backward=getattr(level, "BACKWARD", True))
     note = f"{len(graded)} cases: {which}"

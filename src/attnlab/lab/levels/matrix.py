@@ -14,6 +14,7 @@ from . import forwards, slips
 
 SEQS = measure.SEQS
 PROBES = slips.PROBES
+MORE_CASES = (slips.LARGE,)  # graded beside the grid's
 
 
 def slip_list():

@@ -36,6 +36,10 @@ PROBES = (  # the always-causal levels' (1, 2)
     V.Case("probe, large logits", batch=(1,), H=2, L=20, E=8, is_causal=True, dtype="float32", magnitude=30.0),
 )
 
+# graded beside the grid's cases at every attention level: scores in the thousands, where a hidden score set to a
+# finite number (-100) is beaten and a softmax without its max overflows (the grid's largest are in the hundreds)
+LARGE = V.Case("scores in the thousands, causal", batch=(1,), H=2, L=40, E=8, is_causal=True, magnitude=30.0)
+
 TEXT = {
     "starter": "untouched starter: {n} TODOs left -- it is the starter's code as it came; do the TODOs, then check "
                "it again",
