@@ -15,7 +15,8 @@ from attnlab.lab.check import level_diagnoses
 from attnlab.lab.levels import slips as lab_slips
 from tests.lab import level_solutions as S  # noqa: F401
 
-ATTENTION = {"loops": S.attention_by_hand, "matrix": S.attention_matrix, "flash": S.flash_forward}
+ATTENTION = {"loops": S.attention_by_hand, "matrix": S.attention_matrix, "flash": S.flash_forward,
+             "triton": S.flash_attention}  # (level 7's as PyTorch tiles: tests/lab/level_triton.py is the kernel)
 EXTRA = {"backward": {"autograd": S.autograd_backward}}  # mutants that are not the solution with a knob
 
 
@@ -33,6 +34,18 @@ def attention_keys(lv, fn, seed: int) -> list[str]:
     mod = lv.module()
     got = lab_slips.answers(functools.partial(mod.probe_call, fn), mod.PROBES, seed)
     return [d.key for d in level_diagnoses(got, lv, seed, [])]
+
+
+def as_causal(lv, fn):
+    """An attention level's function as an always-causal (q, k, v) -> out, the lab's first form (level 4's and 7's
+    with the tiles the check gives them)."""
+    from attnlab.judge import verify as V
+
+    mod = lv.module()
+    if hasattr(mod, "wrap"):
+        return mod.wrap(fn)
+    return lambda q, k, v: mod.probe_call(fn, q, k, v, V.Case("causal", L=q.shape[-2], S=k.shape[-2],
+                                                              is_causal=True))["out"]
 
 
 def own_keys(lv, fn, seed: int) -> tuple[list[str], bool]:
