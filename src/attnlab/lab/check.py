@@ -94,10 +94,10 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
     load, err, timings, fits = None, float("inf"), [], {"time": None, "memory": None}
     if hung is not None:  # a function that hung once would hang the measurements too
         how = f"not measured: it timed out on the case {hung.case!r} while it was graded"
-    elif learner.given:  # the starter's code measures nothing of the learner's
-        how = "not measured: it is the starter's code as it came"
     elif fn.lost is not None:
         how = f"not measured: {fn.lost} while it was graded"
+    elif learner.given:  # the starter's code measures nothing of the learner's
+        err, how = grade.match(fn, seed), "not measured: it is the starter's code as it came"
     else:
         err = grade.match(fn, seed)
         seqs = mod.SEQS
