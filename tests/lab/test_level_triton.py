@@ -41,6 +41,10 @@ def test_level_7_is_the_seventh_level_and_its_check_starts_the_interpreter_witho
     monkeypatch.setattr(mod.torch.cuda, "is_available", lambda: True)
     assert mod.environment() == {}
     assert "import triton" in lv.starter_text() and "TODO 1 (loop bounds)" in lv.starter_text()
+    text = lv.starter_text()
+    assert lv.given(text, "flash_attention")  # the starter as it came; with its kernel's body written, it is not
+    assert not lv.given(text.replace("    out = acc  # TODO 4", "    out = acc / l_i[:, None]  # TODO 4"),
+                        "flash_attention")
 
 
 @pytest.mark.slow

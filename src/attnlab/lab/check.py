@@ -42,7 +42,8 @@ def starter_line(level) -> Diagnosis:
 
 def level_diagnoses(probes, level, seed: int, verify_found, more=(), fill=None) -> list:
     """The level's slips the learner's outputs are (:mod:`.levels.slips`), first, then verify's other diagnoses --
-    but not its "no single pattern" line where a slip is named. The slip is read from the function's own outputs on
+    but not its "no single pattern" line, nor its guesses at semantics the level's probes tried, where a slip is
+    named. The slip is read from the function's own outputs on
     the level's probes (``probes``: :func:`slips.answers`' reply), not from the failing rows, so this is a choice: a
     learner read that line, beside the named slip, as noise about the same failures; every failing row is still in
     the table above the causes. ``more``: lines the level's own rows name (level 4's work), after the slips."""
@@ -52,7 +53,10 @@ def level_diagnoses(probes, level, seed: int, verify_found, more=(), fill=None) 
     keys += [k for k in more if not (keys and k == "lse-wrong")]  # (a named slip says what is wrong with the lse)
     text = getattr(mod, "TEXT", slips.TEXT)
     mine = [Diagnosis(k, text[k].format(**(fill or {}))) for k in dict.fromkeys(keys)]
-    return mine + [d for d in verify_found if d.key not in set(keys) and not (mine and d.key == "unclear")]
+    # where the level named its slip, verify's guesses at the same semantics (the probes tried them) are left out;
+    # its lines about the contract and what was raised stay
+    return mine + [d for d in verify_found if d.key not in set(keys) and not (mine and (d.key == "unclear" or
+                                                                                       d.key in text))]
 
 
 def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=None, on_stage=None,

@@ -58,7 +58,7 @@ def open_learner(spec: str, level: str | None = None) -> Learner:
         lv = levels.of_file(path, have, lv)  # FILE alone: the level this file is for (lab_matrix.py: attention_matrix)
         name = lv.function
     fn = _start(path, name, lv.name)
-    given = files.given_text(source, name) or files.given_text(source, name, lv.starter_text())
+    given = lv.given(source, name)
     return Learner(path, name, fn.info["form"], given, files.functions_in(source), fn, lv.name)
 
 

@@ -56,11 +56,20 @@ class Level:
     kind: str  # "attention": graded on verify's grid as (q, k, v); "own": graded by the level's own cases
     resource: str  # the starter's file in this package
     growth: Growth | None = None  # how its memory must grow with T (None: the level asks nothing of it)
+    also: tuple[str, ...] = ()  # other functions of the starter the learner writes in (level 7's kernel)
 
     def starter_text(self) -> str:
         if self.resource == "starter.py":
             return resources.files("attnlab.lab").joinpath("starter.py").read_text(encoding="utf-8")
         return resources.files(__name__).joinpath("starters", self.resource).read_text(encoding="utf-8")
+
+    def given(self, source: str, name: str) -> bool:
+        """Is ``name`` in this source the starter's code as it came -- it and every function the learner writes in
+        beside it (:attr:`also`), their syntax trees unchanged (comments aside)?"""
+        from attnlab.lab import files
+
+        return all(files.given_text(source, n) or files.given_text(source, n, self.starter_text())
+                   for n in (name, *self.also))
 
     def module(self):
         """The level's own module (its grading, slips and measurement)."""
@@ -88,7 +97,7 @@ LEVELS = (
           Growth(1.0)),
     Level(7, "triton", "FlashAttention-2's forward as a Triton kernel", "flash_attention", "lab_triton.py",
           "Level 7: your Triton kernel's out and lse match, compiled on a GPU or in Triton's interpreter",
-          "attention", "kernel.py"),
+          "attention", "kernel.py", also=("attention_kernel",)),
 )
 BY_NAME = {lv.name: lv for lv in LEVELS}
 DEFAULT = BY_NAME["loops"]
