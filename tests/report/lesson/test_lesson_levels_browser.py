@@ -27,7 +27,7 @@ def at(minute: int) -> str:
 
 def _items(page) -> list[str]:
     items = page.locator("ol.levels > li.level")
-    assert items.count() == 6
+    assert items.count() == len(levels.LEVELS)
     return items.all_inner_texts()
 
 
