@@ -156,11 +156,14 @@ SLIPS = [  # (key, one step of the tiled backward done wrong)
     ("d-wrong", grads.Slip(D="v")), ("d-wrong", grads.Slip(D="zero")), ("d-wrong", grads.Slip(D="dout")),
     ("d-wrong", grads.Slip(D="dp")), ("dv-not-transposed", grads.Slip(dv="p")),
     ("dv-not-transposed", grads.Slip(dv="p-whole")), ("dk-not-transposed", grads.Slip(dk="ds")),
-    ("scale-missing", grads.Slip(scale="missing")), ("scale-dv", grads.Slip(scale="dv")),
+    ("scale-missing", grads.Slip(scale="missing")), ("scale-missing", grads.Slip(scale="dq-missing")),
+    ("scale-missing", grads.Slip(scale="dk-missing")), ("scale-dv", grads.Slip(scale="dv")),
     ("scale-twice", grads.Slip(scale="twice")), ("lse-other-row", grads.Slip(lse="key")),
     ("second-softmax", grads.Slip(lse="softmax")), ("lse-unused", grads.Slip(lse="none")),
     ("mask-missing", grads.Slip(mask=False)), ("ds-sign", grads.Slip(sign=-1.0)),
+    ("ds-precedence", grads.Slip(ds="precedence")), ("skip-wrong-side", grads.Slip(skip="after")),
     ("dq-overwritten", grads.Slip(dq="set")), ("dkdv-overwritten", grads.Slip(dkv="set")),
+    ("dkdv-overwritten", grads.Slip(dkv="set-v")),
 ]
 
 
@@ -173,8 +176,8 @@ TEXT = {
                          "@ dO of the query tile)",
     "dk-not-transposed": "your dk uses dS where dSᵀ belongs: dK = dSᵀ Q × scale (a tile's dk += dS.transpose(-2, -1) "
                          "@ q of the query tile)",
-    "scale-missing": "your dq and dk miss the scale: the scores were q·k × scale, so dQ = dS K × scale and dK = dSᵀ Q "
-                     "× scale",
+    "scale-missing": "your dq or dk (or both) miss the scale: the scores were q·k × scale, so dQ = dS K × scale and "
+                     "dK = dSᵀ Q × scale",
     "scale-dv": "your dv is multiplied by the scale: the scale is inside the scores, not in P·V: dV = Pᵀ dO",
     "scale-twice": "your dq and dk are multiplied by the scale twice: once, dQ = dS K × scale (s was already "
                    "scaled when P was rebuilt)",
@@ -187,10 +190,14 @@ TEXT = {
     "mask-missing": "your backward has no causal mask: under is_causal the hidden scores are -inf when P is rebuilt, "
                     "as in the forward",
     "ds-sign": "your dS has the wrong sign: dS = P ∘ (dP − D), not P ∘ (D − dP)",
+    "ds-precedence": "your dS is P ∘ dP − D: the parentheses belong around dP − D, dS = P * (dP - D)",
+    "skip-wrong-side": "your causal skip leaves out the query tiles after the key tile (qs >= ke), and those see all "
+                       "its keys; a query tile is hidden from a key tile only when its last query comes before the "
+                       "tile's first key (qe - 1 < ks)",
     "dq-overwritten": "your dq is overwritten by each tile of keys instead of added to: dq[rows of the query tile] += "
                       "dS @ k_tile (only the last tile's part is left)",
-    "dkdv-overwritten": "your dk and dv of a key tile are overwritten by each tile of queries instead of added to: "
-                        "sum dSᵀ Q and Pᵀ dO over every query tile",
+    "dkdv-overwritten": "your dk or dv of a key tile is overwritten by each tile of queries instead of added to: sum "
+                        "dSᵀ Q and Pᵀ dO over every query tile (+=, not =)",
     "dtype": "your gradients are not in the inputs' dtype: compute in float32 if you like, but return q.dtype",
 }
 

@@ -162,6 +162,12 @@ TEXT = {
     "rope-k-only": "your step rotates the key but not the query: rotate q at pos too",
     "rope-offset": "your step turns q and k to a position other than pos (one off?): among the new tokens that "
                    "cancels, but against the prompt already in the cache the distances are wrong; use rotate(x, pos)",
+    "rope-twice": "your step turns the cached keys again when it reads them: a key is turned once, to its own "
+                  "position, when it goes into the cache; read the cache as it is",
+    "rope-v": "your step rotates v too: only q and k carry positions (their dot product is what RoPE changes); keep "
+              "the values as they are",
+    "softmax-dim": "your softmax runs over the wrong axis: the scores are (B, H, 1, t + 1), one row of the new query "
+                   "against every key; normalise over the keys, dim=-1",
     "unscaled": "your scores are not scaled: divide each q·k by √d, d = q.shape[-1]",
     "scale-1/d": "your scores are divided by d, not by √d",
     "scale-length": "your scores are divided by the square root of the number of keys; divide by √d, the head width",

@@ -27,6 +27,9 @@ class Slip:
     q_at: int | None = 0  # q turned to pos + q_at (None: not turned -- the same as turned to 0, or every key turned
     k_at: int | None = 0  # to the new token's position when read: q·k does not change)
     scale: str = "right"  # "none", "1/d", "length": 1/sqrt(the keys read)
+    again: bool = False  # the keys read turned to pos again (they were turned when kept)
+    v_at: int | None = None  # v turned to pos + v_at as well (None: v kept as it is, right)
+    softmax: int = -1  # the dim the weights are normalised over
 
 
 SLIPS = (  # (key, the slip's switches), in the order they are tried
@@ -36,6 +39,7 @@ SLIPS = (  # (key, the slip's switches), in the order they are tried
     ("cache-dropped", {"read": "self"}), ("no-rope", {"q_at": None, "k_at": None}), ("rope-q-only", {"k_at": None}),
     ("rope-k-only", {"q_at": None}), ("rope-offset", {"q_at": 1, "k_at": 1}),
     ("rope-offset", {"q_at": -1, "k_at": -1}), ("rope-offset", {"q_at": 1}), ("rope-offset", {"k_at": 1}),
+    ("rope-twice", {"again": True}), ("rope-v", {"v_at": 0}), ("softmax-dim", {"softmax": -2}),
     ("unscaled", {"scale": "none"}),
     ("scale-1/d", {"scale": "1/d"}), ("scale-length", {"scale": "length"}),
 )
@@ -58,11 +62,13 @@ def decode64(q, k, v, prompt: int, spare: int, slip: Slip = Slip()) -> torch.Ten
         one = slice(pos, pos + 1)
         qt = _turn(q[..., one, :], pos, slip.q_at)
         kt = _turn(k[..., one, :], pos, slip.k_at)
-        vt = v[..., one, :]
+        vt = _turn(v[..., one, :], pos, slip.v_at)
         before = (kc[..., :pos, :].clone(), vc[..., :pos, :].clone())
         if slip.write is not None:
             kc[..., pos + slip.write, :], vc[..., pos + slip.write, :] = kt[..., 0, :], vt[..., 0, :]
         keys, values = _read(kc, vc, before, kt, vt, pos, slip)
+        if slip.again:
+            keys = rope.apply(keys, torch.full((keys.shape[-2],), pos))
         outs.append(_attend(qt, keys, values, slip))
     return torch.cat(outs, dim=-2)
 
@@ -89,4 +95,4 @@ def _attend(q, keys, values, slip: Slip):
     s = q @ keys.transpose(-2, -1) * sc  # (B, H, 1, n)
     if slip.sdpa_causal:
         s = s.masked_fill(torch.arange(n) > 0, -math.inf)  # top-left: query 0 sees key 0
-    return torch.softmax(s, dim=-1) @ values
+    return torch.softmax(s, dim=slip.softmax) @ values

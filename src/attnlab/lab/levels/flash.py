@@ -88,7 +88,8 @@ TILE_SLIPS = [  # (key, one step of the tiled forward done wrong)
     ("diagonal-skipped", tiles.Slip(skip="diagonal")), ("diagonal-skipped", tiles.Slip(skip="partial")),
     ("skip-bound", tiles.Slip(skip="first-query")), ("skip-bound", tiles.Slip(skip="tile-number")),
     ("skip-not-causal", tiles.Slip(skip_always=True)), ("causal-reversed", tiles.Slip(causal="reversed")),
-    ("not-divided", tiles.Slip(divide=False)), ("lse-no-max", tiles.Slip(lse="sum")),
+    ("not-divided", tiles.Slip(divide="never")), ("divide-per-tile", tiles.Slip(divide="per-tile")),
+    ("rescale-inverted", tiles.Slip(alpha="inverted")), ("lse-no-max", tiles.Slip(lse="sum")),
     ("lse-no-sum", tiles.Slip(lse="max")), ("lse-base2", tiles.Slip(lse="base2")),
 ]
 
@@ -119,12 +120,16 @@ TEXT = {
     "skip-bound": "your causal skip compares the wrong places: skip a tile of keys when its first key j0 comes after "
                   "the last query of the tile (j0 > i0 + Bq - 1) -- not its first query, nor the tiles' numbers "
                   "(they agree only when block_q == block_k)",
+    "divide-per-tile": "your forward divides each tile's part by that tile's own sum before adding it: the weights "
+                       "are normalised by the whole row's sum, once, at the end (acc += exp(s − m)·v; out = acc / l)",
     "skip-not-causal": "your forward skips tiles above the diagonal even when is_causal is False: without the mask "
                        "every query sees every key; skip only under is_causal",
     "no-skip": "your causal forward computes every tile, also those wholly above the diagonal (it did {work} of the "
                "full forward's work): skip a tile of keys whose first key comes after the tile's last query",
-    NAN: "your output is NaN on every row, even with small scores: is exp(s - m) taken with the running max still "
-         "-inf (m used before it is updated: exp(s + inf) = inf, then inf / inf is NaN)?",
+    NAN: "your output is NaN on every row, even with small scores: an exp that meets the running max while it is "
+         "still -inf gives inf -- exp(s - m) with m used before its update, or the rescale turned round, "
+         "exp(m_new - m) -- and 0 × inf or inf / inf is NaN; take m_new first, p = exp(s - m_new), "
+         "alpha = exp(m - m_new)",
 }
 
 
@@ -139,10 +144,13 @@ def run(fn, header: dict) -> dict:
 
 def extra_rows(ask, name: str, seed: int):
     """The rows of the lse cases and of the work (judged here from the values ``ask`` brings), and the lines they
-    name: "no-skip" when a causal call did more than :data:`HALF` of a full one's work and everything else passed."""
-    rows = forwards.lse_rows(ask({"what": "lse", "seed": seed}), LSE_CASES, name, seed)
+    name: "no-skip" when a causal call did more than :data:`HALF` of a full one's work, "lse-dtype" when its lse came
+    back in half precision and a case of it failed."""
+    lse = ask({"what": "lse", "seed": seed})
+    rows = forwards.lse_rows(lse, LSE_CASES, name, seed)
     work, ratio = forwards.work_row(ask({"what": "work", "seed": seed}), name, WORK_T, BLOCK, HALF)
-    found = ["no-skip"] if ratio is not None and ratio > HALF else []
+    found = ["lse-dtype"] if forwards.lse_half(lse) and any(r.status != "pass" for r in rows) else []
+    found += ["no-skip"] if ratio is not None and ratio > HALF else []
     return rows + [work], found, {"work": f"{ratio:.0%}" if ratio is not None else ""}
 
 

@@ -27,8 +27,11 @@ TEXT = {
                         "m_new) before adding the new tile's exp(s − m_new)·v",
     "sum-not-rescaled": "your running sum is not rescaled when the running max grows: multiply l by exp(m_old − "
                         "m_new) before adding the new tile's exp(s − m_new)",
-    "rescale-after-update": "your rescale is taken after the running max is updated, so it is exp(m_new − m_new) = 1 "
-                            "and nothing is rescaled: compute alpha = exp(m_old − m_new) before m = m_new",
+    "rescale-after-update": "neither your running sum nor your accumulator is rescaled when the max grows (a rescale "
+                            "taken after m is updated is exp(m_new − m_new) = 1): alpha = exp(m_old − m_new), "
+                            "before m = m_new, multiplies both",
+    "rescale-inverted": "your rescale is turned round, exp(m_new − m_old): what was summed against the old max must "
+                        "shrink when the max grows, alpha = exp(m_old − m_new)",
     "max-not-carried": "your max is not carried from tile to tile: each tile's exps are taken against that tile's own "
                        "max and added as they are; keep m = max(m, the tile's max) and rescale",
     "stale-max": "your exp(s − m) uses the running max from before this tile (m is used before it is updated): take "
@@ -40,6 +43,8 @@ TEXT = {
     "lse-no-sum": "your lse is the running max alone: lse = m + log(l)",
     "lse-base2": "your lse is in base 2 (m + log2 l, scores times log2 e for exp2): return it in natural log, "
                  "(m + log2 l) · ln 2",
+    "lse-dtype": "your lse comes back in the inputs' half precision: keep it in float32 (a bfloat16 lse holds 3 "
+                 "significant digits, and the backward's exp(s − lse) turns its error into the weights' error)",
     "lse-wrong": "your lse is not the log-sum-exp of the row's scores (log Σ_j exp(s_ij) over the keys the row sees): "
                  "the rows above say by how much",
 }
@@ -104,6 +109,11 @@ def lse_rows(reply: dict, cases, name: str, seed: int) -> list[Row]:
         detail = "" if mine.shape == ref.shape else f"lse has shape {tuple(mine.shape)}, not {tuple(ref.shape)}"
         rows.append(Row(name, label, case.dtype, "pass" if c.passed else "fail", comparisons=[c], detail=detail))
     return rows
+
+
+def lse_half(reply: dict) -> bool:
+    """The learner's lse came back in half precision (the inputs' dtype) on some case."""
+    return any(r.get("lse", {}).get("dtype") in ("bfloat16", "float16") for r in reply.get("cases") or [])
 
 
 def work(forward, T: int, block: int) -> dict:

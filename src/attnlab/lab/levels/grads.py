@@ -21,12 +21,14 @@ class Slip:
     D: str = "o"  # D_i from rowsum(dO ∘ O); "v": dO ∘ V, "zero", "dout": dO ∘ dO, "dp": rowsum(dP)
     dv: str = "right"  # "p": a tile's P @ dO (no transpose); "p-whole": the whole P @ dO
     dk: str = "right"  # "ds": dS @ q (no transpose)
-    scale: str = "right"  # "missing" from dq, dk; "dv": on dv too; "twice": on dq, dk twice
+    scale: str = "right"  # "missing" from dq, dk; "dq-missing", "dk-missing"; "dv": on dv too; "twice": on dq, dk
     lse: str = "row"  # "key": lse indexed by the key; "softmax": each tile's own softmax; "none": exp(s) alone
     mask: bool = True  # the causal mask when P is rebuilt
     sign: float = 1.0  # dS = sign · P ∘ (dP − D)
+    ds: str = "right"  # "precedence": dS = P ∘ dP − D
     dq: str = "add"  # "set": dq's rows overwritten by each key tile
-    dkv: str = "add"  # "set": a key tile's dk, dv overwritten by each query tile
+    dkv: str = "add"  # "set": a key tile's dk, dv overwritten by each query tile; "set-v": dv alone
+    skip: str | None = None  # under is_causal: "after": the query tiles after the key tile skipped (qs >= ke)
 
 
 def forward64(q, k, v, causal: bool):
@@ -49,7 +51,8 @@ def tiled(q, k, v, out, lse, dout, causal: bool, block_q: int, block_k: int, sli
     q, k, v, out, lse, dout = (t.double() for t in (q, k, v, out, lse, dout))
     L, S = q.shape[-2], k.shape[-2]
     sc = 1.0 / math.sqrt(q.shape[-1])
-    f = {"right": sc, "missing": 1.0, "dv": sc, "twice": sc * sc}[slip.scale]
+    fq = {"right": sc, "missing": 1.0, "dv": sc, "twice": sc * sc, "dq-missing": 1.0, "dk-missing": sc}[slip.scale]
+    fk = {"dq-missing": sc, "dk-missing": 1.0}.get(slip.scale, fq)
     D = _delta(out, dout, v, slip)
     if D is None:
         return None
@@ -58,21 +61,25 @@ def tiled(q, k, v, out, lse, dout, causal: bool, block_q: int, block_k: int, sli
         kb, vb = k[..., j0:j0 + block_k, :], v[..., j0:j0 + block_k, :]
         dkb, dvb = torch.zeros_like(kb), torch.zeros_like(vb)
         for i0 in range(0, L, block_q):
+            if causal and slip.skip == "after" and i0 >= j0 + kb.shape[-2]:
+                break  # (every later query tile sees this key tile whole)
             qb, dob = q[..., i0:i0 + block_q, :], dout[..., i0:i0 + block_q, :]
             s = _masked(qb @ kb.transpose(-2, -1) * sc, causal and slip.mask, i0, j0)
             P = _weights(s, lse, i0, j0, slip)
             if P is None:
                 return None
             dP = dob @ vb.transpose(-2, -1)
-            dS = slip.sign * P * (dP - D[..., i0:i0 + block_q, :])
+            Dq = D[..., i0:i0 + block_q, :]
+            dS = slip.sign * (P * dP - Dq if slip.ds == "precedence" else P * (dP - Dq))
             part_v = _dv_part(P, dob, slip, block_q, block_k)
-            part_k = dS.transpose(-2, -1) @ qb * f if slip.dk == "right" else (
-                dS @ qb * f if dS.shape[-2] == dS.shape[-1] else None)
+            part_k = dS.transpose(-2, -1) @ qb * fk if slip.dk == "right" else (
+                dS @ qb * fk if dS.shape[-2] == dS.shape[-1] else None)
             if part_v is None or part_k is None:
                 return None
             dvb = (dvb if slip.dkv == "add" else 0 * dvb) + part_v * (sc if slip.scale == "dv" else 1.0)
-            dkb = (dkb if slip.dkv == "add" else 0 * dkb) + part_k
-            part_q = dS @ kb * f
+            dkb = dkb if slip.dkv in ("add", "set-v") else 0 * dkb
+            dkb = dkb + part_k
+            part_q = dS @ kb * fq
             dq[..., i0:i0 + block_q, :] = (dq[..., i0:i0 + block_q, :] if slip.dq == "add" else 0) + part_q
         dk[..., j0:j0 + block_k, :], dv[..., j0:j0 + block_k, :] = dkb, dvb
     if slip.dv == "p-whole":

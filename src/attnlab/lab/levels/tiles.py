@@ -35,7 +35,9 @@ class Slip:
     # "reversed": the keys before the query hidden (j < i), the tiles skipped as they should be
     bound: str | None = None  # a loop bound over key tiles under is_causal (see BOUNDS); None: the right one
     pad: bool = False  # keys past S, loaded as zeros, are not masked (a kernel's tile edge)
-    divide: bool = True  # out = acc / l at the end
+    divide: str = "end"  # out = acc / l at the end; "never"; "per-tile": each tile's own softmax merged into acc;
+    # "columns": acc / l broadcast along the wrong axis (column e divided by row e's sum: only where BLOCK_EV = BLOCK_M)
+    alpha: str = "right"  # the rescale exp(m_old - m_new); "inverted": exp(m_new - m_old)
     lse: str = "right"  # "sum": log(l) alone; "max": m alone; "base2": m + log2(l) with scores in base 2
 
 
@@ -67,6 +69,8 @@ def forward(q, k, v, causal: bool, block_q: int, block_k: int, slip: Slip = Slip
     outs, lses = [], []
     for i0 in range(0, L, block_q):
         o, s = _query_tile(q[..., i0:i0 + block_q, :], k, v, i0, S, causal, block_q, block_k, slip, sc)
+        if o is None or o.shape[-2] != min(block_q, L - i0):
+            return None
         outs.append(o)
         lses.append(s)
     return {"out": torch.cat(outs, dim=-2), "lse": torch.cat(lses, dim=-1)}
@@ -101,16 +105,31 @@ def _query_tile(qb, k, v, i0, S, causal, bq_max, block_k, slip: Slip, sc: float)
         used = m if slip.stale else new  # the max exp(s - .) is taken against
         used = torch.where(torch.isinf(used), 0.0, used) if slip.stale != "zero" else used
         p = _exp(s - used, base)
-        alpha = _exp(m - torch.where(torch.isinf(new), 0.0, new), base) if slip.carry_max else torch.ones_like(m)
+        safe = torch.where(torch.isinf(new), 0.0, new)
+        alpha = _exp(safe - m if slip.alpha == "inverted" else m - safe, base) if slip.carry_max else torch.ones_like(m)
         if slip.after:
             alpha = torch.ones_like(m)
-        total = (total * alpha if slip.rescale_sum else total) + p.sum(dim=-1, keepdim=True)
-        acc = (acc * alpha if slip.rescale_acc else acc) + p @ vb
+        tile_sum = p.sum(dim=-1, keepdim=True)
+        total = (total * alpha if slip.rescale_sum else total) + tile_sum
+        acc = (acc * alpha if slip.rescale_acc else acc) + (p / tile_sum if slip.divide == "per-tile" else p) @ vb
         m = new
-    out = acc / total if slip.divide else acc
+    out = _finish(acc, total, slip)
+    if out is None:
+        return None, None
     log = torch.log2 if slip.lse == "base2" else torch.log
     lse = {"right": m + log(total), "base2": m + log(total), "sum": log(total), "max": m}[slip.lse]
     return out, lse[..., 0]
+
+
+def _finish(acc, total, slip: Slip):
+    if slip.divide in ("never", "per-tile"):
+        return acc
+    if slip.divide == "columns":  # acc (.., Bq, Ev) / l (.., Bq) as a row: entry (r, e) over row e's sum
+        width = max(16, 1 << (acc.shape[-1] - 1).bit_length())  # the kernel's BLOCK_EV
+        if width != acc.shape[-2] or acc.shape[-1] > acc.shape[-2]:
+            return None  # (other widths do not broadcast: the learner's kernel raised there)
+        return acc / total[..., : acc.shape[-1], 0].unsqueeze(-2)
+    return acc / total
 
 
 def _exp(x, base: float):

@@ -96,6 +96,7 @@ PROBES = (
     V.Case("probe, causal, L < S", batch=(1,), H=2, L=20, S=45, E=24, is_causal=True),
     V.Case("probe, causal, L > S", batch=(1,), H=1, L=45, S=20, E=16, is_causal=True),
     V.Case("probe, causal, L = 100", batch=(1,), H=1, L=100, E=16, is_causal=True),
+    V.Case("probe, full, d = 32", batch=(1,), H=2, L=64, S=50, E=32),  # the head as wide as the tile
     V.Case("probe, large logits", batch=(1,), H=2, L=40, E=16, is_causal=True, magnitude=30.0),
 )
 LSE_CASES = (
@@ -117,9 +118,10 @@ TILE_SLIPS = [  # (key, one step of the kernel done wrong)
     ("sum-not-rescaled", tiles.Slip(rescale_sum=False)), ("rescale-after-update", tiles.Slip(after=True)),
     ("max-not-carried", tiles.Slip(carry_max=False)), ("stale-max", tiles.Slip(stale="-inf")),
     ("stale-max", tiles.Slip(stale="zero")), ("tile-mask", tiles.Slip(local="keys")),
-    ("tile-mask", tiles.Slip(local="rows")), ("not-divided", tiles.Slip(divide=False)),
+    ("tile-mask", tiles.Slip(local="rows")), ("not-divided", tiles.Slip(divide="never")),
     ("lse-no-max", tiles.Slip(lse="sum")), ("lse-no-sum", tiles.Slip(lse="max")),
-    ("lse-base2", tiles.Slip(lse="base2")),
+    ("lse-base2", tiles.Slip(lse="base2")), ("divide-axis", tiles.Slip(divide="columns")),
+    ("rescale-inverted", tiles.Slip(alpha="inverted")),
 ]
 
 
@@ -142,6 +144,8 @@ TEXT = {
     **forwards.TEXT,
     "pad-keys": "your kernel gives weight to the keys past the end: the last tile reads zeros past S (the loads' "
                 "mask), and a zero key scores 0, not -inf -- set the scores of offs_n >= S to -inf",
+    "divide-axis": "your final division broadcasts along the wrong axis: acc / l_i divides column e by row e's sum; "
+                   "give l_i a column of its own, acc / l_i[:, None]",
     "bound-short": "your causal loop stops before the tile's own diagonal: the queries of the tile "
                    "[start_m, start_m + BLOCK_M) see keys up to start_m + BLOCK_M - 1, so loop to "
                    "min(S, (pid_m + 1) * BLOCK_M)",
@@ -149,8 +153,10 @@ TEXT = {
                      "min(S, (pid_m + 1) * BLOCK_M)",
     "diagonal-unmasked": "your kernel stops its causal loop in the right place but does not mask inside the last "
                          "tile: a key after its query (offs_n > offs_m) must get -inf there",
-    NAN: "your output is NaN on every row, even with small scores: is exp(s - m_i) taken with m_i still -inf (the "
-         "running max used before it is updated), or l_i never added to?",
+    NAN: "your output is NaN on every row, even with small scores: an exp that meets the running max while it is "
+         "still -inf gives inf -- exp(s - m_i) with m_i used before its update, or the rescale turned round, "
+         "exp(m_new - m_i) -- and 0 × inf or inf / inf is NaN; take m_new first, p = exp(s - m_new), "
+         "alpha = exp(m_i - m_new)",
 }
 
 
