@@ -50,10 +50,12 @@ LABELS = {  # the blind index's labels -> the lab's keys (several keys: either i
     "causal-skip-wrong-side": ("skip-wrong-side",),
     # level 6
     "sdpa-is-causal-one-query": ("sdpa-causal",), "attends-empty-cache-slots": ("whole-buffer",),
-    "cache-written-after-attend": ("before-write",), "cache-slot-off-by-one": ("slot-ahead", "slot-behind"),
+    "cache-written-after-attend": ("before-write", "slot-ahead"),
+    "cache-slot-off-by-one": ("slot-ahead", "slot-behind"),
     "own-key-excluded": ("before-write",), "cache-write-not-in-place": ("cache-not-written",),
-    "keys-cat-wrong-dim": (),  # (it raises) "key-not-rotated": ("rope-q-only",),
-    "cache-holds-unrotated-key": ("rope-q-only",), "cache-keys-rotated-again": ("rope-twice",),
+    "keys-cat-wrong-dim": (),  # (it raises)
+    "key-not-rotated": ("rope-q-only",),
+    "cache-holds-unrotated-key": ("rope-q-only",), "cache-keys-rotated-again": ("rope-k-only",),
     "rope-position-off-by-one": ("rope-offset",), "value-rotated": ("rope-v",), "scale-by-sqrt-t": ("scale-length",),
     "softmax-over-wrong-dim": ("softmax-dim",),
     # level 7

@@ -95,26 +95,7 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
         found = level_diagnoses(_probes(learner, seed, budget_s), level, seed, found, more, fill)
     hung = next((r for r in result.rows if r.facts.kind == "timeout"), None)
     ended = fn.lost  # while it was graded (a measurement stopped for its time says so in its note instead)
-    load, err, timings, fits = None, float("inf"), [], {"time": None, "memory": None}
-    if hung is not None:  # a function that hung once would hang the measurements too
-        how = f"not measured: it timed out on the case {hung.case!r} while it was graded"
-    elif fn.lost is not None:
-        how = f"not measured: {fn.lost} while it was graded"
-    elif learner.given:  # the starter's code measures nothing of the learner's
-        err, how = grade.match(fn, seed), "not measured: it is the starter's code as it came"
-    else:
-        err = grade.match(fn, seed)
-        seqs = mod.SEQS
-        say(("measuring its time and peak memory at T = " + ", ".join(map(str, seqs))
-             + f" (at most {budget_s:g} s a length; --max-seconds changes it)") if seqs else mod.MEASURES)
-        load = load_average()  # others' work while it is timed: noise in the times (not in the memory)
-        try:
-            timings, fits, how = (judged.measure(learner, seqs, budget_s, seed=seed) if seqs else
-                                  mod.measured(learner, budget_s, seed))
-        except judged.remote.Raised as e:
-            how = f"not measured: measuring it raised {e.text}"
-        except judged.remote.Lost:
-            how = f"not measured: {fn.lost} while it was measured"
+    load, err, timings, fits, how = _measured(learner, mod, hung, seed, budget_s, say)
     exps = {k: f and f.exponent for k, f in fits.items()}  # the slope alone; the fits keep the repeats' range
     r = LabResult(str(learner.path), name, learner.form, note, result, found, err,
                   result.passed and ended is None, timings, exps, how, time.perf_counter() - t0,
@@ -122,6 +103,31 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
                   functions=list(learner.functions), level=level.name, fits=fits)
     r.measured_ok, r.measured_note = mod.measured_ok(r)
     return r
+
+
+def _measured(learner, mod, hung, seed: int, budget_s: float, say):
+    """(the load, the match, timings, fits, how it was measured): nothing where it hung, ended or is the starter's."""
+    fn = learner.fn
+    load, err, timings, fits = None, float("inf"), [], {"time": None, "memory": None}
+    if hung is not None:  # a function that hung once would hang the measurements too
+        return load, err, timings, fits, f"not measured: it timed out on the case {hung.case!r} while it was graded"
+    if fn.lost is not None:
+        return load, err, timings, fits, f"not measured: {fn.lost} while it was graded"
+    err = grade.match(fn, seed)
+    if learner.given:  # the starter's code measures nothing of the learner's
+        return load, err, timings, fits, "not measured: it is the starter's code as it came"
+    seqs = mod.SEQS
+    say(("measuring its time and peak memory at T = " + ", ".join(map(str, seqs))
+         + f" (at most {budget_s:g} s a length; --max-seconds changes it)") if seqs else mod.MEASURES)
+    load = load_average()  # others' work while it is timed: noise in the times (not in the memory)
+    try:
+        timings, fits, how = (judged.measure(learner, seqs, budget_s, seed=seed) if seqs else
+                              mod.measured(learner, budget_s, seed))
+    except judged.remote.Raised as e:
+        how = f"not measured: measuring it raised {e.text}"
+    except judged.remote.Lost:
+        how = f"not measured: {fn.lost} while it was measured"
+    return load, err, timings, fits, how
 
 
 OWN_SECONDS = 120.0  # a request of the level's own (its probes, its lse cases, its work): fixed sizes, small ones

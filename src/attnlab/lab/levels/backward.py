@@ -159,6 +159,7 @@ SLIPS = [  # (key, one step of the tiled backward done wrong)
     ("scale-missing", grads.Slip(scale="missing")), ("scale-missing", grads.Slip(scale="dq-missing")),
     ("scale-missing", grads.Slip(scale="dk-missing")), ("scale-dv", grads.Slip(scale="dv")),
     ("scale-twice", grads.Slip(scale="twice")), ("lse-other-row", grads.Slip(lse="key")),
+    ("lse-other-row", grads.Slip(lse="key-rows")),
     ("second-softmax", grads.Slip(lse="softmax")), ("lse-unused", grads.Slip(lse="none")),
     ("mask-missing", grads.Slip(mask=False)), ("ds-sign", grads.Slip(sign=-1.0)),
     ("ds-precedence", grads.Slip(ds="precedence")), ("skip-wrong-side", grads.Slip(skip="after")),

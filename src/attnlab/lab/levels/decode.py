@@ -142,10 +142,11 @@ TEXT = {
     "sdpa-causal": "your step calls F.scaled_dot_product_attention(..., is_causal=True) for one new query against "
                    "the cache: PyTorch aligns that mask at the top left, so the query sees key 0 alone. A decoding "
                    "step needs no mask: the cache holds only what came before, and the token itself",
-    "before-write": "your step reads the cache before the new token's key and value are in it: a token must see "
-                    "itself; write slot pos first, then attend to slots 0 .. pos",
-    "slot-ahead": "your step writes the new token one slot too far on (slot pos + 1): slot pos is the token at "
-                  "position pos (slots count from 0)",
+    "before-write": "your step reads the cache before the new token's key and value are in it (or stops one slot "
+                    "short): a token must see itself; write slot pos first, then attend to slots 0 .. pos",
+    "slot-ahead": "your step reads an empty slot where the new token's key belongs: it writes the token one slot "
+                  "too far on (slot pos + 1), or reads slots 0 .. pos before writing slot pos (the same scores); "
+                  "write slot pos first, then attend to slots 0 .. pos",
     "slot-behind": "your step writes the new token one slot short (slot pos - 1), over the token before it: slot pos "
                    "is the token at position pos",
     "whole-buffer": "your step attends to every slot of the cache, the empty ones after pos too (zero keys score 0 "
@@ -159,11 +160,11 @@ TEXT = {
                "key to the new token's position when it is read cancels out in q·k)",
     "rope-q-only": "your step rotates the query but not the key it keeps: rotate k too, at pos, before it goes into "
                    "the cache",
-    "rope-k-only": "your step rotates the key but not the query: rotate q at pos too",
+    "rope-k-only": "your scores are those of a query that is not turned against keys turned once: rotate q at pos "
+                   "(and turn each key once, when it goes into the cache -- turning the cached keys again by pos "
+                   "when you read them undoes q's turn)",
     "rope-offset": "your step turns q and k to a position other than pos (one off?): among the new tokens that "
                    "cancels, but against the prompt already in the cache the distances are wrong; use rotate(x, pos)",
-    "rope-twice": "your step turns the cached keys again when it reads them: a key is turned once, to its own "
-                  "position, when it goes into the cache; read the cache as it is",
     "rope-v": "your step rotates v too: only q and k carry positions (their dot product is what RoPE changes); keep "
               "the values as they are",
     "softmax-dim": "your softmax runs over the wrong axis: the scores are (B, H, 1, t + 1), one row of the new query "

@@ -20,9 +20,9 @@ from attnlab.nn import rope
 @dataclass(frozen=True)
 class Slip:
     write: int | None = 0  # the slot written is pos + write (None: never written)
-    read: str = "upto"  # "upto": slots 0 .. pos; "before": 0 .. pos - 1 (read before the write, or one short after
-    # it: the same); "ahead": 0 .. pos + 1; "all": every slot; "self": the new token alone; "concat": slots
-    # 0 .. pos - 1 and the new token
+    read: str = "upto"  # "upto": slots 0 .. pos; "before": 0 .. pos - 1 read before the write; "short": 0 .. pos - 1
+    # after it; "ahead": 0 .. pos + 1; "all": every slot; "self": the new token alone; "concat": slots 0 .. pos - 1
+    # and the new token. (Slots 0 .. pos read before the write are the slot-ahead slip's keys: the same scores.)
     sdpa_causal: bool = False  # F.sdpa(..., is_causal=True) over what is read: the query sees the first key alone
     q_at: int | None = 0  # q turned to pos + q_at (None: not turned -- the same as turned to 0, or every key turned
     k_at: int | None = 0  # to the new token's position when read: q·k does not change)
@@ -33,13 +33,15 @@ class Slip:
 
 
 SLIPS = (  # (key, the slip's switches), in the order they are tried
-    ("sdpa-causal", {"sdpa_causal": True}), ("before-write", {"read": "before"}), ("slot-ahead", {"write": 1}),
-    ("slot-ahead", {"write": 1, "read": "ahead"}), ("slot-behind", {"write": -1}), ("whole-buffer", {"read": "all"}),
+    ("sdpa-causal", {"sdpa_causal": True}), ("before-write", {"read": "before"}),
+    ("slot-ahead", {"write": 1}),
+    ("slot-ahead", {"write": 1, "read": "ahead"}),
+    ("slot-behind", {"write": -1}), ("slot-behind", {"write": -1, "read": "short"}), ("whole-buffer", {"read": "all"}),
     ("cache-not-written", {"write": None, "read": "concat"}),
     ("cache-dropped", {"read": "self"}), ("no-rope", {"q_at": None, "k_at": None}), ("rope-q-only", {"k_at": None}),
     ("rope-k-only", {"q_at": None}), ("rope-offset", {"q_at": 1, "k_at": 1}),
     ("rope-offset", {"q_at": -1, "k_at": -1}), ("rope-offset", {"q_at": 1}), ("rope-offset", {"k_at": 1}),
-    ("rope-twice", {"again": True}), ("rope-v", {"v_at": 0}), ("softmax-dim", {"softmax": -2}),
+    ("rope-k-only", {"again": True}), ("rope-v", {"v_at": 0}), ("softmax-dim", {"softmax": -2}),
     ("unscaled", {"scale": "none"}),
     ("scale-1/d", {"scale": "1/d"}), ("scale-length", {"scale": "length"}),
 )
@@ -76,6 +78,8 @@ def decode64(q, k, v, prompt: int, spare: int, slip: Slip = Slip()) -> torch.Ten
 def _read(kc, vc, before, kt, vt, pos: int, slip: Slip):
     if slip.read == "before":
         return before
+    if slip.read == "short":
+        return kc[..., :pos, :], vc[..., :pos, :]
     if slip.read == "ahead":
         return kc[..., :pos + 2, :], vc[..., :pos + 2, :]
     if slip.read == "all":

@@ -88,6 +88,7 @@ TILE_SLIPS = [  # (key, one step of the tiled forward done wrong)
     ("diagonal-skipped", tiles.Slip(skip="diagonal")), ("diagonal-skipped", tiles.Slip(skip="partial")),
     ("skip-bound", tiles.Slip(skip="first-query")), ("skip-bound", tiles.Slip(skip="tile-number")),
     ("skip-not-causal", tiles.Slip(skip_always=True)), ("causal-reversed", tiles.Slip(causal="reversed")),
+    ("peeks-ahead", tiles.Slip(causal="ahead")), ("diagonal", tiles.Slip(causal="diagonal")),
     ("not-divided", tiles.Slip(divide="never")), ("divide-per-tile", tiles.Slip(divide="per-tile")),
     ("rescale-inverted", tiles.Slip(alpha="inverted")), ("lse-no-max", tiles.Slip(lse="sum")),
     ("lse-no-sum", tiles.Slip(lse="max")), ("lse-base2", tiles.Slip(lse="base2")),

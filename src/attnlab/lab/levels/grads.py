@@ -22,7 +22,8 @@ class Slip:
     dv: str = "right"  # "p": a tile's P @ dO (no transpose); "p-whole": the whole P @ dO
     dk: str = "right"  # "ds": dS @ q (no transpose)
     scale: str = "right"  # "missing" from dq, dk; "dq-missing", "dk-missing"; "dv": on dv too; "twice": on dq, dk
-    lse: str = "row"  # "key": lse indexed by the key; "softmax": each tile's own softmax; "none": exp(s) alone
+    lse: str = "row"  # "key": lse indexed by the key; "key-rows": the key tile's slice of lse taken for the query rows;
+    # "softmax": each tile's own softmax; "none": exp(s) alone
     mask: bool = True  # the causal mask when P is rebuilt
     sign: float = 1.0  # dS = sign · P ∘ (dP − D)
     ds: str = "right"  # "precedence": dS = P ∘ dP − D
@@ -106,6 +107,9 @@ def _weights(s, lse, i0: int, j0: int, slip: Slip):
     if slip.lse == "key":
         at = lse[..., j0:j0 + s.shape[-1]].unsqueeze(-2)
         return torch.exp(s - at) if at.shape[-1] == s.shape[-1] else None  # (no lse there: the learner's raised)
+    if slip.lse == "key-rows":
+        at = lse[..., j0:j0 + s.shape[-1]].unsqueeze(-1)
+        return torch.exp(s - at) if at.shape[-2] == s.shape[-2] else None
     if slip.lse == "softmax":
         return torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0)
     if slip.lse == "none":

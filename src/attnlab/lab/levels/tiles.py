@@ -32,7 +32,8 @@ class Slip:
     skip: str | None = None  # which key tiles a causal forward skips (see SKIPS); None: the right ones
     skip_always: bool = False  # tiles skipped even when is_causal is False
     causal: str = "right"  # "none": no elementwise mask (tiles still skipped); "always": masked when not causal too;
-    # "reversed": the keys before the query hidden (j < i), the tiles skipped as they should be
+    # "reversed": the keys before the query hidden (j < i); "ahead": one key ahead seen (j <= i + 1); "diagonal": the
+    # diagonal hidden too (j < i); the tiles skipped as they should be
     bound: str | None = None  # a loop bound over key tiles under is_causal (see BOUNDS); None: the right one
     pad: bool = False  # keys past S, loaded as zeros, are not masked (a kernel's tile edge)
     divide: str = "end"  # out = acc / l at the end; "never"; "per-tile": each tile's own softmax merged into acc;
@@ -140,9 +141,11 @@ def _mask(s, rows, cols, i0, j0, S, causal, slip: Slip):
     """The tile's scores with the hidden keys at -inf: past S (unless ``slip.pad``), and the causal mask."""
     if not slip.pad:
         s = s.masked_fill(cols >= S, -math.inf)
-    on = (causal and slip.causal in ("right", "always", "reversed")) or slip.causal == "always"
+    on = (causal and slip.causal != "none") or slip.causal == "always"
     if not on:
         return s
     r = rows - i0 if slip.local in ("rows", "both") else rows
     c = cols - j0 if slip.local in ("keys", "both") else cols
-    return s.masked_fill(c < r if slip.causal == "reversed" else c > r, -math.inf)
+    hide = {"reversed": lambda: c < r, "ahead": lambda: c > r + 1, "diagonal": lambda: c >= r}.get(slip.causal,
+                                                                                                 lambda: c > r)()
+    return s.masked_fill(hide, -math.inf)

@@ -114,7 +114,9 @@ def probe_call(fn, q, k, v, case):
 TILE_SLIPS = [  # (key, one step of the kernel done wrong)
     ("pad-keys", tiles.Slip(pad=True)), ("bound-short", tiles.Slip(bound="short")),
     ("bound-block-n", tiles.Slip(bound="block-n")), ("diagonal-unmasked", tiles.Slip(causal="none")),
-    ("causal-reversed", tiles.Slip(causal="reversed")), ("acc-not-rescaled", tiles.Slip(rescale_acc=False)),
+    ("causal-reversed", tiles.Slip(causal="reversed")),
+    ("peeks-ahead", tiles.Slip(causal="ahead")), ("diagonal", tiles.Slip(causal="diagonal")),
+    ("acc-not-rescaled", tiles.Slip(rescale_acc=False)),
     ("sum-not-rescaled", tiles.Slip(rescale_sum=False)), ("rescale-after-update", tiles.Slip(after=True)),
     ("max-not-carried", tiles.Slip(carry_max=False)), ("stale-max", tiles.Slip(stale="-inf")),
     ("stale-max", tiles.Slip(stale="zero")), ("tile-mask", tiles.Slip(local="keys")),
