@@ -63,7 +63,7 @@ LABELS = {  # the blind index's labels -> the lab's keys (several keys: either i
         ("diagonal-unmasked",), "causal-loop-bound-excludes-diagonal": ("bound-short",),
     "causal-loop-bound-by-block-n": ("bound-block-n",), "rescale-forgotten-sum": ("sum-not-rescaled",),
     "divide-broadcast-wrong-axis": ("divide-axis",), "lse-not-stored": ("lse-no-sum", "lse-wrong"),
-    "wrong-stride": (),  # (a stride right only where v and k have the same width: no line names it)
+    "wrong-stride": ("Ev!=E",),  # (right only where v and k are as wide: the judge's line says where it fails)
 }
 
 
