@@ -42,7 +42,7 @@ LABELS = {  # the blind index's labels -> the lab's keys (several keys: either i
     "divide-per-tile": ("divide-per-tile",), "no-final-division": ("not-divided",), "lse-without-m": ("lse-no-max",),
     "lse-base-2": ("lse-base2",), "lse-in-input-dtype": ("lse-dtype",),
     # level 5
-    "D-from-dout-v": ("d-wrong",), "D-without-keepdim": (), "D-not-sliced-to-query-tile": (),  # (they raise)
+    "D-from-dout-v": ("d-wrong",), "D-without-keepdim": ("d-keepdim",), "D-not-sliced-to-query-tile": (),  # (raises)
     "dv-from-P-not-PT": ("dv-not-transposed",), "dv-overwritten-per-query-tile": ("dkdv-overwritten",),
     "dk-without-transpose": ("dk-not-transposed",), "dq-scale-forgotten": ("scale-missing",),
     "dk-scale-forgotten": ("scale-missing",), "scale-applied-twice": ("scale-twice",),

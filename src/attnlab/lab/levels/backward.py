@@ -29,8 +29,10 @@ from attnlab.judge import oracle, rule
 
 from . import grads, own, ways
 
-SHAPES = ((1, 2, 24, 24, 8, 8), (1, 2, 37, 37, 16, 13), (2, 1, 30, 30, 32, 10), (1, 2, 20, 45, 16, 7),
+SHAPES = ((1, 1, 24, 24, 8, 8), (1, 2, 37, 37, 16, 13), (2, 1, 30, 30, 32, 10), (1, 2, 20, 45, 16, 7),
           (1, 2, 45, 20, 16, 16), (1, 1, 26, 61, 8, 9))  # (batch, heads, L, S, d, block_q); block_k = block_q * S // L
+# (the first: one head, square tiles -- where a per-row (..., L) vector that lost its last axis broadcasts along the
+# keys and gives numbers instead of an error, as k.T does on the attention levels' probe of equal sizes)
 CASES = tuple((f"{'causal' if c else 'full'}, L = {L}, S = {S}, d = {d}, tiles {bq} x {bq * S // L}"
                + (", batch 2" if B > 1 else "") + (", larger scores" if i == 2 and dt == "float32" else ""),
                (B, H, L, S, d), c, dt, 3.0 if (i == 2 and dt == "float32") else 1.0, (bq, bq * S // L))
@@ -154,12 +156,12 @@ def slip_pairs(seed: int):
 
 SLIPS = [  # (key, one step of the tiled backward done wrong)
     ("d-wrong", grads.Slip(D="v")), ("d-wrong", grads.Slip(D="zero")), ("d-wrong", grads.Slip(D="dout")),
-    ("d-wrong", grads.Slip(D="dp")), ("dv-not-transposed", grads.Slip(dv="p")),
+    ("d-wrong", grads.Slip(D="dp")), ("d-keepdim", grads.Slip(D="row")), ("dv-not-transposed", grads.Slip(dv="p")),
     ("dv-not-transposed", grads.Slip(dv="p-whole")), ("dk-not-transposed", grads.Slip(dk="ds")),
     ("scale-missing", grads.Slip(scale="missing")), ("scale-missing", grads.Slip(scale="dq-missing")),
     ("scale-missing", grads.Slip(scale="dk-missing")), ("scale-dv", grads.Slip(scale="dv")),
     ("scale-twice", grads.Slip(scale="twice")), ("lse-other-row", grads.Slip(lse="key")),
-    ("lse-other-row", grads.Slip(lse="key-rows")),
+    ("lse-other-row", grads.Slip(lse="key-rows")), ("lse-other-row", grads.Slip(lse="column")),
     ("second-softmax", grads.Slip(lse="softmax")), ("lse-unused", grads.Slip(lse="none")),
     ("mask-missing", grads.Slip(mask=False)), ("ds-sign", grads.Slip(sign=-1.0)),
     ("ds-precedence", grads.Slip(ds="precedence")), ("skip-wrong-side", grads.Slip(skip="after")),
@@ -173,6 +175,8 @@ TEXT = {
                 "records nothing): compute dq, dk, dv from the formulas, with no .backward() or autograd.grad",
     "d-wrong": "your D is computed from the wrong tensors: D_i = rowsum(dO ∘ O), the output's gradient times the "
                "output itself, row by row",
+    "d-keepdim": "your D has lost its last axis (a sum without keepdim=True): its (..., Bq) lines up with the tile's "
+                 "keys, so column j gets query j's D; keep one number per query row, (..., L, 1)",
     "dv-not-transposed": "your dv uses P where Pᵀ belongs: dV = Pᵀ dO, key by key (a tile's dv += P.transpose(-2, -1) "
                          "@ dO of the query tile)",
     "dk-not-transposed": "your dk uses dS where dSᵀ belongs: dK = dSᵀ Q × scale (a tile's dk += dS.transpose(-2, -1) "
@@ -183,7 +187,8 @@ TEXT = {
     "scale-twice": "your dq and dk are multiplied by the scale twice: once, dQ = dS K × scale (s was already "
                    "scaled when P was rebuilt)",
     "lse-other-row": "your weights use the log-sum-exp of another row: query i's weights are exp(s_ij − lse_i), lse "
-                     "indexed by the query (lse[..., :, None]), not by the key",
+                     "indexed by the query tile's rows and given a last axis (lse[..., i0:i0 + Bq, None]), not by "
+                     "the key, nor lined up with the keys",
     "second-softmax": "your weights are a softmax of each tile's own scores: a tile holds only some of the row's keys; "
                       "P = exp(s − lse), the lse of the whole row, which the forward saved",
     "lse-unused": "your weights are exp(s) without the log-sum-exp: P = exp(s − lse) (the forward's lse is what makes "

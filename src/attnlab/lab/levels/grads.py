@@ -18,11 +18,13 @@ import torch
 
 @dataclass(frozen=True)
 class Slip:
-    D: str = "o"  # D_i from rowsum(dO ∘ O); "v": dO ∘ V, "zero", "dout": dO ∘ dO, "dp": rowsum(dP)
+    D: str = "o"  # D_i from rowsum(dO ∘ O); "v": dO ∘ V, "zero", "dout": dO ∘ dO, "dp": rowsum(dP); "row": right,
+    # but without its last axis, so that the query tile's (..., Bq) lines up with the keys (column j gets D of row j)
     dv: str = "right"  # "p": a tile's P @ dO (no transpose); "p-whole": the whole P @ dO
     dk: str = "right"  # "ds": dS @ q (no transpose)
     scale: str = "right"  # "missing" from dq, dk; "dq-missing", "dk-missing"; "dv": on dv too; "twice": on dq, dk
     lse: str = "row"  # "key": lse indexed by the key; "key-rows": the key tile's slice of lse taken for the query rows;
+    # "column": the query tile's slice without its last axis, lined up with the keys (column j gets lse of row j);
     # "softmax": each tile's own softmax; "none": exp(s) alone
     mask: bool = True  # the causal mask when P is rebuilt
     sign: float = 1.0  # dS = sign · P ∘ (dP − D)
@@ -70,7 +72,9 @@ def tiled(q, k, v, out, lse, dout, causal: bool, block_q: int, block_k: int, sli
             if P is None:
                 return None
             dP = dob @ vb.transpose(-2, -1)
-            Dq = D[..., i0:i0 + block_q, :]
+            Dq = D[..., i0:i0 + block_q, :] if slip.D != "row" else D[..., i0:i0 + block_q, 0].unsqueeze(-2)
+            if Dq.shape[-1] not in (1, dP.shape[-1]):
+                return None  # (a row of Bq numbers against Bk keys: the learner's code raised)
             dS = slip.sign * (P * dP - Dq if slip.ds == "precedence" else P * (dP - Dq))
             part_v = _dv_part(P, dob, slip, block_q, block_k)
             part_k = dS.transpose(-2, -1) @ qb * fk if slip.dk == "right" else (
@@ -96,6 +100,8 @@ def _delta(out, dout, v, slip: Slip):
         return (dout * out).sum(-1, keepdim=True)
     if slip.D == "v":
         return (dout * v).sum(-1, keepdim=True) if v.shape == dout.shape else None
+    if slip.D == "row":
+        return (dout * out).sum(-1, keepdim=True)  # (its last axis dropped where it is used: see tiled)
     if slip.D == "zero":
         return torch.zeros_like(out[..., :1])
     if slip.D == "dout":
@@ -107,6 +113,9 @@ def _weights(s, lse, i0: int, j0: int, slip: Slip):
     if slip.lse == "key":
         at = lse[..., j0:j0 + s.shape[-1]].unsqueeze(-2)
         return torch.exp(s - at) if at.shape[-1] == s.shape[-1] else None  # (no lse there: the learner's raised)
+    if slip.lse == "column":
+        at = lse[..., i0:i0 + s.shape[-2]].unsqueeze(-2)
+        return torch.exp(s - at) if at.shape[-1] == s.shape[-1] else None
     if slip.lse == "key-rows":
         at = lse[..., j0:j0 + s.shape[-1]].unsqueeze(-1)
         return torch.exp(s - at) if at.shape[-2] == s.shape[-2] else None
