@@ -75,15 +75,16 @@ def leveled(level: str, slip=None, file=None, time=""):
     lv = levels.find(level)
     mod, file = lv.module(), file or lv.filename
     if lv.kind == "attention":
-        fn = C.ATTENTION[level] if slip is None else functools.partial(C.ATTENTION[level], slip=slip)
-        fn = functools.update_wrapper(mod.wrap(fn), C.ATTENTION[level])
+        raw = C.ATTENTION[level] if slip is None else functools.partial(C.ATTENTION[level], slip=slip)
+        fn = functools.update_wrapper(C.as_causal(lv, raw), C.ATTENTION[level])
         r = graded(fn, file, lv.function, memory={"matrix": 2.0, "flash": 1.0}.get(level, 1.5), seqs=mod.SEQS)
         r.level, r.time = level, time
         if not r.passed:  # the level's slips first, as lab check puts them
-            from attnlab.lab import grade
             from attnlab.lab.check import level_diagnoses
+            from attnlab.lab.levels import slips
 
-            r.diagnoses = level_diagnoses(grade.as_sdpa(fn), lv, 0, r.diagnoses)
+            got = slips.answers(functools.partial(mod.probe_call, raw), mod.PROBES, 0)
+            r.diagnoses = level_diagnoses(got, lv, 0, r.diagnoses)
         r.measured_ok, r.measured_note = mod.measured_ok(r)
         return r
     fn = C._own(level, slip)

@@ -5,10 +5,11 @@ import json
 
 import pytest
 
-from attnlab.lab import grade
+from attnlab.lab import grade, levels
 from attnlab.lab.result import LabResult
 
-QUICK_CASES = len(grade.cases("lab", None, quick=True)[0])  # what --quick grades a (q, k, v) function on
+QUICK_CASES = len(grade.cases("lab", None, quick=True)[0]) + len(  # what --quick grades a (q, k, v) function on:
+    levels.find("loops").module().MORE_CASES)  # the grid's it can answer and the level's own
 
 SCALED = "scores = (q @ k.transpose(-2, -1)) / math.sqrt(E)"
 UNSCALED = "scores = q @ k.transpose(-2, -1)"
@@ -83,7 +84,8 @@ def test_what_cannot_be_checked_is_one_line(run_cli, tmp_path, args, says):
 def test_start_a_level_and_an_unknown_level_is_one_line_naming_them(run_cli, tmp_path):
     r = run_cli("lab", "start", "mylab", "--level", "flash")
     assert r.returncode == 0 and "wrote mylab/lab_flash.py: level 4" in r.stdout
-    assert "def flash_forward(q, k, v, block=64):" in (tmp_path / "mylab" / "lab_flash.py").read_text()
+    assert "def flash_forward(q, k, v, is_causal=False, block_q=64, block_k=64):" in (
+        tmp_path / "mylab" / "lab_flash.py").read_text()
     bad = run_cli("lab", "check", "mylab/lab_flash.py", "--level", "fast")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert "no level 'fast'; the levels are 1 loops, 2 matrix, 3 module, 4 flash, 5 backward, 6 decode" in bad.stderr

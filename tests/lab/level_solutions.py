@@ -19,7 +19,7 @@ def attention_by_hand(q, k, v, slip=None):
     *lead, L, E = q.shape
     S, Ev, dtype = k.shape[-2], v.shape[-1], q.dtype
     q, k, v = (t.reshape(-1, *t.shape[-2:]).to(_work(dtype)) for t in (q, k, v))
-    scale = 1 / math.sqrt(S if slip == "scale-sqrt-S" else E)
+    scale = 1 / math.sqrt(S if slip == "scale-length" else E)
     rows = []
     for n in range(q.shape[0]):
         scores = []  # (L, S): the loops' scores, one at a time
@@ -55,7 +55,7 @@ def attention_matrix(q, k, v, slip=None):
     """Level 2: four tensor lines."""
     L, S, E, dtype = q.shape[-2], k.shape[-2], q.shape[-1], q.dtype
     q, k, v = q.to(_work(dtype)), k.to(_work(dtype)), v.to(_work(dtype))
-    scale = 1 / math.sqrt(S if slip == "scale-sqrt-S" else E)
+    scale = 1 / math.sqrt(S if slip == "scale-length" else E)
     scale = 1.0 if slip in ("unscaled", "unscaled+causal-ignored") else scale
     scores = q @ k.transpose(-2, -1) * scale
     shift = {"peeks-ahead": 2, "causal-reversed": None, "diagonal": 0}.get(slip, 1)
@@ -73,42 +73,53 @@ def attention_matrix(q, k, v, slip=None):
     return (weights @ v).to(dtype)
 
 
-def flash_forward(q, k, v, block=64, slip=None):
-    """Level 4: key blocks with a running max and sum."""
+def flash_forward(q, k, v, is_causal=False, block_q=64, block_k=64, slip=None):
+    """Level 4: tiles of queries against tiles of keys with a running max and sum; (out, lse)."""
     *lead, L, E = q.shape
     S, Ev, dtype = k.shape[-2], v.shape[-1], q.dtype
     q, k, v = q.to(_work(dtype)), k.to(_work(dtype)), v.to(_work(dtype))
-    m = torch.full((*lead, L, 1), -math.inf, dtype=q.dtype)
-    total = torch.zeros(*lead, L, 1, dtype=q.dtype)
-    acc = torch.zeros(*lead, L, Ev, dtype=q.dtype)
-    rows = torch.arange(L).unsqueeze(-1)
-    stop = S - S % block if slip == "last-block-dropped" else S
-    for j0 in range(0, stop, block):
-        kb, vb = k[..., j0:j0 + block, :], v[..., j0:j0 + block, :]
-        s = (q @ kb.transpose(-2, -1)) / math.sqrt(E)
-        cols = torch.arange(kb.shape[-2]) + (0 if slip == "block-mask" else j0)
-        s = s.masked_fill(cols > rows, -math.inf)
-        top = s.amax(dim=-1, keepdim=True)
-        new = top if slip == "max-not-carried" else torch.maximum(m, top)
-        safe = torch.where(torch.isinf(new), 0.0, new)
-        alpha = torch.ones_like(m) if slip == "max-not-carried" else torch.exp(m - safe)
-        p = torch.exp(s - safe)
-        total = (total if slip == "sum-not-rescaled" else total * alpha) + p.sum(dim=-1, keepdim=True)
-        acc = (acc if slip == "acc-not-rescaled" else acc * alpha) + p @ vb
-        m = new
-    return torch.where(total > 0, acc / total.clamp_min(1e-30), 0.0).to(dtype)
+    out = torch.zeros(*lead, L, Ev, dtype=q.dtype)
+    lse = torch.zeros(*lead, L, dtype=q.dtype)
+    for i0 in range(0, L, block_q):
+        qb = q[..., i0:i0 + block_q, :]
+        Bq = qb.shape[-2]
+        rows = torch.arange(i0, i0 + Bq).unsqueeze(-1)
+        m = torch.full((*lead, Bq, 1), -math.inf, dtype=q.dtype)
+        total = torch.zeros(*lead, Bq, 1, dtype=q.dtype)
+        acc = torch.zeros(*lead, Bq, Ev, dtype=q.dtype)
+        stop = S - S % block_k if slip == "last-tile-dropped" else S
+        for j0 in range(0, stop, block_k):
+            if is_causal and (j0 >= i0 if slip == "diagonal-skipped" else j0 > i0 + Bq - 1):
+                continue
+            kb, vb = k[..., j0:j0 + block_k, :], v[..., j0:j0 + block_k, :]
+            s = (qb @ kb.transpose(-2, -1)) / math.sqrt(E)
+            if is_causal:
+                cols = torch.arange(kb.shape[-2]) + (0 if slip == "tile-mask" else j0)
+                s = s.masked_fill(cols > rows - (i0 if slip == "tile-mask" else 0), -math.inf)
+            top = s.amax(dim=-1, keepdim=True)
+            new = top if slip == "max-not-carried" else torch.maximum(m, top)
+            safe = torch.where(torch.isinf(new), 0.0, new)
+            alpha = torch.ones_like(m) if slip == "max-not-carried" else torch.exp(m - safe)
+            p = torch.exp(s - (torch.where(torch.isinf(m), 0.0, m) if slip == "stale-max" else safe))
+            total = (total if slip == "sum-not-rescaled" else total * alpha) + p.sum(dim=-1, keepdim=True)
+            acc = (acc if slip == "acc-not-rescaled" else acc * alpha) + p @ vb
+            m = new
+        out[..., i0:i0 + Bq, :] = acc if slip == "not-divided" else acc / total
+        lse[..., i0:i0 + Bq] = (torch.log(total) if slip == "lse-no-max" else m + torch.log(total))[..., 0]
+    return out.to(dtype), lse
 
 
 SLIPS = {
-    "loops": ("scale-sqrt-S", "softmax-dim", "unnormalised", "peeks-ahead", "causal-reversed"),
-    "matrix": ("scale-sqrt-S", "softmax-dim", "unnormalised", "peeks-ahead", "causal-reversed", "unscaled",
+    "loops": ("scale-length", "softmax-dim", "unnormalised", "peeks-ahead", "causal-reversed"),
+    "matrix": ("scale-length", "softmax-dim", "unnormalised", "peeks-ahead", "causal-reversed", "unscaled",
                "causal-ignored", "unscaled+causal-ignored", "mask-zero", "diagonal", "max-subtraction"),
-    "flash": ("acc-not-rescaled", "sum-not-rescaled", "max-not-carried", "last-block-dropped", "block-mask"),
+    "flash": ("acc-not-rescaled", "sum-not-rescaled", "max-not-carried", "last-tile-dropped", "tile-mask",
+              "diagonal-skipped", "stale-max", "not-divided", "lse-no-max"),
 }
 
 
-def flash_backward(q, k, v, out, lse, dout, block=64, slip=None):
-    """Level 5: dq, dk, dv from the saved log-sum-exp, one key block at a time, no autograd."""
+def flash_backward(q, k, v, out, lse, dout, is_causal=False, block_q=64, block_k=64, slip=None):
+    """Level 5: dq, dk, dv from the saved log-sum-exp, tile by tile, no autograd."""
     dtype = q.dtype
     q, k, v, out, lse, dout = (t.to(_work(dtype)) for t in (q, k, v, out, lse, dout))
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
@@ -116,50 +127,79 @@ def flash_backward(q, k, v, out, lse, dout, block=64, slip=None):
     f = 1.0 if slip == "scale-missing" else scale
     D = ((dout * v) if slip == "d-wrong" else (dout * out)).sum(-1, keepdim=True)  # (..., L, 1)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    rows = torch.arange(L).unsqueeze(-1)
-    for j0 in range(0, S, block):
-        kb, vb = k[..., j0:j0 + block, :], v[..., j0:j0 + block, :]
+    for j0 in range(0, S, block_k):
+        kb, vb = k[..., j0:j0 + block_k, :], v[..., j0:j0 + block_k, :]
         cols = torch.arange(kb.shape[-2]) + j0
-        s = (q @ kb.transpose(-2, -1) * scale).masked_fill(cols > rows, -math.inf)
-        at = lse[..., j0:j0 + block].unsqueeze(-2) if slip == "lse-other-row" else lse.unsqueeze(-1)
-        P = torch.exp(s - at)
-        dv[..., j0:j0 + block, :] = P.transpose(-2, -1) @ dout
-        dS = P * (dout @ vb.transpose(-2, -1) - D)
-        dq += dS @ kb * f
-        dk[..., j0:j0 + block, :] = dS.transpose(-2, -1) @ q * f
+        dkb, dvb = torch.zeros_like(kb), torch.zeros_like(vb)
+        for i0 in range(0, L, block_q):
+            qb, dob = q[..., i0:i0 + block_q, :], dout[..., i0:i0 + block_q, :]
+            rows = torch.arange(i0, i0 + qb.shape[-2]).unsqueeze(-1)
+            s = qb @ kb.transpose(-2, -1) * scale
+            if is_causal and slip != "mask-missing":
+                s = s.masked_fill(cols > rows, -math.inf)
+            if slip == "second-softmax":
+                P = torch.softmax(s, dim=-1).nan_to_num(0.0)
+            else:
+                at = lse[..., j0:j0 + block_k].unsqueeze(-2) if slip == "lse-other-row" else \
+                    lse[..., i0:i0 + block_q].unsqueeze(-1)
+                P = torch.exp(s - at)
+            dvb += (P @ dob) if slip == "dv-not-transposed" else P.transpose(-2, -1) @ dob
+            dS = P * (dob @ vb.transpose(-2, -1) - D[..., i0:i0 + block_q, :])
+            dq[..., i0:i0 + block_q, :] = (0 if slip == "dq-overwritten" else dq[..., i0:i0 + block_q, :]) + \
+                dS @ kb * f
+            dkb += dS.transpose(-2, -1) @ qb * f
+        dk[..., j0:j0 + block_k, :], dv[..., j0:j0 + block_k, :] = dkb, dvb
     back = torch.float64 if slip == "dtype" else dtype
     return dq.to(back), dk.to(back), dv.to(back)
 
 
-def autograd_backward(q, k, v, out, lse, dout, block=64):
+def autograd_backward(q, k, v, out, lse, dout, is_causal=False, block_q=64, block_k=64):
     """A backward that asks autograd: the check must refuse it."""
     q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
-    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
     return torch.autograd.grad(o, (q, k, v), dout)
 
 
-SLIPS["backward"] = ("d-wrong", "scale-missing", "lse-other-row", "dtype")
+SLIPS["backward"] = ("d-wrong", "scale-missing", "lse-other-row", "dtype", "dv-not-transposed", "second-softmax",
+                     "mask-missing", "dq-overwritten")
 
 
-def decode_step(q, k, v, cache, slip=None):
-    """Level 6: one token at a time, the keys and values kept."""
-    dtype = q.dtype
-    q, k, v = q.to(_work(dtype)), k.to(_work(dtype)), v.to(_work(dtype))
-    old_k, old_v = cache if cache is not None else (k[..., :0, :], v[..., :0, :])
-    keys, values = torch.cat([old_k, k], dim=-2), torch.cat([old_v, v], dim=-2)
-    seen_k, seen_v = {"cache-before-append": (old_k, old_v), "cache-dropped": (k, v),
-                      # the first step uses the new token (nothing is cached yet), the later ones the cache alone
-                      "cache-before-append-first": (old_k, old_v) if cache is not None else (k, v),
-                      }.get(slip, (keys, values))
-    if seen_k.shape[-2] == 0:
-        out = torch.zeros_like(q)
-    else:
-        w = torch.softmax(q @ seen_k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
-        out = w @ seen_v
-    return out.to(dtype), (keys, values)
+def rotate(x, pos):
+    """The level 6 starter's RoPE, as given."""
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    cos, sin = torch.cos(pos * theta).to(x.dtype), torch.sin(pos * theta).to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-SLIPS["decode"] = ("cache-before-append", "cache-before-append-first", "cache-dropped")
+def decode_step(q, k, v, cache, pos, slip=None):
+    """Level 6: one token at a time into a preallocated cache, rotated to its position."""
+    import torch.nn.functional as F
+
+    k_cache, v_cache = cache
+    if slip != "no-rope":
+        q = rotate(q, pos + (1 if slip == "rope-offset" else 0))
+        k = k if slip == "rope-q-only" else rotate(k, pos + (1 if slip == "rope-offset" else 0))
+    slot = pos + 1 if slip == "slot-ahead" else pos
+    if slip == "before-write":
+        keys, values = k_cache[..., :pos, :].clone(), v_cache[..., :pos, :].clone()
+    k_cache[..., slot, :], v_cache[..., slot, :] = k[..., 0, :], v[..., 0, :]
+    if slip != "before-write":
+        end = k_cache.shape[-2] if slip == "whole-buffer" else pos + 1
+        keys, values = k_cache[..., :end, :], v_cache[..., :end, :]
+    if slip == "cache-dropped":
+        keys, values = k, v
+    if slip == "sdpa-causal":
+        return F.scaled_dot_product_attention(q, keys, values, is_causal=True)
+    if keys.shape[-2] == 0:
+        return torch.zeros_like(q)
+    scale = 1.0 if slip == "unscaled" else 1 / math.sqrt(q.shape[-1])
+    return torch.softmax(q @ keys.transpose(-2, -1) * scale, dim=-1) @ values
+
+
+SLIPS["decode"] = ("sdpa-causal", "before-write", "slot-ahead", "whole-buffer", "cache-dropped", "no-rope",
+                   "rope-q-only", "rope-offset", "unscaled")
 
 
 def causal_self_attention(slip=None):
@@ -176,20 +216,31 @@ def causal_self_attention(slip=None):
         def forward(self, x):
             B, T, C = x.shape
             q, k, v = self.qkv(x).split(C, dim=-1)
+            if slip == "qkv-order":
+                q, k = k, q
             if slip == "heads-split":
                 q, k, v = (t.reshape(B, self.n_head, T, self.head_dim) for t in (q, k, v))
             else:
                 q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
-            s = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+            s = q @ k.transpose(-2, -1) / math.sqrt(C if slip == "scale-C" else self.head_dim)
             future = torch.ones(T, T, dtype=torch.bool).triu(1)
             if slip == "mask-after-softmax":
                 w = torch.softmax(s, dim=-1).masked_fill(future, 0.0)
+            elif slip == "causal-ignored":
+                w = torch.softmax(s, dim=-1)
             else:
                 w = torch.softmax(s.masked_fill(future, -math.inf), dim=-1)
-            y = (w @ v).transpose(1, 2).reshape(B, T, C)
+            y = (w @ v).view(B, T, C) if slip == "merge-view" else (w @ v).transpose(1, 2).reshape(B, T, C)
             return y if slip == "no-proj" else self.proj(y)
 
     return CausalSelfAttention
 
 
-SLIPS["module"] = ("heads-split", "no-proj", "mask-after-softmax")
+SLIPS["module"] = ("heads-split", "no-proj", "mask-after-softmax", "qkv-order", "scale-C", "causal-ignored",
+                   "merge-view")
+
+
+def flash_attention(q, k, v, is_causal=False, block_m=32, block_n=32):
+    """Level 7's function with level 4's tiles in PyTorch, not a Triton kernel: what the bad-files table spoils (it
+    judges the check's verdicts, not Triton; tests/lab/level_triton.py is the kernel)."""
+    return flash_forward(q, k, v, is_causal, block_m, block_n)

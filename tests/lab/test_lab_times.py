@@ -34,13 +34,13 @@ def attention_matrix(q, k, v):
     return torch.softmax(scores, dim=-1) @ v
 
 
-def decode_step(q, k, v, cache):
+def decode_step(q, k, v, cache, pos):
     with SEEN.open("a") as f:
         f.write(json.dumps([-1, torch.get_num_threads()]) + "\\n")
-    keys = k if cache is None else torch.cat([cache[0], k], dim=-2)
-    values = v if cache is None else torch.cat([cache[1], v], dim=-2)
+    cache[0][..., pos:pos + 1, :], cache[1][..., pos:pos + 1, :] = k, v
+    keys, values = cache[0][..., :pos + 1, :], cache[1][..., :pos + 1, :]
     w = torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
-    return w @ values, (keys, values)
+    return w @ values
 '''
 
 

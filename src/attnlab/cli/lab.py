@@ -17,7 +17,8 @@ def add_parser(sub):
     what = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
     s = what.add_parser("start", help="write attention_lab.py into DIR (never over a file already there)")
     s.add_argument("dir", nargs="?", default=".", metavar="DIR", help="folder for the starter (default: here)")
-    levels_help = ("the lab's level: 1 loops, 2 matrix, 3 module, 4 flash, 5 backward, 6 decode (by name or number; "
+    levels_help = ("the lab's level: 1 loops, 2 matrix, 3 module, 4 flash, 5 backward, 6 decode, 7 triton (by name "
+                   "or number; "
                    "default: loops; for check, the level FILE:FUNCTION names, or with FILE alone the level whose "
                    "starter has that file name, else the one level function the file defines)")
     s.add_argument("--level", metavar="NAME", help=levels_help)
@@ -119,8 +120,9 @@ def _start_level(args, level) -> int:
 
 
 def check(args) -> int:
-    from attnlab.lab import files, grade, judged, measure, store
+    from attnlab.lab import files, judged, measure, store
     from attnlab.lab.check import check as run_check
+    from attnlab.lab.check import count
     from attnlab.report import exercise
     from attnlab.report.terminal import console, progress
     from attnlab.results.files import CannotWrite
@@ -134,7 +136,7 @@ def check(args) -> int:
     except files.LoadError as e:
         raise UsageError(str(e)) from None
     with learner:
-        n = len(grade.cases(learner.form, None, args.quick)[0]) if learner.form != "level" else 1
+        n = count(learner, args.quick)
         console.print(f"[bold]attnlab lab check[/] {learner.path}:{learner.name}")
         with progress(n, "cases") as advance:
             result = run_check(learner, quick=args.quick, seed=args.seed, progress=advance,

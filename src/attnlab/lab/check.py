@@ -8,8 +8,10 @@ past its time, a FAIL) row, what could not be measured says why, and the result 
 
 from __future__ import annotations
 
+import re
 import time
 
+from attnlab.judge.diagnose import Diagnosis
 from attnlab.results.host import load_average, machine, versions
 
 from . import grade, judged, levels, measure
@@ -21,15 +23,40 @@ FORMS = {"lab": "the lab's form, (q, k, v), always causal",
          "level": "the level's own form"}
 
 
-def level_diagnoses(target, level, seed: int, verify_found) -> list:
-    """The level's slips the learner's outputs are (:mod:`.levels.slips`), first, then verify's other diagnoses --
-    but not its "no single pattern" line where a slip is named. The slip is read from the function's own outputs on
-    the level's probes, not from the failing rows, so this is a choice: a learner read that line, beside the named
-    slip, as noise about the same failures; every failing row is still in the table above the causes."""
+def count(learner, quick: bool = False) -> int:
+    """How many cases the check grades (for its progress bar): a level with cases of its own counts one."""
+    level = levels.find(learner.level)
+    if level.kind == "own":
+        return 1
     mod = level.module()
-    keys = slips.named(slips.outputs(target, seed), mod.slip_list())
-    mine = slips.diagnoses(keys, getattr(mod, "TEXT", slips.TEXT))
-    return mine + [d for d in verify_found if d.key not in set(keys) and not (mine and d.key == "unclear")]
+    if hasattr(mod, "cases"):
+        return len(mod.cases(quick))
+    return len(grade.cases(learner.form, None, quick, getattr(mod, "answerable", None))[0])
+
+
+def starter_line(level) -> Diagnosis:
+    """What an untouched starter is told: that it is one, with its TODOs left, and nothing else."""
+    n = len(set(re.findall(r"TODO (\d+)", level.starter_text()))) or level.starter_text().count("TODO")
+    return Diagnosis("starter", slips.TEXT["starter"].format(n=n))
+
+
+def level_diagnoses(probes, level, seed: int, verify_found, more=(), fill=None) -> list:
+    """The level's slips the learner's outputs are (:mod:`.levels.slips`), first, then verify's other diagnoses --
+    but not its "no single pattern" line, nor its guesses at semantics the level's probes tried, where a slip is
+    named. The slip is read from the function's own outputs on
+    the level's probes (``probes``: :func:`slips.answers`' reply), not from the failing rows, so this is a choice: a
+    learner read that line, beside the named slip, as noise about the same failures; every failing row is still in
+    the table above the causes. ``more``: lines the level's own rows name (level 4's work), after the slips."""
+    mod = level.module()
+    keys = slips.named(probes, mod.PROBES, seed, mod.slip_list(), getattr(mod, "NAN", None),
+                       getattr(mod, "slip_pairs", list)())
+    keys += [k for k in more if not (keys and k == "lse-wrong")]  # (a named slip says what is wrong with the lse)
+    text = getattr(mod, "TEXT", slips.TEXT)
+    mine = [Diagnosis(k, text[k].format(**(fill or {}))) for k in dict.fromkeys(keys)]
+    # where the level named its slip, verify's guesses at the same semantics (the probes tried them) are left out;
+    # its lines about the contract and what was raised stay
+    return mine + [d for d in verify_found if d.key not in set(keys) and not (mine and (d.key == "unclear" or
+                                                                                       d.key in text))]
 
 
 def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=None, on_stage=None,
@@ -44,40 +71,91 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
                                     budget_s=budget_s)
     t0 = time.perf_counter()
     say = on_stage or (lambda text: None)
-    name = learner.name
-    say(f"found {name} in {learner.path}: {FORMS[learner.form]}, level {level.number} ({level.title})" + (
+    name, mod = learner.name, level.module()
+    form = getattr(mod, "FORM", FORMS[learner.form])
+    runs = learner.fn.info.get("runs")
+    say(f"found {name} in {learner.path}: {form}, level {level.number} ({level.title})" + (
+        f"; it runs {runs}" if runs else "") + (
         "; it is the starter's code as it came, unchanged: what it scores is not yours" if learner.given else ""))
-    per_pair = judged.rate(learner, min(judged.RATE_SECONDS, budget_s))  # (one that ends or hangs here is started
-    # again: the cases say how)
+    own_cases = hasattr(mod, "cases")
+    per_pair = None if own_cases else judged.rate(learner, min(judged.RATE_SECONDS, budget_s))  # (one that ends
+    # or hangs here is started again: the cases say how)
     fn = learner.fn
     result, shrunk, note = grade.grade(fn, name, learner.form, per_pair, quick=quick, seed=seed, progress=progress,
-                                       timeout=min(grade.CASE_TIMEOUT, budget_s))
+                                       timeout=min(grade.CASE_TIMEOUT, budget_s), level=mod)
+    more, fill = [], {}
+    if hasattr(mod, "extra_rows") and fn.lost is None:
+        rows, more, fill = _extra(learner, level, seed, budget_s)
+        result.rows += rows
+        note += f"; and {len(rows)} of the level's own: " + ", ".join(dict.fromkeys(r.case.split(",")[0] for r in rows))
     found = result.diagnoses.get(name, [])  # verify's diagnoses of the failures, most likely first
-    if not result.passed and fn.lost is None:
-        found = level_diagnoses(fn, level, seed, found)
+    if learner.given:
+        found = [starter_line(level)]
+    elif not result.passed and fn.lost is None:
+        found = level_diagnoses(_probes(learner, seed, budget_s), level, seed, found, more, fill)
     hung = next((r for r in result.rows if r.facts.kind == "timeout"), None)
     ended = fn.lost  # while it was graded (a measurement stopped for its time says so in its note instead)
-    load, err, timings, fits = None, float("inf"), [], {"time": None, "memory": None}
-    if hung is not None:  # a function that hung once would hang the measurements too
-        how = f"not measured: it timed out on the case {hung.case!r} while it was graded"
-    elif fn.lost is not None:
-        how = f"not measured: {fn.lost} while it was graded"
-    else:
-        err = grade.match(fn, seed)
-        seqs = level.module().SEQS
-        say("measuring its time and peak memory at T = " + ", ".join(map(str, seqs))
-            + f" (at most {budget_s:g} s a length; --max-seconds changes it)")
-        load = load_average()  # others' work while it is timed: noise in the times (not in the memory)
-        try:
-            timings, fits, how = judged.measure(learner, seqs, budget_s, seed=seed)
-        except judged.remote.Raised as e:
-            how = f"not measured: measuring it raised {e.text}"
-        except judged.remote.Lost:
-            how = f"not measured: {fn.lost} while it was measured"
+    load, err, timings, fits, how = _measured(learner, mod, hung, seed, budget_s, say)
     exps = {k: f and f.exponent for k, f in fits.items()}  # the slope alone; the fits keep the repeats' range
     r = LabResult(str(learner.path), name, learner.form, note, result, found, err,
                   result.passed and ended is None, timings, exps, how, time.perf_counter() - t0,
                   {**machine(), "load_average": load}, versions(), shrunk=shrunk, given=learner.given, ended=ended,
                   functions=list(learner.functions), level=level.name, fits=fits)
-    r.measured_ok, r.measured_note = level.module().measured_ok(r)
+    r.measured_ok, r.measured_note = mod.measured_ok(r)
     return r
+
+
+def _measured(learner, mod, hung, seed: int, budget_s: float, say):
+    """(the load, the match, timings, fits, how it was measured): nothing where it hung, ended or is the starter's."""
+    fn = learner.fn
+    load, err, timings, fits = None, float("inf"), [], {"time": None, "memory": None}
+    if hung is not None:  # a function that hung once would hang the measurements too
+        return load, err, timings, fits, f"not measured: it timed out on the case {hung.case!r} while it was graded"
+    if fn.lost is not None:
+        return load, err, timings, fits, f"not measured: {fn.lost} while it was graded"
+    err = grade.match(fn, seed)
+    if learner.given:  # the starter's code measures nothing of the learner's
+        return load, err, timings, fits, "not measured: it is the starter's code as it came"
+    seqs = mod.SEQS
+    say(("measuring its time and peak memory at T = " + ", ".join(map(str, seqs))
+         + f" (at most {budget_s:g} s a length; --max-seconds changes it)") if seqs else mod.MEASURES)
+    load = load_average()  # others' work while it is timed: noise in the times (not in the memory)
+    try:
+        timings, fits, how = (judged.measure(learner, seqs, budget_s, seed=seed) if seqs else
+                              mod.measured(learner, budget_s, seed))
+    except judged.remote.Raised as e:
+        how = f"not measured: measuring it raised {e.text}"
+    except judged.remote.Lost:
+        how = f"not measured: {fn.lost} while it was measured"
+    return load, err, timings, fits, how
+
+
+OWN_SECONDS = 120.0  # a request of the level's own (its probes, its lse cases, its work): fixed sizes, small ones
+
+
+def _ask(learner, level, budget_s: float):
+    """A request of the level's own to the learner's process (the probes, level 4's lse and work), given
+    :data:`OWN_SECONDS` or --max-seconds, the longer."""
+    seconds = max(OWN_SECONDS, budget_s) + judged.MARGIN_S
+    return lambda header: learner.fn.ask("level", seconds=seconds, level=level.name, **header)
+
+
+def _probes(learner, seed: int, budget_s: float) -> list:
+    """The learner's outputs on the level's probes; no outputs where it raised, ended or hung there."""
+    mod = levels.find(learner.level).module()
+    try:
+        return _ask(learner, levels.find(learner.level), budget_s)({"what": "probes", "seed": seed})["probes"]
+    except (judged.remote.Raised, judged.remote.Lost):
+        return [None] * len(mod.PROBES)
+
+
+def _extra(learner, level, seed: int, budget_s: float) -> tuple[list, list, dict]:
+    """The level's own rows (level 4: the lse cases and the work), the lines they name, the numbers those lines say.
+    A request that raises or ends the process is an error row that says so."""
+    from attnlab.judge.judge import Row
+
+    try:
+        return level.module().extra_rows(_ask(learner, level, budget_s), learner.name, seed)
+    except (judged.remote.Raised, judged.remote.Lost) as e:
+        return [Row(learner.name, "the level's own cases", "float32", "error",
+                    detail=judged.remote.described(e))], [], {}

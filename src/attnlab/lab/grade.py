@@ -94,24 +94,43 @@ def per_pair(call) -> float | None:
     return max(big - small, 0.25 * big) / (2 * (32 * 32 - 16 * 16))  # noise can make the difference tiny
 
 
-def cases(form: str, per_pair: float | None, quick: bool = False) -> tuple[list, list[str]]:
-    """The graded cases for a form, each shrunk to what CASE_SECONDS allows at ``per_pair``; and the shrunk ones."""
+def cases(form: str, per_pair: float | None, quick: bool = False, answers=None) -> tuple[list, list[str]]:
+    """The graded cases for a form, each shrunk to what CASE_SECONDS allows at ``per_pair``; and the shrunk ones.
+    ``answers``: the cases a level's own form can answer (level 4's (q, k, v, is_causal)); default
+    :func:`answerable` for the lab's form, the whole grid for F.sdpa's."""
     grid = V.default_cases(long=not quick)
-    chosen = [c for c in grid if answerable(c)] if form == "lab" else grid
+    which = answers or (answerable if form in ("lab", "level") else None)
+    chosen = [c for c in grid if which(c)] if which is not None else grid
     limit = MAX_WORK if per_pair is None else max(256, min(MAX_WORK, int(CASE_SECONDS / per_pair)))
     out = [c.shrunk(limit) for c in chosen]
     return out, [c.label for c in out if c.name not in {x.name for x in chosen}]
 
 
+WHICH = {"lab": "the grid's cases a (q, k, v) function that is always causal can answer: causal, no attn_mask, the "
+                "default scale, no dropout, no GQA",
+         "level": "the grid's cases the level's function can answer: causal or not, no attn_mask, the default scale, "
+                  "no dropout, no GQA",
+         "sdpa": "the whole grid"}
+
+
 def grade(target, name: str, form: str, per_pair: float | None, quick: bool = False, seed: int = 0, progress=None,
-          timeout: float = CASE_TIMEOUT):
+          timeout: float = CASE_TIMEOUT, level=None):
     """(verify's result on the graded cases, the cases run smaller, a note saying which cases and why). ``target``:
-    the learner's function in F.sdpa's signature (in its own process: a :class:`attnlab.judge.remote.Remote`)."""
-    graded, shrunk = cases(form, per_pair, quick)
+    the learner's function in F.sdpa's signature (in its own process: a :class:`attnlab.judge.remote.Remote`).
+    ``level``: the level's module, which may name its own cases (``cases(quick)``), the cases its form answers
+    (``answerable``), cases of its own beside the grid's (``MORE_CASES``) and whether gradients are judged
+    (``BACKWARD``, default True)."""
+    own = getattr(level, "cases", None)
+    if own is not None:
+        graded, shrunk, which = own(quick), [], level.CASES_NOTE
+    else:
+        graded, shrunk = cases(form, per_pair, quick, getattr(level, "answerable", None))
+        which = WHICH.get(form, WHICH["sdpa"])
+    more = list(getattr(level, "MORE_CASES", ()))  # the level's own, beside the grid's
+    if more:
+        graded, which = graded + more, which + "; and " + ", ".join(c.name for c in more)
     result = V.verify({name: target}, graded, seed=seed, progress=progress, timeout=timeout,
-                      check_dropout=True)
-    which = ("the grid's cases a (q, k, v) function that is always causal can answer: causal, no attn_mask, the "
-             "default scale, no dropout, no GQA" if form == "lab" else "the whole grid")
+                      check_dropout=True, backward=getattr(level, "BACKWARD", True))
     note = f"{len(graded)} cases: {which}"
     if shrunk and per_pair is not None:
         took = f"{per_pair * 1e6:.3g} µs" if per_pair >= 1e-6 else f"{per_pair * 1e9:.3g} ns"

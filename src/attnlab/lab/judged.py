@@ -11,6 +11,7 @@ lab's thread count (:data:`attnlab.lab.measure.THREADS`), set here, with the loa
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,16 +58,27 @@ def open_learner(spec: str, level: str | None = None) -> Learner:
         lv = levels.of_file(path, have, lv)  # FILE alone: the level this file is for (lab_matrix.py: attention_matrix)
         name = lv.function
     fn = _start(path, name, lv.name)
-    given = files.given_text(source, name) or files.given_text(source, name, lv.starter_text())
+    given = lv.given(source, name)
     return Learner(path, name, fn.info["form"], given, files.functions_in(source), fn, lv.name)
 
 
 def _start(path: Path, name: str, level: str = "loops") -> remote.Remote:
+    from . import levels
+
+    env = getattr(levels.find(level).module(), "environment", dict)()  # level 7: Triton's interpreter without a GPU
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the process starts with them (Triton reads its variable when a kernel is defined)
     try:
         return remote.start({"file": str(path), "function": name, "what": str(path), "level": level},
                             module=__name__)
     except remote.LoadFailed as e:
         raise files.LoadError(str(e)) from None
+    finally:
+        for k, was in saved.items():
+            if was is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = was
 
 
 RATE_SECONDS = 30.0  # the two small timing calls of rate, together
@@ -148,6 +160,13 @@ def _prepare(fn, job: dict, info: dict):
     if level.kind == "own":  # a level with its own cases asks for its own requests (see _level)
         info["form"], info["score_mod"] = "level", False
         return fn
+    mod = level.module()
+    if hasattr(mod, "sdpa"):  # a function of the level's own signature (level 4's (q, k, v, is_causal) -> (out, lse))
+        info["form"], info["score_mod"] = "level", False
+        info["runs"] = getattr(mod, "runs", lambda: None)()  # level 7: compiled on a GPU, or in the interpreter
+        wrapped = mod.sdpa(fn)
+        wrapped.raw = fn
+        return wrapped
     form = grade.form_of(fn)  # a LoadError when it is neither form: one line, as any other load error
     info["form"] = form
     if form == "lab":
@@ -178,18 +197,25 @@ def _measure(fn, header: dict) -> dict:
 
 
 def _level(fn, header: dict) -> dict:
-    """A level's own cases, run on the learner's function or class here (see its module's ``run``); its
+    """A level's own requests, run on the learner's function or class here: an attention level's probes
+    (:func:`.levels.slips.answers`), else its module's ``run`` (its own cases, level 4's lse and work); its
     measurement on :data:`attnlab.lab.measure.THREADS` thread, with the load beside it."""
+    import functools
+
     from attnlab.results.host import load_average
 
     from . import levels, measure
+    from .levels import slips
 
     mod = levels.find(header["level"]).module()
+    raw = getattr(fn, "raw", fn)  # as the learner wrote it
+    if header.get("what") == "probes":
+        return {"probes": slips.answers(functools.partial(mod.probe_call, raw), mod.PROBES, header["seed"])}
     if header.get("what") != "measure" or not getattr(mod, "SEQS", ()):  # (the module's "measure" trains it)
-        return mod.run(fn, header)
+        return mod.run(raw, header)
     load = load_average()
     with measure.threads() as count:
-        reply = mod.run(fn, header)
+        reply = mod.run(raw, header)
     return completed(reply, getattr(mod, "SEQS", ()), count, load)
 
 

@@ -14,7 +14,7 @@ and the likely cause in a line, then measures its time and memory at T = 128, 51
 
 When it passes, level 2 asks for the same computation in four matrix lines, and there its memory
 grows like T²: `attnlab lab start --level matrix` writes lab_matrix.py. (`attnlab lab start --help`
-lists all six levels, from these loops to FlashAttention's backward and a KV cache.)
+lists all seven levels, from these loops to FlashAttention's backward, a KV cache and a Triton kernel.)
 """
 
 import math

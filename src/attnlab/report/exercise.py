@@ -30,7 +30,8 @@ def _fail_line(row) -> str:
         return (f"  [red]FAIL[/]  {escape(row.case)} ({row.dtype}): {escape(row.detail)}; {w.quantity} is allowed "
                 f"{w.allowed:.2e} from the float64 answer (PyTorch's own: {w.torch_err:.2e})")
     return (f"  [red]FAIL[/]  {escape(row.case)} ({row.dtype}): {w.quantity} is {w.err:.2e} from the float64 "
-            f"answer, allowed {w.allowed:.2e} (PyTorch's own: {w.torch_err:.2e})")
+            f"answer, allowed {w.allowed:.2e} (PyTorch's own: {w.torch_err:.2e})"
+            + (f"; {escape(row.detail)}" if row.detail else ""))
 
 
 def fit(r, what: str) -> Fit | None:
@@ -80,6 +81,8 @@ def lines(r) -> list[str]:
     if getattr(r, "ended", None):
         out.append(f"  [red]your function's process ended early[/]: {escape(r.ended)}; the check is not a pass")
     bad = [row for row in r.verify.rows if row.status in ("fail", "error")]
+    if getattr(r, "given", False) and not r.passed:  # the starter as it came: its rows say nothing of the learner's
+        bad = []
     out += [_fail_line(row) for row in bad[:SHOWN]]
     if len(bad) > SHOWN:
         out.append(f"  ... and {len(bad) - SHOWN} more failing cases (all of them in the JSON)")
@@ -180,7 +183,7 @@ def _next(r, level) -> str:
         return f"fix the most likely cause and run {again} again."
     after = next((lv for lv in levels.LEVELS if lv.number == level.number + 1), None)
     if after is None:
-        return "that was the last level: `attnlab lesson` shows your path through all six."
+        return f"that was the last level: `attnlab lesson` shows your path through all {len(levels.LEVELS)}."
     start, check, path = levels.start_and_check(after, r.file)
     return (f"level {after.number}, {after.title}: `{start}` writes {path}, then `{check}`; "
             "`attnlab lesson` ticks this level on your path.")

@@ -27,7 +27,7 @@ def at(minute: int) -> str:
 
 def _items(page) -> list[str]:
     items = page.locator("ol.levels > li.level")
-    assert items.count() == 6
+    assert items.count() == len(levels.LEVELS)
     return items.all_inner_texts()
 
 
@@ -38,15 +38,15 @@ def test_the_path_ticks_each_level_from_the_learners_own_checks(browser, tmp_pat
     for name, data in (("bench", BENCH), ("train", TRAIN), ("tie_kv", TIE)):
         (out / f"{name}.json").write_text(json.dumps(data))
     tiny_checkpoint(out / "checkpoints" / "scale-sqrt.pt")
-    names = [lv.name for lv in levels.LEVELS]  # loops, matrix, module, flash, backward, decode
+    names = [lv.name for lv in levels.LEVELS]  # loops, matrix, module, flash, backward, decode, triton
     for i, name in enumerate(names):
         store.save(leveled(name, time=at(i)), out)
-    store.save(leveled("flash", slip="last-block-dropped", time=at(9)), out)  # flash's newest check fails
+    store.save(leveled("flash", slip="last-tile-dropped", time=at(9)), out)  # flash's newest check fails
     kept = sorted(p.name for p in (out / store.FOLDER).glob("*.json"))
-    assert len(kept) == 7 and all(p.startswith(("attention_lab-", "lab_")) for p in kept)
+    assert len(kept) == len(names) + 1 and all(p.startswith(("attention_lab-", "lab_")) for p in kept)
 
     data = collect(out, quick=True)
-    assert len(data.lab) == 7  # the page reads the folder's checks, and nothing else
+    assert len(data.lab) == len(names) + 1  # the page reads the folder's checks, and nothing else
     path = lesson_page.build(data, out / "lesson.html")
     for width, height in ((1280, 800), (390, 844)):
         page = browser.new_context(viewport={"width": width, "height": height}).new_page()
@@ -56,21 +56,22 @@ def test_the_path_ticks_each_level_from_the_learners_own_checks(browser, tmp_pat
         page.goto(path.resolve().as_uri())
         texts = _items(page)
         ticks = [t.strip()[0] for t in texts]
-        assert ticks == ["✓", "✓", "✓", "✗", "✓", "✓"], texts
+        assert ticks == ["✓", "✓", "✓", "✗", "✓", "✓", "✓"], texts
         for lv, t in zip(levels.LEVELS, texts, strict=True):
             assert f"from {lv.filename}:{lv.function}, checked at" in t, t
-        assert "failed" in texts[3] and "drops the last, partial block" in texts[3]  # the newest flash check's cause
+        assert "failed" in texts[3] and "drops the last, partial tile" in texts[3]  # the newest flash check's cause
         assert "memory grew as T^2.00" in texts[1] and "the library's" in texts[2]
         head = page.inner_text("p.levels-head")
         # the next step: level 4 is begun and failing, so the learner's own file is to fix, not a new start
-        assert "5 of 6 levels done" in head and "fix lab_flash.py:flash_forward and run attnlab lab check " \
+        assert "6 of 7 levels done" in head and "fix lab_flash.py:flash_forward and run attnlab lab check " \
             "lab_flash.py again" in head and "lab start" not in head
         assert page.locator("ol.levels figure.level-curve svg polyline").count() >= 6  # the curves are drawn
         _axes_and_numbers(page)
         module = page.inner_text("ol.levels li[data-level=module] figure.level-curve figcaption")
         assert re.search(r"steps 1–\d+; your loss \d\.\d{3} → \d\.\d{3}", module), module
         page.locator("ol.levels li[data-level=backward] details.starter summary").click()
-        assert "def flash_backward(q, k, v, out, lse, dout, block=64):" in page.inner_text(
+        assert "def flash_backward(q, k, v, out, lse, dout, is_causal=False, block_q=64, block_k=64):" in \
+            page.inner_text(
             "ol.levels li[data-level=backward] details.starter")
         assert page.evaluate("document.documentElement.scrollWidth") <= width  # nothing runs off the side
         page.locator("#lab-levels").scroll_into_view_if_needed()

@@ -7,9 +7,11 @@ case, with what the learner's function returned), what it measures, and its item
     1 loops     attention_by_hand(q, k, v)         one query and one key at a time
     2 matrix    attention_matrix(q, k, v)          the same in four tensor lines; memory grows like T²
     3 module    CausalSelfAttention(d_model, H)    projections, heads, causal attention, merge; trained
-    4 flash     flash_forward(q, k, v, block)      key blocks with a running max and sum; memory like T
-    5 backward  flash_backward(q, k, v, o, lse, do, block)   dq, dk, dv from the saved log-sum-exp
-    6 decode    decode_step(q, k, v, cache)        one token at a time, keys and values kept
+    4 flash     flash_forward(q, k, v, is_causal)  tiles of queries and keys, a running max and sum; (out, lse);
+                                                   memory like T, about half the work under the causal mask
+    5 backward  flash_backward(q, k, v, out, lse, dout, is_causal)   dq, dk, dv from level 4's log-sum-exp
+    6 decode    decode_step(q, k, v, cache, pos)   one token at a time, keys and values kept, rotary positions
+    7 triton    flash_attention(q, k, v, is_causal)   level 4's loop as a Triton kernel (its body the learner's)
 
 :func:`find` names a level (one line naming them all when there is no such level); :func:`of_function`
 finds it from the function's name, the way ``attnlab lab check FILE:FUNCTION`` does when no
@@ -23,6 +25,27 @@ from importlib import resources
 
 
 @dataclass(frozen=True)
+class Growth:
+    """How a level's extra peak memory must grow with T: as T^power, the exponent between ``low`` and ``high``
+    (None: not bounded on that side). ``power`` is also the guide the lesson page draws beside the learner's curve."""
+
+    power: float
+    low: float | None = None
+    high: float | None = None
+
+    def holds(self, p: float) -> bool:
+        return (self.low is None or p >= self.low) and (self.high is None or p <= self.high)
+
+    def asked(self) -> str:
+        """What the level asks, in words: "T², within 0.25", "at most T^1.2"."""
+        if self.low is not None and self.high is not None:
+            return f"T^{self.power:g}, within {self.high - self.power:g}"
+        if self.high is not None:
+            return f"at most T^{self.high:g}"
+        return f"like T^{self.power:g}"
+
+
+@dataclass(frozen=True)
 class Level:
     number: int
     name: str
@@ -32,11 +55,21 @@ class Level:
     item: str  # the level's line on the lesson page's path
     kind: str  # "attention": graded on verify's grid as (q, k, v); "own": graded by the level's own cases
     resource: str  # the starter's file in this package
+    growth: Growth | None = None  # how its memory must grow with T (None: the level asks nothing of it)
+    also: tuple[str, ...] = ()  # other functions of the starter the learner writes in (level 7's kernel)
 
     def starter_text(self) -> str:
         if self.resource == "starter.py":
             return resources.files("attnlab.lab").joinpath("starter.py").read_text(encoding="utf-8")
         return resources.files(__name__).joinpath("starters", self.resource).read_text(encoding="utf-8")
+
+    def given(self, source: str, name: str) -> bool:
+        """Is ``name`` in this source the starter's code as it came -- it and every function the learner writes in
+        beside it (:attr:`also`), their syntax trees unchanged (comments aside)?"""
+        from attnlab.lab import files
+
+        return all(files.given_text(source, n) or files.given_text(source, n, self.starter_text())
+                   for n in (name, *self.also))
 
     def module(self):
         """The level's own module (its grading, slips and measurement)."""
@@ -49,15 +82,22 @@ LEVELS = (
     Level(1, "loops", "attention with loops", "attention_by_hand", "attention_lab.py",
           "Level 1: attention with loops matches the oracle", "attention", "starter.py"),
     Level(2, "matrix", "attention in four tensor lines", "attention_matrix", "lab_matrix.py",
-          "Level 2: the matrix form matches, its memory grows like T²", "attention", "matrix.py"),
+          "Level 2: the matrix form matches, its memory grows like T²", "attention", "matrix.py",
+          Growth(2.0, 1.75, 2.25)),
     Level(3, "module", "the multi-head module, trained", "CausalSelfAttention", "lab_module.py",
           "Level 3: your CausalSelfAttention matches the library's and trains like it", "own", "module.py"),
     Level(4, "flash", "the online softmax, tiled (flash forward)", "flash_forward", "lab_flash.py",
-          "Level 4: your tiled forward matches, its memory grows like T", "attention", "flash.py"),
+          "Level 4: your tiled forward and its lse match, the causal one does half the work, its memory grows like T",
+          "attention", "flash.py", Growth(1.0, None, 1.2)),
     Level(5, "backward", "flash backward from the log-sum-exp", "flash_backward", "lab_backward.py",
-          "Level 5: your backward's dq, dk, dv match the oracle's, without autograd", "own", "backward.py"),
+          "Level 5: your backward's dq, dk, dv match the oracle's, without autograd", "own", "backward.py",
+          Growth(1.0, None, 1.2)),
     Level(6, "decode", "decoding with a KV cache", "decode_step", "lab_decode.py",
-          "Level 6: your decoder, one token at a time, matches the full causal forward", "own", "decode.py"),
+          "Level 6: your decoder, one token at a time, matches the full causal forward", "own", "decode.py",
+          Growth(1.0)),
+    Level(7, "triton", "FlashAttention-2's forward as a Triton kernel", "flash_attention", "lab_triton.py",
+          "Level 7: your Triton kernel's out and lse match, compiled on a GPU or in Triton's interpreter",
+          "attention", "kernel.py", also=("attention_kernel",)),
 )
 BY_NAME = {lv.name: lv for lv in LEVELS}
 DEFAULT = BY_NAME["loops"]

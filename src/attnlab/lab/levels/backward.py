@@ -1,80 +1,61 @@
-"""Level 5, flash backward: ``flash_backward(q, k, v, out, lse, dout, block)`` -> dq, dk, dv, with no autograd.
+"""Level 5, flash backward: ``flash_backward(q, k, v, out, lse, dout, is_causal, block_q, block_k)`` -> dq, dk, dv.
 
-The forward saved each query's log-sum-exp, lse_i = log Σ_j exp(s_ij), so a key block's weights come
-back as P = exp(S − lse) without a second softmax. Then, block by block (causal, scale 1/√d):
+Level 4's forward returned each query's log-sum-exp, lse_i = log Σ_j exp(s_ij), so a tile's weights
+come back as P = exp(S − lse) without a second softmax. Then, tile by tile (scale 1/√d):
 
     dV += Pᵀ dO      dP = dO Vᵀ      D = rowsum(dO ∘ O)      dS = P ∘ (dP − D)
     dQ += dS K · scale                dK += dSᵀ Q · scale
 
-Graded on the level's own cases against the float64 oracle's gradients under verify's rule (PyTorch's
-own backward in the same dtype sets the limit). The learner's function runs under
-``torch.inference_mode()``, where autograd records nothing: a backward that asks autograd for its
-gradients fails there, and the check says so. Slips named: D from the wrong tensors, the scale
-missing from dq and dk, the lse of another row.
+Graded on the level's own 24 cases -- causal and not, L = S and L != S both ways, three tiles a
+side (square ones that divide L = S, and partial last ones), float64 and float32, with out
+and lse as a right level 4 forward returns them -- against the float64 oracle's gradients under
+verify's rule (PyTorch's own backward in the same dtype sets the limit). The learner's function runs
+under ``torch.inference_mode()``, where autograd records nothing: a backward that asks autograd for
+its gradients fails there, and the check says so -- a fact read from where the error was raised
+(torch.autograd's backward or grad), not from its message. Slips are named from dq, dk, dv
+(:mod:`.grads` computes each one's): D, the transposes, the scale, the lse, the mask, the sums.
 """
 
 from __future__ import annotations
 
 import math
+import traceback
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from attnlab.judge import oracle, rule
 
-from . import own
-from .flash import block_for
+from . import grads, own, ways
 
-CASES = (  # name, (batch, heads, L = S, d), dtype, magnitude
-    ("basic", (1, 2, 24, 8), "float64", 1.0),
-    ("float32, L = 37, d = 16", (1, 2, 37, 16), "float32", 1.0),
-    ("float32, batch 2, L = 64", (2, 1, 64, 32), "float32", 1.0),
-    ("float32, larger scores", (1, 2, 30, 8), "float32", 3.0),
-)
+SHAPES = ((1, 1, 24, 24, 8, 8), (1, 2, 37, 37, 16, 13), (2, 1, 30, 30, 32, 10), (1, 2, 20, 45, 16, 7),
+          (1, 2, 45, 20, 16, 16), (1, 1, 26, 61, 8, 9))  # (batch, heads, L, S, d, block_q); block_k = block_q * S // L
+# (the first: one head, square tiles -- where a per-row (..., L) vector that lost its last axis broadcasts along the
+# keys and gives numbers instead of an error, as k.T does on the attention levels' probe of equal sizes)
+CASES = tuple((f"{'causal' if c else 'full'}, L = {L}, S = {S}, d = {d}, tiles {bq} x {bq * S // L}"
+               + (", batch 2" if B > 1 else "") + (", larger scores" if i == 2 and dt == "float32" else ""),
+               (B, H, L, S, d), c, dt, 3.0 if (i == 2 and dt == "float32") else 1.0, (bq, bq * S // L))
+              for dt in ("float64", "float32") for c in (True, False)
+              for i, (B, H, L, S, d, bq) in enumerate(SHAPES))  # square tiles that divide L = S (cases 0, 2) and not
 SEQS = (512, 1024, 2048)  # long enough that the tiles, not the fixed costs, set the slope
-MEASURES = "its time and peak memory at T = " + ", ".join(map(str, SEQS)) + ", block 64"
+MEASURES = "its time and peak memory at T = " + ", ".join(map(str, SEQS)) + ", causal, 64 x 64 tiles"
 QUANTITIES = ("dq", "dk", "dv")
+AUTOGRAD = ("backward", "grad")  # torch.autograd's functions a backward that asks autograd calls
 
 
 def inputs(i: int, seed: int):
     """Case ``i``'s inputs, drawn from the seed: q, k, v, dout in the case's dtype, and out and lse from a float64
-    forward (rounded to the dtype, as a forward would have saved them)."""
-    _, shape, dtype, mag = CASES[i]
+    forward (rounded to the dtype, as a right level 4 forward returns them)."""
+    _, (B, H, L, S, d), causal, dtype, mag, _ = CASES[i]
     g = torch.Generator().manual_seed(seed * 100 + i)
-    q, k = (torch.randn(*shape, generator=g, dtype=torch.float64) * mag for _ in range(2))
-    v, dout = (torch.randn(*shape, generator=g, dtype=torch.float64) for _ in range(2))
-    out, lse = forward64(q, k, v)
+    q = torch.randn(B, H, L, d, generator=g, dtype=torch.float64) * mag
+    k = torch.randn(B, H, S, d, generator=g, dtype=torch.float64) * mag
+    v = torch.randn(B, H, S, d, generator=g, dtype=torch.float64)
+    dout = torch.randn(B, H, L, d, generator=g, dtype=torch.float64)
+    out, lse = grads.forward64(q, k, v, causal)
     dt = getattr(torch, dtype)
     return tuple(t.to(dt) for t in (q, k, v, out, lse, dout))
-
-
-def _scores(q, k):
-    L, S = q.shape[-2], k.shape[-2]
-    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    return s.masked_fill(torch.ones(L, S, dtype=torch.bool).triu(1), -math.inf)
-
-
-def forward64(q, k, v):
-    s = _scores(q.double(), k.double())
-    lse = torch.logsumexp(s, dim=-1)  # (..., L)
-    return torch.exp(s - lse.unsqueeze(-1)) @ v.double(), lse
-
-
-def grads64(q, k, v, out, lse, dout, d_from="o", scaled=True, lse_of="row"):
-    """Float64 dq, dk, dv by the formulas, each step switchable: the slips' answers."""
-    q, k, v, out, lse, dout = (t.double() for t in (q, k, v, out, lse, dout))
-    sc = 1 / math.sqrt(q.shape[-1])
-    s = _scores(q, k)
-    at = {"row": lse.unsqueeze(-1), "key": lse.unsqueeze(-2), "next": lse.roll(-1, -1).unsqueeze(-1),
-          "previous": lse.roll(1, -1).unsqueeze(-1)}[lse_of]
-    P = torch.exp(s - at)
-    dv = P.transpose(-2, -1) @ dout
-    dP = dout @ v.transpose(-2, -1)
-    D = {"o": (dout * out).sum(-1), "v": (dout * v).sum(-1), "zero": torch.zeros_like(lse),
-         "dout": (dout * dout).sum(-1)}[d_from].unsqueeze(-1)
-    dS = P * (dP - D)
-    f = sc if scaled else 1.0
-    return {"dq": dS @ k * f, "dk": dS.transpose(-2, -1) @ q * f, "dv": dv}
 
 
 def run(fn, header: dict) -> dict:
@@ -85,26 +66,30 @@ def run(fn, header: dict) -> dict:
         return {}
     cases = []
     for i in own.indices(header, len(CASES)):
-        shape = CASES[i][1]
+        _, _, causal, _, _, tile = CASES[i]
         x = inputs(i, header["seed"])
         try:
             with torch.inference_mode():
-                got = fn(*x, block_for(shape[-2]))
+                got = fn(*x, causal, *tile)
             if not (isinstance(got, (tuple, list)) and len(got) == 3 and all(isinstance(t, torch.Tensor) for t in got)):
                 cases.append({"error": f"returned {type(got).__name__}, not the three tensors (dq, dk, dv)"})
                 continue
             cases.append({"values": {n: own.pack(t) for n, t in zip(QUANTITIES, got, strict=True)},
                           "dtypes": [str(t.dtype).removeprefix("torch.") for t in got]})
         except Exception as e:
-            text = own.said(e)  # autograd asked for under inference mode: the level's own slip, as a fact
-            cases.append({"error": text, "autograd": isinstance(e, RuntimeError) and (
-                "grad" in str(e).lower() or "inference" in str(e).lower())})
+            cases.append({"error": own.said(e), "autograd": asked_autograd(e)})
     return {"cases": cases}
 
 
-def _pytorch(x):
+def asked_autograd(e: BaseException) -> bool:
+    """Was the error raised inside torch.autograd's backward or grad (the learner's code asked autograd)?"""
+    where = Path(torch.autograd.__file__).parent
+    return any(f.name in AUTOGRAD and Path(f.filename).parent == where for f in traceback.extract_tb(e.__traceback__))
+
+
+def _pytorch(x, causal):
     q, k, v, _, _, dout = (t.detach().clone().requires_grad_(True) for t in x)
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     return dict(zip(QUANTITIES, torch.autograd.grad(out, (q, k, v), dout), strict=True))
 
 
@@ -112,13 +97,13 @@ def judge(reply: dict, seed: int, name: str = "flash_backward"):
     """(rows, diagnoses, max |yours − the oracle| on dq, dk, dv, the cases' note) from the learner's values."""
     rows, got, right, autograd, dtype_wrong = [], [], [], False, False
     replies = reply.get("cases") or [{"error": reply.get("raised", "no answer")}] * len(CASES)
-    for i, ((cname, _, dtype, _), r) in enumerate(zip(CASES, replies, strict=True)):
+    for i, ((cname, _, causal, dtype, _, _), r) in enumerate(zip(CASES, replies, strict=True)):
         x = inputs(i, seed)
-        ref = oracle.reference(*x[:3], is_causal=True, grad_out=x[5])
+        ref = oracle.reference(*x[:3], is_causal=causal, grad_out=x[5])
         ref = dict(zip(QUANTITIES, ref[1:], strict=True))
         right.append(ref)
         if (gone := own.answered(r, name, cname, dtype)) is not None:
-            autograd = autograd or r.get("autograd", False)
+            autograd = autograd or bool(r.get("autograd"))
             rows.append(gone)
             got.append(None)
             continue
@@ -128,8 +113,8 @@ def judge(reply: dict, seed: int, name: str = "flash_backward"):
             got.append(None)
             continue
         got.append(mine)
-        theirs = _pytorch(x)
-        budget = rule.rounding_floor(*x[:3], is_causal=True, grad_out=x[5])
+        theirs = _pytorch(x, causal)
+        budget = rule.rounding_floor(*x[:3], is_causal=causal, grad_out=x[5])
         comps = [own.compare(n, mine[n], theirs[n], ref[n], getattr(torch, dtype), budget[n]) for n in QUANTITIES]
         wrong = [d for d in r["dtypes"] if d != dtype]
         rows.append(own.row(name, cname, dtype, comps, f"returned {wrong[0]} for {dtype} inputs" if wrong else ""))
@@ -138,22 +123,51 @@ def judge(reply: dict, seed: int, name: str = "flash_backward"):
             dtype_wrong = True
     keys = ["autograd"] if autograd else []
     if any(r.status != "pass" for r in rows):
-        keys += own.named(got, right, slip_list(seed), tol=1e-4)
+        keys += own.named(got, right, slip_list(seed), tol=1e-4, pairs=slip_pairs(seed))
         if not keys and dtype_wrong:
             keys.append("dtype")
     errs = [max(float((m[n].double() - right[i][n]).abs().max()) for n in QUANTITIES)
             for i, m in enumerate(got) if m is not None]
     err = max(errs) if errs and len(errs) == len(CASES) else math.inf
-    note = f"{len(CASES)} cases of the level's own (causal, L = S, block = L // 3 + 1, float64 and float32)"
+    note = (f"{len(CASES)} cases of the level's own (causal and not, L = S and L != S, three tiles a side, float64 and "
+            "float32, out and lse as a right level 4 forward returns them)")
     return rows, own.lines(keys, TEXT), err, note
 
 
-def slip_list(seed: int):
-    def at(**kw):
-        return lambda i: grads64(*inputs(i, seed)[:3], *forward64(*inputs(i, seed)[:3]), inputs(i, seed)[5], **kw)
-    return [("d-wrong", at(d_from="v")), ("d-wrong", at(d_from="zero")), ("d-wrong", at(d_from="dout")),
-            ("scale-missing", at(scaled=False)), ("lse-other-row", at(lse_of="key")),
-            ("lse-other-row", at(lse_of="next")), ("lse-other-row", at(lse_of="previous"))]
+def slip_list(seed: int, both: bool = False):
+    """(key, case index -> the slip's dq, dk, dv or None): each one step of the tiled backward done wrong (``both``:
+    two at once, keyed by both keys)."""
+    cases = {}
+
+    def case(i):  # the case's inputs as the learner's function got them (out, lse rounded to the dtype), once
+        if i not in cases:
+            cases[i] = tuple(t.double() for t in inputs(i, seed))
+        return cases[i]
+
+    def at(slip):
+        return lambda i: grads.tiled(*case(i), CASES[i][2], *CASES[i][5], slip)
+    return [(key, at(s)) for key, s in SLIPS] if not both else [(keys, at(s)) for keys, s in ways.pairs(SLIPS)]
+
+
+def slip_pairs(seed: int):
+    """Two steps of the backward done wrong at once."""
+    return slip_list(seed, both=True)
+
+
+SLIPS = [  # (key, one step of the tiled backward done wrong)
+    ("d-wrong", grads.Slip(D="v")), ("d-wrong", grads.Slip(D="zero")), ("d-wrong", grads.Slip(D="dout")),
+    ("d-wrong", grads.Slip(D="dp")), ("d-keepdim", grads.Slip(D="row")), ("dv-not-transposed", grads.Slip(dv="p")),
+    ("dv-not-transposed", grads.Slip(dv="p-whole")), ("dk-not-transposed", grads.Slip(dk="ds")),
+    ("scale-missing", grads.Slip(scale="missing")), ("scale-missing", grads.Slip(scale="dq-missing")),
+    ("scale-missing", grads.Slip(scale="dk-missing")), ("scale-dv", grads.Slip(scale="dv")),
+    ("scale-twice", grads.Slip(scale="twice")), ("lse-other-row", grads.Slip(lse="key")),
+    ("lse-other-row", grads.Slip(lse="key-rows")), ("lse-other-row", grads.Slip(lse="column")),
+    ("second-softmax", grads.Slip(lse="softmax")), ("lse-unused", grads.Slip(lse="none")),
+    ("mask-missing", grads.Slip(mask=False)), ("ds-sign", grads.Slip(sign=-1.0)),
+    ("ds-precedence", grads.Slip(ds="precedence")), ("skip-wrong-side", grads.Slip(skip="after")),
+    ("dq-overwritten", grads.Slip(dq="set")), ("dkdv-overwritten", grads.Slip(dkv="set")),
+    ("dkdv-overwritten", grads.Slip(dkv="set-v")),
+]
 
 
 TEXT = {
@@ -161,35 +175,62 @@ TEXT = {
                 "records nothing): compute dq, dk, dv from the formulas, with no .backward() or autograd.grad",
     "d-wrong": "your D is computed from the wrong tensors: D_i = rowsum(dO ∘ O), the output's gradient times the "
                "output itself, row by row",
-    "scale-missing": "your dq and dk miss the scale: the scores were q·k × scale, so dQ = dS K × scale and dK = dSᵀ Q "
-                     "× scale",
+    "d-keepdim": "your D has lost its last axis (a sum without keepdim=True): its (..., Bq) lines up with the tile's "
+                 "keys, so column j gets query j's D; keep one number per query row, (..., L, 1)",
+    "dv-not-transposed": "your dv uses P where Pᵀ belongs: dV = Pᵀ dO, key by key (a tile's dv += P.transpose(-2, -1) "
+                         "@ dO of the query tile)",
+    "dk-not-transposed": "your dk uses dS where dSᵀ belongs: dK = dSᵀ Q × scale (a tile's dk += dS.transpose(-2, -1) "
+                         "@ q of the query tile)",
+    "scale-missing": "your dq or dk (or both) miss the scale: the scores were q·k × scale, so dQ = dS K × scale and "
+                     "dK = dSᵀ Q × scale",
+    "scale-dv": "your dv is multiplied by the scale: the scale is inside the scores, not in P·V: dV = Pᵀ dO",
+    "scale-twice": "your dq and dk are multiplied by the scale twice: once, dQ = dS K × scale (s was already "
+                   "scaled when P was rebuilt)",
     "lse-other-row": "your weights use the log-sum-exp of another row: query i's weights are exp(s_ij − lse_i), lse "
-                     "indexed by the query (lse[..., :, None]), not by the key",
+                     "indexed by the query tile's rows and given a last axis (lse[..., i0:i0 + Bq, None]), not by "
+                     "the key, nor lined up with the keys",
+    "second-softmax": "your weights are a softmax of each tile's own scores: a tile holds only some of the row's keys; "
+                      "P = exp(s − lse), the lse of the whole row, which the forward saved",
+    "lse-unused": "your weights are exp(s) without the log-sum-exp: P = exp(s − lse) (the forward's lse is what makes "
+                  "each row add up to 1)",
+    "mask-missing": "your backward has no causal mask: under is_causal the hidden scores are -inf when P is rebuilt, "
+                    "as in the forward",
+    "ds-sign": "your dS has the wrong sign: dS = P ∘ (dP − D), not P ∘ (D − dP)",
+    "ds-precedence": "your dS is P ∘ dP − D: the parentheses belong around dP − D, dS = P * (dP - D)",
+    "skip-wrong-side": "your causal skip leaves out the query tiles after the key tile (qs >= ke), and those see all "
+                       "its keys; a query tile is hidden from a key tile only when its last query comes before the "
+                       "tile's first key (qe - 1 < ks)",
+    "dq-overwritten": "your dq is overwritten by each tile of keys instead of added to: dq[rows of the query tile] += "
+                      "dS @ k_tile (only the last tile's part is left)",
+    "dkdv-overwritten": "your dk or dv of a key tile is overwritten by each tile of queries instead of added to: sum "
+                        "dSᵀ Q and Pᵀ dO over every query tile (+=, not =)",
     "dtype": "your gradients are not in the inputs' dtype: compute in float32 if you like, but return q.dtype",
 }
 
 
 def measure(fn, header: dict) -> dict:
-    """Time and extra peak memory of one backward call at each length (block 64, one head of width 64, float32)."""
+    """Time and extra peak memory of one causal backward call at each length (64 x 64 tiles, one head of width 64,
+    float32)."""
 
     def inputs(T, g):
         q, k, v, dout = (torch.randn(1, 1, T, 64, generator=g) for _ in range(4))
-        out, lse = (t.float() for t in forward64(q, k, v))
+        out, lse = (t.float() for t in grads.forward64(q, k, v, True))
         return q, k, v, out, lse, dout
 
     def call(*args):
         with torch.inference_mode():
-            return fn(*args, 64)
+            return fn(*args, True, 64, 64)
 
-    return own.measure_lengths(SEQS, header["seed"], inputs, call, "one backward call per length, batch 1, one head "
-                               "of width 64, float32, block 64, under inference mode")
+    return own.measure_lengths(SEQS, header["seed"], inputs, call, "one causal backward call per length, batch 1, "
+                               "one head of width 64, float32, 64 x 64 tiles, under inference mode")
 
 
 def measured_ok(result) -> tuple[bool | None, str]:
-    p = result.exponents.get("memory")
-    if p is None:
+    from . import BY_NAME, forwards
+
+    if result.exponents.get("memory") is None:
         return None, "its memory was not measured at two lengths or more"
-    return p <= 1.2, f"memory grew as T^{p:.2f} (a tiled backward needs no T x T matrix: at most T^1.2)"
+    return forwards.memory_ok(result, BY_NAME["backward"].growth)
 
 
 def check(learner, quick=False, seed=0, progress=None, on_stage=None, budget_s=20.0):

@@ -1,31 +1,39 @@
 """Level 2, the matrix form: ``attention_matrix(q, k, v)`` in four tensor lines; its memory grows like T².
 
-Graded as level 1 is, with the same slips (a matrix form slips the same ways: √S for √d, the softmax
-over dim=-2, the mask turned round), and measured at T = 128, 512, 2048: the whole (T, T) matrix of
-scores is held at once, so the extra memory must grow as T^p with p within 0.25 of 2.
+Graded as level 1 is, with the same slips (a matrix form slips the same ways, and some of its own:
+``k.T`` on a batched k, the scores transposed, the max taken down the columns), and measured at
+T = 128, 512, 2048: the whole (T, T) matrix of scores is held at once, so the extra memory must grow
+as the level asks (:attr:`attnlab.lab.levels.Level.growth`: T^p with p within 0.25 of 2).
 """
 
 from __future__ import annotations
 
 from attnlab.lab import measure
 
-from . import slips
+from . import forwards, slips
 
 SEQS = measure.SEQS
-QUADRATIC = 0.25  # memory growth within this of T² counts as quadratic
+PROBES = slips.PROBES
+MORE_CASES = (slips.LARGE,)  # graded beside the grid's
 
 
 def slip_list():
-    return slips.common()
+    return slips.common(always_causal=True)
+
+
+def slip_pairs():
+    return slips.common_pairs(always_causal=True)
 
 
 def wrap(fn):
     return fn
 
 
+def probe_call(fn, q, k, v, case):
+    return fn(q, k, v)
+
+
 def measured_ok(result) -> tuple[bool, str]:
-    p = result.exponents.get("memory")
-    if p is None:
-        return False, "its memory was not measured at two lengths or more"
-    ok = abs(p - 2) <= QUADRATIC
-    return ok, f"memory grew as T^{p:.2f} (the level asks for T², within {QUADRATIC})"
+    from . import BY_NAME
+
+    return forwards.memory_ok(result, BY_NAME["matrix"].growth)

@@ -5,19 +5,24 @@ parameters are named ``qkv`` and ``proj`` as the starter's are) and is graded on
 and every parameter's gradient against the library's module in float64 under verify's rule (the
 library's module in float32 sets the limit). Then it is trained: a tiny GPT with the learner's module
 in its block, beside the same GPT with the library's, from the same weights on the same tokens, and
-the two loss curves compared step by step. Slips named from the output: the heads split along the
-wrong axis, the output projection skipped, the causal mask applied after the softmax.
+the two loss curves compared step by step. Each quantity is held to verify's rule, its rounding floor
+the attention's own (:func:`attnlab.judge.rule.rounding_floor`) carried through the two linear layers
+(:func:`budget`). Slips named from the output: the heads split or merged along the wrong axis, the
+output projection skipped, q, k, v taken from the wrong thirds, the scale, the mask.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from . import own
+from attnlab.judge import oracle, rule
+
+from . import own, ways
 
 CASES = (("d_model = 32, 4 heads, T = 12", 32, 4, (2, 12)), ("d_model = 48, 6 heads, T = 17", 48, 6, (1, 17)))
 STEPS = 20  # training steps, beside the library's
@@ -109,25 +114,76 @@ def run(cls, header: dict) -> dict:
     return {"cases": cases}
 
 
-def forward64(lib, x, slip=None):
+@dataclass(frozen=True)
+class Slip:
+    """Each step of the module, right or as a learner slips in it."""
+
+    order: str = "qkv"  # which thirds of self.qkv(x) become q, k, v: "kqv", "qvk", "vkq", "qkk", "qkq"
+    heads: str = "right"  # "view": a plain view to (B, H, T, d); "interleaved": a view as (B, T, d, H)
+    scale: str = "right"  # "none", "C" (1/√C), "1/d"
+    mask: str = "right"  # "diagonal", "ahead", "reversed", "reversed-strict", "none", "zero", "after"
+    softmax: int = -1  # the dim of the softmax
+    merge: str = "right"  # "view": (B, H, T, d) straight to (B, T, C); "permute": through (B, T, d, H)
+    proj: bool = True
+
+
+def _heads(t, B, T, H, d, how: str):
+    """(B, T, C) -> (B, H, T, d): a view as (B, T, H, d), then the head axis moved forward."""
+    if how == "view":
+        return t.reshape(B, H, T, d)  # a plain view: tokens and heads mixed
+    if how == "interleaved":
+        return t.reshape(B, T, d, H).permute(0, 3, 1, 2)  # every H-th feature to a head
+    return t.view(B, T, H, d).transpose(1, 2)
+
+
+def forward64(lib, x, slip: Slip = Slip()):
     """The library module's computation in float64 with its weights, each step switchable: the slips' answers."""
     lib = lib.double()
     x = x.double()
     B, T, C = x.shape
     H, d = lib.n_head, lib.head_dim
-    q, k, v = lib.qkv(x).split(C, dim=-1)
-    if slip == "heads-split":
-        q, k, v = (t.reshape(B, H, T, d) for t in (q, k, v))
+    thirds = dict(zip("qkv", lib.qkv(x).split(C, dim=-1), strict=True))
+    q, k, v = (_heads(thirds[c], B, T, H, d, slip.heads) for c in slip.order)
+    s = q @ k.transpose(-2, -1) * {"none": 1.0, "C": 1 / math.sqrt(C), "1/d": 1 / d}.get(slip.scale, 1 / math.sqrt(d))
+    ones = torch.ones(T, T, dtype=torch.bool)
+    hidden = {"diagonal": ones.triu(0), "ahead": ones.triu(2), "reversed": ones.tril(-1), "reversed-strict":
+              ones.tril(0), "none": ~ones}.get(slip.mask, ones.triu(1))
+    if slip.mask == "after":
+        w = torch.softmax(s, dim=-1).masked_fill(hidden, 0.0)
     else:
-        q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in (q, k, v))
-    s = q @ k.transpose(-2, -1) / math.sqrt(d)
-    future = torch.ones(T, T, dtype=torch.bool).triu(1)
-    if slip == "mask-after-softmax":
-        w = torch.softmax(s, dim=-1).masked_fill(future, 0.0)
-    else:
-        w = torch.softmax(s.masked_fill(future, -math.inf), dim=-1)
-    y = (w @ v).transpose(1, 2).reshape(B, T, C)
-    return y if slip == "no-proj" else lib.proj(y)
+        w = torch.softmax(s.masked_fill(hidden, 0.0 if slip.mask == "zero" else -math.inf), dim=slip.softmax)
+    y = w @ v  # (B, H, T, d)
+    y = {"view": lambda: y.reshape(B, T, C), "permute": lambda: y.permute(0, 2, 3, 1).reshape(B, T, C)
+         }.get(slip.merge, lambda: y.transpose(1, 2).reshape(B, T, C))()
+    return lib.proj(y) if slip.proj else y
+
+
+def budget(lib, x, gout) -> dict[str, float]:
+    """The float32 rounding the rule allows each judged quantity of the module: the attention's own floor
+    (:func:`attnlab.judge.rule.rounding_floor`, on the module's q, k, v and the gradient that reaches them), carried
+    through the two linear layers to first order, each sum of n products allowed u·√n·Σ|products| as the rule allows
+    its own. The projection to q, k, v is ``self.qkv`` in the learner's module and the library's alike (the starter
+    keeps it), so its rounding is in PyTorch's own error, which the rule allows twice."""
+    u = torch.finfo(torch.float32).eps
+    lib, x, gout = lib.double(), x.double(), gout.double()
+    B, T, C = x.shape
+    H, d, n = lib.n_head, lib.head_dim, B * T
+    Wo = lib.proj.weight.detach()  # (C, C)
+    with torch.no_grad():
+        q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in lib.qkv(x).split(C, dim=-1))
+        dy = (gout @ Wo).view(B, T, H, d).transpose(1, 2)  # the gradient that reaches the attention's output
+        fl = rule.rounding_floor(q, k, v, is_causal=True, grad_out=dy, dtype=torch.float32)
+        y = oracle.reference(q, k, v, is_causal=True).transpose(1, 2).reshape(n, C)
+        y_err = fl["out"]  # one element of y (q, k, v come from self.qkv in both: their rounding is PyTorch's own)
+        d_err = max(fl["dq"], fl["dk"], fl["dv"]) + u * math.sqrt(C) * float((gout.abs() @ Wo.abs()).max())
+        g, xs = gout.abs().reshape(n, C), x.abs().reshape(n, C)
+        out = u * math.sqrt(C) * float((y.abs() @ Wo.abs().T).max())  # the output projection's own rounding
+        return {"out": float(Wo.abs().sum(dim=1).max()) * y_err + out,
+                "proj.weight": float(g.sum(0).max()) * y_err + u * math.sqrt(n) * float((g.T @ y.abs()).max()),
+                "proj.bias": u * math.sqrt(n) * float(g.sum(0).max()),
+                "qkv.weight": float(xs.sum(0).max()) * d_err + u * math.sqrt(n) * float(
+                    (g @ Wo.abs()).sum(0).max() * xs.max()),
+                "qkv.bias": n * d_err}
 
 
 def judge(reply: dict, seed: int, name: str = "CausalSelfAttention"):
@@ -149,8 +205,9 @@ def judge(reply: dict, seed: int, name: str = "CausalSelfAttention"):
             got.append(None)
             continue
         got.append(mine)
-        comps = [own.compare(n, mine.get(n, torch.full((0,), math.nan)), theirs[n], ref[n], torch.float32,
-                             1e-6 * (1 + float(ref[n].abs().max()))) for n in ref]
+        room = budget(_library(C, H, seed + i), x, gout)
+        comps = [own.compare(n, mine.get(n, torch.full((0,), math.nan)), theirs[n], ref[n], torch.float32, room[n])
+                 for n in ref]
         rows.append(own.row(name, cname, "float32", comps))
     losses = reply.get("losses")
     mine_curve = losses if isinstance(losses, list) else None
@@ -165,7 +222,8 @@ def judge(reply: dict, seed: int, name: str = "CausalSelfAttention"):
         ok = bool(gap <= LOSS_TOL) and all(math.isfinite(a) for a in mine_curve)
         rows.append(own.row(name, f"trained {STEPS} steps beside the library's", "float32",
                             [Comparison("loss", gap, gap, 0.0, LOSS_TOL, ok)]))
-    keys = own.named(got, right, slip_list(seed)) if any(r.status != "pass" for r in rows) else []
+    keys = own.named(got, right, slip_list(seed), pairs=slip_list(seed, both=True)) if any(
+        r.status != "pass" for r in rows) else []
     errs = [float((m["out"].double() - right[i]["out"]).abs().max()) for i, m in enumerate(got) if m is not None]
     err = max(errs) if len(errs) == len(CASES) else math.inf
     note = (f"{len(CASES)} inputs (output and every parameter's gradient against the library's module), then "
@@ -179,19 +237,48 @@ def library_curve(seed: int) -> list[float]:
     return list(train(CausalSelfAttention, seed))
 
 
-def slip_list(seed: int):
+def slip_list(seed: int, both: bool = False):
+    """(key, case index -> the slip's output): each step of the module done wrong (``both``: two at once)."""
     def of(slip):
         return lambda i: {"out": forward64(_library(*CASES[i][1:3], seed + i), _inputs(i, seed)[0], slip).detach()}
-    return [("heads-split", of("heads-split")), ("no-proj", of("no-proj")),
-            ("mask-after-softmax", of("mask-after-softmax"))]
+    return [(key, of(s)) for key, s in SLIPS] if not both else [(keys, of(s)) for keys, s in ways.pairs(SLIPS)]
 
 
+SLIPS = [  # (key, one step of the module done wrong)
+    ("heads-split", Slip(heads="view")), ("heads-split", Slip(heads="interleaved")), ("merge-view", Slip(merge="view")),
+    ("merge-view", Slip(merge="permute")), ("no-proj", Slip(proj=False)), ("mask-after-softmax", Slip(mask="after")),
+    *[("qkv-order", Slip(order=o)) for o in ("kqv", "qvk", "vkq", "qkk", "qkq")], ("unscaled", Slip(scale="none")),
+    ("scale-C", Slip(scale="C")), ("scale-1/d", Slip(scale="1/d")), ("causal-ignored", Slip(mask="none")),
+    ("diagonal", Slip(mask="diagonal")), ("peeks-ahead", Slip(mask="ahead")),
+    ("causal-reversed", Slip(mask="reversed")), ("causal-reversed", Slip(mask="reversed-strict")),
+    ("mask-zero", Slip(mask="zero")),
+    ("softmax-dim", Slip(softmax=-2)),
+]
 TEXT = {
-    "heads-split": "your heads are split along the wrong axis: view (B, T, C) as (B, T, H, d), then transpose to "
-                   "(B, H, T, d); a plain view to (B, H, T, d) mixes tokens and heads",
+    "heads-split": "your heads are split wrongly: view (B, T, C) as (B, T, H, d) -- H heads of d features each -- "
+                   "then transpose to (B, H, T, d); a plain view to (B, H, T, d) mixes tokens and heads, and a view as "
+                   "(B, T, d, H) gives a head every H-th feature",
+    "merge-view": "your heads are merged back in the wrong order: y is (B, H, T, d); y.transpose(1, 2) makes it "
+                  "(B, T, H, d), and only then .reshape(B, T, C) puts each head's d features side by side (a view of "
+                  "(B, H, T, d) straight to (B, T, C), or another permute, mixes tokens, heads and features)",
     "no-proj": "your module skips the output projection: after merging the heads back to (B, T, C), apply self.proj",
     "mask-after-softmax": "your mask comes after the softmax: each row's weights no longer add up to 1; set the "
                           "future scores to -inf before the softmax",
+    "qkv-order": "your q, k and v are taken from the wrong thirds of self.qkv(x): split(C, dim=-1) gives q, k, v in "
+                 "that order, one each",
+    "causal-reversed": "your mask is turned round: it hides the keys before each query (and so the past) and keeps "
+                       "the future; hide j > i, torch.ones(T, T).triu(1), keep j <= i",
+    "unscaled": "your scores are not scaled: multiply q @ kᵀ by 1 / sqrt(d), d = C // H, the width of one head",
+    "scale-C": "your scores are scaled by 1 / sqrt(C), the model's width: scale by 1 / sqrt(d), d = C // H, the width "
+               "of one head",
+    "scale-1/d": "your scores are divided by d, not by √d (d = C // H)",
+    "causal-ignored": "your module has no causal mask: hide the keys after each query (j > i) with -inf before the "
+                      "softmax",
+    "diagonal": "your mask also hides the diagonal: a token must see itself (triu(1), not triu(0))",
+    "peeks-ahead": "your mask lets each token see one token ahead: hide j > i (triu(1), not triu(2))",
+    "mask-zero": "your masked scores are set to 0, not -inf: a future token still gets weight exp(0); use -inf",
+    "softmax-dim": "your softmax runs over the wrong axis: each query's weights over the keys (dim=-1) must add up "
+                   "to 1",
 }
 
 

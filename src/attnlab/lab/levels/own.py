@@ -56,42 +56,54 @@ def row(name: str, case: str, dtype: str, comps: list, detail: str = "", error: 
     return Row(name, case, dtype, "pass" if ok else "fail", comparisons=comps, detail=detail)
 
 
-def named(got: list[dict[str, torch.Tensor] | None], right: list[dict], slips, tol=1e-4) -> list[str]:
+def named(got: list[dict[str, torch.Tensor] | None], right: list[dict], slips, tol=1e-4, pairs=()) -> list[str]:
     """The slips whose answers the learner's values are: on every case where a slip differs from the right
     answer, each quantity within ``tol`` (relative to its size) of the slip's. ``slips``: (key, case index ->
-    {quantity: float64 tensor} or None)."""
-    found = []
-    for key, slip in slips:
-        if key in found:
+    {quantity: float64 tensor} or None). Rows the slip's answer leaves NaN (a query that sees no key) say nothing,
+    unless the learner's are NaN there too where the right answer is a number. ``pairs``: ((key, key), slip), two
+    slips at once, tried where no single one is the learner's values."""
+    found = [key for key, slip in slips if _matches(slip, got, right, tol)]
+    if not found:
+        found = next((list(keys) for keys, slip in pairs if _matches(slip, got, right, tol)), [])
+    return list(dict.fromkeys(found))
+
+
+def _matches(slip, got, right, tol) -> bool:
+    differs = 0
+    for i, mine in enumerate(got):
+        alt = slip(i) if mine is not None else None
+        if alt is None:
             continue
-        differs = 0
-        for i, mine in enumerate(got):
-            alt = slip(i)
-            if mine is None or alt is None:
-                continue
-            size = {q: _size(a, right[i][q], tol) for q, a in alt.items()}
-            if all(float((alt[q] - right[i][q]).abs().max()) <= 10 * size[q] for q in alt):
-                continue
-            if any(q in mine and not bool(torch.isfinite(mine[q]).all()) and float(alt[q].abs().max()) > 1e30
-                   for q in alt):
-                continue  # the slip's answer overflows the learner's dtype here: the case says nothing
-            close = all(q in mine and mine[q].shape == alt[q].shape and
-                        bool(torch.isfinite(mine[q]).all()) and float((mine[q].double() - alt[q]).abs().max())
-                        <= size[q] for q in alt)
-            if not close:
-                differs = -1
-                break
-            differs += 1
-        if differs > 0:
-            found.append(key)
-    return found
+        said = [_says(mine.get(q), a, right[i][q], _size(a[torch.isfinite(a)], right[i][q], tol)) for q, a in
+                alt.items()]
+        if "no" in said:
+            return False
+        differs += "yes" in said
+    return differs > 0
+
+
+def _says(mine, alt: torch.Tensor, right: torch.Tensor, size: float) -> str:
+    """"yes": the learner's value is the slip's; "no"; "nothing": the slip gives the right answer here."""
+    if mine is None or mine.shape != alt.shape:
+        return "no"
+    mine = mine.double()
+    void, bad = ~torch.isfinite(alt).all(dim=-1), ~torch.isfinite(mine).all(dim=-1)  # rows
+    keep = ~void
+    if bool((bad & keep).any()):
+        return "nothing" if float(alt[keep].abs().max()) > 1e30 else "no"  # (an answer past the dtype: says nothing)
+    shown = bool((void & bad & torch.isfinite(right).all(dim=-1)).any())
+    if not bool(keep.any()) or float((alt[keep] - right[keep]).abs().max()) <= 10 * size:
+        return "yes" if shown else "nothing"
+    return "yes" if float((mine[keep] - alt[keep]).abs().max()) <= size else "no"
 
 
 def _size(alt: torch.Tensor, right: torch.Tensor, tol: float) -> float:
-    """How near the learner's value must be to a slip's: ``tol`` of its size; a hundredth where the slip's answer is
-    blown up (a thousand times the right one's size), as exp amplifies the rounding of what goes into it there."""
-    big, ref = float(alt.abs().max()) if alt.numel() else 0.0, float(right.abs().max()) if right.numel() else 0.0
-    return (1e-2 if big > 1e3 * (1 + ref) else tol) * (1 + big)
+    """How near the learner's value must be to a slip's: ``tol`` of its size; a tenth where the slip's answer is
+    blown up (a thousand times the right one's size), as exp amplifies the rounding of what goes into it there and
+    float32 sums of such numbers cancel (the right answer is a thousand times nearer to zero: no confusing them)."""
+    big = float(alt.abs().max()) if alt.numel() else 0.0
+    ref = float(right.abs().max()) if right.numel() else 0.0
+    return (1e-1 if big > 1e3 * (1 + ref) else tol) * (1 + big)
 
 
 def indices(header: dict, n: int):

@@ -2,12 +2,17 @@
 
 A slip is named only when the learner's own output, on every probe where the slip's answer differs
 from the right one, is the slip's answer (values, not messages): "your function divides by √S"
-because it returned exactly what attention divided by √S returns. The probes are small causal
-inputs, float64 (where a learner's function computes in float64, the match is to rounding) and one
-float32 case with large logits (where a softmax without the max subtraction overflows). The right
-answer and every slip's are computed here, in float64, by the judge: never by the learner's code.
+because it returned exactly what attention divided by √S returns. The probes are small inputs --
+causal, and for the levels that take ``is_causal`` not, L = S and L != S, one with every size
+equal (where ``k.T`` on a batched tensor gives numbers instead of an error) -- float64 (where a
+learner's function computes in float64, the match is to rounding) and one float32 case with large
+logits (where a softmax without the max subtraction overflows). The right answer is the judge's
+float64 oracle; every slip's is computed here, on the probe's own inputs and in their dtype, never
+by the learner's code. A row the slip leaves with no weight at all (NaN) says nothing either way.
 
-Each slip's line says what the learner's function did, in their terms, and what it should do.
+The learner's function runs in its own process (:func:`answers`, asked by ``attnlab lab check``):
+what comes back is its numbers on the probes. Each slip's line says what the learner's function
+did, in their terms, and what it should do.
 """
 
 from __future__ import annotations
@@ -16,24 +21,38 @@ import math
 
 import torch
 
-from attnlab.judge import judge, oracle
+from attnlab.judge import oracle
 from attnlab.judge import verify as V
 from attnlab.judge.diagnose import Diagnosis
 
-PROBES = (
+from . import ways
+
+PROBES = (  # the always-causal levels' (1, 2)
     V.Case("probe", batch=(1,), H=2, L=24, E=8, is_causal=True, dtype="float64"),
     V.Case("probe, d = 16", batch=(1,), H=1, L=19, E=16, is_causal=True, dtype="float64"),
+    V.Case("probe, L < S", batch=(1,), H=2, L=12, S=20, E=8, is_causal=True, dtype="float64"),
+    V.Case("probe, L > S", batch=(1,), H=2, L=20, S=12, E=8, is_causal=True, dtype="float64"),
+    V.Case("probe, every size 4", batch=(4,), H=4, L=4, E=4, is_causal=True, dtype="float64"),
     V.Case("probe, large logits", batch=(1,), H=2, L=20, E=8, is_causal=True, dtype="float32", magnitude=30.0),
 )
 
+# graded beside the grid's cases at every attention level: scores in the thousands, where a hidden score set to a
+# finite number (-100) is beaten and a softmax without its max overflows (the grid's largest are in the hundreds)
+LARGE = V.Case("scores in the thousands, causal", batch=(1,), H=2, L=40, E=8, is_causal=True, magnitude=30.0)
+
 TEXT = {
+    "starter": "untouched starter: {n} TODOs left -- it is the starter's code as it came; do the TODOs, then check "
+               "it again",
     "max-subtraction": "large scores overflow in your softmax (NaN or inf where the answer is finite): subtract each "
                        "row's largest score before exp, which overflows float32 near 88",
     "unscaled": "your scores are not scaled: divide each q·k by √d, d = q.shape[-1] (the head width)",
-    "scale-sqrt-S": "your function divides the scores by √S, the square root of the number of keys; divide by √d, the "
-                    "square root of the head width q.shape[-1]",
+    "scale-1/d": "your scores are divided by d, not by √d: the scale is 1 / math.sqrt(q.shape[-1])",
+    "scale-length": "your scores are divided by the square root of a length (the number of queries or of keys); "
+                    "divide by √d, the square root of the head width q.shape[-1]",
     "softmax-dim": "your softmax runs over the wrong axis: your weights add up to 1 down each column (over the "
                    "queries, dim=-2); each query's weights over the keys (dim=-1) must add up to 1",
+    "max-axis": "your softmax subtracts the largest score of each column (over the queries), not of each row: a "
+                "shift must be the same for all of a query's keys (amax over dim=-1)",
     "unnormalised": "your weights are never normalised: after exp, divide each query's weights by their sum, so they "
                     "add up to 1",
     "peeks-ahead": "your mask lets query i see one key ahead (key i + 1): query i may see keys 0 .. i only; is a loop "
@@ -42,119 +61,180 @@ TEXT = {
                        "before; it should see keys 0 .. i and hide the keys after it (j > i)",
     "diagonal": "your mask also hides the diagonal: query i must see itself, key i (hide j > i, not j >= i)",
     "mask-zero": "your masked scores are set to 0, not -inf: a future key still gets weight exp(0); make them -inf",
+    "mask-after-softmax": "your mask comes after the softmax: the visible weights no longer add up to 1; set the "
+                          "hidden scores to -inf before the softmax",
     "causal-ignored": "your function has no causal mask yet: query i also sees the keys after it; hide j > i",
-    "unscaled+causal-ignored": "your function has neither the scale nor the causal mask yet: divide q·k by √d, then "
-                               "hide the keys after each query (j > i)",
+    "lower-right": "your causal mask is aligned at the bottom right (query i sees keys j <= i + S - L): it is aligned "
+                   "at the top left, as PyTorch's is_causal=True -- query i sees keys 0 .. i, whatever L and S",
+    "scores-transposed": "your scores are transposed: entry (i, j) must be query i against key j, q @ kᵀ (q[i]·k[j]); "
+                         "yours is key i against query j (k @ qᵀ, or the indices swapped)",
+    "k-T": "your k.T reverses every axis of a batched k, (B, H, S, d) -> (d, S, H, B): transpose only the last two, "
+           "k.transpose(-2, -1) (or k.mT)",
+    "out-is-v": "your output is each query's own value row, v[i]: the weighted sum must run over the keys, "
+                "Σ_j w_ij · v[j] (is v indexed by the query, i, instead of the key, j?)",
+    "scale-after-softmax": "your scale is applied after the softmax, to the weights: it belongs inside, on the "
+                           "scores, softmax(q·k / √d); scaled weights no longer add up to 1",
+    "max-before-mask": "your softmax subtracts the row's largest score taken before the mask, over the hidden keys "
+                       "too: where a hidden score is far larger, every visible exp underflows to 0 and the row is "
+                       "0 / 0; take the max after masking",
+    "mask-finite": "your masked scores are set to a finite number (like -100), which a large score beats: a hidden "
+                   "key then still gets weight; make them -inf (or the dtype's lowest value)",
+    "square-assumed": "your function assumes L = S (it answers only where the numbers of queries and keys are "
+                      "equal): build the mask as (L, S), from q.shape[-2] and k.shape[-2]",
+    "causal-always": "your function masks the keys after each query even when is_causal is False: mask only under "
+                     "is_causal",
 }
 
 
-def _scores(q, k, scale=None):
-    sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    return q @ k.transpose(-2, -1) * sc  # (..., L, S)
+def common(always_causal: bool = False):
+    """(key, (q, k, v, causal) -> the slip's output or None): the slips of attention itself, at every attention
+    level (:data:`.ways.COMMON`), computed on the probe's inputs in their dtype (``always_causal``: a level whose
+    function takes no is_causal, which cannot mask when it should not)."""
+    return [(key, _at(w)) for key, w in ways.COMMON if not (always_causal and w.mask == "always")]
 
 
-def _visible(L: int, S: int, shift: int = 0) -> torch.Tensor:
-    return torch.ones(L, S, dtype=torch.bool).tril(shift)  # key j visible to query i when j <= i + shift
+def common_pairs(always_causal: bool = False):
+    """((key, key), slip): two of attention's slips at once, for an output no single one explains."""
+    entries = [(key, w) for key, w in ways.COMMON if not (always_causal and w.mask == "always")]
+    return [(keys, _at(w)) for keys, w in ways.pairs(entries)]
 
 
-def _masked_softmax(s, visible, dim=-1):
-    w = torch.softmax(s.masked_fill(~visible, -math.inf), dim=dim)
-    return torch.nan_to_num(w, nan=0.0)  # a row (or column) with no key: zeros, as PyTorch
+def _at(way):
+    return lambda q, k, v, causal: ways.attention(q, k, v, causal, way)
 
 
-def _plain(q, k, v, scale=None, visible=None, dim=-1):
-    L, S = q.shape[-2], k.shape[-2]
-    return _masked_softmax(_scores(q, k, scale), _visible(L, S) if visible is None else visible, dim) @ v
+def answers(call, probes, seed: int) -> list[dict | None]:
+    """In the learner's process: ``call(q, k, v, case)`` -> {"out": ..., ["lse": ...]} on each probe, as plain
+    values (None where it raised or returned no tensors of the right shape)."""
+    from .own import pack
 
-
-def _unnormalised(q, k, v, stable: bool):
-    s = _scores(q, k).masked_fill(~_visible(q.shape[-2], k.shape[-2]), -math.inf)
-    top = s.amax(dim=-1, keepdim=True) if stable else 0.0
-    return torch.exp(s - top) @ v
-
-
-def _mask_zero(q, k, v):
-    s = _scores(q, k)
-    return torch.softmax(s.masked_fill(~_visible(q.shape[-2], k.shape[-2]), 0.0), dim=-1) @ v
-
-
-def common():
-    """(key, q, k, v -> the slip's output, float64): the slips of attention itself, at every attention level."""
-    return [
-        ("unscaled", lambda q, k, v: _plain(q, k, v, scale=1.0)),
-        ("scale-sqrt-S", lambda q, k, v: _plain(q, k, v, scale=1.0 / math.sqrt(k.shape[-2]))),
-        ("softmax-dim", lambda q, k, v: _plain(q, k, v, dim=-2)),
-        ("unnormalised", lambda q, k, v: _unnormalised(q, k, v, True)),
-        ("unnormalised", lambda q, k, v: _unnormalised(q, k, v, False)),
-        ("peeks-ahead", lambda q, k, v: _plain(q, k, v, visible=_visible(q.shape[-2], k.shape[-2], 1))),
-        ("causal-reversed", lambda q, k, v: _plain(q, k, v, visible=~_visible(q.shape[-2], k.shape[-2], -1))),
-        ("diagonal", lambda q, k, v: _plain(q, k, v, visible=_visible(q.shape[-2], k.shape[-2], -1))),
-        ("mask-zero", _mask_zero),
-        ("causal-ignored", lambda q, k, v: _plain(q, k, v, visible=torch.ones(q.shape[-2], k.shape[-2], dtype=bool))),
-        ("unscaled+causal-ignored", lambda q, k, v: _plain(q, k, v, scale=1.0,
-                                                           visible=torch.ones(q.shape[-2], k.shape[-2], dtype=bool))),
-    ]
-
-
-def _tol(case, ref) -> float:
-    big = 1.0 + float(ref.abs().max()) if ref.numel() else 1.0
-    return (1e-9 if case.dtype == "float64" else 3e-5) * big
-
-
-def outputs(target, seed: int, probes=PROBES) -> list[tuple]:
-    """(case, q, k, v in float64, the learner's output in float64 or None) per probe; ``target`` in F.sdpa's
-    signature (the learner's process, or the function itself)."""
     got = []
     for i, case in enumerate(probes):
         x = V.inputs(case, seed + i)
         try:
             with torch.no_grad():
-                out = judge.call(target, x.q, x.k, x.v, None, case)
+                out = call(x.q, x.k, x.v, case)
         except Exception:  # a function that raises is told so by the graded cases
             out = None
-        ok = isinstance(out, torch.Tensor) and out.shape == x.q.shape[:-1] + x.v.shape[-1:]
-        got.append((case, *(t.double() for t in (x.q, x.k, x.v)), out.detach().double().cpu() if ok else None))
+        if isinstance(out, torch.Tensor):
+            out = {"out": out}
+        ok = isinstance(out, dict) and all(isinstance(t, torch.Tensor) for t in out.values()) and tuple(
+            out.get("out", torch.zeros(0)).shape) == tuple(x.q.shape[:-1] + x.v.shape[-1:])
+        got.append({n: pack(t) for n, t in out.items()} if ok else None)
     return got
 
 
-def _held(out):
-    """Rows wholly NaN (a row the learner's mask left no key) read as zeros, as the slip's own answer has them."""
-    rows = ~torch.isfinite(out).all(dim=-1, keepdim=True)
-    whole = bool((torch.isfinite(out) | rows).all())
-    return out.masked_fill(rows, 0.0) if whole else out
+def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs=()) -> list[str]:
+    """The keys of the slips whose answers the learner's outputs are (``got``: :func:`answers`' reply), in the order
+    of ``slips``; ``nan_key``: the level's line for an output that is NaN everywhere, even on small scores;
+    ``pairs``: ((key, key), slip) -- two slips at once, tried where no single one is the learner's output."""
+    from .own import unpack
 
-
-def named(got, slips) -> list[str]:
-    """The keys of the slips whose answers the learner's outputs are, in the order of ``slips``."""
-    found = []
-    live = [(c, q, k, v, o) for c, q, k, v, o in got if o is not None]
+    live = []
+    for i, (case, g) in enumerate(zip(probes, got, strict=True)):
+        if g is not None:
+            x = V.inputs(case, seed + i)
+            live.append((case, x.q, x.k, x.v, {n: unpack(t).double() for n, t in g.items()}))
     if not live:
-        return found
-    right = [oracle.reference(q, k, v, is_causal=True) for _, q, k, v, _ in live]
-    over = [c.magnitude > 1 and bool((~torch.isfinite(o) & torch.isfinite(r)).any())
+        return []
+    found = []
+    right = [_right(c, q, k, v) for c, q, k, v, _ in live]
+    calm = [(o, r) for (c, *_, o), r in zip(live, right, strict=True) if not c.magnitude > 1]
+    over = [c.magnitude > 1 and bool((~torch.isfinite(o["out"]) & torch.isfinite(r["out"])).any())
             for (c, *_, o), r in zip(live, right, strict=True)]
-    calm = [not c.magnitude > 1 for c, *_ in live]
-    if any(over) and all(bool(torch.isfinite(o).all()) for (*_, o), ok in zip(live, calm, strict=True) if ok):
-        found.append("max-subtraction")
+    if calm and nan_key and all(not bool(torch.isfinite(o["out"]).any()) for o, _ in calm):
+        return [nan_key]
+    if _square_only(probes, got, live, right):
+        return ["square-assumed"]
     for key, slip in slips:
-        if key in found:
+        if key not in found and _matches(slip, live, right):
+            found.append((key, slip))
+    if not found and _wrong(live, right):
+        found = next(([(key, slip) for key in keys] for keys, slip in pairs if _matches(slip, live, right)), [])
+    keys = [key for key, _ in found]
+    if any(over) and all(bool(torch.isfinite(o["out"]).all()) for o, _ in calm) and not any(
+            _overflows(slip, live, over) for _, slip in found):
+        keys.insert(0, "max-subtraction")  # an overflow no slip named here explains
+    return keys
+
+
+def _wrong(live, right) -> bool:
+    """The learner's output is not the right one on some probe."""
+    return any(float((o[n] - r[n]).abs().nan_to_num(nan=math.inf).max()) > _tol(c, r[n])
+               for (c, *_, o), r in zip(live, right, strict=True) for n in o if n in r)
+
+
+def _overflows(slip, live, over) -> bool:
+    """The slip's own answer overflows where the learner's did, on the probes with large logits."""
+    for (case, q, k, v, mine), o in zip(live, over, strict=True):
+        alt = slip(q, k, v, case.is_causal) if o else None
+        alt = alt.get("out") if isinstance(alt, dict) else alt
+        if alt is not None and bool((~torch.isfinite(mine["out"]) & torch.isfinite(alt)).any()):
+            return False
+    return any(over)
+
+
+def _square_only(probes, got, live, right) -> bool:
+    """Every probe with L = S answered right, and every one with L != S gave no answer (it raised)."""
+    square = [(c.S or c.L) == c.L for c in probes]
+    if all(square) or not any(square):
+        return False
+    if any(g is not None for g, sq in zip(got, square, strict=True) if not sq):
+        return False
+    return all(_says(c, "out", o["out"], r["out"], r["out"]) == "nothing" and
+               float((o["out"] - r["out"]).abs().max()) <= _tol(c, r["out"])
+               for (c, *_, o), r in zip(live, right, strict=True))
+
+
+def _tol(case, ref) -> float:
+    return (1e-9 if case.dtype == "float64" else 3e-5) * (1.0 + float(ref.abs().max()))
+
+
+def _right(case, q, k, v) -> dict:
+    f = oracle.answer(q.double(), k.double(), v.double(), is_causal=case.is_causal)[1]
+    return {"out": oracle.unflatten(f.out, f), "lse": f.lse.reshape(q.shape[:-1])}
+
+
+def _matches(slip, live, right) -> bool:
+    """Every probe where the slip's answer differs from the right one is the slip's answer, and there is one."""
+    agree = 0
+    for (case, q, k, v, mine), r in zip(live, right, strict=True):
+        alt = slip(q, k, v, case.is_causal)
+        if alt is None:
             continue
-        differs = 0
-        for (case, q, k, v, o), r in zip(live, right, strict=True):
-            alt = slip(q, k, v)
-            if alt is None:
-                continue
-            tol = _tol(case, alt)
-            if float((alt - r).abs().max()) <= 10 * tol:
-                continue  # on this probe the slip gives the right answer: it says nothing
-            held = _held(o)
-            if not bool(torch.isfinite(held).all()) or float((held - alt).abs().max()) > tol:
-                differs = -1
-                break
-            differs += 1
-        if differs > 0:
-            found.append(key)
-    return found
+        alt = {"out": alt} if isinstance(alt, torch.Tensor) else alt
+        said = [_says(case, n, mine[n], alt[n].double(), r[n]) for n in alt if n in mine]
+        if "no" in said:
+            return False
+        agree += "yes" in said
+    return agree > 0
+
+
+def _rows(t: torch.Tensor, quantity: str) -> torch.Tensor:
+    """Where t is not finite: per row of the output (any of its features), per entry of the lse."""
+    bad = ~torch.isfinite(t)
+    return bad.any(dim=-1) if quantity == "out" else bad
+
+
+def _says(case, quantity: str, mine: torch.Tensor, alt: torch.Tensor, right: torch.Tensor) -> str:
+    """"yes" (mine is the slip's answer), "no", or "nothing" (the slip is the right answer here, or has no rows)."""
+    if mine.shape != alt.shape:
+        return "no"
+    void = _rows(alt, quantity)  # rows the slip leaves NaN (no weight at all, or an overflow)
+    keep, bad = ~void, _rows(mine, quantity)
+    if bool((bad & keep).any()):
+        return "no"  # NaN where the slip's answer is a number
+    # NaN on the very rows where the slip's answer is NaN and the right one is not: the slip's own arithmetic shown
+    # (an underflow), where the slip gives numbers elsewhere
+    live_rows = ~_rows(right, quantity)
+    shown = bool(keep.any()) and bool((void & live_rows).any()) and bool(((void & live_rows) == (bad & live_rows))
+                                                                        .all())
+    if not bool(keep.any()):
+        return "nothing"
+    tol = _tol(case, alt[keep])
+    if float((alt[keep] - right[keep]).abs().max()) <= 10 * tol:
+        return "yes" if shown else "nothing"
+    return "yes" if float((mine[keep] - alt[keep]).abs().max()) <= tol else "no"
 
 
 def diagnoses(keys, text=TEXT) -> list[Diagnosis]:

@@ -1,4 +1,4 @@
-"""The lab's path on the lesson page: six levels, each ticked from the learner's own newest check of that level.
+"""The lab's path on the lesson page: the levels, each ticked from the learner's own newest check of that level.
 
 For each level (:mod:`attnlab.lab.levels`) the newest check ``attnlab lab check`` kept of it
 says whether it is done: it passed, it is the learner's own code (not the starter as it came) and its
@@ -20,8 +20,6 @@ from attnlab.report import exercise
 from attnlab.report.fmt import fmt_bytes, fmt_time
 
 from . import charts
-
-GROWTH = {"matrix": 2.0, "flash": 1.0, "backward": 1.0, "decode": 1.0}  # the guide drawn beside a memory curve
 
 
 def _done(r) -> bool:
@@ -61,7 +59,7 @@ def _curves(r, lv) -> str:
     mem = [(t.seq, t.peak_bytes) for t in done if t.peak_bytes]
     if len(mem) >= 2:
         series = [("your extra peak memory", "yours", mem)]
-        p = GROWTH.get(lv.name)
+        p = lv.growth.power if lv.growth is not None else None  # the growth the level asks (the guide drawn)
         if p is not None:  # the growth the level asks for, through the first point
             series.append((f"T^{p:g}, what the level asks", "theirs",
                            [(T, mem[0][1] * (T / mem[0][0]) ** p) for T, _ in mem]))
@@ -168,6 +166,6 @@ def path(data) -> str:
     else:
         nxt = (f"level {after.number}, {escape(after.title)}: <code>attnlab lab start --level {after.name}</code>, "
                f"then <code>attnlab lab check {escape(after.filename)}</code>")
-    return (f'<h3 id="lab-levels">The lab\'s path: six levels</h3><p class="levels-head">{done} of '
+    return (f'<h3 id="lab-levels">The lab\'s path: {len(levels.LEVELS)} levels</h3><p class="levels-head">{done} of '
             f'{len(levels.LEVELS)} levels done, each from your own newest check of it (in {store.FOLDER}/). '
             f'<b>Next</b>: {nxt}.</p><ol class="levels">{items}</ol>')

@@ -1,0 +1,157 @@
+"""What the two levels whose function returns (out, lse) share: level 4's tiled forward and level 7's Triton kernel.
+
+* how the grid calls such a function (:func:`sdpa`: F.scaled_dot_product_attention's signature,
+  the cases it can answer, :func:`answerable`) and how a reply that is not a pair is told;
+* its log-sum-exp, held to the judge's own lse rule (:mod:`attnlab.judge.apis.lse`: the oracle's lse,
+  PyTorch's logsumexp in the case's dtype, the rounding floor) on cases of the level's own
+  (:func:`lse_values` in the learner's process, :func:`lse_rows` here);
+* the work of a causal call against a full one, counted as the multiply-adds of its matrix
+  products (``torch.utils.flop_counter``, :func:`work`, :func:`work_row`);
+* the lines for what a tiled forward gets wrong (:data:`TEXT`), and its memory against what the
+  level asks (:func:`memory_ok`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnlab.judge import oracle
+from attnlab.judge import verify as V
+from attnlab.judge.apis import lse as judged_lse
+from attnlab.judge.judge import Row
+
+TEXT = {
+    "acc-not-rescaled": "your accumulator is not rescaled when the running max grows: multiply acc by exp(m_old − "
+                        "m_new) before adding the new tile's exp(s − m_new)·v",
+    "sum-not-rescaled": "your running sum is not rescaled when the running max grows: multiply l by exp(m_old − "
+                        "m_new) before adding the new tile's exp(s − m_new)",
+    "rescale-after-update": "neither your running sum nor your accumulator is rescaled when the max grows (a rescale "
+                            "taken after m is updated is exp(m_new − m_new) = 1): alpha = exp(m_old − m_new), "
+                            "before m = m_new, multiplies both",
+    "rescale-inverted": "your rescale is turned round, exp(m_new − m_old): what was summed against the old max must "
+                        "shrink when the max grows, alpha = exp(m_old − m_new)",
+    "max-not-carried": "your max is not carried from tile to tile: each tile's exps are taken against that tile's own "
+                       "max and added as they are; keep m = max(m, the tile's max) and rescale",
+    "stale-max": "your exp(s − m) uses the running max from before this tile (m is used before it is updated): take "
+                 "the new max first, m_new = max(m, the tile's max), then p = exp(s − m_new)",
+    "tile-mask": "your causal mask compares places inside the tiles, not in the sequence: key j0 + c comes after "
+                 "query i0 + r when j0 + c > i0 + r",
+    "not-divided": "your output is never divided by the running sum: at the end, out = acc / l",
+    "lse-no-max": "your lse leaves out the running max: lse = m + log(l) (l was summed against m)",
+    "lse-no-sum": "your lse is the running max alone: lse = m + log(l)",
+    "lse-base2": "your lse is in base 2 (m + log2 l, scores times log2 e for exp2): return it in natural log, "
+                 "(m + log2 l) · ln 2",
+    "lse-dtype": "your lse comes back in the inputs' half precision: keep it in float32 (a bfloat16 lse holds 3 "
+                 "significant digits, and the backward's exp(s − lse) turns its error into the weights' error)",
+    "lse-wrong": "your lse is not the log-sum-exp of the row's scores (log Σ_j exp(s_ij) over the keys the row sees): "
+                 "the rows above say by how much",
+}
+
+
+def pair(got, name: str, want: str):
+    """``got`` when it is a pair of tensors; else a TypeError saying what came back."""
+    if isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got):
+        return got
+    what = (f"a {type(got).__name__} of {len(got)}" if isinstance(got, (tuple, list)) else type(got).__name__)
+    raise TypeError(f"{name} returned {what}, not the pair {want}")
+
+
+def sdpa(forward, name: str):
+    """``forward(q, k, v, is_causal) -> out`` with F.scaled_dot_product_attention's signature, for the grid."""
+    def level_form(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if attn_mask is not None or dropout_p or scale is not None or enable_gqa:
+            raise TypeError(f"{name} takes (q, k, v, is_causal): no mask, scale, dropout or GQA")
+        return forward(query, key, value, bool(is_causal))
+    level_form.__name__ = name
+    return level_form
+
+
+def answerable(case) -> bool:
+    """A case a function of (q, k, v, is_causal) answers: no mask, the default scale, no dropout, GQA or modifier."""
+    return (case.mask is None and case.scale is None and not case.scale_tensor and case.dropout_p == 0
+            and (case.Hkv is None or case.Hkv == case.H) and case.mod is None and not case.grad_mask)
+
+
+def lse_values(lse_of, cases, seed: int) -> dict:
+    """In the learner's process: ``lse_of(q, k, v, causal)`` on each case, as plain values (or what it raised)."""
+    from .own import pack, said
+
+    out = []
+    for case in cases:
+        x = V.inputs(case, case.seed(seed))
+        try:
+            with torch.no_grad():
+                out.append({"lse": pack(lse_of(x.q, x.k, x.v, case))})
+        except Exception as e:
+            out.append({"error": said(e)})
+    return {"cases": out}
+
+
+def lse_rows(reply: dict, cases, name: str, seed: int) -> list[Row]:
+    """The lse cases judged by the judge's lse rule: the oracle's, PyTorch's in the dtype, the floor."""
+    from .own import unpack
+
+    rows = []
+    for case, r in zip(cases, reply.get("cases") or [{"error": "no answer"}] * len(cases), strict=True):
+        label = f"log-sum-exp, {case.name}"
+        if "error" in r:
+            rows.append(Row(name, label, case.dtype, "error", detail=r["error"]))
+            continue
+        x = V.inputs(case, case.seed(seed))
+        f = oracle.answer(*(t.double() for t in (x.q, x.k, x.v)), is_causal=case.is_causal)[1]
+        ref = f.lse.reshape(x.q.shape[:-1])
+        theirs = judged_lse.pytorch(case, x, lambda dtype=None, device=None: (None, [])).reshape(ref.shape)
+        mine = unpack(r["lse"])
+        c = judged_lse.compare(mine if mine.shape == ref.shape else None, theirs, ref, case,
+                               judged_lse.floor(case, f))
+        detail = "" if mine.shape == ref.shape else f"lse has shape {tuple(mine.shape)}, not {tuple(ref.shape)}"
+        rows.append(Row(name, label, case.dtype, "pass" if c.passed else "fail", comparisons=[c], detail=detail))
+    return rows
+
+
+def lse_half(reply: dict) -> bool:
+    """The learner's lse came back in half precision (the inputs' dtype) on some case."""
+    return any(r.get("lse", {}).get("dtype") in ("bfloat16", "float16") for r in reply.get("cases") or [])
+
+
+def work(forward, T: int, block: int) -> dict:
+    """In the learner's process: the multiply-adds of the matrix products of a causal and of a full call
+    ``forward(q, k, v, causal)`` at length T (one head of width 64, float32), counted by PyTorch's flop counter."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, T, 64, generator=g) for _ in range(3))
+    counted = {}
+    for causal in (True, False):
+        with torch.no_grad(), FlopCounterMode(display=False) as m:
+            forward(q, k, v, causal)
+        counted["causal" if causal else "full"] = int(m.get_total_flops())
+    return counted
+
+
+def work_row(reply: dict, name: str, T: int, block: int, most: float) -> tuple[Row, float | None]:
+    """The work's row and the ratio of causal to full (None where it was not counted)."""
+    label = f"causal work, T = {T}, {block} x {block} tiles"
+    n = math.ceil(T / block)
+    skipping = (n + 1) / (2 * n)  # the tiles on and below the diagonal, of n² (what skipping the rest leaves)
+    if "causal" not in reply:
+        return Row(name, label, "float32", "error", detail=str(reply.get("error", "no answer"))), None
+    causal, full = reply["causal"], reply["full"]
+    if not full:
+        return Row(name, label, "float32", "skipped", detail="no matrix products were counted (the check counts "
+                   "torch's @, matmul, bmm and einsum): the work was not measured"), None
+    ratio = causal / full
+    ok = ratio <= most
+    return Row(name, label, "float32", "pass" if ok else "fail", detail=(
+        f"the causal call did {ratio:.0%} of the full call's multiply-adds ({causal:.3g} of {full:.3g} flops, "
+        f"counted); skipping the tiles wholly above the diagonal leaves {skipping:.0%}; at most {most:.0%} "
+        "passes")), ratio
+
+
+def memory_ok(result, growth) -> tuple[bool, str]:
+    p = result.exponents.get("memory")
+    if p is None:
+        return False, "its memory was not measured at two lengths or more"
+    return growth.holds(p), f"memory grew as T^{p:.2f} (the level asks for {growth.asked()})"

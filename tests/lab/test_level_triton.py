@@ -1,0 +1,108 @@
+"""Level 7 (issue 44 §3): the learner's FlashAttention-2 forward as a Triton kernel, judged in Triton's interpreter.
+
+The kernels run in a process of their own with TRITON_INTERPRET=1 (tests/lab/triton_run.py): the
+solution passes every graded case and names nothing, each slip of tests/lab/level_triton.py is named
+first, the starter fails, and `attnlab lab start --level 7` / `lab check` run it from the command line,
+saying it ran in the interpreter. The small run (the solution and one slip on the probes) is in make
+test; the rest in the long lane.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab.lab import files, levels
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+
+
+def _run(what: str, interpret: bool = True, timeout: int = 600) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    r = subprocess.run([sys.executable, "-W", "ignore", "-m", "tests.lab.triton_run", what], capture_output=True,
+                       text=True, timeout=timeout, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_level_7_is_the_seventh_level_and_its_check_starts_the_interpreter_without_a_gpu(monkeypatch):
+    lv = levels.find("7")
+    assert (lv.name, lv.function, lv.filename) == ("triton", "flash_attention", "lab_triton.py")
+    mod = lv.module()
+    monkeypatch.setattr(mod.torch.cuda, "is_available", lambda: False)
+    assert mod.environment() == {"TRITON_INTERPRET": "1"} and mod.BACKWARD is False
+    monkeypatch.setattr(mod.torch.cuda, "is_available", lambda: True)
+    assert mod.environment() == {}
+    assert "import triton" in lv.starter_text() and "TODO 1 (loop bounds)" in lv.starter_text()
+    text = lv.starter_text()
+    assert lv.given(text, "flash_attention")  # the starter as it came; with its kernel's body written, it is not
+    assert not lv.given(text.replace("    out = acc  # TODO 4", "    out = acc / l_i[:, None]  # TODO 4"),
+                        "flash_attention")
+
+
+@pytest.mark.slow
+@needs_triton
+def test_the_solution_names_nothing_and_a_kernel_slip_is_named_in_the_interpreter():
+    got = _run("probe")
+    print(got)
+    assert got == {"None": [], "pad-keys": ["pad-keys"]}
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@needs_triton
+def test_every_kernel_slip_is_named_first_in_the_interpreter():
+    got = _run("slips")
+    for slip, keys in got.items():
+        print(f"{slip}: {keys[:3]}")
+    assert got.pop("None") == []
+    wrong = {s: k for s, k in got.items() if k[:1] != [s]}  # each slip of level_triton.SLIPS is named by its name
+    assert not wrong, wrong
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@needs_triton
+def test_the_solution_passes_every_graded_case_and_the_starter_none():
+    got = _run("grade")
+    for name in ("solution", "starter"):
+        print(name, f"{got[name]['seconds']:.1f} s")
+        for row in got[name]["rows"]:
+            print("   ", row)
+    assert "interpreter" in got["runs"]
+    assert all(status == "pass" for _, _, status, _ in got["solution"]["rows"])
+    assert all(status != "pass" for _, _, status, _ in got["starter"]["rows"])
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@needs_triton
+def test_the_solution_kernel_compiles_for_a_hopper_gpu():
+    """The interpreter runs the kernel's Python; the GPU compiler also type-checks it (sm_90, Triton's own ptxas)."""
+    got = _run("compile", interpret=False)
+    print(got)
+    assert 0 < got["shared_bytes"] <= 232448  # what one block may have on sm_90
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@needs_triton
+def test_lab_start_and_check_run_level_7_from_the_command_line(tmp_path, run_cli):
+    r = run_cli("lab", "start", str(tmp_path / "mylab"), "--level", "7", timeout=120)
+    assert r.returncode == 0 and "lab_triton.py: level 7" in r.stdout
+    path = tmp_path / "mylab" / "lab_triton.py"
+    starter = run_cli("lab", "check", str(path), "--out", str(tmp_path / "out"), timeout=600)
+    print(starter.stdout[-3000:])
+    assert starter.returncode == 1 and "untouched starter: 4 TODOs left" in starter.stdout
+    path.write_text((ROOT / "tests" / "lab" / "level_triton.py").read_text())
+    solved = run_cli("lab", "check", str(path), "--out", str(tmp_path / "out"), timeout=600)
+    print(solved.stdout[-3000:])
+    assert solved.returncode == 0 and "in Triton's interpreter on the CPU" in solved.stdout
+    assert "Graded: all" in solved.stdout and files.functions_in(path.read_text())
