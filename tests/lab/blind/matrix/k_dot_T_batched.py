@@ -1,0 +1,15 @@
+import math
+
+import torch
+
+
+def attention_matrix(q, k, v):
+    L, S, E, dtype = q.shape[-2], k.shape[-2], q.shape[-1], q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    scores = q @ k.T / math.sqrt(E)  # (L, S)
+    mask = torch.triu(torch.ones(L, S, dtype=torch.bool), diagonal=1)
+    scores = scores.masked_fill(mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    out = weights @ v
+    return out.to(dtype)

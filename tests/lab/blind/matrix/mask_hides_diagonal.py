@@ -1,0 +1,16 @@
+import math
+
+import torch
+
+
+def attention_matrix(q, k, v):
+    L, S, E, dtype = q.shape[-2], k.shape[-2], q.shape[-1], q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(E))
+    i = torch.arange(L).unsqueeze(1)
+    j = torch.arange(S).unsqueeze(0)
+    mask = j >= i  # key j comes after query i
+    scores = scores.masked_fill(mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return (weights @ v).to(dtype)

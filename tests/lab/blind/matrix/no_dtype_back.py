@@ -1,0 +1,15 @@
+import math
+
+import torch
+
+
+def attention_matrix(q, k, v):
+    L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(E)
+    mask = torch.triu(torch.ones(L, S, dtype=torch.bool), diagonal=1)
+    scores = scores.masked_fill(mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    out = weights @ v
+    return out.type_as(q)  # back to the input type

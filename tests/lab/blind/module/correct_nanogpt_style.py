@@ -1,0 +1,28 @@
+import math
+
+import torch
+from torch import nn
+
+
+class CausalSelfAttention(nn.Module):
+    """Causal multi-head self-attention: (B, T, C) -> (B, T, C)."""
+
+    def __init__(self, d_model, n_head):
+        super().__init__()
+        self.n_head, self.head_dim = n_head, d_model // n_head
+        self.qkv = nn.Linear(d_model, 3 * d_model)  # W_q, W_k and W_v side by side
+        self.proj = nn.Linear(d_model, d_model)  # W_o: mixes what the heads found
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)  # (B, T, C) each
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, d)
+        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))  # (B, H, T, T)
+        causal = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
+        att = att.masked_fill(~causal, float("-inf"))
+        att = torch.softmax(att, dim=-1)
+        y = att @ v  # (B, H, T, d)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y)

@@ -1,0 +1,28 @@
+import math
+
+import torch
+from torch import nn
+
+
+class CausalSelfAttention(nn.Module):
+    """Causal multi-head self-attention: (B, T, C) -> (B, T, C)."""
+
+    def __init__(self, d_model, n_head):
+        super().__init__()
+        self.n_head, self.head_dim = n_head, d_model // n_head
+        self.qkv = nn.Linear(d_model, 3 * d_model)  # W_q, W_k and W_v side by side
+        self.proj = nn.Linear(d_model, d_model)  # W_o: mixes what the heads found
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
+        att = att.masked_fill(mask, float("-inf"))
+        att = torch.softmax(att, dim=-1)
+        y = att @ v  # (B, H, T, d)
+        y = y.contiguous().view(B, T, self.n_head * self.head_dim)  # heads back side by side
+        return self.proj(y)
