@@ -1,0 +1,28 @@
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def rotate(x, pos):
+    """RoPE: x (..., n, d) turned to position pos (an int: every row there). Pair feature i with feature i + d/2 and
+    turn the pair by the angle pos * 10000^(-2i/d). Given: use it, don't change it."""
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)  # (d/2,)
+    cos, sin = torch.cos(pos * theta).to(x.dtype), torch.sin(pos * theta).to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def decode_step(q, k, v, cache, pos):
+    k_cache, v_cache = cache
+    q = rotate(q, pos)
+    k = rotate(k, pos)
+    keys = k_cache[:, :, : pos + 1]
+    values = v_cache[:, :, : pos + 1]
+    att = torch.softmax(q @ keys.transpose(-1, -2) / math.sqrt(q.size(-1)), dim=-1)
+    out = att @ values
+    # remember this token for the next steps
+    k_cache[:, :, pos] = k.squeeze(2)
+    v_cache[:, :, pos] = v.squeeze(2)
+    return out

@@ -1,0 +1,25 @@
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def rotate(x, pos):
+    """RoPE: x (..., n, d) turned to position pos (an int: every row there). Pair feature i with feature i + d/2 and
+    turn the pair by the angle pos * 10000^(-2i/d). Given: use it, don't change it."""
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)  # (d/2,)
+    cos, sin = torch.cos(pos * theta).to(x.dtype), torch.sin(pos * theta).to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def decode_step(q, k, v, cache, pos):
+    k_cache, v_cache = cache
+    position = pos + 1  # positions count from 1
+    q, k = rotate(q, position), rotate(k, position)
+    k_cache[:, :, pos:pos + 1, :] = k
+    v_cache[:, :, pos:pos + 1, :] = v
+    keys, values = k_cache[:, :, :pos + 1, :], v_cache[:, :, :pos + 1, :]
+    scores = (q @ keys.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores, dim=-1) @ values
