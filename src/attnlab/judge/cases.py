@@ -153,6 +153,23 @@ def default_dtypes(device="cpu") -> tuple[str, ...]:
 
 def default_cases(dtypes: Iterable[str] = CPU_DTYPES, long: bool = True) -> list[Case]:
     """The verification grid: every case in every dtype."""
+    cases = [replace(c, dtype=dt) for dt in dtypes for c in _base() + _noncontiguous()]
+    if long:  # the longest case each dtype affords, after that dtype's other cases
+        for dt in dtypes:
+            n = LONGEST[dt]
+            at = max(i for i, c in enumerate(cases) if c.dtype == dt) + 1
+            cases.insert(at, Case(f"L={n} causal", batch=(1,), H=2 if n <= 1025 else 1, L=n, E=64, is_causal=True,
+                                  dtype=dt))
+    if "float64" in dtypes:  # learnable ALiBi slopes and an unlisted bias: float64 only (mod_cases.FLOAT64_ONLY)
+        cases.append(Case("score_mod alibi slopes, learnable, padding", mask="padding", mod="alibi slopes",
+                          dtype="float64"))
+        cases.append(Case("score_mod reads a learnable bias it does not list, causal", is_causal=True,
+                          mod="unlisted bias", dtype="float64"))
+    return cases
+
+
+def _base() -> list[Case]:
+    """The grid's cases in one dtype: shapes, masks, alignments, scales, large logits, dropout, score_mods."""
     base = [
         Case("basic"),
         Case("causal", is_causal=True),
@@ -202,20 +219,7 @@ def default_cases(dtypes: Iterable[str] = CPU_DTYPES, long: bool = True) -> list
              mod="alibi then softcap"),
         Case("score_mod hides whole rows", mod="hide rows"),
     ]
-    base += _noncontiguous()
-    cases = [replace(c, dtype=dt) for dt in dtypes for c in base]
-    if long:  # the longest case each dtype affords, after that dtype's other cases
-        for dt in dtypes:
-            n = LONGEST[dt]
-            at = max(i for i, c in enumerate(cases) if c.dtype == dt) + 1
-            cases.insert(at, Case(f"L={n} causal", batch=(1,), H=2 if n <= 1025 else 1, L=n, E=64, is_causal=True,
-                                  dtype=dt))
-    if "float64" in dtypes:  # learnable ALiBi slopes and an unlisted bias: float64 only (mod_cases.FLOAT64_ONLY)
-        cases.append(Case("score_mod alibi slopes, learnable, padding", mask="padding", mod="alibi slopes",
-                          dtype="float64"))
-        cases.append(Case("score_mod reads a learnable bias it does not list, causal", is_causal=True,
-                          mod="unlisted bias", dtype="float64"))
-    return cases
+    return base
 
 
 def _noncontiguous() -> list[Case]:

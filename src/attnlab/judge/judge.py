@@ -374,6 +374,23 @@ def _precision(case: Case, out, exp: Expected, comps) -> list[str]:
     return [key] if key else []
 
 
+def _compare(case: Case, mine: tuple, exp: Expected, backward: bool, factor: float) -> list:
+    """Each judged quantity of the grad path against the oracle by the rule (the log-sum-exp by its own)."""
+    comps, theirs = [], exp.theirs
+    every = quantities(case)  # the order of exp's tuples; mine holds the ones compared, in that order
+    for i, qname in enumerate(quantities(case, backward)):
+        j = every.index(qname)
+        m_, r_, r0 = mine[i] if i < len(mine) else None, exp.ref[j], exp.ref0[j]
+        t_ = (max((t[j] for t in theirs), key=lambda x, r=r0: rule.max_err(x, r)) if isinstance(theirs, list)
+              else theirs[j])
+        if qname == "lse":  # its own rows: either infinity where the oracle's is -inf
+            comps.append(lse.compare(m_, t_, r_, case, exp.budget["lse"]))
+            continue
+        comps.append(rule.compare(qname, m_, t_, r_, DTYPES[case.dtype], exp.budget[qname], theirs_ref=r0,
+                                  factor=factor))
+    return comps
+
+
 def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accepts_masks: bool,
           explain: bool = True, *, backward: bool = True, factor: float = rule.FACTOR, inference: bool = True) -> Row:
     """Run ``fn`` on the case and hold out, dq, dk, dv (and dmask, and a modifier's tensors) to the tolerance rule.
@@ -401,18 +418,8 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
     if mine is not None:
         n = len(quantities(case, backward))
         mine, modes = tuple(mine[:n]), list(mine[n:])  # the grad path's quantities, then the inference path's outputs
+        comps = _compare(case, mine, exp, backward, factor)
         theirs = exp.theirs
-        every = quantities(case)  # the order of exp's tuples; mine holds the ones compared, in that order
-        for i, qname in enumerate(quantities(case, backward)):
-            j = every.index(qname)
-            m_, r_, r0 = mine[i] if i < len(mine) else None, exp.ref[j], exp.ref0[j]
-            t_ = (max((t[j] for t in theirs), key=lambda x, r=r0: rule.max_err(x, r)) if isinstance(theirs, list)
-                  else theirs[j])
-            if qname == "lse":  # its own rows: either infinity where the oracle's is -inf
-                comps.append(lse.compare(m_, t_, r_, case, exp.budget["lse"]))
-                continue
-            comps.append(rule.compare(qname, m_, t_, r_, DTYPES[case.dtype], exp.budget[qname],
-                                      theirs_ref=r0, factor=factor))
     if modes and comps:  # the inference path: its outputs against the output's rule (the first comparison)
         t_out = max((t[0] for t in theirs), key=lambda x: rule.max_err(x, exp.ref0[0])) if isinstance(theirs, list) \
             else theirs[0]
