@@ -2,7 +2,7 @@
 
 A failing row carries facts and hints (:mod:`attnlab.judge.facts`, :mod:`attnlab.judge.hypotheses`);
 :mod:`attnlab.judge.diagnose` groups the rows by cause and says each cause in one line. Everything it
-needs to know of a cause is here, in one :class:`Cause`:
+needs to know of a cause is here, in one :class:`attnlab.judge.facts.Cause`:
 
 * ``text`` -- the line, in the user's terms: what the function does and what it should do;
 * ``hints`` -- the keys of the wrong semantics (hypotheses) whose rows this line speaks for, beside its own key
@@ -19,17 +19,9 @@ The APIs other than SDPA's add their own causes beside their semantics (``CAUSES
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Cause:
-    key: str  # a stable name (what results and tests hold)
-    text: str  # the line; format fields: {n}, {case}, {type}, {message}, {worst}, {returned}, and a cause's own
-    hints: tuple[str, ...] = ()  # hypotheses' keys said by this line
-    tags: tuple[str, ...] = ()  # case tags read as this cause when nothing else explains their rows
-    scope: tuple[str, ...] = ()  # the tags of the cases the cause speaks of
-
+from attnlab.judge import apis
+from attnlab.judge.facts import Cause
 
 SDPA = (
     Cause('oracle', 'the oracle and PyTorch disagree on {n} case(s): those cases judge nothing (report it: it is the '
@@ -167,8 +159,6 @@ SDPA = (
 @functools.cache
 def table() -> dict[str, Cause]:
     """Every cause by key: SDPA's and each API's (an API's key may not repeat another's)."""
-    from attnlab.judge import apis
-
     out: dict[str, Cause] = {}
     for c in (*SDPA, *apis.causes()):
         if c.key in out:

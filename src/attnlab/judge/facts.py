@@ -14,6 +14,18 @@ from dataclasses import dataclass, field
 
 from attnlab.results import Result
 
+
+@dataclass(frozen=True)
+class Cause:
+    """One cause a verdict can name (the table of them all is :func:`attnlab.judge.causes.table`)."""
+
+    key: str  # a stable name (what results and tests hold)
+    text: str  # the line; format fields: {n}, {case}, {type}, {message}, {worst}, {returned}, and a cause's own
+    hints: tuple[str, ...] = ()  # hypotheses' keys said by this line
+    tags: tuple[str, ...] = ()  # case tags read as this cause when nothing else explains their rows
+    scope: tuple[str, ...] = ()  # the tags of the cases the cause speaks of
+
+
 KINDS = ("", "oracle", "raised", "exit", "timeout", "lost", "probe")  # "": the numbers (and the contract) decide
 
 # key -> how a row says it (format fields are the problem's values)

@@ -20,8 +20,8 @@ import math
 from dataclasses import replace
 
 from attnlab.judge.cases import Case, default_cases, make_inputs
-from attnlab.judge.causes import Cause
 from attnlab.judge.explain import TIE
+from attnlab.judge.facts import Cause
 
 NAMES = ("sdpa", "flash-attn", "flash-attn-varlen", "flex", "paged-decode")
 _MODULES = {"flash-attn": "flash", "flash-attn-varlen": "varlen", "flex": "flex", "paged-decode": "paged"}

@@ -28,7 +28,7 @@ import torch
 from attnlab.judge import mod_cases
 from attnlab.judge.apis import words
 from attnlab.judge.cases import CAUSAL_BIAS, LOWER_RIGHT, Case
-from attnlab.judge.causes import Cause
+from attnlab.judge.facts import Cause
 from attnlab.kernels import mods
 
 NAME = "flash-attn"

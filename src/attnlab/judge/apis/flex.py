@@ -30,7 +30,7 @@ import torch
 from attnlab import masks as M
 from attnlab.judge.apis.flash import flat_lse, split
 from attnlab.judge.cases import CAUSAL_BIAS, MASK_FAMILIES, Case
-from attnlab.judge.causes import Cause
+from attnlab.judge.facts import Cause
 
 NAME = "flex"
 BACKWARD = True

@@ -24,7 +24,7 @@ import torch
 
 from attnlab.judge import oracle, rule
 from attnlab.judge.cases import DTYPES, Case
-from attnlab.judge.causes import Cause
+from attnlab.judge.facts import Cause
 from attnlab.kernels import mods
 
 HALF = (torch.float16, torch.bfloat16)

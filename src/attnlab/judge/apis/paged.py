@@ -34,7 +34,7 @@ import torch
 from attnlab.judge import mod_cases
 from attnlab.judge.apis import flash, pages, telling, tied, words
 from attnlab.judge.cases import DTYPES, LARGE, Case
-from attnlab.judge.causes import Cause
+from attnlab.judge.facts import Cause
 
 NAME = "paged-decode"
 BACKWARD = False

@@ -27,7 +27,7 @@ import torch
 from attnlab.judge import mod_cases
 from attnlab.judge.apis import flash, telling, tied, words
 from attnlab.judge.cases import LARGE, Case
-from attnlab.judge.causes import Cause
+from attnlab.judge.facts import Cause
 
 NAME = "flash-attn-varlen"
 BACKWARD = True
