@@ -8,7 +8,7 @@ import pytest
 from attnlab.cli import main
 from attnlab.demo import DemoResult
 from attnlab.judge import verify
-from attnlab.judge.verify import VerifyResult
+from attnlab.judge.repro import Reproduced
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -62,7 +62,7 @@ def test_verify_passes_for_a_registered_form(tmp_path, capsys, round_trip):
     assert "ALL PASS" in out and f"{n} passed, 0 failed" in out
     j = json.loads(path.read_text())
     assert len(j["rows"]) == n and j["rows"][0]["comparisons"][0]["quantity"] == "out"
-    assert round_trip(j, VerifyResult).passed and j["device"] == "cpu" and j["diagnoses"] == {}
+    assert round_trip(j, Reproduced).passed and j["device"] == "cpu" and j["diagnoses"] == {} and j["repros"] == {}
 
 
 @pytest.mark.slow

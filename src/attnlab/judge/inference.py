@@ -95,10 +95,12 @@ def _named(fn, args, kwargs) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
-def paths(forward) -> tuple[list, list]:
+def paths(forward, said=()) -> tuple[list, list]:
     """The function's output under each of :data:`MODES` and what went wrong there: ``forward()`` calls it once
     (inside the mode this sets) on fresh inputs and returns (output, the names of the inputs it changed in place).
-    Returns (outputs -- a detached tensor or None per mode --, contract problems)."""
+    Returns (outputs -- a detached tensor or None per mode --, contract problems). An input the grad path changed
+    too (``said``: the grad path's problems) is that path's line already: one bug on both paths is one line."""
+    before = {text for key, text in said if key == "in-place"}
     outs, problems = [], []
     for _, key, context in MODES:
         try:
@@ -109,7 +111,8 @@ def paths(forward) -> tuple[list, list]:
             msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
             problems.append(problem(f"{key}-raises", type=type(e).__name__, message=msg or "(no message)"))
             continue
-        problems += [problem(f"{key}-in-place", name=name) for name in changed]
+        problems += [problem(f"{key}-in-place", name=name) for name in changed
+                     if problem("in-place", name=name)[1] not in before]
         outs.append(out.detach() if isinstance(out, torch.Tensor) else None)
     return outs, problems
 

@@ -168,7 +168,7 @@ def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=No
         return f.run(case, seed, q, k, v, m, grad_out, p, fresh, layout, backward, inference)
     got, problems = _with_grad(f, case, seed, q, k, v, m, grad_out, p, fresh, layout, backward)
     if inference and got is not None:
-        outs, more = paths(lambda: _forward(f, case, seed, q, k, v, m, p, fresh, layout))
+        outs, more = paths(lambda: _forward(f, case, seed, q, k, v, m, p, fresh, layout), problems)
         got, problems = (*got, *outs), problems + more
     return got, problems
 
