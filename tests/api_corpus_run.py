@@ -2,18 +2,27 @@
 
 The corpus was written by someone who had not read the judge's causes, as kernel authors write kernels; each
 kernel carries labels in the writer's words. :data:`KEYS` is the one table that reads a label as the cause
-lines that state it (a label with no line of its own, such as a bug nobody listed, maps to nothing: its kernel
-must fail and get no false line). Used by tests/judge/test_api_corpus.py and benchmarks/verify_corpus.py.
+lines that state it for SDPA's, flash-attn's and flex's kernels (a label with no line of its own, such as a bug
+nobody listed, maps to nothing: its kernel must fail and get no false line); the varlen and paged-decode kernels are
+read by tests/kv_bugs.LABEL_KEYS and judged forward only (:func:`run_kv`: every bug there shows in the output and
+the log-sum-exp; the gradients of the corpus's Python tile loops would take an hour more). Used by
+tests/judge/test_api_corpus.py, tests/judge/test_api_corpus_kv.py and benchmarks/api_corpus.py (seeds 0-4).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from attnlab.judge import apis, diagnose, verify
-from tests import api_mutants
+from tests import api_mutants, kv_bugs
 
 DTYPES = ("float32", "float64", "bfloat16")
+KV_APIS = ("flash-attn-varlen", "paged-decode")  # judged by run_kv
+# The corpus's paged kernels write k=, v= into copies of the caches (tests/api_corpus/paged.py says so), where
+# flash_attn_with_kvcache writes them into the caller's: each gets this line on the cases that append, truthfully.
+# It is counted apart (set_aside): a right kernel fails with it alone, on those cases alone.
+COPIES = "paged-cache-not-written"
+KV_DTYPES = {"scores-low-precision": ("bfloat16",), "scale-folded-low-precision": ("bfloat16",)}
 # the writer's label -> the diagnosis keys that state that bug (the first is the one expected first)
 KEYS = {
     "window-swapped": ("flash-window-swapped",), "softcap-before-scale": ("flash-softcap-scale",),
@@ -70,7 +79,7 @@ def run(seed: int = 0, names=None, dtypes=DTYPES) -> dict[str, Outcome]:
     """{kernel: Outcome} over the quick grid of its API, in ``dtypes``, dropout left out (no kernel draws it)."""
     out = {}
     for name, (fn, api, labels) in api_mutants.CORPUS.items():
-        if names is not None and name not in names:
+        if (names is not None and name not in names) or api in KV_APIS:
             continue
         target = fn if api == "sdpa" else apis.Adapted(fn, api)
         cases = [c for c in apis.cases(api, dtypes, long=False) if api == "sdpa" or not apis.skip_reason(c)]
@@ -94,3 +103,23 @@ def table(outcomes: dict[str, Outcome]) -> str:
                  f"{sum(o.named for o in multi)} of {len(multi)}; bugs with no line of their own {len(unknown)}; "
                  f"false lines {sum(len(o.false) for o in outcomes.values())}")
     return "\n".join(lines)
+
+
+def kv_kernels() -> dict:
+    return {name: (fn, api, labels) for name, (fn, api, labels) in api_mutants.CORPUS.items() if api in KV_APIS}
+
+
+def run_kv(seed: int = 0) -> list[kv_bugs.Outcome]:
+    """The varlen and paged-decode kernels, forward only, in float32 (bfloat16 for a precision bug)."""
+    out = []
+    for name, (fn, api, labels) in kv_kernels().items():
+        want = [kv_bugs.LABEL_KEYS[label] for label in labels]
+        dtypes = next((KV_DTYPES[label] for label in labels if label in KV_DTYPES), ("float32",))
+        out.append(kv_bugs.judge(f"{name} [seed {seed}]", fn, api, want, dtypes=dtypes, seed=seed, backward=False))
+    return out
+
+
+def set_aside(outcomes: list[kv_bugs.Outcome]) -> list[kv_bugs.Outcome]:
+    """The outcomes without the :data:`COPIES` line (a right kernel with that line alone: passed)."""
+    rest = [replace(o, keys=[k for k in o.keys if k != COPIES]) for o in outcomes]
+    return [replace(o, counts={**o.counts, "fail": 0, "error": 0}) if not o.bugs and not o.keys else o for o in rest]
