@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from attnlab.judge import apis, judge, repro_script, verify
+from attnlab.judge import apis, inference, judge, repro_script, verify
 from attnlab.judge import causes as C
 from attnlab.judge.cases import Case
 from attnlab.judge.diagnose import diagnose
@@ -51,18 +52,26 @@ class Repro(Result):
     errors: dict = field(default_factory=dict)  # quantity -> [error, limit] on the smallest case, where it failed
     script: str = ""  # the script's path ("" when none was written)
     why: str = ""  # why no script was written
+    diagnosis: str = ""  # the line it reproduces, as diagnose said it (several "raises" lines share one key)
+    shows: str = ""  # what the smallest case shows of the cause (a contract problem, an exception), where not errors
 
     def line(self) -> str:
-        """What the report says of it: the smallest case, its errors, and the script."""
+        """What the report says of it: the smallest case, what it shows of the cause (a contract problem, an
+        exception, else its worst error), and the script."""
         changed = {k: v for k, v in self.smallest.items() if v != self.grid.get(k)}
         were = ", ".join(f"{k}={self.grid[k]}" for k in changed)
         shrunk = f" (from {were}: {self.tries} smaller cases tried)" if changed else (
             f" (no smaller case fails this way: {self.tries} tried)" if self.tries else "")
         worst = max(self.errors.items(), key=lambda kv: kv[1][0] / kv[1][1] if kv[1][1] > 0 else math.inf,
                     default=None)
-        err = f"; {worst[0]} off by {worst[1][0]:.3g}, limit {worst[1][1]:.3g}" if worst else ""
+        err = f"; {self.shows}" if self.shows else (
+            f"; {worst[0]} off by {worst[1][0]:.3g}, limit {worst[1][1]:.3g}" if worst else "")
         where = f"; reproducer: {self.script}" if self.script else (f"; no script: {self.why}" if self.why else "")
         return f"smallest: {self.case} at {said(self.smallest)}{shrunk}{err}{where}"
+
+    def of(self, d) -> bool:
+        """Whether it reproduces the diagnosis line ``d`` (its key, and its text where it kept one)."""
+        return self.cause == d.key and self.diagnosis in ("", d.text)
 
 
 @dataclass
@@ -161,20 +170,23 @@ def _readings(row) -> set[str]:
     return {C.line_of(k) for h in row.hints if "=" not in h for k in h.split(TIE)}
 
 
-def same_way(row, key: str, form: str):
+def same_way(row, key: str, form: str, claimed: frozenset[str] = frozenset()):
     """A test of whether another row fails the way ``row`` fails for ``key``: where ``row`` alone is diagnosed with
-    that key (a hint, a contract problem, an exception of the same type), the other row alone is too; for a cause
-    read from the tags the failing cases share, the other row keeps those tags and fails with nothing to explain it
-    but what explained ``row``."""
+    that key (a hint, a contract problem, an exception of the same type and message), the other row alone is too;
+    for a cause read from the tags the failing cases share, the other row keeps those tags and fails with nothing to
+    explain it but what explained ``row``. ``claimed``: the tags the function's other lines are read from -- a row
+    of "no single pattern" that gains one of them is another line's (an L=1 case where "only L = 1 fails")."""
     base = _keys(row, form)  # what the row alone is read as (a hint's wider line, where the cause is its narrower)
     alone = key in base
     tags = set(row.tags) & set(C.table()[key].tags) if key in C.table() else set()
-    kind = row.facts.raised_type
+    kind = _raised(row)
 
     def same(other) -> bool:
         if other.status not in ("fail", "error"):
             return False
-        if key == "raises" and other.facts.raised_type != kind:
+        if key == "raises" and _raised(other) != kind:
+            return False
+        if key == "unclear" and (set(other.tags) - set(row.tags)) & claimed:
             return False
         found = _keys(other, form)
         if alone:
@@ -184,27 +196,58 @@ def same_way(row, key: str, form: str):
     return same
 
 
-def _start(rows, by: dict, key: str, example: str, form: str):
-    """(the failing row to shrink for a cause, its case, the test of failing the same way): of the rows that fail the
-    cause's way alone, one without a score modifier or dropout where there is one (a script for those needs the
-    oracle's answer written in), then the smallest (each smaller case judged costs in proportion), then the
-    plainest (the fewest tags); the diagnosis's example where no row does."""
-    first = next((r for r in rows if f"{r.case} [{r.dtype}]" == example), None)
+def _raised(row) -> tuple[str, str]:
+    """An exception as diagnose tells one line from another: its type and message, the numbers in it aside."""
+    return row.facts.raised_type, re.sub(r"\d+", "#", row.facts.raised_message)
+
+
+def _claimed(diagnoses) -> frozenset[str]:
+    """The case tags the lines other than "no single pattern" are read from (the full-precision dtypes for
+    "passes in bfloat16")."""
+    keys = {d.key for d in diagnoses} - {"unclear"}
+    tags = {t for k in keys if k in C.table() for t in C.table()[k].tags}
+    return frozenset(tags | ({"float32", "float64"} if "precision" in keys else set()))
+
+
+def _start(rows, by: dict, d, form: str, claimed: frozenset[str] = frozenset()):
+    """(the failing row to shrink for the diagnosis ``d``, its case, the test of failing the same way): of the rows
+    of ``d``'s dtypes that fail its way alone, one without a score modifier or dropout where there is one (a
+    script for those needs the oracle's answer written in), then the smallest (each smaller case judged costs in
+    proportion), then the plainest (the fewest tags); the diagnosis's example where no row does."""
+    first = next((r for r in rows if f"{r.case} [{r.dtype}]" == d.example), None)
     if first is None or (first.case, first.dtype) not in by:
         return None, None, None
-    same = same_way(first, key, form)
-    fit = [r for r in rows if (r.case, r.dtype) in by and r.status in ("fail", "error") and same(r)]
+    same = same_way(first, d.key, form, claimed)
+    fit = [r for r in rows if (r.case, r.dtype) in by and r.status in ("fail", "error") and r.dtype in d.dtypes
+           and same(r)]
     row = min(fit or [first], key=lambda r: (bool({"mod", "dropout"} & set(r.tags)), by[r.case, r.dtype].work,
                                              len(r.tags)))
     return row, by[row.case, row.dtype], same
 
 
-def _name(form: str, key: str, several: bool) -> str:
-    """The script's file name: repro_<cause>.py (with the function's name first when several are judged)."""
+def _name(form: str, key: str, several: bool, taken: set[str] = frozenset()) -> str:
+    """The script's file name: repro_<cause>.py (with the function's name first when several are judged; an
+    exception's cause with its type, repro_raises_ValueError.py), numbered where a name is ``taken`` (two lines
+    of one exception type, told apart by their messages)."""
     def word(t: str) -> str:
         return "".join(ch if ch.isalnum() else "_" for ch in t).strip("_")
 
-    return f"repro_{word(form) + '_' if several else ''}{word(key)}.py"
+    stem = f"repro_{word(form) + '_' if several else ''}{word(key)}"
+    return next(name for n in range(1, len(taken) + 2) if (name := stem + (f"_{n}" if n > 1 else "") + ".py")
+                not in taken)
+
+
+def _shows(row, key: str) -> str:
+    """What ``row`` shows of a cause that is no quantity's error: the contract problem as the row says it, or the
+    exception it raised (a cause read from what failing cases share may be one of raising cases); "" where its
+    errors say it."""
+    if row.facts.raised_type and (key == "raises" or not any(not c.passed for c in row.comparisons)):
+        msg = row.facts.raised_message.splitlines()[0][:160] if row.facts.raised_message else "(no message)"
+        return f"raises {row.facts.raised_type}: {msg}"
+    if key not in row.facts.problems:
+        return ""
+    said = row.detail.split("; ")  # the problems' sentences, in the order of their keys
+    return said[row.facts.problems.index(key)] if len(said) == len(row.facts.problems) else row.detail
 
 
 @dataclass(frozen=True)
@@ -246,22 +289,27 @@ def reproduce(fn, form: str, result, cases: list[Case], how: Judging = Judging()
     """For each cause of ``form``'s failures in ``result`` (verify's, on ``cases``): the smallest case that still
     fails that way (``tries``, ``seconds``: at most so many smaller cases judged, or seconds spent, a cause), and
     with ``folder`` a script for it (``spec``: how the script imports ``fn``, verify's ``--impl``; ``api``: the API
-    it is written to). ``fn`` is the function verify judged (a :class:`Remote` for one in its own process)."""
+    it is written to). ``fn`` is the function verify judged (a :class:`Remote` for one in its own process). Each
+    line gets its own: one per exception type and message, the "no single pattern" line from its own rows."""
     rows = [r for r in result.rows if r.form == form]
     by = {(c.name, c.dtype): c for c in cases}
-    out = []
-    for d in result.diagnoses.get(form, []):
-        row, case, same = _start(rows, by, d.key, d.example, form)
+    found = result.diagnoses.get(form, [])
+    claimed, taken, out = _claimed(found), set(), []
+    for d in found:
+        row, case, same = _start(rows, by, d, form, claimed)
         if row is None:
             continue
         hinted = d.key in _readings(row)  # only a hint's cause needs the hints read
         small, srow, n = (case, row, 0) if d.key in UNSHRUNK else shrink(_judged(fn, form, how, hinted), case, row,
                                                                           same, tries, seconds)
         rep = Repro(form, d.key, f"{case.name!r} [{case.dtype}]", sizes(case), sizes(small), n,
-                    {c.quantity: [c.err, c.allowed] for c in srow.comparisons if not c.passed})
+                    {c.quantity: [c.err, c.allowed] for c in srow.comparisons if not c.passed}, diagnosis=d.text,
+                    shows=_shows(srow, d.key))
         if folder is not None:
             text = d.text.rsplit(" [", 1)[0]  # the line as verify said it, without its count
-            _script(rep, text, fn, small, srow, Path(folder) / _name(form, d.key, several), spec or form, api, how)
+            name = _name(form, f"raises_{srow.facts.raised_type}" if d.key == "raises" else d.key, several, taken)
+            taken.add(name)
+            _script(rep, text, fn, small, srow, Path(folder) / name, spec or form, api, how)
         out.append(rep)
     return out
 
@@ -282,8 +330,19 @@ def _script(rep: Repro, text: str, fn, case: Case, row, path: Path, spec: str, a
         sized, grid = said(rep.smallest), said(rep.grid)
         rep.script = repro_script.write(path, spec=spec, api=api, cause=rep.cause, text=text, case=case, seed=s,
                                         device=how.device, row=row, x=x, exp=exp, grid=grid, smallest=sized,
-                                        backward=how.backward)
+                                        backward=how.backward, limits=_limits(row, case, exp, how))
     except repro_script.NoScript as e:
         rep.why = str(e)
     except Exception as e:  # noqa: BLE001 -- e.g. the function's process ended while its dropout was read again
         rep.why = f"it could not be made: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def _limits(row, case: Case, exp, how: Judging) -> dict:
+    """Each quantity's limit on the case, as the rule set it: the row's own, or for a row with none (the function
+    raised) the limits the rule sets whatever the function returns, the inference path's outputs held to the
+    output's -- what the script holds the function to once it stops raising."""
+    if row.comparisons:
+        return {c.quantity: c.allowed for c in row.comparisons if math.isfinite(c.allowed)}
+    comps = judge._compare(case, (), exp, how.backward, how.factor)  # no output: the limits alone
+    out = {c.quantity: c.allowed for c in comps if math.isfinite(c.allowed)}
+    return out | {inference.quantity(mode): out["out"] for mode, _, _ in inference.MODES if "out" in out}

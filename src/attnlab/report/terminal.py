@@ -153,11 +153,10 @@ def diagnosis_lines(result) -> list[str]:
     for form, found in result.diagnoses.items():
         if found:
             lines.append(f"[bold]{escape(form)}[/]: what the failures point to")
-            repros = {r.cause: r for r in getattr(result, "repros", {}).get(form, [])}
+            repros = getattr(result, "repros", {}).get(form, [])
             for d in found:
                 lines.append(f"  - {escape(d.text)}")
-                if d.key in repros:
-                    lines.append(f"    {escape(repros[d.key].line())}")
+                lines += [f"    {escape(r.line())}" for r in repros if r.of(d)][:1]
     return lines
 
 
