@@ -335,40 +335,76 @@ def _reference(case: Case, api: str, x, exp, backward: bool) -> list[str]:
 
 
 RUN = '''
-failed = False
+
+def attempt(where, work):
+    """(True, ``work()``), or where it raises (False, None), the exception printed as verify says it."""
+    try:
+        return True, work()
+    except Exception as e:  # noqa: BLE001 -- what your function raises is what the case reproduces
+        message = str(e).splitlines()[0][:160] if str(e) else "(no message)"
+        print(f"{where}: raises {type(e).__name__}: {message}                 FAILS")
+        return False, None
+
+
+def gradients(out, wrt):
+    """The gradients of out (against grad_out) for wrt; where torch.autograd.grad is refused (reentrant activation
+    checkpointing takes only .backward()), as verify does: a fresh call, and the .grad that .backward() leaves."""
+    try:
+        return torch.autograd.grad(out, wrt, grad_out.to(out.dtype), allow_unused=True)
+    except RuntimeError as first:
+        wrt, args, kwargs = arguments(grad=True)
+        for t in wrt:
+            if not t.is_leaf:
+                t.retain_grad()
+        out, _ = call(args, kwargs)
+        try:
+            out.backward(grad_out.to(out.dtype))
+        except RuntimeError:
+            raise first from None
+        return [t.grad for t in wrt]
+
+
 wrt, args, kwargs = arguments(grad=GRAD)
 before = snapshot(args, kwargs)
-out, lse = call(args, kwargs)
-if isinstance(out, torch.Tensor) and out.dtype != DTYPE:
-    print(f"                   out: dtype {out.dtype}, not the inputs' {DTYPE}                 FAILS")
-    failed = True
-failed |= check("out", out, REF["out"])
-failed |= check("lse", lse, REF.get("lse"))
+ran, got = attempt("called with gradients" if GRAD else "called", lambda: call(args, kwargs))
+failed = not ran
+if ran:
+    out, lse = got
+    if isinstance(out, torch.Tensor) and out.dtype != DTYPE:
+        print(f"                   out: dtype {out.dtype}, not the inputs' {DTYPE}                 FAILS")
+        failed = True
+    failed |= check("out", out, REF["out"])
+    failed |= check("lse", lse, REF.get("lse"))
 failed |= unchanged("with gradients" if GRAD else "called", before, args, kwargs)
-if "dq" in LIMITS and isinstance(out, torch.Tensor) and out.requires_grad:
-    grads = torch.autograd.grad(out, wrt, grad_out.to(out.dtype), allow_unused=True)
-    for name, got in zip(("dq", "dk", "dv", "dmask"), grads):
-        failed |= check(name, got, REF[name])
-elif "dq" in LIMITS:
-    print("no gradient flows back to q, k or v: the output does not require grad                FAILS")
-    failed = True
+if ran:
+    if "dq" in LIMITS and isinstance(out, torch.Tensor) and out.requires_grad:
+        ran, grads = attempt("its backward", lambda: gradients(out, wrt))
+        failed |= not ran
+        for name, g in zip(("dq", "dk", "dv", "dmask"), grads or ()):
+            failed |= check(name, g, REF[name])
+    elif "dq" in LIMITS:
+        print("no gradient flows back to q, k or v: the output does not require grad                FAILS")
+        failed = True
 for mode, context in (("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode)):
     if f"out ({mode})" in LIMITS:
         wrt, args, kwargs = arguments(grad=False)
         before = snapshot(args, kwargs)
         with context():
-            out, _ = call(args, kwargs)
-            failed |= unchanged(f"under torch.{mode}()", before, args, kwargs)
-        failed |= check(f"out ({mode})", out, REF["out"])
-print("FAILS: over a limit, or an input changed" if failed else "passes: every quantity within its limit")
+            ran, got = attempt(f"under torch.{mode}()", lambda: call(args, kwargs))
+            failed |= unchanged(f"under torch.{mode}()", before, args, kwargs) or not ran
+        if ran:
+            failed |= check(f"out ({mode})", got[0], REF["out"])
+print("FAILS: over a limit, an exception, or an input changed" if failed else
+      "passes: every quantity within its limit")
 sys.exit(1 if failed else 0)
 '''
 
 
 def write(path, *, spec: str, api: str, cause: str, text: str, case: Case, seed: int, device: str, row, x, exp,
-          grid: str, smallest: str, backward: bool = True) -> str:
+          grid: str, smallest: str, backward: bool = True, limits: dict | None = None) -> str:
     """Write the script for ``case`` (its ``row`` judged; ``x``, ``exp``: its inputs and what it is held to) to
-    ``path``; returns the path. :class:`NoScript` when it cannot be written."""
+    ``path``; returns the path. ``limits``: each quantity's limit (the row's, where None). :class:`NoScript` when
+    it cannot be written."""
     from attnlab.results.files import write_text
 
     args, kwargs, out_code, (qq, kk, vv) = record(case, x, api, exp.fresh)
@@ -376,7 +412,8 @@ def write(path, *, spec: str, api: str, cause: str, text: str, case: Case, seed:
     n = numbers(args, kwargs, named, case, x, exp)
     if n > MAX_NUMBERS:
         raise NoScript(f"its mask and arguments hold {n:,} numbers, too many to write out")
-    limits = {c.quantity: c.allowed for c in row.comparisons if math.isfinite(c.allowed)}
+    if limits is None:
+        limits = {c.quantity: c.allowed for c in row.comparisons if math.isfinite(c.allowed)}
     blocks = any(type(a).__name__ == "BlockMask" for a in (*args, *kwargs.values()))
     dtype = str(x.q.dtype)[6:]
     head = _docstring(path, spec, api, cause, text, case, dtype, grid, smallest)
