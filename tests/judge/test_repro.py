@@ -24,11 +24,18 @@ CASES = [c for c in default_cases(["float32"], long=False) if c.name in NAMES]
 
 KERNEL = '''import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 BUGS = {bugs!r}
 
 
 def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    if "assert-bool" in BUGS:
+        assert attn_mask is None or attn_mask.dtype != torch.bool
+    if "value-float" in BUGS and attn_mask is not None and attn_mask.is_floating_point():
+        raise ValueError("float masks are not taken here")
+    if "mask-in-place" in BUGS and attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask.logical_not_()  # read backwards, and the caller's mask with it
     if "mask" in BUGS and attn_mask is not None and attn_mask.dtype == torch.bool:
         attn_mask = ~attn_mask  # read backwards
     if "gqa" in BUGS and enable_gqa and k.shape[-3] != q.shape[-3]:
@@ -36,8 +43,21 @@ def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
         k, v, enable_gqa = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1), False  # repeat, not repeat_interleave
     if "in-place" in BUGS and torch.is_inference_mode_enabled():
         v.mul_(2.0)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                                          scale=scale, enable_gqa=enable_gqa)
+
+    def sdpa(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                              scale=scale, enable_gqa=enable_gqa)
+
+    if "checkpoint" in BUGS and q.requires_grad:  # reentrant: its backward takes .backward(), not autograd.grad
+        out = checkpoint(sdpa, q, k, v, use_reentrant=True)
+    else:
+        out = sdpa(q, k, v)
+    if "float64-off" in BUGS and q.dtype == torch.float64:
+        out = out + 0.01
+    if ("plain-off" in BUGS and q.dtype == torch.float32 and attn_mask is None and not is_causal
+            and q.shape[-2] == k.shape[-2]):
+        out = out + 0.01
+    return out
 '''
 
 
@@ -248,3 +268,82 @@ def test_a_hint_that_ties_two_readings_is_the_same_way_for_either_of_their_cause
         assert same(row("causal-ignored|causal-dropped-with-mask")) and same(row(alone)), key
         assert not same(row(other)) and not same(row("unscaled")), key  # the other reading alone is another cause
         assert not same(Row("f", "c", "float32", "pass", tags=["causal"]))
+
+
+def _reproduced(tmp_path, monkeypatch, bugs: set, cases, folder=None):
+    """(verify's result, the reproducers) for the kernel with ``bugs`` on ``cases``, scripts in ``folder``."""
+    fn = _kernel(tmp_path, bugs, monkeypatch)
+    r = verify.verify({"mykernel:attention": fn}, cases, timeout=None)
+    reps = repro.reproduce(fn, "mykernel:attention", r, cases, repro.Judging(timeout=None), spec="mykernel:attention",
+                           folder=folder)
+    return r, reps
+
+
+@pytest.mark.slow  # the grid's cases, shrinking, the scripts in a process of their own twice
+def test_each_exception_type_gets_its_own_smallest_case_and_script_which_raises_it(tmp_path, monkeypatch):
+    from attnlab.report.terminal import diagnosis_lines
+
+    folder = tmp_path / "repro"
+    r, reps = _reproduced(tmp_path, monkeypatch, {"assert-bool", "value-float"}, CASES, folder)
+    rows = {f"{row.case!r} [{row.dtype}]": row for row in r.rows}
+    raised = {f"raises {rows[x.case].facts.raised_type}": x for x in reps if x.cause == "raises"}
+    assert set(raised) == {"raises AssertionError", "raises ValueError"}, [(x.cause, x.line()) for x in reps]
+    for kind, rep in raised.items():  # each from a case that raises that type, to a script named for it
+        assert Path(rep.script).name == f"repro_{kind.replace(' ', '_')}.py", rep.script
+        assert rep.shows.startswith(kind), rep.shows  # and the smallest case still raises it
+    text = "\n".join(diagnosis_lines(repro.Reproduced.of_result(r, {"mykernel:attention": reps}))).splitlines()
+    print("\n".join(text))
+    for kind, rep in raised.items():  # under each line, its own smallest case and script
+        line = next(i for i, t in enumerate(text) if t.startswith(f"  - {kind}"))
+        assert f"; {kind}" in text[line + 1] and rep.script in text[line + 1], text[line + 1]
+    scripts = [x.script for x in raised.values()]
+    for script, kind in zip(scripts, raised, strict=True):  # the exception said, no traceback, exit 1
+        got = _run(script, tmp_path)
+        print(got.stdout, got.stderr[-2000:])
+        assert got.returncode == 1 and f"called with gradients: {kind}" in got.stdout and not got.stderr, got
+    _kernel(tmp_path, set(), monkeypatch)  # fixed: held to the limits the rule sets on that case, and within them
+    for script, (_, text) in _run_all(scripts, tmp_path).items():
+        printed = _printed(text)
+        assert {"out", "dq", "dk", "dv", "out (no_grad)", "out (inference_mode)"} <= set(printed), (script, text)
+        assert "passes" in text and not any(over for _, _, over in printed.values()), text
+
+
+@pytest.mark.slow  # two dtypes of six cases, and shrinking
+def test_the_no_single_pattern_line_is_shrunk_from_its_own_rows(tmp_path, monkeypatch):
+    names = {"basic", "two batch dims", "L=1", "bool mask", "causal", "float mask"}
+    cases = [c for c in default_cases(["float32", "float64"], long=False) if c.name in names]
+    r, reps = _reproduced(tmp_path, monkeypatch, {"float64-off", "plain-off"}, cases)
+    found = {d.key: d for d in r.diagnoses["mykernel:attention"]}
+    assert set(found) == {"float64", "unclear"} and found["unclear"].dtypes == ["float32"], found
+    unclear = next(x for x in reps if x.cause == "unclear")
+    print(unclear.line())
+    # its rows are the float32 cases without a mask or causality (the float64 rows are "fails only in float64")
+    assert unclear.case in ("'basic' [float32]", "'two batch dims' [float32]"), unclear.line()
+    assert unclear.errors["out"][0] == pytest.approx(0.01, rel=1e-3), unclear.errors
+
+
+@pytest.mark.slow  # two cases and shrinking
+def test_a_contract_causes_smallest_case_says_the_contract_problem(tmp_path, monkeypatch):
+    cases = [c for c in CASES if c.name in ("basic", "bool mask")]
+    r, reps = _reproduced(tmp_path, monkeypatch, {"mask-in-place"}, cases)
+    by = {x.cause: x for x in reps}
+    assert {"in-place", "mask-inverted"} <= set(by), [(d.key, d.text) for d in r.diagnoses["mykernel:attention"]]
+    line = by["in-place"].line()
+    print(line)
+    assert "; changed its input attn_mask in place" in line and " off by " not in line, line
+    assert " off by " in by["mask-inverted"].line()  # the wrong semantics: its error
+
+
+@pytest.mark.slow  # runs the script in a process of its own, twice
+def test_a_script_takes_the_gradients_by_backward_where_autograd_grad_is_refused(tmp_path, monkeypatch):
+    cases = [c for c in CASES if c.name in ("basic", "bool mask")]
+    _, reps = _reproduced(tmp_path, monkeypatch, {"checkpoint", "mask"}, cases, tmp_path / "repro")
+    rep = next(x for x in reps if x.cause == "mask-inverted")
+    got = _run(rep.script, tmp_path)
+    print(got.stdout, got.stderr[-2000:])
+    printed = _printed(got.stdout)
+    assert got.returncode == 1 and not got.stderr and {"dq", "dk", "dv"} <= set(printed), got
+    assert printed["dv"][2] and printed["dv"][0] == pytest.approx(rep.errors["dv"][0], rel=1e-3), printed
+    _kernel(tmp_path, {"checkpoint"}, monkeypatch)  # the mask fixed, the checkpointing kept
+    got = _run(rep.script, tmp_path)
+    assert got.returncode == 0 and "passes" in got.stdout and not got.stderr, got
