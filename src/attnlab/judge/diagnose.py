@@ -22,7 +22,6 @@ for one function of a verify result.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -63,7 +62,7 @@ def diagnose(result, form: str) -> list[Diagnosis]:
         for p in f.problems:
             first.setdefault(p, []).append(r)
         if f.kind == "raised":
-            raised.setdefault((f.raised_type, re.sub(r"\d+", "#", f.raised_message)), []).append(r)
+            raised.setdefault(f.exception(), []).append(r)
         for h in r.hints:
             if "=" not in h:  # "dead-rows=nan": what a cause's rows hold, said in its line (_fill)
                 causes.setdefault(C.line_of(_settle(h, plain)), []).append(r)

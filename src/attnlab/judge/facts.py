@@ -10,6 +10,7 @@ that is all :mod:`attnlab.judge.diagnose` reads, so rewording a message changes 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from attnlab.results import Result
@@ -60,6 +61,11 @@ class Facts(Result):
     problems: list[str] = field(default_factory=list)  # keys of PROBLEMS
     raised_type: str = ""  # an exception's class name ("" when none)
     raised_message: str = ""
+
+    def exception(self) -> tuple[str, str]:
+        """The exception as one line of the diagnosis tells it from another: its type, and its message with the
+        numbers in it aside (the same error on other sizes is the same line)."""
+        return self.raised_type, re.sub(r"\d+", "#", self.raised_message)
 
 
 def problem(key: str, **values) -> list[str]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -198,7 +197,7 @@ def same_way(row, key: str, form: str, claimed: frozenset[str] = frozenset()):
 
 def _raised(row) -> tuple[str, str]:
     """An exception as diagnose tells one line from another: its type and message, the numbers in it aside."""
-    return row.facts.raised_type, re.sub(r"\d+", "#", row.facts.raised_message)
+    return row.facts.exception()
 
 
 def _claimed(diagnoses) -> frozenset[str]:
