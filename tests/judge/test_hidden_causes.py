@@ -44,3 +44,37 @@ def test_a_wrong_mask_that_empties_a_row_through_a_plain_softmax_is_the_masks_li
     r, keys = _named(("diagonal", "nan-rows"), ["causal"])
     (row,) = r.rows
     assert row.hints == ["diagonal"], row.hints
+
+
+def _kv_rows(name, api, case_names, seed=0):
+    from attnlab.judge import apis
+    from tests import kv_bugs
+
+    cases = [c for c in apis.cases(api, ["float32"], long=False) if c.name in case_names]
+    assert len(cases) == len(case_names), [c.name for c in cases]
+    r = verify.verify({name: apis.Adapted(kv_bugs.function(name), api)}, cases, check_dropout=False, timeout=None,
+                      seed=seed)
+    for row in r.rows:
+        print(row.case, row.status, row.hints, row.facts.problems)
+    return r.rows, [d.key for d in r.diagnoses.get(name, [])]
+
+
+def test_a_bug_that_alone_comes_close_to_no_row_is_found_on_top_of_the_other():
+    # keys read a row early and the causal diagonal aligned top-left: where a sequence has more keys than queries,
+    # top-left alone matches no row (its diagonal is placed in keys that start a row early), yet the pair does
+    rows, _ = _kv_rows("varlen keys early, top-left", "flash-attn-varlen", [
+        "varlen: causal, keys longer (chunked prefill)", "varlen: decoding, one query a sequence, causal"])
+    for row in rows:
+        assert row.status == "fail" and row.hints == ["varlen-keys-early", "varlen-top-left"], row.hints
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_two_pairs_that_explain_the_same_rows_alike_tie_and_the_other_cases_settle_it(seed):
+    # top-left with the new keys written a slot late: the top-left diagonal sees the new keys' first slot as it was
+    # before the call, as a kernel that never wrote them would (stale) -- the same answer; the alignment is named,
+    # the other two tie, and the case without a diagonal (where only the slot late fits) settles it
+    rows, keys = _kv_rows("paged top-left, one slot late", "paged-decode",
+                          ["paged: append 4, causal", "paged: append 3, not causal"], seed)
+    tied = next(r for r in rows if r.case == "paged: append 4, causal")
+    assert tied.hints == ["paged-top-left", "paged-new-kv-stale|paged-new-kv-wrong-slot"], tied.hints
+    assert "paged-top-left" in keys and "paged-new-kv-wrong-slot" in keys and "paged-new-kv-stale" not in keys, keys

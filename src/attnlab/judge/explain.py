@@ -18,7 +18,6 @@ a time finds neither.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -55,6 +54,7 @@ class _Fit:
     used_dead: torch.Tensor | None = None  # the rows its dead-row variant explains
     change: Callable[[dict], dict] | None = None
     alt: torch.Tensor | None = None  # its answer
+    parts: tuple[str, ...] | None = None  # the keys it names, where not its key's ("a+b": a and b; "a|b": a tie)
 
     def consistent(self, done: torch.Tensor | None = None) -> bool:
         """On every row its answer changes (but the rows ``done``, explained by another cause already), the function
@@ -114,7 +114,8 @@ def explain(out: torch.Tensor, ref: torch.Tensor, limit: float, base: dict, alte
 def _keys(found: list[_Fit], bad: torch.Tensor) -> list[str]:
     keys: list[str] = []
     for f in found:
-        keys += [k for k in (f.key.split("+") if TIE not in f.key else [f.key]) if k and k not in keys]
+        parts = f.parts if f.parts is not None else f.key.split("+") if TIE not in f.key else [f.key]
+        keys += [k for k in parts if k and k not in keys]
         named = [a for a in f.dead_answers if not f.key or a != "nan"]  # NaN under a wrong mask: the mask's doing
         if named and f.used_dead is not None and (f.used_dead & bad).any():
             keys += [k for k in ("dead-rows", *(f"dead-rows={a}" for a in named)) if k not in keys]
@@ -176,20 +177,53 @@ def _greedy(fits: list[_Fit], bad: torch.Tensor) -> tuple[list[_Fit], torch.Tens
 
 
 def _best_pair(ev: _Evidence, fits: list[_Fit], base: dict, left: torch.Tensor) -> _Fit | None:
-    """Two changes at once (the second made on top of the first) that explain the rows left, if any pair does."""
-    near = sorted((f for f in fits if f.change is not None),
-                  key=lambda f: -int((ev.closer(f) & left).sum()))[:PAIRS]
-    near = [f for f in near if (ev.closer(f) & left).any()]
-    best = None
-    for a, b in itertools.permutations(near, 2):
+    """Two changes at once (the second made on top of the first) that explain the rows left, if any pair does; where
+    several pairs explain the same rows most, they tie (:func:`_tied_pair`)."""
+    best: list[_Fit] = []
+    for a, b in _pairs(ev, fits, left):
         both = Alternative(f"{a.key}+{b.key}", change=lambda kw, a=a, b=b: b.change(a.change(kw)))
         fit = _fit(ev, both, base)
         if fit is None or not fit.consistent(~left):
             continue
         n = int(fit.explains(left).sum())
-        if n and (best is None or n > best[0]):
-            best = (n, fit)
-    return None if best is None else best[1]
+        if n and (not best or n > int(best[0].explains(left).sum())):
+            best = [fit]
+        elif n and torch.equal(fit.explains(left), best[0].explains(left)):
+            best.append(fit)
+    return _tied_pair(best)
+
+
+def _pairs(ev: _Evidence, fits: list[_Fit], left: torch.Tensor):
+    """The pairs worth trying, each order once: the alternatives that come closest on the rows left, two at a time,
+    and each of those with every change that touches the rows it leaves -- a bug that alone comes close to no row
+    (its rows are read through the other bug: a causal diagonal placed in keys that start a row early) is found
+    only on top of the other, and a pair that another explains alike is told as a tie, not named at random."""
+    changes = [f for f in fits if f.change is not None]
+    near = sorted(changes, key=lambda f: -int((ev.closer(f) & left).sum()))[:PAIRS]
+    near = [f for f in near if (ev.closer(f) & left).any()]
+    tried: set[tuple[int, int]] = set()
+    for a in near:
+        rest = left & ~a.ok
+        touch = [f for f in changes if f not in near and (f.differs & rest).any()]
+        for b in (*near, *touch):
+            for x, y in ((a, b), (b, a)):
+                if x is not y and (id(x), id(y)) not in tried:
+                    tried.add((id(x), id(y)))
+                    yield x, y
+
+
+def _tied_pair(fits: list[_Fit]) -> _Fit | None:
+    """Pairs that explain the same rows alike: the causes every one of them has are named, the others tie ("a|b":
+    the diagnosis settles it from the function's other cases) -- a causal diagonal aligned top-left sees the same
+    slots whether the new keys were written a slot late or not at all."""
+    if not fits:
+        return None
+    sets = list(dict.fromkeys(tuple(dict.fromkeys(f.key.split("+"))) for f in fits))
+    common = [k for k in sets[0] if all(k in s for s in sets)]
+    rest = list(dict.fromkeys("+".join(k for k in s if k not in common) for s in sets))
+    f = fits[0]
+    parts = (*common, TIE.join(rest) if all(rest) else "") if len(rest) > 1 else sets[0]  # ("": one has no more)
+    return _Fit(f.key, f.differs, f.ok, f.dead_answers, f.used_dead, f.change, f.alt, tuple(p for p in parts if p))
 
 
 class _Evidence:
