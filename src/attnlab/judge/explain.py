@@ -195,16 +195,19 @@ def _best_pair(ev: _Evidence, fits: list[_Fit], base: dict, left: torch.Tensor) 
 
 def _pairs(ev: _Evidence, fits: list[_Fit], left: torch.Tensor):
     """The pairs worth trying, each order once: the alternatives that come closest on the rows left, two at a time,
-    and each of those with every change that touches the rows it leaves -- a bug that alone comes close to no row
-    (its rows are read through the other bug: a causal diagonal placed in keys that start a row early) is found
-    only on top of the other, and a pair that another explains alike is told as a tie, not named at random."""
+    and the one that explains most of them with every change that touches the rows it leaves -- a bug that
+    alone comes close to no row (its rows are read through the other bug: a causal diagonal placed in keys that
+    start a row early) is found only on top of the other, and a pair that another explains alike is told as a
+    tie, not named at random."""
     changes = [f for f in fits if f.change is not None]
     near = sorted(changes, key=lambda f: -int((ev.closer(f) & left).sum()))[:PAIRS]
     near = [f for f in near if (ev.closer(f) & left).any()]
+    most = max((int(f.explains(left).sum()) for f in near), default=0)
     tried: set[tuple[int, int]] = set()
     for a in near:
         rest = left & ~a.ok
-        touch = [f for f in changes if f not in near and (f.differs & rest).any()]
+        widest = most and int(a.explains(left).sum()) == most
+        touch = [f for f in changes if widest and f not in near and (f.differs & rest).any()]
         for b in (*near, *touch):
             for x, y in ((a, b), (b, a)):
                 if x is not y and (id(x), id(y)) not in tried:
