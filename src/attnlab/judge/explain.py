@@ -55,6 +55,7 @@ class _Fit:
     used_dead: torch.Tensor | None = None  # the rows its dead-row variant explains
     change: Callable[[dict], dict] | None = None
     alt: torch.Tensor | None = None  # its answer
+    parts: list[str] | None = None  # a pair's hints, where other pairs explain the same rows (see _tied_parts)
 
     def consistent(self, done: torch.Tensor | None = None) -> bool:
         """On every row its answer changes (but the rows ``done``, explained by another cause already), the function
@@ -114,7 +115,7 @@ def explain(out: torch.Tensor, ref: torch.Tensor, limit: float, base: dict, alte
 def _keys(found: list[_Fit], bad: torch.Tensor) -> list[str]:
     keys: list[str] = []
     for f in found:
-        keys += [k for k in (f.key.split("+") if TIE not in f.key else [f.key]) if k and k not in keys]
+        keys += [k for k in (f.parts or (f.key.split("+") if TIE not in f.key else [f.key])) if k and k not in keys]
         named = [a for a in f.dead_answers if not f.key or a != "nan"]  # NaN under a wrong mask: the mask's doing
         if named and f.used_dead is not None and (f.used_dead & bad).any():
             keys += [k for k in ("dead-rows", *(f"dead-rows={a}" for a in named)) if k not in keys]
@@ -180,16 +181,26 @@ def _best_pair(ev: _Evidence, fits: list[_Fit], base: dict, left: torch.Tensor) 
     near = sorted((f for f in fits if f.change is not None),
                   key=lambda f: -int((ev.closer(f) & left).sum()))[:PAIRS]
     near = [f for f in near if (ev.closer(f) & left).any()]
-    best = None
+    found = []
     for a, b in itertools.permutations(near, 2):
         both = Alternative(f"{a.key}+{b.key}", change=lambda kw, a=a, b=b: b.change(a.change(kw)))
         fit = _fit(ev, both, base)
-        if fit is None or not fit.consistent(~left):
-            continue
-        n = int(fit.explains(left).sum())
-        if n and (best is None or n > best[0]):
-            best = (n, fit)
-    return None if best is None else best[1]
+        if fit is not None and fit.consistent(~left) and fit.explains(left).any():
+            found.append(fit)
+    if not found:
+        return None
+    best = max(found, key=lambda f: int(f.explains(left).sum()))  # the first of the most
+    same = [f for f in found if torch.equal(f.explains(left), best.explains(left))]
+    return _Fit(best.key, best.differs, best.ok, best.dead_answers, best.used_dead, best.change, best.alt,
+                parts=_tied_parts([f.key.split("+") for f in same]))
+
+
+def _tied_parts(pairs: list[list[str]]) -> list[str]:
+    """The hints of pairs that explain the same rows: the keys every pair holds, then the others as one tie (the
+    diagnosis settles it from the function's other cases): (a, c) and (b, c) are c and a|b."""
+    every = [k for k in pairs[0] if all(k in p for p in pairs)]
+    some = list(dict.fromkeys(k for p in pairs for k in p if k not in every))
+    return every + ([TIE.join(some)] if some else [])
 
 
 class _Evidence:
