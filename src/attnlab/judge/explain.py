@@ -28,6 +28,7 @@ from attnlab.judge import oracle
 
 PAIRS = 6  # the alternatives that come closest on the rows left, tried two at a time
 CLOSER = 0.5  # ... "closest": the rows where an alternative is at most this share of the right answer's distance
+PAIR_READINGS = 2  # at most this many second changes may explain the same rows beside one cause (a tie of two)
 TIE = "|"  # joins the keys of alternatives that explain exactly the same rows of a case
 RESIDUE = 0.5  # where more than this share of the failing rows stays unexplained, a cause must explain this share
 
@@ -191,8 +192,11 @@ def _best_pair(ev: _Evidence, fits: list[_Fit], base: dict, left: torch.Tensor) 
         return None
     best = max(found, key=lambda f: int(f.explains(left).sum()))  # the first of the most
     same = [f for f in found if torch.equal(f.explains(left), best.explains(left))]
+    parts = _tied_parts([f.key.split("+") for f in same])
+    if parts and TIE in parts[-1] and len(parts[-1].split(TIE)) > PAIR_READINGS:
+        return None  # many changes do it alike on top of the same cause: the rows name none of them
     return _Fit(best.key, best.differs, best.ok, best.dead_answers, best.used_dead, best.change, best.alt,
-                parts=_tied_parts([f.key.split("+") for f in same]))
+                parts=parts)
 
 
 def _tied_parts(pairs: list[list[str]]) -> list[str]:
