@@ -179,8 +179,8 @@ def _greedy(fits: list[_Fit], bad: torch.Tensor) -> tuple[list[_Fit], torch.Tens
 
 def _best_pair(ev: _Evidence, fits: list[_Fit], base: dict, left: torch.Tensor) -> _Fit | None:
     """Two changes at once (the second made on top of the first) that explain the rows left, if any pair does."""
-    near = sorted((f for f in fits if f.change is not None),
-                  key=lambda f: -int((ev.closer(f) & left).sum()))[:PAIRS]
+    near = sorted((f for f in fits if f.change is not None and bool(f.alt.abs().amax() > 0)),  # (zeros: no key
+                  key=lambda f: -int((ev.closer(f) & left).sum()))[:PAIRS]  # seen, whatever else changes)
     near = [f for f in near if (ev.closer(f) & left).any()]
     found = []
     for a, b in itertools.permutations(near, 2):

@@ -95,7 +95,7 @@ def _models(dtype: torch.dtype) -> dict:
                 "scale-folded": (_fold_q, _fold_k),
                 "softmax-half": (_softmax_half, _softmax_half_blocks)}
     half = {"softmax-half": tuple(functools.partial(order, half=h) for h in HALF
-                                  for order in (_softmax_half, _softmax_half_blocks))}  # a softmax cast down
+                                  for order in (_softmax_cast, _softmax_half, _softmax_half_blocks))}  # cast down
     if dtype == torch.float64:
         return {"float32-in-float64": (_scale32, _all32, _values32), **half}
     return half
@@ -207,6 +207,13 @@ def _softmax_half(f, dtype, half=None):
     p = _r((s - torch.where(torch.isfinite(m), m, 0.0)).exp(), h)
     total = _r(p.sum(dim=-1, keepdim=True), h)
     return _finish(s, f, dtype, _r(p / torch.where(total == 0, 1.0, total), h))
+
+
+def _softmax_cast(f, dtype, half):
+    s = _r(_scores(f), half)  # the scores cast to the half dtype, a softmax that rounds its weights once
+    dead = torch.isneginf(s).all(dim=-1, keepdim=True)
+    P = torch.softmax(torch.where(dead, 0.0, s), dim=-1).masked_fill(dead, 0.0)
+    return _finish(s, f, dtype, _r(P, half))
 
 
 def _softmax_half_blocks(f, dtype, half=None):
