@@ -74,8 +74,8 @@ def diagnose(result, form: str) -> list[Diagnosis]:
             causes.setdefault("lse-only", []).append(r)
     numbers = [r for r in bad if r.facts.kind in ("", "raised", "probe") and _by_numbers(r)]
     rest = [r for r in numbers if not r.hints and not _gradients_only(r) and not _lse_only(r)]
-    told = [r for r in bad if r.facts.kind != "raised" and _by_numbers(r)]  # what tags may speak for: rows that
-    rest = [r for r in rest if r.facts.kind != "raised"]  # ran (an exception is said by its own line)
+    told = [r for r in bad if not _refused(r) and _by_numbers(r)]  # what tags may speak for: not a refusal, which
+    rest = [r for r in rest if not _refused(r)]  # says its own reason in its raises line
     lines = [(k, {}, g) for k, g in first.items() if k == "oracle"] + [(k, {}, g) for k, g in first.items()
                                                                         if k != "oracle"]
     found = []
@@ -88,6 +88,7 @@ def diagnose(result, form: str) -> list[Diagnosis]:
         rest = [r for r in rest if r not in group]
     for _, _, entries in sorted(found, key=lambda x: (-x[0], x[1])):
         lines += entries
+    rest = [r for r in rest if r.facts.kind != "raised"]
     for (kind, _), group in sorted(raised.items(), key=lambda x: -len(x[1])):
         msg = group[0].facts.raised_message.splitlines()[0][:160] if group[0].facts.raised_message else ""
         lines.append(("raises", {"type": kind, "message": msg or "(no message)"}, group))
@@ -116,6 +117,16 @@ def _by_numbers(r) -> bool:
     if not r.facts.problems:
         return True
     return set(r.facts.problems) <= set(SILENT) and any(not c.passed for c in r.comparisons if c.quantity != "lse")
+
+
+REFUSALS = ("AssertionError", "NotImplementedError")  # exceptions a function raises on purpose, saying why
+
+
+def _refused(r) -> bool:
+    """A row the function refused by an exception of its own (an assert, NotImplementedError): its raises line says
+    it, and no case tag speaks for it -- where a crash (a view that cannot be, a shape unpacked) is the symptom a
+    tag names ("only non-contiguous inputs fail")."""
+    return r.facts.kind == "raised" and r.facts.raised_type in REFUSALS
 
 
 def _gradients_only(r) -> bool:
