@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from attnlab.judge import causes as C
 from attnlab.judge.explain import TIE
+from attnlab.judge.facts import SILENT
 from attnlab.results import Result
 
 
@@ -52,6 +53,7 @@ def diagnose(result, form: str) -> list[Diagnosis]:
     if not bad:
         return []
     plain = Counter(h for r in bad for h in r.hints if TIE not in h)  # the hints no other reading ties with
+    lead = Counter(h.split(TIE)[0] for r in bad for h in r.hints if TIE in h)  # ... and those a tie puts first
     first: dict[str, list] = {}  # certain: the oracle's check, the contract, exits and hangs
     causes: dict[str, list] = {}  # what the numbers show
     raised: dict[tuple[str, str], list] = {}
@@ -65,13 +67,15 @@ def diagnose(result, form: str) -> list[Diagnosis]:
             raised.setdefault(f.exception(), []).append(r)
         for h in r.hints:
             if "=" not in h:  # "dead-rows=nan": what a cause's rows hold, said in its line (_fill)
-                causes.setdefault(C.line_of(_settle(h, plain)), []).append(r)
+                causes.setdefault(C.line_of(_settle(h, plain, lead)), []).append(r)
         if not r.hints and _gradients_only(r):
             causes.setdefault("gradients-only", []).append(r)
         elif not r.hints and _lse_only(r):
             causes.setdefault("lse-only", []).append(r)
-    numbers = [r for r in bad if r.facts.kind in ("", "raised", "probe") and not r.facts.problems]
+    numbers = [r for r in bad if r.facts.kind in ("", "raised", "probe") and _by_numbers(r)]
     rest = [r for r in numbers if not r.hints and not _gradients_only(r) and not _lse_only(r)]
+    told = [r for r in bad if not _refused(r) and _by_numbers(r)]  # what tags may speak for: not a refusal, which
+    rest = [r for r in rest if not _refused(r)]  # says its own reason in its raises line
     lines = [(k, {}, g) for k, g in first.items() if k == "oracle"] + [(k, {}, g) for k, g in first.items()
                                                                         if k != "oracle"]
     found = []
@@ -79,15 +83,15 @@ def diagnose(result, form: str) -> list[Diagnosis]:
         narrow = _narrower(rows, group, _scope(key))
         found.append((len(group), len(found), [(narrow, _fill(narrow, group), group)] * (narrow is not None)
                       + [(key, _fill(key, group), group)]))
-    for tag, group in _cover(rows, bad, rest):
+    for tag, group in _cover(rows, told, rest):
         found.append((len(group), len(found), [(C.of_tag(tag), _fill(C.of_tag(tag), group), group)]))
         rest = [r for r in rest if r not in group]
     for _, _, entries in sorted(found, key=lambda x: (-x[0], x[1])):
         lines += entries
+    rest = [r for r in rest if r.facts.kind != "raised"]
     for (kind, _), group in sorted(raised.items(), key=lambda x: -len(x[1])):
         msg = group[0].facts.raised_message.splitlines()[0][:160] if group[0].facts.raised_message else ""
         lines.append(("raises", {"type": kind, "message": msg or "(no message)"}, group))
-    rest = [r for r in rest if r.facts.kind != "raised"]
     if rest:
         w = rest[0].worst
         lines.append(("unclear", {"worst": f"{w.quantity}: {w.err:.3g} > {w.allowed:.3g}" if w else "-"}, rest))
@@ -105,6 +109,24 @@ def _fill(key: str | None, group) -> dict:
     seen = sorted({h.split("=", 1)[1] for r in group for h in r.hints if h.startswith("dead-rows=")},
                   key=list(RETURNED).index)
     return {"returned": "; yours returns " + " or ".join(RETURNED[s] for s in seen) if seen else ""}
+
+
+def _by_numbers(r) -> bool:
+    """A failing row the numbers speak for: one with no contract problem, or only problems that say nothing of the
+    output and a comparison beyond the log-sum-exp that failed (a function that returns no lse, and more wrong)."""
+    if not r.facts.problems:
+        return True
+    return set(r.facts.problems) <= set(SILENT) and any(not c.passed for c in r.comparisons if c.quantity != "lse")
+
+
+REFUSALS = ("AssertionError", "NotImplementedError")  # exceptions a function raises on purpose, saying why
+
+
+def _refused(r) -> bool:
+    """A row the function refused by an exception of its own (an assert, NotImplementedError): its raises line says
+    it, and no case tag speaks for it -- where a crash (a view that cannot be, a shape unpacked) is the symptom a
+    tag names ("only non-contiguous inputs fail")."""
+    return r.facts.kind == "raised" and r.facts.raised_type in REFUSALS
 
 
 def _gradients_only(r) -> bool:
@@ -169,13 +191,13 @@ def _cover(rows, bad, rest):
     return out
 
 
-def _settle(hint: str, plain: Counter) -> str:
+def _settle(hint: str, plain: Counter, lead: Counter) -> str:
     """A hint that is several readings of the same rows ("a|b", :data:`attnlab.judge.explain.TIE`): the one the
-    function's other failing cases show most, else the first."""
+    function's other failing cases show alone most, else the one its ties put first most often, else the first."""
     if TIE not in hint:
         return hint
     keys = hint.split(TIE)
-    return max(keys, key=lambda k: (plain[k], -keys.index(k)))
+    return max(keys, key=lambda k: (plain[k], lead[k], -keys.index(k)))
 
 
 def _scope(key: str) -> tuple[str, ...] | None:

@@ -27,6 +27,7 @@ from attnlab.judge import oracle
 
 PAIRS = 6  # the alternatives that come closest on the rows left, tried two at a time
 CLOSER = 0.5  # ... "closest": the rows where an alternative is at most this share of the right answer's distance
+PAIR_READINGS = 2  # at most this many second changes may explain the same rows beside one cause (a tie of two)
 TIE = "|"  # joins the keys of alternatives that explain exactly the same rows of a case
 RESIDUE = 0.5  # where more than this share of the failing rows stays unexplained, a cause must explain this share
 
@@ -199,7 +200,8 @@ def _pairs(ev: _Evidence, fits: list[_Fit], left: torch.Tensor):
     alone comes close to no row (its rows are read through the other bug: a causal diagonal placed in keys that
     start a row early) is found only on top of the other, and a pair that another explains alike is told as a
     tie, not named at random."""
-    changes = [f for f in fits if f.change is not None]
+    # (an answer of all zeros sees no key, whatever else changes: it pairs with nothing)
+    changes = [f for f in fits if f.change is not None and bool(f.alt.abs().amax() > 0)]
     near = sorted(changes, key=lambda f: -int((ev.closer(f) & left).sum()))[:PAIRS]
     near = [f for f in near if (ev.closer(f) & left).any()]
     most = max((int(f.explains(left).sum()) for f in near), default=0)
@@ -226,6 +228,8 @@ def _tied_pair(fits: list[_Fit]) -> _Fit | None:
     rest = list(dict.fromkeys("+".join(k for k in s if k not in common) for s in sets))
     f = fits[0]
     parts = (*common, TIE.join(rest) if all(rest) else "") if len(rest) > 1 else sets[0]  # ("": one has no more)
+    if len(rest) > PAIR_READINGS:
+        return None  # many changes do it alike on top of the same cause: the rows name none of them
     return _Fit(f.key, f.differs, f.ok, f.dead_answers, f.used_dead, f.change, f.alt, tuple(p for p in parts if p))
 
 

@@ -122,9 +122,11 @@ def _padded(pad: int):
 
 def tail_dropped(S: int):
     """The alternatives of a tile loop that counts its key tiles with // and never loads the last partial one:
-    keys from S - S % b on unseen, for each tile width b that leaves a partial tile."""
+    keys from S - S % b on unseen, for each tile width b that leaves a partial tile -- and where S is shorter than a
+    tile, that one partial tile is every key: no key is seen (the output zeros, and no gradient)."""
+    whole = next((b for b in BLOCKS if b > S), None)  # the narrowest tile that holds every key
     for b in BLOCKS:
-        if S % b and b < S:
+        if (S % b and b < S) or b == whole:
             keep = torch.arange(S) < S - S % b
             yield explain.Alternative("tail-dropped", lambda kw, keep=keep: {
                 **kw, "attn_mask": _with_causal(kw["attn_mask"], keep.expand(kw["query"].shape[-2], S))})

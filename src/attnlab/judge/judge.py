@@ -25,7 +25,7 @@ from attnlab import kernels
 from attnlab.judge import apis, hypotheses, mod_cases, oracle, precision, rule
 from attnlab.judge.apis import lse
 from attnlab.judge.cases import DTYPES, Case, views
-from attnlab.judge.facts import Facts, problem, raised
+from attnlab.judge.facts import SILENT, Facts, problem, raised
 from attnlab.judge.inference import Snapshot, Watched, paths
 from attnlab.judge.inference import compare as compare_paths
 from attnlab.judge.remote import Remote, described
@@ -229,7 +229,9 @@ def _with_grad(f, case: Case, seed: int, q, k, v, m, grad_out, p: float, fresh, 
     if out.shape != grad_out.shape:
         problems.append(problem("shape", got=tuple(out.shape), want=tuple(grad_out.shape)))
         return (out, *[None] * len(wrt)), problems
-    if not out.requires_grad:
+    if not out.requires_grad and bool((out == 0).all()):  # attended no key (every key masked or skipped): zeros
+        return (out, *(torch.zeros_like(t) for t in wrt), *extra), problems  # that depend on nothing, and so do
+    if not out.requires_grad:  # its gradients -- the output's own failure, judged as it is, not a detached graph
         problems.append(problem("no-grad"))
         return (out, *[None] * len(wrt)), problems
     try:
@@ -391,6 +393,31 @@ def _compare(case: Case, mine: tuple, exp: Expected, backward: bool, factor: flo
     return comps
 
 
+def _hints(case: Case, x, mine, exp: Expected, comps, problems: list[str]) -> list[str]:
+    """The causes a failing row's numbers show: the wrong semantics its output matches, its log-sum-exp's, and a
+    precision cause in what is left (the output's, or where the output passes, the log-sum-exp's)."""
+    if mine is None:
+        return []
+    hints, corrected = [], None
+    failed = [c.quantity for c in comps if not c.passed]
+    if case.api:  # an API's case: its own causes, then its lse's
+        if "out" in failed:
+            hints, corrected = apis.hints(case, x, mine[0], exp, _limit(comps))
+        if "lse" in failed and not hints:
+            hints = lse.hints(mine[-1], exp.ref[-1], exp.fwd)
+    else:
+        hints, corrected = hypotheses.matches(case, x, mine, exp, comps)
+    if set(problems) - set(SILENT):
+        return hints
+    if not any(h in PRECISE_ALREADY for h in hints) and (corrected is not None or not hints):
+        hints = hints + _precision(case, mine[0] if corrected is None else corrected, exp, comps)
+    if case.api and not hints and exp.keep is None and failed == ["lse"]:  # the output right, its lse off by a
+        allowed = next(c.allowed for c in comps if c.quantity == "lse")  # rounding's size
+        key = precision.lse_cause(DTYPES[case.dtype], exp.fwd, mine[-1], allowed)
+        hints = [key] if key else []
+    return hints
+
+
 def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accepts_masks: bool,
           explain: bool = True, *, backward: bool = True, factor: float = rule.FACTOR, inference: bool = True) -> Row:
     """Run ``fn`` on the case and hold out, dq, dk, dv (and dmask, and a modifier's tensors) to the tolerance rule.
@@ -428,17 +455,6 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
         comps += more
         problems = problems + said
     ok = not problems and bool(comps) and all(c.passed for c in comps)
-    hints, corrected = [], None
-    if case.api and explain and not ok and mine is not None:  # an API's case: its own causes, then its lse's
-        failed = {c.quantity for c in comps if not c.passed}
-        if "out" in failed:
-            hints, corrected = apis.hints(case, x, mine[0], exp, _limit(comps))
-        if "lse" in failed and not hints:
-            hints = lse.hints(mine[-1], exp.ref[-1], exp.fwd)
-    elif explain and not ok:
-        hints, corrected = hypotheses.matches(case, x, mine, exp, comps)
-    if explain and not ok and not problems and mine is not None and not any(h in PRECISE_ALREADY for h in hints) and (
-            corrected is not None or not hints):
-        hints = hints + _precision(case, mine[0] if corrected is None else corrected, exp, comps)
+    hints = _hints(case, x, mine, exp, comps, [key for key, _ in problems]) if explain and not ok else []
     return row(name, case, "pass" if ok else "fail", "; ".join(text for _, text in problems), comparisons=comps,
                hints=hints, cross=exp.cross, facts=Facts(problems=[key for key, _ in problems]))

@@ -18,14 +18,17 @@ log-sum-exp give them back, after the score modifier and the mask), so they shar
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
 from attnlab.judge import oracle, rule
+from attnlab.judge.explain import TIE
 
 BAND = 2.0  # an error within this factor of one of a cause's orders fits the cause
 WIDE = 10.0  # ... in float64, where nothing correct comes near float32's error, and float32 rounds in many places
+SHAPE = 0.5  # a cast to half precision in a full-precision case: the output that near the cast's answer, on average
 CLEAR = 2.0  # an order counts where its error is this many times the correct computation's
 HALF = (torch.float16, torch.bfloat16)
 STEPS = 256  # at most this many steps in the emulation of a sum run key by key
@@ -34,21 +37,47 @@ BLOCK = 64  # the key block a running sum is accumulated over, in the emulation 
 
 def cause(case_dtype: torch.dtype, f: oracle.Forward, mine: torch.Tensor, ref: torch.Tensor, theirs: torch.Tensor,
           limit: float) -> str | None:
-    """The precision cause whose error model holds ``mine``'s error, or None. ``f`` the oracle's forward for the
-    case (:attr:`attnlab.judge.judge.Expected.fwd`), ``theirs`` PyTorch's output in the case's dtype."""
+    """The precision causes whose error models hold ``mine``'s error, nearest first and joined by
+    :data:`attnlab.judge.explain.TIE` (the diagnosis keeps the one the function's other cases show), or None.
+    ``f`` the oracle's forward for the case (:attr:`attnlab.judge.judge.Expected.fwd`), ``theirs`` PyTorch's
+    output in the case's dtype."""
     mine = mine.detach().double().cpu()
     err = rule.max_err(mine, ref)
     if not (math.isfinite(err) and err > limit) or not bool(torch.isfinite(mine).all()):
         return None
-    correct = rule.max_err(theirs, ref)
-    fits = []
+    floor = max(limit, CLEAR * rule.max_err(theirs, ref))
+    models = {}
     for key, orders in _models(case_dtype).items():
-        for order in orders:
-            e = rule.max_err(oracle.unflatten(order(f, case_dtype), f), ref)
-            band = WIDE if case_dtype == torch.float64 else BAND
-            if e > max(limit, CLEAR * correct) and e / band <= err <= e * band:
-                fits.append((abs(math.log(err / e)), key))
-    return min(fits)[1] if fits else None
+        answers = [oracle.unflatten(order(f, case_dtype), f) for order in orders]
+        if case_dtype not in HALF and key == "softmax-half":  # a cast a full-precision case does not make: the
+            answers = [a for a in answers if rule.mean_err(mine, a) <= SHAPE * rule.mean_err(a, ref)]  # answer too
+        models[key] = [rule.max_err(a, ref) for a in answers]
+    return _fitting(case_dtype, err, floor, models)
+
+
+def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float) -> str | None:
+    """:func:`cause` for a log-sum-exp that fails where the output passes: its error on the rows that see a key
+    against the log-sum-exp of each cause's rounded scores (scores kept in bfloat16 make the lse wrong as much as
+    they make the output; a kernel's output may stay within its rule where its float32 lse cannot)."""
+    live = torch.isfinite(f.lse)
+    if not isinstance(mine, torch.Tensor) or mine.shape != f.lse.shape or not live.any():
+        return None
+    err = float((mine.detach().double().cpu() - f.lse)[live].abs().max())
+    if not (math.isfinite(err) and err > limit):
+        return None
+    models = {key: [float((order(f, case_dtype) - f.lse)[live].abs().max()) for order in orders]
+              for key, orders in _lse_models(case_dtype).items()}
+    return _fitting(case_dtype, err, limit, models)
+
+
+def _fitting(case_dtype: torch.dtype, err: float, floor: float, models: dict) -> str | None:
+    """The keys of ``models`` ({key: [its orders' errors]}) with an order clear of ``floor`` and within the band
+    of ``err``, nearest in ratio first, joined by TIE."""
+    band = WIDE if case_dtype == torch.float64 else BAND
+    fits = sorted((abs(math.log(err / e)), key) for key, errs in models.items() for e in errs
+                  if e > floor and e / band <= err <= e * band)
+    keys = list(dict.fromkeys(key for _, key in fits))
+    return TIE.join(keys) if keys else None
 
 
 def noise(dtype: torch.dtype, f: oracle.Forward, ref: torch.Tensor) -> float:
@@ -65,9 +94,40 @@ def _models(dtype: torch.dtype) -> dict:
         return {"scores-rounded": (_scores_once, _scores_twice, _sum_rounded, _sum_running),
                 "scale-folded": (_fold_q, _fold_k),
                 "softmax-half": (_softmax_half, _softmax_half_blocks)}
+    half = {"softmax-half": tuple(functools.partial(order, half=h) for h in HALF
+                                  for order in (_softmax_cast, _softmax_half, _softmax_half_blocks))}  # cast down
     if dtype == torch.float64:
-        return {"float32-in-float64": (_scale32, _all32, _values32)}
+        return {"float32-in-float64": (_scale32, _all32, _values32), **half}
+    return half
+
+
+def _lse_models(dtype: torch.dtype) -> dict:
+    """The log-sum-exp each cause gives, (N, H, L) float64: of its rounded scores (or with its rounded sum)."""
+    def of(change):
+        return lambda f, dt: _lse(change(f, dt))
+
+    if dtype in HALF:
+        return {"scores-rounded": (of(lambda f, dt: _r(_scores(f), dt)),
+                                   of(lambda f, dt: _r(_r(_scores(f) / f.scale, dt) * f.scale, dt))),
+                "scale-folded": (of(lambda f, dt: _scores(f) + _fold_error(f, dt, True)),
+                                 of(lambda f, dt: _scores(f) + _fold_error(f, dt, False))),
+                "softmax-half": (_lse_sum_rounded,)}
+    if dtype == torch.float64:
+        return {"float32-in-float64": (of(lambda f, dt: _scores(f) * (float(torch.tensor(f.scale, dtype=torch.float32))
+                                                                      / f.scale)),
+                                       of(lambda f, dt: _scores(f).float().double()))}
     return {}
+
+
+def _lse(s: torch.Tensor) -> torch.Tensor:
+    return torch.logsumexp(s, dim=-1)
+
+
+def _lse_sum_rounded(f, dtype):
+    s = _scores(f)  # the max right, the sum of exp(s - max) kept in the dtype
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, 0.0)
+    return (m + _r((s - m).exp().sum(dim=-1, keepdim=True), dtype).log())[..., 0]
 
 
 def _r(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -119,12 +179,17 @@ def _sum_running(f, dtype):
     return _finish(s, f, dtype, p / torch.where(total == 0, 1.0, total))
 
 
-def _folded(f, dtype, on_q: bool):
-    """The scale multiplied into q (or k) and stored in the dtype before the matmul."""
+def _fold_error(f, dtype, on_q: bool) -> torch.Tensor:
+    """What the scale multiplied into q (or k) and stored in the dtype before the matmul adds to the scores."""
     q, k = f.q, f.k
     exact = q @ k.transpose(-2, -1) * f.scale
     folded = (_r(q * f.scale, dtype) @ k.transpose(-2, -1)) if on_q else (q @ _r(k * f.scale, dtype).transpose(-2, -1))
-    return _finish(_scores(f) + (folded - exact), f, dtype)
+    return folded - exact
+
+
+def _folded(f, dtype, on_q: bool):
+    """The scale multiplied into q (or k) and stored in the dtype before the matmul."""
+    return _finish(_scores(f) + _fold_error(f, dtype, on_q), f, dtype)
 
 
 def _fold_q(f, dtype):
@@ -135,22 +200,31 @@ def _fold_k(f, dtype):
     return _folded(f, dtype, False)
 
 
-def _softmax_half(f, dtype):
-    s = _scores(f)  # exp and the sum in the dtype
+def _softmax_half(f, dtype, half=None):
+    h = half or dtype  # exp and the sum in the half dtype (the case's own, or one a full-precision case is cast to)
+    s = _scores(f)
     m = s.amax(dim=-1, keepdim=True)
-    p = _r((s - torch.where(torch.isfinite(m), m, 0.0)).exp(), dtype)
-    total = _r(p.sum(dim=-1, keepdim=True), dtype)
-    return _finish(s, f, dtype, _r(p / torch.where(total == 0, 1.0, total), dtype))
+    p = _r((s - torch.where(torch.isfinite(m), m, 0.0)).exp(), h)
+    total = _r(p.sum(dim=-1, keepdim=True), h)
+    return _finish(s, f, dtype, _r(p / torch.where(total == 0, 1.0, total), h))
 
 
-def _softmax_half_blocks(f, dtype):
-    s = _scores(f)  # torch.softmax on half scores: each block's sum rounded, the sum of blocks rounded
+def _softmax_cast(f, dtype, half):
+    s = _r(_scores(f), half)  # the scores cast to the half dtype, a softmax that rounds its weights once
+    dead = torch.isneginf(s).all(dim=-1, keepdim=True)
+    P = torch.softmax(torch.where(dead, 0.0, s), dim=-1).masked_fill(dead, 0.0)
+    return _finish(s, f, dtype, _r(P, half))
+
+
+def _softmax_half_blocks(f, dtype, half=None):
+    h = half or dtype  # torch.softmax on half scores: each block's sum rounded, the sum of blocks rounded
+    s = _scores(f)
     m = s.amax(dim=-1, keepdim=True)
-    p = _r((_r(s, dtype) - _r(torch.where(torch.isfinite(m), m, 0.0), dtype)).exp(), dtype)
+    p = _r((_r(s, h) - _r(torch.where(torch.isfinite(m), m, 0.0), h)).exp(), h)
     total = torch.zeros_like(p[..., :1])
     for j in range(0, p.shape[-1], BLOCK):
-        total = _r(total + _r(p[..., j:j + BLOCK].sum(dim=-1, keepdim=True), dtype), dtype)
-    return _finish(s, f, dtype, _r(p / torch.where(total == 0, 1.0, total), dtype))
+        total = _r(total + _r(p[..., j:j + BLOCK].sum(dim=-1, keepdim=True), h), h)
+    return _finish(s, f, dtype, _r(p / torch.where(total == 0, 1.0, total), h))
 
 
 def _scale32(f, dtype):

@@ -34,8 +34,9 @@ from attnlab.kernels import mods
 NAME = "flash-attn"
 BACKWARD = True
 CAUSES = (
-    Cause('api-top-left', "causal= (or window_size=) is aligned top-left, query i at key position i: FlashAttention "
-                          "aligns it bottom-right, query i at key position i + S - L (causal: keys j <= i + S - L)"),
+    Cause('api-top-left', "causal= (or window_size=, or ALiBi's distance) is aligned top-left, query i at key "
+                          "position i: FlashAttention aligns it bottom-right, query i at key position i + S - L "
+                          "(causal: keys j <= i + S - L; ALiBi: -slope * |i + S - L - j|)"),
     Cause('flash-window-swapped', "window_size's two sides are swapped: it is (left, right), query i sees keys "
                                   "i + S - L - left ... i + S - L + right"),
     Cause('flash-softcap-scale', "the soft-cap is taken on the scores before the softmax scale: cap "
@@ -127,14 +128,13 @@ def alternatives(case: Case, args: dict):
 
     L, S = case.L, case.S or case.L
     window, causal = tuple(args.get("window", (-1, -1))), bool(args.get("causal"))
-    if (causal or "window" in args) and L != S:  # PyTorch's is_causal: query i at key position i, not i + S - L
-        n = max(L, S)
-        yield Alternative("api-top-left", lambda kw: {**kw, "attn_mask": keys_seen(n, n, causal, window)[:L, :S]})
+    sl = slopes(case, args)
+    if (causal or "window" in args or sl is not None) and L != S:  # query i at key position i, not i + S - L
+        yield from _top_left(L, S, causal, window, sl is not None)
     if window[0] != window[1] and "window" in args:
         swapped = keys_seen(L, S, causal, window[::-1])
         yield Alternative("flash-window-swapped", lambda kw: {**kw, "attn_mask": swapped})
     cap = mod_cases.CAP if args.get("softcap") else None
-    sl = slopes(case, args)
     scale = case.E ** -0.5 if case.scale is None else float(case.scale)
     if cap is not None:
         yield Alternative("flash-softcap-scale", _with_mod(_modifier(cap, sl, S - L, cap_unscaled=scale)))
@@ -148,6 +148,31 @@ def alternatives(case: Case, args: dict):
         yield Alternative("flash-window-edge", lambda kw, edge=edge: {**kw, "attn_mask": keys_seen(L, S, causal, edge)})
     yield from hypotheses.padded_keys(S)
     yield from hypotheses.tail_dropped(S)
+
+
+def _top_left(L: int, S: int, causal: bool, window, alibi: bool):
+    """A kernel that places query i at key position i (PyTorch's is_causal) places it there for everything it
+    measures from the query: the causal mask, the window and ALiBi's distance -- one alignment, one cause. Its
+    variants: the mask and ALiBi both top-left, then each alone (the other measured right)."""
+    from attnlab.judge.explain import Alternative
+
+    n = max(L, S)
+    masked = causal or window != (-1, -1)
+    top = keys_seen(n, n, causal, window)[:L, :S] if masked else None
+
+    def mask(kw):
+        return {**kw, "attn_mask": top} if masked else kw
+
+    def distance(kw):  # the modifier asked for query i's distance from key position i
+        mod = kw["score_mod"]
+        if mod is None:
+            raise ValueError("no score_mod")
+        return {**kw, "score_mod": lambda score, b, h, q_idx, kv_idx: mod(score, b, h, q_idx - (S - L), kv_idx)}
+
+    if alibi:
+        yield Alternative("api-top-left", lambda kw: distance(mask(kw)))
+    if masked:
+        yield Alternative("api-top-left", mask)
 
 
 def _edges(window):

@@ -91,11 +91,13 @@ def alternatives(case: Case, args: dict):
     from attnlab.judge import hypotheses
     from attnlab.judge.explain import Alternative
 
-    if mask_fn(case) is not None:
+    masked = mask_fn(case) is not None
+    if masked:
         yield Alternative("flex-partial-as-full", _blocks(lambda seen: _tiles(seen, torch.any, False)))
         yield Alternative("flex-full-only", _blocks(lambda seen: _tiles(seen, torch.all, True)))
-        for size in (16, 32, 64):
-            yield Alternative("flex-block-size", _blocks(lambda seen, size=size: seen & _listed(seen, size)))
+    for size in (16, 32, 64):  # with no block mask, a kernel walks every 128-key block, read at its own size
+        yield Alternative("flex-block-size", _blocks(lambda seen, size=size: seen & _listed(seen, size),
+                                                     every=not masked))
     if case.mod is not None:
         yield Alternative("flex-mod-index", lambda kw: {**kw, "score_mod": _swapped(kw["score_mod"])})
     if case.mod is not None and case.gqa:
@@ -112,10 +114,13 @@ def _by_key_head(mod, G: int):
     return lambda score, b, h, q_idx, kv_idx: mod(score, b, h // G, q_idx, kv_idx)
 
 
-def _blocks(read):
-    """A change that reads the case's mask (dense, and is_causal) through a block rule ``read(seen (..., L, S))``."""
+def _blocks(read, every: bool = False):
+    """A change that reads the case's mask (dense, and is_causal) through a block rule ``read(seen (..., L, S))``;
+    ``every``: no mask is every key seen (the blocks a kernel walks when it is given no block mask)."""
     def change(kw):
         seen, L, S = kw["attn_mask"], kw["query"].shape[-2], kw["key"].shape[-2]
+        if seen is None and every and not kw["is_causal"]:
+            seen = torch.ones(L, S, dtype=torch.bool)
         if kw["is_causal"]:
             tril = torch.ones(L, S, dtype=torch.bool).tril()
             seen = tril if seen is None else seen & tril

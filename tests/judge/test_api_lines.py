@@ -1,0 +1,112 @@
+"""One bug, one line: what a function does wrong is said once, by its own cause, and no fact of the same failure
+comes back as a second line -- an alignment that also measures ALiBi's distance, zeros where no key is seen, a
+log-sum-exp that carries the scores' rounding, a softmax cast to float16, an exception, a missing log-sum-exp."""
+
+import pytest
+import torch
+
+from attnlab.judge import apis, verify
+from tests import api_functions as R
+
+pytestmark = pytest.mark.slow  # verify on a handful of cases each (a few seconds)
+
+
+def _keys(fn, api, dtypes, pick):
+    cases = [c for c in apis.cases(api, dtypes, long=False) if (api == "sdpa" or not apis.skip_reason(c)) and pick(c)]
+    assert cases
+    target = fn if api == "sdpa" else apis.Adapted(fn, api)
+    r = verify.verify({"f": target}, cases, timeout=None, check_dropout=False)
+    for row in r.rows:
+        print(row.case, row.dtype, row.status, row.hints, row.facts.problems)
+    print([d.text for d in r.diagnoses.get("f", [])])
+    assert not r.passed
+    return [d.key for d in r.diagnoses.get("f", [])]
+
+
+def _flash_all_top_left(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                        alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """Query i at key position i for everything: the causal mask and ALiBi's distance."""
+    B, L, H, D = q.shape
+    S = k.shape[1]
+    scale = D ** -0.5 if softmax_scale is None else softmax_scale
+    bias = None
+    if alibi_slopes is not None:
+        sl = alibi_slopes.view(-1 if alibi_slopes.dim() == 2 else 1, H, 1, 1).float()
+        bias = -sl * (torch.arange(L)[:, None] - torch.arange(S)[None, :]).abs().float()
+    seen = R.band(L, S, 0, causal, window_size, q.device)
+    out, lse = R._attend(*(t.transpose(1, 2) for t in (q, k, v)), scale, seen, bias, softcap)
+    return out.transpose(1, 2), lse, None
+
+
+def test_a_top_left_kernel_that_measures_alibi_top_left_too_is_one_alignment_line():
+    names = ("flash: ALiBi (H,), L<S", "flash: ALiBi (B, H), causal, L>S", "L<S causal lower-right")
+    keys = _keys(_flash_all_top_left, "flash-attn", ["float32"], lambda c: c.name in names)
+    assert keys == ["api-top-left"], keys
+
+
+def _flash_lse_of_rounded_scores(q, k, v, **kw):
+    """The output right; the log-sum-exp taken over the scores stored in the inputs' dtype."""
+    out, _, _ = R.flash_attn_func(q, k, v, return_attn_probs=True, **{n: x for n, x in kw.items()
+                                                                        if n != "return_attn_probs"})
+    qh, kh = (t.transpose(1, 2).float() for t in (q, k))
+    G = qh.shape[1] // kh.shape[1]
+    scale = kw.get("softmax_scale") or q.shape[-1] ** -0.5
+    s = (qh @ kh.repeat_interleave(G, dim=1).transpose(-2, -1) * scale).to(q.dtype).float()
+    return out, torch.logsumexp(s, dim=-1), None
+
+
+def test_a_log_sum_exp_of_rounded_scores_is_the_precision_cause_not_lse_only():
+    keys = _keys(_flash_lse_of_rounded_scores, "flash-attn", ["bfloat16"],
+                 lambda c: apis.parse(c.api)[1] == {} and c.magnitude <= 10)  # no mask: the lse above sets none
+    assert keys == ["scores-rounded"], keys
+
+
+def _tiles_floored(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """Key tiles of 32 counted with //: the last partial tile never seen; shorter than a tile, nothing is (zeros)."""
+    S = key.shape[-2]
+    n = S // 32 * 32
+    if n == 0:
+        return torch.zeros(*query.shape[:-1], value.shape[-1], dtype=query.dtype)
+    return torch.nn.functional.scaled_dot_product_attention(query, key[..., :n, :], value[..., :n, :], scale=scale)
+
+
+def test_zeros_from_a_kernel_that_saw_no_key_are_the_dropped_tile_not_a_detached_graph():
+    keys = _keys(_tiles_floored, "sdpa", ["float32"],
+                 lambda c: c.mask is None and not c.is_causal and not c.gqa and c.mod is None and c.dropout_p == 0)
+    assert keys[0] == "tail-dropped" and "no-grad" not in keys, keys
+
+
+def _softmax_float16(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    sc = query.shape[-1] ** -0.5 if scale is None else scale
+    s = query @ key.transpose(-2, -1) * sc
+    if is_causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), -torch.inf)
+    return torch.softmax(s.half(), dim=-1).to(query.dtype) @ value
+
+
+def test_a_softmax_in_float16_in_a_full_precision_case_is_named():
+    keys = _keys(_softmax_float16, "sdpa", ["float32", "float64", "bfloat16"],
+                 lambda c: c.name in ("basic", "head dim 64", "head dim 40, L=97"))
+    assert keys == ["softmax-half"], keys
+
+
+def _no_bool_masks(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    assert attn_mask is None or attn_mask.dtype != torch.bool, "bool masks are not supported"
+    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask, is_causal=is_causal,
+                                                            scale=scale, enable_gqa=enable_gqa)
+
+
+def test_rows_that_raised_are_said_by_the_raises_line_alone():
+    keys = _keys(_no_bool_masks, "sdpa", ["float32"], lambda c: c.dropout_p == 0 and c.mod is None)
+    assert set(keys) == {"raises"}, keys
+
+
+def _float32_without_lse(q, k, v, **kw):
+    """Computed in float32 whatever the inputs' dtype, and no log-sum-exp returned."""
+    return R.flash_attn_func(q.float(), k.float(), v.float(), **kw)[0].to(q.dtype)
+
+
+def test_a_function_that_returns_no_lse_still_gets_its_outputs_causes():
+    keys = _keys(_float32_without_lse, "flash-attn", ["float32", "float64"],
+                 lambda c: c.name in ("basic", "L<S causal lower-right", "head dim 64", "two batch dims"))
+    assert keys[0] == "no-lse" and set(keys) == {"no-lse", "float32-in-float64"}, keys
