@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from attnlab.judge import causes as C
 from attnlab.judge.explain import TIE
 from attnlab.judge.facts import SILENT
+from attnlab.judge.precision import CAUSES as PRECISION
 from attnlab.results import Result
 
 
@@ -72,6 +73,7 @@ def diagnose(result, form: str) -> list[Diagnosis]:
             causes.setdefault("gradients-only", []).append(r)
         elif not r.hints and _lse_only(r):
             causes.setdefault("lse-only", []).append(r)
+    _rounding_in_gradients(causes)
     numbers = [r for r in bad if r.facts.kind in ("", "raised", "probe") and _by_numbers(r)]
     rest = [r for r in numbers if not r.hints and not _gradients_only(r) and not _lse_only(r)]
     told = [r for r in bad if not _refused(r) and _by_numbers(r)]  # what tags may speak for: not a refusal, which
@@ -127,6 +129,18 @@ def _refused(r) -> bool:
     it, and no case tag speaks for it -- where a crash (a view that cannot be, a shape unpacked) is the symptom a
     tag names ("only non-contiguous inputs fail")."""
     return r.facts.kind == "raised" and r.facts.raised_type in REFUSALS
+
+
+def _rounding_in_gradients(causes: dict) -> None:
+    """Rows whose gradients alone fail, in a dtype where a precision cause is named for the output: that rounding's
+    rows too (it reaches the gradients through the same weights), not a backward of their own."""
+    for r in list(causes.get("gradients-only", ())):
+        home = next((k for k in PRECISION if any(x.dtype == r.dtype for x in causes.get(k, ()))), None)
+        if home is not None:
+            causes[home].append(r)
+            causes["gradients-only"].remove(r)
+    if "gradients-only" in causes and not causes["gradients-only"]:
+        del causes["gradients-only"]
 
 
 def _gradients_only(r) -> bool:

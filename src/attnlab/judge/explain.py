@@ -56,6 +56,7 @@ class _Fit:
     change: Callable[[dict], dict] | None = None
     alt: torch.Tensor | None = None  # its answer
     parts: tuple[str, ...] | None = None  # the keys it names, where not its key's ("a+b": a and b; "a|b": a tie)
+    near: torch.Tensor | None = None  # rows where the function's answer is much nearer this one than the right one
 
     def consistent(self, done: torch.Tensor | None = None) -> bool:
         """On every row its answer changes (but the rows ``done``, explained by another cause already), the function
@@ -66,7 +67,10 @@ class _Fit:
         return bool(self.ok[rows].all()) and (not self.key or bool(by_value.any()))
 
     def explains(self, bad: torch.Tensor) -> torch.Tensor:
-        return bad & self.ok & (self.differs | self.used_dead)
+        """The failing rows it accounts for: where its answer is the function's and differs from the right one (by
+        twice the tolerance, or on a row the function fails where the function's answer is far nearer it)."""
+        seen = self.differs | self.used_dead
+        return bad & self.ok & (seen if self.near is None else seen | self.near)
 
 
 def rows_err(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -171,7 +175,7 @@ def _greedy(fits: list[_Fit], bad: torch.Tensor) -> tuple[list[_Fit], torch.Tens
         pool = [f for f in pool if f is not best and not any(f is t for t in tied)]
         if tied and best.key:  # the same rows, two readings: the diagnosis settles it from the other cases
             best = _Fit(TIE.join([best.key, *(f.key for f in tied)]), best.differs, best.ok, best.dead_answers,
-                        best.used_dead, best.change, best.alt)
+                        best.used_dead, best.change, best.alt, near=best.near)
         found.append(best)
         left &= ~gained
     return found, left
@@ -230,7 +234,8 @@ def _tied_pair(fits: list[_Fit]) -> _Fit | None:
     parts = (*common, TIE.join(rest) if all(rest) else "") if len(rest) > 1 else sets[0]  # ("": one has no more)
     if len(rest) > PAIR_READINGS:
         return None  # many changes do it alike on top of the same cause: the rows name none of them
-    return _Fit(f.key, f.differs, f.ok, f.dead_answers, f.used_dead, f.change, f.alt, tuple(p for p in parts if p))
+    return _Fit(f.key, f.differs, f.ok, f.dead_answers, f.used_dead, f.change, f.alt, tuple(p for p in parts if p),
+                f.near)
 
 
 class _Evidence:
@@ -256,7 +261,8 @@ class _Evidence:
                 if hit.any():
                     answers.append(name)
                     used |= hit
-        return _Fit(a.key, differs, ok | used, answers, used, a.change, alt)
+        near = rows_err(self.out, alt) <= CLOSER * rows_err(self.out, self.ref)
+        return _Fit(a.key, differs, ok | used, answers, used, a.change, alt, near=near)
 
     def closer(self, f: _Fit) -> torch.Tensor:
         """Rows where the alternative's answer is much nearer the function's than the right answer is."""

@@ -26,6 +26,7 @@ import torch
 from attnlab.judge import oracle, rule
 from attnlab.judge.explain import TIE
 
+CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "float32-in-float64")  # the keys it can name
 BAND = 2.0  # an error within this factor of one of a cause's orders fits the cause
 WIDE = 10.0  # ... in float64, where nothing correct comes near float32's error, and float32 rounds in many places
 SHAPE = 0.5  # a cast to half precision in a full-precision case: the output that near the cast's answer, on average
