@@ -38,9 +38,33 @@ def test_each_starter_is_written_once_defines_its_function_and_is_told_as_the_st
 @pytest.mark.parametrize("level, todos", [("loops", 4), ("matrix", 4), ("module", 4), ("flash", 5), ("backward", 4),
                                           ("decode", 3), ("triton", 4)])
 def test_an_untouched_starter_is_told_it_is_one_with_its_todos_left_and_nothing_else(level, todos):
-    line = check.starter_line(levels.find(level))
+    line = slips.starter_line(levels.find(level))
     print(line.text)
     assert line.key == "starter" and line.text.startswith(f"untouched starter: {todos} TODOs left")
+
+
+@pytest.mark.slow  # each level's check runs its starter in a judged process, as `attnlab lab check` does
+@pytest.mark.parametrize("level", [pytest.param(lv.name, marks=[pytest.mark.long] if lv.name in ("loops", "flash")
+                                                else []) for lv in levels.LEVELS])  # (loops and flash: 20-70 s)
+def test_lab_check_tells_every_untouched_starter_it_is_one_and_nothing_else(tmp_path, level):
+    """Through the check itself (the attention levels' and the levels with cases of their own alike): the untouched
+    starter's causes are the one untouched line, and no failing row, no slip, no "fit no pattern" is printed."""
+    from attnlab.lab import judged
+    from attnlab.report import exercise
+
+    lv = levels.find(level)
+    path = files.start(tmp_path, lv).path
+    with judged.open_learner(str(path)) as learner:
+        assert learner.given and learner.level == level
+        r = check.check(learner, quick=True, budget_s=30.0)
+    said = exercise.lines(r)
+    print("\n".join(said))
+    starter = slips.starter_line(lv)
+    assert [(d.key, d.text) for d in r.diagnoses] == [(starter.key, starter.text)]
+    causes = said[said.index("[bold]Likely cause[/] (most likely first):") + 1:]
+    assert causes[0] == f"  - {starter.text}" and not causes[1].startswith("  - ")
+    assert not any(line.startswith("  [red]") or "fit no pattern" in line for line in said)
+    assert not r.passed
 
 
 def _corpus(levels_, seeds):

@@ -8,7 +8,6 @@ past its time, a FAIL) row, what could not be measured says why, and the result 
 
 from __future__ import annotations
 
-import re
 import time
 
 from attnlab.judge.diagnose import Diagnosis
@@ -32,12 +31,6 @@ def count(learner, quick: bool = False) -> int:
     if hasattr(mod, "cases"):
         return len(mod.cases(quick))
     return len(grade.cases(learner.form, None, quick, getattr(mod, "answerable", None))[0])
-
-
-def starter_line(level) -> Diagnosis:
-    """What an untouched starter is told: that it is one, with its TODOs left, and nothing else."""
-    n = len(set(re.findall(r"TODO (\d+)", level.starter_text()))) or level.starter_text().count("TODO")
-    return Diagnosis("starter", slips.TEXT["starter"].format(n=n))
 
 
 def level_diagnoses(probes, level, seed: int, verify_found, more=(), fill=None) -> list:
@@ -90,7 +83,7 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
         note += f"; and {len(rows)} of the level's own: " + ", ".join(dict.fromkeys(r.case.split(",")[0] for r in rows))
     found = result.diagnoses.get(name, [])  # verify's diagnoses of the failures, most likely first
     if learner.given:
-        found = [starter_line(level)]
+        found = [slips.starter_line(level)]
     elif not result.passed and fn.lost is None:
         found = level_diagnoses(_probes(learner, seed, budget_s), level, seed, found, more, fill)
     hung = next((r for r in result.rows if r.facts.kind == "timeout"), None)

@@ -18,6 +18,7 @@ did, in their terms, and what it should do.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
@@ -85,6 +86,13 @@ TEXT = {
                      "is_causal",
 }
 
+
+def starter_line(level) -> Diagnosis:
+    """What an untouched starter is told, at every level: that it is one, with its TODOs left, and nothing else
+    (its failures are the starter's, not the learner's: no slip of theirs is named from them)."""
+    text = level.starter_text()
+    n = len(set(re.findall(r"TODO (\d+)", text))) or text.count("TODO")
+    return Diagnosis("starter", TEXT["starter"].format(n=n))
 
 def common(always_causal: bool = False):
     """(key, (q, k, v, causal) -> the slip's output or None): the slips of attention itself, at every attention
