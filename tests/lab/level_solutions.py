@@ -100,7 +100,8 @@ def flash_forward(q, k, v, is_causal=False, block_q=64, block_k=64, slip=None):
             new = top if slip == "max-not-carried" else torch.maximum(m, top)
             safe = torch.where(torch.isinf(new), 0.0, new)
             alpha = torch.ones_like(m) if slip == "max-not-carried" else torch.exp(m - safe)
-            p = torch.exp(s - (torch.where(torch.isinf(m), 0.0, m) if slip == "stale-max" else safe))
+            p = torch.exp(s - {"stale-max": torch.where(torch.isinf(m), 0.0, m),  # the old max, guarded by 0
+                               "stale-max-guarded": torch.where(m == -math.inf, new, m)}.get(slip, safe))
             total = (total if slip == "sum-not-rescaled" else total * alpha) + p.sum(dim=-1, keepdim=True)
             acc = (acc if slip == "acc-not-rescaled" else acc * alpha) + p @ vb
             m = new

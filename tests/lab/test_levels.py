@@ -124,6 +124,16 @@ def test_each_slip_an_attention_level_knows_is_named_first_as_itself(level):
     assert C.attention_keys(lv, _as_learner(level, lambda q, k, v, c: right(q, k, v, c)), 0) == []
 
 
+def test_the_stale_max_guarded_on_the_first_tile_is_named_from_its_outputs_not_as_an_overflow():
+    """p = exp(s - where(m == -inf, m_new, m)): the first tile right, every later one against the old max. Its
+    errors are finite on small scores and it overflows on large ones, as the stale max does: the stale-max line,
+    not "subtract each row's largest score" (it does subtract one, a stale one)."""
+    lv = levels.find("flash")
+    keys = C.attention_keys(lv, functools.partial(S.flash_forward, slip="stale-max-guarded"), 0)
+    print(keys)
+    assert keys[:1] == ["stale-max"] and "max-subtraction" not in keys
+
+
 def test_every_line_a_level_says_is_one_of_its_slips_or_a_fact_it_measures():
     """Each key of a level's TEXT is a slip its list can name, or one of the facts the check reads itself."""
     facts = {"starter", "max-subtraction", "nan-everywhere", "no-skip", "lse-wrong", "lse-dtype", "autograd", "dtype",

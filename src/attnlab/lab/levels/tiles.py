@@ -25,7 +25,8 @@ class Slip:
     rescale_acc: bool = True  # acc *= exp(m_old - m_new)
     rescale_sum: bool = True  # l *= exp(m_old - m_new)
     carry_max: bool = True  # m = max(m, the tile's max), not the tile's max alone
-    stale: str | None = None  # exp(s - m) with m before its update: m starts at "-inf" (guarded) or "zero"
+    stale: str | None = None  # exp(s - m) with m before its update: m starts at "-inf" (guarded: 0 there), "zero",
+    # or "first-new" (-inf, and the first tile guarded with the new max: where(m == -inf, m_new, m))
     after: bool = False  # the rescale computed after m is updated: exp(m_new - m_new) = 1
     last_keys: bool = True  # the last, partial tile of keys is visited
     local: str | None = None  # the causal mask compares places inside the tile: "keys", "rows" or "both"
@@ -103,10 +104,8 @@ def _query_tile(qb, k, v, i0, S, causal, bq_max, block_k, slip: Slip, sc: float)
         s = _mask(s, rows, cols, i0, j0, S, causal, slip)
         top = s.amax(dim=-1, keepdim=True)
         new = torch.maximum(m, top) if slip.carry_max else top
-        used = m if slip.stale else new  # the max exp(s - .) is taken against
-        used = torch.where(torch.isinf(used), 0.0, used) if slip.stale != "zero" else used
-        p = _exp(s - used, base)
         safe = torch.where(torch.isinf(new), 0.0, new)
+        p = _exp(s - _against(m, new, safe, slip.stale), base)
         alpha = _exp(safe - m if slip.alpha == "inverted" else m - safe, base) if slip.carry_max else torch.ones_like(m)
         if slip.after:
             alpha = torch.ones_like(m)
@@ -120,6 +119,16 @@ def _query_tile(qb, k, v, i0, S, causal, bq_max, block_k, slip: Slip, sc: float)
     log = torch.log2 if slip.lse == "base2" else torch.log
     lse = {"right": m + log(total), "base2": m + log(total), "sum": log(total), "max": m}[slip.lse]
     return out, lse[..., 0]
+
+
+def _against(m, new, safe, stale: str | None):
+    """The max a tile's exp(s - .) is taken against: the new one, or (a stale max) the one before this tile --
+    guarded where it is still -inf by 0, or by the new max (the first tile right, the later ones stale)."""
+    if not stale:
+        return safe
+    if stale == "first-new":
+        return torch.where(torch.isinf(m), safe, m)
+    return torch.where(torch.isinf(m), 0.0, m) if stale != "zero" else m
 
 
 def _finish(acc, total, slip: Slip):
