@@ -134,6 +134,32 @@ def test_the_stale_max_guarded_on_the_first_tile_is_named_from_its_outputs_not_a
     assert keys[:1] == ["stale-max"] and "max-subtraction" not in keys
 
 
+def test_where_a_level_names_its_slip_verify_adds_only_the_lines_that_read_no_numbers():
+    """Level 7's kernel with the scores past S unmasked: its line, and of verify's lines only the contract's and
+    what was raised -- not a tag the same failing cases share ("fails only in bfloat16"), nor a semantic guess."""
+    from attnlab.judge.diagnose import Diagnosis
+    from attnlab.lab.levels import triton as T
+
+    lv = levels.find("triton")
+
+    def padded(q, k, v, is_causal, block_m, block_n):  # the kernel's tiles, the zero keys past S scored 0
+        got = tiles.forward(q, k, v, is_causal, block_m, block_n, tiles.Slip(pad=True))
+        return got["out"], got["lse"]
+
+    got = slips.answers(functools.partial(T.probe_call, padded), T.PROBES, 0)
+    verify_said = [Diagnosis("bfloat16", "fails only in bfloat16: keep the softmax's max, sums and accumulator in "
+                                         "float32", 1, ["bfloat16"], "bfloat16, full, L<S"),
+                   Diagnosis("L!=S", "only cases with L != S fail", 3, ["float32"], "full, L<S"),
+                   Diagnosis("unclear", "fails with no single pattern (worst: out: 0.3 > 1e-05)", 2),
+                   Diagnosis("raises", "raises ValueError: a message", 1, ["float16"], "noncontig"),
+                   Diagnosis("in-place", "changes the caller's tensors in place", 1, ["float32"], "basic")]
+    keys = [d.key for d in check.level_diagnoses(got, lv, 0, verify_said)]
+    print(keys)
+    assert keys == ["pad-keys", "raises", "in-place"]
+    assert [d.key for d in check.level_diagnoses([None] * len(T.PROBES), lv, 0, verify_said)] == [
+        d.key for d in verify_said]  # no slip named (it raised on every probe): verify's lines, all of them
+
+
 def test_every_line_a_level_says_is_one_of_its_slips_or_a_fact_it_measures():
     """Each key of a level's TEXT is a slip its list can name, or one of the facts the check reads itself."""
     facts = {"starter", "max-subtraction", "nan-everywhere", "no-skip", "lse-wrong", "lse-dtype", "autograd", "dtype",

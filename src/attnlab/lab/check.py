@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 
-from attnlab.judge.diagnose import Diagnosis
+from attnlab.judge import facts
+from attnlab.judge.diagnose import KINDS, Diagnosis
 from attnlab.results.host import load_average, machine, versions
 
 from . import grade, judged, levels, measure
@@ -33,22 +34,26 @@ def count(learner, quick: bool = False) -> int:
     return len(grade.cases(learner.form, None, quick, getattr(mod, "answerable", None))[0])
 
 
+# verify's lines that read no numbers: the contract, what was raised, a process that ended or hung, the oracle's own
+# check. Where a level names its slip these stay beside it; its lines that read the failing numbers (a semantic it
+# guessed, a tag the failing cases share: "fails only in bfloat16") speak of the same failures, and are left out.
+CERTAIN = frozenset(facts.PROBLEMS) | frozenset(KINDS.values()) | {"raises"}
+
+
 def level_diagnoses(probes, level, seed: int, verify_found, more=(), fill=None) -> list:
     """The level's slips the learner's outputs are (:mod:`.levels.slips`), first, then verify's other diagnoses --
-    but not its "no single pattern" line, nor its guesses at semantics the level's probes tried, where a slip is
-    named. The slip is read from the function's own outputs on
-    the level's probes (``probes``: :func:`slips.answers`' reply), not from the failing rows, so this is a choice: a
-    learner read that line, beside the named slip, as noise about the same failures; every failing row is still in
-    the table above the causes. ``more``: lines the level's own rows name (level 4's work), after the slips."""
+    where a slip is named, only those of :data:`CERTAIN` the level does not say itself. The slip is read from the
+    function's own outputs on the level's probes (``probes``: :func:`slips.answers`' reply), not from the failing
+    rows, so this is a choice: a learner read verify's guesses and tags ("fails only in bfloat16"), beside the named
+    slip, as noise about the same failures; every failing row is still in the table above the causes. ``more``:
+    lines the level's own rows name (level 4's work), after the slips."""
     mod = level.module()
     keys = slips.named(probes, mod.PROBES, seed, mod.slip_list(), getattr(mod, "NAN", None),
                        getattr(mod, "slip_pairs", list)())
     keys += [k for k in more if not (keys and k == "lse-wrong")]  # (a named slip says what is wrong with the lse)
     text = getattr(mod, "TEXT", slips.TEXT)
     mine = [Diagnosis(k, text[k].format(**(fill or {}))) for k in dict.fromkeys(keys)]
-    # where the level named its slip, verify's guesses at the same semantics (the probes tried them) are left out;
-    # its lines about the contract and what was raised stay
-    return mine + [d for d in verify_found if d.key not in set(keys) and not (mine and (d.key == "unclear" or
+    return mine + [d for d in verify_found if d.key not in set(keys) and not (mine and (d.key not in CERTAIN or
                                                                                        d.key in text))]
 
 
