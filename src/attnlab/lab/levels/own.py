@@ -223,8 +223,8 @@ def measure_lengths(seqs, seed: int, inputs, call, note: str, peaks: int = 3) ->
     """Time and extra peak memory of ``call(*inputs(T, generator))`` at each length T (longer lengths stop once one
     takes over 20 s); the measurement reply a level's ``measure`` sends, with ``note`` and the growth exponents.
 
-    The peak is the median of ``peaks`` calls where a call takes under a second (one call's high-water mark can
-    hold another allocation's pages), the time the least of those calls."""
+    The peak is the least of ``peaks`` calls where a call takes under a second (one call's high-water mark can
+    hold another allocation's pages), the time the median of those calls."""
     import statistics
 
     from attnlab.measure import growth, memory
@@ -247,7 +247,7 @@ def measure_lengths(seqs, seed: int, inputs, call, note: str, peaks: int = 3) ->
             while len(got) < peaks and took[0] < 1 and got[0] is not None:
                 got.append(memory.measure_peak(once, "cpu"))
             got = [p for p in got if p is not None]
-            peak = int(statistics.median(got)) if got else None
+            peak = min(got) if got else None  # the least: a high-water mark only gains from what is not the call's
             timings.append({"seq": T, "time_s": statistics.median(took), "times_s": took, "peak_bytes": peak,
                             "peaks": got, "skipped": None})
             if took[0] > 20:
@@ -258,5 +258,5 @@ def measure_lengths(seqs, seed: int, inputs, call, note: str, peaks: int = 3) ->
             "memory": growth.exponent([t["seq"] for t in timings if t["peak_bytes"]],
                                       [t["peak_bytes"] for t in timings if t["peak_bytes"]])}
     how = memory.method("cpu") or "not measurable here"
-    return {"timings": timings, "exponents": exps, "note": f"{note}; memory: {how}, the median of up to {peaks} "
+    return {"timings": timings, "exponents": exps, "note": f"{note}; memory: {how}, the least of up to {peaks} "
             "calls, the time their median"}
