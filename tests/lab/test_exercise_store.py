@@ -71,6 +71,27 @@ def test_the_verdict_is_the_exit_codes_own():
     assert not store.passed(made(err=2e-4))  # every case passed, but it does not match F.sdpa to 1e-4
 
 
+def test_a_measured_rule_that_did_not_hold_is_not_a_pass_in_the_verdict_the_exit_code_or_next():
+    """Level 2's memory measured as T^1.67: "measured, and it did not hold" is printed, and the verdict kept, the
+    exit code and the Next line say the same (it was kept passed and sent on to level 3)."""
+    from attnlab.lab import levels
+    from attnlab.report import exercise
+
+    r = made("lab_matrix.py", "attention_matrix")
+    r.level = "matrix"
+    r.measured_ok, r.measured_note = levels.find("matrix").module().measured_ok(r)
+    assert r.measured_ok and store.passed(r)
+    r.exponents["memory"] = 1.67
+    r.measured_ok, r.measured_note = levels.find("matrix").module().measured_ok(r)
+    said = exercise.lines(r)
+    print("\n".join(said))
+    assert r.passed and r.measured_ok is False and not store.passed(r)
+    assert any("measured, and it did not hold" in line for line in said)
+    nxt = said[-1]
+    assert nxt.startswith("[bold]Next[/]: the grading passed, but the level is not done: memory grew as T^1.67")
+    assert "level 3" not in nxt
+
+
 def test_a_check_without_a_time_gets_its_files(tmp_path):
     path = store.save(made(), tmp_path)
     data = json.loads(path.read_text())

@@ -155,4 +155,4 @@ def check(args) -> int:
         raise UsageError(f"the check's result was not kept: cannot write {e.path}: {e.reason}") from None
     except OSError as e:
         raise UsageError(f"the check's result was not kept in {out}: {e.strerror or e}") from None
-    return 0 if result.passed and result.match_err <= result.match_tol else 1
+    return 0 if store.passed(result) else 1

@@ -38,9 +38,11 @@ def when(result: LabResult) -> datetime:
 
 
 def passed(result: LabResult) -> bool:
-    """The check's verdict, as ``attnlab lab check``'s exit code gives it: every graded case passed, and the
-    output matches F.scaled_dot_product_attention to the lab's tolerance."""
-    return result.passed and result.match_err <= result.match_tol
+    """The check's verdict, as ``attnlab lab check``'s exit code, its Next line and the lesson page give it: every
+    graded case passed, the output matches F.scaled_dot_product_attention to the lab's tolerance, and what the level
+    asks of its measurement (level 2's memory like T², level 4's like T) held -- a rule measured that did not hold
+    is not a pass anywhere. (``result.passed`` is the grading's alone.)"""
+    return result.passed and result.match_err <= result.match_tol and result.measured_ok is not False
 
 
 def save(result: LabResult, out: str | Path) -> Path:

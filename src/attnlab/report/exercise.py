@@ -181,6 +181,10 @@ def _next(r, level) -> str:
         if all(d.key == "unclear" for d in r.diagnoses):  # no cause named ("no single pattern" names none)
             return f"read the failing cases above, fix what they show, and run {again} again."
         return f"fix the most likely cause and run {again} again."
+    if r.measured_ok is False:  # graded right, but what the level asks of its measurement did not hold
+        again = f"`attnlab lab check {r.file}`" if getattr(r, "file", "") else "the check"
+        return (f"the grading passed, but the level is not done: {r.measured_note} -- {held_text(r, markup=False)}; "
+                f"change what it measures and run {again} again.")
     after = next((lv for lv in levels.LEVELS if lv.number == level.number + 1), None)
     if after is None:
         return f"that was the last level: `attnlab lesson` shows your path through all {len(levels.LEVELS)}."
