@@ -106,3 +106,14 @@ def test_lab_start_and_check_run_level_7_from_the_command_line(tmp_path, run_cli
     print(solved.stdout[-3000:])
     assert solved.returncode == 0 and "in Triton's interpreter on the CPU" in solved.stdout
     assert "Graded: all" in solved.stdout and files.functions_in(path.read_text())
+
+
+def test_level_7_says_it_times_on_a_gpu_only_where_there_is_one(monkeypatch):
+    mod = levels.find("7").module()
+    monkeypatch.setattr(mod.torch.cuda, "is_available", lambda: False)
+    said = mod.measures()
+    assert "no CUDA device" in said and "timing it on" not in said and "if there is one" not in said
+    monkeypatch.setattr(mod.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(mod, "interpreting", lambda: False)
+    monkeypatch.setattr(mod.torch.cuda, "get_device_name", lambda *a: "NVIDIA H100")
+    assert mod.measures().startswith("timing it on NVIDIA H100 (float16, causal, batch 1, 8 heads of width 64)")

@@ -116,7 +116,7 @@ def _measured(learner, mod, hung, seed: int, budget_s: float, say):
         return load, err, timings, fits, "not measured: it is the starter's code as it came"
     seqs = mod.SEQS
     say(("measuring its time and peak memory at T = " + ", ".join(map(str, seqs))
-         + f" (at most {budget_s:g} s a length; --max-seconds changes it)") if seqs else mod.MEASURES)
+         + f" (at most {budget_s:g} s a length; --max-seconds changes it)") if seqs else mod.measures())
     load = load_average()  # others' work while it is timed: noise in the times (not in the memory)
     try:
         timings, fits, how = (judged.measure(learner, seqs, budget_s, seed=seed) if seqs else

@@ -217,3 +217,26 @@ def test_an_item_names_the_newest_check_of_its_own_level_never_a_later_levels(tm
     _, items = _page(tmp_path, later)
     of_2 = "Your newest check of level 2 (attention in four tensor lines): "
     assert all(i.endswith(f" {of_2}my_matrix.py:attention_matrix at 10:22:00 UTC, failed.") for i in items[:3])
+
+
+def test_the_path_done_names_the_last_level_and_a_chart_draws_the_limit_the_level_asks():
+    """Every level done: the line runs to level 7's Triton kernel (it ended at the KV cache). Level 4's memory chart
+    draws the level's own limit, at most T^1.2, through the first point -- not T^1, which asks more than it does."""
+    from attnlab.lab import levels as lab_levels
+    from attnlab.report.lesson import levels as page_levels
+
+    checks = []
+    for lv in lab_levels.LEVELS:
+        r = made(lv.filename, lv.function, time=at(lv.number))
+        r.level = lv.name
+        checks.append(r)
+    head = unescape(page_levels.path(SimpleNamespace(lab=checks[::-1])))
+    assert "7 of 7 levels done" in head
+    assert "every level is done, all 7: from attention with loops to FlashAttention-2's forward as a Triton kernel" \
+        in head
+    flash = checks[3]
+    svg = unescape(page_levels._curves(flash, lab_levels.find("flash")))
+    assert "at most T^1.2, what the level asks" in svg and "T^1, what the level asks" not in svg
+    mem = [(t.seq, t.peak_bytes) for t in flash.timings if t.peak_bytes]
+    print(mem)
+    assert len(mem) >= 2  # (the chart was drawn from these)

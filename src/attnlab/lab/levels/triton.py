@@ -34,7 +34,14 @@ BACKWARD = False  # a kernel of the forward alone: the gradients are not judged
 BLOCK_M, BLOCK_N = 32, 16  # the tiles the check launches the kernel with
 SEQS = ()  # measured by the level itself (a GPU's clock), see measured()
 GPU_SEQS = (1024, 2048, 4096, 8192)
-MEASURES = "timing it on the GPU (float16, causal, batch 1, 8 heads of width 64), if there is one"
+TIMED = "float16, causal, batch 1, 8 heads of width 64"  # what a GPU times
+
+
+def measures() -> str:
+    """What the check says as it starts measuring: the GPU it times on, or that there is none to time on."""
+    if device() == "cuda":
+        return f"timing it on {torch.cuda.get_device_name()} ({TIMED}) at T = {', '.join(map(str, GPU_SEQS))}"
+    return "not timing it: there is no CUDA device here, and Triton's interpreter says nothing of a GPU's time"
 CASES_NOTE = ("the level's own: causal and not, L != S, lengths and head widths off the tiles, non-contiguous inputs, "
               "float32, float16 and bfloat16; forward only")
 NAN = "nan-everywhere"

@@ -59,9 +59,10 @@ def _curves(r, lv) -> str:
     mem = [(t.seq, t.peak_bytes) for t in done if t.peak_bytes]
     if len(mem) >= 2:
         series = [("your extra peak memory", "yours", mem)]
-        p = lv.growth.power if lv.growth is not None else None  # the growth the level asks (the guide drawn)
-        if p is not None:  # the growth the level asks for, through the first point
-            series.append((f"T^{p:g}, what the level asks", "theirs",
+        if lv.growth is not None:  # the growth the level asks for, through the first point: its limit where it
+            g = lv.growth  # asks for at most T^p (a guide at T^1 under an "at most T^1.2" would ask more than it does)
+            p = g.high if g.low is None and g.high is not None else g.power
+            series.append((f"{g.asked()}, what the level asks", "theirs",
                            [(T, mem[0][1] * (T / mem[0][0]) ** p) for T, _ in mem]))
         out.append(charts.figure(_log_chart(series, _bytes_tick, "extra peak memory (log)", "memory against T", 1024),
                                  "extra peak memory against T, both axes logarithmic: " + charts.legend(series)))
@@ -159,7 +160,9 @@ def path(data) -> str:
     after = next((lv for lv in levels.LEVELS if mine[lv.name] is None or not _done(mine[lv.name])), None)
     r = mine[after.name] if after is not None else None
     if after is None:
-        nxt = "every level is done: from loops to FlashAttention's backward and a KV cache, by your own hand"
+        first, last = levels.LEVELS[0], levels.LEVELS[-1]
+        nxt = (f"every level is done, all {len(levels.LEVELS)}: from {escape(first.title)} to {escape(last.title)}, "
+               "by your own hand")
     elif r is not None and not getattr(r, "given", False):  # begun: the learner's file is there, to fix
         nxt = (f"level {after.number}, {escape(after.title)}: fix <code>{escape(r.file)}:{escape(r.function)}"
                f"</code> and run <code>attnlab lab check {escape(r.file)}</code> again")
