@@ -178,11 +178,21 @@ def conditions(timings: list[Timing]) -> str:
     return ", ".join(said)
 
 
+def least_fit(peaks: dict) -> growth.Fit | None:
+    """The memory's growth: the range the repeats allow, and the slope through the least peak at each length (see
+    :data:`PEAKS`: a high-water mark only gains from what is not the call's), which lies within that range."""
+    fit = growth.fit(peaks)
+    if fit is None:
+        return None
+    fit.exponent = growth.exponent(list(fit.lengths), [min(peaks[T]) for T in fit.lengths])
+    return fit
+
+
 def fitted(timings: list[Timing], budget_s: float) -> tuple[dict, str]:
     """The growth fits of these timings and the note on how they were measured."""
     done = [t for t in timings if t.time_s is not None]
     fits = {"time": growth.fit({t.seq: t.times_s for t in done}),
-            "memory": growth.fit({t.seq: [min(t.peaks)] for t in done if t.peaks})}  # (see PEAKS: the least)
+            "memory": least_fit({t.seq: t.peaks for t in done if t.peaks})}
     where = conditions(timings)
     note = (f"forward only, batch 1, {HEADS} head of width {HEAD_DIM}, float32, no autograd"
             + (f", {where}" if where else "") + f"; the median of 2 to 5 calls, one call where it takes over "
