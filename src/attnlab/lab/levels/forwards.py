@@ -54,7 +54,10 @@ def pair(got, name: str, want: str):
     """``got`` when it is a pair of tensors; else a TypeError saying what came back."""
     if isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got):
         return got
-    what = (f"a {type(got).__name__} of {len(got)}" if isinstance(got, (tuple, list)) else type(got).__name__)
+    if isinstance(got, (tuple, list)) and len(got) == 2:  # a pair, but not of tensors: say what it holds
+        what = f"a {type(got).__name__} of ({', '.join(type(t).__name__ for t in got)}), not a tensor in each place"
+    else:
+        what = f"a {type(got).__name__} of {len(got)}" if isinstance(got, (tuple, list)) else type(got).__name__
     raise TypeError(f"{name} returned {what}, not the pair {want}")
 
 
