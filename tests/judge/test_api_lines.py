@@ -110,3 +110,15 @@ def test_a_function_that_returns_no_lse_still_gets_its_outputs_causes():
     keys = _keys(_float32_without_lse, "flash-attn", ["float32", "float64"],
                  lambda c: c.name in ("basic", "L<S causal lower-right", "head dim 64", "two batch dims"))
     assert keys[0] == "no-lse" and set(keys) == {"no-lse", "float32-in-float64"}, keys
+
+
+
+def test_one_rounding_is_one_line_in_a_dtype():
+    """Two error models that both fit one function's bfloat16 cases are one rounding told two ways: the one that fits
+    most cases speaks for them (and for rows where a gradient or the lse alone fails in that dtype). The blind
+    corpus's kernel that folds scale x log2(e) into q in bfloat16 fits scale-folded on most cases and scores-rounded
+    on some."""
+    from tests import api_mutants
+
+    keys = _keys(api_mutants.flash_exp2_folded_q, "flash-attn", ["bfloat16"], lambda c: True)
+    assert keys[:1] == ["scale-folded"] and not {"scores-rounded", "softmax-half", "lse-only"} & set(keys), keys

@@ -132,15 +132,20 @@ def _refused(r) -> bool:
 
 
 def _rounding_in_gradients(causes: dict) -> None:
-    """Rows whose gradients alone fail, in a dtype where a precision cause is named for the output: that rounding's
-    rows too (it reaches the gradients through the same weights), not a backward of their own."""
-    for r in list(causes.get("gradients-only", ())):
-        home = next((k for k in PRECISION if any(x.dtype == r.dtype for x in causes.get(k, ()))), None)
-        if home is not None:
-            causes[home].append(r)
-            causes["gradients-only"].remove(r)
-    if "gradients-only" in causes and not causes["gradients-only"]:
-        del causes["gradients-only"]
+    """One rounding per dtype: where precision causes are named for a dtype's rows, the one with most rows speaks for
+    them all (two error models that both fit one function's cases are one rounding, told two ways), and rows of
+    that dtype whose gradients alone, or log-sum-exp alone, fail are that rounding's too (it reaches them through
+    the same weights), not a backward or an lse of their own."""
+    for dtype in sorted({r.dtype for k in PRECISION for r in causes.get(k, ())}):
+        named = sorted((k for k in PRECISION if any(r.dtype == dtype for r in causes.get(k, ()))),
+                       key=lambda k: -sum(r.dtype == dtype for r in causes[k]))
+        for key in (*named[1:], "gradients-only", "lse-only"):
+            moved = [r for r in causes.get(key, ()) if r.dtype == dtype]
+            causes[named[0]] += [r for r in moved if r not in causes[named[0]]]
+            causes[key] = [r for r in causes.get(key, ()) if r.dtype != dtype]
+    for key in (*PRECISION, "gradients-only", "lse-only"):
+        if key in causes and not causes[key]:
+            del causes[key]
 
 
 def _gradients_only(r) -> bool:
