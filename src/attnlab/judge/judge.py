@@ -25,6 +25,7 @@ from attnlab import kernels
 from attnlab.judge import apis, hypotheses, mod_cases, oracle, precision, rule
 from attnlab.judge.apis import lse
 from attnlab.judge.cases import DTYPES, Case, views
+from attnlab.judge.explain import rows_err
 from attnlab.judge.facts import SILENT, Facts, problem, raised
 from attnlab.judge.inference import Snapshot, Watched, paths
 from attnlab.judge.inference import compare as compare_paths
@@ -403,8 +404,9 @@ def _hints(case: Case, x, mine, exp: Expected, comps, problems: list[str]) -> li
     if case.api:  # an API's case: its own causes, then its lse's
         if "out" in failed:
             hints, corrected = apis.hints(case, x, mine[0], exp, _limit(comps))
-        if "lse" in failed and not hints:
-            hints = lse.hints(mine[-1], exp.ref[-1], exp.fwd)
+        if "lse" in failed:  # on the rows whose output is right, where the output's own causes are found
+            right = None if not hints else rows_err(mine[0].detach().double().cpu(), exp.ref[0]) <= _limit(comps)
+            hints = hints + [h for h in lse.hints(mine[-1], exp.ref[-1], exp.fwd, right) if h not in hints]
     else:
         hints, corrected = hypotheses.matches(case, x, mine, exp, comps)
     if set(problems) - set(SILENT):

@@ -107,17 +107,22 @@ def compare(mine, theirs: torch.Tensor, ref: torch.Tensor, case: Case, rounding:
 LOG2E = 1.0 / math.log(2.0)
 
 
-def hints(mine, ref: torch.Tensor, f: oracle.Forward | None = None) -> list[str]:
+def hints(mine, ref: torch.Tensor, f: oracle.Forward | None = None, rows: torch.Tensor | None = None) -> list[str]:
     """The wrong log-sum-exps a failing one matches (keys of :func:`attnlab.judge.causes.table`): in base 2
     (``log2 sum 2^(s log2 e)``, what a kernel working in exp2 keeps), without the softmax scale (a kernel keeping
     the max of q.k in its own units, m + log l, or the log-sum-exp of q.k itself), without the row max added back
     (log l), or right on every row that sees a key but finite or NaN on the rows that see none. ``f``: the case's
-    oracle forward, whose weights give each row's largest score."""
+    oracle forward, whose weights give each row's largest score. ``rows`` (..., L): read only these (the rows whose
+    output is right, where the output has causes of its own: the formula's causes alone); None: every row."""
     if not isinstance(mine, torch.Tensor) or mine.shape != ref.shape:
         return []
     m = mine.detach().double().cpu()
     dead = torch.isneginf(ref)
-    live = ~dead
+    if rows is not None and rows.numel() != dead.numel():
+        return []  # (rows that do not line up with the lse's: nothing to read)
+    live = ~dead if rows is None else ~dead & rows.reshape(dead.shape).to(dead.device)
+    if rows is not None and not live.any():
+        return []
     if not live.any():
         return [] if bool(torch.isinf(m).all()) else ["lse-dead-rows"]
     r, x = ref[live], m[live]
@@ -136,6 +141,6 @@ def hints(mine, ref: torch.Tensor, f: oracle.Forward | None = None) -> list[str]
             return ["lse-unscaled"]
         if like(r - top):
             return ["lse-shift"]
-    if bool(((x - r).abs() <= near).all()) and dead.any() and not bool(torch.isinf(m[dead]).all()):
+    if rows is None and bool(((x - r).abs() <= near).all()) and dead.any() and not bool(torch.isinf(m[dead]).all()):
         return ["lse-dead-rows"]
     return []
