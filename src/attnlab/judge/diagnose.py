@@ -73,7 +73,7 @@ def diagnose(result, form: str) -> list[Diagnosis]:
             causes.setdefault("gradients-only", []).append(r)
         elif not r.hints and _lse_only(r):
             causes.setdefault("lse-only", []).append(r)
-    _rounding_in_gradients(causes)
+    _one_rounding_per_dtype(causes)
     numbers = [r for r in bad if r.facts.kind in ("", "raised", "probe") and _by_numbers(r)]
     rest = [r for r in numbers if not r.hints and not _gradients_only(r) and not _lse_only(r)]
     told = [r for r in bad if not _refused(r) and _by_numbers(r)]  # what tags may speak for: not a refusal, which
@@ -131,7 +131,7 @@ def _refused(r) -> bool:
     return r.facts.kind == "raised" and r.facts.raised_type in REFUSALS
 
 
-def _rounding_in_gradients(causes: dict) -> None:
+def _one_rounding_per_dtype(causes: dict) -> None:
     """One rounding per dtype: where precision causes are named for a dtype's rows, the one with most rows speaks for
     them all (two error models that both fit one function's cases are one rounding, told two ways), and rows of
     that dtype whose gradients alone, or log-sum-exp alone, fail are that rounding's too (it reaches them through
