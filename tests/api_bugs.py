@@ -66,6 +66,52 @@ def flex_mod_after_mask(query, key, value, score_mod=None, block_mask=None, **kw
     return R.flex_attention(query, key, value, score_mod=masked_first, block_mask=None, **kw)
 
 
+def flash_softcap_after_mask_tiled(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                   alibi_slopes=None, return_attn_probs=False, **kw):
+    """Tiles of 64 x 64: a tile any query of its block sees is loaded, masked to -inf, then capped (and ALiBi added),
+    so the masked keys of a loaded tile come out at -softcap; the tiles no query sees are skipped."""
+    if not softcap:
+        return R.flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                                 alibi_slopes=alibi_slopes, return_attn_probs=return_attn_probs, **kw)
+    B, L, H, D = q.shape
+    S, T = k.shape[1], 64
+    scale = D ** -0.5 if softmax_scale is None else softmax_scale
+    seen = R.band(L, S, S - L, causal, window_size, q.device)
+    tiles = torch.nn.functional.pad(seen, (0, -S % T, 0, -L % T)).unflatten(1, (-1, T)).unflatten(0, (-1, T))
+    loaded = tiles.any(3).any(1).repeat_interleave(T, 0).repeat_interleave(T, 1)[:L, :S]
+    qh, kh, vh = (t.transpose(1, 2).double() for t in (q, k, v))
+    G = H // kh.shape[1]
+    kh, vh = kh.repeat_interleave(G, 1), vh.repeat_interleave(G, 1)
+    s = softcap * torch.tanh((qh @ kh.transpose(-2, -1) * scale).masked_fill(~seen, -math.inf) / softcap)
+    bias = R._alibi(alibi_slopes, B, H, L, S, q.device)
+    s = (s if bias is None else s + bias.double()).masked_fill(~loaded, -math.inf)
+    lse = torch.logsumexp(s, -1)
+    out = (torch.softmax(s, -1) @ vh).to(q.dtype).transpose(1, 2)
+    lse = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32)
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flex_full_blocks_only(query, key, value, score_mod=None, block_mask=None, **kw):
+    """Only the blocks the block mask lists as full (full_kv_indices) are attended: a partial block -- one the mask
+    cuts, or the ragged last one -- is left out."""
+    if block_mask is None:
+        return R.flex_attention(query, key, value, score_mod=score_mod, **kw)
+    B, H, L, _ = query.shape
+    S = key.shape[-2]
+    QB, KB = block_mask.BLOCK_SIZE
+    n, idx = block_mask.full_kv_num_blocks, block_mask.full_kv_indices  # (b, h, q blocks), (b, h, q blocks, k blocks)
+    listed = torch.arange(idx.shape[-1]) < n[..., None].long()
+    full = torch.zeros(*idx.shape[:-1], -(-S // KB) + 1, dtype=torch.bool)
+    full.scatter_(-1, torch.where(listed, idx.long(), full.shape[-1] - 1), listed)
+    full = full[..., :-1].repeat_interleave(QB, -2).repeat_interleave(KB, -1)[..., :L, :S]
+
+    def only_full(s, b, h, i, j):
+        s = s if score_mod is None else score_mod(s, b, h, i, j)
+        return s.masked_fill(~full, -math.inf)
+
+    return R.flex_attention(query, key, value, score_mod=only_full, block_mask=None, **kw)
+
+
 def _dense(block_mask, B, H, L, S):
     b, h = torch.arange(B).view(B, 1, 1, 1), torch.arange(H).view(1, H, 1, 1)
     i, j = torch.arange(L).view(1, 1, L, 1), torch.arange(S).view(1, 1, 1, S)
@@ -89,6 +135,8 @@ BUGS = {
     "flash_dead_rows_mean": (flash_dead_rows_mean, "flash-attn", ("dead-rows",)),
     "flash_top_left": (R.flash_top_left, "flash-attn", ("api-top-left",)),
     "flash_top_left_dead_mean": (flash_top_left_dead_mean, "flash-attn", ("api-top-left", "dead-rows")),
+    "flash_softcap_after_mask_tiled": (flash_softcap_after_mask_tiled, "flash-attn", ("mod-after-mask",)),
     "flex_mod_after_mask": (flex_mod_after_mask, "flex", ("mod-after-mask",)),
+    "flex_full_blocks_only": (flex_full_blocks_only, "flex", ("flex-full-only",)),
     "flex_mod_index_swapped": (flex_mod_index_swapped, "flex", ("flex-mod-index",)),
 }

@@ -43,15 +43,8 @@ ALSO = {"scores-rounded": {"bfloat16"}, "scale-folded": {"bfloat16"}, "softmax-h
         "float32-in-float64": {"float64"}, "lse-base2": {"lse-only"}, "lse-unscaled": {"lse-only"},
         "lse-shift": {"lse-only"}, "dead-rows": {"lse-dead-rows"}}
 NOT_CAUSES = ("raises", "unclear")
-# What the judge does not yet name right on this corpus at seed 0 (issue 42 §1 not met there)
-KNOWN_GAPS = {
-    "flash_softcap_after_mask": "the soft-cap applied after the mask (masked scores capped to finite values): no line",
-    "flex_full_blocks_only": "partial blocks skipped: its line, and tail-dropped beside it (a false line)",
-}
 # Bugs this grid cannot see, each measured: their error is within the rule (2 x PyTorch's + the floor) on every case
 WITHIN_THE_RULE = {
-    "flash_alibi_float32": "ALiBi's bias built in float32 in a float64 run: the grid's slopes are powers of two "
-                           "(2^(-8h/H), as the paper's) times small integers, so slope x distance is exact in float32",
     "sdpa_softmax_input_dtype": "a softmax in bfloat16: its error is within twice PyTorch's own in bfloat16 on every "
                                 "case, which the rule allows by design",
 }

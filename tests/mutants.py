@@ -122,7 +122,7 @@ def attend(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, 
         m_ = torch.where(torch.isneginf(m_), 0.0, m_)
         e = (s - m_).exp()
         total = e.sum(dim=-1, keepdim=True)
-        w = e / torch.where(total == 0, 1.0, total)
+        w = e / (total + 1e-8) if "eps-sum" in bug else e / torch.where(total == 0, 1.0, total)  # eps: a guard
     if "bf16-weights" in bug:
         w = w.bfloat16().to(work)
     if dropout_p > 0 and "dropout-ignored" not in bug:
@@ -173,6 +173,8 @@ def tiled(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, e
             p = p * (torch.rand_like(p) >= dropout_p) / (1 - dropout_p)
         acc = acc * alpha[..., None] + p @ v[..., j0:j1, :]
         m = m_new
+    if bug == "eps-sum":  # the running sum guarded with an eps at the end, not where a row saw no key
+        return (acc / (l + 1e-6)[..., None]).to(dtype)
     return (acc / torch.where(l == 0, 1.0, l)[..., None]).to(dtype)
 
 
@@ -284,6 +286,8 @@ MUTANTS = {
     "float64 computed in float32": (_bug(attend, "fp32-always"), "float32-in-float64", ("float32", "float64")),
     "the scale a float32 tensor": (_bug(attend, "scale-f32"), "float32-in-float64", F64),
     "P V accumulated in float32": (_bug(attend, "acc-f32"), "float32-in-float64", F64),
+    "softmax sum + 1e-8": (_bug(attend, "eps-sum"), "eps-in-sum", F64),
+    "online softmax, final sum + 1e-6": (_bug(tiled, "eps-sum"), "eps-in-sum", F64),
     "scores: matmul and scale in the inputs' dtype": (_bug(attend, "scores-in-dtype"), "scores-rounded", BF16),
     "scale folded into q in the inputs' dtype": (_bug(attend, "fold-q"), "scale-folded", BF16),
     "scale folded into k in the inputs' dtype": (_bug(attend, "fold-k"), "scale-folded", BF16),
@@ -331,6 +335,7 @@ ALSO = {
     "max-subtraction": {"dead-rows"},
     "mask-ignored": {"causal+mask"}, "causal-alignment": {"L!=S", "lower-right"}, "scores-rounded": {"bfloat16"},
     "float64": {"precision"}, "precision": {"float32", "bfloat16"}, "float32-in-float64": {"float64", "precision"},
+    "eps-in-sum": {"float64", "precision"},
     "scale-folded": {"bfloat16"}, "softmax-half": {"scores-rounded", "bfloat16"}, "batch-dims": {"raises"},
     "backward-mask": {"gradients-only"}, "causal-offset-sign": {"causal-alignment", "L!=S"},
     "noncontig": {"raises"}, "broadcast-mask": {"raises"},

@@ -34,7 +34,8 @@ def test_a_wrong_function_raises_with_the_failing_rows_and_the_cause():
     text = str(e.value)
     print(text)
     assert "GQA 6/2 causal" in text and "FAIL" in text and "basic" not in text.split("\n", 3)[3]
-    assert "only GQA cases fail: query head h uses key head h // (H / Hkv)" in text
+    assert ("only GQA cases fail; yours gives query head h key head h % Hkv (repeat): query head h must use key head "
+            "h // (H / Hkv)") in text
     assert "[green]" not in text and "\x1b" not in text  # plain text, for any terminal or CI log
 
 

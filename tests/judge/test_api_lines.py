@@ -122,3 +122,74 @@ def test_one_rounding_is_one_line_in_a_dtype():
 
     keys = _keys(api_mutants.flash_exp2_folded_q, "flash-attn", ["bfloat16"], lambda c: True)
     assert keys[:1] == ["scale-folded"] and not {"scores-rounded", "softmax-half", "lse-only"} & set(keys), keys
+
+
+def _eps_in_sum(eps, subtract_max=True):
+    def fn(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        """A softmax whose sum is guarded by a constant: exp(s - m) / (sum + eps) (or of exp(s))."""
+        L, S = query.shape[-2], key.shape[-2]
+        s = query @ key.transpose(-2, -1) * (query.shape[-1] ** -0.5 if scale is None else scale)
+        if is_causal:
+            s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), -torch.inf)
+        m = s.amax(dim=-1, keepdim=True) if subtract_max else torch.zeros_like(s[..., :1])
+        e = (s - m).exp()
+        return e @ value / (e.sum(dim=-1, keepdim=True) + eps)
+    return fn
+
+
+@pytest.mark.parametrize(("eps", "subtract_max"), [(1e-8, True), (1e-6, True), (1e-10, False)])
+def test_a_constant_in_the_softmax_sum_is_named_not_float32(eps, subtract_max):
+    keys = _keys(_eps_in_sum(eps, subtract_max), "sdpa", ["float32", "float64"],
+                 lambda c: c.name in ("basic", "causal", "head dim 40, L=97", "two batch dims"))
+    assert keys == ["eps-in-sum"], keys
+
+
+def _sdpa_in_float32(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    out = torch.nn.functional.scaled_dot_product_attention(query.float(), key.float(), value.float(), is_causal=is_causal,
+                                                           scale=scale)
+    return out.to(query.dtype)
+
+
+def test_float32_in_a_float64_run_is_not_read_as_a_constant_in_the_sum():
+    keys = _keys(_sdpa_in_float32, "sdpa", ["float64"], lambda c: c.name in ("basic", "causal", "head dim 40, L=97"))
+    assert keys == ["float32-in-float64"], keys
+
+
+def _window_wider_in_float32(q, k, v, window_size=(-1, -1), **kw):
+    """Each side of a two-sided window one key wider (|i - j| <= w + 1), computed in float32 whatever the dtype."""
+    left, right = window_size
+    if left >= 0 and right >= 0:
+        window_size = (left + 1, right + 1)
+    out, lse, p = R.flash_attn_func(q.float(), k.float(), v.float(), window_size=window_size,
+                                    **{**kw, "return_attn_probs": True})
+    return (out.to(q.dtype), lse, p) if kw.get("return_attn_probs") else out.to(q.dtype)
+
+
+def test_a_window_off_by_one_on_both_sides_is_named_under_float32_rounding_in_float64():
+    # both bugs, each its line: the window read through float32's error, then float32's error on what it leaves
+    keys = _keys(_window_wider_in_float32, "flash-attn", ["float64"], lambda c: c.name == "flash: window (4, 4), L<S")
+    assert keys == ["flash-window-edge", "float32-in-float64"], keys
+
+
+def _tiles_floored_per_block(q, k, v, causal=False, window_size=(-1, -1), **kw):
+    """Query blocks of 16 load key tiles of 16 from the first key they see up to a count floored by //: the partial
+    tile at each block's diagonal is never loaded (the last keys a block sees off the tiles' corners)."""
+    B, L, H, D = q.shape
+    S, T = k.shape[1], 16
+    seen = R.band(L, S, S - L, causal, window_size, q.device)
+    keep = torch.zeros_like(seen)
+    j = torch.arange(S)
+    for i0 in range(0, L, T):
+        cols = j[seen[i0:i0 + T].any(0)]
+        if len(cols):
+            first = int(cols[0]) - int(cols[0]) % T
+            keep[i0:i0 + T] = (j >= first) & (j < first + (int(cols[-1]) + 1 - first) // T * T)
+    mask = R._attend(*(t.transpose(1, 2) for t in (q, k, v)), D ** -0.5, seen & keep)
+    out, lse = mask[0].transpose(1, 2), mask[1]
+    return (out, lse, None) if kw.get("return_attn_probs") else out
+
+
+def test_a_tile_count_floored_per_query_block_is_the_dropped_tile():
+    keys = _keys(_tiles_floored_per_block, "flash-attn", ["float32"],
+                 lambda c: c.name in ("flash: window (-1, 3), L>S", "flash: window (4, 4), L<S"))
+    assert keys == ["tail-dropped"], keys

@@ -61,8 +61,8 @@ SDPA = (
           scope=('causal',)),
     Cause('mask-zero', 'the masked scores are set to 0, not -inf: a future key still gets weight exp(0) (use -inf)',
           scope=('causal',)),
-    Cause('causal-alignment', 'only L != S causal cases fail: is_causal is aligned upper-left (query i sees keys j <='
-                              ' i)',
+    Cause('causal-alignment', "only L != S causal cases fail{yours}: PyTorch's is_causal is aligned upper-left "
+                              '(query i sees keys j <= i)',
           hints=('lower-right-for-upper-left',), tags=('upper-left L!=S',), scope=('upper-left L!=S',)),
     Cause('lower-right', 'only the lower-right causal masks fail (query i sees keys j <= i + S - L, as in KV-cache '
                          'decoding)',
@@ -74,7 +74,8 @@ SDPA = (
     Cause('causal+mask', 'fails only where is_causal=True comes with attn_mask: PyTorch keeps the keys both allow',
           hints=('mask-dropped-with-causal', 'causal-dropped-with-mask'), tags=('causal+mask',),
           scope=('causal+mask',)),
-    Cause('gqa', 'only GQA cases fail: query head h uses key head h // (H / Hkv) (repeat_interleave, not repeat)',
+    Cause('gqa', 'only GQA cases fail{yours}: query head h must use key head h // (H / Hkv) (repeat_interleave, '
+                 'not repeat)',
           hints=('gqa-repeat',), tags=('gqa',), scope=('gqa',)),
     Cause('dropout-scale', 'dropout rows: kept weights must be divided by 1 - p',
           hints=('dropout-unscaled',), scope=('dropout',)),
@@ -128,6 +129,9 @@ SDPA = (
                           "float32 scores instead (or fold it where the dtype holds it exactly)"),
     Cause('softmax-half', "the error is the size of a softmax taken in half precision (exp and its sum in the "
                           "inputs' dtype): take it in float32 and round only the weights before P V"),
+    Cause('eps-in-sum', "every row is the right answer times l / (l + eps): the softmax's sum has a constant added "
+                        "(a guard against an empty row); divide by the sum alone and set the rows that see no key "
+                        "apart"),
     Cause('float32-in-float64', "the error is float32's size in a float64 case: a float32 constant (the scale as "
                                 "a float32 tensor) or a float32 accumulator is in the float64 path"),
     Cause('dropout-renormalised', 'dropout renormalises over the kept weights: divide the kept weights by 1 - p, not '

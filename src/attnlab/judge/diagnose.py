@@ -23,10 +23,10 @@ for one function of a verify result.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from attnlab.judge import causes as C
-from attnlab.judge.explain import TIE
+from attnlab.judge.explain import SUPPORT, TIE
 from attnlab.judge.facts import SILENT
 from attnlab.judge.precision import CAUSES as PRECISION
 from attnlab.results import Result
@@ -49,7 +49,7 @@ CONTRAST = 0.5  # ... and less than this share of the cases without it
 
 def diagnose(result, form: str) -> list[Diagnosis]:
     """The causes of ``form``'s failures in a verify result, one line each, most cases first (empty when it passed)."""
-    rows = [r for r in result.rows if r.form == form and r.status != "skipped"]
+    rows = _supported([r for r in result.rows if r.form == form and r.status != "skipped"])
     bad = [r for r in rows if r.status in ("fail", "error")]
     if not bad:
         return []
@@ -100,12 +100,36 @@ def diagnose(result, form: str) -> list[Diagnosis]:
     return _lines(lines, sorted({r.dtype for r in rows}))
 
 
+def _supported(rows: list) -> list:
+    """The rows with each supporting hint (``~key``: a case whose rows cannot tell readings apart, large logits) kept
+    where another row names that cause on its own -- then it is that cause's row too -- and dropped elsewhere."""
+    if not any(h.startswith(SUPPORT) for r in rows for h in r.hints):
+        return rows
+    named = {k.split("=")[0] for r in rows for h in r.hints if not h.startswith(SUPPORT) for k in h.split(TIE)}
+    kept = [h[len(SUPPORT):] for r in rows for h in r.hints if h.startswith(SUPPORT)]
+    backed = {h for h in kept if any(k.split("=")[0] in named for k in h.split(TIE))}
+    return [replace(r, hints=[h if not h.startswith(SUPPORT) else h[len(SUPPORT):] for h in r.hints
+                              if not h.startswith(SUPPORT) or h[len(SUPPORT):] in backed]) if r.hints else r
+            for r in rows]
+
+
 RETURNED = {"nan": "NaN", "mean": "the mean of V (every key weighted alike: a large finite number in place of -inf?)",
             "other": "neither zeros nor NaN"}  # dead-rows=...: what a function returns in the rows that see no key
 
 
+YOURS = {  # a line whose rows matched the wrong semantics it names: what the function does, said beside the rule
+    "causal-alignment": ("lower-right-for-upper-left",
+                         "; yours is aligned lower-right (query i sees keys j <= i + S - L, as in KV-cache decoding)"),
+    "gqa": ("gqa-repeat", "; yours gives query head h key head h % Hkv (repeat)"),
+}
+
+
 def _fill(key: str | None, group) -> dict:
-    """The values a cause's line says beyond its count: for dead rows, what the function returns there."""
+    """The values a cause's line says beyond its count: for dead rows, what the function returns there; for a line
+    that is a case tag's too, what the function does where its rows matched that (:data:`YOURS`)."""
+    if key in YOURS:
+        hint, words = YOURS[key]
+        return {"yours": words if any(hint in h.split(TIE) for r in group for h in r.hints) else ""}
     if key != "dead-rows":
         return {}
     seen = sorted({h.split("=", 1)[1] for r in group for h in r.hints if h.startswith("dead-rows=")},

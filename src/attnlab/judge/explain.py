@@ -29,6 +29,7 @@ PAIRS = 6  # the alternatives that come closest on the rows left, tried two at a
 CLOSER = 0.5  # ... "closest": the rows where an alternative is at most this share of the right answer's distance
 PAIR_READINGS = 2  # at most this many second changes may explain the same rows beside one cause (a tie of two)
 TIE = "|"  # joins the keys of alternatives that explain exactly the same rows of a case
+SUPPORT = "~"  # marks a hint that only joins a cause other cases name (a case whose rows cannot tell readings apart)
 RESIDUE = 0.5  # where more than this share of the failing rows stays unexplained, a cause must explain this share
 
 

@@ -132,6 +132,31 @@ def tail_dropped(S: int):
                 **kw, "attn_mask": _with_causal(kw["attn_mask"], keep.expand(kw["query"].shape[-2], S))})
 
 
+def tail_dropped_per_block(L: int, S: int):
+    """The alternatives of a kernel that counts each query block's key tiles with //, from the first tile of the keys
+    the block sees to the last one it sees (a causal diagonal's or a window's edge): the partial tile at that end is
+    never loaded -- for each square tile width that splits the queries or the keys."""
+    for b in BLOCKS:
+        if b < max(L, S):
+            yield explain.Alternative("tail-dropped", lambda kw, b=b: _block_tails_dropped(kw, b))
+
+
+def _block_tails_dropped(kw, b: int) -> dict:
+    seen = _seen(kw)
+    if seen is None:
+        raise ValueError("every key seen: the tile count is S's (tail_dropped)")
+    L, S = seen.shape[-2:]
+    j = torch.arange(S)
+    keep = torch.zeros_like(seen)
+    for i0 in range(0, L, b):
+        rows = seen[..., i0:i0 + b, :].any(dim=-2, keepdim=True)  # (..., 1, S): the keys the block sees
+        lo = torch.where(rows, j, S).amin(dim=-1, keepdim=True)
+        hi = torch.where(rows, j + 1, 0).amax(dim=-1, keepdim=True)
+        first = lo - lo % b
+        keep[..., i0:i0 + b, :] = (j >= first) & (j < first + (hi - first).clamp(min=0) // b * b)
+    return {**kw, "attn_mask": seen & keep, "is_causal": False}
+
+
 def padded_keys(S: int):
     """The alternatives of a tile loop that pads the keys with zeros to a tile's multiple and attends them."""
     for pad in dict.fromkeys((-S) % b for b in BLOCKS if S % b):
@@ -147,23 +172,50 @@ def repeated(G: int):
     return change
 
 
-def modified_after_mask(kw):
-    """The score modifier applied to scores already masked (-inf where hidden), the mask not applied again."""
-    mod, m, q, k = kw["score_mod"], kw["attn_mask"], kw["query"], kw["key"]
-    L, S = q.shape[-2], k.shape[-2]
+def modified_after_mask(kw, block: int | None = None):
+    """The score modifier applied to scores already masked (-inf where hidden), the mask not applied again -- over
+    every key, or (``block``) as a tiled kernel does it: only in the tiles it loads (blocks of ``block`` queries by
+    ``block`` keys holding a key some query of the block sees), the tiles it skips hidden."""
+    mod, q = kw["score_mod"], kw["query"]
+    seen = _seen(kw)
+    if mod is None or seen is None:
+        raise ValueError("no modifier and mask to swap")
+    H, L, S = q.shape[-3], q.shape[-2], kw["key"].shape[-2]
+    seen = seen.expand(*q.shape[:-3], H, L, S).reshape(-1, H, L, S)  # as the oracle flattens the batch
+    loaded = None if block is None else _tiles_loaded(seen, block)
+
+    def fn(score, b, h, q_idx, kv_idx):
+        out = mod(score.masked_fill(~seen, -math.inf), b, h, q_idx, kv_idx)
+        return out if loaded is None else out.masked_fill(~loaded, -math.inf)
+
+    return {**kw, "score_mod": fn, "attn_mask": None, "is_causal": False}
+
+
+def _seen(kw) -> torch.Tensor | None:
+    """The keys each query sees under the oracle's arguments (attn_mask and is_causal), bool; None: every key."""
+    m, L, S = kw["attn_mask"], kw["query"].shape[-2], kw["key"].shape[-2]
     seen = torch.ones(L, S, dtype=torch.bool).tril() if kw["is_causal"] else None
     if m is not None:
         m = m if m.dtype == torch.bool else ~torch.isneginf(m)
         seen = m if seen is None else m & seen
-    if mod is None or seen is None:
-        raise ValueError("no modifier and mask to swap")
-    H = q.shape[-3]
-    seen = seen.expand(*q.shape[:-3], H, L, S).reshape(-1, H, L, S)  # as the oracle flattens the batch
+    return seen
 
-    def fn(score, b, h, q_idx, kv_idx):
-        return mod(score.masked_fill(~seen, -math.inf), b, h, q_idx, kv_idx)
 
-    return {**kw, "score_mod": fn, "attn_mask": None, "is_causal": False}
+def _tiles_loaded(seen: torch.Tensor, block: int) -> torch.Tensor:
+    """(..., L, S) True in every block x block tile where some query sees some key: the tiles a kernel loads."""
+    L, S = seen.shape[-2:]
+    nb, ns = -(-L // block), -(-S // block)
+    pad = F.pad(seen, (0, ns * block - S, 0, nb * block - L))
+    tiles = pad.reshape(*seen.shape[:-2], nb, block, ns, block).any(-1).any(-2)
+    return tiles.repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :L, :S]
+
+
+def modified_after_mask_tiled(L: int, S: int):
+    """:func:`modified_after_mask` in a tiled kernel, for each square tile width that splits the queries or the
+    keys (a wider tile loads every key some block sees, as the untiled alternative does)."""
+    for b in BLOCKS:
+        if b < max(L, S):
+            yield explain.Alternative("mod-after-mask", lambda kw, b=b: modified_after_mask(kw, b))
 
 
 def _renormalised(case: Case, q, k, v, dense, keep) -> torch.Tensor:
@@ -195,6 +247,7 @@ def _alternatives(case: Case, x, exp):
     """The wrong semantics a failing output is held against (:class:`attnlab.judge.explain.Alternative`)."""
     if case.mod is not None:  # a modifier's own semantics are the question there, and its place before the mask
         yield explain.Alternative("mod-after-mask", modified_after_mask)
+        yield from modified_after_mask_tiled(case.L, case.S or case.L)
         return
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
     dense = oracle.cpu64(x.dense)
@@ -231,6 +284,8 @@ def _alternatives(case: Case, x, exp):
     if case.dropout_p == 0 or exp.keep is not None:
         yield from padded_keys(S)
         yield from tail_dropped(S)
+        if case.is_causal and L != S:  # a diagonal off the tiles' corners
+            yield from tail_dropped_per_block(L, S)
     if dense is None and not case.is_causal and not case.gqa and case.dropout_p == 0:
         sc = 1.0 / math.sqrt(E) if case.scale is None else case.scale
         yield A("softmax-dim", out=torch.softmax(q @ k.transpose(-2, -1) * sc, dim=-2) @ v)

@@ -370,8 +370,11 @@ def _limit(comps) -> float:
 def _precision(case: Case, out, exp: Expected, comps) -> list[str]:
     """A precision cause whose error model holds the failing output's error (:mod:`attnlab.judge.precision`): the
     output as the function gave it, or with the semantic causes already named taken out."""
-    if not isinstance(out, torch.Tensor) or out.shape != exp.ref[0].shape or exp.keep is not None:
+    if not isinstance(out, torch.Tensor) or out.shape != exp.ref[0].shape:
         return []
+    if exp.keep is not None:  # dropout's draw: the roundings' models have none, a constant in the sum holds there too
+        eps = precision.eps_in_sum(exp.fwd, out.detach().double().cpu(), exp.ref[0], _limit(comps))
+        return ["eps-in-sum"] if eps is not None else []
     theirs = exp.theirs[0][0] if isinstance(exp.theirs, list) else exp.theirs[0]
     key = precision.cause(DTYPES[case.dtype], exp.fwd, out, exp.ref[0], theirs, _limit(comps))
     return [key] if key else []

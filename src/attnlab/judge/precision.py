@@ -26,12 +26,13 @@ import torch
 from attnlab.judge import oracle, rule
 from attnlab.judge.explain import TIE
 
-CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "float32-in-float64")  # the keys it can name
+CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "float32-in-float64", "eps-in-sum")  # the keys it names
 BAND = 2.0  # an error within this factor of one of a cause's orders fits the cause
 WIDE = 10.0  # ... in float64, where nothing correct comes near float32's error, and float32 rounds in many places
 SHAPE = 0.5  # a cast to half precision in a full-precision case: the output that near the cast's answer, on average
 CLEAR = 2.0  # an order counts where its error is this many times the correct computation's
 HALF = (torch.float16, torch.bfloat16)
+GUARD = 1e-3  # the largest constant read as a guard added to the softmax's sum
 STEPS = 256  # at most this many steps in the emulation of a sum run key by key
 BLOCK = 64  # the key block a running sum is accumulated over, in the emulation of a half-precision sum
 
@@ -46,6 +47,8 @@ def cause(case_dtype: torch.dtype, f: oracle.Forward, mine: torch.Tensor, ref: t
     err = rule.max_err(mine, ref)
     if not (math.isfinite(err) and err > limit) or not bool(torch.isfinite(mine).all()):
         return None
+    if eps_in_sum(f, mine, ref, limit) is not None:
+        return "eps-in-sum"
     floor = max(limit, CLEAR * rule.max_err(theirs, ref))
     models = {}
     for key, orders in _models(case_dtype).items():
@@ -54,6 +57,32 @@ def cause(case_dtype: torch.dtype, f: oracle.Forward, mine: torch.Tensor, ref: t
             answers = [a for a in answers if rule.mean_err(mine, a) <= SHAPE * rule.mean_err(a, ref)]  # answer too
         models[key] = [rule.max_err(a, ref) for a in answers]
     return _fitting(case_dtype, err, floor, models)
+
+
+def eps_in_sum(f: oracle.Forward, mine: torch.Tensor, ref: torch.Tensor, limit: float) -> float | None:
+    """The constant a softmax's sum was given (out = sum p v / (l + eps), a guard against an empty row), where one
+    eps makes ``mine`` the right answer scaled by l / (l + eps) in every row that sees a key, to within ``limit`` --
+    a row rescaled by its own sum, which no rounding does; None where no eps does. l is the sum of exp(s - max)
+    (a kernel that subtracts the row max), or of exp(s)."""
+    live = torch.isfinite(f.lse)  # (N, H, L)
+    if not live.any():
+        return None
+    s = _scores(f)
+    m = s.amax(dim=-1)
+    for l in (torch.exp(f.lse - torch.where(live, m, 0.0)), torch.exp(f.lse)):
+        l = oracle.unflatten(torch.where(live, l, 1.0)[..., None], f)  # (..., L, 1)
+        rows = oracle.unflatten(live[..., None], f)[..., 0] & (ref.abs().amax(dim=-1) > 0)
+        if not torch.isfinite(l[rows]).all():
+            continue
+        d = -ref / l  # the first-order change of each row per unit eps
+        per_row = ((mine - ref) * d).sum(dim=-1)[rows] / (d * d).sum(dim=-1)[rows]
+        eps = float(per_row.median()) if per_row.numel() else 0.0
+        if not 0 < eps <= GUARD:  # (zero keys attended add their count to the sum of exp(s): pad-keys, not a guard)
+            continue
+        model = torch.where(rows[..., None], ref * (l / (l + eps)), ref)
+        if rule.max_err(model, ref) > limit and rule.max_err(mine, model) <= limit:
+            return eps
+    return None
 
 
 def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float) -> str | None:
@@ -82,12 +111,14 @@ def _fitting(case_dtype: torch.dtype, err: float, floor: float, models: dict) ->
 
 
 def noise(dtype: torch.dtype, f: oracle.Forward, ref: torch.Tensor) -> float:
-    """The largest error a precision cause gives on this case (0 outside half precision): how far a function with
-    such a cause may sit from an answer and still be that answer, for the semantic causes looked for first."""
-    if dtype not in HALF:
+    """The largest error a precision cause gives on this case (half precision's roundings; in float64, float32's:
+    0 in float32): how far a function with such a cause may sit from an answer and still be that answer, for the
+    semantic causes looked for first (a window off by one computed in float32 in a float64 run)."""
+    if dtype not in (*HALF, torch.float64):
         return 0.0
-    return max(rule.max_err(oracle.unflatten(order(f, dtype), f), ref) for orders in _models(dtype).values()
-               for order in orders)
+    models = _models(dtype) if dtype in HALF else {"float32-in-float64": _models(dtype)["float32-in-float64"]}
+    return (1.0 if dtype in HALF else WIDE) * max(rule.max_err(oracle.unflatten(order(f, dtype), f), ref)
+                                                  for orders in models.values() for order in orders)
 
 
 def _models(dtype: torch.dtype) -> dict:

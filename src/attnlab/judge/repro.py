@@ -27,7 +27,7 @@ from attnlab.judge import apis, inference, judge, repro_script, verify
 from attnlab.judge import causes as C
 from attnlab.judge.cases import Case
 from attnlab.judge.diagnose import diagnose
-from attnlab.judge.explain import TIE
+from attnlab.judge.explain import SUPPORT, TIE
 from attnlab.judge.remote import Remote
 from attnlab.judge.watchdog import case_limit, watched
 from attnlab.results import Result
@@ -166,7 +166,7 @@ def _keys(row, form: str) -> set[str]:
 
 def _readings(row) -> set[str]:
     """The causes the row's hints speak for, every reading of a tie among them."""
-    return {C.line_of(k) for h in row.hints if "=" not in h for k in h.split(TIE)}
+    return {C.line_of(k) for h in row.hints if "=" not in h for k in h.removeprefix(SUPPORT).split(TIE)}
 
 
 def same_way(row, key: str, form: str, claimed: frozenset[str] = frozenset()):

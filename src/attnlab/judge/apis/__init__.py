@@ -154,8 +154,6 @@ def hints(case: Case, x, out, exp, limit: float) -> tuple[list[str], object]:
 
     if not isinstance(out, torch.Tensor) or out.shape != exp.ref[0].shape or not math.isfinite(limit):
         return [], None
-    if case.magnitude > 1:  # scores in the hundreds: the softmax picks one key, and readings of the mask that
-        return [], None  # differ in the others agree (what fails there is said by the case's tag: large logits)
     name, args = parse(case.api)
     mod64, _ = exp.fresh(torch.float64, "cpu")
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
@@ -165,7 +163,10 @@ def hints(case: Case, x, out, exp, limit: float) -> tuple[list[str], object]:
     alts = _numbered([*_common(case), *(own(case, args) if own is not None else ())])
     ex = explain.explain(out, exp.ref[0], limit, base, alts, hypotheses.mean_of_v(exp), hypotheses.dead_rows(exp),
                          slack=precision.noise(x.q.dtype, exp.fwd, exp.ref[0]))
-    return list(dict.fromkeys(_unnumbered(k) for k in ex.keys)), ex.corrected
+    keys = list(dict.fromkeys(_unnumbered(k) for k in ex.keys))
+    if case.magnitude > 1:  # scores in the hundreds: the softmax picks one key, and readings of the mask that differ
+        return [explain.SUPPORT + k for k in keys], None  # in the others agree: they only join what others name
+    return keys, ex.corrected
 
 
 def telling(groups):
@@ -218,6 +219,7 @@ def _common(case: Case):
         yield A("gqa-repeat", hypotheses.repeated(case.H // (case.Hkv or case.H)))
     if case.mod is not None:
         yield A("mod-after-mask", hypotheses.modified_after_mask)
+        yield from hypotheses.modified_after_mask_tiled(case.L, case.S or case.L)
 
 
 def writes(api: str) -> tuple[int, ...]:

@@ -94,7 +94,7 @@ def alternatives(case: Case, args: dict):
     masked = mask_fn(case) is not None
     if masked:
         yield Alternative("flex-partial-as-full", _blocks(lambda seen: _tiles(seen, torch.any, False)))
-        yield Alternative("flex-full-only", _blocks(lambda seen: _tiles(seen, torch.all, True)))
+        yield Alternative("flex-full-only", _blocks(lambda seen: _tiles(seen, torch.all, False)))
     for size in (16, 32, 64):  # with no block mask, a kernel walks every 128-key block, read at its own size
         yield Alternative("flex-block-size", _blocks(lambda seen, size=size: seen & _listed(seen, size),
                                                      every=not masked))
