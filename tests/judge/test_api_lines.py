@@ -145,9 +145,8 @@ def test_a_constant_in_the_softmax_sum_is_named_not_float32(eps, subtract_max):
 
 
 def _sdpa_in_float32(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    out = torch.nn.functional.scaled_dot_product_attention(query.float(), key.float(), value.float(), is_causal=is_causal,
-                                                           scale=scale)
-    return out.to(query.dtype)
+    q, k, v = (t.float() for t in (query, key, value))
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale).to(query.dtype)
 
 
 def test_float32_in_a_float64_run_is_not_read_as_a_constant_in_the_sum():
