@@ -62,6 +62,9 @@ def attend(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, 
         s = (q * float(scale)).to(dtype).to(work) @ k.transpose(-2, -1)
     elif "fold-k" in bug:
         s = q @ (k * float(scale)).to(dtype).to(work).transpose(-2, -1)
+    elif "fold-qk" in bug:  # the square root of the scale into each of q and k (the sign to q)
+        root = math.sqrt(abs(float(scale)))
+        s = (q * math.copysign(root, float(scale))).to(dtype).to(work) @ (k * root).to(dtype).to(work).transpose(-2, -1)
     elif "scale-f32" in bug:  # the scale a float32 tensor: a float64 path computed with a float32 constant
         s = q @ k.transpose(-2, -1) * torch.tensor(float(scale), dtype=torch.float32)
     elif "view-flatten" in bug:
@@ -291,6 +294,7 @@ MUTANTS = {
     "scores: matmul and scale in the inputs' dtype": (_bug(attend, "scores-in-dtype"), "scores-rounded", BF16),
     "scale folded into q in the inputs' dtype": (_bug(attend, "fold-q"), "scale-folded", BF16),
     "scale folded into k in the inputs' dtype": (_bug(attend, "fold-k"), "scale-folded", BF16),
+    "sqrt(scale) into q and k in the inputs' dtype": (_bug(attend, "fold-qk"), "scale-folded", BF16),
     "running sum in the inputs' dtype": (_bug(attend, "sum-in-dtype"), "scores-rounded", BF16),
     "returns float32 whatever the input": (_bug(attend, "fp32-always-returned"), "dtype", F64),
     "view instead of reshape": (_bug(attend, "view-flatten"), "noncontig", F32),

@@ -125,8 +125,9 @@ SDPA = (
     Cause('scores-rounded', "the error is the size of scores kept in the inputs' dtype before the softmax (or its "
                             "running sum): keep the scores, the max and the sum in float32",
 ),
-    Cause('scale-folded', "the error is the size of the scale folded into q or k in the inputs' dtype: scale the "
-                          "float32 scores instead (or fold it where the dtype holds it exactly)"),
+    Cause('scale-folded', "the error is the size of the scale folded into q or k (or its square root into each) in "
+                          "the inputs' dtype: scale the float32 scores instead (or fold it where the dtype holds it "
+                          "exactly)"),
     Cause('softmax-half', "the error is the size of a softmax taken in half precision (exp and its sum in the "
                           "inputs' dtype): take it in float32 and round only the weights before P V"),
     Cause('eps-in-sum', "every row is the right answer times l / (l + eps): the softmax's sum has a constant added "

@@ -29,6 +29,7 @@ from attnlab.judge import causes as C
 from attnlab.judge.explain import SUPPORT, TIE
 from attnlab.judge.facts import SILENT
 from attnlab.judge.precision import CAUSES as PRECISION
+from attnlab.judge.precision import rounding
 from attnlab.results import Result
 
 
@@ -101,16 +102,31 @@ def diagnose(result, form: str) -> list[Diagnosis]:
 
 
 def _supported(rows: list) -> list:
-    """The rows with each supporting hint (``~key``: a case whose rows cannot tell readings apart, large logits) kept
-    where another row names that cause on its own -- then it is that cause's row too -- and dropped elsewhere."""
+    """The rows with each supporting hint (``~key``: a case whose rows cannot tell readings apart, large logits, or
+    whose log-sum-exp alone shows the cause) kept where another row names that cause on its own -- then it is that
+    cause's row too, among a tie's readings the ones named -- and dropped elsewhere."""
     if not any(h.startswith(SUPPORT) for r in rows for h in r.hints):
         return rows
-    named = {k.split("=")[0] for r in rows for h in r.hints if not h.startswith(SUPPORT) for k in h.split(TIE)}
-    kept = [h[len(SUPPORT):] for r in rows for h in r.hints if h.startswith(SUPPORT)]
-    backed = {h for h in kept if any(k.split("=")[0] in named for k in h.split(TIE))}
-    return [replace(r, hints=[h if not h.startswith(SUPPORT) else h[len(SUPPORT):] for h in r.hints
-                              if not h.startswith(SUPPORT) or h[len(SUPPORT):] in backed]) if r.hints else r
-            for r in rows]
+    own = [h for r in rows for h in r.hints if not h.startswith(SUPPORT)]
+    plain = Counter(h for h in own if TIE not in h)
+    lead = Counter(h.split(TIE)[0] for h in own if TIE in h)
+    named = {_settle(h, plain, lead).split("=")[0] for h in own}
+
+    def backed(hints):
+        for h in hints:
+            if not h.startswith(SUPPORT):
+                yield h
+                continue
+            readings = [k for k in h[len(SUPPORT):].split(TIE) if k.split("=")[0] in named]
+            if readings:
+                yield TIE.join(readings)
+
+    def kept(hints):
+        hints = list(dict.fromkeys(backed(hints)))  # a named cause the lse shows: the output's rounding-sized
+        semantic = any(not rounding(h) for h in hints)  # error on the same row is that cause's, not a rounding
+        return [h for h in hints if not (semantic and rounding(h))]
+
+    return [replace(r, hints=kept(r.hints)) if any(h.startswith(SUPPORT) for h in r.hints) else r for r in rows]
 
 
 RETURNED = {"nan": "NaN", "mean": "the mean of V (every key weighted alike: a large finite number in place of -inf?)",

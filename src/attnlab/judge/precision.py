@@ -37,6 +37,11 @@ STEPS = 256  # at most this many steps in the emulation of a sum run key by key
 BLOCK = 64  # the key block a running sum is accumulated over, in the emulation of a half-precision sum
 
 
+def rounding(hint: str) -> bool:
+    """A hint that names a rounding (one of :data:`CAUSES`, or a tie of them)."""
+    return all(k in CAUSES for k in hint.split(TIE))
+
+
 def cause(case_dtype: torch.dtype, f: oracle.Forward, mine: torch.Tensor, ref: torch.Tensor, theirs: torch.Tensor,
           limit: float) -> str | None:
     """The precision causes whose error models hold ``mine``'s error, nearest first and joined by
@@ -124,7 +129,7 @@ def noise(dtype: torch.dtype, f: oracle.Forward, ref: torch.Tensor) -> float:
 def _models(dtype: torch.dtype) -> dict:
     if dtype in HALF:
         return {"scores-rounded": (_scores_once, _scores_twice, _sum_rounded, _sum_running),
-                "scale-folded": (_fold_q, _fold_k),
+                "scale-folded": (_fold_q, _fold_k, _fold_both),
                 "softmax-half": (_softmax_half, _softmax_half_blocks)}
     half = {"softmax-half": tuple(functools.partial(order, half=h) for h in HALF
                                   for order in (_softmax_cast, _softmax_half, _softmax_half_blocks))}  # cast down
@@ -141,8 +146,8 @@ def _lse_models(dtype: torch.dtype) -> dict:
     if dtype in HALF:
         return {"scores-rounded": (of(lambda f, dt: _r(_scores(f), dt)),
                                    of(lambda f, dt: _r(_r(_scores(f) / f.scale, dt) * f.scale, dt))),
-                "scale-folded": (of(lambda f, dt: _scores(f) + _fold_error(f, dt, True)),
-                                 of(lambda f, dt: _scores(f) + _fold_error(f, dt, False))),
+                "scale-folded": tuple(of(lambda f, dt, side=side: _scores(f) + _fold_error(f, dt, side))
+                                      for side in (True, False, None)),
                 "softmax-half": (_lse_sum_rounded,)}
     if dtype == torch.float64:
         return {"float32-in-float64": (of(lambda f, dt: _scores(f) * (float(torch.tensor(f.scale, dtype=torch.float32))
@@ -211,11 +216,17 @@ def _sum_running(f, dtype):
     return _finish(s, f, dtype, p / torch.where(total == 0, 1.0, total))
 
 
-def _fold_error(f, dtype, on_q: bool) -> torch.Tensor:
-    """What the scale multiplied into q (or k) and stored in the dtype before the matmul adds to the scores."""
+def _fold_error(f, dtype, on_q: bool | None) -> torch.Tensor:
+    """What the scale multiplied into q (or k; None: its square root into each) and stored in the dtype before the
+    matmul adds to the scores."""
     q, k = f.q, f.k
     exact = q @ k.transpose(-2, -1) * f.scale
-    folded = (_r(q * f.scale, dtype) @ k.transpose(-2, -1)) if on_q else (q @ _r(k * f.scale, dtype).transpose(-2, -1))
+    if on_q is None:  # (a negative scale's sign goes to q)
+        root = math.sqrt(abs(f.scale))
+        folded = _r(q * math.copysign(root, f.scale), dtype) @ _r(k * root, dtype).transpose(-2, -1)
+    else:
+        folded = (_r(q * f.scale, dtype) @ k.transpose(-2, -1)) if on_q else \
+            (q @ _r(k * f.scale, dtype).transpose(-2, -1))
     return folded - exact
 
 
@@ -230,6 +241,10 @@ def _fold_q(f, dtype):
 
 def _fold_k(f, dtype):
     return _folded(f, dtype, False)
+
+
+def _fold_both(f, dtype):
+    return _folded(f, dtype, None)
 
 
 def _softmax_half(f, dtype, half=None):

@@ -150,23 +150,65 @@ def hints(case: Case, x, out, exp, limit: float) -> tuple[list[str], object]:
     leaking into the next ...); and the output with those causes taken out."""
     import torch
 
-    from attnlab.judge import explain, hypotheses, oracle, precision
+    from attnlab.judge import explain, hypotheses, precision
 
     if not isinstance(out, torch.Tensor) or out.shape != exp.ref[0].shape or not math.isfinite(limit):
         return [], None
-    name, args = parse(case.api)
-    mod64, _ = exp.fresh(torch.float64, "cpu")
-    q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
-    base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal, scale=case.scale,
-                enable_gqa=case.gqa, score_mod=mod64)
-    own = getattr(module(name), "alternatives", None)
-    alts = _numbered([*_common(case), *(own(case, args) if own is not None else ())])
+    base, alts = _questions(case, x, exp)
     ex = explain.explain(out, exp.ref[0], limit, base, alts, hypotheses.mean_of_v(exp), hypotheses.dead_rows(exp),
                          slack=precision.noise(x.q.dtype, exp.fwd, exp.ref[0]))
     keys = list(dict.fromkeys(_unnumbered(k) for k in ex.keys))
     if case.magnitude > 1:  # scores in the hundreds: the softmax picks one key, and readings of the mask that differ
         return [explain.SUPPORT + k for k in keys], None  # in the others agree: they only join what others name
     return keys, ex.corrected
+
+
+def _questions(case: Case, x, exp) -> tuple[dict, list]:
+    """The oracle's arguments for the case, and the API's alternatives to them (each key once: see _numbered)."""
+    import torch
+
+    from attnlab.judge import oracle
+
+    name, args = parse(case.api)
+    mod64, _ = exp.fresh(torch.float64, "cpu")
+    q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
+    base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal, scale=case.scale,
+                enable_gqa=case.gqa, score_mod=mod64)
+    own = getattr(module(name), "alternatives", None)
+    return base, _numbered([*_common(case), *(own(case, args) if own is not None else ())])
+
+
+def lse_hints(case: Case, x, lse, exp, limit: float) -> list[str]:
+    """Where the log-sum-exp alone fails (the output within its rule): the alternatives whose own log-sum-exp the
+    function's is on every failing row, marked as support (``~key``): they join a line the function's other cases
+    name -- a bfloat16 row whose output hides a dropped key within its rule shows it in its float32 lse -- and say
+    nothing alone."""
+    import torch
+
+    from attnlab.judge import explain, oracle
+
+    ref = exp.fwd.lse
+    if not isinstance(lse, torch.Tensor) or lse.numel() != ref.numel() or not math.isfinite(limit):
+        return []
+    mine = lse.detach().double().cpu().reshape(ref.shape)
+
+    def near(a, b, tol):
+        return ((a - b).abs() <= tol) | (torch.isinf(a) & torch.isinf(b) & (a.sign() == b.sign()))
+
+    bad = ~near(mine, ref, limit)
+    if not bad.any():
+        return []
+    base, alts = _questions(case, x, exp)
+    found = []
+    for a in alts:
+        try:
+            alt = None if a.change is None else oracle.answer(**a.change(dict(base)))[1].lse
+        except (TypeError, ValueError, RuntimeError, IndexError, KeyError):  # a change these arguments do not take
+            continue
+        if alt is not None and alt.shape == ref.shape and bool(near(mine, alt, limit)[bad].all()) \
+                and bool((~near(alt, ref, 2 * limit))[bad].all()):
+            found.append(explain.SUPPORT + _unnumbered(a.key))
+    return list(dict.fromkeys(found))
 
 
 def telling(groups):
