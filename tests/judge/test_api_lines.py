@@ -210,3 +210,25 @@ def test_a_dropped_key_that_bfloat16_hides_in_the_output_is_read_from_the_lse():
     keys = _keys(_last_key_tile_dropped, "flash-attn", ["float32", "bfloat16"],
                  lambda c: c.name in ("L=1 decode lower-right", "L<S causal lower-right", "head dim 40, L=97"))
     assert keys == ["tail-dropped"], keys
+
+
+def _dot_in_bfloat16(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """q k^T as a bfloat16 matmul (its product rounded once), the scale and the softmax in float32 after."""
+    sc = query.shape[-1] ** -0.5 if scale is None else float(scale)
+    s = (query @ key.transpose(-2, -1)).float() * sc
+    if is_causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), -torch.inf)
+    return (torch.softmax(s, dim=-1) @ value.float()).to(query.dtype)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_rounding_is_told_by_where_its_error_points_not_its_size_alone(seed):
+    # scores rounded before the scale and the scale folded into q err alike in size on these cases; only the
+    # direction of the error (its cosine with each order's) tells them apart
+    cases = [c for c in apis.cases("sdpa", ["bfloat16"], long=False)
+             if c.name in ("basic", "causal", "scale=3, causal", "head dim 40, L=97", "scale=0.05")]
+    r = verify.verify({"f": _dot_in_bfloat16}, cases, seed=seed, timeout=None, check_dropout=False)
+    for row in r.rows:
+        print(row.case, row.status, row.hints)
+    keys = [d.key for d in r.diagnoses.get("f", [])]
+    assert keys == ["scores-rounded"], keys

@@ -31,6 +31,8 @@ BAND = 2.0  # an error within this factor of one of a cause's orders fits the ca
 WIDE = 10.0  # ... in float64, where nothing correct comes near float32's error, and float32 rounds in many places
 SHAPE = 0.5  # a cast to half precision in a full-precision case: the output that near the cast's answer, on average
 CLEAR = 2.0  # an order counts where its error is this many times the correct computation's
+SAME = 0.8  # an order whose error has at least this cosine with the function's is the function's rounding
+TIED = 0.05  # ... and orders this close to the best cosine tie with it
 HALF = (torch.float16, torch.bfloat16)
 GUARD = 1e-3  # the largest constant read as a guard added to the softmax's sum
 STEPS = 256  # at most this many steps in the emulation of a sum run key by key
@@ -55,13 +57,33 @@ def cause(case_dtype: torch.dtype, f: oracle.Forward, mine: torch.Tensor, ref: t
     if eps_in_sum(f, mine, ref, limit) is not None:
         return "eps-in-sum"
     floor = max(limit, CLEAR * rule.max_err(theirs, ref))
-    models = {}
+    models, pointing = {}, []
     for key, orders in _models(case_dtype).items():
         answers = [oracle.unflatten(order(f, case_dtype), f) for order in orders]
         if case_dtype not in HALF and key == "softmax-half":  # a cast a full-precision case does not make: the
             answers = [a for a in answers if rule.mean_err(mine, a) <= SHAPE * rule.mean_err(a, ref)]  # answer too
         models[key] = [rule.max_err(a, ref) for a in answers]
-    return _fitting(case_dtype, err, floor, models)
+        pointing += [(_cosine(mine - ref, a - ref), key, e) for a, e in zip(answers, models[key], strict=True)]
+    return _pointing(case_dtype, err, floor, pointing) or _fitting(case_dtype, err, floor, models)
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    """How alike two errors are in direction, over every element (0 where either is none)."""
+    a, b = a.flatten(), b.flatten()
+    n = float(a.norm() * b.norm())
+    return float(a @ b) / n if n > 0 and math.isfinite(n) else 0.0
+
+
+def _pointing(case_dtype: torch.dtype, err: float, floor: float, pointing: list) -> str | None:
+    """The causes of the orders whose error points where the function's does (cosine at least :data:`SAME`), and
+    is of its size: a rounding made where the function makes it moves each number as the function's did -- which
+    the size alone cannot tell (scores rounded once and the scale folded into q err alike in size, not in where)."""
+    band = WIDE if case_dtype == torch.float64 else BAND
+    same = [(c, key) for c, key, e in pointing if c >= SAME and e > floor and e / band <= err <= e * band]
+    if not same:
+        return None
+    top = max(c for c, _ in same)
+    return TIE.join(dict.fromkeys(key for c, key in sorted(same, reverse=True) if c >= top - TIED))
 
 
 def eps_in_sum(f: oracle.Forward, mine: torch.Tensor, ref: torch.Tensor, limit: float) -> float | None:
@@ -128,7 +150,7 @@ def noise(dtype: torch.dtype, f: oracle.Forward, ref: torch.Tensor) -> float:
 
 def _models(dtype: torch.dtype) -> dict:
     if dtype in HALF:
-        return {"scores-rounded": (_scores_once, _scores_twice, _sum_rounded, _sum_running),
+        return {"scores-rounded": (_scores_once, _scores_twice, _scores_unscaled, _sum_rounded, _sum_running),
                 "scale-folded": (_fold_q, _fold_k, _fold_both),
                 "softmax-half": (_softmax_half, _softmax_half_blocks)}
     half = {"softmax-half": tuple(functools.partial(order, half=h) for h in HALF
@@ -145,7 +167,8 @@ def _lse_models(dtype: torch.dtype) -> dict:
 
     if dtype in HALF:
         return {"scores-rounded": (of(lambda f, dt: _r(_scores(f), dt)),
-                                   of(lambda f, dt: _r(_r(_scores(f) / f.scale, dt) * f.scale, dt))),
+                                   of(lambda f, dt: _r(_r(_scores(f) / f.scale, dt) * f.scale, dt)),
+                                   of(lambda f, dt: _r(_scores(f) / f.scale, dt) * f.scale)),
                 "scale-folded": tuple(of(lambda f, dt, side=side: _scores(f) + _fold_error(f, dt, side))
                                       for side in (True, False, None)),
                 "softmax-half": (_lse_sum_rounded,)}
@@ -194,6 +217,11 @@ def _scores_once(f, dtype):
 def _scores_twice(f, dtype):
     s = _scores(f)  # q k^T rounded, then scaled in the dtype and rounded again
     return _finish(_r(_r(s / f.scale, dtype) * f.scale, dtype), f, dtype)
+
+
+def _scores_unscaled(f, dtype):
+    s = _scores(f)  # q k^T rounded (a matmul in the dtype), the scale applied after in float32 or better
+    return _finish(_r(s / f.scale, dtype) * f.scale, f, dtype)
 
 
 def _sum_rounded(f, dtype):
