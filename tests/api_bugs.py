@@ -83,7 +83,7 @@ def flash_softcap_after_mask_tiled(q, k, v, softmax_scale=None, causal=False, wi
     G = H // kh.shape[1]
     kh, vh = kh.repeat_interleave(G, 1), vh.repeat_interleave(G, 1)
     s = softcap * torch.tanh((qh @ kh.transpose(-2, -1) * scale).masked_fill(~seen, -math.inf) / softcap)
-    bias = R._alibi(alibi_slopes, B, H, L, S, q.device)
+    bias = R._alibi(alibi_slopes, B, H, L, S, q.device, torch.float64)
     s = (s if bias is None else s + bias.double()).masked_fill(~loaded, -math.inf)
     lse = torch.logsumexp(s, -1)
     out = (torch.softmax(s, -1) @ vh).to(q.dtype).transpose(1, 2)

@@ -52,12 +52,13 @@ def band(L, S, offset, causal, window, device):
     return seen
 
 
-def _alibi(slopes, B, H, L, S, device):
+def _alibi(slopes, B, H, L, S, device, dtype=torch.float32):
+    """-slope * |i + S - L - j| in ``dtype`` (the statistics' dtype: float64 for float64 inputs)."""
     if slopes is None:
         return None
-    sl = slopes.view(-1 if slopes.dim() == 2 else 1, H, 1, 1).float()
+    sl = slopes.view(-1 if slopes.dim() == 2 else 1, H, 1, 1).to(dtype)
     i = torch.arange(L, device=device)[:, None] + S - L
-    return -sl * (i - torch.arange(S, device=device)[None, :]).abs().float()
+    return -sl * (i - torch.arange(S, device=device)[None, :]).abs().to(dtype)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -66,7 +67,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     S = k.shape[1]
     scale = D ** -0.5 if softmax_scale is None else softmax_scale
     seen = _flash_seen(L, S, causal, window_size, q.device, _top_left)
-    out, lse = _attend(*(t.transpose(1, 2) for t in (q, k, v)), scale, seen, _alibi(alibi_slopes, B, H, L, S, q.device),
+    bias = _alibi(alibi_slopes, B, H, L, S, q.device, torch.float64 if q.dtype == torch.float64 else torch.float32)
+    out, lse = _attend(*(t.transpose(1, 2) for t in (q, k, v)), scale, seen, bias,
                        softcap, _dead)
     out = out.transpose(1, 2)
     return (out, lse, None) if return_attn_probs else out
