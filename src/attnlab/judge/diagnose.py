@@ -112,19 +112,16 @@ def _supported(rows: list) -> list:
     lead = Counter(h.split(TIE)[0] for h in own if TIE in h)
     named = {_settle(h, plain, lead).split("=")[0] for h in own}
 
-    def backed(hints):
-        for h in hints:
-            if not h.startswith(SUPPORT):
-                yield h
-                continue
-            readings = [k for k in h[len(SUPPORT):].split(TIE) if k.split("=")[0] in named]
-            if readings:
-                yield TIE.join(readings)
+    def backed(h: str) -> str:
+        """A supporting hint's readings that are named ("" where none is)."""
+        return TIE.join(k for k in h[len(SUPPORT):].split(TIE) if k.split("=")[0] in named)
 
     def kept(hints):
-        hints = list(dict.fromkeys(backed(hints)))  # a named cause the lse shows: the output's rounding-sized
-        semantic = any(not rounding(h) for h in hints)  # error on the same row is that cause's, not a rounding
-        return [h for h in hints if not (semantic and rounding(h))]
+        support = [b for b in map(backed, (h for h in hints if h.startswith(SUPPORT))) if b]
+        own = [h for h in hints if not h.startswith(SUPPORT)]
+        if support:  # a named cause the lse shows: the output's rounding-sized error on that row is that cause's
+            own = [h for h in own if not rounding(h)]
+        return list(dict.fromkeys(own + support))
 
     return [replace(r, hints=kept(r.hints)) if any(h.startswith(SUPPORT) for h in r.hints) else r for r in rows]
 
