@@ -182,7 +182,7 @@ def modified_after_mask(kw, block: int | None = None):
         raise ValueError("no modifier and mask to swap")
     H, L, S = q.shape[-3], q.shape[-2], kw["key"].shape[-2]
     seen = seen.expand(*q.shape[:-3], H, L, S).reshape(-1, H, L, S)  # as the oracle flattens the batch
-    loaded = None if block is None else _tiles_loaded(seen, block)
+    loaded = None if block is None else tiles(seen, block)
 
     def fn(score, b, h, q_idx, kv_idx):
         out = mod(score.masked_fill(~seen, -math.inf), b, h, q_idx, kv_idx)
@@ -201,13 +201,14 @@ def _seen(kw) -> torch.Tensor | None:
     return seen
 
 
-def _tiles_loaded(seen: torch.Tensor, block: int) -> torch.Tensor:
-    """(..., L, S) True in every block x block tile where some query sees some key: the tiles a kernel loads."""
+def tiles(seen: torch.Tensor, block: int, reduce=torch.any) -> torch.Tensor:
+    """(..., L, S): each block x block tile of ``seen`` made wholly True or False by ``reduce`` over it, the ragged
+    edge padded with False (as torch's BlockMask counts a ragged last block partial). With torch.any: the tiles a
+    kernel loads, where some query of the block sees some key."""
     L, S = seen.shape[-2:]
     nb, ns = -(-L // block), -(-S // block)
-    pad = F.pad(seen, (0, ns * block - S, 0, nb * block - L))
-    tiles = pad.reshape(*seen.shape[:-2], nb, block, ns, block).any(-1).any(-2)
-    return tiles.repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :L, :S]
+    t = F.pad(seen, (0, ns * block - S, 0, nb * block - L)).reshape(*seen.shape[:-2], nb, block, ns, block)
+    return reduce(reduce(t, dim=-1), dim=-2).repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :L, :S]
 
 
 def modified_after_mask_tiled(L: int, S: int):

@@ -93,8 +93,8 @@ def alternatives(case: Case, args: dict):
 
     masked = mask_fn(case) is not None
     if masked:
-        yield Alternative("flex-partial-as-full", _blocks(lambda seen: _tiles(seen, torch.any, False)))
-        yield Alternative("flex-full-only", _blocks(lambda seen: _tiles(seen, torch.all, False)))
+        yield Alternative("flex-partial-as-full", _blocks(lambda seen: hypotheses.tiles(seen, BLOCK, torch.any)))
+        yield Alternative("flex-full-only", _blocks(lambda seen: hypotheses.tiles(seen, BLOCK, torch.all)))
     for size in (16, 32, 64):  # with no block mask, a kernel walks every 128-key block, read at its own size
         yield Alternative("flex-block-size", _blocks(lambda seen, size=size: seen & _listed(seen, size),
                                                      every=not masked))
@@ -130,22 +130,12 @@ def _blocks(read, every: bool = False):
     return change
 
 
-def _tiles(seen: torch.Tensor, reduce, pad: bool) -> torch.Tensor:
-    """Each BLOCK x BLOCK tile of ``seen`` made wholly True or False by ``reduce`` over it (the ragged edge padded
-    with ``pad``)."""
-    L, S = seen.shape[-2:]
-    nL, nS = -(-L // BLOCK), -(-S // BLOCK)
-    full = torch.full((*seen.shape[:-2], nL * BLOCK, nS * BLOCK), pad, dtype=torch.bool)
-    full[..., :L, :S] = seen
-    t = full.unflatten(-1, (nS, BLOCK)).unflatten(-3, (nL, BLOCK))  # (..., nL, BLOCK, nS, BLOCK)
-    r = reduce(reduce(t, dim=-1), dim=-2)  # (..., nL, nS)
-    return r.repeat_interleave(BLOCK, -2).repeat_interleave(BLOCK, -1)[..., :L, :S]
-
-
 def _listed(seen: torch.Tensor, size: int) -> torch.Tensor:
     """(..., L, S): keys a kernel visits that reads the block mask's kv_indices (BLOCK-wide) as ``size``-wide."""
+    from attnlab.judge import hypotheses
+
     L, S = seen.shape[-2:]
-    listed = _tiles(seen, torch.any, False)[..., ::BLOCK, ::BLOCK]  # (..., nL, nS): the tiles with a key seen
+    listed = hypotheses.tiles(seen, BLOCK, torch.any)[..., ::BLOCK, ::BLOCK]  # (..., nL, nS): the tiles with a key seen
     kb = torch.arange(S) // size  # the tile index a key has in the kernel's reading
     inside = kb < listed.shape[-1]
     got = listed[..., torch.arange(L) // BLOCK, :][..., kb.clamp(max=listed.shape[-1] - 1)]  # (..., L, S)
