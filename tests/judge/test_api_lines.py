@@ -2,6 +2,8 @@
 comes back as a second line -- an alignment that also measures ALiBi's distance, zeros where no key is seen, a
 log-sum-exp that carries the scores' rounding, a softmax cast to float16, an exception, a missing log-sum-exp."""
 
+import math
+
 import pytest
 import torch
 
@@ -194,21 +196,32 @@ def test_a_tile_count_floored_per_query_block_is_the_dropped_tile():
     assert keys == ["tail-dropped"], keys
 
 
-def _last_key_tile_dropped(q, k, v, causal=False, window_size=(-1, -1), **kw):
-    """Key tiles of 32 counted with //: the keys from S - S % 32 on are never seen (one key of 65 or 97)."""
-    B, L, H, D = q.shape
-    S = k.shape[1]
-    seen = R.band(L, S, S - L, causal, window_size, q.device) & (torch.arange(S) < S - S % 32)
-    out, lse = R._attend(*(t.transpose(1, 2) for t in (q, k, v)), D ** -0.5, seen)
-    out = out.transpose(1, 2)
-    return (out, lse, None) if kw.get("return_attn_probs") else out
+def _last_key_tile_dropped(dead_lse):
+    def fn(q, k, v, causal=False, window_size=(-1, -1), **kw):
+        """Key tiles of 32 counted with //: the keys from S - S % 32 on are never seen (one key of 65 or 97); a row
+        that sees no key gets ``dead_lse`` (FlashAttention's own kernels return +inf there)."""
+        B, L, H, D = q.shape
+        S = k.shape[1]
+        seen = R.band(L, S, S - L, causal, window_size, q.device) & (torch.arange(S) < S - S % 32)
+        out, lse = R._attend(*(t.transpose(1, 2) for t in (q, k, v)), D ** -0.5, seen, dead_lse=dead_lse)
+        out = out.transpose(1, 2)
+        return (out, lse, None) if kw.get("return_attn_probs") else out
+    return fn
 
 
-def test_a_dropped_key_that_bfloat16_hides_in_the_output_is_read_from_the_lse():
+@pytest.mark.parametrize(("dead_lse", "seed"), [(-math.inf, 0), (math.inf, 1), (math.inf, 3)])
+def test_a_dropped_key_that_bfloat16_hides_in_the_output_is_read_from_the_lse(dead_lse, seed):
     # in bfloat16 one key of 65 moves the output about as much as the rule allows, on some seeds within it: the
-    # float32 log-sum-exp still shows the key gone, and those rows join the line the float32 rows name
-    keys = _keys(_last_key_tile_dropped, "flash-attn", ["float32", "bfloat16"],
-                 lambda c: c.name in ("L=1 decode lower-right", "L<S causal lower-right", "head dim 40, L=97"))
+    # float32 log-sum-exp still shows the key gone, and those rows join the line the float32 rows name (either
+    # infinity on a row that sees no key is right, as the lse's rule has it)
+    cases = [c for c in apis.cases("flash-attn", ["float32", "bfloat16"], long=False)
+             if c.name in ("L=1 decode lower-right", "L<S causal lower-right", "head dim 40, L=97",
+                           "L>S lower-right, dead rows")]
+    r = verify.verify({"f": apis.Adapted(_last_key_tile_dropped(dead_lse), "flash-attn")}, cases, seed=seed,
+                      timeout=None, check_dropout=False)
+    for row in r.rows:
+        print(row.case, row.dtype, row.status, row.hints)
+    keys = [d.key for d in r.diagnoses.get("f", [])]
     assert keys == ["tail-dropped"], keys
 
 
