@@ -17,7 +17,9 @@ PIP_C  := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 # The test runs keep Python's bytecode cache even where PYTHONDONTWRITEBYTECODE is set: without it every run and
 # every worker compiles the package and rewrites the tests' asserts again (collection 9 s instead of 3 s here).
 # The learner's own file is never cached: the lab's loader reads it from its source (attnlab.judge.loader).
-PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
+# Every run says where its time went (the 25 slowest tests) and fails when a test's mark does not fit its CPU time:
+# `slow` costs at least 0.2 s of CPU, a test without it at most 2 s (tests/costs.py).
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest --durations=25 --check-costs
 
 .PHONY: demo test test-fast test-long lint install install-dev browser clean constraints
 
@@ -39,10 +41,10 @@ install-dev: $(VENV)/.installed-dev
 
 # The lesson page's browser test drives Debian's chromium (never a browser Playwright downloads).
 # Idempotent: nothing happens when /usr/bin/chromium is there; sudo only when not root.
-SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# tools/apt-install waits up to APT_LOCK_S seconds for another install to let go of apt's locks, instead of failing.
+APT_LOCK_S ?= 600
 browser:
-	@[ -x /usr/bin/chromium ] || ($(SUDO) apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	@[ -x /usr/bin/chromium ] || APT_LOCK_S=$(APT_LOCK_S) tools/apt-install chromium
 
 demo: install
 	$(VENV)/bin/attnlab demo

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.costs import pytest_addoption, pytest_configure  # noqa: F401 -- each test's CPU time against its mark
 from tests.helpers import cli
 
 # Tests check numbers, not speed: one thread avoids thread hand-off costs on the many tiny tensors here.
@@ -138,8 +139,18 @@ def browser(_chromium):
 PAGE_FIXTURES = {"browser", "lesson", "model_lesson"}
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """The page's tests in one xdist group: one build of each page, one chromium."""
+    """The page's tests in one xdist group: one build of each page, one chromium. And, before -m deselects any, the
+    counts the README states (tests/test_readme.py), where the whole suite was collected."""
     for item in items:
         if PAGE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("page"))
+    tests = Path(__file__).resolve().parent
+    if [Path(a).resolve() for a in config.args] in ([tests], [tests.parent]) and not config.getoption("keyword"):
+        marks = [{m.name for m in item.iter_markers()} for item in items]
+        config.stash[SUITE] = {"test": sum("long" not in m for m in marks), "long": sum("long" in m for m in marks),
+                               "fast": sum("slow" not in m for m in marks)}
+
+
+SUITE = pytest.StashKey[dict]()  # the suite's counts: make test's, make test-long's and make test-fast's tests

@@ -7,8 +7,9 @@ import pytest
 
 from attnlab.cli import main
 from attnlab.demo import DemoResult
-from attnlab.judge import verify
+from attnlab.judge import apis, verify
 from attnlab.judge.repro import Reproduced
+from tests import cli_batch
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -22,13 +23,15 @@ ENTRY = [("demo", ["--seed", "x"], "argument --seed"), ("verify", ["--impl", "fa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command, args, says", ENTRY, ids=[c for c, _, _ in ENTRY])
-def test_every_command_through_python_m_attnlab_is_exit_2_and_one_line(run_cli, command, args, says):
-    r = run_cli(command, *args)
-    print(r.stdout, r.stderr)
-    assert r.returncode == 2
-    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
-    assert r.stderr.startswith(f"attnlab {command}: error: {says}"), r.stderr
+def test_every_command_through_python_m_attnlab_is_exit_2_and_one_line(tmp_path):
+    """Each command's usage error through ``python -m attnlab``'s own entry module, all in one child process (the
+    interpreter's start is the same for each: tests/cli_batch.py)."""
+    got = cli_batch.run_all([[command, *args] for command, args, _ in ENTRY], tmp_path)
+    for (command, _, says), r in zip(ENTRY, got, strict=True):
+        print(command, r)
+        assert r["code"] == 2, command
+        assert len(r["stderr"].strip().splitlines()) == 1 and "Traceback" not in r["stderr"], command
+        assert r["stderr"].startswith(f"attnlab {command}: error: {says}"), r["stderr"]
 
 
 @pytest.mark.slow
@@ -58,7 +61,7 @@ def test_verify_passes_for_a_registered_form(tmp_path, capsys, round_trip):
                  str(path)]) == 0
     out = capsys.readouterr().out
     assert "oracle check: PyTorch in float64 agrees with the float64 oracle on every case" in out
-    n = len(verify.default_cases(["float32"], long=False))
+    n = len(apis.cases("sdpa", ["float32"], long=False))  # the grid and the probes
     assert "ALL PASS" in out and f"{n} passed, 0 failed" in out
     j = json.loads(path.read_text())
     assert len(j["rows"]) == n and j["rows"][0]["comparisons"][0]["quantity"] == "out"

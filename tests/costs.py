@@ -1,0 +1,151 @@
+"""What each test costs, in CPU seconds, and whether its mark says so (`make test` fails when one does not).
+
+A mark says what a test costs: ``slow`` means it starts a process or takes over about two seconds, and `make
+test-fast` leaves it out. Wall time says little of that on a shared machine (a busy core stretches every test), so
+the cost is CPU time: the test process's own, and every process it started -- the children it waited for, and those
+still running (a judged process, a browser), read from /proc before and after, so that a process that outlives one
+test charges each test only what it used during it. Setup and teardown count (a session fixture's first user pays
+for it, so a test that needs a session fixture measured slow is slow too).
+
+With ``--check-costs`` (the Makefile's test targets pass it) the run ends with a table of the tests whose mark
+does not fit their cost -- fast-marked over FAST_MAX, slow-marked under SLOW_MIN -- and fails when it is not empty.
+The two limits sit far apart on purpose: a test between them may carry either mark, so no verdict flips because the
+machine is busy (CPU time grows a little with the load; wall time grows with it without bound).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+import pytest
+
+FAST_MAX = 2.0  # CPU seconds a test not marked slow may take
+SLOW_MIN = 0.2  # CPU seconds below which a slow-marked test is not slow
+SLOW_FIXTURE = 2.0  # a session or module fixture whose setup took this much makes the tests that use it slow
+_PROC = Path("/proc")
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for task in (_PROC / str(pid) / "task").iterdir():
+            try:
+                out += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+    except OSError:
+        return []
+    return out
+
+
+def _stat_cpu(pid: int) -> float:
+    """utime + stime + cutime + cstime of a live process, seconds (0 when it is gone)."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return 0.0
+    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
+    return sum(int(f) for f in fields[11:15]) / _TICK
+
+
+def tree_cpu() -> float:
+    """CPU seconds used so far by this process, the children it reaped, and every live descendant (and what those
+    reaped in turn)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = me.ru_utime + me.ru_stime + reaped.ru_utime + reaped.ru_stime
+    if not _PROC.is_dir():
+        return total
+    todo, seen = _children(os.getpid()), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += _stat_cpu(pid)
+        todo += _children(pid)
+    return total
+
+
+class Costs:
+    """The plugin: measures in each process that runs tests, judges the marks where the reports meet."""
+
+    def __init__(self, check: bool):
+        self.check = check
+        self.start: dict[str, float] = {}
+        self.fixtures: dict[str, float] = {}  # fixture name -> CPU seconds its setup took (session/module scope)
+        self.wrong: list[tuple[str, str, float]] = []  # (nodeid, mark, cpu)
+        self.seen: dict[str, float] = {}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        if fixturedef.scope not in ("session", "module", "package"):
+            yield
+            return
+        t0 = tree_cpu()
+        yield
+        self.fixtures[fixturedef.argname] = max(self.fixtures.get(fixturedef.argname, 0.0), tree_cpu() - t0)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        self.start[item.nodeid] = tree_cpu()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        if call.when == "teardown" and item.nodeid in self.start:
+            cpu = tree_cpu() - self.start.pop(item.nodeid)
+            heavy = sorted(f for f in getattr(item, "fixturenames", ()) if self.fixtures.get(f, 0.0) >= SLOW_FIXTURE)
+            item.user_properties.append(("cpu_s", round(cpu, 3)))
+            item.user_properties.append(("slow_fixtures", heavy))
+        yield
+
+    def pytest_runtest_logreport(self, report):
+        if report.when != "teardown":
+            return
+        props = dict(report.user_properties)
+        if "cpu_s" not in props:
+            return
+        cpu = props["cpu_s"]
+        self.seen[report.nodeid] = cpu
+        slow = "slow" in report.keywords
+        if not slow and cpu > FAST_MAX:
+            self.wrong.append((report.nodeid, "fast", cpu))
+        elif slow and cpu < SLOW_MIN and not props.get("slow_fixtures"):
+            self.wrong.append((report.nodeid, "slow", cpu))
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.check or not self.seen:
+            return
+        tr = terminalreporter
+        total = sum(self.seen.values())
+        tr.write_sep("-", f"CPU time: {total:.0f} s over {len(self.seen)} tests (--check-costs)")
+        if not self.wrong:
+            tr.write_line(f"every mark fits its cost: fast <= {FAST_MAX:g} s, slow >= {SLOW_MIN:g} s of CPU")
+            return
+        tr.write_line(f"{len(self.wrong)} test(s) whose mark does not fit their CPU time "
+                      f"(fast-marked over {FAST_MAX:g} s, slow-marked under {SLOW_MIN:g} s):")
+        for nodeid, mark, cpu in sorted(self.wrong, key=lambda w: -w[2]):
+            tr.write_line(f"  {cpu:7.2f} s  marked {mark:4s}  {nodeid}")
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        path = session.config.getoption("--costs-json")
+        if path and not hasattr(session.config, "workerinput"):
+            import json
+
+            Path(path).write_text(json.dumps(self.seen, indent=0, sort_keys=True))
+        worker = hasattr(session.config, "workerinput")  # pytest-xdist: the controller judges the marks
+        if self.check and self.wrong and not worker and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_addoption(parser):
+    parser.addoption("--check-costs", action="store_true",
+                     help="fail the run when a test's mark does not fit its CPU time (tests/costs.py)")
+    parser.addoption("--costs-json", metavar="PATH", help="write each test's CPU seconds to PATH (tests/costs.py)")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(Costs(config.getoption("--check-costs")), "attnlab-costs")
