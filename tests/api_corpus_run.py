@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from attnlab.judge import apis, diagnose, verify
 from tests import api_mutants, kv_bugs
+from tests.helpers import named
 
 DTYPES = ("float32", "float64", "bfloat16")
 KV_APIS = ("flash-attn-varlen", "paged-decode")  # judged by run_kv
@@ -89,7 +90,7 @@ def run(seed: int = 0, names=None, dtypes=DTYPES) -> dict[str, Outcome]:
         target = fn if api == "sdpa" else apis.Adapted(fn, api)
         cases = [c for c in apis.cases(api, dtypes, long=False) if api == "sdpa" or not apis.skip_reason(c)]
         r = verify.verify({name: target}, cases, seed=seed, timeout=None, check_dropout=False)
-        keys = [d.key for d in diagnose.diagnose(r, name)]
+        keys = named(diagnose.diagnose(r, name))
         out[name] = Outcome(name, api, tuple(labels), not r.passed, keys)
     return out
 

@@ -100,7 +100,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         ks = k[max(0, ck[b] - _shift):max(0, ck[b + 1] - _shift)][None]
         vs = v[max(0, ck[b] - _shift):max(0, ck[b + 1] - _shift)][None]
         out, lse, _ = flash_attn_func(qs, ks, vs, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                                      softcap=softcap, return_attn_probs=True)
+                                      softcap=softcap, alibi_slopes=alibi_slopes, return_attn_probs=True)
         outs.append(out[0])
         lses.append(lse[0])
     out, lse = torch.cat(outs), torch.cat(lses, dim=-1)  # (total_q, H, D), (H, total_q)

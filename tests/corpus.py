@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from attnlab.judge import diagnose, verify
 from tests import mutants
+from tests.helpers import named
 
 ALL = ("float32", "float64", "bfloat16")
 
@@ -62,7 +63,7 @@ def run(seed: int = 0, timeout: float | None = None):
         mine = [r for r in rows if r.form == name]
         counts = {s: sum(r.status == s for r in mine) for s in ("pass", "fail", "error", "skipped")}
         out[name] = Outcome(name, want, counts["fail"] + counts["error"] > 0, counts,
-                            [d.key for d in diagnose.diagnose(result, name)])
+                            named(diagnose.diagnose(result, name)))
     return result, out
 
 

@@ -47,3 +47,9 @@ def cli(*args, cwd=None, env=None, timeout=300) -> subprocess.CompletedProcess:
     """Run ``python -m attnlab ARGS`` (text); ``env`` adds to this process's environment."""
     return subprocess.run([sys.executable, "-m", "attnlab", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
+
+
+def named(diagnoses) -> list:
+    """The keys of a function's diagnosis lines that name a cause (or say what its failing cases share): its
+    measured differences -- facts a probe read, ``measured:<kind>`` -- left out."""
+    return [d.key for d in diagnoses if not d.key.startswith("measured:")]

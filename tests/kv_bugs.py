@@ -18,6 +18,7 @@ import torch
 
 from attnlab.judge import apis, verify
 from tests.api_functions import band
+from tests.helpers import named
 
 
 def _softmax_v(q, k, v, scale, seen, softcap):
@@ -251,7 +252,7 @@ def judge(name: str, fn, api: str, want, dtypes=("float32",), seed: int = 0, onl
     r = verify.verify({name: apis.Adapted(fn, api)}, cases, check_dropout=False, timeout=None, seed=seed,
                       backward=backward)
     counts = {s: sum(row.status == s for row in r.rows) for s in ("pass", "fail", "error", "skipped")}
-    return Outcome(name, bugs_of(want), counts, [d.key for d in r.diagnoses.get(name, [])],
+    return Outcome(name, bugs_of(want), counts, named(r.diagnoses.get(name, [])),
                    [row.case for row in r.rows if row.status in ("fail", "error")])
 
 

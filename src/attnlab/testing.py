@@ -66,7 +66,8 @@ def cases(dtypes: Iterable | None = None, *, quick: bool = True, only: str | Ite
     skip with the reason)."""
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name={name!r}: give a string, or None")
-    picked = _arguments.picked(_grid(api, dtypes, quick, device), _arguments.only(only), only)
+    grid = [c for c in _grid(api, dtypes, quick, device) if not (c.api and _apis.skip_reason(c))]  # the API's own
+    picked = _arguments.picked(grid, _arguments.only(only), only)
     try:
         import pytest
     except ModuleNotFoundError:
@@ -76,7 +77,7 @@ def cases(dtypes: Iterable | None = None, *, quick: bool = True, only: str | Ite
 
 def assert_case(fn: Callable, case: Case, *, device="cpu", seed: int = 0, check_dropout: bool = True,
                 timeout: float = _arguments.TIMEOUT, backward: bool = True, factor: float = 2.0,
-                name: str | None = None) -> None:
+                name: str | None = None, max_ratio: float | None = None) -> None:
     """Hold ``fn`` to the rule on one case (see :func:`cases`); AssertionError with the row and its diagnosis. A
     case of ``cases(api=...)`` calls ``fn`` through that API."""
     __tracebackhide__ = True
@@ -87,22 +88,23 @@ def assert_case(fn: Callable, case: Case, *, device="cpu", seed: int = 0, check_
         raise TypeError(f"case={case!r:.80}: give one Case of attnlab.testing.cases(){hint}")
     api = _apis.parse(case.api)[0] if case.api else "sdpa"
     _check(fn, [case], device=device, seed=seed, check_dropout=check_dropout, timeout=timeout, backward=backward,
-           factor=factor, name=name, api=api, single=True)
+           factor=factor, name=name, api=api, single=True, max_ratio=max_ratio)
 
 
 def assert_attention_matches(fn: Callable, *, device="cpu", dtypes: Iterable | None = None, quick: bool = True,
                              seed: int = 0, check_dropout: bool = True, timeout: float = _arguments.TIMEOUT,
                              backward: bool = True, factor: float = 2.0, name: str | None = None,
-                             api: str = "sdpa") -> None:
+                             api: str = "sdpa", max_ratio: float | None = None) -> None:
     """Hold ``fn`` to the rule on every case of the grid (``quick``: without the long cases) in ``dtypes`` (names
     or ``torch.dtype``; None: the device's own, float32, float64 and bfloat16 on the CPU, float16 and bfloat16 on a
     GPU) on ``device`` (a string or ``torch.device``). ``check_dropout=False`` skips the dropout
     cases, for a function without dropout. ``timeout``: seconds a case may take at the basic case's size.
     ``backward=False``: the output alone, for a kernel without a backward. ``factor``: the rule's multiple of
-    PyTorch's error (default 2). ``api``: the API ``fn`` is written to (see the module's notes)."""
+    PyTorch's error (default 2). ``api``: the API ``fn`` is written to (see the module's notes). ``max_ratio``: fail a
+    case whose error is more than this many times PyTorch's own, though the rule passes it (verify's --max-ratio)."""
     __tracebackhide__ = True
     _check(fn, _grid(api, dtypes, quick, device), device=device, seed=seed, check_dropout=check_dropout,
-           timeout=timeout, backward=backward, factor=factor, name=name, api=api)
+           timeout=timeout, backward=backward, factor=factor, name=name, api=api, max_ratio=max_ratio)
 
 
 def _grid(api: str, dtypes, quick: bool, device) -> list:
@@ -138,31 +140,34 @@ def _function(fn, name) -> str:
     return name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def _check(fn, picked, *, device, seed, check_dropout, timeout, backward, factor, name, api="sdpa", single=False):
+def _check(fn, picked, *, device, seed, check_dropout, timeout, backward, factor, name, api="sdpa", single=False,
+           max_ratio=None):
     __tracebackhide__ = True  # pytest shows the table and the causes, not this module's frames
     name = _function(fn, name)
     for flag, value in (("check_dropout", check_dropout), ("backward", backward)):
         if not isinstance(value, bool):
             raise TypeError(f"{flag}={value!r}: give True or False")
     kw = {"seed": _arguments.seed(seed), "timeout": _arguments.timeout(timeout), "factor": _arguments.factor(factor),
-          "device": _arguments.device(device), "check_dropout": check_dropout, "backward": backward}
+          "device": _arguments.device(device), "check_dropout": check_dropout, "backward": backward,
+          "max_ratio": _arguments.ratio(max_ratio)}
     r = isolate.judge_apart(fn, name, picked, api=api, **kw)
     if single and r.rows[0].status == "skipped":  # e.g. a score-modifier case for a function without score_mod=
         import pytest
 
         pytest.skip(r.rows[0].detail)
     if not r.passed:  # a failure, a factor that judged nothing, or every case refused: nothing passed is no pass
-        raise AssertionError(message(r, name))
+        raise AssertionError(message(r, name, single))
     return r
 
 
-def message(result, name: str) -> str:
-    """The failing rows as a plain table, then what they point to and the counts."""
+def message(result, name: str, single: bool = False) -> str:
+    """The failing rows as a plain table (each failing quantity), then what they point to and the counts; for one
+    case (``single``), only what is true of that case."""
     from attnlab.report.terminal import diagnosis_lines, untested_lines, verify_summary, verify_table
 
     lines = verify_table(result, "failures", table=plain.Table).lines()
     lines += [plain.strip(x) for x in diagnosis_lines(result)]
-    if not any(r.status == "pass" for r in result.rows):
+    if not single and not any(r.status == "pass" for r in result.rows):
         lines.append(f"no case passed: {name} was judged on nothing")
         lines += [plain.strip(x) for x in untested_lines(result)]
     lines.append(plain.strip(verify_summary(result, [name])))

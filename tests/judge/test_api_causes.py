@@ -5,6 +5,7 @@ import pytest
 
 from attnlab.judge import apis, verify
 from tests import api_bugs
+from tests.helpers import named
 
 pytestmark = pytest.mark.slow  # each kernel over its API's quick grid in float32 (~5 s)
 
@@ -16,7 +17,7 @@ def test_each_api_bug_is_named_first_and_no_other(name):
     fn, api, want = api_bugs.BUGS[name]
     cases = [c for c in apis.cases(api, ["float32"], long=False) if not apis.skip_reason(c)]
     r = verify.verify({name: apis.Adapted(fn, api)}, cases, timeout=None, check_dropout=False)
-    keys = [d.key for d in r.diagnoses.get(name, [])]
+    keys = named(r.diagnoses.get(name, []))
     print(name, keys)
     assert not r.passed and keys, keys
     if len(want) == 1:

@@ -9,12 +9,14 @@ import torch
 
 from attnlab.judge import apis, verify
 from tests import api_functions as R
+from tests.helpers import named
 
 pytestmark = pytest.mark.slow  # verify on a handful of cases each (a few seconds)
 
 
 def _keys(fn, api, dtypes, pick):
-    cases = [c for c in apis.cases(api, dtypes, long=False) if (api == "sdpa" or not apis.skip_reason(c)) and pick(c)]
+    cases = [c for c in apis.cases(api, dtypes, long=False) if (api == "sdpa" or not apis.skip_reason(c)) and pick(c)
+             and not c.probe]
     assert cases
     target = fn if api == "sdpa" else apis.Adapted(fn, api)
     r = verify.verify({"f": target}, cases, timeout=None, check_dropout=False)
@@ -22,7 +24,7 @@ def _keys(fn, api, dtypes, pick):
         print(row.case, row.dtype, row.status, row.hints, row.facts.problems)
     print([d.text for d in r.diagnoses.get("f", [])])
     assert not r.passed
-    return [d.key for d in r.diagnoses.get("f", [])]
+    return named(r.diagnoses.get("f", []))
 
 
 def _flash_all_top_left(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -221,7 +223,7 @@ def test_a_dropped_key_that_bfloat16_hides_in_the_output_is_read_from_the_lse(de
                       timeout=None, check_dropout=False)
     for row in r.rows:
         print(row.case, row.dtype, row.status, row.hints)
-    keys = [d.key for d in r.diagnoses.get("f", [])]
+    keys = named(r.diagnoses.get("f", []))
     assert keys == ["tail-dropped"], keys
 
 
@@ -243,5 +245,5 @@ def test_a_rounding_is_told_by_where_its_error_points_not_its_size_alone(seed):
     r = verify.verify({"f": _dot_in_bfloat16}, cases, seed=seed, timeout=None, check_dropout=False)
     for row in r.rows:
         print(row.case, row.status, row.hints)
-    keys = [d.key for d in r.diagnoses.get("f", [])]
+    keys = named(r.diagnoses.get("f", []))
     assert keys == ["scores-rounded"], keys

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from attnlab.judge import apis, oracle, verify
 from attnlab.judge.apis import flash, lse
 from tests import api_functions as A
+from tests.helpers import named
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -33,7 +34,7 @@ def judged(fn, api, dtypes=("float32",), only=None, backward=True, first=None):
     r = verify.verify({fn.__name__: apis.Adapted(fn, api)}, cases, check_dropout=False, timeout=None,
                       backward=backward)
     counts = {s: sum(row.status == s for row in r.rows) for s in ("pass", "fail", "error", "skipped")}
-    keys = [d.key for d in r.diagnoses.get(fn.__name__, [])]
+    keys = named(r.diagnoses.get(fn.__name__, []))
     print(f"{api} {fn.__name__}: {counts}; diagnoses {keys}")
     return r, counts, keys
 

@@ -10,6 +10,7 @@ import pytest
 
 from attnlab.judge import verify
 from tests import mutants
+from tests.helpers import named
 
 pytestmark = pytest.mark.slow  # verify on a handful of cases (a few seconds)
 
@@ -22,7 +23,7 @@ def _named(bug, names):
     for row in r.rows:
         print(row.case, row.status, row.hints)
     print([d.text for d in r.diagnoses.get("f", [])])
-    return r, [d.key for d in r.diagnoses.get("f", [])]
+    return r, named(r.diagnoses.get("f", []))
 
 
 def test_lower_right_alignment_and_mean_of_v_dead_rows_are_both_named_on_the_same_rows():
@@ -56,7 +57,7 @@ def _kv_rows(name, api, case_names, seed=0):
                       seed=seed)
     for row in r.rows:
         print(row.case, row.status, row.hints, row.facts.problems)
-    return r.rows, [d.key for d in r.diagnoses.get(name, [])]
+    return r.rows, named(r.diagnoses.get(name, []))
 
 
 def test_a_bug_that_alone_comes_close_to_no_row_is_found_on_top_of_the_other():
@@ -96,5 +97,5 @@ def test_a_rounding_that_reaches_only_a_gradient_on_some_case_is_the_roundings_l
     r = verify.verify({"f": mutants._bug(mutants.attend, "sum-in-dtype")}, cases, timeout=None)
     for row in r.rows:
         print(row.case, row.status, row.hints, [(c.quantity, c.passed) for c in row.comparisons])
-    keys = [d.key for d in r.diagnoses.get("f", [])]
+    keys = named(r.diagnoses.get("f", []))
     assert keys == ["scores-rounded"], keys

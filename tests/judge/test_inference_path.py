@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from attnlab.judge import verify
 from attnlab.judge.cases import default_cases
 from tests import api_functions as A
+from tests.helpers import named
 
 NAMES = ("basic", "causal", "GQA 6/2 causal", "transposed views, mask bool", "expanded k, v (stride 0 over the batch)")
 CASES = [c for c in default_cases(["float32"], long=False) if c.name in NAMES]
@@ -47,7 +48,7 @@ def unscaled_everywhere(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
 
 
 def keys(result, form):
-    return [d.key for d in result.diagnoses.get(form, [])]
+    return named(result.diagnoses.get(form, []))
 
 
 def test_a_right_function_passes_with_both_inference_outputs_held_to_the_outputs_rule():

@@ -8,6 +8,7 @@ import torch
 import attnlab.testing
 from attnlab.judge import apis
 from attnlab.judge.apis import paged, pages, telling, varlen
+from tests.helpers import named
 
 
 def _args(api):
@@ -143,7 +144,7 @@ def test_a_kernel_that_keeps_the_new_keys_to_itself_fails_with_that_line_alone()
 
     r = verify.verify({"copy": apis.Adapted(attends_but_writes_a_copy, "paged-decode")}, cases, timeout=None)
     assert [row.status for row in r.rows] == ["fail"] and all(c.passed for c in r.rows[0].comparisons)
-    assert [d.key for d in r.diagnoses["copy"]] == ["paged-cache-not-written"]
+    assert named(r.diagnoses["copy"]) == ["paged-cache-not-written"]
 
 
 def test_telling_ties_causes_that_give_one_answer_and_drops_a_bug_on_top_of_its_own():

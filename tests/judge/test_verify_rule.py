@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from rich.console import Console
 
 import attnlab
-from attnlab.judge import rule, verify
+from attnlab.judge import apis, rule, verify
 from attnlab.judge.verify import Case
 from attnlab.report.terminal import verify_table
 from tests.helpers import qkv
@@ -163,7 +163,7 @@ def test_dtype_given_twice_runs_once(capsys):
     assert main(["verify", "--impl", "sdpa", "--quick", "--dtype", "float32,float32", "--show", "failures"]) == 0
     out = capsys.readouterr().out
     print(out[-300:])
-    cases = verify.default_cases(["float32"], long=False)
+    cases = apis.cases("sdpa", ["float32"], long=False)  # the grid and the probes
     mods = sum(c.mod is not None for c in cases)  # sdpa takes no score_mod=: those cases are skipped
     assert f"ALL PASS: {len(cases) - mods} passed, 0 failed, 0 errors, {mods} skipped" in out
 

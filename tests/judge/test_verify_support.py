@@ -18,6 +18,7 @@ from attnlab.judge import judge, oracle, rule, verify
 from attnlab.judge.cases import Case, default_cases
 from attnlab.report import plain
 from attnlab.report.terminal import untested_lines, verify_summary
+from tests.helpers import named
 
 BASIC = [Case("basic", batch=(1,), H=2, L=24, E=16), Case("causal", batch=(1,), H=2, L=24, E=16, is_causal=True)]
 DROP = Case("dropout 0.2, Ev != S", batch=(1,), H=2, L=24, S=40, E=16, Ev=8, dropout_p=0.2)
@@ -244,10 +245,10 @@ def test_an_api_function_that_raises_on_causal_gets_no_line_about_sdpas_masks_an
 
     cases = apis.cases("flash-attn", ["float32"], long=False)
     r = verify.verify({"f": apis.Adapted(no_causal, "flash-attn")}, cases, check_dropout=False, timeout=None)
-    keys = [d.key for d in r.diagnoses["f"]]
+    keys = named(r.diagnoses["f"])
     assert sum(row.status == "error" for row in r.rows) >= 5 and keys == ["raises"], keys
     assert "raises NotImplementedError: (no message)" in r.diagnoses["f"][0].text
 
     two = [Case("basic", batch=(1,), H=2, L=24, E=16), Case("GQA 4/2", batch=(1,), H=4, Hkv=2, L=24, E=16)]
     r = rows_of(lambda q, k, v, **kw: sdpa(q, k, v, **kw) + 0.01 * kw.get("enable_gqa", False), two)
-    assert [d.key for d in r.diagnoses["f"]] == ["unclear"], r.diagnoses["f"]  # one case each way: not "only GQA"
+    assert named(r.diagnoses["f"]) == ["unclear"], r.diagnoses["f"]  # one case each way: not "only GQA"

@@ -40,10 +40,7 @@ def add_parser(sub):
     p.add_argument("--forward-only", action="store_true",
                    help="judge the output alone, for a kernel without a backward (called on inputs that do not "
                         "require grad; said in the summary)")
-    p.add_argument("--factor", type=_factor, default=2.0, metavar="X",
-                   help="the rule's multiple of PyTorch's own error: max|yours - oracle| <= X * max|PyTorch - oracle| "
-                        "+ floor (default 2; a larger X for a kernel that is knowingly less precise, said in the "
-                        "summary)")
+    _limits(p)
     p.add_argument("--only", metavar="TEXT[,TEXT...]",
                    help="run only the cases whose name contains one of these (case-insensitive), e.g. --only "
                         "causal,GQA to rerun what failed")
@@ -75,11 +72,11 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from attnlab.judge import verify
     from attnlab.report.terminal import (
         console,
         diagnosis_lines,
         oracle_line,
+        ratio_lines,
         untested_lines,
         verify_summary,
         verify_table,
@@ -102,22 +99,46 @@ def run(args) -> int:
     if args.repro is not None:
         output_folder(args.repro, "--repro")
 
-    if args.api == "sdpa":
-        cases = verify.default_cases(dtypes, long=not args.quick)
-    else:
-        from attnlab.judge import apis
+    from attnlab.judge import apis
 
-        cases = apis.cases(args.api, dtypes, long=not args.quick)
+    cases = apis.cases(args.api, dtypes, long=not args.quick)
     cases = _only(cases, args.only)
     result = _judged(args, specs, ours, cases, device)
     if args.show != "failures" or not result.passed:
         console.print(verify_table(result, args.show))
-    for line in diagnosis_lines(result) + [oracle_line(result) or ""] + untested_lines(result):
+    for line in diagnosis_lines(result) + ratio_lines(result) + [oracle_line(result) or ""] + untested_lines(result):
         if line:
             console.print(line)
     console.print(verify_summary(result, specs, dropout_skipped=args.no_dropout))
     save_json(result, args.json)
     return 0 if result.passed else 1
+
+
+def _limits(p) -> None:
+    """--factor and --max-ratio: how far from PyTorch's own error a function may be."""
+    p.add_argument("--factor", type=_factor, default=2.0, metavar="X",
+                   help="the rule's multiple of PyTorch's own error: max|yours - oracle| <= X * max|PyTorch - oracle| "
+                        "+ floor (default 2; a larger X for a kernel that is knowingly less precise, said in the "
+                        "summary)")
+    p.add_argument("--max-ratio", type=_ratio, default=None, metavar="R",
+                   help="fail a case whose error is more than R times PyTorch's own on the same inputs, though the "
+                        "rule passes it (each dtype's multiple of PyTorch's error is printed under the table; the "
+                        "rule allows up to --factor times it plus a rounding floor, which in bfloat16 can sit near "
+                        "7x)")
+
+
+def _ratio(text: str) -> float:
+    """--max-ratio as a number of at least 1."""
+    import argparse
+    import math
+
+    try:
+        x = float(text)
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x) or x < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number >= 1 (PyTorch's own error is 1x)")
+    return x
 
 
 def _factor(text: str) -> float:
@@ -143,7 +164,7 @@ def _only(cases: list, text: str | None) -> list:
     words = [w.strip().lower() for w in text.split(",") if w.strip()]
     picked = [c for c in cases if any(w in c.name.lower() for w in words)]
     if not picked:
-        names = ", ".join(dict.fromkeys(c.name for c in cases[:6]))
+        names = ", ".join(list(dict.fromkeys(c.name for c in cases if not c.probe))[:6])
         raise UsageError(f"--only {text!r} matches no case; case names read like: {names}, ...")
     return picked
 
@@ -210,7 +231,7 @@ def _judged(args, specs: list[str], ours: dict, cases: list, device: str):
     from attnlab.report.terminal import progress
 
     kw = {"seed": args.seed, "check_dropout": not args.no_dropout, "timeout": args.timeout, "device": device,
-          "backward": not args.forward_only, "factor": args.factor}
+          "backward": not args.forward_only, "factor": args.factor, "max_ratio": args.max_ratio}
     rows: dict[str, list] = {}
     repros: dict[str, list] = {}
     shrink = _shrinker(args, cases, kw, len(specs) > 1, repros)

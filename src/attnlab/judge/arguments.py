@@ -115,6 +115,18 @@ def factor(value, flag: str | None = None) -> float:
     return float(value)
 
 
+def ratio(value, flag: str | None = None) -> float | None:
+    """At most a function's error may be, as a multiple of PyTorch's own: None, or a finite number of at least 1."""
+    if value is None:
+        return None
+    said = _said("max_ratio", value, flag)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{said}: give a number >= 1, or None")
+    if not (math.isfinite(value) and value >= 1):
+        raise ValueError(f"{said}: give a number >= 1 (PyTorch's own error is 1x)")
+    return float(value)
+
+
 def only(value, flag: str | None = None) -> list[str] | None:
     """Words a case name must contain one of (None: every case)."""
     if value is None:

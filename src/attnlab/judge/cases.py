@@ -61,6 +61,7 @@ class Case:
     magnitude: float = 1.0  # q and k are multiplied by this (large logits)
     layout: str | None = None  # None (contiguous) or one of LAYOUTS
     api: str | None = None  # how the case is put to an API other than SDPA's (attnlab.judge.apis), in words
+    probe: str | None = None  # designed inputs that measure one part of the semantics (attnlab.judge.probes)
 
     def __repr__(self) -> str:
         """The name and the fields that differ from a default case: what a failing test's parameter shows."""
@@ -107,7 +108,15 @@ class Case:
         }
         if self.api:  # an API's case says its mask in the API's own arguments: none of SDPA's mask kinds is passed
             flags = {k: on for k, on in flags.items() if k not in SDPA_MASK_TAGS}
-        return frozenset(t | {name for name, on in flags.items() if on} | ({self.layout} if self.layout else set()))
+            words = self.api.split()
+            flags |= {tag: any(w == arg or w.startswith(arg + "=") for w in words for arg in args)
+                      for tag, args in API_ARG_TAGS.items()}
+            window = next((w.split("=")[1].split(",") for w in words if w.startswith("window=")), None)
+            if window is not None:  # which side the window itself bounds (causal bounds the right one anyway)
+                flags["window-left"] = int(window[0]) >= 0
+                flags["window-right"] = int(window[1]) >= 0 and "causal" not in words
+        return frozenset(t | {name for name, on in flags.items() if on} | ({self.layout} if self.layout else set())
+                         | ({"probe"} if self.probe else set()))
 
     def shrunk(self, max_work: int) -> Case:
         """The same case at smaller lengths (ratio of L to S kept, L=1 kept), for slow forms."""
@@ -121,6 +130,8 @@ class Case:
         return replace(self, batch=batch, L=L2, S=S2 if self.S else None, name=f"{self.name} (shrunk: L={L2}, S={S2})")
 
 
+API_ARG_TAGS = {"window": ("window",), "softcap": ("softcap",), "alibi": ("alibi", "alibi-batch"),
+                "append": ("new",)}  # an API case's tag -> the words of its API arguments that give it
 SDPA_MASK_TAGS = {"upper-left L!=S", "lower-right", "causal+mask", "bool-mask", "float-mask", "broadcast-mask",
                   "mask-fn", "grad-mask"}
 

@@ -108,15 +108,26 @@ SDPA = (
           tags=('L=1',)),
     Cause('L!=S', 'only cases with L != S fail: queries and keys may differ in number',
           tags=('L!=S',)),
-    Cause('bfloat16', "fails only in bfloat16: keep the softmax's max, sums and accumulator in float32",
-          tags=('bfloat16',)),
-    Cause('float64', 'fails only in float64: is something computed in float32 (a constant, a cast)?',
-          tags=('float64',)),
-    Cause('float32', 'fails only in float32',
-          tags=('float32',)),
+    Cause('window', 'only cases with window_size= fail: the window (its sides, their edges, where it is placed)',
+          tags=('window',)),
+    Cause('window-left', "only cases whose window_size= bounds the left side (left >= 0) fail: the window's left "
+                         'edge, key i + S - L - left', tags=('window-left',)),
+    Cause('window-right', "only cases whose window_size= bounds the right side (right >= 0, causal=False) fail: the "
+                          "window's right edge, key i + S - L + right", tags=('window-right',)),
+    Cause('softcap', 'only cases with softcap= fail: the soft-cap, softcap * tanh(s / softcap) on the scaled score',
+          tags=('softcap',)),
+    Cause('alibi', "only cases with alibi_slopes= fail: ALiBi's bias, -slope * |i + S - L - j|", tags=('alibi',)),
+    Cause('append', 'only cases that pass k=, v= fail: the new keys, written into the cache at positions '
+                    'cache_seqlens[b] ... and attended', tags=('append',)),
+    Cause('bfloat16', 'fails only in bfloat16{ratio}', tags=('bfloat16',)),
+    Cause('float64', 'fails only in float64{ratio}', tags=('float64',)),
+    Cause('float32', 'fails only in float32{ratio}', tags=('float32',)),
     Cause('precision', 'fails in float32 and float64 but passes in bfloat16: something is rounded through half '
                        'precision (the scores, the weights)',
           tags=('precision',)),  # a tag diagnose gives the full-precision rows when half passes
+    Cause('over-ratio', "the error is more than --max-ratio times PyTorch's own on the same cases: {ratio}"),
+    Cause('precision-unplaced', 'precision lost, not placed: {ratio}; the same cases pass in {passing}, and no '
+                                'rounding the judge models fits the error'),
     Cause('gradients-only', 'only gradients fail: the output is right; check the backward (a custom '
                             'autograd.Function?)'),
     Cause('unclear', 'fails with no single pattern (worst: {worst})'),
@@ -130,6 +141,10 @@ SDPA = (
                           "exactly)"),
     Cause('softmax-half', "the error is the size of a softmax taken in half precision (exp and its sum in the "
                           "inputs' dtype): take it in float32 and round only the weights before P V"),
+    Cause('exp-half', "the error is the size of exp taken in the inputs' dtype (its argument or its result rounded "
+                      'there): take exp, its sum and the max in float32'),
+    Cause('lse-half', "the log-sum-exp's error is the size of its own rounding to the inputs' dtype: it is stored "
+                      '(or finished) in that dtype; keep it in float32, as the API returns it'),
     Cause('eps-in-sum', "every row is the right answer times l / (l + eps): the softmax's sum has a constant added "
                         "(a guard against an empty row); divide by the sum alone and set the rows that see no key "
                         "apart"),
@@ -137,6 +152,9 @@ SDPA = (
                                 "a float32 tensor) or a float32 accumulator is in the float64 path"),
     Cause('dropout-renormalised', 'dropout renormalises over the kept weights: divide the kept weights by 1 - p, not '
                                   'by their sum'),
+    Cause('online-not-rescaled', "the online softmax does not rescale what it has summed when a key tile raises the "
+                                 "running max: the accumulator (or the running sum, or both) must be multiplied by "
+                                 "exp(m_old - m_new) before the tile's p V (and p's sum) are added"),
     Cause('pad-keys', "zero keys padded to a block's multiple are attended: mask the padding (-inf) when S is not a "
                       'multiple of the block'),
     Cause('mod-after-mask', "the score modifier is applied after the mask: masked scores come out finite (a soft-cap "

@@ -22,14 +22,17 @@ for one function of a verify result.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from attnlab.judge import causes as C
+from attnlab.judge.confirm import UNCHECKED
 from attnlab.judge.explain import SUPPORT, TIE
 from attnlab.judge.facts import SILENT
 from attnlab.judge.precision import CAUSES as PRECISION
 from attnlab.judge.precision import rounding
+from attnlab.judge.probes import learned
 from attnlab.results import Result
 
 
@@ -40,52 +43,46 @@ class Diagnosis(Result):
     count: int = 0  # failing cases that show it
     dtypes: list[str] = field(default_factory=list)  # the dtypes of those cases
     example: str = ""  # one of them
+    measured: list[str] = field(default_factory=list)  # what a probe measured of it: the difference, and its map
 
 
 SUFFIX = " [{n} case(s), {dtypes}; e.g. {example}]"  # after each line's text: how many, where, one of them
-KINDS = {"oracle": "oracle", "exit": "exit", "lost": "ended", "timeout": "hangs"}  # Facts.kind -> its line
+KINDS = {"oracle": "oracle", "exit": "exit", "lost": "ended", "timeout": "hangs",
+         "ratio": "over-ratio"}  # Facts.kind -> its line
+PLACED_RATIO = 64.0  # unexplained, at most this many times PyTorch's error, passing in another dtype: precision lost
 PRECISE = 0.9  # a tag is a cause when at least this share of its cases fail
 CONTRAST = 0.5  # ... and less than this share of the cases without it
 
 
 def diagnose(result, form: str) -> list[Diagnosis]:
     """The causes of ``form``'s failures in a verify result, one line each, most cases first (empty when it passed)."""
-    rows = _supported([r for r in result.rows if r.form == form and r.status != "skipped"])
+    rows = _supported(_lone(_twinned([r for r in result.rows if r.form == form and r.status != "skipped"])))
     bad = [r for r in rows if r.status in ("fail", "error")]
     if not bad:
         return []
     plain = Counter(h for r in bad for h in r.hints if TIE not in h)  # the hints no other reading ties with
     lead = Counter(h.split(TIE)[0] for r in bad for h in r.hints if TIE in h)  # ... and those a tie puts first
-    first: dict[str, list] = {}  # certain: the oracle's check, the contract, exits and hangs
-    causes: dict[str, list] = {}  # what the numbers show
-    raised: dict[tuple[str, str], list] = {}
-    for r in bad:
-        f = r.facts
-        if f.kind in KINDS:
-            first.setdefault(KINDS[f.kind], []).append(r)
-        for p in f.problems:
-            first.setdefault(p, []).append(r)
-        if f.kind == "raised":
-            raised.setdefault(f.exception(), []).append(r)
-        for h in r.hints:
-            if "=" not in h:  # "dead-rows=nan": what a cause's rows hold, said in its line (_fill)
-                causes.setdefault(C.line_of(_settle(h, plain, lead)), []).append(r)
-        if not r.hints and _gradients_only(r):
-            causes.setdefault("gradients-only", []).append(r)
-        elif not r.hints and _lse_only(r):
-            causes.setdefault("lse-only", []).append(r)
+    first, causes, raised = _grouped(bad, plain, lead)
     _one_rounding_per_dtype(causes)
+    measured = _measured([replace(r, hints=[_settle(h, plain, lead) if _settle(h, plain, lead).startswith(MEASURED)
+                                            else h for h in r.hints]) if r.hints else r for r in bad])
     numbers = [r for r in bad if r.facts.kind in ("", "raised", "probe") and _by_numbers(r)]
-    rest = [r for r in numbers if not r.hints and not _gradients_only(r) and not _lse_only(r)]
+    rest = [r for r in numbers if not r.hints and not _said_measured(r) and not _gradients_only(r)
+            and not _lse_only(r)]
     told = [r for r in bad if not _refused(r) and _by_numbers(r)]  # what tags may speak for: not a refusal, which
     rest = [r for r in rest if not _refused(r)]  # says its own reason in its raises line
-    lines = [(k, {}, g) for k, g in first.items() if k == "oracle"] + [(k, {}, g) for k, g in first.items()
+    lines = [(k, {}, g) for k, g in first.items() if k == "oracle"] + [(k, _fill(k, g), g) for k, g in first.items()
                                                                         if k != "oracle"]
-    found = []
+    unplaced, rest = _unplaced(rows, rest)
+    found = [(len(group), -1, [(key, {"measured": said}, group)]) for key, said, group in measured]
     for key, group in causes.items():
         narrow = _narrower(rows, group, _scope(key))
         found.append((len(group), len(found), [(narrow, _fill(narrow, group), group)] * (narrow is not None)
                       + [(key, _fill(key, group), group)]))
+    for dtype, group in unplaced.items():
+        passing = sorted({r.dtype for r in rows if r.status == "pass"} - {dtype})
+        found.append((len(group), len(found), [("precision-unplaced", {"ratio": _ratio_words(group),
+                                                                       "passing": ", ".join(passing)}, group)]))
     for tag, group in _cover(rows, told, rest):
         found.append((len(group), len(found), [(C.of_tag(tag), _fill(C.of_tag(tag), group), group)]))
         rest = [r for r in rest if r not in group]
@@ -99,6 +96,131 @@ def diagnose(result, form: str) -> list[Diagnosis]:
         w = rest[0].worst
         lines.append(("unclear", {"worst": f"{w.quantity}: {w.err:.3g} > {w.allowed:.3g}" if w else "-"}, rest))
     return _lines(lines, sorted({r.dtype for r in rows}))
+
+
+def _grouped(bad, plain: Counter, lead: Counter) -> tuple[dict, dict, dict]:
+    """The failing rows by what says them: certain (the oracle's check, the contract, exits and hangs), a cause the
+    numbers show (a hint, or only the gradients or the lse failing), an exception -- each key with its rows."""
+    first: dict[str, list] = {}
+    causes: dict[str, list] = {}
+    raised: dict[tuple[str, str], list] = {}
+    for r in bad:
+        f = r.facts
+        if f.kind in KINDS:
+            first.setdefault(KINDS[f.kind], []).append(r)
+        for p in f.problems:
+            first.setdefault(p, []).append(r)
+        if f.kind == "raised":
+            raised.setdefault(f.exception(), []).append(r)
+        for h in r.hints:
+            if _settle(h, plain, lead).startswith(MEASURED):  # a probe's rule explains this row: it joins its line
+                continue
+            if "=" not in h:  # "dead-rows=nan": what a cause's rows hold, said in its line (_fill)
+                causes.setdefault(C.line_of(_settle(h, plain, lead)), []).append(r)
+        if not r.hints and _gradients_only(r):
+            causes.setdefault("gradients-only", []).append(r)
+        elif not r.hints and _lse_only(r):
+            causes.setdefault("lse-only", []).append(r)
+    return first, causes, raised
+
+
+MEASURED = "measured"  # the key of a line that says a probe's measured difference no cause's alternative fits
+
+
+HALF_DTYPES = ("bfloat16", "float16")
+LONE = 1  # a semantic cause named on this few cases of the grid (in any dtypes), and on no probe, is not said ...
+DOMINANT = 3  # ... beside another cause named on at least this many, in a run where at least MANY cases fail
+MANY = 10
+
+
+def _twinned(rows: list) -> list:
+    """The rows read beside their twins, the same case in another dtype: a rounding named on a row whose float32 twin
+    fails too is not that rounding (the error is there in float32, where no half-precision rounding is) and is
+    taken out; a failing row left with nothing named takes its failing twin's named causes (float32's first), which
+    the same inputs show in another dtype -- a bug whose error in bfloat16 sits near a rounding's size."""
+    by = {(r.case, r.dtype): r for r in rows}
+    out = []
+    for r in rows:
+        if r.status != "fail" or not r.hints:
+            out.append(r)
+            continue
+        twin = by.get((r.case, "float32")) if r.dtype in HALF_DTYPES else None
+        if twin is not None and twin.status == "fail" and any(rounding(h) for h in r.hints):
+            r = replace(r, hints=[h for h in r.hints if not rounding(h)])
+        out.append(r)
+    named = {(r.case, r.dtype): [h for h in r.hints if not rounding(h) and not h.startswith(SUPPORT)] for r in out}
+    for i, r in enumerate(out):
+        if r.status == "fail" and not r.hints and not r.measured:
+            for dt in ("float32", "float64", *HALF_DTYPES):
+                if dt != r.dtype and named.get((r.case, dt)):
+                    out[i] = replace(r, hints=named[(r.case, dt)])
+                    break
+    return out
+
+
+def _lone(rows: list) -> list:
+    """The rows without the semantic causes named on a single case of the grid and on no probe, beside a cause named on
+    many: one case cannot tell a second cause from a reading that happens to fit its numbers (a key read one past a
+    sequence's end, where the sequence reads every key up to max_seqlen_k); what its rows share is said instead. A
+    function judged on a case or two keeps what they name."""
+    cases: dict[str, set] = {}
+    probed: set[str] = set()
+    for r in rows:
+        if r.status != "fail":
+            continue
+        for h in r.hints:
+            for k in h.lstrip(SUPPORT).split(TIE):
+                if rounding(k) or k.startswith(MEASURED) or "=" in k or k in UNCHECKED:
+                    continue  # (what the output's shape shows -- NaN past exp's range -- is no reading of numbers)
+                cases.setdefault(k, set()).add(r.case)
+                if "probe" in r.tags:
+                    probed.add(k)
+    lone = {k for k, c in cases.items() if len(c) <= LONE and k not in probed}
+    failing = {r.case for r in rows if r.status == "fail"}
+    if not lone or len(failing) < MANY or not any(len(c) >= DOMINANT for k, c in cases.items() if k not in lone):
+        return rows
+    out = []
+    for r in rows:
+        kept = []
+        for h in r.hints:
+            mark = SUPPORT if h.startswith(SUPPORT) else ""
+            readings = [k for k in h[len(mark):].split(TIE) if k.split("=")[0] not in lone]
+            if readings:
+                kept.append(mark + TIE.join(readings))
+        out.append(replace(r, hints=kept) if kept != r.hints else r)
+    return out
+
+
+def _said_measured(r) -> bool:
+    """A probe row whose measured differences are said in a line of their own (:func:`_measured`)."""
+    return any(not m["kind"].startswith("problem:") for m in r.measured)
+
+
+def _measured(bad) -> list[tuple[str, list[str], list]]:
+    """(key, the fact and its map, the rows) for each difference the failing probe rows measured that no named
+    cause's alternative explains: one line per probe and kind of difference (the same probe in several dtypes is
+    one line), keyed ``measured:<kind>``. Where a probe row's output matched a named cause, its measured difference
+    goes with that cause's line instead (see :func:`_lines`)."""
+    out: dict[tuple[str, str], tuple[list[str], list]] = {}  # (kind, pattern) -> (said, rows)
+    joined: dict[tuple[str, str], list] = {}  # rows of other cases a probe's measured rule explains
+    for r in bad:
+        for h in r.hints:
+            if h.startswith(MEASURED + ":") and "@" in h:
+                kind, pattern = h[len(MEASURED) + 1:].split("@", 1)
+                joined.setdefault((kind, pattern), []).append(r)
+        if not r.measured or any(not rounding(h) and not h.startswith(MEASURED) for h in r.hints):
+            continue
+        for m in r.measured:
+            if m["kind"].startswith("problem:"):  # said under its problem's own line
+                continue
+            said, group = out.setdefault((m["kind"], learned.pattern(m) if m.get("pattern") else r.case),
+                                         ([m["text"], *m["map"]], []))
+            if r not in group:
+                group.append(r)
+    for where, rows in joined.items():
+        if where in out:
+            out[where][1].extend(r for r in rows if r not in out[where][1])
+    return [(f"{MEASURED}:{kind}", said, group) for (kind, _), (said, group) in out.items()]
 
 
 def _supported(rows: list) -> list:
@@ -137,9 +259,52 @@ YOURS = {  # a line whose rows matched the wrong semantics it names: what the fu
 }
 
 
+def _unplaced(rows, rest) -> tuple[dict[str, list], list]:
+    """({dtype: rows}, the rest): the unexplained failing rows whose case passes in another dtype and whose error is at
+    most PLACED_RATIO times PyTorch's -- precision lost in that dtype, which no rounding model placed."""
+    passed = {(r.case, r.dtype) for r in rows if r.status == "pass"}
+    out: dict[str, list] = {}
+    left = []
+    for r in rest:
+        twin = any((r.case, d) in passed for d in {x.dtype for x in rows} - {r.dtype})
+        ratio = _worst_ratio(r)
+        if r.status == "fail" and twin and ratio is not None and ratio[0] <= PLACED_RATIO:
+            out.setdefault(r.dtype, []).append(r)
+        else:
+            left.append(r)
+    return out, left
+
+
+def _worst_ratio(r) -> tuple[float, str] | None:
+    """(err / PyTorch's err, quantity) of a row's failing quantity furthest past PyTorch's, where PyTorch erred."""
+    xs = [(c.err / c.torch_err, c.quantity) for c in r.comparisons
+          if not c.passed and math.isfinite(c.err) and math.isfinite(c.torch_err) and c.torch_err > 0]
+    return max(xs) if xs else None
+
+
+def _ratio_words(group) -> str:
+    """A group's error as a multiple of PyTorch's: the median and the worst over its rows, which quantities fail."""
+    xs = sorted(x for x in map(_worst_ratio, group) if x is not None)
+    failing = sorted({c.quantity for r in group for c in r.comparisons if not c.passed},
+                     key=["out", "dq", "dk", "dv", "lse"].index if all(
+                         c.quantity in ("out", "dq", "dk", "dv", "lse") for r in group for c in r.comparisons)
+                     else str)
+    where = "the " + " and ".join(failing) if failing else "no quantity"
+    if not xs:
+        return f"{where} fail"
+    med, top = xs[len(xs) // 2], xs[-1]
+    return (f"{med[0]:.3g}x PyTorch's error on {where} (median of {len(xs)} cases; worst {top[0]:.3g}x on "
+            f"{top[1]})")
+
+
 def _fill(key: str | None, group) -> dict:
     """The values a cause's line says beyond its count: for dead rows, what the function returns there; for a line
-    that is a case tag's too, what the function does where its rows matched that (:data:`YOURS`)."""
+    that is a case tag's too, what the function does where its rows matched that (:data:`YOURS`); for a dtype's
+    line, its error as a multiple of PyTorch's."""
+    if key in ("bfloat16", "float16", "float32", "float64"):
+        return {"ratio": ": " + _ratio_words(group)}
+    if key == "over-ratio":
+        return {"ratio": _ratio_words(group)}
     if key in YOURS:
         hint, words = YOURS[key]
         return {"yours": words if any(hint in h.split(TIE) for r in group for h in r.hints) else ""}
@@ -253,6 +418,9 @@ def _settle(hint: str, plain: Counter, lead: Counter) -> str:
     if TIE not in hint:
         return hint
     keys = hint.split(TIE)
+    measured = [k for k in keys if k.startswith(MEASURED)]
+    if measured and not any(plain[k] for k in keys if k not in measured):  # a name no other case gives alone: the
+        return measured[0]  # measured difference it ties with is said, as the fact it is
     return max(keys, key=lambda k: (plain[k], lead[k], -keys.index(k)))
 
 
@@ -270,14 +438,33 @@ def _lines(entries, dtypes: list[str]) -> list[Diagnosis]:
     """One Diagnosis per key (the first entry of a key wins), with its count, dtypes and an example."""
     out, seen = [], set()
     for key, fill, group in entries:
-        if key in seen and key != "raises":
+        said = fill.get("measured")
+        if key in seen and key != "raises" and said is None:
             continue
         seen.add(key)
         dts = sorted({r.dtype for r in group})
         where = ", ".join(dts) + (" only" if len(dts) < len(dtypes) else "")
         n = len(group)
         case = group[0].case
-        text = C.table()[key].text.format(**{"n": n, "case": case, **fill})
+        if said is not None:  # a probe's measured difference, said as the fact it is
+            text, shown = said[0], said[1:]
+        else:
+            text = C.table()[key].text.format(**{"n": n, "case": case, **fill})
+            shown = _shown(key, group)
         text += SUFFIX.format(n=n, dtypes=where, example=case)
-        out.append(Diagnosis(key, text, len(group), dts, f"{group[0].case} [{group[0].dtype}]"))
+        out.append(Diagnosis(key, text, len(group), dts, f"{group[0].case} [{group[0].dtype}]", shown))
     return out
+
+
+def _shown(key: str, group) -> list[str]:
+    """What a probe measured on the rows of a named cause: its difference from the spec, which the cause fits (the
+    first probe row's, with its map)."""
+    for r in group:
+        said = [m for m in r.measured if m["kind"] == f"problem:{key}"]
+        if said:
+            return ["measured: " + said[0]["text"]]
+        if r.measured and any(C.line_of(h.split(TIE)[0]) == key or h == key for h in r.hints):
+            m = next((m for m in r.measured if not m["kind"].startswith("problem:")), None)
+            if m is not None:
+                return ["measured: " + m["text"], *m["map"]]
+    return []

@@ -153,9 +153,24 @@ def _answer(a: Alternative, base: dict) -> tuple[torch.Tensor, torch.Tensor | No
     return _compute(a.change(dict(base)))
 
 
+ONLINE = "online"  # a change's mark: the answer an online softmax that skips a rescale gives (hypotheses.online)
+
+
+def answer(kw: dict) -> tuple[torch.Tensor, oracle.Forward]:
+    """The oracle's answer to a changed question (:func:`oracle.answer`'s arguments), where a change asked for an
+    online softmax that skips a rescale, that softmax's output on the same (changed) scores and values."""
+    if ONLINE not in kw:
+        return oracle.answer(**kw)
+    from attnlab.judge import hypotheses
+
+    rest = {k: v for k, v in kw.items() if k != ONLINE}
+    out, f = oracle.answer(**rest)
+    return hypotheses.online(rest, *kw[ONLINE]), f
+
+
 def _compute(kw: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """The oracle's output for these arguments, and its rows that see no key (..., L)."""
-    out, f = oracle.answer(**kw)
+    out, f = answer(kw)
     dead = oracle.unflatten(f.P.sum(dim=-1) == 0, f)
     return out, dead
 

@@ -27,7 +27,7 @@ class Cause:
     scope: tuple[str, ...] = ()  # the tags of the cases the cause speaks of
 
 
-KINDS = ("", "oracle", "raised", "exit", "timeout", "lost", "probe")  # "": the numbers (and the contract) decide
+KINDS = ("", "oracle", "raised", "exit", "timeout", "lost", "probe", "ratio")  # "": the numbers and the contract decide
 
 # key -> how a row says it (format fields are the problem's values)
 PROBLEMS = {

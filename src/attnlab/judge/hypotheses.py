@@ -34,7 +34,7 @@ from attnlab.judge.cases import Case
 BLOCKS = (16, 32, 64, 128)  # the tile widths a key length is padded to (pad-keys)
 
 
-def matches(case: Case, x, mine, exp, comps) -> tuple[list[str], torch.Tensor | None]:
+def matches(case: Case, x, mine, exp, comps, learned: tuple = ()) -> tuple[list[str], torch.Tensor | None]:
     """(the keys of the wrong semantics the failing output ``mine[0]`` agrees with (see the module docstring), the
     output with those causes taken out, for a precision cause to be looked for in what is left)."""
     if mine is None or not isinstance(mine[0], torch.Tensor) or mine[0].shape != exp.ref[0].shape:
@@ -49,7 +49,12 @@ def matches(case: Case, x, mine, exp, comps) -> tuple[list[str], torch.Tensor | 
     base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal,
                 scale=case.scale, enable_gqa=case.gqa, keep=exp.keep, dropout_p=case.dropout_p,
                 score_mod=exp.fresh(torch.float64, "cpu")[0])
-    ex = explain.explain(out, ref, limit, base, list(_alternatives(case, x, exp)), mean_of_v(exp), dead_rows(exp),
+    alts = list(_alternatives(case, x, exp))
+    if learned:
+        from attnlab.judge.probes import learned as measured
+
+        alts += measured.alternatives(list(learned))
+    ex = explain.explain(out, ref, limit, base, alts, mean_of_v(exp), dead_rows(exp),
                          slack=precision.noise(x.q.dtype, exp.fwd, ref))
     found = ex.keys
     overflow = ~torch.isfinite(out).all(dim=-1) & torch.isfinite(ref).all(dim=-1) & ex.left  # (..., L)
@@ -155,6 +160,40 @@ def _block_tails_dropped(kw, b: int) -> dict:
         first = lo - lo % b
         keep[..., i0:i0 + b, :] = (j >= first) & (j < first + (hi - first).clamp(min=0) // b * b)
     return {**kw, "attn_mask": seen & keep, "is_causal": False}
+
+
+def not_rescaled(S: int):
+    """The alternatives of an online softmax that does not rescale what it has summed when a key tile raises the
+    running max -- the accumulator, the running sum, or both -- for each tile width that splits the keys: answers
+    computed from the oracle's own scores (after the modifier and the mask) and values."""
+    for b in BLOCKS:
+        if b < S:
+            for acc, total in ((False, True), (True, False), (False, False)):
+                yield explain.Alternative("online-not-rescaled", lambda kw, b=b, acc=acc, total=total: {
+                    **kw, explain.ONLINE: (b, acc, total)})
+
+
+def online(kw: dict, block: int, rescale_acc: bool, rescale_sum: bool) -> torch.Tensor:
+    """The output of an online softmax over key tiles of ``block`` that rescales its accumulator and its running sum
+    only where told to (float64, the oracle's scores and values)."""
+    f = oracle.forward(kw["query"], kw["key"], kw["value"], kw["attn_mask"], kw["is_causal"], kw["scale"],
+                       kw["enable_gqa"], score_mod=kw.get("score_mod"))
+    s = precision._scores(f)  # (N, H, L, S): -inf where masked
+    v = f.v
+    m = torch.full(s.shape[:-1], -math.inf, dtype=s.dtype)
+    total = torch.zeros_like(m)
+    acc = torch.zeros(*s.shape[:-1], v.shape[-1], dtype=s.dtype)
+    for j in range(0, s.shape[-1], block):
+        st = s[..., j:j + block]
+        m_new = torch.maximum(m, st.amax(-1))
+        shift = torch.where(torch.isneginf(m_new), 0.0, m_new)
+        alpha = torch.exp(m - shift)
+        p = torch.exp(st - shift[..., None])
+        total = (total * alpha if rescale_sum else total) + p.sum(-1)
+        acc = (acc * alpha[..., None] if rescale_acc else acc) + p @ v[..., j:j + block, :]
+        m = m_new
+    out = acc / torch.where(total > 0, total, 1.0)[..., None]
+    return oracle.unflatten(torch.where((total > 0)[..., None], out, 0.0), f)
 
 
 def padded_keys(S: int):
@@ -282,6 +321,8 @@ def _alternatives(case: Case, x, exp):
     if case.dropout_p > 0 and exp.keep is not None:
         yield A("dropout-unscaled", _set(dropout_p=0.0))
         yield A("dropout-renormalised", out=_renormalised(case, q, k, v, dense, exp.keep))
+    if case.dropout_p == 0:
+        yield from not_rescaled(S)
     if case.dropout_p == 0 or exp.keep is not None:
         yield from padded_keys(S)
         yield from tail_dropped(S)

@@ -102,7 +102,7 @@ def guard(cases: list[Case], timeout: float) -> float:
 
 def judge_apart(fn: Callable, name: str, cases: list[Case], *, seed: int = 0, check_dropout: bool = True,
                 timeout: float = 10.0, device: str = "cpu", backward: bool = True, factor: float = 2.0,
-                api: str = "sdpa"):
+                api: str = "sdpa", max_ratio: float | None = None):
     """verify's result for ``fn``, with neither the judge nor the function in this process (the test runner's).
 
     The judge runs in a fresh process that never imported ``fn``'s code. The function runs in a process of its
@@ -119,7 +119,8 @@ def judge_apart(fn: Callable, name: str, cases: list[Case], *, seed: int = 0, ch
                            "judged: call it inside a test function or under `if __name__ == '__main__':`")
 
     job = {"name": name, "cases": [asdict(c) for c in cases], "seed": seed, "check_dropout": check_dropout,
-           "timeout": timeout, "device": device, "backward": backward, "factor": factor, "api": api}
+           "timeout": timeout, "device": device, "backward": backward, "factor": factor, "api": api,
+           "max_ratio": max_ratio}
     blob = _pickled(fn)
     if blob is not None and blob not in _UNPICKLED:
         end = _ask_judge({**job, "pickled": blob, "sys_path": list(sys.path), "cwd": os.getcwd()}, cases, timeout)
@@ -262,7 +263,7 @@ def _judge_child() -> None:
                 fn = remote.Remote(rfd, wfd, {"name": job["name"], "score_mod": job["score_mod"]})
             r = verify.verify({job["name"]: fn}, cases, seed=job["seed"], check_dropout=job["check_dropout"],
                               timeout=job["timeout"], device=job["device"], backward=job["backward"],
-                              factor=job["factor"])
+                              factor=job["factor"], max_ratio=job.get("max_ratio"))
             try:
                 wire.send(wfd, {"result": json.dumps(r.to_dict())})
             except BrokenPipeError:  # the test runner stopped waiting (the function ended its fork): nothing to tell

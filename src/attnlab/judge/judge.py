@@ -29,6 +29,7 @@ from attnlab.judge.explain import rows_err
 from attnlab.judge.facts import SILENT, Facts, problem, raised
 from attnlab.judge.inference import Snapshot, Watched, paths
 from attnlab.judge.inference import compare as compare_paths
+from attnlab.judge.probes.read import read
 from attnlab.judge.remote import Remote, described
 from attnlab.masks import Mask
 from attnlab.results import Result
@@ -48,6 +49,8 @@ class Row(Result):
     hints: list[str] = field(default_factory=list)  # wrong semantics a failing output matches (hypotheses)
     cross: rule.Comparison | None = None  # PyTorch in float64 against the oracle: the oracle's own check
     facts: Facts = field(default_factory=Facts)  # what failed, as values (what the diagnoses read)
+    measured: list[dict] = field(default_factory=list)  # a probe's differences from the spec (probes.read)
+    refuted: list[str] = field(default_factory=list)  # hints the function's passing cases refute (judge.confirm)
 
     @property
     def worst(self) -> rule.Comparison | None:
@@ -376,7 +379,8 @@ def _precision(case: Case, out, exp: Expected, comps) -> list[str]:
         eps = precision.eps_in_sum(exp.fwd, out.detach().double().cpu(), exp.ref[0], _limit(comps))
         return ["eps-in-sum"] if eps is not None else []
     theirs = exp.theirs[0][0] if isinstance(exp.theirs, list) else exp.theirs[0]
-    key = precision.cause(DTYPES[case.dtype], exp.fwd, out, exp.ref[0], theirs, _limit(comps))
+    lse_ok = next((c.allowed for c in comps if c.quantity == "lse" and c.passed), None)  # an lse that passed
+    key = precision.cause(DTYPES[case.dtype], exp.fwd, out, exp.ref[0], theirs, _limit(comps), lse_ok)
     return [key] if key else []
 
 
@@ -397,7 +401,7 @@ def _compare(case: Case, mine: tuple, exp: Expected, backward: bool, factor: flo
     return comps
 
 
-def _hints(case: Case, x, mine, exp: Expected, comps, problems: list[str]) -> list[str]:
+def _hints(case: Case, x, mine, exp: Expected, comps, problems: list[str], learned: tuple = ()) -> list[str]:
     """The causes a failing row's numbers show: the wrong semantics its output matches, its log-sum-exp's, and a
     precision cause in what is left (the output's, or where the output passes, the log-sum-exp's)."""
     if mine is None:
@@ -406,19 +410,19 @@ def _hints(case: Case, x, mine, exp: Expected, comps, problems: list[str]) -> li
     failed = [c.quantity for c in comps if not c.passed]
     if case.api:  # an API's case: its own causes, then its lse's
         if "out" in failed:
-            hints, corrected = apis.hints(case, x, mine[0], exp, _limit(comps))
+            hints, corrected = apis.hints(case, x, mine[0], exp, _limit(comps), learned)
         if "lse" in failed:  # on the rows whose output is right, where the output's own causes are found
             right = None if not hints else rows_err(mine[0].detach().double().cpu(), exp.ref[0]) <= _limit(comps)
             hints = hints + [h for h in lse.hints(mine[-1], exp.ref[-1], exp.fwd, right) if h not in hints]
     else:
-        hints, corrected = hypotheses.matches(case, x, mine, exp, comps)
+        hints, corrected = hypotheses.matches(case, x, mine, exp, comps, learned)
     if set(problems) - set(SILENT):
         return hints
     if not any(h in PRECISE_ALREADY for h in hints) and (corrected is not None or not hints):
         hints = hints + _precision(case, mine[0] if corrected is None else corrected, exp, comps)
     if case.api and not hints and exp.keep is None and failed == ["lse"]:  # the output right, its lse off by a
         allowed = next(c.allowed for c in comps if c.quantity == "lse")  # rounding's size
-        key = precision.lse_cause(DTYPES[case.dtype], exp.fwd, mine[-1], allowed)
+        key = precision.lse_cause(DTYPES[case.dtype], exp.fwd, mine[-1], allowed, _limit(comps))
         hints = [key] if key else []
     if case.api and exp.keep is None and "lse" in failed and all(precision.rounding(h) for h in hints):
         allowed = next(c.allowed for c in comps if c.quantity == "lse")  # nothing, or a rounding's size: the lse
@@ -427,13 +431,16 @@ def _hints(case: Case, x, mine, exp: Expected, comps, problems: list[str]) -> li
 
 
 def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accepts_masks: bool,
-          explain: bool = True, *, backward: bool = True, factor: float = rule.FACTOR, inference: bool = True) -> Row:
+          explain: bool = True, *, backward: bool = True, factor: float = rule.FACTOR, inference: bool = True,
+          learned: tuple = ()) -> Row:
     """Run ``fn`` on the case and hold out, dq, dk, dv (and dmask, and a modifier's tensors) to the tolerance rule.
     ``accepts_masks``: ``fn`` is one of attnlab's forms, given mask functions as they are. ``explain``: on a
     failure, look for the wrong semantics it matches (a few float64 runs more). ``backward=False``: the output
     alone. ``factor``: the rule's multiple of PyTorch's error (see :data:`attnlab.judge.rule.FACTOR`).
     ``inference``: the output under ``torch.no_grad()`` and ``torch.inference_mode()`` too, held to the output's
-    rule, and the inputs unchanged there (:mod:`attnlab.judge.inference`)."""
+    rule, and the inputs unchanged there (:mod:`attnlab.judge.inference`). ``learned``: what the function's probes
+    measured so far, as rules a failing output is held to beside the alternatives
+    (:mod:`attnlab.judge.probes.learned`)."""
     if not exp.cross.passed:
         return row(name, case, "error", f"the oracle and PyTorch disagree: max|PyTorch(float64) - oracle| = "
                    f"{exp.cross.err:.3g} on {exp.cross.quantity}, allowed {exp.cross.allowed:.3g} (float64 "
@@ -463,6 +470,10 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
         comps += more
         problems = problems + said
     ok = not problems and bool(comps) and all(c.passed for c in comps)
-    hints = _hints(case, x, mine, exp, comps, [key for key, _ in problems]) if explain and not ok else []
+    hints = _hints(case, x, mine, exp, comps, [key for key, _ in problems], learned) if explain and not ok else []
+    measured = [m.to_dict() for m in read(case, x, mine, exp, _limit(comps))] if case.probe and not ok and mine \
+        else []
+    measured += [{"kind": f"problem:{key}", "text": text, "map": [], "pattern": key} for key, text in problems
+                 if key in apis.MEASURED_PROBLEMS]  # what an API's own check measured (the cache a call left)
     return row(name, case, "pass" if ok else "fail", "; ".join(text for _, text in problems), comparisons=comps,
-               hints=hints, cross=exp.cross, facts=Facts(problems=[key for key, _ in problems]))
+               hints=hints, cross=exp.cross, facts=Facts(problems=[key for key, _ in problems]), measured=measured)

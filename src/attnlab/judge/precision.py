@@ -26,7 +26,8 @@ import torch
 from attnlab.judge import oracle, rule
 from attnlab.judge.explain import TIE
 
-CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "float32-in-float64", "eps-in-sum")  # the keys it names
+CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "lse-half", "float32-in-float64",
+          "eps-in-sum")  # the keys it names
 BAND = 2.0  # an error within this factor of one of a cause's orders fits the cause
 WIDE = 10.0  # ... in float64, where nothing correct comes near float32's error, and float32 rounds in many places
 SHAPE = 0.5  # a cast to half precision in a full-precision case: the output that near the cast's answer, on average
@@ -45,11 +46,32 @@ def rounding(hint: str) -> bool:
 
 
 def cause(case_dtype: torch.dtype, f: oracle.Forward, mine: torch.Tensor, ref: torch.Tensor, theirs: torch.Tensor,
-          limit: float) -> str | None:
+          limit: float, lse_passed: float | None = None) -> str | None:
     """The precision causes whose error models hold ``mine``'s error, nearest first and joined by
     :data:`attnlab.judge.explain.TIE` (the diagnosis keeps the one the function's other cases show), or None.
     ``f`` the oracle's forward for the case (:attr:`attnlab.judge.judge.Expected.fwd`), ``theirs`` PyTorch's
-    output in the case's dtype."""
+    output in the case's dtype. ``lse_passed``: the limit of an API's log-sum-exp that passed -- a cause whose
+    every order would have failed it is not the function's (a rounding of the scores moves the lse too)."""
+    found = _cause(case_dtype, f, mine, ref, theirs, limit)
+    if found is None or lse_passed is None:
+        return found
+    kept = [k for k in found.split(TIE) if not _predicts(k, _lse_models(case_dtype), f, case_dtype, lse_passed,
+                                                         lambda a: float((a - f.lse)[torch.isfinite(f.lse)].abs()
+                                                                         .max()) if torch.isfinite(f.lse).any() else 0)]
+    return TIE.join(kept) or None
+
+
+def _predicts(key: str, models: dict, f, dtype, limit: float, err) -> bool:
+    """Every order of ``key``'s model in ``models`` errs past ``limit`` by ``err`` (False where it has none): the
+    cause would fail a quantity the function passed."""
+    orders = models.get(key, ())
+    return bool(orders) and all(err(order(f, dtype)) > MARGIN * limit for order in orders)
+
+
+MARGIN = 2.0  # a model predicts a quantity's failure where its error is this many times that quantity's limit
+
+
+def _cause(case_dtype, f, mine, ref, theirs, limit) -> str | None:
     mine = mine.detach().double().cpu()
     err = rule.max_err(mine, ref)
     if not (math.isfinite(err) and err > limit) or not bool(torch.isfinite(mine).all()):
@@ -112,10 +134,13 @@ def eps_in_sum(f: oracle.Forward, mine: torch.Tensor, ref: torch.Tensor, limit: 
     return None
 
 
-def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float) -> str | None:
+def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float, out_limit: float | None = None
+              ) -> str | None:
     """:func:`cause` for a log-sum-exp that fails where the output passes: its error on the rows that see a key
     against the log-sum-exp of each cause's rounded scores (scores kept in bfloat16 make the lse wrong as much as
-    they make the output; a kernel's output may stay within its rule where its float32 lse cannot)."""
+    they make the output; a kernel's output may stay within its rule where its float32 lse cannot). ``out_limit``:
+    the output's limit, which it passed -- a cause whose every order would have failed the output is not the
+    function's (an lse stored in bfloat16 leaves the output alone; scores rounded there do not)."""
     live = torch.isfinite(f.lse)
     if not isinstance(mine, torch.Tensor) or mine.shape != f.lse.shape or not live.any():
         return None
@@ -124,6 +149,11 @@ def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float) ->
         return None
     models = {key: [float((order(f, case_dtype) - f.lse)[live].abs().max()) for order in orders]
               for key, orders in _lse_models(case_dtype).items()}
+    if out_limit is not None:
+        ref = oracle.unflatten(f.Pd @ f.v, f)
+        models = {key: errs for key, errs in models.items() if not _predicts(
+            key, _models(case_dtype), f, case_dtype, out_limit,
+            lambda a: rule.max_err(oracle.unflatten(a, f), ref))}
     return _fitting(case_dtype, err, limit, models)
 
 
@@ -152,7 +182,8 @@ def _models(dtype: torch.dtype) -> dict:
     if dtype in HALF:
         return {"scores-rounded": (_scores_once, _scores_twice, _scores_unscaled, _sum_rounded, _sum_running),
                 "scale-folded": (_fold_q, _fold_k, _fold_both),
-                "softmax-half": (_softmax_half, _softmax_half_blocks)}
+                "softmax-half": (_softmax_half, _softmax_half_blocks),
+                "exp-half": (_exp_half, _exp_half_result)}
     half = {"softmax-half": tuple(functools.partial(order, half=h) for h in HALF
                                   for order in (_softmax_cast, _softmax_half, _softmax_half_blocks))}  # cast down
     if dtype == torch.float64:
@@ -171,12 +202,43 @@ def _lse_models(dtype: torch.dtype) -> dict:
                                    of(lambda f, dt: _r(_scores(f) / f.scale, dt) * f.scale)),
                 "scale-folded": tuple(of(lambda f, dt, side=side: _scores(f) + _fold_error(f, dt, side))
                                       for side in (True, False, None)),
-                "softmax-half": (_lse_sum_rounded,)}
+                "softmax-half": (_lse_sum_rounded,),
+                "exp-half": (lambda f, dt: _lse_of_p(f, _exp_rounded(f, dt, True)),
+                             lambda f, dt: _lse_of_p(f, _exp_rounded(f, dt, False))),
+                "lse-half": (lambda f, dt: _r(f.lse, dt),)}
     if dtype == torch.float64:
         return {"float32-in-float64": (of(lambda f, dt: _scores(f) * (float(torch.tensor(f.scale, dtype=torch.float32))
                                                                       / f.scale)),
                                        of(lambda f, dt: _scores(f).float().double()))}
     return {}
+
+
+def _exp_rounded(f, dtype, argument: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(p, m): exp(s - m) taken in the dtype -- its result rounded, and with ``argument`` its argument too -- and the
+    row max m it was shifted by (0 where a row sees no key)."""
+    s = _scores(f)
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, 0.0)
+    x = s - m
+    return _r((_r(x, dtype) if argument else x).exp(), dtype), m
+
+
+def _lse_of_p(f, pm) -> torch.Tensor:
+    p, m = pm
+    total = p.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, m + total.clamp_min(1e-300).log(), -math.inf)[..., 0]
+
+
+def _exp_half(f, dtype):
+    p, _ = _exp_rounded(f, dtype, True)  # exp of a rounded argument, its result rounded, the sum in float32
+    total = p.sum(dim=-1, keepdim=True)
+    return _finish(_scores(f), f, dtype, p / torch.where(total == 0, 1.0, total))
+
+
+def _exp_half_result(f, dtype):
+    p, _ = _exp_rounded(f, dtype, False)
+    total = p.sum(dim=-1, keepdim=True)
+    return _finish(_scores(f), f, dtype, p / torch.where(total == 0, 1.0, total))
 
 
 def _lse(s: torch.Tensor) -> torch.Tensor:

@@ -210,7 +210,8 @@ def _claimed(diagnoses) -> frozenset[str]:
 
 def _start(rows, by: dict, d, form: str, claimed: frozenset[str] = frozenset()):
     """(the failing row to shrink for the diagnosis ``d``, its case, the test of failing the same way): of the rows
-    of ``d``'s dtypes that fail its way alone, one without a score modifier or dropout where there is one (a
+    of ``d``'s dtypes that fail its way alone, a case of the grid where there is one (a probe's designed inputs are
+    its size: it is not shrunk), one without a score modifier or dropout where there is one (a
     script for those needs the oracle's answer written in), then the smallest (each smaller case judged costs in
     proportion), then the plainest (the fewest tags); the diagnosis's example where no row does."""
     first = next((r for r in rows if f"{r.case} [{r.dtype}]" == d.example), None)
@@ -219,8 +220,8 @@ def _start(rows, by: dict, d, form: str, claimed: frozenset[str] = frozenset()):
     same = same_way(first, d.key, form, claimed)
     fit = [r for r in rows if (r.case, r.dtype) in by and r.status in ("fail", "error") and r.dtype in d.dtypes
            and same(r)]
-    row = min(fit or [first], key=lambda r: (bool({"mod", "dropout"} & set(r.tags)), by[r.case, r.dtype].work,
-                                             len(r.tags)))
+    row = min(fit or [first], key=lambda r: ("probe" in r.tags, bool({"mod", "dropout"} & set(r.tags)),
+                                             by[r.case, r.dtype].work, len(r.tags)))
     return row, by[row.case, row.dtype], same
 
 
@@ -299,8 +300,8 @@ def reproduce(fn, form: str, result, cases: list[Case], how: Judging = Judging()
         if row is None:
             continue
         hinted = d.key in _readings(row)  # only a hint's cause needs the hints read
-        small, srow, n = (case, row, 0) if d.key in UNSHRUNK else shrink(_judged(fn, form, how, hinted), case, row,
-                                                                          same, tries, seconds)
+        small, srow, n = (case, row, 0) if d.key in UNSHRUNK or case.probe else shrink(
+            _judged(fn, form, how, hinted), case, row, same, tries, seconds)  # (a probe's design is its size)
         rep = Repro(form, d.key, f"{case.name!r} [{case.dtype}]", sizes(case), sizes(small), n,
                     {c.quantity: [c.err, c.allowed] for c in srow.comparisons if not c.passed}, diagnosis=d.text,
                     shows=_shows(srow, d.key))

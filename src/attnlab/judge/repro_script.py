@@ -99,13 +99,18 @@ def literal(t: torch.Tensor) -> str:
         return f'bits("""\n{textwrap.indent(text, "    ")}\n""", {shape})'
     if t.is_floating_point():
         digits = 17 if t.dtype == torch.float64 else 9
-        values = [format(float(x), f".{digits}g") for x in t.double().reshape(-1).tolist()]
+        values = [_number(format(float(x), f".{digits}g")) for x in t.double().reshape(-1).tolist()]
         dtype = "float64" if t.dtype == torch.float64 else "float32"
         cast = "" if t.dtype in (torch.float64, torch.float32) else f".to(torch.{str(t.dtype)[6:]})"
     else:
         values, dtype, cast = [str(int(x)) for x in t.reshape(-1).tolist()], str(t.dtype)[6:], ""
     body = textwrap.fill(", ".join(values), WIDTH - 4, initial_indent="    ", subsequent_indent="    ")
     return f"torch.tensor([\n{body}\n], dtype=torch.{dtype}).reshape({shape}){cast}"
+
+
+def _number(text: str) -> str:
+    """A float's digits as Python code (infinities and NaN by name)."""
+    return {"inf": "math.inf", "-inf": "-math.inf", "nan": "math.nan"}.get(text, text)
 
 
 def _as(t: torch.Tensor, named) -> str:
@@ -146,7 +151,7 @@ def _value(v, named) -> str:
         return (f"(lambda seen: create_block_mask(lambda b, h, q_idx, kv_idx: seen[b, h, q_idx, kv_idx], *seen.shape, "
                 f"device=DEVICE{size}))(\n    {literal(seen)}.to(DEVICE))")
     if callable(v):
-        raise NoScript("the call passes a function (a score_mod): the script would need attnlab's modifier")
+        return "score_mod"  # written out before arguments() (modifier_source)
     if isinstance(v, (bool, int, float, str, type(None))) or (
             isinstance(v, tuple) and all(isinstance(x, (int, float)) for x in v)):
         return repr(v)
@@ -160,6 +165,9 @@ def numbers(args, kwargs, named, case: Case, x, exp) -> int:
         return not any(src is not None and src.shape == t.shape and torch.equal(src, t.detach()) for _, src in named)
 
     n = x.dense.numel() if isinstance(x.dense, torch.Tensor) else 0
+    if any(callable(a) and not isinstance(a, torch.Tensor) and type(a).__name__ != "BlockMask"
+           for a in (*args, *kwargs.values())):  # a score_mod's bias, tabulated (modifier_source)
+        n += math.prod(case.batch) * case.H * case.L * (case.S or case.L)
     n += sum(a.numel() for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and written(a))
     if case.mod or case.dropout_p > 0:
         n += sum(t.numel() for t in exp.ref if isinstance(t, torch.Tensor))
@@ -258,9 +266,43 @@ def _inputs(case: Case, seed: int, x) -> list[str]:
     return lines
 
 
+def modifier_source(fn, case: Case) -> list[str]:
+    """The score modifier the call passes, as code a script can hold: its bias tabulated over (b, h, q_idx, kv_idx)
+    where it adds one (ALiBi, a relative bias, a hidden row's -inf), and a soft-cap around it where it caps
+    (``CAP * tanh((score + bias) / CAP)``); NoScript for a modifier that is neither."""
+    N, H, L, S = math.prod(case.batch), case.H, case.L, case.S or case.L
+    grids = [torch.arange(n).view(*(n if d == a else 1 for d in range(4))) for a, n in enumerate((N, H, L, S))]
+    try:
+        with torch.no_grad():
+            at0 = fn(torch.zeros(N, H, L, S, dtype=torch.float64), *grids).double()
+            at1 = fn(torch.full((N, H, L, S), 0.75, dtype=torch.float64), *grids).double()
+    except Exception as e:  # noqa: BLE001 -- a modifier written for one index at a time, or any other failure
+        raise NoScript(f"the call passes a score_mod that could not be tabulated ({type(e).__name__}: {e})") from None
+    at0, at1 = at0.expand(N, H, L, S), at1.expand(N, H, L, S)
+    live = torch.isfinite(at0)
+    if torch.allclose((at1 - at0)[live], torch.full_like(at0[live], 0.75), atol=1e-12) and \
+            torch.equal(torch.isfinite(at1), live):
+        return ["# The score_mod the call passed: the bias it adds, tabulated over (b, h, q_idx, kv_idx)",
+                f"BIAS = {literal(at0)}", "", "", "def score_mod(score, b, h, q_idx, kv_idx):",
+                "    return score + BIAS[b, h, q_idx, kv_idx].to(score.dtype)", ""]
+    from attnlab.judge.mod_cases import CAP
+
+    bias = CAP * torch.atanh((at0 / CAP).clamp(-1 + 1e-15, 1 - 1e-15))
+    if torch.allclose(CAP * torch.tanh((0.75 + bias) / CAP), at1, atol=1e-9):
+        return [f"# The score_mod the call passed: a soft-cap of {CAP} around the bias it adds, tabulated over (b, h, "
+                "q_idx, kv_idx)", f"CAP = {CAP!r}", f"BIAS = {literal(bias)}", "", "",
+                "def score_mod(score, b, h, q_idx, kv_idx):",
+                "    return CAP * torch.tanh((score + BIAS[b, h, q_idx, kv_idx].to(score.dtype)) / CAP)", ""]
+    raise NoScript("the call passes a score_mod that is neither a bias nor a soft-capped bias: the script has no code "
+                   "for it")
+
+
 def _arguments(case: Case, args, kwargs, named, api: str) -> list[str]:
     learn = case.grad_mask and api == "sdpa"
-    lines = ["def arguments(grad):",
+    mods = [a for a in (*args, *kwargs.values()) if callable(a) and not isinstance(a, torch.Tensor)
+            and type(a).__name__ != "BlockMask"]
+    prelude = modifier_source(mods[0], case) + [""] if mods else []
+    lines = [*prelude, "def arguments(grad):",
              '    """Fresh q, k, v laid out as the case lays them out, the tensors the gradients are taken for,',
              '    and the arguments of the call attnlab verify made."""',
              *("    " + line for line in LAYOUT_CODE[_layout(case)])]

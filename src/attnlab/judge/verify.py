@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from attnlab import kernels
-from attnlab.judge import apis, judge, mod_cases, oracle
+from attnlab.judge import apis, confirm, judge, mod_cases, oracle
 from attnlab.judge.cases import (  # noqa: F401 -- the grid's names, read through verify by callers
     DTYPES,
     MASK_FAMILIES,
@@ -40,6 +40,8 @@ from attnlab.judge.cases import (  # noqa: F401 -- the grid's names, read throug
 from attnlab.judge.diagnose import Diagnosis, diagnose
 from attnlab.judge.facts import Facts, raised
 from attnlab.judge.judge import Inputs, Row
+from attnlab.judge.probes import design
+from attnlab.judge.probes.learned import key as measured_key
 from attnlab.judge.remote import QUIET_SECONDS, Remote, described
 from attnlab.judge.watchdog import case_limit, watched
 from attnlab.kernels import dropout
@@ -88,14 +90,67 @@ class VerifyResult(Result):
             out[r.status] += 1
         return out
 
+    def ratios(self, form: str) -> dict[str, dict]:
+        """Per dtype, ``form``'s error as a multiple of PyTorch's on the same cases: each judged case's worst
+        quantity's ratio err / PyTorch's err, their median and their worst (with its quantity and case). The probes
+        and the cases where PyTorch's own error is zero (nothing to be a multiple of) are left out."""
+        return ratios([r for r in self.rows if r.form == form])
+
     def worst_cross(self) -> judge.rule.Comparison | None:
         """The largest float64 disagreement between PyTorch and the oracle over the cases (relative to its limit)."""
         crosses = [r.cross for r in self.rows if r.cross is not None]
         return max(crosses, key=lambda c: c.err / c.allowed if c.allowed > 0 else math.inf, default=None)
 
 
+def ratios(rows: list[Row]) -> dict[str, dict]:
+    """:meth:`VerifyResult.ratios` of these rows."""
+    per: dict[str, list[tuple[float, str, str]]] = {}
+    for r in rows:
+        if r.status not in ("pass", "fail") or "probe" in r.tags:
+            continue
+        worst = None
+        for c in r.comparisons:
+            if c.quantity == "lse" or not (math.isfinite(c.torch_err) and c.torch_err > 0):
+                continue  # (the lse has PyTorch's logsumexp beside it, not its kernel: not a multiple of its error)
+            x = c.err / c.torch_err if math.isfinite(c.err) else math.inf
+            if worst is None or x > worst[0]:
+                worst = (x, c.quantity, r.case)
+        if worst is not None:
+            per.setdefault(r.dtype, []).append(worst)
+    out = {}
+    for dtype, xs in per.items():
+        xs.sort()
+        top = xs[-1]
+        out[dtype] = {"median": xs[len(xs) // 2][0], "worst": top[0], "quantity": top[1], "case": top[2],
+                      "cases": len(xs)}
+    return out
+
+
+def held_to_ratio(rows: list[Row], max_ratio: float, factor: float) -> list[Row]:
+    """The rows with each quantity's limit lowered to ``max_ratio`` times PyTorch's error (never below the rounding
+    floor the rule adds to it): a passing row past it fails, said as such (``Facts("ratio")``)."""
+    out = []
+    for r in rows:
+        if r.status != "pass":
+            out.append(r)
+            continue
+        comps, over = [], []
+        for c in r.comparisons:
+            rest = c.allowed - (factor * c.torch_err if math.isfinite(c.torch_err) else 0.0)
+            limit = min(c.allowed, max(max_ratio * c.torch_err, rest)) if math.isfinite(c.torch_err) else c.allowed
+            if c.passed and c.err > limit:
+                over.append(f"{c.quantity}: {c.err / c.torch_err:.3g}x PyTorch's error")
+                c = replace(c, allowed=limit, passed=False)
+            comps.append(c)
+        out.append(replace(r, status="fail", comparisons=comps, facts=Facts("ratio"),
+                           detail=f"over --max-ratio {max_ratio:g}: " + "; ".join(over)) if over else r)
+    return out
+
+
 def inputs(case: Case, seed: int, device="cpu") -> Inputs:
-    return Inputs(*(apis.inputs(case, seed, device) if case.api else make_inputs(case, seed, device)))
+    """A case's tensors; a probe's designed ones (:mod:`attnlab.judge.probes`) in place of the drawn ones."""
+    drawn = apis.inputs(case, seed, device) if case.api else make_inputs(case, seed, device)
+    return Inputs(*(design.designed(case, *drawn) if case.probe else drawn))
 
 
 def shared_keep(case: Case, seed: int, device="cpu") -> torch.Tensor | None:
@@ -143,7 +198,7 @@ def probe_keep(fn: Callable, case: Case, x: Inputs, seed: int, accepts_masks: bo
 
 def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bool,
                shared_dropout: bool = True, device="cpu", *, backward: bool = True,
-               factor: float = judge.rule.FACTOR, explain: bool = True) -> Row:
+               factor: float = judge.rule.FACTOR, explain: bool = True, learned: tuple = ()) -> Row:
     """Run one case on one function: oracle, PyTorch, the function; compare out, dq, dk, dv (and dmask).
 
     Dropout cases: the function draws its seed from ``torch.manual_seed(seed)`` and the oracle applies
@@ -170,7 +225,7 @@ def check_case(name: str, fn: Callable, case: Case, seed: int, accepts_masks: bo
         if keep is None:
             return judge.row(name, case, "fail", why, facts=Facts("probe"))
     return judge.judge(name, fn, case, seed, x, judge.expect(case, seed, x, keep), accepts_masks, explain,
-                       backward=backward, factor=factor)
+                       backward=backward, factor=factor, learned=learned)
 
 
 def check_forms(fns: dict[str, Callable], case: Case, seed: int, device="cpu") -> list[Row]:
@@ -183,7 +238,8 @@ def check_forms(fns: dict[str, Callable], case: Case, seed: int, device="cpu") -
 def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, seed: int = 0,
            progress: Callable[[str], None] | None = None, check_dropout: bool = True,
            timeout: float | None = 10.0, device="cpu", report: Callable[[Row], None] | None = None,
-           backward: bool = True, factor: float = judge.rule.FACTOR) -> VerifyResult:
+           backward: bool = True, factor: float = judge.rule.FACTOR, max_ratio: float | None = None
+           ) -> VerifyResult:
     """Check each named function over the cases on ``device``. ``targets`` maps a label to a function.
 
     ``check_dropout=False`` skips the dropout cases (for functions without dropout). ``timeout``:
@@ -193,11 +249,12 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
     oracle runs on the CPU in float64, PyTorch on ``device`` in each case's dtype. ``report`` hears each
     row as soon as it is judged. ``backward=False`` judges the output alone, for a function without a backward
     (called on inputs that do not require grad). ``factor``: the rule's multiple of PyTorch's error (2 unless a
-    kernel is knowingly less precise; the result records it).
+    kernel is knowingly less precise; the result records it). ``max_ratio``: a case whose error is more than this
+    many times PyTorch's own fails, though the rule passes it (:func:`held_to_ratio`).
     """
     with one_thread():
         return _verify(targets, default_cases() if cases is None else cases, seed, progress, check_dropout, timeout,
-                       device, report, backward, factor)
+                       device, report, backward, factor, max_ratio)
 
 
 @contextlib.contextmanager
@@ -216,11 +273,13 @@ def one_thread():
             torch.set_num_threads(before)
 
 
-def _verify(targets, cases, seed, progress, check_dropout, timeout, device, report, backward, factor) -> VerifyResult:
+def _verify(targets, cases, seed, progress, check_dropout, timeout, device, report, backward, factor,
+            max_ratio=None) -> VerifyResult:
     registered = kernels.forms(device=None)
     rows: dict[str, list[Row]] = {name: [] for name in targets}
     hung: dict[str, str | None] = dict.fromkeys(targets)  # a function whose case timed out runs no more
     explained = dict.fromkeys(targets, 0)  # failures read for wrong semantics (diagnose needs a few, not all)
+    learned: dict[str, dict] = {name: {} for name in targets}  # what each function's probes measured, as rules
     twins = _twins(cases, device)  # float32 cases whose float64 twin takes their oracle
     for case in cases:
         shared: dict[Case, tuple] = {}  # one oracle and PyTorch run per case (and per size, for slow forms)
@@ -234,7 +293,9 @@ def _verify(targets, cases, seed, progress, check_dropout, timeout, device, repo
                 if progress:
                     progress(f"{name}: {c.label}")
                 row = _run_case(name, fn, form, c, case.seed(seed), shared, device, explained[name] < EXPLAINED,
-                                timeout, {"backward": backward, "factor": factor}, twins)
+                                timeout, {"backward": backward, "factor": factor,
+                                          "learned": tuple(learned[name].values())}, twins)
+                learned[name].update({measured_key(m): m for m in row.measured if m.get("rule")})
                 if row.facts.kind == "timeout":
                     hung[name] = f"not run: case {c.label!r} timed out"
                 elif isinstance(fn, Remote) and fn.lost is not None:
@@ -243,7 +304,23 @@ def _verify(targets, cases, seed, progress, check_dropout, timeout, device, repo
             rows[name].append(row)
             if report:
                 report(row)
-    return VerifyResult.of([r for name in targets for r in rows[name]], device, factor, backward)
+    by_name = {(c.name, c.dtype): c for c in cases}
+    if max_ratio is not None:
+        rows = {name: held_to_ratio(rs, max_ratio, factor) for name, rs in rows.items()}
+    checked = [r for name in targets for r in _checked(rows[name], by_name, seed, device)]
+    return VerifyResult.of(checked, device, factor, backward)
+
+
+def _checked(rows: list[Row], cases: dict, seed: int, device) -> list[Row]:
+    """A function's rows with the causes its passing cases refute taken out of its failing rows' hints (each such
+    row keeps them in ``refuted``): :mod:`attnlab.judge.confirm`."""
+    keys = confirm.named(rows)
+    if not keys:
+        return rows
+    passing = [(cases[(r.case, r.dtype)], next((c.allowed for c in r.comparisons if c.quantity == "out"), math.nan))
+               for r in rows if r.status == "pass" and (r.case, r.dtype) in cases]
+    gone = confirm.refuted(set(keys), passing, seed, lambda c, s: inputs(c, s, device), keys, confirm.support(rows))
+    return [confirm.without(r, gone) for r in rows] if gone else rows
 
 
 def _twins(cases: list[Case], device) -> dict:

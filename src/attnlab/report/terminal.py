@@ -72,6 +72,14 @@ SHOWS = ("judged", "all", "failures")  # verify --show: judged rows one by one a
 # row one by one, or the failing rows alone
 
 
+def _failing(r, worst) -> list:
+    """A failing row's failing quantities besides its worst, furthest past their limits first."""
+    if r.status != "fail":
+        return []
+    others = [c for c in r.comparisons if not c.passed and c is not worst]
+    return sorted(others, key=lambda c: -(c.err / c.allowed if c.allowed > 0 else float("inf")))
+
+
 def verify_table(result, show: str = "judged", table=None) -> Table:
     """One row per (form, case): worst quantity, its error, PyTorch's error, the limit, the verdict.
     ``show`` one of :data:`SHOWS`: under "judged" the skipped cases are one row per form and reason, with their
@@ -97,6 +105,9 @@ def verify_table(result, show: str = "judged", table=None) -> Table:
         else:
             t.add_row(r.form, r.case, r.dtype, w.quantity, fmt_err(w.err), fmt_err(w.torch_err), fmt_err(w.allowed),
                       f"[{style}]{r.status.upper()}[/]")
+            for c in _failing(r, w):  # every other quantity that fails, a line each under the worst
+                t.add_row("", "", "", c.quantity, fmt_err(c.err), fmt_err(c.torch_err), fmt_err(c.allowed),
+                          "[red]FAIL[/]")
     for (form, why), rows in skipped.items():
         dtypes = sorted({r.dtype for r in rows})
         t.add_row(form, f"{len(rows)} case(s), e.g. {rows[0].case}", ", ".join(dtypes), "-", "-", "-", "-",
@@ -156,7 +167,24 @@ def diagnosis_lines(result) -> list[str]:
             repros = getattr(result, "repros", {}).get(form, [])
             for d in found:
                 lines.append(f"  - {escape(d.text)}")
+                lines += [f"      {escape(m)}" for m in getattr(d, "measured", [])]
                 lines += [f"    {escape(r.line())}" for r in repros if r.of(d)][:1]
+    return lines
+
+
+def ratio_lines(result) -> list[str]:
+    """Each function's error as a multiple of PyTorch's on the same cases, per dtype: the median over its cases and
+    the worst (with its quantity and case) -- what the rule's 2x plus a rounding floor allowed, said in numbers."""
+    lines = []
+    forms = list(dict.fromkeys(r.form for r in result.rows))
+    for form in forms:
+        per = result.ratios(form) if hasattr(result, "ratios") else {}
+        if not per:
+            continue
+        said = "; ".join(f"{dt} {v['median']:.2g}x median, {v['worst']:.3g}x worst ({v['quantity']}, "
+                         f"{escape(v['case'])})" for dt, v in per.items())
+        who = f"{escape(form)}'s" if len(forms) > 1 else "the"
+        lines.append(f"{who} error as a multiple of PyTorch's on the same cases: {said}")
     return lines
 
 

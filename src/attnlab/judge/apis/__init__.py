@@ -25,7 +25,11 @@ from attnlab.judge.facts import Cause
 
 NAMES = ("sdpa", "flash-attn", "flash-attn-varlen", "flex", "paged-decode")
 _MODULES = {"flash-attn": "flash", "flash-attn-varlen": "varlen", "flex": "flex", "paged-decode": "paged"}
-UNEXPRESSED = "unexpressed"  # the word an API case carries when the API cannot put the grid's case
+UNEXPRESSED = "unexpressed"
+# the problems an API's own check finds whose sentence holds what it measured (where a call wrote into the cache)
+MEASURED_PROBLEMS = ("paged-cache-not-written", "paged-cache-wrong-slots", "paged-cache-touched",
+                     "paged-cache-written", "paged-page-id-off", "paged-table-index-off", "paged-table-ignored",
+                     "paged-new-kv-wrong-slot")  # the word an API case carries when the API cannot put the grid's case
 
 
 CAUSES = (  # what every API's hints can say (each module adds its own)
@@ -84,18 +88,22 @@ def words(name: str, **args) -> str:
     return " ".join(out)
 
 
-def cases(api: str, dtypes=("float32", "float64", "bfloat16"), long: bool = True) -> list[Case]:
+def cases(api: str, dtypes=("float32", "float64", "bfloat16"), long: bool = True, probes: bool = True) -> list[Case]:
     """The grid put to ``api``: every case of verify's grid the API can express, the ones it cannot as skipped
-    rows, then the API's own cases (windows, ALiBi, packed lengths, page tables)."""
+    rows, then the API's own cases (windows, ALiBi, packed lengths, page tables), then (``probes``) the API's probes
+    (:mod:`attnlab.judge.probes`): designed inputs that measure its semantics."""
+    from attnlab.judge.probes import cases as probe_cases
+
     grid = default_cases(list(dtypes), long=long)
+    measured = probe_cases.for_dtypes(api, dtypes) if probes else []  # first: what they measure, the grid is held to
     if api == "sdpa":
-        return grid
+        return measured + grid
     m = module(api)
     out = []
     for c in grid:
         e = m.express(c)
         out.append(e if isinstance(e, Case) else replace(c, api=f"{api} {UNEXPRESSED}"))
-    return out + [replace(c, dtype=dt) for dt in dtypes for c in m.extra()]
+    return measured + out + [replace(c, dtype=dt) for dt in dtypes for c in m.extra()]
 
 
 def skip_reason(case: Case) -> str | None:
@@ -143,7 +151,7 @@ def modifier(case: Case):
     return lambda dtype=None, device=None: (mod, [])
 
 
-def hints(case: Case, x, out, exp, limit: float) -> tuple[list[str], object]:
+def hints(case: Case, x, out, exp, limit: float, learned: tuple = ()) -> tuple[list[str], object]:
     """The wrong semantics a failing API case's output matches (keys of :func:`attnlab.judge.causes.table`), row by
     row (:mod:`attnlab.judge.explain`): the API's mask ignored, the scale, the key heads, the dead rows, and the API
     module's own (``alternatives(case, args)``: a window swapped, causal aligned top-left, a sequence's keys
@@ -155,6 +163,10 @@ def hints(case: Case, x, out, exp, limit: float) -> tuple[list[str], object]:
     if not isinstance(out, torch.Tensor) or out.shape != exp.ref[0].shape or not math.isfinite(limit):
         return [], None
     base, alts = _questions(case, x, exp)
+    if learned:
+        from attnlab.judge.probes import learned as measured
+
+        alts = alts + measured.alternatives(list(learned))
     ex = explain.explain(out, exp.ref[0], limit, base, alts, hypotheses.mean_of_v(exp), hypotheses.dead_rows(exp),
                          slack=precision.noise(x.q.dtype, exp.fwd, exp.ref[0]))
     keys = list(dict.fromkeys(_unnumbered(k) for k in ex.keys))
@@ -262,6 +274,8 @@ def _common(case: Case):
     if case.mod is not None:
         yield A("mod-after-mask", hypotheses.modified_after_mask)
         yield from hypotheses.modified_after_mask_tiled(case.L, case.S or case.L)
+    if case.dropout_p == 0:
+        yield from hypotheses.not_rescaled(case.S or case.L)
 
 
 def writes(api: str) -> tuple[int, ...]:

@@ -156,7 +156,11 @@ def block_mask(case: Case, B: int, device):
     from torch.nn.attention.flex_attention import create_block_mask  # imported only here: it costs seconds
 
     L, S = case.L, case.S or case.L
-    return create_block_mask(lambda b, h, i, j: fn(b, h, i, j, L, S), B, case.H, L, S, device=str(device))
+    from attnlab.judge.apis import parse
+
+    size = parse(case.api)[1].get("block") if case.api else None  # (q block, kv block): BLOCK_SIZE, 128 unless set
+    kw = {"BLOCK_SIZE": tuple(size)} if size else {}
+    return create_block_mask(lambda b, h, i, j: fn(b, h, i, j, L, S), B, case.H, L, S, device=str(device), **kw)
 
 
 def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):

@@ -12,7 +12,9 @@ PyTorch's public functions return no log-sum-exp, so its side is ``torch.logsume
 in the case's dtype -- with float32 statistics for float16 and bfloat16, as every flash kernel keeps them (the
 matmul of half inputs accumulated in float32). The floor is the scores' rounding error on the row
 (:func:`attnlab.judge.rule.score_error`), plus ``u sqrt(S)`` for the sum, plus twice the error of storing the
-answer in float32 (float64 for float64 inputs).
+answer in float32 (float64 for float64 inputs, unless the function returns it in float32, as FlashAttention's
+interface documents its softmax_lse: then float32's storing error, which a float32 lse computed in float32 still
+exceeds).
 """
 
 from __future__ import annotations
@@ -97,8 +99,9 @@ def compare(mine, theirs: torch.Tensor, ref: torch.Tensor, case: Case, rounding:
     theirs, dead = theirs.detach().double().cpu(), torch.isneginf(ref)
     if not isinstance(mine, torch.Tensor) or mine.shape != ref.shape:  # failed, against the limit computed
         return rule.compare("lse", None, theirs[~dead], ref[~dead], store_dtype(case), rounding)
+    store = torch.float32 if mine.dtype == torch.float32 else store_dtype(case)  # FlashAttention's own dtype for it
     mine = mine.detach().double().cpu()
-    c = rule.compare("lse", mine[~dead], theirs[~dead], ref[~dead], store_dtype(case), rounding)
+    c = rule.compare("lse", mine[~dead], theirs[~dead], ref[~dead], store, rounding)
     if bool(torch.isinf(mine[dead]).all()):
         return c
     return replace(c, err=math.inf, passed=False)

@@ -66,6 +66,8 @@ CAUSES = (
     Cause('paged-cache-not-written', 'k=, v= are not written into the cache: flash_attn_with_kvcache writes them in '
                                      'place into k_cache, v_cache at ' + _NEW + ' (where the next step reads '
                                      'them)'),
+    Cause('paged-cache-written', "the cache the call leaves is not the cache with k=, v= written at their positions "
+                                 "(what it wrote is measured in the line)"),
     Cause('paged-cache-wrong-slots', 'k=, v= are written into other slots of the cache than theirs: they belong at '
                                      + _NEW + ', ' + _PAGE),
     Cause('paged-cache-touched', "slots of k_cache, v_cache other than the new keys' are changed: the call writes "
@@ -296,6 +298,8 @@ def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):
     heads = case.Hkv or case.H
     with torch.no_grad():
         mems = [pages.memory(lay, t.detach(), w, heads, scale=_scale(case, w)) for t, w in ((k, "k"), (v, "v"))]
+        if case.probe:  # a probe's values: every slot that holds no key of a sequence holds e_(D-1), so weight there
+            mems[1] = pages.coded(lay, mems[1])  # shows past the one-hot keys (attnlab.judge.probes)
         caches = [pages.cache(lay, m.clone()) for m in mems]
         kw = {key: val for key, val in flash.keywords(case, args, p, q.device).items() if key != "dropout_p"}
         if lay.new:
@@ -313,7 +317,10 @@ def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):
 
 
 def _scale(case: Case, which: str) -> float:
-    """How large the cache's other numbers are: keys as large as the case's (its large logits), values as drawn."""
+    """How large the cache's other numbers are: keys as large as the case's (its large logits), values as drawn; in
+    a probe's cache zeros (attnlab.judge.probes: a slot that holds no key adds weight on nothing)."""
+    if case.probe:
+        return 0.0
     return case.magnitude if which == "k" else 1.0
 
 
@@ -330,18 +337,59 @@ def cache_problems(case: Case, args: dict, got, given, new) -> list[list[str]]:
 
     if leaves(right if lay.new else None):
         return []
+    measured = "; ".join(written(lay, got, given, new))
     if lay.new and leaves(None):
         return [["paged-cache-not-written", "wrote nothing into k_cache, v_cache: k=, v= belong at " + _NEW]]
     keys = sorted({key for key, into, read, _ in _readings(case, args)
                    if read is not None and not torch.equal(into, right) and leaves(into)})
     if len(keys) == 1:  # written as one wrong reading would: that reading's cause
-        return [[keys[0], "wrote k=, v= into other slots of the cache than " + _NEW]]
+        return [[keys[0], f"wrote k=, v= into other slots of the cache than {_NEW}: {measured}"]]
     if keys:  # as two would alike: neither
-        return [["paged-cache-wrong-slots", f"wrote k=, v= where {' or '.join(keys)} would, not at " + _NEW]]
+        return [["paged-cache-wrong-slots", f"wrote k=, v= where {' or '.join(keys)} would, not at {_NEW}: "
+                                            f"{measured}"]]
     if not lay.new:
-        return [["paged-cache-touched", "changed k_cache, v_cache, though no k=, v= were passed"]]
+        return [["paged-cache-touched", f"changed k_cache, v_cache, though no k=, v= were passed: {measured}"]]
     at = right.reshape(-1).to(got[0].device)
     if all(torch.equal(g.reshape(lay.slots, *g.shape[2:])[at], t.reshape(-1, *t.shape[2:]))
            for g, t in zip(got, new, strict=True)):  # the new keys in their slots, and other slots changed
-        return [["paged-cache-touched", "changed slots of k_cache, v_cache besides the new keys'"]]
-    return [["paged-cache-wrong-slots", "k_cache, v_cache do not hold k=, v= at " + _NEW]]
+        return [["paged-cache-touched", f"changed slots of k_cache, v_cache besides the new keys': {measured}"]]
+    return [["paged-cache-written", f"k_cache, v_cache do not hold k=, v= at {_NEW}: {measured}"]]
+
+
+def written(lay: pages.Layout, got, given, new) -> list[str]:
+    """What the call wrote, measured from the caches it left (``got`` (k_cache, v_cache)) against the slots it was
+    given (``given``, (slots, Hkv, D) each) and the new rows (``new`` (k, v), (B, new, Hkv, D) or None): where each new
+    row went -- its own slot, another slot (said as a sequence's position where the slot is one), the other cache --
+    and which other slots changed. The facts a wrong write is read from, in the cache's own terms."""
+    codes = pages.codes(lay)
+    where = {int(codes[b, j]): (b, j) for b in range(lay.B) for j in range(lay.S)}
+    right = pages.appended(lay, codes)
+    left = [g.reshape(lay.slots, *g.shape[2:]).cpu() for g in got]
+    before = [m.cpu() for m in given]
+    facts, expected = [], set()
+    for c, (name, rows) in enumerate(zip(("k", "v"), new, strict=True)):
+        if rows is None:
+            continue
+        rows = rows.cpu()
+        for b in range(lay.B):
+            for t in range(lay.new):
+                slot = int(right[b, t])
+                expected.add((c, slot))
+                if torch.equal(left[c][slot], rows[b, t]):
+                    continue
+                at = [(cc, s) for cc in (0, 1) for s in range(lay.slots)
+                      if torch.equal(left[cc][s], rows[b, t]) and not torch.equal(before[cc][s], rows[b, t])]
+                said = ", ".join(f"{'k_cache' if cc == 0 else 'v_cache'} slot {s}" + (
+                    f" (sequence {where[s][0]}'s position {where[s][1]})" if s in where else " (no sequence's slot)")
+                    for cc, s in at[:2]) or "nowhere"
+                facts.append(f"{name}= of sequence {b}, token {t} went to {said}; it belongs in "
+                             f"{'k_cache' if c == 0 else 'v_cache'} slot {slot} (position {lay.lens[b] + t})")
+                if len(facts) >= 3:
+                    return facts
+    changed = [(c, s) for c in (0, 1) for s in range(lay.slots)
+               if (c, s) not in expected and not torch.equal(left[c][s], before[c][s])]
+    if changed:
+        first = ", ".join(f"{'k_cache' if c == 0 else 'v_cache'} slot {s}" + (
+            f" (sequence {where[s][0]}'s position {where[s][1]})" if s in where else "") for c, s in changed[:3])
+        facts.append(f"{len(changed)} other slot(s) changed: {first}")
+    return facts

@@ -108,6 +108,18 @@ def memory(lay: Layout, keys: torch.Tensor, which: str, heads: int, dtype: torch
     return write(lay, mem, appended(lay, codes(lay)), old)
 
 
+def coded(lay: Layout, mem: torch.Tensor) -> torch.Tensor:
+    """``mem`` with every slot no sequence's position reads (spare pages; a new key's slot before it is written)
+    holding e_(D-1): a probe's code for "not a key of this call"."""
+    out = mem.clone()
+    used = torch.zeros(lay.slots, dtype=torch.bool)
+    used[codes(lay).reshape(-1)] = True
+    used[appended(lay, codes(lay)).reshape(-1)[appended(lay, codes(lay)).reshape(-1) >= 0]] = False
+    out[~used.to(mem.device)] = 0
+    out[(~used).to(mem.device), :, -1] = 1
+    return out
+
+
 def new_keys(lay: Layout, keys: torch.Tensor) -> torch.Tensor:
     """(B, new, Hkv, D): the keys this call appends (positions lens[b] ... of the oracle's (B, Hkv, S, D))."""
     return torch.stack([keys[b, :, c:c + lay.new] for b, c in enumerate(lay.lens)]).transpose(1, 2)

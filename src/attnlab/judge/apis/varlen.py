@@ -118,7 +118,27 @@ def visible(case: Case, args: dict) -> torch.Tensor:
 
 
 def score_mod(case: Case, args: dict):
-    return flash.score_mod(case, args)  # softcap only: ALiBi's distance is per sequence (not among the cases)
+    """softcap, then ALiBi with each sequence's own distance: query i of sequence b at key position i + S_b - L_b
+    of that sequence, key j at j (the packed rows' positions within their sequence)."""
+    sl = flash.slopes(case, args)
+    if sl is None:
+        return flash.score_mod(case, args)
+    from attnlab.judge import mod_cases
+    from attnlab.kernels import mods
+
+    qpos, kpos = torch.zeros(sum(lengths(case, args)[0])), torch.zeros(sum(lengths(case, args)[1]))
+    for s in placements(case, args):
+        qpos[s.q0:s.q0 + s.L] = torch.arange(s.L) + s.offset
+        kpos[s.k0:s.k0 + s.S] = torch.arange(s.S)
+    cap = mod_cases.CAP if args.get("softcap") else None
+
+    def fn(score, b, h, q_idx, kv_idx):
+        if cap is not None:
+            score = torch.tanh(score / cap) * cap
+        d = (qpos.to(score.device)[q_idx] - kpos.to(score.device)[kv_idx]).abs()
+        return score - sl.to(score)[h] * d.to(score.dtype)
+
+    return mods.Mod.from_fn(fn, words("varlen", softcap=cap is not None, alibi=True))
 
 
 EDGES = ("left", "clamped", "empty", "wrapped")  # what a kernel does where a sequence moved off the packing's ends

@@ -149,14 +149,19 @@ def compose(*mods) -> Mod:
 
 def check_heads(name: str, H: int, score: torch.Tensor, h: torch.Tensor) -> None:
     """A per-head modifier must have a slope / table row for every head it is asked about."""
-    top = int(h.max()) + 1 if h.numel() and not tracing() else 0
+    top = int(h.max()) + 1 if h.numel() and not tracing(h, score) else 0
     if top > H:
         raise ValueError(f"score modifier {name} holds {H} heads but the attention has at least {top} "
                          f"(scores of shape {tuple(score.shape)})")
 
 
-def tracing() -> bool:
+def tracing(*tensors) -> bool:
+    """Compiled, or called on ``tensors`` one of which is batched by torch.vmap (FlexAttention evaluates a modifier
+    one index at a time that way): a value read out of a tensor (``int(h.max())``) is not there to read."""
     try:
-        return torch.compiler.is_compiling()
+        if torch.compiler.is_compiling():
+            return True
     except AttributeError:  # older PyTorch
-        return False
+        pass
+    batched = getattr(torch._C._functorch, "is_batchedtensor", None)
+    return batched is not None and any(isinstance(t, torch.Tensor) and batched(t) for t in tensors)

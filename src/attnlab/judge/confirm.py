@@ -1,0 +1,178 @@
+"""No line without its check: a cause named from some failing rows must leave the function's passing rows passing.
+
+A failing row is named by the wrong semantics its output matched (:mod:`attnlab.judge.explain`). That reading
+is local: the same numbers may be matched by a bug the function does not have, which would have failed cases the
+function passed. So before a line is said, each named cause is held to every case the function *passed* (the
+probes first, whose designed inputs make the difference large where there is one): where each reading of the
+cause (its variants: tile widths, edges, alignments) would have failed that case -- its answer there is further
+from the right one than four times the case's limit -- and the function passed it, the function does not do
+that, and the cause is refuted: its line is not said. What the rows measured is still said (the probes' facts,
+the cases' shared tags), never the refuted name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from attnlab.judge import apis, explain, hypotheses, oracle
+from attnlab.judge.cases import Case
+from attnlab.judge.explain import SUPPORT, TIE
+
+MARGIN = 4.0  # a cause predicts a failure where its answer is this many limits from the right one
+OUTWEIGH = 4  # a cause named on more than this many failing cases per passing case that refutes it is kept: at a
+# packing's or a page's end a reading has variants the judge's alternative does not spell alike, and one passing
+# case there says less than two dozen failing ones
+MAX_CASES = 120  # passing cases a cause is held to (probes first), to bound the time a failing function costs
+
+
+def support(rows) -> dict[str, int]:
+    """Per semantic hint key: the failing cases (by name, any dtype) whose rows name it."""
+    cases: dict[str, set] = {}
+    for r in rows:
+        if r.status == "fail":
+            for h in r.hints:
+                for k in h.lstrip(SUPPORT).split(TIE):
+                    cases.setdefault(k, set()).add(r.case)
+    return {k: len(v) for k, v in cases.items()}
+
+
+def named(rows) -> dict[str, set[frozenset]]:
+    """The semantic hint keys the failing rows name (not a rounding, not a supporting hint, a tie's readings each),
+    each with the :data:`ARGUMENTS` each of its rows' cases exercises."""
+    from attnlab.judge.precision import rounding
+
+    out: dict[str, set[str]] = {}
+    for r in rows:
+        if r.status != "fail":
+            continue
+        for h in r.hints:
+            if h.startswith(SUPPORT) or "=" in h or h.startswith("measured:"):
+                continue
+            for k in h.split(TIE):
+                if k in UNCHECKED or k in ("eps-in-sum", "lse-half"):
+                    continue
+                sig = set(r.tags) & ARGUMENTS
+                if rounding(k):  # a rounding is held to the passing cases of its own dtype
+                    sig.add(r.dtype)
+                out.setdefault(k, set()).add(frozenset(sig))
+    return out
+
+
+# keys no alternative computes (read from the output's shape, not from another question): nothing to hold them to
+UNCHECKED = {"max-subtraction", "dead-rows", "backward-mask", "dropout-renormalised", "softmax-dim",
+             "varlen-lse-padded", "lse-base2", "lse-unscaled", "lse-shift", "lse-dead-rows"}
+
+
+# The arguments a case exercises, as its tags: a cause named on a case is held to the passing cases that exercise the
+# same ones (its reading on other arguments -- a causal alignment read on a window -- is another claim, made of
+# another variant of the cause, not the one its failing cases matched).
+ARGUMENTS = {"causal", "lower-right", "upper-left L!=S", "window-left", "window-right", "alibi", "softcap", "append",
+             "gqa", "bool-mask", "float-mask", "broadcast-mask", "mask-fn", "causal+mask", "scale", "scale-tensor",
+             "mod", "dropout", "grad-mask", "dead-rows"}
+# causes read through a family of variants (a tile width, an edge's side, an alignment of the mask or of ALiBi's
+# distance, where a packing or a page ends): a case where the function's own variant changes nothing is one where
+# the judge yields only the others, which differ -- no passing case can tell those apart, so none refutes them
+FAMILIES = ("tail-dropped", "pad-keys", "flash-window-edge", "mod-after-mask", "flex-block-size",
+            "online-not-rescaled", "api-top-left", "varlen-", "paged-")
+# causes that claim something of every call (the mask left out, the scale): any passing case can refute them
+GLOBAL = {"api-mask-ignored", "mask-ignored", "causal-ignored", "unscaled", "scale-1/d", "varlen-packing-ignored",
+          "paged-table-ignored", "paged-seqlens-ignored"}
+
+
+def refuted(keys: set[str], passing: list[tuple[Case, float]], seed: int, inputs: Callable,
+            exercised: dict[str, set[frozenset]] | None = None, support: dict[str, int] | None = None) -> set[str]:
+    """The keys among ``keys`` that some passing case refutes: ``passing`` (case, its output's limit), ``inputs(case,
+    seed)`` the case's tensors (verify's), ``exercised``: per key, the :data:`ARGUMENTS` of each failing case that
+    named it (a passing case refutes a key only where it exercises the same ones as one of them; any passing case
+    refutes a :data:`GLOBAL` one)."""
+    contra: dict[str, int] = {}
+    exercised = exercised or {}
+    out: set[str] = set()
+    for case, limit in _order(passing)[:MAX_CASES]:
+        if case.dropout_p > 0 or not math.isfinite(limit) or limit <= 0:
+            continue
+        mine = frozenset(set(case.tags) & ARGUMENTS)
+        left = {k for k in keys - out if not k.startswith(FAMILIES) and (
+            k in GLOBAL or k not in exercised or mine in exercised[k] or mine | {case.dtype} in exercised[k])}
+        if not left:
+            continue
+        try:
+            for k in _refuted_by(case, limit, left, case.seed(seed), inputs):
+                contra[k] = contra.get(k, 0) + 1
+        except (TypeError, ValueError, RuntimeError, IndexError, KeyError):  # a case the alternatives cannot take
+            continue
+        out = {k for k, n in contra.items() if n * OUTWEIGH >= (support or {}).get(k, 0)}
+    return out
+
+
+def without(r, gone: set):
+    """A row with the readings ``gone`` taken out of its hints (a tie keeps the rest), kept in its ``refuted``."""
+    if not gone or not r.hints:
+        return r
+    from dataclasses import replace
+
+    kept, dropped = [], []
+    for h in r.hints:
+        mark = SUPPORT if h.startswith(SUPPORT) else ""
+        readings = h[len(mark):].split(TIE)
+        out = [k for k in readings if k.split("=")[0] not in gone and not any(p in gone for p in k.split("+"))]
+        dropped += [k for k in readings if k not in out]
+        if out:
+            kept.append(mark + TIE.join(out))
+    return replace(r, hints=kept, refuted=sorted(set(dropped))) if dropped else r
+
+
+def _order(passing):
+    """The probes first (their designed inputs show a difference most plainly), then the rest."""
+    return sorted(passing, key=lambda cl: (cl[0].probe is None, cl[0].work))
+
+
+def _refuted_by(case: Case, limit: float, keys: set[str], seed: int, inputs: Callable) -> set[str]:
+    from attnlab.judge import precision, rule
+    from attnlab.judge.cases import DTYPES
+
+    x = inputs(case, seed)
+    base, alts = _questions(case, x, seed)
+    ref, fwd = oracle.answer(**base)
+    predicts: dict[str, list[bool]] = {}
+    dtype = DTYPES[case.dtype]
+    for k, orders in precision._models(dtype).items():  # a rounding's error model on this case
+        if k in keys:
+            predicts[k] = [rule.max_err(oracle.unflatten(order(fwd, dtype), fwd), ref) > MARGIN * limit
+                           for order in orders]
+    for a in alts:
+        key = apis._unnumbered(a.key)
+        parts = [k for k in key.split("+") if k]
+        if not parts or not set(parts) <= keys or len(parts) > 1:
+            continue
+        try:
+            alt = a.out if a.change is None else explain.answer(a.change(dict(base)))[0]
+        except (TypeError, ValueError, RuntimeError, IndexError, KeyError):
+            continue
+        if alt is None or alt.shape != ref.shape:
+            continue
+        far = float(torch.nan_to_num((alt - ref).abs(), nan=math.inf).amax()) > MARGIN * limit
+        predicts.setdefault(parts[0], []).append(far)
+    return {k for k, fails in predicts.items() if fails and all(fails)}
+
+
+def _questions(case: Case, x, seed: int) -> tuple[dict, list]:
+    """The oracle's arguments for the case and the alternatives the judge holds a failing output to there."""
+    from attnlab.judge import judge
+
+    fresh = judge._modifier(case, seed)
+    mod64, _ = fresh(torch.float64, "cpu")
+    q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
+    if case.api:
+        from types import SimpleNamespace
+
+        return apis._questions(case, x, SimpleNamespace(fresh=fresh))
+    base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal, scale=case.scale,
+                enable_gqa=case.gqa, keep=None, dropout_p=0.0, score_mod=mod64)
+    from types import SimpleNamespace
+
+    alts = list(hypotheses._alternatives(case, x, SimpleNamespace(keep=None)))
+    return base, [a for a in alts if isinstance(a, explain.Alternative)]

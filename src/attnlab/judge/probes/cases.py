@@ -1,0 +1,125 @@
+"""The probes of each API: a handful of small cases with designed inputs (:mod:`.design`), each reading one part
+of the semantics -- who sees whom under each of the API's masks, the bias, the score function, the head map, the
+weights the backward uses. Sizes are off the tile sizes kernels use (9, 23, 37 keys) so that a tile's edge shows,
+and small (at most 64 keys: one value dim holds a one-hot per key)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from attnlab.judge.apis import words
+from attnlab.judge.cases import Case
+
+E = 64  # the head dim of every probe: a one-hot per key (and per query, for the gradients) fits in it
+
+
+def _p(name: str, probe: str, **kw) -> Case:
+    return Case(f"probe: {name}", probe=probe, **{"batch": (1,), "H": 2, "E": E, **kw})
+
+
+def sdpa() -> list[Case]:
+    return [
+        _p("weights, causal, L<S", "weights", L=9, S=23, is_causal=True),
+        _p("weights, causal, L>S", "weights", L=23, S=9, is_causal=True),
+        _p("weights, causal, L=S=37", "weights", H=1, L=37, is_causal=True),
+        _p("weights, bool mask with empty rows", "weights", batch=(2,), L=12, S=20, mask="dead-rows"),
+        _p("weights, float mask", "weights", L=10, S=17, mask="float"),
+        _p("weights, is_causal with a padding mask", "weights", batch=(2,), H=1, L=12, is_causal=True,
+           mask="padding"),
+        _p("weights, lower-right mask, L<S", "weights", L=9, S=23, mask="lower-right"),
+        _p("heads, GQA 6/2", "heads", H=6, Hkv=2, L=5, S=7),
+        _p("scores", "scores", H=1, L=25, S=3),
+        _p("scores, scale=0.3", "scores", H=1, L=25, S=3, scale=0.3),
+        _p("scores, scale=0.5, large", "scores", H=1, L=25, S=3, scale=0.5, magnitude=10.0),
+        _p("gradients, causal", "grads", H=1, L=20, S=20, is_causal=True),
+    ]
+
+
+def flash(name: str = "flash-attn") -> list[Case]:
+    def api(**args):
+        return words(name, **args)
+
+    return [
+        _p("weights, causal, L<S", "weights", L=9, S=23, mask="lower-right", api=api(causal=True)),
+        _p("weights, causal, L>S", "weights", L=23, S=9, mask="lower-right", api=api(causal=True)),
+        _p("weights, window (3, 2)", "weights", H=1, L=24, api=api(window=(3, 2))),
+        _p("weights, window (4, -1), L<S", "weights", H=1, L=13, S=29, api=api(window=(4, -1))),
+        _p("weights, window (-1, 3), L>S", "weights", H=1, L=29, S=13, api=api(window=(-1, 3))),
+        _p("weights, window (5, 0), causal, L<S", "weights", H=1, L=9, S=23, mask="lower-right",
+           api=api(causal=True, window=(5, 0))),
+        _p("weights, ALiBi (H,), L<S", "weights", H=4, L=9, S=23, mod="flash: alibi", api=api(alibi=True)),
+        _p("weights, ALiBi (B, H), causal, L>S", "weights", batch=(2,), H=2, L=23, S=9, mask="lower-right",
+           mod="flash: alibi", api=api(causal=True, **{"alibi-batch": True})),
+        _p("weights, ALiBi (H,), softcap", "weights", H=4, L=9, S=23, mod="flash: softcap, alibi",
+           api=api(alibi=True, softcap=True)),
+        _p("heads, GQA 6/2", "heads", H=6, Hkv=2, L=5, S=7, api=api()),
+        _p("scores", "scores", H=1, L=25, S=3, api=api()),
+        _p("scores, softmax_scale=0.3", "scores", H=1, L=25, S=3, scale=0.3, api=api()),
+        _p("scores, softcap", "scores", H=1, L=25, S=3, mod="flash: softcap", api=api(softcap=True)),
+        _p("scores, softmax_scale=0.5, large", "scores", H=1, L=25, S=3, scale=0.5, magnitude=10.0, api=api()),
+        _p("gradients, causal, L<S", "grads", H=1, L=12, S=20, mask="lower-right", api=api(causal=True)),
+    ]
+
+
+def varlen() -> list[Case]:
+    from attnlab.judge.apis import varlen as V
+
+    def c(name, probe, lq, lk, **kw):
+        return replace(V.case(f"probe: {name}", lq, lk, **{"H": 2, "E": E, **kw}), probe=probe)
+
+    return [
+        c("weights, 4 sequences, one with no queries, one with no keys", "weights", (3, 0, 5, 4), (6, 4, 0, 9)),
+        c("weights, causal, 3 sequences", "weights", (4, 6, 1), (9, 3, 7), causal=True),
+        c("weights, window (2, 1), 2 sequences", "weights", (5, 7), (8, 7), window=(2, 1)),
+        replace(c("weights, ALiBi (H,), 3 sequences", "weights", (3, 5, 4), (6, 4, 9), H=4), mod="flash: alibi",
+                api=V.words(V.NAME, q=(3, 5, 4), k=(6, 4, 9), alibi=True)),
+        c("heads, GQA 4/2", "heads", (3, 4), (5, 6), H=4, Hkv=2),
+        c("scores", "scores", (25,), (3,), H=1),
+        c("scores, softcap", "scores", (25,), (3,), H=1, softcap=True),
+    ]
+
+
+def paged() -> list[Case]:
+    from attnlab.judge.apis import paged as P
+
+    def c(name, probe, lens, block, **kw):
+        return replace(P.case(f"probe: {name}", lens, block, **{"H": 2, "E": E, **kw}), probe=probe)
+
+    return [
+        c("weights, 3 sequences of 1, 13, 20 keys, pages of 8", "weights", (1, 13, 20), 8),
+        c("weights, 3 queries, causal, 2 appended, pages of 4", "weights", (5, 12), 4, L=3, new=2, causal=True),
+        c("weights, window (4, 0), causal, 2 queries", "weights", (9, 17), 8, L=2, causal=True, window=(4, 0)),
+        c("heads, GQA 4/2, pages of 4", "heads", (6, 9), 4, H=4, Hkv=2),
+        c("scores", "scores", (3,), 4, L=25, H=1),
+        c("scores, softcap", "scores", (3,), 4, L=25, H=1, softcap=True),
+    ]
+
+
+def flex() -> list[Case]:
+    def c(name, probe, api="flex", **kw):
+        return _p(name, probe, api=api, **kw)
+
+    return [
+        c("weights, causal, L=S=37", "weights", H=1, L=37, mask="causal"),
+        c("weights, causal, L=S=200: full and partial blocks", "weights", H=1, L=200, E=256, mask="causal"),
+        c("weights, documents and causal, L=S=256", "weights", H=1, L=256, E=256, mask="document & causal"),
+        c("weights, causal, BLOCK_SIZE (32, 64), L=S=120", "weights", H=1, L=120, E=128, mask="causal",
+          api="flex block=32,64"),
+        c("weights, sliding window | prefix", "weights", H=1, L=30, mask="sliding_window | prefix_lm"),
+        c("weights, relative bias score_mod, causal, GQA 4/2", "weights", H=4, Hkv=2, L=12, mask="causal",
+          mod="relative_bias"),
+        c("heads, GQA 6/2", "heads", H=6, Hkv=2, L=5, S=7),
+        c("scores", "scores", H=1, L=25, S=3),
+        c("scores, softcap score_mod", "scores", H=1, L=25, S=3, mod="softcap"),
+    ]
+
+
+def of(api: str | None) -> list[Case]:
+    """The probe cases of an API (None or "sdpa": SDPA's), in no dtype yet."""
+    return {None: sdpa, "sdpa": sdpa, "flash-attn": flash, "flash-attn-varlen": varlen, "paged-decode": paged,
+            "flex": flex}[api]()
+
+
+def for_dtypes(api: str | None, dtypes) -> list[Case]:
+    """The probes in each of ``dtypes``."""
+    return [replace(c, dtype=dt) for dt in dtypes for c in of(api)]

@@ -1,0 +1,31 @@
+"""Causal attention as four tensor lines, the scale taken from the head width.
+"""
+
+TRUTH = {
+    "api": "level-2",
+    "bugs": [
+        "The scores are divided by sqrt of v's width (Ev) instead of sqrt(E), which is wrong whenever the "
+        "value width differs from the query/key width.",
+    ],
+    "kind": "semantic",
+}
+
+import math  # noqa: E402
+
+import torch  # noqa: E402
+
+
+def attention_matrix(q, k, v):
+    """Causal attention as matrix products: q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev).
+
+    Query i sees keys 0 .. i: the mask is aligned at the top left, as PyTorch's is_causal=True.
+    """
+    L, S, E, dtype = q.shape[-2], k.shape[-2], q.shape[-1], q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32  # half precision is computed in float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(v.shape[-1])  # (..., L, S): every query against every key
+    mask = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(diagonal=1)  # True where key j comes after query i
+    scores = scores.masked_fill(mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # each query's weights over the keys
+    out = weights @ v  # (..., L, Ev)
+    return out.to(dtype)

@@ -1,0 +1,31 @@
+"""Causal attention in four matrix lines: scores, a triangular mask, softmax, weights times values.
+"""
+
+TRUTH = {
+    "api": "level-2",
+    "bugs": [
+        "The mask is triu() with the default diagonal=0, so each query's own key is masked too: query 0 sees "
+        "no key at all (NaN row) and every other query loses its own key.",
+    ],
+    "kind": "semantic",
+}
+
+import math  # noqa: E402
+
+import torch  # noqa: E402
+
+
+def attention_matrix(q, k, v):
+    """Causal attention as matrix products: q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev).
+
+    Query i sees keys 0 .. i: the mask is aligned at the top left, as PyTorch's is_causal=True.
+    """
+    L, S, E, dtype = q.shape[-2], k.shape[-2], q.shape[-1], q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32  # half precision is computed in float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(E)  # (..., L, S): every query against every key
+    mask = torch.ones(L, S, dtype=torch.bool, device=q.device).triu()  # True where key j comes after query i
+    scores = scores.masked_fill(mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # each query's weights over the keys
+    out = weights @ v  # (..., L, Ev)
+    return out.to(dtype)

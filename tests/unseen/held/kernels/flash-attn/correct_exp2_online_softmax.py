@@ -1,0 +1,70 @@
+"""Triton-tutorial style flash_attn_func in PyTorch: exp2 online softmax with log2(e) folded into the scores.
+
+Scores are scaled, soft-capped and ALiBi-biased in natural units, then multiplied by log2(e); m_i and l_i stay in
+base 2 (float32) and the lse is converted back to natural log on return.
+"""
+
+import math
+
+import torch
+
+TRUTH = {
+    "api": "flash-attn",
+    "bugs": [],
+    "kind": "correct",
+}
+
+LOG2E = 1.4426950408889634
+BLOCK_N = 16
+
+
+def kernel(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+           alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    if dropout_p > 0.0:
+        raise NotImplementedError("dropout")
+    B, L, H, D = q.shape
+    S, Hkv = k.shape[1], k.shape[2]
+    at = torch.float64 if q.dtype == torch.float64 else torch.float32
+    sm_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    left, right = window_size
+    if causal:
+        right = 0
+    qt = q.to(at).transpose(1, 2)
+    kt = k.to(at).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
+    vt = v.to(at).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
+    offs_m = torch.arange(L, device=q.device)[:, None] + (S - L)
+    if alibi_slopes is not None:
+        sl = alibi_slopes.to(at)
+        sl = (sl[None, :] if sl.dim() == 1 else sl)[:, :, None, None]
+
+    m_i = torch.full((B, H, L), -math.inf, dtype=at, device=q.device)
+    l_i = torch.zeros((B, H, L), dtype=at, device=q.device)
+    acc = torch.zeros((B, H, L, vt.shape[-1]), dtype=at, device=q.device)
+    for start_n in range(0, S, BLOCK_N):
+        offs_n = torch.arange(start_n, min(start_n + BLOCK_N, S), device=q.device)[None, :]
+        qk = qt @ kt[:, :, start_n:start_n + BLOCK_N].transpose(-1, -2) * sm_scale
+        if softcap > 0.0:
+            qk = softcap * torch.tanh(qk / softcap)
+        if alibi_slopes is not None:
+            qk = qk - sl * (offs_m - offs_n).abs()
+        qk = qk * LOG2E
+        keep = torch.ones(L, offs_n.shape[1], dtype=torch.bool, device=q.device)
+        if left >= 0:
+            keep &= offs_n >= offs_m - left
+        if right >= 0:
+            keep &= offs_n <= offs_m + right
+        qk = qk.masked_fill(~keep, -math.inf)
+        m_ij = torch.maximum(m_i, qk.amax(-1)).detach()
+        m_use = torch.where(m_ij == -math.inf, torch.zeros_like(m_ij), m_ij)
+        p = torch.exp2(qk - m_use[..., None])
+        alpha = torch.exp2(m_i - m_use)
+        l_i = l_i * alpha + p.sum(-1)
+        acc = acc * alpha[..., None] + p @ vt[:, :, start_n:start_n + BLOCK_N]
+        m_i = m_ij
+    out = acc / torch.where(l_i == 0, torch.ones_like(l_i), l_i)[..., None]
+    out = out.transpose(1, 2).to(q.dtype)
+    if not return_attn_probs:
+        return out
+    m_fin = torch.where(m_i == -math.inf, torch.zeros_like(m_i), m_i)
+    lse = (m_fin + torch.log2(l_i)) / LOG2E
+    return out, lse, None

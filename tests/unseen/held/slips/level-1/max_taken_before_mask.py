@@ -1,0 +1,50 @@
+"""Loop attention with a stable softmax: while walking the keys I keep the largest score seen and subtract it
+before exp, so nothing overflows.
+"""
+
+TRUTH = {
+    "api": "level-1",
+    "bugs": ["the max subtracted before exp is taken over every key's score, the future (masked) keys included: when a "
+             "hidden key scores much higher than the visible ones (large logits), every visible exp underflows to 0 "
+             "and the row comes out NaN"],
+    "kind": "precision",
+}
+
+import math  # noqa: E402
+
+import torch  # noqa: E402
+
+
+def attention_by_hand(q, k, v):
+    """Causal attention with loops: q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev).
+
+    Query i sees keys 0 .. i: the mask is aligned at the top left, as PyTorch's is_causal=True.
+    """
+    *lead, L, E = q.shape
+    S, Ev = k.shape[-2], v.shape[-1]
+    dtype = q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32  # half precision is computed in float32
+    q, k, v = (t.reshape(-1, *t.shape[-2:]).to(work) for t in (q, k, v))  # every batch and head in one dim
+    rows = []
+    for n in range(q.shape[0]):
+        outs = []
+        for i in range(L):  # one query at a time
+            scores = []
+            biggest = -math.inf
+            for j in range(S):  # against one key at a time
+                score = (q[n, i] * k[n, j]).sum()  # the dot product of query i and key j
+                score = score / math.sqrt(E)
+                biggest = max(biggest, score.item())  # running max for the softmax
+                if j > i:
+                    score = torch.tensor(-math.inf, dtype=work)
+                scores.append(score)
+            scores = torch.stack(scores)  # (S,)
+            e = torch.exp(scores - biggest)  # subtract the largest score so exp can't overflow
+            weights = e / e.sum()  # (S,): adds up to 1
+            out = torch.zeros(Ev, dtype=work)
+            for j in range(S):
+                out = out + weights[j] * v[n, j]  # the weighted sum of the values
+            outs.append(out)
+        rows.append(torch.stack(outs))  # (L, Ev)
+    out = torch.stack(rows).reshape(*lead, L, Ev)
+    return out.to(dtype)

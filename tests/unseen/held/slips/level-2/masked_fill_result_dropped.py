@@ -1,0 +1,28 @@
+"""Four-line attention: scores from one matmul, the future set to -inf, softmax over keys, times v."""
+
+TRUTH = {
+    "api": "level-2",
+    "bugs": ["scores.masked_fill(mask, -inf) is called but its result is thrown away (masked_fill is not in place), "
+             "so no key is ever hidden: every query sees the future keys"],
+    "kind": "semantic",
+}
+
+import math  # noqa: E402
+
+import torch  # noqa: E402
+
+
+def attention_matrix(q, k, v):
+    """Causal attention as matrix products: q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev).
+
+    Query i sees keys 0 .. i: the mask is aligned at the top left, as PyTorch's is_causal=True.
+    """
+    L, S, E, dtype = q.shape[-2], k.shape[-2], q.shape[-1], q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32  # half precision is computed in float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    scores = (q @ k.mT) * (1 / math.sqrt(E))  # (..., L, S)
+    mask = torch.triu(torch.ones(L, S, dtype=torch.bool, device=q.device), diagonal=1)
+    scores.masked_fill(mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    out = weights @ v
+    return out.to(dtype)

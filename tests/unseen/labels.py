@@ -1,0 +1,96 @@
+"""Which lines name each bug of a blind corpus, set down from the files' truths before their run is read.
+
+``LABELS[name]`` is one entry per bug in the file's TRUTH: the line keys a reader takes as naming that bug (a
+cause's key, or ``measured:<kind>`` -- a probe's measured difference of that kind, which says the bug as a fact).
+``ALSO[name]`` are lines that are true of the kernel beside its listed bugs (a float32 lse of a float64 call, a
+consequence in another quantity): never counted false. A line whose key is in neither is a false line, except the
+lines that name nothing (:data:`NEUTRAL`): what the failing cases share, an exception, "no single pattern".
+"""
+
+from __future__ import annotations
+
+NEUTRAL = {"raises", "unclear", "bfloat16", "float32", "float64", "precision", "L!=S", "L=1", "Ev!=E", "batch-dims",
+           "noncontig", "window", "window-left", "window-right", "softcap", "alibi", "append", "gqa", "mod",
+           "lse-only", "gradients-only", "causal", "dead-rows", "precision-unplaced", "large-logits"}
+MASK = ("measured:visibility",)
+PRECISION = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "lse-half", "precision-unplaced")
+
+DEV = {
+    # flash-attn
+    "flash-attn/accumulator_rounded_each_block": [PRECISION],
+    "flash-attn/alibi_added_before_softcap": [("measured:bias", "measured:scores")],
+    "flash-attn/alibi_distance_signed": [("flash-alibi-signed", "measured:bias")],
+    "flash-attn/causal_top_left": [("api-top-left", *MASK)],
+    "flash-attn/empty_rows_nan_online_softmax": [("dead-rows", "measured:dead-rows", "lse-dead-rows")],
+    "flash-attn/exp2_lse_left_in_base2": [("lse-base2",)],
+    "flash-attn/exp2_running_sum_in_input_dtype": [PRECISION],
+    "flash-attn/gqa_modulo_and_alibi_batch0_slopes": [("gqa", "measured:heads"),
+                                                      ("flash-alibi-one-row", "measured:bias")],
+    "flash-attn/lse_blh_layout_and_causal_drops_window_left": [("lse-layout", "lse-only", "measured:lse"),
+                                                               ("window-left", *MASK)],
+    "flash-attn/lse_buffer_in_input_dtype": [("lse-half",)],
+    "flash-attn/online_softmax_output_not_rescaled": [("measured:visibility", "measured:bias", "measured:scores",
+                                                       "output-not-rescaled")],
+    "flash-attn/softcap_after_log2e_fold": [("measured:scores", "softcap")],
+    "flash-attn/softcap_backward_missing_tanh_derivative": [("gradients-only", "measured:backward",
+                                                             "backward-factor")],
+    "flash-attn/softcap_on_unscaled_scores": [("flash-softcap-scale", "measured:scores")],
+    "flash-attn/window_left_off_by_one": [("flash-window-edge", *MASK)],
+    "flash-attn/window_right_ignored": [("window-right", *MASK)],
+    # flash-attn-varlen
+    "flash-attn-varlen/alibi_on_packed_positions": [("measured:bias", "alibi")],
+    "flash-attn-varlen/causal_offset_from_max_seqlens": [("varlen-diagonal-from-max", *MASK)],
+    "flash-attn-varlen/causal_top_left_and_keyless_nan": [("varlen-top-left", *MASK),
+                                                          ("dead-rows", "measured:dead-rows", "lse-dead-rows")],
+    "flash-attn-varlen/exp_in_input_dtype": [("exp-half", "softmax-half", "precision-unplaced")],
+    "flash-attn-varlen/gqa_modulo_and_softcap_ignored": [("gqa", "measured:heads"), ("softcap", "measured:scores")],
+    "flash-attn-varlen/keys_sliced_to_max_seqlen_k": [("varlen-max-seqlen-k", *MASK)],
+    "flash-attn-varlen/keys_sliced_with_query_offsets": [("varlen-keys-from-q-offsets", *MASK)],
+    "flash-attn-varlen/sequence_id_searchsorted_left": [("varlen-queries-shifted", "varlen-keys-early",
+                                                         "varlen-keys-late", *MASK)],
+    "flash-attn-varlen/softmax_dtype_argument_rounds_scores": [("scores-rounded", "softmax-half",
+                                                                "precision-unplaced")],
+    "flash-attn-varlen/window_sides_swapped": [("flash-window-swapped", *MASK)],
+    # flex
+    "flex/block_mask_batch0_and_lse_log2": [("flex-batch0", *MASK), ("lse-base2",)],
+    "flex/block_size_unpacked_kv_first": [("flex-block-size", *MASK)],
+    "flex/empty_rows_nan_and_score_mod_local_q": [("flex-mod-index", "measured:bias"),
+                                                  ("dead-rows", "measured:dead-rows", "lse-dead-rows")],
+    "flex/full_blocks_dropped": [("flex-partial-only", *MASK)],
+    "flex/gqa_mods_see_kv_head": [("flex-mod-kv-head", "measured:bias")],
+    "flex/kv_num_blocks_ignored": [("flex-padding-blocks", *MASK)],
+    "flex/mask_mod_block_local_kv_index": [("flex-mask-index", *MASK)],
+    "flex/score_mod_after_masking": [("mod-after-mask", *MASK)],
+    "flex/score_mod_before_scale": [("flex-mod-before-scale", "measured:scores", "measured:bias")],
+    "flex/scores_in_input_dtype_for_score_mod": [PRECISION],
+    # paged-decode
+    "paged-decode/append_page_looked_up_once": [("paged-cache-written", "paged-cache-wrong-slots",
+                                                 "paged-new-kv-wrong-slot", *MASK)],
+    "paged-decode/append_position_off_by_one": [("paged-new-kv-wrong-slot", "paged-cache-wrong-slots", *MASK)],
+    "paged-decode/appended_tokens_not_attended": [("paged-new-kv-unseen", *MASK)],
+    "paged-decode/block_table_ignored_contiguous_pages": [("paged-table-ignored", *MASK)],
+    "paged-decode/causal_skipped_for_multi_token_queries": [("paged-causal-ignored", "api-mask-ignored", *MASK)],
+    "paged-decode/last_page_tail_not_masked": [("paged-stale-slots", *MASK)],
+    "paged-decode/page_loop_accumulator_in_cache_dtype": [PRECISION],
+    "paged-decode/split_kv_partials_in_input_dtype": [PRECISION + ("lse-half",)],
+    "paged-decode/v_cache_gets_keys_and_window_left_exclusive": [("paged-cache-written", "paged-v-from-k"),
+                                                                  ("flash-window-edge", *MASK)],
+    "paged-decode/window_anchored_before_append_and_softcap_ignored": [("paged-new-kv-unseen", *MASK),
+                                                                        ("softcap", "measured:scores")],
+    # sdpa
+    "sdpa/bool_mask_polarity_inverted": [("mask-inverted", *MASK)],
+    "sdpa/causal_mask_bottom_right": [("causal-alignment", *MASK)],
+    "sdpa/custom_backward_dq_dk_unscaled": [("gradients-only", "measured:backward", "backward-factor")],
+    "sdpa/dead_rows_average_values": [("dead-rows", "measured:dead-rows")],
+    "sdpa/default_scale_uses_value_dim": [("Ev!=E", "measured:scores")],
+    "sdpa/float_mask_read_as_bool": [("float-mask", "measured:bias", *MASK)],
+    "sdpa/gqa_backward_first_head_and_dead_rows_nan": [("gqa", "gradients-only", "backward-factor"),
+                                                       ("dead-rows", "measured:dead-rows")],
+    "sdpa/gqa_heads_tiled_not_interleaved": [("gqa", "measured:heads")],
+    "sdpa/half_scores_overflow_before_scale": [PRECISION + ("scores-rounded",)],
+    "sdpa/scores_rounded_in_input_dtype": [PRECISION],
+    "sdpa/strict_causal_and_mask_before_scale": [("diagonal", *MASK), ("float-mask", "measured:bias")],
+}
+DEV_ALSO = {
+    "paged-decode/append_position_off_by_one": {"float32-in-float64"},  # its lse is float32 for float64 calls
+}
