@@ -7,7 +7,7 @@ import pytest
 
 from attnlab.cli import main
 from attnlab.demo import DemoResult
-from attnlab.judge import apis, verify
+from attnlab.judge import apis
 from attnlab.judge.repro import Reproduced
 from tests import cli_batch
 

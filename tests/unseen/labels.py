@@ -30,7 +30,7 @@ DEV = {
                                                                ("window-left", *MASK)],
     "flash-attn/lse_buffer_in_input_dtype": [("lse-half",)],
     "flash-attn/online_softmax_output_not_rescaled": [("measured:visibility", "measured:bias", "measured:scores",
-                                                       "output-not-rescaled")],
+                                                       "online-not-rescaled")],
     "flash-attn/softcap_after_log2e_fold": [("measured:scores", "softcap")],
     "flash-attn/softcap_backward_missing_tanh_derivative": [("gradients-only", "measured:backward",
                                                              "backward-factor")],

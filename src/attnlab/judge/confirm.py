@@ -28,6 +28,15 @@ OUTWEIGH = 4  # a cause named on more than this many failing cases per passing c
 MAX_CASES = 120  # passing cases a cause is held to (probes first), to bound the time a failing function costs
 
 
+def _scope(key: str) -> set[str]:
+    """The case tags a cause's claim is about: its line's scope where the table gives one (is_causal with a mask, of
+    any kind), else every API argument a case exercises."""
+    from attnlab.judge import causes
+
+    line = causes.table().get(causes.line_of(key))
+    return set(line.scope) if line is not None and line.scope else ARGUMENTS
+
+
 def support(rows) -> dict[str, int]:
     """Per semantic hint key: the failing cases (by name, any dtype) whose rows name it."""
     cases: dict[str, set] = {}
@@ -54,7 +63,7 @@ def named(rows) -> dict[str, set[frozenset]]:
             for k in h.split(TIE):
                 if k in UNCHECKED or k in ("eps-in-sum", "lse-half"):
                     continue
-                sig = set(r.tags) & ARGUMENTS
+                sig = set(r.tags) & _scope(k)
                 if rounding(k):  # a rounding is held to the passing cases of its own dtype
                     sig.add(r.dtype)
                 out.setdefault(k, set()).add(frozenset(sig))
@@ -94,9 +103,9 @@ def refuted(keys: set[str], passing: list[tuple[Case, float]], seed: int, inputs
     for case, limit in _order(passing)[:MAX_CASES]:
         if case.dropout_p > 0 or not math.isfinite(limit) or limit <= 0:
             continue
-        mine = frozenset(set(case.tags) & ARGUMENTS)
         left = {k for k in keys - out if not k.startswith(FAMILIES) and (
-            k in GLOBAL or k not in exercised or mine in exercised[k] or mine | {case.dtype} in exercised[k])}
+            k in GLOBAL or k not in exercised or frozenset(set(case.tags) & _scope(k)) in exercised[k]
+            or frozenset(set(case.tags) & _scope(k)) | {case.dtype} in exercised[k])}
         if not left:
             continue
         try:
@@ -123,6 +132,53 @@ def without(r, gone: set):
         if out:
             kept.append(mark + TIE.join(out))
     return replace(r, hints=kept, refuted=sorted(set(dropped))) if dropped else r
+
+
+COVER = 0.5  # a reading must fit at least this share of the failing cases it would change, or it fits by chance
+MAX_FAILING = 40  # failing cases a reading is held to, at most (the smallest first)
+
+
+def uncovered(keys: dict[str, set[frozenset]], failing: list, seed: int, inputs: Callable) -> set[str]:
+    """The keys whose reading fits few of the failing cases it would change: ``failing`` (case, its output's limit,
+    the keys its row names). Where a reading's answer differs from the right one on a failing case (by MARGIN times
+    its limit), the function's failing there is the reading's to explain; a reading that explains under COVER of
+    those cases fits its few by chance (the first token of each packed sequence given to the one before is not
+    every sequence read max_seqlen_k long, though on one case it reads alike)."""
+    if not keys:
+        return set()
+    applies: dict[str, int] = {}
+    fits: dict[str, int] = {}
+    for case, limit, named in sorted(failing, key=lambda f: f[0].work)[:MAX_FAILING]:
+        if case.dropout_p > 0 or not math.isfinite(limit) or limit <= 0:
+            continue
+        try:
+            changed = _changes(case, limit, set(keys), case.seed(seed), inputs)
+        except (TypeError, ValueError, RuntimeError, IndexError, KeyError):
+            continue
+        for k in changed:
+            applies[k] = applies.get(k, 0) + 1
+            fits[k] = fits.get(k, 0) + (k in named)
+    return {k for k, n in applies.items() if n >= 2 and fits.get(k, 0) < COVER * n}
+
+
+def _changes(case: Case, limit: float, keys: set[str], seed: int, inputs: Callable) -> set[str]:
+    """The keys among ``keys`` one of whose readings answers this case otherwise than the spec does."""
+    x = inputs(case, seed)
+    base, alts = _questions(case, x, seed)
+    ref = oracle.answer(**base)[0]
+    out = set()
+    for a in alts:
+        key = apis._unnumbered(a.key)
+        if key not in keys or key in out:
+            continue
+        try:
+            alt = a.out if a.change is None else explain.answer(a.change(dict(base)))[0]
+        except (TypeError, ValueError, RuntimeError, IndexError, KeyError):
+            continue
+        if alt is not None and alt.shape == ref.shape and \
+                float(torch.nan_to_num((alt - ref).abs(), nan=math.inf).amax()) > MARGIN * limit:
+            out.add(key)
+    return out
 
 
 def _order(passing):

@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from attnlab.judge import causes as C
-from attnlab.judge.confirm import UNCHECKED
+from attnlab.judge.confirm import ARGUMENTS, UNCHECKED
 from attnlab.judge.explain import SUPPORT, TIE
 from attnlab.judge.facts import SILENT
 from attnlab.judge.precision import CAUSES as PRECISION
@@ -63,6 +63,7 @@ def diagnose(result, form: str) -> list[Diagnosis]:
     plain = Counter(h for r in bad for h in r.hints if TIE not in h)  # the hints no other reading ties with
     lead = Counter(h.split(TIE)[0] for r in bad for h in r.hints if TIE in h)  # ... and those a tie puts first
     first, causes, raised = _grouped(bad, plain, lead)
+    _written_as_read(first, bad, plain, lead)
     _one_rounding_per_dtype(causes)
     measured = _measured([replace(r, hints=[_settle(h, plain, lead) if _settle(h, plain, lead).startswith(MEASURED)
                                             else h for h in r.hints]) if r.hints else r for r in bad])
@@ -98,6 +99,23 @@ def diagnose(result, form: str) -> list[Diagnosis]:
     return _lines(lines, sorted({r.dtype for r in rows}))
 
 
+READ_AS_WRITTEN = ("paged-page-id-off", "paged-table-index-off", "paged-table-ignored")
+
+
+def _written_as_read(first: dict, bad, plain: Counter, lead: Counter) -> None:
+    """A cache written as one wrong reading of it would write (a table entry off) is that reading's line only where
+    the function's outputs read it that way too; elsewhere the writes are said as measured (paged-cache-written):
+    a page looked up once for every appended token writes the tokens after a page's end where an entry off would."""
+    read = {_settle(h, plain, lead) for r in bad for h in r.hints}
+    for key in [k for k in first if k in READ_AS_WRITTEN and k not in read]:
+        group = first.pop(key)
+        first.setdefault("paged-cache-written", []).extend(group)
+        for r in group:  # its measured sentence, under the line it now belongs to
+            for m in r.measured:
+                if m["kind"] == f"problem:{key}":
+                    m["kind"] = "problem:paged-cache-written"
+
+
 def _grouped(bad, plain: Counter, lead: Counter) -> tuple[dict, dict, dict]:
     """The failing rows by what says them: certain (the oracle's check, the contract, exits and hangs), a cause the
     numbers show (a hint, or only the gradients or the lse failing), an exception -- each key with its rows."""
@@ -112,6 +130,8 @@ def _grouped(bad, plain: Counter, lead: Counter) -> tuple[dict, dict, dict]:
             first.setdefault(p, []).append(r)
         if f.kind == "raised":
             raised.setdefault(f.exception(), []).append(r)
+        if f.kind == "ratio":  # right by the rule, past --max-ratio: its own line says so, nothing else reads it
+            continue
         for h in r.hints:
             if _settle(h, plain, lead).startswith(MEASURED):  # a probe's rule explains this row: it joins its line
                 continue
@@ -372,7 +392,7 @@ def _narrower(rows, group, scope: tuple[str, ...] | None) -> str | None:
     if all(r.status != "pass" for r in scoped):
         return None
     best = None
-    for t in set.intersection(*(set(r.tags) for r in group)):
+    for t in sorted(set.intersection(*(set(r.tags) for r in group))):
         mine = [r for r in rows if t in r.tags]
         if C.of_tag(t) and all(r.status != "pass" for r in mine) and len(mine) < len(scoped):
             best = t if best is None or len(mine) < _support(rows, best) else best
@@ -384,7 +404,7 @@ def _cover(rows, bad, rest):
     tag's cases fail and less than CONTRAST of the others, it covers two rows or is one case's alone; each
     time the one that covers most (then the narrowest)."""
     failing = {id(r) for r in bad}
-    sets = {t: [r for r in rows if t in r.tags] for t in {t for r in rows for t in r.tags} if C.of_tag(t)}
+    sets = {t: [r for r in rows if t in r.tags] for t in sorted({t for r in rows for t in r.tags}) if C.of_tag(t)}
     half = [r for r in rows if r.dtype in ("bfloat16", "float16")]
     if half and sum(id(r) in failing for r in half) < 0.25 * len(half):  # full precision fails, half passes
         sets["precision"] = [r for r in rows if r.dtype in ("float32", "float64")]
@@ -402,7 +422,7 @@ def _cover(rows, bad, rest):
             others = [r for r in rows if id(r) not in inside]
             if len(others) < 2 or sum(id(r) in failing for r in others) >= CONTRAST * len(others):
                 continue  # the cases without the tag fail as much, or too few ran to tell: not what they share
-            score = (len(covered), t == "precision", -len(mine))
+            score = (len(covered), t == "precision", t in ARGUMENTS, -len(mine))  # an API argument before a shape
             if best is None or score > best[0]:
                 best = (score, t, covered)
         if best is None:

@@ -127,17 +127,18 @@ def ratios(rows: list[Row]) -> dict[str, dict]:
 
 
 def held_to_ratio(rows: list[Row], max_ratio: float, factor: float) -> list[Row]:
-    """The rows with each quantity's limit lowered to ``max_ratio`` times PyTorch's error (never below the rounding
-    floor the rule adds to it): a passing row past it fails, said as such (``Facts("ratio")``)."""
+    """The rows with each quantity's limit lowered to ``max_ratio`` times PyTorch's error (never below twice the error
+    of storing the answer in the dtype): a passing row past it fails, said as such (``Facts("ratio")``)."""
     out = []
     for r in rows:
         if r.status != "pass":
             out.append(r)
             continue
         comps, over = [], []
+        stored = torch.finfo(DTYPES[r.dtype]).eps  # twice storing the answer in the dtype: the least any error is
         for c in r.comparisons:
-            rest = c.allowed - (factor * c.torch_err if math.isfinite(c.torch_err) else 0.0)
-            limit = min(c.allowed, max(max_ratio * c.torch_err, rest)) if math.isfinite(c.torch_err) else c.allowed
+            floor = stored * c.ref_max
+            limit = min(c.allowed, max(max_ratio * c.torch_err, floor)) if math.isfinite(c.torch_err) else c.allowed
             if c.passed and c.err > limit:
                 over.append(f"{c.quantity}: {c.err / c.torch_err:.3g}x PyTorch's error")
                 c = replace(c, allowed=limit, passed=False)
@@ -319,8 +320,29 @@ def _checked(rows: list[Row], cases: dict, seed: int, device) -> list[Row]:
         return rows
     passing = [(cases[(r.case, r.dtype)], next((c.allowed for c in r.comparisons if c.quantity == "out"), math.nan))
                for r in rows if r.status == "pass" and (r.case, r.dtype) in cases]
-    gone = confirm.refuted(set(keys), passing, seed, lambda c, s: inputs(c, s, device), keys, confirm.support(rows))
+    def at(c, s):
+        return inputs(c, s, device)
+
+    gone = confirm.refuted(set(keys), passing, seed, at, keys, confirm.support(rows))
+    failing = [(cases[(r.case, r.dtype)], next((c.allowed for c in r.comparisons if c.quantity == "out"), math.nan),
+                {k for h in r.hints for k in h.lstrip(confirm.SUPPORT).split(confirm.TIE)})
+               for r in rows if r.status == "fail" and (r.case, r.dtype) in cases and r.dtype == _first_dtype(rows)]
+    gone |= confirm.uncovered({k: v for k, v in keys.items() if k not in gone and not precision_key(k)}, failing, seed,
+                              at)
     return [confirm.without(r, gone) for r in rows] if gone else rows
+
+
+def _first_dtype(rows: list[Row]) -> str:
+    """The full-precision dtype the semantics are read in (float32 where it ran): one dtype's failing cases are
+    enough to say which readings fit them, and half precision's rounding blurs them."""
+    dts = {r.dtype for r in rows}
+    return next((d for d in ("float32", "float64", "bfloat16", "float16") if d in dts), "float32")
+
+
+def precision_key(k: str) -> bool:
+    from attnlab.judge.precision import rounding
+
+    return rounding(k)
 
 
 def _twins(cases: list[Case], device) -> dict:

@@ -52,6 +52,8 @@ def flash(name: str = "flash-attn") -> list[Case]:
            mod="flash: alibi", api=api(causal=True, **{"alibi-batch": True})),
         _p("weights, ALiBi (H,), softcap", "weights", H=4, L=9, S=23, mod="flash: softcap, alibi",
            api=api(alibi=True, softcap=True)),
+        _p("weights, ALiBi (H,), causal, L<S", "weights", H=4, L=9, S=23, mask="lower-right", mod="flash: alibi",
+           api=api(alibi=True, causal=True)),
         _p("heads, GQA 6/2", "heads", H=6, Hkv=2, L=5, S=7, api=api()),
         _p("scores", "scores", H=1, L=25, S=3, api=api()),
         _p("scores, softmax_scale=0.3", "scores", H=1, L=25, S=3, scale=0.3, api=api()),
