@@ -135,6 +135,14 @@ API_ARG_TAGS = {"window": ("window",), "softcap": ("softcap",), "alibi": ("alibi
 SDPA_MASK_TAGS = {"upper-left L!=S", "lower-right", "causal+mask", "bool-mask", "float-mask", "broadcast-mask",
                   "mask-fn", "grad-mask"}
 
+def _documents_by_row(S: int):
+    def fn(b, h, i, j, L, S_):
+        n = 2 + b % 2  # documents in batch row b, of equal length
+        return (i * n) // S_ == (j * n) // S_
+
+    return M.Mask(fn, "documents per batch row")
+
+
 MASK_FAMILIES = {  # name -> (S -> mask): every mask function of attnlab.masks, sized for a case
     "causal": lambda S: M.from_spec("causal"),
     "causal_lower_right": lambda S: M.from_spec("causal_lower_right"),
@@ -144,6 +152,9 @@ MASK_FAMILIES = {  # name -> (S -> mask): every mask function of attnlab.masks, 
     "sliding_window | prefix_lm": lambda S: M.from_spec("sliding_window:4") | M.from_spec("prefix_lm:3"),
     # a window narrow enough that the flash form runs it as key bands (attnlab.kernels.flash_band)
     "causal_lower_right & sliding_window": lambda S: M.causal_lower_right() & M.sliding_window(max(1, S // 12)),
+    # documents that differ from one batch row to the next (2 of them in even rows, 3 in odd): a kernel that reads
+    # one row's mask for every row shows it
+    "documents per batch row & causal": lambda S: _documents_by_row(S) & M.from_spec("causal"),
 }
 BANDS = "causal_lower_right & sliding_window"  # at L=128, S=217 the flash form runs it as key bands
 CAUSAL_BIAS = ("causal-bias upper-left", "causal-bias lower-right")  # torch.nn.attention.bias.CausalBias

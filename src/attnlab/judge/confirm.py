@@ -143,7 +143,8 @@ def uncovered(keys: dict[str, set[frozenset]], failing: list, seed: int, inputs:
     the keys its row names). Where a reading's answer differs from the right one on a failing case (by MARGIN times
     its limit), the function's failing there is the reading's to explain; a reading that explains under COVER of
     those cases fits its few by chance (the first token of each packed sequence given to the one before is not
-    every sequence read max_seqlen_k long, though on one case it reads alike)."""
+    every sequence read max_seqlen_k long, though on one case it reads alike). A failing case another of ``keys``
+    explains and this one does not is left out of its count: a kernel with two bugs fails cases of each."""
     if not keys:
         return set()
     applies: dict[str, int] = {}
@@ -156,6 +157,8 @@ def uncovered(keys: dict[str, set[frozenset]], failing: list, seed: int, inputs:
         except (TypeError, ValueError, RuntimeError, IndexError, KeyError):
             continue
         for k in changed:
+            if k not in named and named & set(keys):  # another reading explains this case: a second bug's
+                continue
             applies[k] = applies.get(k, 0) + 1
             fits[k] = fits.get(k, 0) + (k in named)
     return {k for k, n in applies.items() if n >= 2 and fits.get(k, 0) < COVER * n}

@@ -180,8 +180,28 @@ def _visibility(case, Pm, Ps, extra, missing, rows, thr) -> Measured:
     text = (f"query {i}{_where(case, n, h)} sees keys {spans(mine)}; the spec's sees keys {spans(spec)}"
             f" ({n_rows} of {n_live} rows differ")
     edge, pattern, rule = _edges(Pm > thr, Ps > 0, rows)
+    other = _other_row(Pm > thr, Ps > 0, rows)
+    if other:
+        edge, pattern, rule = other, "another batch row's mask", None
     text += f": {edge})" if edge else ")"
     return Measured("visibility", text, _map(Pm, Ps, rows, case, thr), pattern or text, rule)
+
+
+def _other_row(mine: torch.Tensor, spec: torch.Tensor, rows: torch.Tensor) -> str:
+    """Where every batch row that differs sees exactly what the spec's batch row 0 (or the last one) sees, and its
+    own spec differs from that: the mask read from one batch row for all of them, said; else ""."""
+    N = mine.shape[0]
+    bad = sorted({int(n) for n in torch.nonzero(rows.any(-1).any(-1)).flatten()})
+    if N < 2 or not bad:
+        return ""
+    for src in (0, N - 1):
+        if src in bad:
+            continue
+        if all(torch.equal(mine[n], spec[src]) and not torch.equal(spec[n], spec[src]) for n in bad):
+            rows_said = ", ".join(str(n) for n in bad)
+            return (f"batch row {rows_said} sees exactly the keys the spec's batch row {src} sees: the mask (or block "
+                    f"mask) of batch row {src} is read for every batch row")
+    return ""
 
 
 def _edges(mine: torch.Tensor, spec: torch.Tensor, rows: torch.Tensor) -> tuple[str, str, dict | None]:
@@ -265,17 +285,85 @@ def _bias(case, Pm, Ps, rows, thr, limit) -> Measured | None:
         return None
     n, h, i = torch.nonzero(size.amax(-1) == worst)[0].tolist()
     L, S = Pm.shape[-2], Pm.shape[-1]
+    twice = _counted(d, size > BIAS_MIN)
+    if twice is not None:
+        return Measured("bias", twice + f" (e.g. query {i}{_where(case, n, h)}, keys {spans(_heavy(d[n, h, i]))})",
+                        pattern="counted")
     yours, theirs = _distance_fit(lm[n, h], L, S), _distance_fit(ls[n, h], L, S)
+    theirs = theirs or ("none" if _no_bias(ls[n, h]) else "not a slope times a distance")
+    shift = None if yours else _query_shift(Pm[n, h] > thr, Ps[n, h] > thr, lm[n, h], ls[n, h],
+                                            (size > BIAS_MIN).any(-1)[n, h])
     if yours:
-        text = (f"the bias added to the scores{_where(case, n, h)} is {yours}; the spec's is {theirs or 'none'} "
+        text = (f"the bias added to the scores{_where(case, n, h)} is {yours}; the spec's is {theirs} "
                 f"(read from the log-weights with q = 0)")
+    elif shift:
+        text = (f"the bias added to the scores{_where(case, n, h)} at query i is the spec's at query i - {shift} "
+                f"(from query {shift} on): the position a score_mod or bias is given is {shift} short of the "
+                "query's own (the index inside a block of queries)")
+        return Measured("bias", text, pattern="query shifted")
     else:
         text = (f"the weights differ from the spec's where the same keys are seen{_where(case, n, h)}: the "
-                f"log-weights differ by up to {worst:.3g} (the spec's bias: {theirs or 'none'}; yours fits no slope "
+                f"log-weights differ by up to {worst:.3g} (the spec's bias: {theirs}; yours fits no slope "
                 "times a distance)")
     row = d[n, h, i]
     values = " ".join("    ." if math.isnan(x) else f"{x:+.2f}" for x in row.tolist()[:24])
     return Measured("bias", text, (f"query {i}: your log-weight minus the spec's, by key: {values}",))
+
+
+def _no_bias(logw: torch.Tensor) -> bool:
+    """Log-weights (L, S; NaN where not seen) that are one constant per row: no bias."""
+    ok = ~torch.isnan(logw)
+    return float(torch.where(ok, logw - logw.nanmean(-1, keepdim=True), 0.0).abs().max()) < 1e-3
+
+
+def _query_shift(mine, spec, lm, ls, rows) -> int | None:
+    """The shift t for which every row i that differs has the spec's bias of row i - t, on the keys both rows see
+    (each row's constant taken out), while the rows before t do not differ; None where no t fits."""
+    bad = torch.nonzero(rows).flatten().tolist()
+    if not bad:
+        return None
+    t = bad[0]
+    if t == 0 or any(i < t for i in bad):
+        return None
+    checked = 0
+    for i in bad:
+        both = mine[i] & spec[i - t]
+        if int(both.sum()) < 2:  # one shared key says nothing of a bias (its constant is taken out)
+            continue
+        checked += 1
+        a, b = lm[i][both], ls[i - t][both]
+        if float(((a - a.mean()) - (b - b.mean())).abs().max()) > 1e-3 * max(1.0, float(b.abs().max())):
+            return None
+    return t if checked >= 3 else None
+
+
+def _multiples(d: torch.Tensor) -> torch.Tensor:
+    """The weights of a row's keys against the spec's, as multiples of its lightest key's (NaN where not seen)."""
+    lo = torch.where(torch.isnan(d), torch.inf, d).amin(-1, keepdim=True)
+    return (d - lo).exp()
+
+
+def _heavy(d: torch.Tensor) -> torch.Tensor:
+    return torch.nan_to_num(_multiples(d), nan=0.0) > 1.5
+
+
+def _counted(d: torch.Tensor, rows_keys: torch.Tensor) -> str | None:
+    """Where the rows that differ give some keys a whole multiple (2x, 3x) of the weight the spec gives them beside
+    the row's other keys -- as a kernel that visits a key's block twice does -- that, said; else None."""
+    rows = rows_keys.any(-1)
+    m = _multiples(d[rows])
+    seen = ~torch.isnan(m)
+    k = m.round()
+    if not seen.any() or not bool(((m - k).abs()[seen] < 0.03).all()) or float(k[seen].max()) > 4:
+        return None
+    heavy = seen & (k >= 2)
+    if not heavy.any():
+        return None
+    times = sorted({int(x) for x in k[heavy].tolist()})
+    said = " or ".join(f"{t}x" for t in times)
+    return (f"some keys are counted more than once: in {int(rows.sum())} rows, {int(heavy.sum())} keys weigh {said} "
+            f"what the spec's weights give them beside the row's other keys (log-weight + ln {times[0]} = "
+            f"{math.log(times[0]):.3f}): their tile or key visited {' or '.join(str(t) for t in times)} times")
 
 
 def _distance_fit(logw: torch.Tensor, L: int, S: int) -> str:
