@@ -60,7 +60,6 @@ def test_table_labels_apis_docstrings_and_counts():
         assert sum(1 for _, _, labels in CORPUS.values() if cause in labels) >= 2, cause
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", RIGHT)
 def test_right_kernel_agrees_with_pytorch_in_float64(name):
     errors = _errors(name, torch.float64)
@@ -70,7 +69,6 @@ def test_right_kernel_agrees_with_pytorch_in_float64(name):
     assert max(errors.values()) <= 1e-10, errors
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", WRONG)
 def test_wrong_kernel_differs_somewhere(name):
     errors = _errors(name, torch.float64)
@@ -80,7 +78,6 @@ def test_wrong_kernel_differs_somewhere(name):
     assert max(numeric.values(), default=0.0) > 1e-6, errors
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", PRECISE_BUGS)
 def test_precision_kernel_loses_more_than_the_right_one(name):
     api = CORPUS[name][1]
@@ -96,7 +93,6 @@ def test_precision_kernel_loses_more_than_the_right_one(name):
     assert ratios[worst] >= 4 and bug[worst] > 1e-12, ratios
 
 
-@pytest.mark.slow
 def test_bfloat16_kernel_with_float32_statistics_is_as_close_as_pytorch():
     """sdpa_tiled in bfloat16: at most twice PyTorch's own bfloat16 error, plus one bfloat16 rounding of the answer."""
     fn = CORPUS["sdpa_tiled"][0]

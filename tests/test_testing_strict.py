@@ -107,6 +107,9 @@ def _pytest(tmp_path, *args):
     return r
 
 
+# a pytest run of eight kernels, seven of which end their judge; each ending is a verify row in make test
+# (tests/cli/test_errors.py, test_verify_rule)
+@pytest.mark.long
 @pytest.mark.slow
 def test_a_kernel_that_exits_kills_itself_or_hangs_fails_its_test_and_the_run_goes_on(tmp_path):
     r = _pytest(tmp_path)

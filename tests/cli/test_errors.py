@@ -114,12 +114,11 @@ CASES = [
                  "No space left on device", marks=pytest.mark.slow),
     pytest.param(f"{BENCH} --out {{full}}", 2, f"attnlab bench: {E} cannot write {{full}}/bench.json: No space left "
                  "on device", marks=pytest.mark.slow),
-    pytest.param("lesson --quick --out {full}", 2, f"attnlab lesson: {E} cannot write {{full}}/lesson.html: No "
-                 "space left on device", marks=pytest.mark.slow),
+    # (lesson.html on a full disk: test_the_lesson_page_on_a_full_disk_is_a_cannot_write, on the function that
+    # writes it; the command's way from a CannotWrite to its one line is the rows above and below)
     pytest.param(f"{TINY} --out {{full}}", 2, f"attnlab train: {E} cannot write {{full}}/checkpoints/scale-sqrt.pt: "
                  "No space left on device", marks=pytest.mark.slow),
-    pytest.param(f"{TINY} --procs 2 --out {{full}}", 2, f"attnlab train: {E} cannot write "
-                 "{full}/checkpoints/scale-sqrt.pt: No space left on device", marks=pytest.mark.slow),
+    # (train --procs 2 on a full disk: tests/cli/test_nothing_left.py, which also checks no rank is left running)
     pytest.param(f"{BENCH} --max-memory 1", 2, f"attnlab bench: {E} nothing was measured: every case was skipped",
                  marks=pytest.mark.slow),
     # devices that torch names but that are not here, checked before anything runs (a user's function too)
@@ -148,8 +147,7 @@ CASES = [
     # lesson --build: a log that cannot be written stops it in one line
     ("lesson --build --out {logdir}", 2, f"attnlab lesson: {E} cannot write {{logdir}}/lesson-build.log: Is a "
                                          "directory"),
-    pytest.param("lesson --build --out {logfull}", 2, f"attnlab lesson: {E} cannot write {{logfull}}/lesson-build.log: "
-                 "No space left on device", marks=pytest.mark.slow),
+    # (its log on a full disk: test_the_build_log_on_a_full_disk_is_a_cannot_write, on the log itself)
     # empty names that quietly meant "every form", "the default", "here"; folders where a file belongs
     ("verify --impl ''", 2, f"attnlab verify: {E} --impl '': an empty form name; give one or more of"),
     ("verify --impl matrix,", 2, f"attnlab verify: {E} --impl 'matrix,': an empty form name"),
@@ -290,8 +288,6 @@ def files(tmp_path_factory):
     (code / "binary.py").write_bytes(b"\xff\xfe\x00def attention_by_hand(q, k, v):\n")
     (code / "plain.py").write_text("from torch.nn.functional import scaled_dot_product_attention as attention\n")
     (root / "logdir" / "lesson-build.log").mkdir(parents=True)  # lesson --build's log: a folder, or on a full device
-    (root / "logfull").mkdir()
-    (root / "logfull" / "lesson-build.log").symlink_to("/dev/full")
     (root / "resultdir" / "demo.json").mkdir(parents=True)  # a folder where lesson reads demo's result
     (root / "devfull.json").symlink_to("/dev/full")  # written through, the link's target is a full device
     interrupted = root / "interrupted"  # a default run stopped before it wrote train.json: checkpoints only
@@ -299,7 +295,7 @@ def files(tmp_path_factory):
     return Files(root, code=code, folder=root / "folder", afile=root / "afile", ran=_ran(root),
                  demo_unreadable=root / "demo_unreadable", demo_wrong=root / "demo_wrong",
                  resume_marker=root / "resume_marker", lesson_bad=root / "lesson_bad", interrupted=interrupted,
-                 logdir=root / "logdir", logfull=root / "logfull", devfull=root / "devfull.json",
+                 logdir=root / "logdir", devfull=root / "devfull.json",
                  resultdir=root / "resultdir", **made)
 
 
@@ -326,6 +322,37 @@ def test_the_case_ends_as_the_table_says(files, tmp_path, monkeypatch, capsys, c
     assert err.startswith(says), err
     if code == 2:
         assert len(err.strip().splitlines()) == 1, err
+
+
+def test_the_build_log_on_a_full_disk_is_a_cannot_write(tmp_path):
+    """lesson --build's log: the first line it cannot write stops the build as a CannotWrite naming the log (the
+    command turns a CannotWrite into its one line: the {logdir} row of the table)."""
+    from types import SimpleNamespace
+
+    from attnlab.cli._lesson_build import _Log
+    from attnlab.results.files import CannotWrite
+
+    (tmp_path / "lesson-build.log").symlink_to(full_device(tmp_path))
+    log = _Log(tmp_path, SimpleNamespace())  # opening it writes nothing yet: a full device takes that
+    with pytest.raises(CannotWrite) as e:
+        log.say("step 1: demo")
+    print(e.value.path, e.value.reason)
+    assert e.value.path == tmp_path / "lesson-build.log" and e.value.reason == "No space left on device"
+
+
+def test_the_lesson_page_on_a_full_disk_is_a_cannot_write(tmp_path):
+    """The page's writer: a full disk is a CannotWrite naming lesson.html, and no lesson.html (nor its .tmp) is
+    left; one that was there keeps what it held."""
+    from attnlab.report.lesson import _write
+    from attnlab.results.files import CannotWrite
+
+    (tmp_path / "lesson.html").write_text("the page before")
+    (tmp_path / "lesson.html.tmp").symlink_to(full_device(tmp_path))
+    with pytest.raises(CannotWrite) as e:
+        _write("<html>a new page</html>", tmp_path / "lesson.html")
+    print(e.value.path, e.value.reason)
+    assert e.value.path == tmp_path / "lesson.html" and e.value.reason == "No space left on device"
+    assert (tmp_path / "lesson.html").read_text() == "the page before"
 
 
 @pytest.mark.slow

@@ -82,6 +82,8 @@ def test_procs_with_context_parallel_writes_once(run_cli, tmp_path):
     assert j["config"]["context_parallel"] == 2 and j["variants"]["sqrt"]["step"] == [0, 2, 4]
 
 
+# torchrun's launch is proven in make test by the ring's (tests/cli/test_ring_cli.py); training under it here
+@pytest.mark.long
 @pytest.mark.slow
 def test_under_torchrun_two_ranks_train_and_rank_0_reports(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",

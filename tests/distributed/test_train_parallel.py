@@ -121,6 +121,9 @@ def test_a_sharded_forward_equals_the_whole_one_and_positions_matter(position):
     assert all(p[1] for p in parts)  # contiguous positions on a zigzag shard give other logits
 
 
+# a Ctrl-C into two-rank training and a resume; the Ctrl-C that leaves nothing running is in make test
+# (test_nothing_left)
+@pytest.mark.long
 @pytest.mark.slow
 def test_resume_across_ranks_after_ctrl_c_on_one_rank_reproduces_the_run(data, tmp_path):
     cfg = dataclasses.replace(TINY, steps=6, dropout=0.1)  # dropout: every rank's random stream must come back
@@ -151,6 +154,7 @@ def test_a_grid_that_does_not_split_the_batch_names_the_numbers():
         model(torch.zeros(1, 4, dtype=torch.long), shard=SeqShard(torch.arange(14, 18)))
 
 
+@pytest.mark.long  # a memory measurement at a long context
 @pytest.mark.slow
 def test_context_parallel_lowers_each_ranks_peak_memory_at_a_long_context():
     cfg = dataclasses.replace(TINY, block_size=1024, batch_size=2, n_layer=2, d_model=64, n_head=2)

@@ -86,6 +86,7 @@ def test_verify_impl_fails_the_planted_wrong_function(plant, capfd):
     assert code == 1 and "FAILURES" in out and " 0 passed" in out
 
 
+@pytest.mark.long  # the lab's judged process against every plant; verify --impl's against every plant is in make test
 def test_lab_check_fails_the_planted_wrong_function(plant):
     with judged.open_learner("plant.py:wrong_lab") as learner:
         result, _, _ = grade.grade(learner.fn, "wrong_lab", learner.form, None, quick=True)
@@ -94,7 +95,7 @@ def test_lab_check_fails_the_planted_wrong_function(plant):
     assert not result.passed and result.counts()["pass"] == 0 and err > 1e-2
 
 
-@pytest.mark.long  # two fresh interpreters a plant; verify --impl and lab check hold every plant in make test
+@pytest.mark.long  # two fresh interpreters a plant; verify --impl holds every plant in make test
 def test_attnlab_testing_fails_the_planted_wrong_function_that_fools_a_judge_beside_it(plant):
     names = {"basic", "causal"}
     script = SCRIPT.format(names=sorted(names))

@@ -41,6 +41,7 @@ def test_matrix_and_flash_pass_250_random_configs():
     _report(rows)
 
 
+@pytest.mark.long  # the loops form in Python, 250 configurations; the matrix and flash forms take theirs in make test
 def test_loops_passes_250_random_configs():
     cases = verify.random_cases(N_CONFIGS, seed=2, max_len=5, max_dim=6, max_batch=2)
     rows = [row for i, c in enumerate(cases) for row in verify.check_forms({"loops": attnlab.forms()["loops"].fn}, c,

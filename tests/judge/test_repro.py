@@ -279,6 +279,7 @@ def _reproduced(tmp_path, monkeypatch, bugs: set, cases, folder=None):
     return r, reps
 
 
+@pytest.mark.long  # a script per exception type, each run
 @pytest.mark.slow  # the grid's cases, shrinking, the scripts in a process of their own twice
 def test_each_exception_type_gets_its_own_smallest_case_and_script_which_raises_it(tmp_path, monkeypatch):
     from attnlab.report.terminal import diagnosis_lines
@@ -334,6 +335,7 @@ def test_a_contract_causes_smallest_case_says_the_contract_problem(tmp_path, mon
     assert " off by " in by["mask-inverted"].line()  # the wrong semantics: its error
 
 
+@pytest.mark.long  # a script run with a function that refuses autograd.grad
 @pytest.mark.slow  # runs the script in a process of its own, twice
 def test_a_script_takes_the_gradients_by_backward_where_autograd_grad_is_refused(tmp_path, monkeypatch):
     cases = [c for c in CASES if c.name in ("basic", "bool mask")]

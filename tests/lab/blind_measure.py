@@ -110,19 +110,20 @@ def _attention(level, fn, name: str, seed: int) -> tuple[list[str], bool]:
         return [], True
     got = slips.answers(functools.partial(mod.probe_call, fn), mod.PROBES, seed)
     found = check.level_diagnoses(got, level, seed, result.diagnoses.get(name, []), more, fill)
-    return [d.key for d in found], False
+    return found, False
 
 
-def _own(level, fn, seed: int) -> tuple[list[str], bool]:
+def _own(level, fn, seed: int) -> tuple[list, bool]:
     mod = level.module()
     reply = {**mod.run(fn, {"seed": seed}), **mod.run(fn, {"seed": seed, "what": "extra"})}
     rows, found, _, _ = mod.judge(reply, seed)
-    return [d.key for d in found], all(r.status == "pass" for r in rows)
+    return found, all(r.status == "pass" for r in rows)
 
 
-def first_lines(level_name: str, path: Path, seed: int = 0) -> tuple[list[str], bool]:
-    """(the keys lab check says of the file, most likely first; whether it passed)."""
+def first_diagnoses(level_name: str, path: Path, seed: int = 0) -> tuple[list, bool]:
+    """(the lines lab check says of the file, most likely first, as Diagnosis; whether it passed)."""
     from attnlab.judge import loader
+    from attnlab.judge.diagnose import Diagnosis
     from attnlab.lab import check, judged, levels
 
     level = levels.find(level_name)
@@ -130,12 +131,18 @@ def first_lines(level_name: str, path: Path, seed: int = 0) -> tuple[list[str], 
     if level.given(source, level.function):  # the starter is told what `lab check` itself tells it
         with judged.open_learner(str(path), level_name) as learner:
             r = check.check(learner, quick=True, seed=seed)
-        return [d.key for d in r.diagnoses], r.passed
+        return list(r.diagnoses), r.passed
     fn = loader.load_file(path, level.function, module_name=f"attnlab_blind_{uuid.uuid4().hex}")
     try:
         return _attention(level, fn, level.function, seed) if level.kind == "attention" else _own(level, fn, seed)
     except Exception as e:  # the check ends in a verdict whatever the file does: here, a row for the table
-        return [f"crashed the measurement: {type(e).__name__}: {e}"], False
+        return [Diagnosis(f"crashed the measurement: {type(e).__name__}: {e}", "")], False
+
+
+def first_lines(level_name: str, path: Path, seed: int = 0) -> tuple[list[str], bool]:
+    """(the keys lab check says of the file, most likely first; whether it passed)."""
+    found, passed = first_diagnoses(level_name, path, seed)
+    return [d.key for d in found], passed
 
 
 def rows(level_name: str, starter_dir: Path | None = None) -> list[dict]:

@@ -15,7 +15,7 @@ import pytest
 from attnlab.lab import levels
 from tests.processes import marked_env, of_run, wait_until_gone
 
-pytestmark = pytest.mark.slow  # each row is a whole `attnlab lab check` in a child process
+SLOW = pytest.mark.slow  # a whole `attnlab lab check` (or start) in a child process
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET = 3  # --max-seconds for a bad function
@@ -104,14 +104,31 @@ def _check(tmp_path, level, behaviour):
     return r, took
 
 
-# Four rows in make test (a level of the lab's grid, of its own cases with gradients, of steps, of a module; a hang,
-# a wrong shape, a process left running, global state); the whole table, every level, in make test-long.
-QUICK = {("loops", "sleeps"), ("backward", "wrong shape"), ("decode", "a process"), ("module", "global state")}
-TABLE = [pytest.param(lv.name, b, id=f"{lv.name}: {b}",
-                      marks=() if (lv.name, b) in QUICK else (pytest.mark.long,))
-         for lv in levels.LEVELS for b in BEHAVIOURS]
+# What ends a bad function is the lab's, not the level's: the judged process, its budget and its verdict are one
+# machine for every level (attnlab.lab.judged, attnlab.lab.check); a level adds what it calls (a function, its
+# gradients, decode steps, a module's training, a Triton kernel). So the table is a cover, not the whole cross
+# product: level i takes the behaviours 3i, 3i + 1, 3i + 2 (round the list), so every level meets three of them
+# -- a bad answer, a hang or a crash, and a right one with a side effect among them -- and every behaviour two or
+# three levels, one of them a function's and one the module's or steps'; a new level gets its three rows for free.
+# Four rows run in make test (a hang, a wrong shape, global state, a process left running; the grid's level, the
+# gradients', the module's, the kernel's); the rest in make test-long.
+NAMES = list(BEHAVIOURS)
+COVER = [(lv, NAMES[(3 * i + j) % len(NAMES)]) for i, lv in enumerate(levels.LEVELS) for j in range(3)]
+QUICK = {("loops", "sleeps"), ("backward", "wrong shape"), ("decode", "global state"), ("triton", "a process")}
+TABLE = [pytest.param(lv.name, b, id=f"{lv.name}: {b}", marks=() if (lv.name, b) in QUICK else (pytest.mark.long,))
+         for lv, b in COVER]
 
 
+def test_the_cover_meets_every_level_and_every_behaviour():
+    assert {lv.name for lv, _ in COVER} == {lv.name for lv in levels.LEVELS}
+    assert {b for _, b in COVER} == set(BEHAVIOURS)
+    assert QUICK.issubset({(lv.name, b) for lv, b in COVER})
+    for lv in levels.LEVELS:  # each level: a function that fails, and one that must pass with a side effect
+        mine = [b for v, b in COVER if v is lv]
+        assert any(BEHAVIOURS[b][2] for b in mine), lv.name
+
+
+@SLOW
 @pytest.mark.parametrize("level_name, behaviour", TABLE)
 def test_every_bad_file_ends_in_a_verdict_within_its_budget(tmp_path, level_name, behaviour):
     level = levels.find(level_name)
@@ -125,6 +142,7 @@ def test_every_bad_file_ends_in_a_verdict_within_its_budget(tmp_path, level_name
         assert took < WITHIN, f"{took:.0f} s at --max-seconds {BUDGET}"
 
 
+@SLOW
 def test_a_results_folder_that_is_a_file_is_one_line_after_the_verdict(tmp_path):
     level = levels.find("matrix")
     path = bad_file(tmp_path, level, "raises")
@@ -156,6 +174,7 @@ def test_store_refuses_a_results_folder_that_is_not_one(tmp_path, make, says):
     assert (tmp_path / "lab-checks").is_symlink() or (tmp_path / "lab-checks").read_text() == ""  # left as it was
 
 
+@SLOW
 def test_lab_start_over_a_folder_named_like_the_level_s_file_says_so(tmp_path):
     (tmp_path / "lab_flash.py").mkdir()
     r = subprocess.run([sys.executable, "-m", "attnlab", "lab", "start", "--level", "flash", str(tmp_path)],

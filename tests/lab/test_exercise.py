@@ -111,6 +111,7 @@ def test_the_matrix_version_matches_and_its_memory_grows_quadratically():
     assert "forward only" in note
 
 
+@pytest.mark.long  # the loops version timed at growing sizes
 @pytest.mark.slow  # over 2 s: four measurements, each peak after a garbage collection
 def test_a_loops_version_is_measured_at_the_sizes_it_can_finish(monkeypatch):
     calls, clock = [], [0.0]

@@ -50,6 +50,7 @@ def _grade(tmp_path, name, text):
     return result, [d.key for d in result.diagnoses.get("attention_by_hand", [])]
 
 
+@pytest.mark.long  # every TODO of the exercise left undone in turn, each a whole grading
 @pytest.mark.slow
 def test_each_todo_left_fails_with_its_diagnosis_a_solution_passes_a_planted_bug_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(grade, "MAX_WORK", 300)  # every case small enough for loops (the grid's shapes kept)

@@ -17,6 +17,7 @@ import argparse
 import ast
 import importlib.util
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -83,22 +84,39 @@ def judge_kernel(e: Entry, seed: int = 0) -> dict:
             "seconds": time.perf_counter() - t0}
 
 
+def judge_slip(e: Entry, seed: int = 0) -> dict:
+    """A learner's file of level N, judged as `lab check` judges it (its grading on small cases, the level's slips
+    and verify's lines; no time or memory measured: tests/lab/blind_measure.py)."""
+    from attnlab.lab import levels
+    from tests.lab import blind_measure
+
+    level = levels.LEVELS[int(e.api.split("-")[1]) - 1]
+    t0 = time.perf_counter()
+    found, passed = blind_measure.first_diagnoses(level.name, e.path, seed)
+    return {"name": e.name, "api": e.api, "kind": e.kind, "bugs": e.bugs, "failed": not passed, "counts": {},
+            "lines": [[d.key, d.text, *getattr(d, "measured", [])[:1]] for d in found],
+            "seconds": time.perf_counter() - t0}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("corpus", help="a folder of tests/unseen: dev, held, sinks")
     p.add_argument("--only", default="", help="names (api/file) to run, comma-separated; substrings match")
     p.add_argument("--json", default=None, help="write the rows here")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--slips", action="store_true", help="the learners' files (slips/level-N) instead of the kernels")
     args = p.parse_args(argv)
+    if args.slips:  # level 7's kernels run in Triton's interpreter on a CPU (set before triton is imported)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch
 
     torch.set_num_threads(1)
     only = [s for s in args.only.split(",") if s]
     rows = []
-    for e in entries(args.corpus):
+    for e in entries(args.corpus, "slips" if args.slips else "kernels"):
         if only and not any(s in e.name for s in only):
             continue
-        row = judge_kernel(e, args.seed)
+        row = (judge_slip if args.slips else judge_kernel)(e, args.seed)
         rows.append(row)
         mark = "FAILED" if row["failed"] else "passed"
         print(f"{mark}  {e.name}  [{e.kind}] ({row['seconds']:.0f} s)")

@@ -81,6 +81,9 @@ def test_the_files_another_version_wrote_are_named_in_one_line_with_their_versio
     assert plan["train"] is None and plan["explore"] is None
 
 
+# a whole lesson --build on a page-only folder: its plan, its estimate and its log (the log's write path and the
+# build's refusals are in make test)
+@pytest.mark.long
 @pytest.mark.slow
 def test_build_says_what_it_will_run_and_how_long_then_logs_each_step(run_cli, tmp_path):
     out = tmp_path / "out"

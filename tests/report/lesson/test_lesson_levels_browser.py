@@ -31,6 +31,8 @@ def _items(page) -> list[str]:
     return items.all_inner_texts()
 
 
+# seven lab checks, then the page in chromium; one level's tick from a check is in make test (test_lesson_lab_browser)
+@pytest.mark.long
 @pytest.mark.slow
 def test_the_path_ticks_each_level_from_the_learners_own_checks(browser, tmp_path):
     out = tmp_path / "out"
