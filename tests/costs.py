@@ -3,8 +3,8 @@
 A mark says what a test costs: ``slow`` means it starts a process or takes over about two seconds, and `make
 test-fast` leaves it out. Wall time says little of that on a shared machine (a busy core stretches every test), so
 the cost is CPU time: the test process's own, and every process it started -- the children it waited for, and those
-still running (a judged process, a browser), read from /proc before and after, so that a process that outlives one
-test charges each test only what it used during it. Setup and teardown count (a session fixture's first user pays
+still running (a judged process, a browser), read from /proc before and after. A process that was running before the
+test began is not charged to it (a session's browser, a judge kept for the next test): its work then is another's. Setup and teardown count (a session fixture's first user pays
 for it, so a test that needs a session fixture measured slow is slow too).
 
 With ``--check-costs`` (the Makefile's test targets pass it) the run ends with a table of the tests whose mark
@@ -51,23 +51,35 @@ def _stat_cpu(pid: int) -> float:
     return sum(int(f) for f in fields[11:15]) / _TICK
 
 
-def tree_cpu() -> float:
-    """CPU seconds used so far by this process, the children it reaped, and every live descendant (and what those
-    reaped in turn)."""
+def snapshot() -> tuple[float, dict[int, float]]:
+    """(CPU seconds used so far by this process and the children it reaped, {pid: CPU seconds so far} of every live
+    descendant (with what those reaped in turn))."""
     me = resource.getrusage(resource.RUSAGE_SELF)
     reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = me.ru_utime + me.ru_stime + reaped.ru_utime + reaped.ru_stime
+    own = me.ru_utime + me.ru_stime + reaped.ru_utime + reaped.ru_stime
+    live: dict[int, float] = {}
     if not _PROC.is_dir():
-        return total
-    todo, seen = _children(os.getpid()), set()
+        return own, live
+    todo = _children(os.getpid())
     while todo:
         pid = todo.pop()
-        if pid in seen:
+        if pid in live:
             continue
-        seen.add(pid)
-        total += _stat_cpu(pid)
+        live[pid] = _stat_cpu(pid)
         todo += _children(pid)
-    return total
+    return own, live
+
+
+def spent(before: tuple[float, dict[int, float]]) -> float:
+    """CPU seconds used since ``before`` (a :func:`snapshot`) by this process and the processes started since: a
+    process that was already running (a session's browser, a judge kept for the next test, a compile worker) is
+    not this test's, and what it does meanwhile is left out -- it would charge a fast test with another's work, by
+    the order the tests happen to run in. One that ended meanwhile is taken out at what it had used before."""
+    own0, live0 = before
+    own1, live1 = snapshot()
+    gone = sum(cpu for pid, cpu in live0.items() if pid not in live1)  # reaped since: in own1 whole
+    new = sum(cpu for pid, cpu in live1.items() if pid not in live0)
+    return max(0.0, own1 - own0 - gone + new)
 
 
 class Costs:
@@ -85,18 +97,18 @@ class Costs:
         if fixturedef.scope not in ("session", "module", "package"):
             yield
             return
-        t0 = tree_cpu()
+        t0 = snapshot()
         yield
-        self.fixtures[fixturedef.argname] = max(self.fixtures.get(fixturedef.argname, 0.0), tree_cpu() - t0)
+        self.fixtures[fixturedef.argname] = max(self.fixtures.get(fixturedef.argname, 0.0), spent(t0))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
-        self.start[item.nodeid] = tree_cpu()
+        self.start[item.nodeid] = snapshot()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
         if call.when == "teardown" and item.nodeid in self.start:
-            cpu = tree_cpu() - self.start.pop(item.nodeid)
+            cpu = spent(self.start.pop(item.nodeid))
             heavy = sorted(f for f in getattr(item, "fixturenames", ()) if self.fixtures.get(f, 0.0) >= SLOW_FIXTURE)
             item.user_properties.append(("cpu_s", round(cpu, 3)))
             item.user_properties.append(("slow_fixtures", heavy))
@@ -109,8 +121,6 @@ class Costs:
         if "cpu_s" not in props:
             return
         cpu = props["cpu_s"]
-        if cpu < 0:  # a descendant that outlived the test's tree and took its time with it: no reading to judge
-            return
         self.seen[report.nodeid] = cpu
         slow = "slow" in report.keywords
         if not slow and cpu > FAST_MAX:
