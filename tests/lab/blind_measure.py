@@ -122,7 +122,7 @@ def _own(level, fn, seed: int) -> tuple[list[str], bool]:
 
 def first_lines(level_name: str, path: Path, seed: int = 0) -> tuple[list[str], bool]:
     """(the keys lab check says of the file, most likely first; whether it passed)."""
-    from attnlab.judge import loader
+    from attnlab.judge.apart import loader
     from attnlab.lab import check, judged, levels
 
     level = levels.find(level_name)
