@@ -16,7 +16,7 @@ CONSTRAINTS ?= constraints.txt
 PIP_C  := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 # The test runs keep Python's bytecode cache even where PYTHONDONTWRITEBYTECODE is set: without it every run and
 # every worker compiles the package and rewrites the tests' asserts again (collection 9 s instead of 3 s here).
-# The learner's own file is never cached: the lab's loader reads it from its source (attnlab.judge.loader).
+# The learner's own file is never cached: the lab's loader reads it from its source (attnlab.judge.apart.loader).
 # Every run says where its time went (the 25 slowest tests) and fails when a test's mark does not fit its CPU time:
 # `slow` costs at least 0.2 s of CPU, a test without it at most 2 s (tests/costs.py).
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest --durations=25 --check-costs

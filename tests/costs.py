@@ -1,15 +1,16 @@
 """What each test costs, in CPU seconds, and whether its mark says so (`make test` fails when one does not).
 
 A mark says what a test costs: ``slow`` means it starts a process or takes over about two seconds, and `make
-test-fast` leaves it out. Wall time says little of that on a shared machine (a busy core stretches every test), so
-the cost is CPU time: the test process's own, and every process it started -- the children it waited for, and those
+test-fast` leaves it out. Wall time says little of that on a shared machine (a busy core stretches every test), so the
+cost is CPU time: the test process's own, and every process it started -- the children it waited for, and those
 still running (a judged process, a browser), read from /proc before and after. A process that was running before the
-test began is not charged to it (a session's browser, a judge kept for the next test): its work then is another's. Setup and teardown count (a session fixture's first user pays
-for it, so a test that needs a session fixture measured slow is slow too).
+test began is not charged to it (a session's browser, a judge kept for the next test): its work then is another's.
+Setup and teardown count (a session fixture's first user pays for it, so a test that needs a session fixture
+measured slow is slow too).
 
-With ``--check-costs`` (the Makefile's test targets pass it) the run ends with a table of the tests whose mark
-does not fit their cost -- fast-marked over FAST_MAX, slow-marked under SLOW_MIN -- and fails when it is not empty.
-The two limits sit far apart on purpose: a test between them may carry either mark, so no verdict flips because the
+With ``--check-costs`` (the Makefile's test targets pass it) the run ends with a table of the tests whose mark does
+not fit their cost -- fast-marked over FAST_MAX, slow-marked under SLOW_MIN -- and fails when it is not empty. The
+two limits sit far apart on purpose: a test between them may carry either mark, so no verdict flips because the
 machine is busy (CPU time grows a little with the load; wall time grows with it without bound).
 """
 

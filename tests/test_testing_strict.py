@@ -157,7 +157,7 @@ BAD_ARGUMENTS = [
 
 @pytest.mark.parametrize("kw, error, says", BAD_ARGUMENTS, ids=[repr(k) for k, _, _ in BAD_ARGUMENTS])
 def test_a_bad_argument_is_refused_before_any_judge_starts(kw, error, says, monkeypatch):
-    from attnlab.judge import isolate
+    from attnlab.judge.apart import isolate
 
     monkeypatch.setattr(isolate, "judge_apart", lambda *a, **k: pytest.fail("a judge was started"))
     with pytest.raises(error, match=says) as e:
@@ -176,7 +176,7 @@ def test_a_gpu_that_is_not_here_says_so():
 
 
 def test_dtypes_and_devices_as_torch_objects_are_taken(monkeypatch):
-    from attnlab.judge import isolate
+    from attnlab.judge.apart import isolate
 
     seen = {}
 

@@ -43,12 +43,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from attnlab.judge import APIS, Case, NoDevice
 from attnlab.judge import apis as _apis
 from attnlab.judge import arguments as _arguments
 from attnlab.judge import cases as _cases
-from attnlab.judge import isolate
-from attnlab.judge.arguments import NoDevice
-from attnlab.judge.cases import Case
+from attnlab.judge.apart import isolate
 from attnlab.report import plain
 
 __all__ = ["Case", "NoDevice", "assert_attention_matches", "assert_case", "cases"]
@@ -108,8 +107,8 @@ def assert_attention_matches(fn: Callable, *, device="cpu", dtypes: Iterable | N
 
 
 def _grid(api: str, dtypes, quick: bool, device) -> list:
-    if not isinstance(api, str) or api not in _apis.NAMES:
-        raise ValueError(f"api={api!r}: choose from {', '.join(map(repr, _apis.NAMES))}")
+    if not isinstance(api, str) or api not in APIS:
+        raise ValueError(f"api={api!r}: choose from {', '.join(map(repr, APIS))}")
     if not isinstance(quick, bool):
         raise TypeError(f"quick={quick!r}: give True or False")
     if dtypes is None:  # the device's own: its type is enough (cases are made before any device is asked for)

@@ -94,7 +94,8 @@ def test_a_full_disk_is_one_line_exit_2_and_leaves_nothing(tmp_path, argv, path)
         kill_group(p.pid)
 
 
-WORKERS = ("attnlab.judge.worker", "attnlab.lab.judged")  # the modules a judged function runs in: verify's, the lab's
+# the modules a judged function runs in: verify's, the lab's
+WORKERS = ("attnlab.judge.apart.worker", "attnlab.lab.judged")
 HANGS = "import time\n\n\ndef attention_by_hand(q, k, v, **kw):\n    time.sleep(600)\n"
 
 

@@ -127,7 +127,7 @@ def test_every_argument_an_api_call_builds_is_checked(api, fn, name, line):
 
 @pytest.mark.slow  # a judged process of its own
 def test_the_inference_path_runs_where_the_function_is_served_from_its_own_process(tmp_path, monkeypatch):
-    from attnlab.judge import isolate
+    from attnlab.judge.apart import isolate
 
     (tmp_path / "fastpath.py").write_text(
         "import torch\nimport torch.nn.functional as F\n\n\n"

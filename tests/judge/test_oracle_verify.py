@@ -6,7 +6,8 @@ import torch.nn.functional as F
 
 import attnlab
 from attnlab.cli import _args
-from attnlab.judge import isolate, oracle, rule, verify
+from attnlab.judge import oracle, rule, verify
+from attnlab.judge.apart import isolate
 from attnlab.judge.verify import Case
 from tests.helpers import qkv
 

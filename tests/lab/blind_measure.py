@@ -122,7 +122,7 @@ def _own(level, fn, seed: int) -> tuple[list, bool]:
 
 def first_diagnoses(level_name: str, path: Path, seed: int = 0) -> tuple[list, bool]:
     """(the lines lab check says of the file, most likely first, as Diagnosis; whether it passed)."""
-    from attnlab.judge import loader
+    from attnlab.judge.apart import loader
     from attnlab.judge.diagnose import Diagnosis
     from attnlab.lab import check, judged, levels
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.judge import loader
 from attnlab.judge import verify as V
+from attnlab.judge.apart import loader
 from attnlab.lab import files, grade, judged, levels, measure, starter
 from attnlab.measure import growth
 from tests.lab import level_solutions

@@ -4,7 +4,7 @@ starter's real text."""
 
 import pytest
 
-from attnlab.judge import loader
+from attnlab.judge.apart import loader
 from attnlab.lab import files, grade
 
 # each TODO of the starter, and the line that does it

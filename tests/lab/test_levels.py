@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.judge import loader, oracle
+from attnlab.judge import oracle
+from attnlab.judge.apart import loader
 from attnlab.lab import check, files, levels
 from attnlab.lab.levels import backward, decode, decoding, flash, forwards, grads, module, slips, tiles
 from tests.lab import level_corpus as C

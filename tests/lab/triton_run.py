@@ -41,8 +41,8 @@ def grade() -> dict:
     import tempfile
     from pathlib import Path
 
-    from attnlab.judge import loader
     from attnlab.judge import verify as V
+    from attnlab.judge.apart import loader
     from attnlab.lab import files, levels
     from attnlab.lab.levels import triton as level
     from tests.lab import level_triton as LT

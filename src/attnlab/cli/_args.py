@@ -102,10 +102,11 @@ def function_spec(spec: str) -> str:
 
 def load_function(spec: str, device="cpu"):
     """``--impl`` -> (name, function): a registered form by its name, or ``package.module:function`` imported
-    here (verify imports other people's functions in a child process instead: attnlab.judge.isolate).
-    Raises ``isolate.LoadError`` with a message for the user when it names nothing usable."""
+    here (verify imports other people's functions in a child process instead: attnlab.judge.apart.isolate).
+    Raises ``attnlab.judge.LoadError`` with a message for the user when it names nothing usable."""
     from attnlab import kernels
-    from attnlab.judge.isolate import LoadError, import_function
+    from attnlab.judge import LoadError
+    from attnlab.judge.apart.loader import import_function
 
     if ":" in spec:
         return spec, import_function(spec)

@@ -14,7 +14,7 @@ REPRO_HELP = ("for each cause a failing function gets, write DIR/repro_<cause>.p
 
 
 def add_parser(sub):
-    from attnlab.judge.apis import NAMES
+    from attnlab.judge import APIS
     from attnlab.report.terminal import SHOWS
 
     p = sub.add_parser("verify", help="check forms of attention against a float64 oracle and PyTorch",
@@ -24,7 +24,7 @@ def add_parser(sub):
     p.add_argument("--impl", action="append", default=None, metavar="NAME[,NAME...]",
                    help="registered form names, or package.module:function for your own SDPA-style function "
                         "(repeatable; default: every registered form except sdpa)")
-    p.add_argument("--api", default="sdpa", choices=NAMES,
+    p.add_argument("--api", default="sdpa", choices=APIS,
                    help="the API your function is written to: sdpa (F.scaled_dot_product_attention's), flash-attn "
                         "(flash_attn_func: (B, S, H, D), softmax_scale, causal lower-right, window_size, softcap, "
                         "alibi_slopes, the log-sum-exp), flash-attn-varlen (packed sequences, cu_seqlens), flex "
@@ -207,7 +207,7 @@ def _device(text: str) -> str:
 
 def _registered(specs: list[str], device: str) -> dict:
     """The registered forms among --impl, loaded (name -> function); a bad name is a UsageError."""
-    from attnlab.judge.isolate import LoadError
+    from attnlab.judge import LoadError
 
     from . import UsageError
     from ._args import load_function
@@ -227,7 +227,7 @@ def _registered(specs: list[str], device: str) -> dict:
 def _judged(args, specs: list[str], ours: dict, cases: list, device: str):
     """verify's result for every function of --impl (attnlab's forms here, the others each in a process of its own),
     with each failing function's causes shrunk to their smallest cases (and with --repro their scripts written)."""
-    from attnlab.judge import repro, verify
+    from attnlab.judge import VerifyResult, repro, verify
     from attnlab.report.terminal import progress
 
     kw = {"seed": args.seed, "check_dropout": not args.no_dropout, "timeout": args.timeout, "device": device,
@@ -237,15 +237,14 @@ def _judged(args, specs: list[str], ours: dict, cases: list, device: str):
     shrink = _shrinker(args, cases, kw, len(specs) > 1, repros)
     with progress(len(cases) * len(specs), "cases") as advance:
         if ours:
-            done = verify.verify(ours, cases, progress=advance, **kw)
+            done = verify(ours, cases, progress=advance, **kw)
             rows.update({name: [r for r in done.rows if r.form == name] for name in ours})
             for name, fn in ours.items():
                 shrink(fn, name, done)
         for spec in specs:
             if spec not in ours:
                 rows[spec] = _elsewhere(spec, cases, advance, {**kw, "api": args.api}, shrink)
-    result = verify.VerifyResult.of([r for spec in specs for r in rows[spec]], device, args.factor,
-                                    not args.forward_only)
+    result = VerifyResult.of([r for spec in specs for r in rows[spec]], device, args.factor, not args.forward_only)
     return repro.Reproduced.of_result(result, {spec: repros[spec] for spec in specs if repros.get(spec)})
 
 
@@ -269,9 +268,9 @@ def _shrinker(args, cases, kw: dict, several: bool, repros: dict):
 
 
 def _elsewhere(spec: str, cases, advance, kw, shrink=None) -> list:
-    """The rows of your function ``package.module:function``, run in a child process (attnlab.judge.isolate);
+    """The rows of your function ``package.module:function``, run in a child process (attnlab.judge.apart.isolate);
     ``shrink(fn, spec, result)`` is given the function before its process ends."""
-    from attnlab.judge import isolate
+    from attnlab.judge.apart import isolate
 
     from . import UsageError
 
@@ -287,16 +286,16 @@ def _elsewhere(spec: str, cases, advance, kw, shrink=None) -> list:
 def _dtypes(text: str | None, device: str = "cpu") -> list[str]:
     """--dtypes as a list of names, each once, or a UsageError naming the choices; not given: the device's
     (:func:`attnlab.judge.cases.default_dtypes`)."""
-    from attnlab.judge import verify
+    from attnlab.judge import DTYPES, default_dtypes
 
     from . import UsageError
 
     if text is None:
-        return list(verify.default_dtypes(device))
+        return list(default_dtypes(device))
     dtypes = list(dict.fromkeys(d.strip() for d in text.split(",") if d.strip()))  # each once
-    bad = [d for d in dtypes if d not in verify.DTYPES]
+    bad = [d for d in dtypes if d not in DTYPES]
     if bad or not dtypes:
-        raise UsageError(f"--dtypes {text!r}: choose from {', '.join(verify.DTYPES)}")
+        raise UsageError(f"--dtypes {text!r}: choose from {', '.join(DTYPES)}")
     return dtypes
 
 

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from attnlab import kernels
 from attnlab.judge import apis, hypotheses, mod_cases, oracle, precision, rule
+from attnlab.judge.apart.remote import Remote, described
 from attnlab.judge.apis import lse
 from attnlab.judge.cases import DTYPES, Case, views
 from attnlab.judge.explain import rows_err
@@ -30,7 +31,6 @@ from attnlab.judge.facts import SILENT, Facts, problem, raised
 from attnlab.judge.inference import Snapshot, Watched, paths
 from attnlab.judge.inference import compare as compare_paths
 from attnlab.judge.probes.read import read
-from attnlab.judge.remote import Remote, described
 from attnlab.masks import Mask
 from attnlab.results import Result
 

@@ -25,11 +25,11 @@ from types import SimpleNamespace
 
 from attnlab.judge import apis, inference, judge, repro_script, verify
 from attnlab.judge import causes as C
+from attnlab.judge.apart.remote import Remote
+from attnlab.judge.apart.watchdog import case_limit, watched
 from attnlab.judge.cases import Case
 from attnlab.judge.diagnose import diagnose
 from attnlab.judge.explain import SUPPORT, TIE
-from attnlab.judge.remote import Remote
-from attnlab.judge.watchdog import case_limit, watched
 from attnlab.results import Result
 
 TRIES = 80  # smaller cases judged per cause, at most

@@ -11,7 +11,7 @@ of the identity the output *is* the weights after dropout, which says which weig
 under a seed; the oracle then applies that keep-mask (see :func:`probe_keep`). A function that refuses an
 argument by raising :class:`attnlab.Unsupported` has that case SKIPPED with its message; one without a
 backward is judged on its forward (``backward=False``). Each case of a function that
-is not attnlab's runs under a watchdog (:mod:`attnlab.judge.watchdog`), so one that hangs is a FAIL
+is not attnlab's runs under a watchdog (:mod:`attnlab.judge.apart.watchdog`), so one that hangs is a FAIL
 row. :func:`attnlab.judge.diagnose.diagnose` reads a result's failures as likely causes.
 """
 
@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -27,6 +29,8 @@ import torch
 
 from attnlab import kernels
 from attnlab.judge import apis, confirm, judge, mod_cases, oracle
+from attnlab.judge.apart.remote import QUIET_SECONDS, Remote, described
+from attnlab.judge.apart.watchdog import case_limit, watched
 from attnlab.judge.cases import (  # noqa: F401 -- the grid's names, read through verify by callers
     DTYPES,
     MASK_FAMILIES,
@@ -42,8 +46,6 @@ from attnlab.judge.facts import Facts, raised
 from attnlab.judge.judge import Inputs, Row
 from attnlab.judge.probes import design
 from attnlab.judge.probes.learned import key as measured_key
-from attnlab.judge.remote import QUIET_SECONDS, Remote, described
-from attnlab.judge.watchdog import case_limit, watched
 from attnlab.kernels import dropout
 from attnlab.results import Result
 from attnlab.results.host import machine, versions
@@ -244,7 +246,7 @@ def verify(targets: dict[str, Callable], cases: list[Case] | None = None, *, see
     """Check each named function over the cases on ``device``. ``targets`` maps a label to a function.
 
     ``check_dropout=False`` skips the dropout cases (for functions without dropout). ``timeout``:
-    seconds per case at the basic case's size (:func:`attnlab.judge.watchdog.case_limit`) for functions
+    seconds per case at the basic case's size (:func:`attnlab.judge.apart.watchdog.case_limit`) for functions
     that are not attnlab's registered forms; a case past it is a FAIL row and the function's remaining
     cases are not run. ``None``: no watchdog. Inputs are made on ``device`` (any torch device), the
     oracle runs on the CPU in float64, PyTorch on ``device`` in each case's dtype. ``report`` hears each
@@ -417,3 +419,16 @@ def _skip_reason(fn: Callable, form, case: Case, check_dropout: bool, hung: str 
     if case.mod and not takes and not case.api:  # (an API's modifiers are its own arguments)
         return "takes no score_mod= keyword"
     return None
+
+
+class _Callable(types.ModuleType):
+    """This module, callable as its :func:`verify`: ``attnlab.judge.verify`` is this module (a package's attribute
+    is its submodule once that is imported) and, at the judge's front door, the function -- ``from attnlab.judge
+    import verify`` then ``verify(targets, cases)`` -- whichever was imported first. The call reads ``verify``
+    here each time, so a patched ``verify.verify`` is the one called."""
+
+    def __call__(self, *args, **kwargs):
+        return verify(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _Callable

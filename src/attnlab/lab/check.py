@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 
-from attnlab.judge import facts
-from attnlab.judge.diagnose import KINDS, Diagnosis
+from attnlab.judge import Diagnosis, facts
+from attnlab.judge.diagnose import KINDS
 from attnlab.results.host import load_average, machine, versions
 
 from . import grade, judged, levels, measure
@@ -150,7 +150,7 @@ def _probes(learner, seed: int, budget_s: float) -> list:
 def _extra(learner, level, seed: int, budget_s: float) -> tuple[list, list, dict]:
     """The level's own rows (level 4: the lse cases and the work), the lines they name, the numbers those lines say.
     A request that raises or ends the process is an error row that says so."""
-    from attnlab.judge.judge import Row
+    from attnlab.judge import Row
 
     try:
         return level.module().extra_rows(_ask(learner, level, budget_s), learner.name, seed)

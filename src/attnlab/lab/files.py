@@ -3,7 +3,7 @@
 :func:`start` copies the starter (:mod:`.starter`) into a folder as ``attention_lab.py`` -- whole or
 not at all, and never over a file already there, the learner's own work. :func:`split`
 splits ``FILE[:FUNCTION]``; the file is loaded, once and from its source, in the learner's own judged
-process (:mod:`.judged`, :mod:`attnlab.judge.loader`), never in the judge's. :func:`given_text`
+process (:mod:`.judged`, :mod:`attnlab.judge.apart.loader`), never in the judge's. :func:`given_text`
 tells a starter's function as it came (its TODOs left) from the learner's, from the file's text: a
 check of that shows what is left to do, not what the learner did.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from attnlab.judge.loader import LoadError  # noqa: F401 -- the lab's load errors are the loader's
+from attnlab.judge import LoadError  # noqa: F401 -- the lab's load errors are the loader's
 from attnlab.results import Result
 
 STARTER_NAME = "attention_lab.py"

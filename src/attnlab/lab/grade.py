@@ -126,7 +126,7 @@ WHICH = {"lab": "the grid's cases a (q, k, v) function that is always causal can
 def grade(target, name: str, form: str, per_pair: float | None, quick: bool = False, seed: int = 0, progress=None,
           timeout: float = CASE_TIMEOUT, level=None):
     """(verify's result on the graded cases, the cases run smaller, a note saying which cases and why). ``target``:
-    the learner's function in F.sdpa's signature (in its own process: a :class:`attnlab.judge.remote.Remote`).
+    the learner's function in F.sdpa's signature (in its own process: a :class:`attnlab.judge.apart.remote.Remote`).
     ``level``: the level's module, which may name its own cases (``cases(quick)``), the cases its form answers
     (``answerable``), cases of its own beside the grid's (``MORE_CASES``) and whether gradients are judged
     (``BACKWARD``, default True)."""

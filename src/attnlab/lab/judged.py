@@ -1,7 +1,7 @@
 """The learner's function in a process of its own: the lab's judged process.
 
 ``attnlab lab check`` never imports the learner's file: :func:`open_learner` starts this module as a
-judged process (:mod:`attnlab.judge.worker`), which loads the file once, from its source, says
+judged process (:mod:`attnlab.judge.apart.worker`), which loads the file once, from its source, says
 which form it found (:func:`attnlab.lab.grade.form_of`), and then answers the judge's
 requests -- the graded cases, and the lab's own two: ``rate`` (how long one query-key pair takes)
 and ``measure`` (time and peak memory against length, :mod:`.measure`). Both are measured here, in
@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnlab.judge import remote, worker
+from attnlab.judge.apart import remote, worker
 
 from . import files
 from .result import Timing

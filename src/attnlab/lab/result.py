@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from attnlab.judge.diagnose import Diagnosis
-from attnlab.judge.verify import VerifyResult
+from attnlab.judge import Diagnosis, VerifyResult
 from attnlab.measure.growth import Fit
 from attnlab.results import Result
 

@@ -136,7 +136,7 @@ def of_file(path, have, default: Level) -> Level:
     (lab_backward.py is level 5 even when the learner pasted their flash_forward into it), else the one level whose
     function the file defines (``have``: the functions it defines); with several and no name to choose by, a
     LoadError naming each FILE:FUNCTION."""
-    from attnlab.judge.loader import LoadError
+    from attnlab.judge import LoadError
 
     by_name = next((lv for lv in LEVELS if lv.filename == path.name and lv.function in have), None)
     if by_name is not None:

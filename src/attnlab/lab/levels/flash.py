@@ -17,7 +17,7 @@ are named from its outputs on probes (:mod:`.tiles` computes each slip's answer)
 
 from __future__ import annotations
 
-from attnlab.judge import verify as V
+from attnlab.judge import Case
 
 from . import forwards, slips, tiles, ways
 
@@ -60,20 +60,20 @@ def measure_call(fn):
 
 
 PROBES = (
-    V.Case("probe, causal", batch=(1,), H=2, L=24, E=8, is_causal=True, dtype="float64"),
-    V.Case("probe, full", batch=(1,), H=2, L=24, E=8, dtype="float64"),
-    V.Case("probe, causal, L < S", batch=(1,), H=2, L=17, S=29, E=16, is_causal=True, dtype="float64"),
-    V.Case("probe, causal, L > S", batch=(1,), H=1, L=29, S=17, E=8, is_causal=True, dtype="float64"),
-    V.Case("probe, full, L < S", batch=(1,), H=2, L=13, S=22, E=8, dtype="float64"),
-    V.Case("probe, every size 4", batch=(4,), H=4, L=4, E=4, is_causal=True, dtype="float64"),
-    V.Case("probe, large logits", batch=(1,), H=2, L=20, E=8, is_causal=True, dtype="float32", magnitude=30.0),
+    Case("probe, causal", batch=(1,), H=2, L=24, E=8, is_causal=True, dtype="float64"),
+    Case("probe, full", batch=(1,), H=2, L=24, E=8, dtype="float64"),
+    Case("probe, causal, L < S", batch=(1,), H=2, L=17, S=29, E=16, is_causal=True, dtype="float64"),
+    Case("probe, causal, L > S", batch=(1,), H=1, L=29, S=17, E=8, is_causal=True, dtype="float64"),
+    Case("probe, full, L < S", batch=(1,), H=2, L=13, S=22, E=8, dtype="float64"),
+    Case("probe, every size 4", batch=(4,), H=4, L=4, E=4, is_causal=True, dtype="float64"),
+    Case("probe, large logits", batch=(1,), H=2, L=20, E=8, is_causal=True, dtype="float32", magnitude=30.0),
 )
 LSE_CASES = (
-    V.Case("causal", batch=(2,), H=2, L=37, E=16, is_causal=True, dtype="float32"),
-    V.Case("causal, L < S", batch=(1,), H=2, L=21, S=50, E=16, is_causal=True, dtype="float64"),
-    V.Case("full, L > S", batch=(1,), H=2, L=50, S=21, E=16, dtype="float32"),
-    V.Case("causal, large logits", batch=(1,), H=2, L=40, E=32, is_causal=True, dtype="float32", magnitude=10.0),
-    V.Case("causal, bfloat16", batch=(1,), H=2, L=40, E=32, is_causal=True, dtype="bfloat16"),
+    Case("causal", batch=(2,), H=2, L=37, E=16, is_causal=True, dtype="float32"),
+    Case("causal, L < S", batch=(1,), H=2, L=21, S=50, E=16, is_causal=True, dtype="float64"),
+    Case("full, L > S", batch=(1,), H=2, L=50, S=21, E=16, dtype="float32"),
+    Case("causal, large logits", batch=(1,), H=2, L=40, E=32, is_causal=True, dtype="float32", magnitude=10.0),
+    Case("causal, bfloat16", batch=(1,), H=2, L=40, E=32, is_causal=True, dtype="bfloat16"),
 )
 NAN = "nan-everywhere"
 MORE_CASES = (slips.LARGE,)  # graded beside the grid's

@@ -17,10 +17,9 @@ import math
 
 import torch
 
-from attnlab.judge import oracle
+from attnlab.judge import Row, oracle
 from attnlab.judge import verify as V
 from attnlab.judge.apis import lse as judged_lse
-from attnlab.judge.judge import Row
 
 TEXT = {
     "acc-not-rescaled": "your accumulator is not rescaled when the running max grows: multiply acc by exp(m_old − "

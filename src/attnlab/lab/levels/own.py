@@ -16,10 +16,7 @@ import time
 
 import torch
 
-from attnlab.judge import rule
-from attnlab.judge.diagnose import Diagnosis
-from attnlab.judge.judge import Row
-from attnlab.judge.verify import VerifyResult
+from attnlab.judge import Diagnosis, Row, VerifyResult, rule
 from attnlab.results.host import load_average, machine, versions
 
 from ..result import LabResult, Timing
@@ -39,7 +36,7 @@ def unpack(d: dict) -> torch.Tensor:
 
 def said(e: BaseException) -> str:
     """What a row says of an exception the learner's code raised."""
-    from attnlab.judge import remote
+    from attnlab.judge.apart import remote
 
     info = remote.raised(e)
     return f"{info['type']}: {info['message']}" + (f" ({info['where']})" if info.get("where") else "")
@@ -117,7 +114,7 @@ def graded(run, names: list[str], seed: int, level: str, budget_s: float) -> tup
     level's ``extra`` request (the module's training): (the reply every level's ``judge`` reads, why the process
     was lost or None). A case that runs out of time or ends the process is an error that says so, and the cases
     after it are not run (their entries say why)."""
-    from attnlab.judge import remote
+    from attnlab.judge.apart import remote
 
     cases: list[dict] = []
     for i, name in enumerate(names):
@@ -149,7 +146,7 @@ def check(level, learner, run, judge, seed: int = 0, on_stage=None, measure=True
     """The level's check of the learner's code: ``run(header, seconds) -> reply`` runs it where it lives (the
     learner's process, or in a test this one); ``judge(reply, seed) -> (rows, diagnoses, match_err, note)``.
     ``budget_s``: the most each case and the measurement may take (--max-seconds)."""
-    from attnlab.judge import remote
+    from attnlab.judge.apart import remote
 
     t0 = time.perf_counter()
     say = on_stage or (lambda text: None)

@@ -22,24 +22,23 @@ import re
 
 import torch
 
-from attnlab.judge import oracle
+from attnlab.judge import Case, Diagnosis, oracle
 from attnlab.judge import verify as V
-from attnlab.judge.diagnose import Diagnosis
 
 from . import ways
 
 PROBES = (  # the always-causal levels' (1, 2)
-    V.Case("probe", batch=(1,), H=2, L=24, E=8, is_causal=True, dtype="float64"),
-    V.Case("probe, d = 16", batch=(1,), H=1, L=19, E=16, is_causal=True, dtype="float64"),
-    V.Case("probe, L < S", batch=(1,), H=2, L=12, S=20, E=8, is_causal=True, dtype="float64"),
-    V.Case("probe, L > S", batch=(1,), H=2, L=20, S=12, E=8, is_causal=True, dtype="float64"),
-    V.Case("probe, every size 4", batch=(4,), H=4, L=4, E=4, is_causal=True, dtype="float64"),
-    V.Case("probe, large logits", batch=(1,), H=2, L=20, E=8, is_causal=True, dtype="float32", magnitude=30.0),
+    Case("probe", batch=(1,), H=2, L=24, E=8, is_causal=True, dtype="float64"),
+    Case("probe, d = 16", batch=(1,), H=1, L=19, E=16, is_causal=True, dtype="float64"),
+    Case("probe, L < S", batch=(1,), H=2, L=12, S=20, E=8, is_causal=True, dtype="float64"),
+    Case("probe, L > S", batch=(1,), H=2, L=20, S=12, E=8, is_causal=True, dtype="float64"),
+    Case("probe, every size 4", batch=(4,), H=4, L=4, E=4, is_causal=True, dtype="float64"),
+    Case("probe, large logits", batch=(1,), H=2, L=20, E=8, is_causal=True, dtype="float32", magnitude=30.0),
 )
 
 # graded beside the grid's cases at every attention level: scores in the thousands, where a hidden score set to a
 # finite number (-100) is beaten and a softmax without its max overflows (the grid's largest are in the hundreds)
-LARGE = V.Case("scores in the thousands, causal", batch=(1,), H=2, L=40, E=8, is_causal=True, magnitude=30.0)
+LARGE = Case("scores in the thousands, causal", batch=(1,), H=2, L=40, E=8, is_causal=True, magnitude=30.0)
 
 TEXT = {
     "starter": "untouched starter: {n} TODOs left -- it is the starter's code as it came; do the TODOs, then check "

@@ -23,7 +23,7 @@ import statistics
 
 import torch
 
-from attnlab.judge import verify as V
+from attnlab.judge import Case
 from attnlab.judge.cases import LARGE
 from attnlab.kernels.interpreter import interpreting
 
@@ -79,37 +79,37 @@ def sdpa(fn):
 def cases(quick: bool = False) -> list:
     """The graded cases: small, for the interpreter (a case of 2 x 2 x 64 x 64 takes it about a tenth of a second)."""
     base = [
-        V.Case("causal", batch=(2,), H=2, L=64, E=32, is_causal=True),
-        V.Case("full", batch=(2,), H=2, L=64, E=32),
-        V.Case("off the tiles: L=37, S=45, E=24", batch=(1,), H=2, L=37, S=45, E=24),
-        V.Case("L<S causal upper-left", batch=(1,), H=2, L=33, S=70, E=32, is_causal=True),
-        V.Case("L>S causal upper-left", batch=(1,), H=2, L=70, S=33, E=32, is_causal=True),
-        V.Case("head dim 40, Ev=24, causal", batch=(1,), H=2, L=50, E=40, Ev=24, is_causal=True),
-        V.Case("L=1", batch=(2,), H=2, L=1, S=65, E=32),
-        V.Case("two batch dims, d = 8", batch=(2, 3), H=2, L=9, E=8),
-        V.Case("large logits, causal", batch=(1,), H=2, L=50, E=32, is_causal=True, magnitude=LARGE),
-        V.Case("scores in the thousands, causal", batch=(1,), H=2, L=40, E=8, is_causal=True, magnitude=30.0),
-        V.Case("transposed views, causal", batch=(2,), H=2, L=40, E=32, is_causal=True, layout="transposed"),
-        V.Case("float16, causal", batch=(1,), H=2, L=64, E=64, is_causal=True, dtype="float16"),
-        V.Case("bfloat16, full, L<S", batch=(1,), H=2, L=40, S=72, E=64, dtype="bfloat16"),
+        Case("causal", batch=(2,), H=2, L=64, E=32, is_causal=True),
+        Case("full", batch=(2,), H=2, L=64, E=32),
+        Case("off the tiles: L=37, S=45, E=24", batch=(1,), H=2, L=37, S=45, E=24),
+        Case("L<S causal upper-left", batch=(1,), H=2, L=33, S=70, E=32, is_causal=True),
+        Case("L>S causal upper-left", batch=(1,), H=2, L=70, S=33, E=32, is_causal=True),
+        Case("head dim 40, Ev=24, causal", batch=(1,), H=2, L=50, E=40, Ev=24, is_causal=True),
+        Case("L=1", batch=(2,), H=2, L=1, S=65, E=32),
+        Case("two batch dims, d = 8", batch=(2, 3), H=2, L=9, E=8),
+        Case("large logits, causal", batch=(1,), H=2, L=50, E=32, is_causal=True, magnitude=LARGE),
+        Case("scores in the thousands, causal", batch=(1,), H=2, L=40, E=8, is_causal=True, magnitude=30.0),
+        Case("transposed views, causal", batch=(2,), H=2, L=40, E=32, is_causal=True, layout="transposed"),
+        Case("float16, causal", batch=(1,), H=2, L=64, E=64, is_causal=True, dtype="float16"),
+        Case("bfloat16, full, L<S", batch=(1,), H=2, L=40, S=72, E=64, dtype="bfloat16"),
     ]
     slow = ("L=1", "two batch dims, d = 8", "transposed views, causal")  # left out by --quick
     return [c for c in base if not (quick and c.name in slow)]
 
 
 PROBES = (
-    V.Case("probe, causal", batch=(1,), H=2, L=40, E=16, is_causal=True),
-    V.Case("probe, full, S off the tile", batch=(1,), H=2, L=40, S=37, E=16),
-    V.Case("probe, causal, L < S", batch=(1,), H=2, L=20, S=45, E=24, is_causal=True),
-    V.Case("probe, causal, L > S", batch=(1,), H=1, L=45, S=20, E=16, is_causal=True),
-    V.Case("probe, causal, L = 100", batch=(1,), H=1, L=100, E=16, is_causal=True),
-    V.Case("probe, full, d = 32", batch=(1,), H=2, L=64, S=50, E=32),  # the head as wide as the tile
-    V.Case("probe, large logits", batch=(1,), H=2, L=40, E=16, is_causal=True, magnitude=30.0),
+    Case("probe, causal", batch=(1,), H=2, L=40, E=16, is_causal=True),
+    Case("probe, full, S off the tile", batch=(1,), H=2, L=40, S=37, E=16),
+    Case("probe, causal, L < S", batch=(1,), H=2, L=20, S=45, E=24, is_causal=True),
+    Case("probe, causal, L > S", batch=(1,), H=1, L=45, S=20, E=16, is_causal=True),
+    Case("probe, causal, L = 100", batch=(1,), H=1, L=100, E=16, is_causal=True),
+    Case("probe, full, d = 32", batch=(1,), H=2, L=64, S=50, E=32),  # the head as wide as the tile
+    Case("probe, large logits", batch=(1,), H=2, L=40, E=16, is_causal=True, magnitude=30.0),
 )
 LSE_CASES = (
-    V.Case("causal, L > S", batch=(1,), H=2, L=50, S=37, E=32, is_causal=True),
-    V.Case("full, off the tiles", batch=(2,), H=1, L=37, S=45, E=24),
-    V.Case("causal, float16", batch=(1,), H=2, L=48, E=64, is_causal=True, dtype="float16"),
+    Case("causal, L > S", batch=(1,), H=2, L=50, S=37, E=32, is_causal=True),
+    Case("full, off the tiles", batch=(2,), H=1, L=37, S=45, E=24),
+    Case("causal, float16", batch=(1,), H=2, L=48, E=64, is_causal=True, dtype="float16"),
 )
 
 

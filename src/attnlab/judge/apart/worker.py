@@ -1,8 +1,8 @@
 """The judged process: it loads one function and answers the judge's requests with it, nothing more.
 
-Started by :func:`attnlab.judge.remote.start` as ``python -m attnlab.judge.worker``. The first
+Started by :func:`attnlab.judge.apart.remote.start` as ``python -m attnlab.judge.apart.worker``. The first
 message names what to load; the reply is ``{"loaded": ...}`` or ``{"load_error": line}``. Then it
-serves (:func:`attnlab.judge.served.serve`) until the judge closes the pipe. It never sees the
+serves (:func:`attnlab.judge.apart.served.serve`) until the judge closes the pipe. It never sees the
 oracle, PyTorch's answers or the limits, so nothing it imports can change them.
 
 Its messages go out on the stdout it was given; the function's own prints (Python's and C's) go to
@@ -28,7 +28,8 @@ def _end_with_parent() -> None:
 
 def load(job: dict):
     """(the function to serve, what to tell the judge, the user's roots for the lines of errors)."""
-    from attnlab.judge import loader, mod_cases
+    from attnlab.judge import mod_cases
+    from attnlab.judge.apart import loader
 
     if "pickled" in job:  # attnlab.testing: a function of the test's own, by reference (its module imported here)
         fn, roots, name = _unpickled(job), (), job.get("name", "function")
@@ -53,7 +54,7 @@ def _unpickled(job: dict):
     import base64
     import pickle
 
-    from attnlab.judge import loader
+    from attnlab.judge.apart import loader
 
     sys.path[:0] = [p for p in job.get("sys_path", []) if p not in sys.path]
     with contextlib.suppress(OSError):
@@ -68,7 +69,7 @@ def _unpickled(job: dict):
 
 def main(prepare=None, extra=None) -> None:
     """``prepare(fn, job, info) -> fn``: a room's own wrapping of the loaded function (the lab's (q, k, v) form);
-    ``extra``: the room's own requests (see :func:`attnlab.judge.served.answer`)."""
+    ``extra``: the room's own requests (see :func:`attnlab.judge.apart.served.answer`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _end_with_parent()
     rfd, wfd = os.dup(0), os.dup(1)
@@ -76,7 +77,7 @@ def main(prepare=None, extra=None) -> None:
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # the function's own prints go to stderr, not into the messages
     sys.stdout = sys.stderr
-    from attnlab.judge import loader, served, wire
+    from attnlab.judge.apart import loader, served, wire
 
     job, _ = wire.receive(rfd)
     if job.get("threads"):  # the judge's own count (attnlab.judge.verify.one_thread): two processes share the cores

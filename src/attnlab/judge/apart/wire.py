@@ -1,6 +1,6 @@
 """Messages between the judge and the judged: a header of plain values, and tensors -- nothing else.
 
-The judge and the code it judges live in two processes (:mod:`attnlab.judge.remote`), and what
+The judge and the code it judges live in two processes (:mod:`attnlab.judge.apart.remote`), and what
 crosses between them is data: a JSON header and a list of tensors, framed by an 8-byte length.
 The tensors travel through ``torch.save`` and come back through ``torch.load(weights_only=True)``,
 which builds tensors and plain containers only -- never an object of the sender's choosing, so the

@@ -4,7 +4,7 @@ A hung Python call cannot be stopped from inside the process, so the case runs i
 and the caller stops waiting after the limit; the thread is left behind (it does not keep the
 process alive) and nothing more of that function is run. ``attnlab verify`` on the command line
 runs other people's functions in a child process instead, which it can end outright
-(:mod:`attnlab.judge.isolate`); this watchdog serves the in-process API (``attnlab.testing``).
+(:mod:`attnlab.judge.apart.isolate`); this watchdog serves the in-process API (``attnlab.testing``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from attnlab.judge.remote import user_frame
+from attnlab.judge.apart.remote import user_frame
 
 LOADING: list[str] = []  # the functions this process is loading to be judged (their modules are being imported)
 

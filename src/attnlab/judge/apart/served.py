@@ -1,6 +1,6 @@
 """The judged side's answers: a case run on the real function, and the values sent back.
 
-:func:`answer` turns one request of the judge (:class:`attnlab.judge.remote.Remote`) into a reply
+:func:`answer` turns one request of the judge (:class:`attnlab.judge.apart.remote.Remote`) into a reply
 of plain values and tensors. ``run`` is the judge's own :func:`attnlab.judge.judge.run` -- lay the
 inputs out as the case says, call, check the contract, take the gradients -- done where the function
 lives; ``call`` is a forward without gradients (dropout's probe, the lab's match). What the function
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from attnlab.judge import wire
+from attnlab.judge.apart import wire
 from attnlab.judge.cases import DTYPES, Case
 
 
@@ -46,7 +46,8 @@ def _fresh(case: Case, seed: int, ts: list):
 
 def answer(fn, header: dict, tensors: list, roots: tuple[str, ...] = (), extra=None) -> tuple[dict, list]:
     """The reply to one request (``extra``: more operations by name, ``op(fn, header) -> dict``)."""
-    from attnlab.judge import judge, remote
+    from attnlab.judge import judge
+    from attnlab.judge.apart import remote
 
     op = header.get("op")
     try:
@@ -114,7 +115,7 @@ def serve(fn, rfd: int, wfd: int, watch: float | None = None, roots: tuple[str, 
         if watch is None:
             reply = answer(fn, header, tensors, roots, extra)
         else:
-            from attnlab.judge.watchdog import case_limit, watched
+            from attnlab.judge.apart.watchdog import case_limit, watched
 
             case = header.get("case")
             limit = case_limit(case_of(case), watch) if case else watch

@@ -10,10 +10,10 @@ in another process, and the two talk in messages of plain values and tensors (:m
   the judge then holds to the rule itself. Every request has a deadline; a process that hangs is
   killed, one that ends (``sys.exit``, ``os._exit``, a kill, a crash, out of memory) is said so,
   and nothing more is asked of it (:attr:`Remote.lost`).
-* :func:`attnlab.judge.served.serve` is the judged side: it runs the requests on the real
+* :func:`attnlab.judge.apart.served.serve` is the judged side: it runs the requests on the real
   function, in the process that holds it (:mod:`.worker` for ``verify --impl`` and ``lab check``;
   the test's own process for :mod:`attnlab.testing`, whose judge then runs in a fresh process,
-  :func:`attnlab.judge.isolate.judge_apart`).
+  :func:`attnlab.judge.apart.isolate.judge_apart`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
-from attnlab.judge import wire
+from attnlab.judge.apart import wire
 
 LOAD_SECONDS = 120.0  # importing the function's module (and torch) in its process
 QUIET_SECONDS = 600.0  # a request without a deadline of its own still ends
@@ -210,7 +210,7 @@ def how_code(code: int | None) -> str:
     return f"signal {-code}, {name}{why}"
 
 
-def start(job: dict, cwd: str | None = None, module: str = "attnlab.judge.worker") -> Remote:
+def start(job: dict, cwd: str | None = None, module: str = "attnlab.judge.apart.worker") -> Remote:
     """A judged process for ``job`` (see :mod:`.worker`; ``module``: a room's own worker), loaded: LoadFailed in
     one line when it cannot be."""
     # A session of its own: a Ctrl-C at the terminal is the judge's to handle (it ends this process), and never
@@ -257,7 +257,7 @@ def user_frame(tb, roots: tuple[str, ...] = ()):
     import torch
 
     skip = tuple(str(Path(m.__file__).resolve().parent) for m in (torch, os))
-    skip += (str(Path(__file__).resolve().parents[2]),)
+    skip += (str(Path(__file__).resolve().parents[3]),)  # the folder that holds attnlab
     frames = traceback.extract_tb(tb)
     for f in reversed(frames):
         path = str(Path(f.filename).resolve())

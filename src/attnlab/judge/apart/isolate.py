@@ -31,11 +31,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 
-from attnlab.judge import remote, served, wire
+from attnlab.judge.apart import remote, served, wire
+from attnlab.judge.apart.loader import LoadError, import_function  # noqa: F401 -- the names callers use
+from attnlab.judge.apart.remote import LoadFailed  # noqa: F401 -- the name cli/verify.py catches
 from attnlab.judge.cases import Case
 from attnlab.judge.judge import Row
-from attnlab.judge.loader import LoadError, import_function  # noqa: F401 -- the names callers use
-from attnlab.judge.remote import LoadFailed  # noqa: F401 -- the name cli/verify.py catches
 
 
 def verify_elsewhere(spec: str, cases: list[Case], *, seed: int = 0, check_dropout: bool = True,
@@ -69,7 +69,7 @@ def _judge_process() -> subprocess.Popen:
     ``assert_case`` per case then costs a case, not an interpreter."""
     global _judge
     if _judge is None or _judge.poll() is not None:
-        _judge = subprocess.Popen([sys.executable, "-m", "attnlab.judge.isolate"], stdin=subprocess.PIPE,
+        _judge = subprocess.Popen([sys.executable, "-m", "attnlab.judge.apart.isolate"], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                                   start_new_session=True)
         atexit.register(_end_judge, _judge)
@@ -95,7 +95,7 @@ def _end_judge(child: subprocess.Popen) -> None:
 def guard(cases: list[Case], timeout: float) -> float:
     """Seconds a whole check may take before the test runner stops waiting for its verdict: every case at its
     limit, three times over, the function's loading, and a margin."""
-    from attnlab.judge.watchdog import case_limit
+    from attnlab.judge.apart.watchdog import case_limit
 
     return remote.LOAD_SECONDS + GUARD_SECONDS + sum(3 * case_limit(c, timeout) + 1 for c in cases)
 
@@ -112,7 +112,8 @@ def judge_apart(fn: Callable, name: str, cases: list[Case], *, seed: int = 0, ch
     Either way a function that exits, kills its process or hangs ends the check in a verdict, never this
     process. RuntimeError when the judge itself gave none."""
     __tracebackhide__ = True  # a failure reads as the test's, not as this module's frames
-    from attnlab.judge import loader, mod_cases
+    from attnlab.judge import mod_cases
+    from attnlab.judge.apart import loader
 
     if loader.LOADING:  # a module that judges at import, imported to serve its function: it would judge again, and on
         raise RuntimeError(f"attnlab.testing was called while {loader.LOADING[-1]}'s module was imported to be "
