@@ -5,8 +5,9 @@ test-fast` leaves it out. Wall time says little of that on a shared machine (a b
 cost is CPU time: the test process's own, and every process it started -- the children it waited for, and those
 still running (a judged process, a browser), read from /proc before and after. A process that was running before the
 test began is not charged to it (a session's browser, a judge kept for the next test): its work then is another's.
-Setup and teardown count (a session fixture's first user pays for it, so a test that needs a session fixture
-measured slow is slow too).
+Setup and teardown count: a session fixture's first user pays for it, so a test that needs a session fixture
+measured slow is slow too; and a test marked fast is not held to a fixture it happened to set up for the tests that
+share it (which test comes first is xdist's choice, not the test's cost).
 
 With ``--check-costs`` (the Makefile's test targets pass it) the run ends with a table of the tests whose mark does
 not fit their cost -- fast-marked over FAST_MAX, slow-marked under SLOW_MIN -- and fails when it is not empty. The
@@ -92,6 +93,8 @@ class Costs:
         self.fixtures: dict[str, float] = {}  # fixture name -> CPU seconds its setup took (session/module scope)
         self.wrong: list[tuple[str, str, float]] = []  # (nodeid, mark, cpu)
         self.seen: dict[str, float] = {}
+        self.shared = 0.0  # CPU seconds of session and module fixtures' setups so far, in this process
+        self.shared_at: dict[str, float] = {}
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_fixture_setup(self, fixturedef, request):
@@ -100,18 +103,23 @@ class Costs:
             return
         t0 = snapshot()
         yield
-        self.fixtures[fixturedef.argname] = max(self.fixtures.get(fixturedef.argname, 0.0), spent(t0))
+        cost = spent(t0)
+        self.fixtures[fixturedef.argname] = max(self.fixtures.get(fixturedef.argname, 0.0), cost)
+        self.shared += cost
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
         self.start[item.nodeid] = snapshot()
+        self.shared_at[item.nodeid] = self.shared
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
         if call.when == "teardown" and item.nodeid in self.start:
             cpu = spent(self.start.pop(item.nodeid))
+            shared = self.shared - self.shared_at.pop(item.nodeid, self.shared)  # fixtures this test happened to set up
             heavy = sorted(f for f in getattr(item, "fixturenames", ()) if self.fixtures.get(f, 0.0) >= SLOW_FIXTURE)
             item.user_properties.append(("cpu_s", round(cpu, 3)))
+            item.user_properties.append(("shared_s", round(shared, 3)))
             item.user_properties.append(("slow_fixtures", heavy))
         yield
 
@@ -124,7 +132,8 @@ class Costs:
         cpu = props["cpu_s"]
         self.seen[report.nodeid] = cpu
         slow = "slow" in report.keywords
-        if not slow and cpu > FAST_MAX:
+        own = cpu - props.get("shared_s", 0.0)  # a fixture the next tests share is not this test's own cost ...
+        if not slow and (own > FAST_MAX or props.get("slow_fixtures")):  # ... but one that costs seconds makes it slow
             self.wrong.append((report.nodeid, "fast", cpu))
         elif slow and cpu < SLOW_MIN and not props.get("slow_fixtures"):
             self.wrong.append((report.nodeid, "slow", cpu))

@@ -15,7 +15,7 @@ from attnlab.judge import hf_check  # noqa: E402
 
 from . import tiny  # noqa: E402
 
-pytestmark = pytest.mark.slow  # transformers models: each test builds or runs one (seconds apiece on 2 cores)
+# slow: each test that builds or runs a transformers model (its models fixture: seconds on 2 cores)
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +24,7 @@ def models(tmp_path_factory):
     return {kind: tiny.build(kind, folder) for kind in tiny.KINDS}
 
 
+@pytest.mark.slow
 def test_register_names_flash_plainly_and_never_says_flash():
     names = attnlab.hf.register()
     assert names["attnlab"] == "flash"
@@ -32,6 +33,7 @@ def test_register_names_flash_plainly_and_never_says_flash():
     assert "attnlab" in T.AttentionInterface._global_mapping
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", tiny.KINDS)
 def test_every_form_matches_the_models_own_attention(models, kind):
     """Logits within the tolerance rule on a left-padded batch, 16 identical greedy tokens, equal gradients."""
@@ -45,6 +47,7 @@ def test_every_form_matches_the_models_own_attention(models, kind):
         assert r.generation_match and r.generated == len(hf_check.LENGTHS) * hf_check.NEW_TOKENS
 
 
+@pytest.mark.slow
 def test_the_model_really_runs_the_form(models):
     """A counting form registered under attnlab is what transformers calls, with GQA and a bool mask."""
     calls = []
@@ -70,6 +73,7 @@ def test_the_model_really_runs_the_form(models):
     assert calls[0] == ((2, 4, 9, 8), (2, 2, 9, 8), torch.bool, True)
 
 
+@pytest.mark.slow
 def test_packed_sequences_stay_apart(models):
     """position_ids that restart inside a row (and no cache): transformers builds a block mask the form obeys."""
     attnlab.hf.register()
@@ -85,6 +89,7 @@ def test_packed_sequences_stay_apart(models):
     assert err < 1e-5
 
 
+@pytest.mark.slow
 def test_softcap_in_a_form_without_modifiers_is_a_clear_error(models):
     from attnlab import kernels
 
@@ -99,6 +104,7 @@ def test_softcap_in_a_form_without_modifiers_is_a_clear_error(models):
         kernels._REGISTRY.pop("plain")
 
 
+@pytest.mark.slow
 def test_dropout_in_training_reaches_the_form(models):
     """In train mode a model's attention dropout is passed on; attnlab's dropout is seeded by torch's generator."""
     attnlab.hf.register()
@@ -115,6 +121,7 @@ def test_dropout_in_training_reaches_the_form(models):
     assert torch.equal(a, b) and not torch.allclose(a, c)
 
 
+@pytest.mark.slow
 def test_verify_model_cli_table_and_json(models, run_cli, tmp_path, round_trip):
     r = run_cli("verify", "--model", models["mistral"], "--impl", "matrix,flash", "--json", tmp_path / "m.json")
     print(r.stdout[-3000:], r.stderr[-2000:])
@@ -137,6 +144,7 @@ def test_verify_model_cli_bad_input_is_one_line(tmp_path, capsys):
         assert len(err.strip().splitlines()) == 1 and says in err and err.startswith("attnlab verify: error:"), err
 
 
+@pytest.mark.slow
 def test_without_transformers_the_message_names_the_extra(run_cli, tmp_path):
     fake = tmp_path / "fake"
     fake.mkdir()
@@ -169,6 +177,7 @@ def test_adapter_against_transformers_sdpa_function_directly():
         attnlab.hf.attention_forward("flash")(module, q, k, v, None, s_aux=torch.zeros(4))
 
 
+@pytest.mark.slow
 def test_the_floor_is_the_models_own_rounding_and_a_form_slightly_off_fails(models):
     """The logits' and gradients' floors are measured through the model (hf_check's docstring): above the model's
     own float32 error (the floor bounds rounding, it does not guess it), and far enough below a wrong form's error

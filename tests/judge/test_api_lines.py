@@ -11,8 +11,6 @@ from attnlab.judge import apis, verify
 from tests import api_functions as R
 from tests.helpers import named
 
-pytestmark = pytest.mark.slow  # verify on a handful of cases each (a few seconds)
-
 
 def _keys(fn, api, dtypes, pick):
     cases = [c for c in apis.cases(api, dtypes, long=False) if (api == "sdpa" or not apis.skip_reason(c)) and pick(c)

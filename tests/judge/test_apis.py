@@ -58,6 +58,7 @@ def test_a_function_written_to_the_api_passes_every_case_the_api_can_express(fn,
     (A.varlen_shifted, "flash-attn-varlen", "varlen-keys-early"),
     (A.paged_in_order, "paged-decode", "paged-table-ignored"),
 ])
+@pytest.mark.slow
 def test_a_function_with_one_bug_fails_and_the_bug_is_named_where_it_can_be(fn, api, key):
     _, counts, keys = judged(fn, api)
     assert counts["fail"] >= 5, counts

@@ -9,8 +9,6 @@ from attnlab.judge import verify
 from attnlab.report.exercise import _fail_line
 from tests import mutants
 
-pytestmark = pytest.mark.slow  # verify over the dead-row cases, three functions (~10 s)
-
 
 def _dead_cases():
     return [c for c in verify.default_cases(["float32"], long=False) if "dead-rows" in c.tags]

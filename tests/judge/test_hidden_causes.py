@@ -12,8 +12,6 @@ from attnlab.judge import verify
 from tests import mutants
 from tests.helpers import named
 
-pytestmark = pytest.mark.slow  # verify on a handful of cases (a few seconds)
-
 
 def _named(bug, names):
     cases = [c for c in verify.default_cases(["float32"], long=False) if c.name in names]

@@ -152,6 +152,7 @@ def test_telling_ties_causes_that_give_one_answer_and_drops_a_bug_on_top_of_its_
     assert sorted(telling(groups)) == [("a", 1), ("b", 2), ("c", 2), ("d", 3), ("f+g", 4)]
 
 
+@pytest.mark.slow
 def test_every_alternative_changes_the_answer_on_the_case_it_is_given():
     """No alternative is the right semantics in disguise: each, applied to the case's own arguments, gives another
     mask, other keys or other queries than the right ones."""

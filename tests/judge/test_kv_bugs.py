@@ -15,7 +15,6 @@ SOME = {  # a few cases per API that show every bug of the corpus (names contain
 }
 
 
-@pytest.mark.slow  # a few cases per kernel, the failing ones explained: seconds each
 @pytest.mark.parametrize("name", [*K.MUTANTS, *K.CORRECT])
 def test_each_bug_is_named_and_no_other(name):
     api = K.MUTANTS[name][1] if name in K.MUTANTS else K.CORRECT[name][1]

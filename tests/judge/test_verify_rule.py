@@ -93,7 +93,6 @@ def test_no_dropout_skips_and_says_so():
     assert r.rows[1].detail == "dropout not checked (--no-dropout)"
 
 
-@pytest.mark.slow
 def test_a_hanging_function_is_a_fail_row_and_verify_ends():
     def hangs(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         if q.shape[-2] == 17:

@@ -183,7 +183,6 @@ def test_a_case_draws_its_inputs_from_its_name_whatever_runs_beside_it():
     assert [c.err for c in one] == [c.err for c in two]
 
 
-@pytest.mark.slow
 def test_the_dense_twin_of_every_mask_function_is_what_flex_attentions_create_mask_makes():
     from torch.nn.attention.flex_attention import create_mask
 
@@ -198,6 +197,7 @@ def test_the_dense_twin_of_every_mask_function_is_what_flex_attentions_create_ma
             assert torch.equal(cases._dense_twin(name, batch, H, L, S), want), name
 
 
+@pytest.mark.slow
 def test_rewording_every_message_changes_no_diagnosis(monkeypatch):
     """The diagnoses read facts, never a row's words: with every contract sentence and exception message said
     otherwise, the same causes come out, each with the same count (only the exception's own quoted text moves)."""

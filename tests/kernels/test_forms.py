@@ -138,7 +138,6 @@ def test_stable_softmax_survives_huge_logits():
     assert rule.max_err(out, F.scaled_dot_product_attention(q, k, v)) < 1e-5
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_low_precision_within_tolerance_rule(dtype):
     q, k, v = qkv((2,), 4, 4, 33, 47, 40, 40, dtype=dtype)

@@ -75,7 +75,6 @@ def test_alibi_slopes_are_the_papers():
     assert torch.allclose(s6[:4], mods.alibi_slopes(4)) and torch.allclose(s6[4:], mods.alibi_slopes(8)[0::2][:2])
 
 
-@pytest.mark.slow
 def test_t5_buckets_match_transformers():
     T = pytest.importorskip("transformers")
     from transformers.models.t5.modeling_t5 import T5Attention

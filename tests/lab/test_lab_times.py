@@ -65,6 +65,7 @@ def two_threads():
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_a_measurement_runs_on_the_stated_thread_count_and_gives_the_process_its_own_back(two_threads):
     seen = []
 

@@ -75,6 +75,7 @@ def _corpus(levels_, seeds):
     assert {r["slip"] for r in got if r["slip"]} == {s for lv in levels_ for s in C.slips(lv)}
 
 
+@pytest.mark.slow
 def test_matrix_and_flash_slips_are_named_first_at_seeds_0_to_2_and_the_solutions_get_none():
     _corpus(("matrix", "flash"), range(3))
 
@@ -104,6 +105,7 @@ def _as_learner(level, answer):
     return lambda q, k, v: both(q, k, v, True)["out"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", ["loops", "matrix", "flash"])
 def test_each_slip_an_attention_level_knows_is_named_first_as_itself(level):
     """No slip is shadowed by one before it: a function that gives a slip's own answer is named as that slip (on the
@@ -200,6 +202,7 @@ def test_each_starter_as_it_comes_runs_and_fails(tmp_path, level):
 # ---- §2: the levels build on each other as FlashAttention does ----
 
 
+@pytest.mark.slow
 def test_level_4_returns_the_lse_and_the_causal_forward_does_about_half_the_work():
     """The solution's lse passes the judge's lse rule on the level's lse cases; its causal call does 56 % of a full
     call's multiply-adds at T = 512 with 64 x 64 tiles (8 tiles a side: (8 + 1) / 16), counted; without the skip it

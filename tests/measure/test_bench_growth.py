@@ -65,7 +65,6 @@ def test_the_matrix_forms_memory_reads_quadratic():
     assert "every block of 64 KiB or more its own mapping" in r.machine["memory_method"]
 
 
-@pytest.mark.slow
 def test_half_precision_peak_uses_a_size_that_takes_a_second_or_two():
     t0 = time.perf_counter()
     sizes = bench.peak_sizes(bench.BenchConfig(dtype="float16"))

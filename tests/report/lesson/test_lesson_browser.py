@@ -13,7 +13,6 @@ import pytest
 RIGHT = [1, 2, 0, 3, 0, 1, 2]  # the test's right answers, as in attnlab.report.lesson.sections.QUIZ
 
 
-@pytest.mark.slow
 def test_the_answers_here_match_the_page():
     from attnlab.report.lesson.sections import QUIZ
 
