@@ -9,7 +9,8 @@ matrix multiply -- so use it on small sizes only (a few thousand query-key pairs
 you can read the arithmetic line by line and check it against the faster forms.
 
 A score modifier (``score_mod=``, see :mod:`attnlab.mods`) changes the scaled scores of a row
-before the mask.
+before the mask. Attention sinks (``sinks=``, gpt-oss) add one term per row to the softmax's sum --
+its head's sink logit, a score with no value -- and the max is taken with it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from ._check import check, check_score_mod, empty_output
 
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-              enable_gqa=False, *, score_mod=None):
-    a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+              enable_gqa=False, *, score_mod=None, sinks=None):
+    a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, sinks=sinks)
     mod = check_score_mod(score_mod)
     if a.trivial:  # an empty dim: nothing to attend to
         return a.unflatten(empty_output(a))
@@ -36,12 +37,14 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     if mask is not None:
         mask = mask.expand(a.N, a.H, a.L, a.S)
     seed = dropout.draw_seed() if a.dropout_p > 0 else 0
+    sinks = a.sinks.to(work) if a.sinks is not None else None
 
     rows = []
     for n in range(a.N):
         heads = []
         for h in range(a.H):
             hk = h // a.groups  # the key/value head this query head reads (GQA)
+            sink = [] if sinks is None else [sinks[h]]  # the sink: one more score of every row, with no value
             keep = None
             if a.dropout_p > 0:
                 keep = dropout.keep_mask(seed, a.dropout_p, a.N, a.H, torch.arange(a.L), torch.arange(a.S))[n, h]
@@ -62,14 +65,16 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                         else:
                             s = s + mask[n, h, i, j].to(work)
                     scores.append(s)
-                # 2. softmax, subtracting the max first so exp cannot overflow
-                if all(float(s.detach()) == -math.inf for s in scores):  # every key masked: zeros, as PyTorch
-                    # 0 * v: a NaN in v still shows, as in PyTorch; the empty sums tie q and k in with zero gradients
-                    outs.append(0.0 * v[n, hk].sum(dim=0) + q[n, h, i, :0].sum() + k[n, hk, :, :0].sum())
+                # 2. softmax, subtracting the max first so exp cannot overflow (the sink counts: it is a score)
+                if all(float(s.detach()) == -math.inf for s in scores + sink):  # every key masked: zeros, as PyTorch
+                    # 0 * v: a NaN in v still shows, as in PyTorch; the empty sums tie q, k (and a -inf sink) in
+                    # with zero gradients
+                    outs.append(0.0 * v[n, hk].sum(dim=0) + q[n, h, i, :0].sum() + k[n, hk, :, :0].sum()
+                                + sum(s[None][:0].sum() for s in sink))
                     continue
-                m = torch.stack(scores).detach().amax()  # a NaN score stays NaN, as in PyTorch
+                m = torch.stack(scores + sink).detach().amax()  # a NaN score stays NaN, as in PyTorch
                 exps = [torch.exp(s - m) for s in scores]
-                total = sum(exps)
+                total = sum(exps) + sum(torch.exp(s - m) for s in sink)  # the sink's weight: in the sum only
                 # 3. the weighted sum of values
                 o = torch.zeros(a.Ev, dtype=work)
                 for j, e in enumerate(exps):  # a masked key adds 0 * v[j]: a NaN there stays NaN, as in PyTorch
