@@ -66,9 +66,9 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                             s = s + mask[n, h, i, j].to(work)
                     scores.append(s)
                 # 2. softmax, subtracting the max first so exp cannot overflow (the sink counts: it is a score)
-                if all(float(s.detach()) == -math.inf for s in scores + sink):  # every key masked: zeros, as PyTorch
-                    # 0 * v: a NaN in v still shows, as in PyTorch; the empty sums tie q, k (and a -inf sink) in
-                    # with zero gradients
+                if all(float(s.detach()) == -math.inf for s in scores):  # every key masked: zeros, as PyTorch
+                    # (with a sink too: all the weight is the sink's, which has no value). 0 * v: a NaN in v still
+                    # shows, as in PyTorch; the empty sums tie q, k and the sink in with zero gradients
                     outs.append(0.0 * v[n, hk].sum(dim=0) + q[n, h, i, :0].sum() + k[n, hk, :, :0].sum()
                                 + sum(s[None][:0].sum() for s in sink))
                     continue
