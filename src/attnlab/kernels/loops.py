@@ -37,14 +37,13 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     if mask is not None:
         mask = mask.expand(a.N, a.H, a.L, a.S)
     seed = dropout.draw_seed() if a.dropout_p > 0 else 0
-    sinks = a.sinks.to(work) if a.sinks is not None else None
 
     rows = []
     for n in range(a.N):
         heads = []
         for h in range(a.H):
             hk = h // a.groups  # the key/value head this query head reads (GQA)
-            sink = [] if sinks is None else [sinks[h]]  # the sink: one more score of every row, with no value
+            sink = [] if a.sinks is None else [a.sinks[h].to(work)]  # one more score of every row, with no value
             keep = None
             if a.dropout_p > 0:
                 keep = dropout.keep_mask(seed, a.dropout_p, a.N, a.H, torch.arange(a.L), torch.arange(a.S))[n, h]
@@ -67,10 +66,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                     scores.append(s)
                 # 2. softmax, subtracting the max first so exp cannot overflow (the sink counts: it is a score)
                 if all(float(s.detach()) == -math.inf for s in scores):  # every key masked: zeros, as PyTorch
-                    # (with a sink too: all the weight is the sink's, which has no value). 0 * v: a NaN in v still
-                    # shows, as in PyTorch; the empty sums tie q, k and the sink in with zero gradients
-                    outs.append(0.0 * v[n, hk].sum(dim=0) + q[n, h, i, :0].sum() + k[n, hk, :, :0].sum()
-                                + sum(s[None][:0].sum() for s in sink))
+                    outs.append(_no_key(v[n, hk], q[n, h, i], k[n, hk], sink))
                     continue
                 m = torch.stack(scores + sink).detach().amax()  # a NaN score stays NaN, as in PyTorch
                 exps = [torch.exp(s - m) for s in scores]
@@ -87,3 +83,9 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         rows.append(torch.stack(heads))  # (H, L, Ev)
     out = torch.stack(rows)  # (N, H, L, Ev)
     return a.unflatten(out.to(a.q.dtype))
+
+
+def _no_key(v, q, k, sink: list) -> torch.Tensor:
+    """The output of a row that sees no key, zeros (with a sink too: all the row's weight is the sink's, which has no
+    value). 0 * v: a NaN in v still shows, as in PyTorch; empty sums tie q, k and the sink in, with zero gradients."""
+    return 0.0 * v.sum(dim=0) + q[:0].sum() + k[:, :0].sum() + sum(s[None][:0].sum() for s in sink)
