@@ -315,6 +315,24 @@ def test_gradcheck_in_float64(form):
     assert torch.autograd.gradcheck(f, ins, fast_mode=form == "loops", check_batched_grad=form == "flash")
 
 
+@pytest.mark.parametrize("form", ["matrix", pytest.param("flash", marks=pytest.mark.slow)])  # flash: about 1 s
+def test_gradcheck_beside_a_learned_float_mask_and_bias_table(form):
+    """Every differentiable input at once: q, k, v, a float mask, a score modifier's learned table and the sinks --
+    the flash backward returns their gradients in one tuple, the sinks' between the mask's and the table's."""
+    q, k, v, _, sinks = inputs(n=1, h=4, hkv=2, l=4, s=5, e=3, seed=12)
+    gen = torch.Generator().manual_seed(12)
+    bias = torch.randn(1, 4, 4, 5, generator=gen, dtype=torch.float64)
+    table = torch.randn(4, 8, generator=gen, dtype=torch.float64)
+
+    def f(q, k, v, bias, table, s):
+        mod = mods.relative_bias(table, max_distance=16)
+        return attnlab.attention(q, k, v, bias, enable_gqa=True, impl=form, sinks=s, score_mod=mod,
+                                 **({"block_q": 2, "block_k": 3} if form == "flash" else {}))
+
+    ins = [t.requires_grad_() for t in (q, k, v, bias, table, sinks)]
+    assert torch.autograd.gradcheck(f, ins)
+
+
 def test_dsink_is_minus_p_sink_times_d():
     """The flash form's dsink is -sum_i P_sink,i (dO_i . O_i) per head, from its own per-row numbers: checked
     against that formula written out from the float64 reference (P_sink = exp(sink - lse))."""
