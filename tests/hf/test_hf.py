@@ -173,8 +173,17 @@ def test_adapter_against_transformers_sdpa_function_directly():
         print(f"{form}: {err:.2e}")
         assert got.shape == (2, 6, 4, 8) and err < 1e-5
         assert (weights is not None) == (form == "matrix")
-    with pytest.raises(NotImplementedError, match="attention sinks"):
-        attnlab.hf.attention_forward("flash")(module, q, k, v, None, s_aux=torch.zeros(4))
+    # attention sinks (gpt-oss's s_aux) in a form that takes none: a clear error naming those that do
+    # (tests/hf/test_hf_sinks.py runs gpt-oss through the forms that take them)
+    attnlab.register("nosinks", lambda *a, **kw: attnlab.attention(*a, impl="matrix"), "test: no sinks")
+    try:
+        with pytest.raises(NotImplementedError, match="attention sinks .* form 'nosinks' takes none; use one of: "
+                                                      "attnlab_loops, attnlab_matrix, attnlab"):
+            attnlab.hf.attention_forward("nosinks")(module, q, k, v, None, s_aux=torch.zeros(4))
+    finally:
+        from attnlab import kernels
+
+        kernels._REGISTRY.pop("nosinks")
 
 
 @pytest.mark.slow

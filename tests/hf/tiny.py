@@ -27,10 +27,35 @@ def config(kind: str):
         return T.Gemma2Config(num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=6,
                               attn_logit_softcapping=0.5, final_logit_softcapping=30.0,
                               query_pre_attn_scalar=8, **common)
+    if kind == "gpt_oss":  # attention sinks (s_aux), sliding and full layers, GQA, a mixture of experts
+        return T.GptOssConfig(num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=4,
+                              num_local_experts=4, num_experts_per_tok=2,
+                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common)
     raise ValueError(kind)
 
 
-KINDS = ("gpt2", "llama", "mistral", "gemma2")
+KINDS = ("gpt2", "llama", "mistral", "gemma2")  # gpt_oss has no sdpa (its sinks): tests/hf/test_hf_sinks.py
+
+
+def gpt_oss(dtype=torch.float64, seed: int = 0):
+    """A random gpt-oss (:func:`config`), its sinks drawn from N(0, 2) instead of the init's N(0, 0.02) and its
+    attention projections enlarged, so that the sinks take a share of each row and attention moves the logits.
+    Its experts run transformers' eager loop (the grouped matmul takes no float64)."""
+    import transformers as T
+
+    cfg = config("gpt_oss")
+    cfg._experts_implementation = "eager"
+    torch.manual_seed(seed)
+    model = T.GptOssForCausalLM(cfg).to(dtype).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("sinks"):
+                p.copy_(torch.randn_like(p) * 2.0)
+            elif any(s in name for s in ("q_proj", "k_proj")):
+                p.mul_(4.0)
+            elif any(s in name for s in ("v_proj", "o_proj")):
+                p.mul_(10.0)
+    return model
 
 
 def build(kind: str, folder: Path, seed: int = 0) -> Path:

@@ -1,8 +1,8 @@
 """Compile the triton form's kernels for a Hopper GPU (sm_90) on a machine without one.
 
 The interpreter runs the kernels' Python; it does not type-check them as the GPU compiler does.
-This compiles each kernel, every mask path switched on at once, with the ptxas that ships in the
-Triton wheel, and prints the shared memory each needs (a Hopper block may have 227 KiB).
+This compiles each kernel, every mask path switched on at once (and the forward's sinks), with the ptxas that
+ships in the Triton wheel, and prints the shared memory each needs (a Hopper block may have 227 KiB).
 
     python tests/kernels/triton_compile_check.py [DTYPE] [HEAD_DIM]     (run by test_triton.py)
 """
@@ -19,7 +19,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from attnlab.kernels import flash_triton, triton_kernels  # noqa: E402
 
 HOPPER_SHARED = 232448  # bytes of shared memory one block may use on sm_90
-POINTERS = {"M": "*fp32", "IL": "*fp32", "D": "*fp32", "MT": "*i64", "PACK": "*u8"}
+POINTERS = {"M": "*fp32", "IL": "*fp32", "D": "*fp32", "SINK": "*fp32", "MT": "*i64", "PACK": "*u8"}
 
 
 def signature(fn, dtype, consts):
@@ -47,7 +47,8 @@ def main(dtype="bf16", head_dim=128) -> int:
         fn = getattr(triton_kernels, name)
         fn = getattr(fn, "fn", fn)  # under the autotuner
         pow2 = max(16, 1 << (head_dim - 1).bit_length())
-        consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=pow2, BLOCK_EV=pow2, DOT_PREC=prec, **flags)
+        consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_E=pow2, BLOCK_EV=pow2, DOT_PREC=prec, **flags,
+                      **({"HAS_SINK": True} if "HAS_SINK" in fn.arg_names else {}))
         src = ASTSource(fn=fn, signature=signature(fn, dtype, consts), constexprs=consts)
         k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 2})
         shared = k.metadata.shared

@@ -33,6 +33,7 @@ class Form:
     distributed: bool = False  # True: runs only across the ranks of a torch.distributed process group (ring)
     score_mod: bool = False  # True: takes score_mod= (attnlab.mods), forward and backward
     unavailable: Callable[[torch.device], str | None] | None = None  # why it cannot run on a device (None: it can)
+    sinks: bool = False  # True: takes sinks= (gpt-oss's per-head sink logits), forward and backward
 
     def why_not(self, device="cpu") -> str | None:
         """None when the form runs on ``device`` in this process, else the reason it does not."""
@@ -44,9 +45,12 @@ _REGISTRY: dict[str, Form] = {}
 
 def register(name: str, fn: Callable[..., torch.Tensor], summary: str, *, slow: bool = False,
              max_work: int | None = None, shared_dropout: bool = True, distributed: bool = False,
-             score_mod: bool = False, unavailable: Callable[[torch.device], str | None] | None = None) -> None:
-    """Add a form under ``name`` (it must take SDPA's arguments; ``score_mod=True`` if it takes score_mod=)."""
-    _REGISTRY[name] = Form(name, fn, summary, slow, max_work, shared_dropout, distributed, score_mod, unavailable)
+             score_mod: bool = False, unavailable: Callable[[torch.device], str | None] | None = None,
+             sinks: bool = False) -> None:
+    """Add a form under ``name`` (it must take SDPA's arguments; ``score_mod=True`` if it takes score_mod=,
+    ``sinks=True`` if it takes sinks=)."""
+    _REGISTRY[name] = Form(name, fn, summary, slow, max_work, shared_dropout, distributed, score_mod,
+                           unavailable, sinks)
 
 
 def forms(distributed: bool = False, device="cpu") -> dict[str, Form]:
@@ -76,11 +80,20 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     Rows whose every key is masked give zeros. Extra keywords go to the form (e.g. tile sizes).
     ``score_mod=`` (:mod:`attnlab.mods`) changes each scaled score before the mask, in the forms
     that support it (loops, matrix, flash).
+
+    ``sinks=`` (H,): gpt-oss's attention sinks, one learnable logit per query head that joins each row's
+    softmax as one more column and is then dropped -- ``softmax([s_i0 .. s_i,S-1, sink_h])`` over S + 1
+    entries, the output ``sum_j w_ij v_j`` over the keys alone -- so a row may give part of its weight
+    (a row that sees no key: all of it) to nothing. In the forms that take it (loops, matrix, flash,
+    triton), forward and backward, with every mask, GQA, dropout and score modifier they take.
     """
     form = get(impl)
     if kwargs.get("score_mod") is not None and not form.score_mod:
         with_mods = ", ".join(n for n, f in _REGISTRY.items() if f.score_mod)
         raise Unsupported(f"form {impl!r} takes no score_mod; forms that do: {with_mods}")
+    if kwargs.get("sinks") is not None and not form.sinks:
+        with_sinks = ", ".join(n for n, f in _REGISTRY.items() if f.sinks)
+        raise Unsupported(f"form {impl!r} takes no sinks; forms that do: {with_sinks}")
     return form.fn(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, **kwargs)
 
 
@@ -89,14 +102,15 @@ def _register_builtin() -> None:
     from .interpreter import interpreting
 
     register("loops", loops.attention, "explicit Python loops over batch, head, query and key",
-             slow=True, max_work=1_000, score_mod=True)
-    register("matrix", matrix.attention, "the four lines: scores, mask, softmax, weights @ v", score_mod=True)
+             slow=True, max_work=1_000, score_mod=True, sinks=True)
+    register("matrix", matrix.attention, "the four lines: scores, mask, softmax, weights @ v", score_mod=True,
+             sinks=True)
     register("flash", flash.attention, "tiled online softmax, O(L) memory, FlashAttention-2 backward",
-             score_mod=True)
+             score_mod=True, sinks=True)
     register("sdpa", sdpa.attention, "PyTorch's own F.scaled_dot_product_attention", shared_dropout=False)
     register("triton", flash_triton.attention, "FlashAttention-2 as Triton GPU kernels (CPU: Triton's interpreter)",
              slow=interpreting(), max_work=flash_triton.max_work(), shared_dropout=False,
-             unavailable=flash_triton.unavailable)
+             unavailable=flash_triton.unavailable, sinks=True)
     register("ring", ring.attention, "flash tiles over a sequence sharded across torch.distributed ranks",
              distributed=True)
 

@@ -14,7 +14,9 @@ PyTorch raises one (:mod:`attnlab.kernels.errors`) -- or returns an :class:`Args
 * PyTorch's own ``CausalBias`` (``torch.nn.attention.bias.causal_upper_left / causal_lower_right``,
   a tensor whose storage is never filled in) becomes the causal variant it names: ``is_causal``
   for upper-left (and for lower-right when L == S), else the lower-right mask function;
-* ``scale`` is a float (default ``1/sqrt(E)``), ``dropout_p`` a float in [0, 1].
+* ``scale`` is a float (default ``1/sqrt(E)``), ``dropout_p`` a float in [0, 1];
+* ``sinks`` (gpt-oss's attention sinks, not an SDPA argument) is None or a floating (H,) tensor on the
+  query's device, one logit per query head (:func:`_check_sinks`).
 
 As in PyTorch, query, key and value broadcast against each other over their leading dims (a
 query of rank 2 or 3 with a key of rank 4; a batch of 1 against a batch of 2; one key head
@@ -55,6 +57,7 @@ class Args:
     scale: float
     batch_shape: tuple[int, ...]  # the leading dims that were flattened into N
     squeeze_heads: bool  # True when the caller passed 2-D (L, E) inputs with no head dim
+    sinks: torch.Tensor | None = None  # (H,): one sink logit per query head, in the caller's dtype (gpt-oss)
 
     @property
     def N(self) -> int:
@@ -141,11 +144,14 @@ def check(
     is_causal=False,
     scale=None,
     enable_gqa=False,
+    *,
+    sinks=None,
 ) -> Args:
     """Validate SDPA's arguments and return them normalised (see the module docstring).
 
     One checker per group of arguments, in this order: the three tensors, their shapes, the flags,
-    how they broadcast (GQA), dropout, scale, then the mask.
+    how they broadcast (GQA), dropout, scale, the mask, then the sinks (against the query heads that
+    the broadcast left).
     """
     _check_tensors(query, key, value)
     shapes = _check_shapes(query, key, value)
@@ -164,8 +170,33 @@ def check(
     k = key.reshape(N, *key.shape[-3:])  # (N, Hkv, S, E)
     v = value.reshape(N, *value.shape[-3:])  # (N, Hkv, S, Ev)
     dense, mask_fn, is_causal = _check_mask(attn_mask, is_causal, q, k, batch_shape, squeeze_heads)
+    sinks = _check_sinks(sinks, q, query)
     return Args(q=q, k=k, v=v, attn_mask=dense, mask=mask_fn, is_causal=is_causal, dropout_p=dropout_p,
-                scale=scale, batch_shape=batch_shape, squeeze_heads=squeeze_heads)
+                scale=scale, batch_shape=batch_shape, squeeze_heads=squeeze_heads, sinks=sinks)
+
+
+def _check_sinks(sinks, q: torch.Tensor, query: torch.Tensor) -> torch.Tensor | None:
+    """``sinks``: None, or a floating-point tensor of shape (H,) on the query's device -- one logit per *query*
+    head (under GQA too: the heads that share a key head each keep their own sink), as gpt-oss holds them.
+
+    Any floating dtype is taken; the forms compute with it in their working dtype, as gpt-oss casts its
+    sinks to the scores'. Its values are not inspected: -inf is a sink that takes no weight (the same as
+    none), and +inf or NaN give NaN, as the formula does.
+    """
+    if sinks is None:
+        return None
+    H = q.shape[1]
+    want = f"(H,) = ({H},), one logit per query head (query {_shape(query)})"
+    if not isinstance(sinks, torch.Tensor):
+        raise TypeError(f"sinks must be a torch.Tensor of shape {want}, or None; got {type(sinks).__name__}")
+    if sinks.dtype not in FLOAT_DTYPES:
+        raise ArgumentTypeError(f"sinks has dtype {sinks.dtype}; it must be a floating-point tensor "
+                                "(float16, bfloat16, float32 or float64)")
+    if tuple(sinks.shape) != (H,):
+        raise ArgumentError(f"sinks has shape {_shape(sinks)} but must have shape {want}")
+    if sinks.device != q.device:
+        raise ArgumentError(f"sinks is on {sinks.device} but query is on {q.device}")
+    return sinks
 
 
 def _check_tensors(query, key, value) -> None:
@@ -355,8 +386,10 @@ def _with_causal(m: torch.Tensor, L: int, S: int) -> torch.Tensor:
 def empty_output(a: Args) -> torch.Tensor:
     """The answer when no score reaches the output (``a.trivial``): zeros (N, H, L, Ev), as PyTorch gives.
 
-    Tied to q, k and v through empty slices, so backward gives each its zero gradient of the right
-    shape, and a NaN anywhere in the inputs cannot leak into the zeros.
+    Tied to q, k and v (and the sinks) through empty slices, so backward gives each its zero gradient of
+    the right shape, and a NaN anywhere in the inputs cannot leak into the zeros. (With sinks a row that
+    sees no key is 0 too: all its weight is on the sink, which carries no value.)
     """
     out = a.q.new_zeros(a.N, a.H, a.L, a.Ev)
-    return out + a.q[..., :0].sum() + a.k[..., :0].sum() + a.v[..., :0].sum()
+    out = out + a.q[..., :0].sum() + a.k[..., :0].sum() + a.v[..., :0].sum()
+    return out if a.sinks is None else out + a.sinks[:0].sum().to(out.dtype)

@@ -39,6 +39,14 @@ through it to the raw scores and to any tensor the modifier holds (a bias table,
 modifier that hides every key of a row (-inf) leaves it all zeros, as a mask does; one that changes its input
 in place gets a copy there. The built-ins are fused instead [P12].
 
+Attention sinks (gpt-oss, ``sinks=``): each head's sink logit is one more score of every row, with no value.
+The forward folds it into each row's running numbers once, after the row's last key tile
+(:func:`attnlab.kernels.online.add_sink`), so the saved shift and normaliser are the whole row's, sink included:
+the backward rebuilds the keys' weights from them unchanged, and the sink's gradient is per row, from numbers it
+already has -- dsink_h = -sum over the rows of head h of P_sink * D, with P_sink = exp2(sink - shift) / norm and
+D = rowsum(dO * O) [P10] -- never a pass over the scores (:meth:`attnlab.kernels.flash_backward.Weights.sink_grad`).
+With a sink no row's gradient is zero for seeing one key, so [P10]'s exact zeros are off.
+
 Shapes. The query heads of a group are extra rows: ``q`` (N, Hkv, G, L, E) is read one query tile
 of r rows at a time as ``qi`` (N, Hkv, G*r, E). In the forward loop the running numbers of those
 rows are ``m`` and ``l`` (N*Hkv, G*r) and ``acc`` (N*Hkv, G*r, Ev): one batch dimension, so that
@@ -158,6 +166,7 @@ from .flash_plan import Bounded, Plan
 from .flash_tiles import Buffers, Keys, Tiles
 from .masks import PARTIAL
 from .mods import Mod
+from .online import LOG2E
 from .tuned import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q  # [P5]: their home is the tile sizes' module
 
 __all__ = ["DEFAULT_BLOCK_K", "DEFAULT_BLOCK_Q", "Flash", "Tiles", "attend", "attention", "forward_tiles", "plan"]
@@ -168,7 +177,8 @@ __all__ = ["DEFAULT_BLOCK_K", "DEFAULT_BLOCK_Q", "Flash", "Tiles", "attend", "at
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False, *, block_q: int | None = None, block_k: int | None = None,
-              score_mod=None, bands: bool = True, half_matmuls: bool | None = None, split_heads: bool = True):
+              score_mod=None, bands: bool = True, half_matmuls: bool | None = None, split_heads: bool = True,
+              sinks=None):
     """The flash form. ``block_q`` / ``block_k``: tile sizes (any L, S; tiles need not divide them); None takes
     the sizes ``attnlab tune`` measured for this processor (:mod:`attnlab.kernels.tuned`), else 256 x 256 [P5].
 
@@ -188,19 +198,22 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     ``split_heads``: ALiBi under the causal mask runs each head only over the keys whose weights do not underflow
     to exactly 0 [P13] (with ``bands``); False runs every head over every key.
 
+    ``sinks`` (H,): gpt-oss's attention sinks, one logit per query head joined to each row's softmax (see the
+    module docstring); their gradient comes from the backward's per-row numbers.
+
     What it will do with these arguments, without doing it: ``print(plan(...))`` with the same arguments.
     """
     return run(plan(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, block_q=block_q,
                     block_k=block_k, score_mod=score_mod, bands=bands, half_matmuls=half_matmuls,
-                    split_heads=split_heads))
+                    split_heads=split_heads, sinks=sinks))
 
 
 def plan(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
          block_q: int | None = None, block_k: int | None = None, score_mod=None, bands: bool = True,
-         half_matmuls: bool | None = None, split_heads: bool = True) -> Plan:
+         half_matmuls: bool | None = None, split_heads: bool = True, sinks=None) -> Plan:
     """The :class:`attnlab.kernels.flash_plan.Plan` :func:`attention` makes of these arguments: its path, tile
     sizes, shift, modifier and weights, chosen once. ``print`` it to read them; nothing is computed."""
-    args = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    args = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, sinks=sinks)
     return flash_plan.make(args, check_score_mod(score_mod), block_q, block_k, bands, half_matmuls, split_heads)
 
 
@@ -221,7 +234,8 @@ def run(p: Plan) -> torch.Tensor:
     mod = p.mod
     params = () if mod is None else (*mod.params, *(mods.unlisted(mod, args.N, args.H, work, args.q.device)
                                                     if p.fused is None else ()))
-    out, _, _ = Flash.apply(q, k, v, bias, p, drop, *params)  # (N, Hkv, G, L, Ev)
+    sinks = args.sinks.to(work) if args.sinks is not None else None  # as gpt-oss: in the scores' dtype
+    out, _, _ = Flash.apply(q, k, v, bias, sinks, p, drop, *params)  # (N, Hkv, G, L, Ev)
     return args.unflatten(out.reshape(args.N, args.H, args.L, args.Ev).to(args.q.dtype))
 
 
@@ -230,10 +244,11 @@ def _split_heads(p: Plan) -> torch.Tensor:
     args, G = p.args, p.args.groups
     kw = dict(scale=args.scale, enable_gqa=True, block_q=p.block_q, block_k=p.block_k, bands=True,
               half_matmuls=p.half is not None, split_heads=False)
-    slopes = p.mod.slopes
+    slopes, sinks = p.mod.slopes, args.sinks
     outs = [attention(args.q[:, h0 * G:h1 * G], args.k[:, h0:h1], args.v[:, h0:h1], is_causal=w is None,
                       attn_mask=flash_reach.window(w) if w is not None else None,
-                      score_mod=mods.alibi(slopes=slopes[h0 * G:h1 * G]), **kw) for h0, h1, w in p.heads]
+                      score_mod=mods.alibi(slopes=slopes[h0 * G:h1 * G]),
+                      sinks=None if sinks is None else sinks[h0 * G:h1 * G], **kw) for h0, h1, w in p.heads]
     return args.unflatten(torch.cat(outs, dim=1))
 
 
@@ -246,38 +261,39 @@ class Flash(torch.autograd.Function):
     ``torch.func.jacrev``): both use :func:`attnlab.kernels.vmap_loop.loop` as their vmap rule. No double
     backward: the matrix form has one.
 
-    (q, k, v, bias, plan, drop, *mod_params) -> (out, m, l); only out is differentiable."""
+    (q, k, v, bias, sinks, plan, drop, *mod_params) -> (out, m, l); only out is differentiable. ``sinks``: (H,) in
+    the working dtype, or None."""
 
     @staticmethod
-    def forward(q, k, v, bias, p: Plan, drop, *mod_params):
+    def forward(q, k, v, bias, sinks, p: Plan, drop, *mod_params):
         if p.bands is not None:
-            out, _, (m, l) = flash_band.forward(q, k, v, p.args.scale, p.bands, p.half, p.fused, p.bounded)
+            out, _, (m, l) = flash_band.forward(q, k, v, p.args.scale, p.bands, p.half, p.fused, p.bounded, sinks)
         else:
             out, _, (m, l) = forward_tiles(q, k, v, p.args.scale, p.tiles, drop, p.mod, keep_norm=True, half=p.half,
-                                           bounded=p.bounded)
+                                           bounded=p.bounded, sinks=sinks)
         return out, m, l
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        q, k, v, bias, p, drop, *mod_params = inputs
+        q, k, v, bias, sinks, p, drop, *mod_params = inputs
         out, m, l = output
         ctx.mark_non_differentiable(m, l)
-        ctx.save_for_backward(q, k, v, bias, m, l, out)  # out: D = rowsum(dO * O) [P10]
+        ctx.save_for_backward(q, k, v, bias, sinks, m, l, out)  # out: D = rowsum(dO * O) [P10]
         ctx.cfg = (p.tiles, p.args.scale, drop, p.mod, p.half)
         ctx.mod_params = tuple(mod_params)  # the modifier reads these itself; kept here for the chain rule
 
     @staticmethod
     def backward(ctx, dout, _dm, _dl):
-        q, k, v, bias, m, l, out = ctx.saved_tensors
-        wants = (bias is not None and ctx.needs_input_grad[3],
-                 *(ctx.needs_input_grad[6 + i] for i in range(len(ctx.mod_params))))
-        rest = (q, k, v, bias, m, l, out, ctx.cfg, wants, *ctx.mod_params)
+        q, k, v, bias, sinks, m, l, out = ctx.saved_tensors
+        wants = (bias is not None and ctx.needs_input_grad[3], sinks is not None and ctx.needs_input_grad[4],
+                 *(ctx.needs_input_grad[7 + i] for i in range(len(ctx.mod_params))))
+        rest = (q, k, v, bias, sinks, m, l, out, ctx.cfg, wants, *ctx.mod_params)
         grads = vmap_loop.legacy(FlashBackward, dout, *rest) or FlashBackward.apply(dout, *rest)
-        return (*grads[:4], None, None, *grads[4:])
+        return (*grads[:5], None, None, *grads[5:])
 
     @staticmethod
     def vmap(info, in_dims, *args):
-        no_batched_mod_params(in_dims[6:])
+        no_batched_mod_params(in_dims[7:])
         return vmap_loop.loop(Flash, info, in_dims, *args)
 
 
@@ -285,7 +301,8 @@ class Flash(torch.autograd.Function):
 
 
 def forward_tiles(q, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod: Mod | None = None,
-                  keep_norm=False, half: torch.dtype | None = None, bounded: Bounded | None = None):
+                  keep_norm=False, half: torch.dtype | None = None, bounded: Bounded | None = None,
+                  sinks: torch.Tensor | None = None):
     """Online-softmax forward over the tiles. q (N, Hkv, G, L, E), k (N, Hkv, S, E), v (N, Hkv, S, Ev).
 
     Returns ``out`` (N, Hkv, G, L, Ev) and ``lse`` (N, Hkv, G, L, float64); rows with no visible key
@@ -295,6 +312,9 @@ def forward_tiles(q, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod:
     ``keep_norm=True`` also returns ``(m, l)`` (N, Hkv, G, L) in the working dtype, each row's final
     shift and normaliser, so that backward can rebuild the weights exactly as forward divided them.
     ``half``: the inputs' half dtype, to multiply the weights by the values in it [P11] (None: float32).
+    ``sinks``: (H,) sink logits in q's dtype, query head h = hk * G + g, folded into each row after its last key
+    tile (:func:`attnlab.kernels.online.add_sink`): lse, m and l are then the whole row's, sink included, and a row
+    that sees no key gets out = 0 and lse = its sink.
     """
     N, Hkv, G, L, E = q.shape
     S, Ev = k.shape[2], v.shape[3]
@@ -311,11 +331,15 @@ def forward_tiles(q, k, v, scale, tiles: Tiles, drop: Dropout = NO_DROPOUT, mod:
     n = N * Hkv * G * min(tiles.block_q, L) * min(tiles.block_k, S)  # [P3] one tile of scores
     bufs = Buffers.of(q, n, keys.score.fused is not None and keys.score.fused.scratch, half)
     k_norms = online.key_norms(k) if bounded is not None else None  # [P2] (N, Hkv, 1): each head's longest key
+    sink2 = None if sinks is None else (sinks * LOG2E).view(1, Hkv, G, 1)  # [P8] base-2 units, per query head
     for qt, rows in tiles.query_tiles():
         qi = q[:, :, :, rows].reshape(N, Hkv, G * (rows.stop - rows.start), E)  # its query heads' rows together
         fixed = bounded is not None and bounded.holds(qi, k_norms)  # [P2] shift 0: no running max
         run = attend(qi, qt, rows, keys, v_mm, bufs, online.Running.start(qi, N * Hkv, qi.shape[2], Ev, fixed))
-        o, lse_t, shift, l = online.finish(run.m, run.l, run.acc)  # rows that saw no key: online.finish's rule
+        m, l, acc = run.m, run.l, run.acc
+        if sink2 is not None:  # the sink: one more score of each row, after its last key tile
+            m, l, acc = _with_sink(m, l, acc, sink2, N, Hkv, G)
+        o, lse_t, shift, l = online.finish(m, l, acc)  # rows that saw no key: online.finish's rule
         _put(out[:, :, :, rows], o)
         _put(lse[:, :, :, rows], lse_t)
         if norm is not None:
@@ -345,6 +369,14 @@ def attend(qi, qt: int, rows: slice, keys: Keys, v: torch.Tensor, bufs: Buffers,
         # -- 6. accumulate: l += rowsum(p), acc += p v, dropped where dropout says [P11] --
         run.add(p, v[:, cols], keys.keep(s, rows, cols), bufs.like(bufs.half, p))
     return run
+
+
+def _with_sink(m, l, acc, sink2, N: int, Hkv: int, G: int):
+    """A query tile's running numbers m, l (N*Hkv, G*r) and acc (N*Hkv, G*r, Ev) with each row's sink folded in
+    (:func:`attnlab.kernels.online.add_sink`); ``sink2`` (1, Hkv, G, 1) in base-2 units, rows g*r + i."""
+    B, R, Ev = acc.shape
+    m, l, acc = online.add_sink(m.reshape(N, Hkv, G, -1), l.reshape(N, Hkv, G, -1), acc.view(N, Hkv, G, -1, Ev), sink2)
+    return m.reshape(B, R), l.reshape(B, R), acc.view(B, R, Ev)
 
 
 def _put(dst: torch.Tensor, x: torch.Tensor) -> None:

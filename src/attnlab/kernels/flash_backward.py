@@ -7,7 +7,9 @@ form's own shift and normaliser, or ring attention's global log-sum-exp), never 
 
 The loop over a query tile's key tiles is :func:`backward_tile`, shaped like the forward's
 (:func:`attnlab.kernels.flash.attend`): load a key tile, score, modify, mask, rebuild the weights, then the five
-products. With a score modifier, dS is pulled back through it inside the tile, to the raw scores and to any tensor
+products. With attention sinks the weights rebuilt are the whole row's (the forward folded each sink into the saved
+shift and normaliser), so the loop is unchanged, and the sinks' gradient is one per-row sum (:meth:`Weights.sink_grad`).
+With a score modifier, dS is pulled back through it inside the tile, to the raw scores and to any tensor
 the modifier holds: in closed form for a fused one (its ``grad``, [P12]), else by the chain rule under autograd.
 :class:`FlashBackward` is this pass as an autograd Function of its own, so that it can itself be vmapped. The tags
 [P1] .. [P13] are the performance notes in :mod:`attnlab.kernels.flash`.
@@ -25,6 +27,7 @@ from .dtypes import half_product_fits
 from .flash_tiles import Buffers, Keys, Tiles, buffer_view, mask_slice, rounded
 from .masks import PARTIAL
 from .mods import Mod
+from .online import LOG2E
 
 
 def delta(dout: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -57,13 +60,34 @@ class Weights:
     whole: bool = False  # every key of every row is in these tiles: lone rows get dS = 0
 
     @classmethod
-    def from_norm(cls, m: torch.Tensor, l: torch.Tensor, D: torch.Tensor) -> Weights:
-        return cls(m, D, norm=l, whole=True)
+    def from_norm(cls, m: torch.Tensor, l: torch.Tensor, D: torch.Tensor, sinks: bool = False) -> Weights:
+        """``sinks``: the forward folded sinks into (m, l); a row that sees one key then does not give it all its
+        weight, its gradient is not 0, and [P10]'s exact zeros must not be written."""
+        return cls(m, D, norm=l, whole=not sinks)
 
     @classmethod
     def from_lse(cls, lse: torch.Tensor, D: torch.Tensor, dtype: torch.dtype) -> Weights:
         hi, corr = online.shift_of_lse(lse, dtype)  # [P4] [P8]; dead rows: P = exp2(s - inf) = 0
         return cls(hi, D, corr)
+
+    def sink_grad(self, sinks: torch.Tensor) -> torch.Tensor:
+        """The gradient of the sink logits ``sinks`` (H,) (natural units), from each row's saved numbers alone.
+
+        The sink is column S of a softmax over S + 1 columns whose dP is 0 (it carries no value), so
+        dS_sink = P_sink (0 - D) with D = rowsum(P dP) = rowsum(dO * O) [P10], and
+
+            dsink_h = - sum over the batch and the rows of query head h of  P_sink * D,
+            P_sink  = exp2(sink - shift) / norm   (the forward's own numbers, sink included [P8])
+
+        -- O(rows), no pass over the scores. A row that sees no key has P_sink = 1 and O = 0, so D = 0: it adds
+        nothing (its output is 0 whatever the sink). Rows are (N, Hkv, G, L): query head h = hk * G + g."""
+        N, Hkv, G, L = self.shift.shape
+        p = torch.exp2((sinks * LOG2E).view(1, Hkv, G, 1) - self.shift)
+        if self.norm is not None:
+            p = p / self.norm
+        if self.corr is not None:  # [P4] the true weight is exp2(s - hi) * corr
+            p = p * self.corr
+        return -(p * self.D).sum(dim=(0, 3)).reshape(Hkv * G)
 
     def rows(self, rows: slice, dout: torch.Tensor):
         """One query tile's (c * dO, shift, norm or None, c * D), rows as (N, Hkv, G*r, .)."""
@@ -230,20 +254,24 @@ def _add_bias_grad(dbias: torch.Tensor, dS: torch.Tensor, rows: slice, cols: sli
 
 
 class FlashBackward(torch.autograd.Function):
-    """(dout, q, k, v, bias, m, l, out, cfg, wants, *mod_params) -> (dq, dk, dv, dbias or None, *dparams).
+    """(dout, q, k, v, bias, sinks, m, l, out, cfg, wants, *mod_params) -> (dq, dk, dv, dbias or None,
+    dsinks or None, *dparams).
 
     ``out`` is forward's own output in the working dtype (before any rounding to a half input dtype): D = rowsum(dO * O)
-    is taken from it [P10]."""
+    is taken from it [P10], and so is the sinks' gradient (:meth:`Weights.sink_grad`). ``wants``: (dbias, dsinks,
+    then one per modifier tensor)."""
 
     @staticmethod
-    def forward(dout, q, k, v, bias, m, l, out, cfg, wants, *mod_params):
+    def forward(dout, q, k, v, bias, sinks, m, l, out, cfg, wants, *mod_params):
         tiles, scale, drop, mod, half = cfg
-        want = [t if w else None for t, w in zip(mod_params, wants[1:], strict=True)]
+        want = [t if w else None for t, w in zip(mod_params, wants[2:], strict=True)]
         dout = dout.contiguous()
         half = _backward_half(half, q, k, v, dout, tiles, drop, mod)
-        grads = backward_tiles(q, k, v, dout, scale, tiles, Weights.from_norm(m, l, delta(dout, out)), drop, mod,
+        weights = Weights.from_norm(m, l, delta(dout, out), sinks=sinks is not None)
+        grads = backward_tiles(q, k, v, dout, scale, tiles, weights, drop, mod,
                                bias_shape=bias.shape if wants[0] else None, mod_params=want, half=half)
-        return (*grads[:4], *(grads[4] if mod is not None else ()))
+        dsinks = weights.sink_grad(sinks) if wants[1] else None
+        return (*grads[:4], dsinks, *(grads[4] if mod is not None else ()))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -256,7 +284,7 @@ class FlashBackward(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, *args):
-        no_batched_mod_params(in_dims[10:])
+        no_batched_mod_params(in_dims[11:])
         return vmap_loop.loop(FlashBackward, info, in_dims, *args)
 
 

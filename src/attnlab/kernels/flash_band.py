@@ -162,7 +162,8 @@ class _Call:
     how: tuple  # (alpha, bounded, mod, bound): the product's alpha, shift 0, the fused modifier, |alpha q.k| bound
 
 
-def forward(q, k, v, scale, p: Bands, half: torch.dtype | None = None, mod: Fused | None = None, rule=None):
+def forward(q, k, v, scale, p: Bands, half: torch.dtype | None = None, mod: Fused | None = None, rule=None,
+            sinks: torch.Tensor | None = None):
     """Out (N, Hkv, G, L, Ev), lse (N, Hkv, G, L) and each row's (shift, normaliser) in base-2 units, as
     :func:`attnlab.kernels.flash.forward_tiles` with ``keep_norm=True`` gives them (:func:`online.finish`).
 
@@ -174,7 +175,10 @@ def forward(q, k, v, scale, p: Bands, half: torch.dtype | None = None, mod: Fuse
     the soft-cap's tanh on each band, ALiBi's and T5's bias made once per batch -- once per call for a window, whose
     bands all have the same distances -- and added per head. ``rule``: the plan's bounded rule
     (:class:`attnlab.kernels.flash_plan.Bounded`, with the bands' own reach), or None for the running max: the
-    bands take shift 0 when it allows |q.k| over the whole call (flash.py [P2])."""
+    bands take shift 0 when it allows |q.k| over the whole call (flash.py [P2]).
+
+    ``sinks``: (H,) sink logits in q's dtype, folded into each row once its band is done, as the tiles fold them
+    (:func:`attnlab.kernels.online.add_sink`)."""
     N, Hkv, G, L, E = q.shape
     Ev = v.shape[3]
     bq, Z = p.block_q, N * Hkv
@@ -208,7 +212,11 @@ def forward(q, k, v, scale, p: Bands, half: torch.dtype | None = None, mod: Fuse
         return x[:, :, :, :L]
 
     out, l_all, m_all = call.out
-    out, lse, shift, l = online.finish(m_all[..., 0], l_all[..., 0], out)  # rows that see no key: out 0
+    m_all, l_all = m_all[..., 0], l_all[..., 0]
+    if sinks is not None:  # row g*bq + r of a tile is query head hk * G + g, and z = n * Hkv + hk
+        sink2 = (sinks * LOG2E).view(1, Hkv, 1, G, 1).expand(N, Hkv, nq, G, bq).reshape(Z, nq, G * bq)
+        m_all, l_all, out = online.add_sink(m_all, l_all, out, sink2)
+    out, lse, shift, l = online.finish(m_all, l_all, out)  # rows that see no key: out 0
     return rows(out), rows(lse), (rows(shift), rows(l))
 
 

@@ -100,6 +100,9 @@ class Plan:
             lines.append(f"  modifier  {self.mod.name}, {how}")
         else:
             lines.append("  modifier  none")
+        if args.sinks is not None:
+            lines.append(f"  sinks     {args.sinks.shape[0]}, one per query head: each row's sum gains exp(sink) after "
+                         "its last key tile; dsink from each row's saved numbers")
         lines.append(f"  weights   multiplied in {str(self.half or args.work).removeprefix('torch.')} [P11]")
         lines.append(f"  dropout   {args.dropout_p:g}" if args.dropout_p > 0 else "  dropout   none")
         return "\n".join(lines)

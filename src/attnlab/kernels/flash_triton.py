@@ -4,7 +4,9 @@ Same arguments and semantics as every form (``F.scaled_dot_product_attention``'s
 supports: ``is_causal`` (upper-left) and every mask of :mod:`attnlab.masks`, bool and float mask
 tensors, L != S and lengths that are not a multiple of the tile, GQA (each key/value head read by
 its group of query heads, never repeated in memory), head dims up to 256, ``scale``, float16 /
-bfloat16 / float32, rows with no visible key -> 0. Not supported, each with an error that names
+bfloat16 / float32, rows with no visible key -> 0, gpt-oss's attention sinks (``sinks=``, forward and
+backward: the forward kernel folds each row's sink in after its last key tile, and the sinks' gradient
+is a per-row sum taken here from what the kernels save). Not supported, each with an error that names
 the forms that are: dropout, float64, the gradient of a float mask, score modifiers.
 
 This file is the host side: it checks the arguments, picks tile sizes and launches the kernels
@@ -106,9 +108,10 @@ def _pow2(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
 
-def _forward(q, k, v, plan: Plan, scale: float, blocks):
+def _forward(q, k, v, plan: Plan, scale: float, blocks, sinks: torch.Tensor | None = None):
     """The forward kernel: the output (N, H, L, Ev) and, per row, what it saves for the backward (N, H, L):
-    the shift m and 1 / norm (:func:`attnlab.kernels.online.finish`; a row that sees no key: +inf and 1)."""
+    the shift m and 1 / norm (:func:`attnlab.kernels.online.finish`; a row that sees no key: +inf and 1).
+    ``sinks``: (H,) float32 sink logits, folded into m and norm (:func:`attnlab.kernels.online.add_sink`)."""
     kern = _kernels()
     N, H, L, E = q.shape
     S, Ev = k.shape[2], v.shape[3]
@@ -118,23 +121,26 @@ def _forward(q, k, v, plan: Plan, scale: float, blocks):
     (bq, bk), _, _ = blocks
     margs, masks = plan.args(bq, bk, False, q.device)
     kern._fwd[(triton_cdiv(L, bq), N * H)](
-        q, k, v, o, m, inv_l, *q.stride(), *k.stride(), *v.stride(), H, plan.G, L, S, E, Ev, scale * LOG2E, *margs,
-        BLOCK_M=bq, BLOCK_N=bk, BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), MASKS=masks, DOT_PREC=_dot_precision(q))
+        q, k, v, o, m, inv_l, m if sinks is None else sinks, *q.stride(), *k.stride(), *v.stride(), H, plan.G, L, S,
+        E, Ev, scale * LOG2E, *margs, BLOCK_M=bq, BLOCK_N=bk, BLOCK_E=_pow2(E), BLOCK_EV=_pow2(Ev), MASKS=masks,
+        DOT_PREC=_dot_precision(q), HAS_SINK=sinks is not None)
     return o.to(q.dtype), m, inv_l
 
 
 class _TritonFlash(torch.autograd.Function):
+    """(q, k, v, sinks or None (H,) float32, plan, scale, blocks) -> out."""
+
     @staticmethod
-    def forward(ctx, q, k, v, plan: Plan, scale: float, blocks):
-        o, m, inv_l = _forward(q, k, v, plan, scale, blocks)
-        ctx.save_for_backward(q, k, v, o, m, inv_l)
+    def forward(ctx, q, k, v, sinks, plan: Plan, scale: float, blocks):
+        o, m, inv_l = _forward(q, k, v, plan, scale, blocks, sinks)
+        ctx.save_for_backward(q, k, v, sinks, o, m, inv_l)
         ctx.cfg = (plan, scale, blocks)
         return o
 
     @staticmethod
     def backward(ctx, do):
         kern = _kernels()
-        q, k, v, o, m, inv_l = ctx.saved_tensors
+        q, k, v, sinks, o, m, inv_l = ctx.saved_tensors
         plan, scale, (_, (bq1, bk1), (bq2, bk2)) = ctx.cfg
         do = do.contiguous()
         N, H, L, E = q.shape
@@ -153,7 +159,16 @@ class _TritonFlash(torch.autograd.Function):
         kern._bwd_dq[(triton_cdiv(L, bq2), N * H)](
             q, k, v, do, m, inv_l, D, dq, *strides, H, plan.G, L, S, E, Ev, scale * LOG2E, scale, *margs,
             BLOCK_M=bq2, BLOCK_N=bk2, MASKS=masks, **common)
-        return dq.to(q.dtype), dk.to(q.dtype), dv.to(q.dtype), None, None, None
+        dsinks = _sink_grad(sinks, m, inv_l, D) if sinks is not None and ctx.needs_input_grad[3] else None
+        return dq.to(q.dtype), dk.to(q.dtype), dv.to(q.dtype), dsinks, None, None, None
+
+
+def _sink_grad(sinks: torch.Tensor, m: torch.Tensor, inv_l: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
+    """dsink_h = -sum over the batch and the rows of head h of P_sink * D, P_sink = exp2(sink - m) / l: the sink is a
+    column whose dP is 0, so its dS is P_sink (0 - D) (:meth:`attnlab.kernels.flash_backward.Weights.sink_grad`).
+    m, 1 / l and D (N, H, L) are what the kernels saved; a row that sees no key has D = 0 (its output is 0)."""
+    p = torch.exp2(sinks.view(1, -1, 1) * LOG2E - m) * inv_l
+    return -(p * D).sum(dim=(0, 2))
 
 
 def triton_cdiv(a: int, b: int) -> int:
@@ -161,30 +176,36 @@ def triton_cdiv(a: int, b: int) -> int:
 
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-              enable_gqa=False, *, block_q: int | None = None, block_k: int | None = None, score_mod=None):
+              enable_gqa=False, *, block_q: int | None = None, block_k: int | None = None, score_mod=None,
+              sinks=None):
     """The triton form. ``block_q`` / ``block_k``: tile sizes, powers of two from 16 to 256 (default:
     chosen per device and head dim). ``score_mod`` is refused: the kernels have no score modifiers
-    (the flash form has them)."""
+    (the flash form has them). ``sinks`` (H,): gpt-oss's attention sinks, computed in float32 as the
+    scores are."""
     a, plan, blocks = _prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, block_q,
-                               block_k, score_mod)
-    out = _TritonFlash.apply(a.q, a.k, a.v, plan, a.scale, blocks)  # read by strides, never copied
+                               block_k, score_mod, sinks)
+    sinks = a.sinks.to(torch.float32).contiguous() if a.sinks is not None else None  # the kernels' scores are float32
+    out = _TritonFlash.apply(a.q, a.k, a.v, sinks, plan, a.scale, blocks)  # read by strides, never copied
     return a.unflatten(out)
 
 
 def statistics(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, *,
-               block_q: int | None = None, block_k: int | None = None):
+               block_q: int | None = None, block_k: int | None = None, sinks=None):
     """The forward kernel alone: (out, shift, norm), with what it saves per row for the backward in the terms
     of :func:`attnlab.kernels.online.finish` -- shift and norm (N, H, L), float32, base-2 units; the kernel
-    keeps 1 / norm. The flash form saves the same numbers (its tile sizes and rounding aside)."""
-    a, plan, blocks = _prepare(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, block_q, block_k)
-    out, m, inv_l = _forward(a.q, a.k, a.v, plan, a.scale, blocks)
+    keeps 1 / norm. The flash form saves the same numbers (its tile sizes and rounding aside). With ``sinks``
+    they are the whole row's, sink included: lse = (shift + log2 norm) * ln 2."""
+    a, plan, blocks = _prepare(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, block_q, block_k,
+                               sinks=sinks)
+    sinks = a.sinks.detach().to(torch.float32).contiguous() if a.sinks is not None else None
+    out, m, inv_l = _forward(a.q, a.k, a.v, plan, a.scale, blocks, sinks)
     return a.unflatten(out), m, 1.0 / inv_l
 
 
 def _prepare(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, block_q, block_k,
-             score_mod=None):
+             score_mod=None, sinks=None):
     """Check the arguments and refuse what the kernels do not take; (checked args, mask plan, tile sizes)."""
-    a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, sinks=sinks)
     why = unavailable(a.q.device)
     if why is not None:
         raise RuntimeError(f"the triton form cannot run on {a.q.device}: {why}")

@@ -9,7 +9,8 @@ matrix multiply -- so use it on small sizes only (a few thousand query-key pairs
 you can read the arithmetic line by line and check it against the faster forms.
 
 A score modifier (``score_mod=``, see :mod:`attnlab.mods`) changes the scaled scores of a row
-before the mask.
+before the mask. Attention sinks (``sinks=``, gpt-oss) add one term per row to the softmax's sum --
+its head's sink logit, a score with no value -- and the max is taken with it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from ._check import check, check_score_mod, empty_output
 
 
 def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-              enable_gqa=False, *, score_mod=None):
-    a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+              enable_gqa=False, *, score_mod=None, sinks=None):
+    a = check(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, sinks=sinks)
     mod = check_score_mod(score_mod)
     if a.trivial:  # an empty dim: nothing to attend to
         return a.unflatten(empty_output(a))
@@ -42,6 +43,7 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         heads = []
         for h in range(a.H):
             hk = h // a.groups  # the key/value head this query head reads (GQA)
+            sink = [] if a.sinks is None else [a.sinks[h].to(work)]  # one more score of every row, with no value
             keep = None
             if a.dropout_p > 0:
                 keep = dropout.keep_mask(seed, a.dropout_p, a.N, a.H, torch.arange(a.L), torch.arange(a.S))[n, h]
@@ -62,14 +64,13 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                         else:
                             s = s + mask[n, h, i, j].to(work)
                     scores.append(s)
-                # 2. softmax, subtracting the max first so exp cannot overflow
+                # 2. softmax, subtracting the max first so exp cannot overflow (the sink counts: it is a score)
                 if all(float(s.detach()) == -math.inf for s in scores):  # every key masked: zeros, as PyTorch
-                    # 0 * v: a NaN in v still shows, as in PyTorch; the empty sums tie q and k in with zero gradients
-                    outs.append(0.0 * v[n, hk].sum(dim=0) + q[n, h, i, :0].sum() + k[n, hk, :, :0].sum())
+                    outs.append(_no_key(v[n, hk], q[n, h, i], k[n, hk], sink))
                     continue
-                m = torch.stack(scores).detach().amax()  # a NaN score stays NaN, as in PyTorch
+                m = torch.stack(scores + sink).detach().amax()  # a NaN score stays NaN, as in PyTorch
                 exps = [torch.exp(s - m) for s in scores]
-                total = sum(exps)
+                total = sum(exps) + sum(torch.exp(s - m) for s in sink)  # the sink's weight: in the sum only
                 # 3. the weighted sum of values
                 o = torch.zeros(a.Ev, dtype=work)
                 for j, e in enumerate(exps):  # a masked key adds 0 * v[j]: a NaN there stays NaN, as in PyTorch
@@ -82,3 +83,9 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         rows.append(torch.stack(heads))  # (H, L, Ev)
     out = torch.stack(rows)  # (N, H, L, Ev)
     return a.unflatten(out.to(a.q.dtype))
+
+
+def _no_key(v, q, k, sink: list) -> torch.Tensor:
+    """The output of a row that sees no key, zeros (with a sink too: all the row's weight is the sink's, which has no
+    value). 0 * v: a NaN in v still shows, as in PyTorch; empty sums tie q, k and the sink in, with zero gradients."""
+    return 0.0 * v.sum(dim=0) + q[:0].sum() + k[:, :0].sum() + sum(s[None][:0].sum() for s in sink)

@@ -33,6 +33,13 @@ holds in every kernel (:func:`finish`):
   (shift, 1 / norm); from an lse alone (ring attention) the shift is the lse, +inf for -inf
   (:func:`shift_of_lse`), as FlashAttention-2 saves lse = +inf for an empty row.
 
+Attention sinks (gpt-oss): a sink is one more score per row, its head's logit, with no value. It joins
+the running numbers once, after the last key (:func:`add_sink`): the shift becomes the larger of the
+row's max and the sink, what was gathered is rescaled to it, and exp2(sink - shift) is added to the
+normaliser only. :func:`finish` then sees a row like any other -- its output is acc / l, its lse
+log(sum_j exp(s_j) + exp(sink)), and (shift, norm) rebuild the keys' weights with the sink in the sum.
+A row that sees no key has l = exp2(sink - sink) = 1 there: output 0, lse = sink, not a dead row.
+
 Two partial results over disjoint sets of keys combine exactly (:func:`merge`), the way tiles do:
 lse = log(exp(lse_a) + exp(lse_b)), out = out_a exp(lse_a - lse) + out_b exp(lse_b - lse).
 """
@@ -172,6 +179,23 @@ class Running:
             self.acc.baddbmm_(p, v)
         else:
             self.acc.add_(torch.bmm(half.copy_(p), v))  # P rounded to the input dtype, accumulated in float32
+
+
+def add_sink(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor, sink: torch.Tensor):
+    """Fold each row's sink into its finished running numbers: m, l (...) and acc (..., Ev) -> (m, l, acc).
+
+    ``sink`` (base-2 units, broadcastable to m) is one more score with no value: the shift becomes
+    max(m, sink), l and acc are rescaled to it, and l gains exp2(sink - shift). The max is over the scores
+    *and* the sink, as gpt-oss takes it: a sink far above the scores scales them to 0 instead of sending
+    exp2(sink) past float32. acc is rescaled in place. A row that has seen nothing (l = 0, whatever its m: -inf,
+    or the shift 0 that :func:`safe_shift` or the bounded rule gave it) gets shift = sink and l = 1 exactly,
+    so its lse is the sink even where exp2(sink) would underflow; only a sink of -inf leaves it dead.
+    Once per row after the last tile, not per tile: the sink's term costs O(rows), not O(rows x keys)."""
+    m = torch.where(l == 0, float("-inf"), m)  # nothing gathered: its shift says nothing
+    shift = safe_shift(torch.maximum(m, sink))
+    alpha = torch.exp2(m - shift)  # 0 where m = -inf: nothing was gathered
+    acc.mul_(alpha.unsqueeze(-1))
+    return shift, l * alpha + torch.exp2(sink - shift), acc
 
 
 def finish(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor):

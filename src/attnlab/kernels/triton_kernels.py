@@ -15,7 +15,10 @@ Scores live in base 2 (``exp2`` is the GPU's native exponential): ``s = q.k * sc
 The online softmax and what each row saves for the backward follow :mod:`attnlab.kernels.online`
 (its :func:`~attnlab.kernels.online.finish`): the shift m and the normaliser l, the latter saved as
 1 / l so that the backward multiplies; a row that sees no key writes 0 and saves (+inf, 1), so that
-P = exp2(s - inf) * 1 = 0 whatever its scores. Tiles are skipped, computed whole, or masked
+P = exp2(s - inf) * 1 = 0 whatever its scores. Attention sinks (gpt-oss): ``_fwd`` folds each row's sink into
+m and l after its last key tile (:func:`attnlab.kernels.online.add_sink`), so the saved m and 1 / l are the
+whole row's and the backward kernels rebuild the keys' weights unchanged; the sinks' gradient is a per-row sum
+the host takes from m, 1 / l and D (:mod:`attnlab.kernels.flash_triton`). Tiles are skipped, computed whole, or masked
 elementwise by :func:`_tile_range` / :func:`_needs_mask` / :func:`_visible`, from the mask's rule
 (causal with an offset, sliding window, prefix, document ids), a stored block map, or a dense mask.
 
@@ -258,13 +261,14 @@ def _key_tile(q, kv, t, pid_m, q0, offs_m, b, h, L, S, qk_scale, mask, MASKS: tl
 # ---- the kernels ----------------------------------------------------------------------------------------------
 
 
-@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "MASKS"])
+@_autotune(key=["BLOCK_E", "BLOCK_EV", "BLOCK_M", "BLOCK_N", "MASKS", "HAS_SINK"])
 @triton.jit
-def _fwd(Q, K, V, O, M, IL, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
+def _fwd(Q, K, V, O, M, IL, SINK, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
          H, G, L, S, E, EV, qk_scale, MT, MASK, PACK,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr,
-         MASKS: tl.constexpr, DOT_PREC: tl.constexpr):
-    """One query tile of one (batch, query head): its output rows, and per row the shift m and 1 / l."""
+         MASKS: tl.constexpr, DOT_PREC: tl.constexpr, HAS_SINK: tl.constexpr):
+    """One query tile of one (batch, query head): its output rows, and per row the shift m and 1 / l. With
+    ``HAS_SINK``, SINK holds the (H,) sink logits in float32, natural units."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)  # batch * H + query head
     b = bh // H
@@ -295,6 +299,15 @@ def _fwd(Q, K, V, O, M, IL, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b
         l = l * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + _dot(_operand(p, v.dtype, DOT_PREC), v, DOT_PREC)  # acc += weights @ v
         m = m_new
+    if HAS_SINK:  # --- the sink: one more score of every row, with no value (online.add_sink) ---
+        sink = tl.load(SINK + h) * _LOG2E
+        m = tl.where(l == 0.0, float("-inf"), m)  # a row that has gathered nothing: its shift says nothing
+        m_new = tl.maximum(m, sink)
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m - shift)
+        l = l * alpha + tl.math.exp2(sink - shift)
+        acc = acc * alpha[:, None]
+        m = shift
     # --- finish (online.finish): acc / l. Saved per row for the backward: the shift m and 1 / l, so that
     # P = exp2(s - m) / l is recomputed as the forward made it (a single log-sum-exp in float32 would lose
     # |lse| ulps in exp). Rows with no visible key give 0 and save (+inf, 1): P = 0 in the backward ---

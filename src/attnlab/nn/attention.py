@@ -17,6 +17,13 @@ Variations, each one switch:
   behind "why is the value matrix separate from the key?".
 * **scale**: ``"sqrt"`` (1/sqrt(d), the default), ``"none"`` (1), ``"inv"`` (1/d) or a number.
 * **impl**: any registered form (``attnlab.forms()``) computes the attention itself.
+* **sinks** (gpt-oss, OpenAI 2025): one learnable logit per head that joins every row's softmax as a
+  column with no value, so a query may give part of its weight -- or all of it -- to nothing instead
+  of being forced to spread it over the keys. Passed to the form as ``sinks=`` (the forms that take
+  them: loops, matrix, flash, triton). They start at 0, a sink as heavy as a key whose score is 0:
+  OpenAI's reference model leaves them uninitialised for its checkpoint to fill, and transformers'
+  GptOss draws them from N(0, initializer_range = 0.02); zeros are that draw's mean, and the same on
+  every run.
 
 **KV cache.** When decoding, token t only needs its own query against the keys and values of
 tokens 0..t. The cache keeps those keys and values, so each new token costs one row of attention
@@ -88,7 +95,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_head: int, n_kv_head: int | None = None, dropout: float = 0.0, *,
                  rope: bool = False, rope_base: float = 10000.0, tie_kv: bool = False, bias: bool = True,
-                 impl: str = "sdpa", scale="sqrt"):
+                 impl: str = "sdpa", scale="sqrt", sinks: bool = False):
         super().__init__()
         positive_int("d_model", d_model)
         positive_int("n_head", n_head)
@@ -111,12 +118,20 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(d_model, d_model + (1 if tie_kv else 2) * kv_width, bias=bias)  # fused q, k(, v)
         self.proj = nn.Linear(d_model, d_model, bias=bias)
         self.resid_drop = nn.Dropout(dropout)
+        if not isinstance(sinks, bool):
+            raise TypeError(f"sinks must be True or False (one learnable sink logit per head), got {sinks!r}")
+        if sinks and not kernels.get(impl).sinks:
+            able = ", ".join(n for n, f in kernels.forms(device=None).items() if f.sinks)
+            raise ValueError(f"sinks=True needs a form that takes sinks; {impl!r} does not (forms that do: {able})")
+        # (H,): gpt-oss's per-head sink logits, 0 to start (see the module docstring); None without sinks
+        self.sinks = nn.Parameter(torch.zeros(n_head)) if sinks else None
         self.keep_scores = False  # the probe's switch: compute explicitly and keep the scores (see forward)
         self.scores: torch.Tensor | None = None
 
     def extra_repr(self) -> str:
         return (f"n_head={self.n_head}, n_kv_head={self.n_kv_head}, head_dim={self.head_dim}, rope={self.rope}, "
-                f"tie_kv={self.tie_kv}, scale={self.scale_name!r}, impl={self.impl!r}")
+                f"tie_kv={self.tie_kv}, scale={self.scale_name!r}, impl={self.impl!r}"
+                + (", sinks=True" if self.sinks is not None else ""))
 
     def project(self, x: torch.Tensor, offset: int = 0,
                 positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -157,7 +172,7 @@ class MultiHeadAttention(nn.Module):
         else:
             y = kernels.attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
                                   is_causal=causal, scale=self.scale, enable_gqa=self.n_kv_head != self.n_head,
-                                  impl=self.impl)  # (B, H, T, d)
+                                  impl=self.impl, **self._sinks())  # (B, H, T, d)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C): the heads side by side
         return self.resid_drop(self.proj(y))
 
@@ -170,8 +185,13 @@ class MultiHeadAttention(nn.Module):
         B, T, C = x.shape
         y = kernels.attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True,
                               scale=self.scale, enable_gqa=self.n_kv_head != self.n_head, impl="ring",
-                              group=shard.group, layout=shard.layout)  # (B, H, T, d): this rank's queries
+                              group=shard.group, layout=shard.layout, **self._sinks())  # (B, H, T, d): this rank's
+        # queries (the ring form takes no sinks: with them it says so, by name)
         return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+
+    def _sinks(self) -> dict:
+        """The keyword that hands the sinks to a form, or nothing: a form without sinks is called as before."""
+        return {} if self.sinks is None else {"sinks": self.sinks}
 
     def _explicit(self, q, k, v, past: int) -> torch.Tensor:
         """Attention written out, keeping the scores so a probe can read their gradient (no dropout)."""
@@ -183,13 +203,16 @@ class MultiHeadAttention(nn.Module):
         self.scores = s
         T, S = s.shape[-2:]
         visible = torch.ones(T, S, dtype=torch.bool, device=s.device).tril(diagonal=S - T)  # lower-right causal
-        return torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1) @ v  # (B, H, T, d)
+        s = s.masked_fill(~visible, float("-inf"))
+        w = torch.softmax(s, dim=-1) if self.sinks is None else matrix.sink_softmax(s, self.sinks.to(s.dtype))
+        return w @ v  # (B, H, T, d)
 
     @torch.no_grad()
     def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
-        """The causal softmax weights (B, H, T, T) this layer gives input x, from the matrix form."""
+        """The causal softmax weights (B, H, T, T) this layer gives input x, from the matrix form (with sinks, the
+        keys' share: the sink's column is dropped)."""
         q, k, v = self.project(x)
         _, w = matrix.attention(q, k, v, is_causal=True, scale=self.scale, enable_gqa=self.n_kv_head != self.n_head,
-                                return_weights=True)
-        return w
+                                return_weights=True, **self._sinks())
+        return w  # with sinks, the keys' weights: a row sums to less than 1
 

@@ -21,7 +21,8 @@ Karpathy's nanoGPT. Configured by a frozen :class:`GPTConfig`; change it with
   not grow with depth;
 * token and position embeddings ~ N(0, 1/C): with the tied output layer each logit starts with
   variance about 1, so the first loss is close to log(vocab_size);
-* biases 0, LayerNorm gain 1.
+* biases 0, LayerNorm gain 1;
+* attention sinks (``sinks=True``), one logit per head and layer, 0 (:mod:`attnlab.nn.attention` says why).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class GPTConfig:
     scale: str | float = "sqrt"  # "sqrt" (1/sqrt(d)), "none" (1), "inv" (1/d) or a number
     tie_kv: bool = False  # the value projection is the key projection
     impl: str = "sdpa"  # the form of attention (attnlab.forms())
+    sinks: bool = False  # gpt-oss's attention sinks: one learnable logit per head and layer (a form that takes them)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model", "mlp_ratio"):
@@ -64,6 +66,8 @@ class GPTConfig:
             raise ValueError(f"GPTConfig.position must be 'learned' or 'rope', got {self.position!r}")
         real_in_range("GPTConfig.dropout", self.dropout, 0, 1, high_open=True, what="in [0, 1)")
         resolve_scale(self.scale, self.head_dim)
+        if not isinstance(self.sinks, bool):
+            raise TypeError(f"GPTConfig.sinks must be True or False, got {self.sinks!r}")
 
     @property
     def head_dim(self) -> int:
@@ -92,7 +96,7 @@ class Block(nn.Module):
         self.ln_1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.attn = MultiHeadAttention(cfg.d_model, cfg.n_head, cfg.n_kv_head, cfg.dropout,
                                        rope=cfg.position == "rope", tie_kv=cfg.tie_kv, bias=cfg.bias,
-                                       impl=cfg.impl, scale=cfg.scale)
+                                       impl=cfg.impl, scale=cfg.scale, sinks=cfg.sinks)
         self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
@@ -128,6 +132,8 @@ class GPT(nn.Module):
         for block in self.blocks:
             for residual_out in (block.attn.proj, block.mlp.proj):
                 residual_out.weight.mul_(1.0 / math.sqrt(2 * self.cfg.n_layer))
+            if block.attn.sinks is not None:
+                nn.init.zeros_(block.attn.sinks)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -15,11 +15,13 @@ Each name also gets transformers' SDPA mask builder, so a layer receives what th
 implementation receives: a bool mask (True = attend) that already holds padding, causality, a
 sliding window or packed-sequence boundaries -- or no mask at all, when plain causal attention
 (``is_causal``) says the same. The function then makes the same choices PyTorch's SDPA path does,
-hands GQA to the form (``enable_gqa``), the model's ``scaling``, its attention dropout, and Gemma 2's
-soft-capping as a score modifier (:func:`attnlab.mods.softcap`), and returns (B, L, H, d) as
-transformers expects (with the weights, for ``output_attentions=True``, from the matrix form).
-What a form cannot do (soft-capping without score modifiers, attention sinks) is a clear error,
-not a silent wrong answer. The sdpa form is PyTorch's own, which transformers has as "sdpa".
+hands GQA to the form (``enable_gqa``), the model's ``scaling``, its attention dropout, Gemma 2's
+soft-capping as a score modifier (:func:`attnlab.mods.softcap`) and gpt-oss's attention sinks (the
+``s_aux`` a gpt-oss layer hands over: its per-head sink logits) as ``sinks=``, and returns
+(B, L, H, d) as transformers expects (with the weights, for ``output_attentions=True``, from the
+matrix form). What a form cannot do (soft-capping without score modifiers, sinks in a form that
+takes none) is a clear error, not a silent wrong answer. The sdpa form is PyTorch's own, which
+transformers has as "sdpa".
 
 transformers is an optional extra: ``pip install 'attnlab[hf]'``.
 """
@@ -100,12 +102,8 @@ def attention_forward(form: str) -> Callable:
                 attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                 is_causal: bool | None = None, softcap: float | None = None, **kwargs):
         # query (B, H, L, d), key / value (B, Hkv, S, d); transformers wants (B, L, H, d) back
-        for unsupported in ("s_aux", "sinks"):
-            if kwargs.get(unsupported) is not None:
-                raise NotImplementedError(f"attention sinks ({unsupported}) are not supported by attnlab's forms; "
-                                          f"load this model with attn_implementation='eager' or 'sdpa'")
         key, value, attention_mask, causal = arguments(module, query, key, value, attention_mask, is_causal, kwargs)
-        extra = _extras(f, softcap)
+        extra = _extras(f, softcap, _sinks(kwargs))
         out = f.fn(query, key, value, attention_mask, float(dropout or 0.0), causal, scaling,
                    key.shape[1] != query.shape[1], **extra)  # (B, H, L, d)
         out, weights = out if isinstance(out, tuple) else (out, None)
@@ -144,8 +142,18 @@ def _mask(attention_mask: torch.Tensor | None, bias: torch.Tensor | None, S: int
     return bias if attention_mask is None else bias + attention_mask
 
 
-def _extras(f: kernels.Form, softcap: float | None) -> dict:
-    """The keyword-only extras form ``f`` is called with: a soft-cap score modifier, the matrix form's weights."""
+def _sinks(kwargs: dict) -> torch.Tensor | None:
+    """The layer's attention sinks: gpt-oss hands them over as ``s_aux`` (its ``sinks`` parameter, (H,)); ``sinks``
+    is taken under its own name too."""
+    for name in ("s_aux", "sinks"):
+        if kwargs.get(name) is not None:
+            return kwargs[name]
+    return None
+
+
+def _extras(f: kernels.Form, softcap: float | None, sinks: torch.Tensor | None = None) -> dict:
+    """The keyword-only extras form ``f`` is called with: a soft-cap score modifier, the sinks, the matrix form's
+    weights."""
     form, extra = f.name, {}
     if softcap is not None:
         if not f.score_mod:
@@ -153,6 +161,12 @@ def _extras(f: kernels.Form, softcap: float | None) -> dict:
             raise NotImplementedError(f"this model soft-caps its attention scores (softcap={softcap}) and form "
                                       f"{form!r} has no score modifiers; use one of: {able}")
         extra["score_mod"] = _softcap(float(softcap))
+    if sinks is not None:
+        if not f.sinks:
+            able = ", ".join(impl_name(n) for n, x in kernels.forms().items() if x.sinks)
+            raise NotImplementedError(f"this model has attention sinks (gpt-oss's s_aux) and form {form!r} takes none; "
+                                      f"use one of: {able}")
+        extra["sinks"] = sinks
     if form == "matrix":  # the one form that holds the weights: hand them over (output_attentions=True)
         extra["return_weights"] = True
     return extra
