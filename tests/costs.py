@@ -7,7 +7,10 @@ still running (a judged process, a browser), read from /proc before and after. A
 test began is not charged to it (a session's browser, a judge kept for the next test): its work then is another's.
 Setup and teardown count: a session fixture's first user pays for it, so a test that needs a session fixture
 measured slow is slow too; and a test marked fast is not held to a fixture it happened to set up for the tests that
-share it (which test comes first is xdist's choice, not the test's cost).
+share it (which test comes first is xdist's choice, not the test's cost). Likewise a cost that a worker pays once
+and keeps -- an import of seconds (transformers), a judge's process, a training worker -- lands on whichever test
+needs it first: a test whose slowness is that says so, ``@pytest.mark.slow(first="what it pays for")``, and is not
+held to SLOW_MIN when it ran after another test had paid (it is still slow when it runs alone: pytest -k).
 
 With ``--check-costs`` (the Makefile's test targets pass it) the run ends with a table of the tests whose mark does
 not fit their cost -- fast-marked over FAST_MAX, slow-marked under SLOW_MIN -- and fails when it is not empty. The
@@ -127,6 +130,8 @@ class Costs:
             item.user_properties.append(("cpu_s", round(cpu, 3)))
             item.user_properties.append(("shared_s", round(shared, 3)))
             item.user_properties.append(("slow_fixtures", heavy))
+            mark = item.get_closest_marker("slow")
+            item.user_properties.append(("first", bool(mark and mark.kwargs.get("first"))))
         yield
 
     def pytest_runtest_logreport(self, report):
@@ -141,7 +146,7 @@ class Costs:
         own = cpu - props.get("shared_s", 0.0)  # a fixture the next tests share is not this test's own cost ...
         if not slow and (own > FAST_MAX or props.get("heavy_fixtures")):  # ... but one of many seconds makes it slow
             self.wrong.append((report.nodeid, "fast", cpu))
-        elif slow and cpu < SLOW_MIN and not props.get("slow_fixtures"):
+        elif slow and cpu < SLOW_MIN and not props.get("slow_fixtures") and not props.get("first"):
             self.wrong.append((report.nodeid, "slow", cpu))
 
     def pytest_terminal_summary(self, terminalreporter):
