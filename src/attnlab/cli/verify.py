@@ -48,6 +48,9 @@ def add_parser(sub):
                    help="which rows to print: judged (default; the skipped cases one row per reason, with a count), "
                         "all (every case, skipped ones too) or failures")
     p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    p.add_argument("--causes", action="store_true",
+                   help="print the table of what the judge and the lab can name (each key, how it is detected, the "
+                        "words for a kernel author and for a learner) and exit; with --json, also as JSON")
     p.add_argument("--repro", metavar="DIR", help=REPRO_HELP)
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.add_argument("--model", metavar="NAME_OR_PATH",
@@ -84,6 +87,8 @@ def run(args) -> int:
 
     from . import UsageError
 
+    if args.causes:
+        return _causes(args.json)
     if args.model is not None:
         if args.api != "sdpa":
             raise UsageError(f"--api {args.api} and --model do not go together: --model runs attnlab's forms inside "
@@ -112,6 +117,30 @@ def run(args) -> int:
     console.print(verify_summary(result, specs, dropout_skipped=args.no_dropout))
     save_json(result, args.json)
     return 0 if result.passed else 1
+
+
+def _causes(json_path: str | None) -> int:
+    """The registry (attnlab.judge.registry) as a table: one row a key."""
+    from attnlab.judge import registry
+    from attnlab.report.terminal import console
+
+    rows = registry.rows()
+    for key, det, author, learner in rows:
+        console.print(f"{key}  [{det}]", markup=False)
+        if author != "-":
+            console.print(f"    author:  {author}", markup=False)
+        if learner != "-":
+            console.print(f"    learner: {learner}", markup=False)
+    console.print(f"{len(rows)} keys", markup=False)
+    if json_path:
+        import json
+
+        from attnlab.results.files import write_text
+
+        json_folder(json_path)
+        write_text(json_path, json.dumps([dict(zip(("key", "detectors", "author", "learner"), r, strict=True))
+                                          for r in rows], indent=1))
+    return 0
 
 
 def _limits(p) -> None:
