@@ -21,7 +21,7 @@ PIP_C  := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 # `slow` costs at least 0.2 s of CPU, a test without it at most 2 s (tests/costs.py).
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest --durations=25 --check-costs
 
-.PHONY: demo test test-fast test-long lint install install-dev browser clean constraints
+.PHONY: demo test test-fast test-long lint install install-dev browser clean constraints corpora
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,20 @@ test-long: install-dev
 # Two workers here too, as make test.
 test-fast: install-dev lint
 	$(PYTEST) -q -n 2 --dist loadgroup -m "not slow"
+
+# The blind corpora (tests/unseen: kernels and learners' files written by people who had not read the judge), each
+# judged and graded against the truths its writers set down; exit 1 when one is under its bars (tests/unseen/grade.py).
+# About 25 min on 2 cores: run by hand after a change to the judge or the lab's readings, not in CI's lanes.
+CORPORA_OUT ?= benchmarks/results/unseen
+corpora: install-dev
+	mkdir -p $(CORPORA_OUT)
+	for c in dev held; do \
+	  $(PY) -m tests.unseen.run $$c --json $(CORPORA_OUT)/$$c-kernels.json > $(CORPORA_OUT)/$$c-kernels.log && \
+	  $(PY) -m tests.unseen.run $$c --slips --json $(CORPORA_OUT)/$$c-slips.json > $(CORPORA_OUT)/$$c-slips.log \
+	  || exit 2; done
+	status=0; for c in dev held; do \
+	  $(PY) -m tests.unseen.grade $(CORPORA_OUT)/$$c-kernels.json $$c --check || status=1; \
+	  $(PY) -m tests.unseen.grade $(CORPORA_OUT)/$$c-slips.json $$c-slips --check || status=1; done; exit $$status
 
 # Take today's releases on purpose: a fresh venv (.venv-update) resolved without constraints.txt, the whole suite run
 # in it, and only then its versions written to constraints.txt (torch without a local label such as +cpu).

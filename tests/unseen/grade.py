@@ -4,7 +4,9 @@
 
 For each file: whether it was failed, whether its bug's line came first (one bug) or each bug is among the lines
 (two), and its false lines (a key neither its labels nor its ALSO nor NEUTRAL hold). Prints a row per file and the
-table of counts per API and kind; exit code 0.
+table of counts per API and kind. With ``--check``, exit code 1 when the issue's bars are not met (:func:`shortfalls`):
+single bugs named first >= 85 %, both bugs of two-bug files >= 85 %, precision bugs >= 80 %, no false line, no
+correct file failed; a wrong file of the corpus with no label, or a label with no file, is a shortfall too.
 """
 
 from __future__ import annotations
@@ -67,10 +69,31 @@ def table(graded: list[dict]) -> str:
     return "\n".join(lines)
 
 
+BARS = {"semantic": 0.85, "two": 0.85, "precision": 0.80}
+
+
+def shortfalls(graded: list[dict], table_: dict | None = None) -> list[str]:
+    """What keeps the graded run from the bars (empty: it meets them)."""
+    out = []
+    if table_ is not None:
+        names = {g["name"] for g in graded}
+        out += [f"no label for {n}" for n in sorted({g["name"] for g in graded if g["kind"] != "correct"}
+                                                    - set(table_))]
+        out += [f"a label for {n}, which the run did not judge" for n in sorted(set(table_) - names)]
+    for kind, bar in BARS.items():
+        rows = [g for g in graded if g["kind"] == kind]
+        if rows and sum(g["named"] for g in rows) < bar * len(rows):
+            out.append(f"{kind}: {sum(g['named'] for g in rows)} of {len(rows)} named, under {bar:.0%}")
+    out += [f"false line in {g['name']}: {', '.join(g['false'])}" for g in graded if g["false"]]
+    out += [f"a correct file failed: {g['name']}" for g in graded if g["kind"] == "correct" and not g["named"]]
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run")
     p.add_argument("corpus", choices=("dev", "held", "sinks", "dev-slips", "held-slips"))
+    p.add_argument("--check", action="store_true", help="exit 1 when the bars are not met (listed)")
     args = p.parse_args(argv)
     with open(args.run) as f:
         rows = json.load(f)
@@ -81,6 +104,11 @@ def main(argv=None) -> int:
         print(f"{g['verdict']:18s} {g['name']:60s} {', '.join(g['keys'][:4])}" + (f"  FALSE {g['false']}"
                                                                                    if g["false"] else ""))
     print(table(graded))
+    if args.check:
+        short = shortfalls(graded, tab)
+        for line in short:
+            print("short:", line)
+        return 1 if short else 0
     return 0
 
 
