@@ -12,6 +12,11 @@ and keeps -- an import of seconds (transformers), a judge's process, a training 
 needs it first: a test whose slowness is that says so, ``@pytest.mark.slow(first="what it pays for")``, and is not
 held to SLOW_MIN when it ran after another test had paid (it is still slow when it runs alone: pytest -k).
 
+Two costs are not a test's own and are not judged, each said in the summary: a test that ends while the machine is
+crowded past its CPUs (BUSY_LOAD: there CPU time grows with the crowd), and a fast-marked test over FAST_MAX during
+which a process another test had started ended (its work since the test began is in the count, and cannot be split
+from the test's).
+
 With ``--check-costs`` (the Makefile's test targets pass it) the run ends with a table of the tests whose mark does
 not fit their cost -- fast-marked over FAST_MAX, slow-marked under SLOW_MIN -- and fails when it is not empty. The
 two limits sit far apart on purpose: a test between them may carry either mark, so no verdict flips because the
@@ -30,6 +35,11 @@ FAST_MAX = 2.0  # CPU seconds a test not marked slow may take
 SLOW_MIN = 0.2  # CPU seconds below which a slow-marked test is not slow
 SLOW_FIXTURE = 2.0  # a session or module fixture whose setup took this much lets the tests that use it be slow ...
 HEAVY_FIXTURE = 5.0  # ... and one of this much makes them slow (between the two, either mark fits)
+# a test that ends with the 1-minute load over this is not held to its mark: on a machine crowded past its CPUs (the
+# suite's own two workers, and more) CPU time grows -- threads that spin while they wait, caches shared -- and a
+# mark's verdict must not flip with the load
+# (COSTS_BUSY_LOAD sets another: tests/test_costs.py judges its own burnt seconds at any load)
+BUSY_LOAD = float(os.environ.get("COSTS_BUSY_LOAD") or 1.5 * (os.cpu_count() or 2) + 1)
 _PROC = Path("/proc")
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -78,17 +88,23 @@ def snapshot() -> tuple[float, dict[int, tuple[float, float]]]:
 
 
 def spent(before: tuple[float, dict]) -> float:
+    return spent_and_ended(before)[0]
+
+
+def spent_and_ended(before: tuple[float, dict]) -> tuple[float, bool]:
     """CPU seconds used since ``before`` (a :func:`snapshot`) by this process and the processes started since: a
     process that was already running (a session's browser, a judge kept for the next test, a fork server) is not
     this test's, and its own work meanwhile is left out -- it would charge a fast test with another's, by the order
     the tests happen to run in; the processes it started and reaped meanwhile (a fork server's ranks) are counted.
-    One that ended meanwhile is taken out at what it had used before."""
+    One that ended meanwhile is taken out at what it had used before (its work since then is in the count, which
+    cannot split it: the second value says one did)."""
     own0, live0 = before
     own1, live1 = snapshot()
     gone = sum(a + b for pid, (a, b) in live0.items() if pid not in live1)  # reaped since: in own1 whole
     new = sum(a + b for pid, (a, b) in live1.items() if pid not in live0)
     reaped = sum(live1[pid][1] - b for pid, (_, b) in live0.items() if pid in live1)
-    return max(0.0, own1 - own0 - gone + new + reaped)
+    ended = any(pid not in live1 for pid in live0)
+    return max(0.0, own1 - own0 - gone + new + reaped), ended
 
 
 class Costs:
@@ -98,6 +114,8 @@ class Costs:
         self.check = check
         self.start: dict[str, float] = {}
         self.fixtures: dict[str, float] = {}  # fixture name -> CPU seconds its setup took (session/module scope)
+        self.busy: list[tuple[str, float]] = []  # tests that ended with the load over BUSY_LOAD: not judged
+        self.unsplit: list[tuple[str, float]] = []  # fast tests over FAST_MAX that another's process ended in
         self.wrong: list[tuple[str, str, float]] = []  # (nodeid, mark, cpu)
         self.seen: dict[str, float] = {}
         self.shared = 0.0  # CPU seconds of session and module fixtures' setups so far, in this process
@@ -122,7 +140,7 @@ class Costs:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
         if call.when == "teardown" and item.nodeid in self.start:
-            cpu = spent(self.start.pop(item.nodeid))
+            cpu, ended = spent_and_ended(self.start.pop(item.nodeid))
             shared = self.shared - self.shared_at.pop(item.nodeid, self.shared)  # fixtures this test happened to set up
             names = getattr(item, "fixturenames", ())
             heavy = sorted(f for f in names if self.fixtures.get(f, 0.0) >= SLOW_FIXTURE)
@@ -132,6 +150,8 @@ class Costs:
             item.user_properties.append(("slow_fixtures", heavy))
             mark = item.get_closest_marker("slow")
             item.user_properties.append(("first", bool(mark and mark.kwargs.get("first"))))
+            item.user_properties.append(("ended", ended))
+            item.user_properties.append(("load", os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0))
         yield
 
     def pytest_runtest_logreport(self, report):
@@ -142,9 +162,15 @@ class Costs:
             return
         cpu = props["cpu_s"]
         self.seen[report.nodeid] = cpu
+        if props.get("load", 0.0) > BUSY_LOAD:  # CPU time grows on a crowded machine: not this test's cost
+            self.busy.append((report.nodeid, props["load"]))
+            return
         slow = "slow" in report.keywords
         own = cpu - props.get("shared_s", 0.0)  # a fixture the next tests share is not this test's own cost ...
         if not slow and (own > FAST_MAX or props.get("heavy_fixtures")):  # ... but one of many seconds makes it slow
+            if props.get("ended") and not props.get("heavy_fixtures"):  # another test's process ended in it: its
+                self.unsplit.append((report.nodeid, cpu))  # work since the test began is in the count, unsplit
+                return
             self.wrong.append((report.nodeid, "fast", cpu))
         elif slow and cpu < SLOW_MIN and not props.get("slow_fixtures") and not props.get("first"):
             self.wrong.append((report.nodeid, "slow", cpu))
@@ -155,6 +181,15 @@ class Costs:
         tr = terminalreporter
         total = sum(self.seen.values())
         tr.write_sep("-", f"CPU time: {total:.0f} s over {len(self.seen)} tests (--check-costs)")
+        if self.busy:
+            worst = max(load for _, load in self.busy)
+            tr.write_line(f"{len(self.busy)} test(s) not held to their mark: they ended while the machine was busy "
+                          f"(1-minute load over {BUSY_LOAD:g}, up to {worst:.1f}, on {os.cpu_count()} CPUs), where "
+                          "CPU time grows with the crowd")
+        if self.unsplit:
+            tr.write_line(f"{len(self.unsplit)} fast-marked test(s) over {FAST_MAX:g} s not held to their mark: a "
+                          "process another test started ended during them, and its work is in their count: "
+                          + ", ".join(f"{n} ({c:.1f} s)" for n, c in self.unsplit[:5]))
         if not self.wrong:
             tr.write_line(f"every mark fits its cost: fast <= {FAST_MAX:g} s, slow >= {SLOW_MIN:g} s of CPU")
             return
