@@ -156,8 +156,8 @@ def _limits(p) -> None:
                         "7x)")
 
 
-def _ratio(text: str) -> float:
-    """--max-ratio as a number of at least 1."""
+def _at_least_1(text: str, why: str) -> float:
+    """A number of at least 1 from the command line, or an argparse error that says ``why``."""
     import argparse
     import math
 
@@ -166,22 +166,18 @@ def _ratio(text: str) -> float:
     except ValueError:
         x = math.nan
     if not math.isfinite(x) or x < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number >= 1 (PyTorch's own error is 1x)")
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number >= 1 ({why})")
     return x
+
+
+def _ratio(text: str) -> float:
+    """--max-ratio as a number of at least 1."""
+    return _at_least_1(text, "PyTorch's own error is 1x")
 
 
 def _factor(text: str) -> float:
     """--factor as a number of at least 1 (the rule never asks less of a kernel than PyTorch's own error)."""
-    import argparse
-    import math
-
-    try:
-        x = float(text)
-    except ValueError:
-        x = math.nan
-    if not math.isfinite(x) or x < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number >= 1 (default 2)")
-    return x
+    return _at_least_1(text, "default 2")
 
 
 def _only(cases: list, text: str | None) -> list:
