@@ -255,7 +255,7 @@ def test_the_page_says_when_a_measured_claim_does_not_hold():
     assert html.count("✓ holds") == 1
     from types import SimpleNamespace
 
-    explore = sources.explore(Path("/nonexistent"), seed=0)
+    explore = sources.explore(Path("/nonexistent"), seed=0, quick=True)
     demo = DemoResult.from_dict(demo_json(("loops", 3e-7)) | {"widths": [256], "peak": {"none": [0.9], "sqrt": [0.1],
                                                                                           "inv": [0.02]}})
     walk = walkthrough.seeded(0)[1]

@@ -149,8 +149,10 @@ def explore(parts, imgs) -> str:
                  "a pasted web page and the model's own answer are all just positions: every later query scores every "
                  "earlier key the same way, and only a mask can keep a key out. The numbers:</blockquote>"
                  if name == "trust" else "")
-        out += (f'<h3 id="explore-{name}">explore {escape(name)}</h3>{badge(part)}{quote}'
-                f'<p class="finding">{escape(part.finding)}</p>'
+        out += f'<h3 id="explore-{name}">explore {escape(name)}</h3>{badge(part)}{quote}'
+        if part.result is None:  # not measured: the badge says how to run it
+            continue
+        out += (f'<p class="finding">{escape(part.finding)}</p>'
                 + figure(imgs.get(f"explore-{name}"), name, f"attnlab explore {name}"))
     return out
 
