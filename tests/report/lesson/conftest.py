@@ -70,6 +70,9 @@ def lesson(tmp_path_factory):
     (out / "bench.json").write_text(json.dumps(BENCH))
     (out / "train.json").write_text(json.dumps(TRAIN))
     (out / "tie_kv.json").write_text(json.dumps(TIE))
+    from attnlab.results import write_json
+
+    write_json(sinks_result(), out / "explore-sinks.json")  # its section, with a table and a figure, on the page
     tiny_checkpoint(out / "checkpoints" / "scale-sqrt.pt")
     # --open goes through Python's webbrowser, which honours $BROWSER: a script that notes the address it was given
     opened = out.parent / "opened.txt"
