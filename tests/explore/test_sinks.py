@@ -113,6 +113,10 @@ def test_the_estimate_counts_both_models_and_the_measuring():
     assert sinks.seconds(est, cfg) == pytest.approx(want)
     resumed = sinks.seconds(est, cfg, {"plain": 0, "sinks": 100})  # plain finished, sinks 100 steps short
     assert resumed == pytest.approx(100 * 0.2 + (100 // cfg.eval_every + 2) * 0.4 + sinks.FORWARDS * 0.3 / 3)
+    # before training, the command chooses its threads and times each model: the lesson build counts that too
+    assert sinks.timing_s(est) == pytest.approx(sinks.TIMING_STEPS * 0.15 + 0.8)
+    same = dict.fromkeys(sinks.VARIANTS, Estimate(0.1, sinks.LOG_STEPS * 0.1))
+    assert sinks.seconds_from_step(0.1) == pytest.approx(sinks.timing_s(same) + sinks.seconds(same, cfg))
 
 
 @pytest.mark.parametrize("argv,said", [

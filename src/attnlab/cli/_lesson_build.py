@@ -122,7 +122,8 @@ def _planned(out: Path) -> tuple[_Log, list, float]:
             from attnlab.explore import sinks
 
             sinks_cfg = sinks.config()
-            sinks_s = sinks.seconds(sinks.estimates(sinks_cfg, lab_train.load_corpus(sinks_cfg)), sinks_cfg)
+            sinks_est = sinks.estimates(sinks_cfg, lab_train.load_corpus(sinks_cfg))
+            sinks_s = sinks.timing_s(sinks_est) + sinks.seconds(sinks_est, sinks_cfg)  # the command times, then runs
         steps = build.plan(out, est.seconds(cfg.steps, cfg.eval_every), est.step_s, sinks_s)
     todo = [s for s in steps if s.why]
     log.startup_s = build.running_s()

@@ -121,7 +121,7 @@ def _trained(args, out, resuming):
             console.print("\n".join(train_report.resume_lines(resuming)))
         choice = train_time.choose_threads(cfg, data, rounds=1, steps=2)
         console.print(f"  threads: {choice.threads}, the faster here now (" + ", ".join(
-            f"{n}: {s * 1e3:.0f} ms a step" for n, s in choice.step_s.items()) + "); chosen again at every log")
+            f"{n}: {s * 1e3:.0f} ms a step" for n, s in choice.step_s.items()) + ")")
         est = sinks.estimates(cfg, data)
         left = {n: cfg.steps - (step or 0) for n, (_, step) in resuming.items()} if resuming else None
         seconds = sinks.seconds(est, cfg, left)
@@ -130,7 +130,7 @@ def _trained(args, out, resuming):
             "timed on a few steps before starting)")
         with catch_interrupt() as stop, train_report.train_progress(cfg.steps, list(sinks.VARIANTS)) as on_step:
             r = sinks.run(args.seed, args.preset or "default", out, resume=bool(resuming), data=data,
-                          on_step=on_step, stop=stop, estimate_s=seconds, threads=(1, 2))
+                          on_step=on_step, stop=stop, estimate_s=seconds)
     except KeyboardInterrupt as e:  # training's says where it stopped and what it saved; before it, nothing was
         said = str(e) if str(e).startswith("stopped") else "stopped"
         console.print(f"[yellow]{escape(said)}[/]; {escape(_again(args, out))}")

@@ -51,6 +51,7 @@ HELD_OUT_BATCHES = 8  # batches of validation text measured (the noise is the sp
 MIN_CHANGE = 0.02  # a change in the mean first-token share smaller than this is not called a change...
 NOISE_SE = 3.0  # ...nor one smaller than this many standard errors of the per-batch difference
 FORWARDS = 2 * HELD_OUT_BATCHES + 6  # the measuring after training, in forward passes of a batch (fitted below)
+TIMING_STEPS = 3 + 3 * 2 + 2 * 6  # timing_s's steps
 LOG_STEPS = 4  # a log costs about four steps' time (attnlab.train.train's default preset says so)
 HEAVY = 0.3  # a head "parks" on the first token (or the sink) when it gives it at least this share
 
@@ -137,6 +138,13 @@ def seconds(est: dict, cfg: TrainConfig, left: dict[str, int] | None = None) -> 
     return train_s + sum(FORWARDS * e.step_s / 3 for e in est.values())
 
 
+def timing_s(est: dict) -> float:
+    """The command's seconds before training: choosing the thread count (3 steps at 1 thread and 3 at 2, taken as
+    twice as slow) and timing each model (a warm-up, 5 steps and a log): :data:`TIMING_STEPS` steps and a log each."""
+    step = sum(e.step_s for e in est.values()) / len(est)
+    return TIMING_STEPS * step + sum(e.log_s for e in est.values())
+
+
 def estimates(cfg: TrainConfig, data) -> dict:
     """Each model's step and log, timed now on a few steps (:func:`attnlab.train.estimate.estimate`)."""
     from attnlab.train.estimate import estimate
@@ -145,20 +153,23 @@ def estimates(cfg: TrainConfig, data) -> dict:
 
 
 def seconds_from_step(step_s: float, preset: str = "default") -> float:
-    """The run's seconds when only a step's time is known (a log taken as LOG_STEPS steps)."""
+    """The command's seconds (its timing first, then the run) when only a step's time is known (a log taken as
+    LOG_STEPS steps)."""
     from attnlab.train.estimate import Estimate
 
-    return seconds(dict.fromkeys(VARIANTS, Estimate(step_s, LOG_STEPS * step_s)), PRESETS[preset])
+    est = dict.fromkeys(VARIANTS, Estimate(step_s, LOG_STEPS * step_s))
+    return timing_s(est) + seconds(est, PRESETS[preset])
 
 
 def run(seed: int = 0, preset: str = "default", out: str | Path | None = None, *, resume: bool = False,
-        data=None, on_step=None, stop=None, estimate_s: float | None = None,
-        threads: tuple[int, ...] | None = None) -> SinksResult:
+        data=None, on_step=None, stop=None, estimate_s: float | None = None) -> SinksResult:
     """Train both models (checkpoints in ``out``/checkpoints, a temporary folder when None) and measure them.
 
     ``resume``: go on from the checkpoints a stopped run left; ``stop``: a StopFlag (Ctrl-C saves and raises
-    KeyboardInterrupt); ``on_step(name, step, steps, loss, tokens_per_s)``: progress; ``threads``: the thread counts
-    training chooses between from its own steps (None: the process's setting)."""
+    KeyboardInterrupt); ``on_step(name, step, steps, loss, tokens_per_s)``: progress. Both models train at the
+    process's thread count (the command chooses it first): re-choosing at every log, as ``attnlab train`` does,
+    timed trial steps at 2 threads of 4 s each on a busy machine (load 9; 0.13-0.2 s at 1 thread), seconds the
+    estimate did not hold."""
     import tempfile
 
     from attnlab.nn import GPT
@@ -175,8 +186,7 @@ def run(seed: int = 0, preset: str = "default", out: str | Path | None = None, *
         folder = Path(out) if out is not None else Path(tmp)
         for name, variant in VARIANTS.items():
             path = ckpt.path_of(folder, KIND, name)
-            lab_train.train_variant(cfg, name, variant, data, path, resume=resume, stop=stop, on_step=on_step,
-                                    threads=threads)
+            lab_train.train_variant(cfg, name, variant, data, path, resume=resume, stop=stop, on_step=on_step)
             model = GPT(cfg.model(data.vocab_size, **variant))
             model.load_state_dict(ckpt.load(path)["model"])
             model.eval()
