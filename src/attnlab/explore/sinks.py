@@ -40,7 +40,7 @@ from attnlab.train.train import TrainConfig
 VARIANTS = {"plain": {}, "sinks": {"sinks": True}}
 KIND = "explore-sinks"  # the checkpoints' prefix in out/checkpoints
 # the default: the lesson's tiny GPT (2 layers, 3 heads of width 32, T 64, batch 32) for 300 steps each, in the
-# matrix form (sdpa takes no sinks; both models use the same form); about 45 s a model on 2 busy cores
+# matrix form (sdpa takes no sinks; both models use the same form); 50-60 s a model on 2 cores at load 9-18
 PRESETS = {
     "default": TrainConfig(steps=300, batch_size=32, block_size=64, n_layer=2, n_head=3, d_model=96, eval_every=100,
                            impl="matrix"),
@@ -50,7 +50,9 @@ PRESETS = {
 HELD_OUT_BATCHES = 8  # batches of validation text measured (the noise is the spread between them)
 MIN_CHANGE = 0.02  # a change in the mean first-token share smaller than this is not called a change...
 NOISE_SE = 3.0  # ...nor one smaller than this many standard errors of the per-batch difference
-FORWARDS = 2 * HELD_OUT_BATCHES + 6  # the measuring after training, in forward passes of a batch (fitted below)
+# the measuring after each model's training, in forward passes of a batch: the held-out loss and weights (a pass
+# over every batch each), and about 6 more for the heads' check that training ends with (attnlab.train.circuits)
+FORWARDS = 2 * HELD_OUT_BATCHES + 6
 TIMING_STEPS = 3 + 3 * 2 + 2 * 6  # timing_s's steps
 LOG_STEPS = 4  # a log costs about four steps' time (attnlab.train.train's default preset says so)
 HEAVY = 0.3  # a head "parks" on the first token (or the sink) when it gives it at least this share
