@@ -10,7 +10,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def test_explore_lists_runs_and_rejects(tmp_path, capsys):
     assert main(["explore"]) == 0
     out = capsys.readouterr().out
-    for name in ("no-mask", "same-token", "inv-scale", "trust", "online-softmax"):
+    for name in ("no-mask", "same-token", "inv-scale", "trust", "online-softmax", "sinks"):
         assert name in out
 
     assert main(["explore", "same-token", "--out", str(tmp_path / "out")]) == 0

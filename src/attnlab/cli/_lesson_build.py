@@ -117,7 +117,14 @@ def _planned(out: Path) -> tuple[_Log, list, float]:
         log.say(f"lesson --build: {choice.threads} thread{'s' if choice.threads > 1 else ''}, the faster here now ("
                 + ", ".join(f"{n}: {s * 1e3:.0f} ms a training step" for n, s in choice.step_s.items()) + ")")
         est = train_time.estimate(cfg, data)
-        steps = build.plan(out, est.seconds(cfg.steps, cfg.eval_every), est.step_s)
+        sinks_s = None
+        if any(s.why for s in steps if s.name == "explore sinks"):  # its own model and form, timed too
+            from attnlab.explore import sinks
+
+            sinks_cfg = sinks.config()
+            sinks_est = sinks.estimates(sinks_cfg, lab_train.load_corpus(sinks_cfg))
+            sinks_s = sinks.timing_s(sinks_est) + sinks.seconds(sinks_est, sinks_cfg)  # the command times, then runs
+        steps = build.plan(out, est.seconds(cfg.steps, cfg.eval_every), est.step_s, sinks_s)
     todo = [s for s in steps if s.why]
     log.startup_s = build.running_s()
     page_s, log.page_how = build.page_estimate(not todo, before, est.step_s if choice else None, log.startup_s)

@@ -17,8 +17,8 @@ def add_parser(sub):
     p.add_argument("--quick", action="store_true", help="smallest quick runs for missing results; no training")
     p.add_argument("--build", action="store_true",
                    help="first run the commands whose results are missing or stale (demo, bench, train, the tie-kv "
-                        "ablation, explore), saying beforehand how long they will take, then build the page; a line "
-                        "per step, in lesson-build.log too")
+                        "ablation, explore, explore sinks), saying beforehand how long they will take, then build the "
+                        "page; a line per step, in lesson-build.log too")
     p.add_argument("--seed", type=seed, default=0, help="random seed for the seeded model and quick runs (default: 0)")
     p.add_argument("--model", metavar="NAME_OR_PATH",
                    help="a pretrained causal LM instead (a Hugging Face hub name or a local folder; needs "

@@ -62,7 +62,7 @@ def collect(out: str | Path, quick: bool = False, seed: int = 0, log=lambda msg:
     log("train")
     scale, tie = sources.train(out, quick)
     log("explore")
-    explore = sources.explore(out, seed)
+    explore = sources.explore(out, seed, quick)
     heads = None
     if loaded.model.cfg.block_size >= 2 * circ.repeats.MIN_SEGMENT:
         heads = circ.measure(loaded.model, loaded.chars, seed=seed)

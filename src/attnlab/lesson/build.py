@@ -1,11 +1,12 @@
 """Which of the lesson's measurements still have to run, why, and about how long each will take.
 
 ``attnlab lesson --build`` runs the commands whose results the page reads -- demo, bench, train, the
-tied key/value ablation, explore -- but only those whose files are missing or stale, then builds
-the page. :func:`plan` decides: a result is *stale* when another version of attnlab wrote it, or
-(for training) when it was trained with other settings than ``attnlab train`` uses now (an older
-default model had no heads to name). Each step carries an estimate: training's from a few real
-steps timed on this machine (:mod:`attnlab.train.estimate`), the others' from their sizes.
+tied key/value ablation, the quick explore experiments, explore sinks (which trains two models) -- but
+only those whose files are missing or stale, then builds the page. :func:`plan` decides: a result is
+*stale* when another version of attnlab wrote it, or (for training) when it was trained with other
+settings than ``attnlab train`` (or ``explore sinks``) uses now (an older default model had no heads to
+name). Each step carries an estimate: training's from a few real steps timed on this machine
+(:mod:`attnlab.train.estimate`), the others' from their sizes.
 :class:`BuildLog` is what the build measured, written as JSON beside the page.
 """
 
@@ -57,7 +58,7 @@ def scaled(name: str, step_s: float | None) -> float:
 
 @dataclass
 class Step(Result):
-    name: str  # "demo", "bench", "train", "train tie-kv", "explore"
+    name: str  # "demo", "bench", "train", "train tie-kv", "explore", "explore sinks"
     argv: list[str]  # the command that makes its results
     why: str | None  # "missing ..." or "stale: ..."; None: up to date, not run
     estimate_s: float
@@ -226,13 +227,26 @@ def _trained_otherwise(cfg) -> callable:
     return check
 
 
-def plan(out: str | Path, train_estimate_s: float | None = None, step_s: float | None = None) -> list[Step]:
+# explore sinks trains the default model's shape in the matrix form (it takes sinks), whose step took 1.3-1.6 times
+# sdpa's (98 and 125 ms against 76, 1 thread, load 5-9 on 2 cores): its estimate when its own steps are not timed
+SINKS_STEP_RATIO = 1.5
+
+
+def _sinks_otherwise(data: dict) -> str | None:
+    other = [k for k, v in (("preset", "default"), ("seed", 0)) if data.get(k) != v]
+    return f"stale: trained with other settings ({', '.join(other)})" if other else None
+
+
+def plan(out: str | Path, train_estimate_s: float | None = None, step_s: float | None = None,
+         sinks_estimate_s: float | None = None) -> list[Step]:
     """Every step of the default lesson, each with why it must run (None: up to date) and its estimate.
 
     ``train_estimate_s``: seconds for one variant of the default training run, measured (None: not measured,
     the default preset's steps at REFERENCE_STEP_S a step); ``step_s``: the training step time measured now,
-    which scales the other steps' estimates (:func:`scaled`)."""
+    which scales the other steps' estimates (:func:`scaled`); ``sinks_estimate_s``: explore sinks's seconds, from
+    its own steps timed now (None: its steps at the training step times SINKS_STEP_RATIO)."""
     from attnlab import explore
+    from attnlab.explore import sinks
     from attnlab.train.train import PRESETS
 
     out = Path(out)
@@ -241,7 +255,9 @@ def plan(out: str | Path, train_estimate_s: float | None = None, step_s: float |
     trained = _trained_otherwise(cfg)
     ckpt = out / "checkpoints" / "scale-sqrt.pt"
     train_why = _stale(out / "train.json", trained) or (None if ckpt.is_file() else f"{ckpt.name} is missing")
-    stale_explore = dict.fromkeys(w for name in explore.EXPERIMENTS if (w := _stale(out / f"explore-{name}.json")))
+    stale_explore = dict.fromkeys(w for name in explore.quick() if (w := _stale(out / f"explore-{name}.json")))
+    if sinks_estimate_s is None:
+        sinks_estimate_s = sinks.seconds_from_step((step_s or REFERENCE_STEP_S) * SINKS_STEP_RATIO)
     o = ["--out", str(out)]
     return [
         Step("demo", ["demo", *o], _stale(out / "demo.json"), scaled("demo", step_s)),
@@ -250,5 +266,8 @@ def plan(out: str | Path, train_estimate_s: float | None = None, step_s: float |
         # its separate-K/V model is the scale run's 1/sqrt(d) model (the same settings, seed and data), which
         # `attnlab train` reuses: the ablation trains one model, not two
         Step("train tie-kv", ["train", "--ablation", "tie-kv", *o], _stale(out / "tie_kv.json", trained), per_variant),
-        Step("explore", ["explore", "all", *o], "; ".join(stale_explore) or None, scaled("explore", step_s)),
+        Step("explore", ["explore", *explore.quick(), *o], "; ".join(stale_explore) or None,
+             scaled("explore", step_s)),
+        Step("explore sinks", ["explore", "sinks", *o], _stale(out / "explore-sinks.json", _sinks_otherwise),
+             sinks_estimate_s),
     ]

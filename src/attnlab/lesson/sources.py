@@ -158,7 +158,9 @@ def train(out: Path, quick: bool) -> tuple[Part, Part]:
     return found["scale"], found["tie-kv"]
 
 
-def explore(out: Path, seed: int) -> dict[str, Part]:
+def explore(out: Path, seed: int, quick: bool = False) -> dict[str, Part]:
+    """Each experiment's result: from its JSON, else run now. One that trains (sinks) is not run at its full size
+    while the page is built: a tiny run (seconds) stands in, labelled as such, or with ``quick`` nothing."""
     from attnlab import explore as lab_explore
 
     parts = {}
@@ -171,6 +173,17 @@ def explore(out: Path, seed: int) -> dict[str, Part]:
             except (TypeError, ValueError) as err:
                 raise ValueError(f"{path} is not a result of `attnlab explore {name}` ({err}); run it again") from None
             origin, note = "file", f"from {path}"
+        elif e.trains and quick:
+            parts[name] = Part(name, "not measured", f"no {path.name} in {out} and --quick skips training; run "
+                               f"`attnlab explore {name} --out {out}` and build the page again", None)
+            continue
+        elif e.trains:
+            result = e.load().run(seed=seed, preset="tiny")
+            layers = f"{result.layers} layer{'s' if result.layers != 1 else ''}"
+            origin, note = "quick run", (f"{path.name} was not in {out}, so tiny models (--preset tiny: "
+                                         f"{layers}, {result.config['steps']} steps each) were trained "
+                                         f"while this page was built ({result.seconds:.0f} s); `attnlab explore "
+                                         f"{name} --out {out}` trains the real ones")
         else:
             result, origin, note = e.run(seed=seed), "computed now", "computed while this page was built"
         parts[name] = Part(name, origin, note, result, e.finding(result))

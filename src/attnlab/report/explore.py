@@ -118,8 +118,28 @@ def online_softmax(r, path) -> Path:
     return save_figure(fig, path)
 
 
+def sinks(r, path) -> Path:
+    heads = [(li, hi) for li in range(r.layers) for hi in range(r.heads)]
+    x = np.arange(len(heads))
+    fig, ax = _plt().subplots(figsize=(max(6.4, 1.1 * len(heads) + 2), 3.9), dpi=110)
+    bars = [(r.first["plain"], "first token, without sinks", "#8d99ae"),
+            (r.first["sinks"], "first token, with sinks", "#264653"),
+            (r.sink, "the sink, with sinks", "#e76f51")]
+    for k, (grid, label, colour) in enumerate(bars):
+        b = ax.bar(x + (k - 1) * 0.27, [grid[li][hi] for li, hi in heads], 0.27, label=label, color=colour)
+        ax.bar_label(b, fmt="%.2f", fontsize=7)
+    ax.axhline(r.uniform, color="grey", ls=":", lw=1, label=f"an even head's first-token share ({r.uniform:.3f})")
+    ax.set_xticks(x, [f"layer {li}\nhead {hi}" for li, hi in heads], fontsize=8)
+    ax.set_ylabel("mean attention weight (queries 1 .. T-1)")
+    ax.set_ylim(0, max(0.1, *(grid[li][hi] for grid, _, _ in bars for li, hi in heads)) * 1.2)
+    ax.set_title(f"Where each head's attention goes on held-out text ({r.config['steps']} steps each, seed {r.seed})",
+                 fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    return save_figure(fig, path)
+
+
 FIGURES = {"no-mask": no_mask, "same-token": same_token, "inv-scale": inv_scale, "trust": trust,
-           "online-softmax": online_softmax}
+           "online-softmax": online_softmax, "sinks": sinks}
 
 
 def figure(name: str, result, path) -> Path:

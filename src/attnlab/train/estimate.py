@@ -65,17 +65,17 @@ def choose_threads(cfg, data, counts=(1, 2), rounds: int = 2, steps: int = 3) ->
     return ThreadChoice(best, step_s, before, _load())
 
 
-def estimate(cfg, data, steps: int = 5, log: bool = True) -> Estimate:
+def estimate(cfg, data, steps: int = 5, log: bool = True, variant: dict | None = None) -> Estimate:
     """Time ``steps`` steps (their median: a burst of other work on a shared machine moves one step, not the
-    estimate) and one log (``log=False``: none) of ``cfg``'s model on ``data`` (a Corpus); the weights are thrown
-    away."""
+    estimate) and one log (``log=False``: none) of ``cfg``'s model (with ``variant``'s settings, such as
+    ``{"sinks": True}``) on ``data`` (a Corpus); the weights are thrown away."""
     from attnlab.distributed.parallel import Grid
     from attnlab.train.train import _measure, _set_up, _step
 
     state = torch.random.get_rng_state()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            v = _set_up(cfg, "estimate", {}, data, Path(tmp) / "estimate.pt", Grid())
+            v = _set_up(cfg, "estimate", variant or {}, data, Path(tmp) / "estimate.pt", Grid())
             _step(v, 0)  # warm-up: the first call allocates and picks kernels
             times = []
             for s in range(steps):

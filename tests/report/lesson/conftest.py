@@ -8,6 +8,23 @@ import sys
 import pytest
 import torch
 
+
+def sinks_result(preset="default", seed=0):
+    """A made-up result of `attnlab explore sinks` (2 layers of 3 heads), as this version writes it."""
+    import dataclasses
+
+    from attnlab.explore import sinks
+    from attnlab.results import machine, versions
+
+    first = {"plain": [[0.61, 0.05, 0.04], [0.06, 0.42, 0.02]], "sinks": [[0.08, 0.04, 0.04], [0.05, 0.06, 0.02]]}
+    sink, logits = [[0.55, 0.1, 0.08], [0.11, 0.38, 0.07]], [[2.1, -0.4, -0.6], [-0.2, 1.3, -0.8]]
+    return sinks.SinksResult(seed, preset, dataclasses.asdict(sinks.config(preset, seed)), {"name": "python stdlib"},
+                             2, 3, first, sink, logits,
+                             {"plain": [0.19, 0.2, 0.21, 0.2], "sinks": [0.05, 0.048, 0.05, 0.052]},
+                             [0.2, 0.21, 0.2, 0.19], 0.059, {"plain": 2.33, "sinks": 2.31},
+                             {"batches": 4, "rows": 32, "T": 64, "queries": "1 .. T-1", "split": "validation"}, 93.0,
+                             88.0, machine(), versions())
+
 # Schema-true results as `attnlab bench` and `attnlab train` write them (issues 4 and 5), small and made up, so the
 # page's reading of those files is tested without spending minutes measuring.
 BENCH = {"machine": {}, "versions": {}, "config": {"seq": [128, 512]}, "matmul_gflops": 50.0,
@@ -53,6 +70,9 @@ def lesson(tmp_path_factory):
     (out / "bench.json").write_text(json.dumps(BENCH))
     (out / "train.json").write_text(json.dumps(TRAIN))
     (out / "tie_kv.json").write_text(json.dumps(TIE))
+    from attnlab.results import write_json
+
+    write_json(sinks_result(), out / "explore-sinks.json")  # its section, with a table and a figure, on the page
     tiny_checkpoint(out / "checkpoints" / "scale-sqrt.pt")
     # --open goes through Python's webbrowser, which honours $BROWSER: a script that notes the address it was given
     opened = out.parent / "opened.txt"

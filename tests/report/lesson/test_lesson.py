@@ -18,7 +18,7 @@ from attnlab.measure.bench import BenchResult
 from attnlab.report.lesson import numbers, sections, teach
 from attnlab.train.train import TrainResult
 
-from .conftest import BENCH, TRAIN, tiny_checkpoint
+from .conftest import BENCH, TRAIN, sinks_result, tiny_checkpoint
 
 
 @pytest.mark.slow
@@ -51,6 +51,9 @@ def test_cli_builds_one_self_contained_page(lesson):
     assert "3.450 tied against 3.390 separate" in html  # the tie-kv answer read the ablation's JSON
     assert "Measured here (tie_kv.json)" in html and "(bench.json, fastest of the repeats)" in html
     assert "took 4× as long as PyTorch" in html  # bench.json: matrix 4e-8 s·T² against sdpa's 1e-8
+    sinks = html[html.index('id="explore-sinks"'):]
+    assert "falls from 0.200 to 0.048 on average over the 6 heads" in unescape(sinks)  # explore-sinks.json's numbers
+    assert "<td><b>0.610</b></td>" in sinks and "attnlab explore sinks" in sinks
 
 
 def test_seeded_walkthrough_and_the_python_reference():
@@ -172,6 +175,40 @@ def test_sources_read_classify_and_measure(tmp_path):
     assert "matrix" in q.exponents
 
 
+def test_the_sinks_section_shows_the_runs_numbers(tmp_path):
+    from attnlab.explore import sinks as lab_sinks
+    from attnlab.results import write_json
+
+    parts = sources.explore(tmp_path, seed=0, quick=True)  # no explore-sinks.json and --quick: not trained now
+    assert parts["sinks"].origin == "not measured" and parts["sinks"].result is None
+    assert f"`attnlab explore sinks --out {tmp_path}`" in parts["sinks"].note
+    html = sections.explore({"sinks": parts["sinks"]}, {})
+    assert "explore sinks</h3>" in html and "not measured" in html and 'class="finding"' not in html
+    r = sinks_result()
+    write_json(r, tmp_path / "explore-sinks.json")
+    part = sources.explore(tmp_path, seed=0, quick=True)["sinks"]
+    assert part.origin == "file" and part.result == r
+    html = unescape(sections.explore({"sinks": part}, {"explore-sinks": {"src": "data:,", "width": 9, "height": 9}}))
+    assert lab_sinks.finding(r) in html  # the finding, computed from the file's numbers
+    assert "falls from 0.200 to 0.048" in html and "The sink takes 0.215 of the weight on average" in html
+    table = html[html.index('<table class="sinks">'):html.index("</table>")]
+    rows = re.findall(r"<tr><th>(layer\xa0\d head\xa0\d)</th>(.*?)</tr>", table)  # unescaped: no-break spaces
+    assert [name for name, _ in rows] == [f"layer\xa0{li} head\xa0{h}" for li in range(2) for h in range(3)]
+    # per head: the first token without sinks, with sinks, the sink, its logit (bold: 0.3 or more)
+    assert rows[0][1] == "<td><b>0.610</b></td><td>0.080</td><td><b>0.550</b></td><td>+2.10</td>"
+    assert rows[4][1] == "<td><b>0.420</b></td><td>0.060</td><td><b>0.380</b></td><td>+1.30</td>"
+    assert '<tr class="mean"><th>mean</th><td>0.200</td><td>0.048</td><td>0.215</td>' in table
+    assert "an even head" not in table and "would give the first token 0.059" in html and 'src="data:,"' in html
+
+
+@pytest.mark.slow
+def test_a_missing_sinks_result_is_a_tiny_run_said_to_be_one(tmp_path):
+    part = sources.explore(tmp_path, seed=0)["sinks"]
+    assert part.origin == "quick run" and part.result.preset == "tiny" and part.result.layers == 1
+    assert "tiny models (--preset tiny: 1 layer, 20 steps each) were trained while this page was built" in part.note
+    assert part.finding.startswith("With a learned sink the weight on the first token")
+
+
 def test_quick_bench_growth_is_said_to_be_short_lengths():
     data = BenchResult.from_dict(BENCH | {
         "results": [{"impl": "matrix", "seq": s, "time_s": t} for s, t in ((16, 2e-3), (64, 4e-4))],
@@ -255,7 +292,7 @@ def test_the_page_says_when_a_measured_claim_does_not_hold():
     assert html.count("✓ holds") == 1
     from types import SimpleNamespace
 
-    explore = sources.explore(Path("/nonexistent"), seed=0)
+    explore = sources.explore(Path("/nonexistent"), seed=0, quick=True)
     demo = DemoResult.from_dict(demo_json(("loops", 3e-7)) | {"widths": [256], "peak": {"none": [0.9], "sqrt": [0.1],
                                                                                           "inv": [0.02]}})
     walk = walkthrough.seeded(0)[1]

@@ -12,7 +12,7 @@ from attnlab.lesson import build
 from attnlab.results import write_json
 from attnlab.train import train
 
-from .conftest import BENCH, TIE, TRAIN, tiny_checkpoint
+from .conftest import BENCH, TIE, TRAIN, sinks_result, tiny_checkpoint
 
 NOW = {"attnlab": __version__}
 
@@ -27,15 +27,17 @@ def _up_to_date(out, but=()):
     for name, data in files.items():
         if name not in but:
             (out / name).write_text(json.dumps(data))
-    for name, e in explore.EXPERIMENTS.items():
+    for name in explore.quick():
         if "explore" not in but:
-            write_json(e.run(seed=0), out / f"explore-{name}.json")
+            write_json(explore.get(name).run(seed=0), out / f"explore-{name}.json")
+    if "explore-sinks.json" not in but:
+        write_json(sinks_result(), out / "explore-sinks.json")
     tiny_checkpoint(out / "checkpoints" / "scale-sqrt.pt")
 
 
 def test_the_plan_runs_only_what_is_missing_or_stale(tmp_path):
     steps = build.plan(tmp_path, train_estimate_s=50.0)
-    assert [s.name for s in steps] == ["demo", "bench", "train", "train tie-kv", "explore"]
+    assert [s.name for s in steps] == ["demo", "bench", "train", "train tie-kv", "explore", "explore sinks"]
     assert all(s.why and "missing" in s.why for s in steps)
     assert [s.estimate_s for s in steps if s.name.startswith("train")] == [150.0, 50.0]  # tie-kv trains one model
     assert steps[1].argv[:3] == ["bench", "--impl", "loops,matrix,flash,sdpa"]
@@ -46,7 +48,7 @@ def test_the_plan_runs_only_what_is_missing_or_stale(tmp_path):
     assert all(b.estimate_s > s.estimate_s for b, s in zip(busy, steps, strict=True) if s.name in build.FIXED)
     assert steps[0].estimate_s == build.SECONDS["demo"] and busy[1].estimate_s == build.SECONDS["bench"]
     _up_to_date(tmp_path)
-    assert [s.why for s in build.plan(tmp_path)] == [None] * 5
+    assert [s.why for s in build.plan(tmp_path)] == [None] * 6
     old = json.loads((tmp_path / "bench.json").read_text()) | {"versions": {"attnlab": "0.0.1"}}
     (tmp_path / "bench.json").write_text(json.dumps(old))
     other = json.loads((tmp_path / "train.json").read_text())
@@ -60,6 +62,25 @@ def test_the_plan_runs_only_what_is_missing_or_stale(tmp_path):
     other["config"]["steps"] = train.PRESETS["default"].steps
     (tmp_path / "train.json").write_text(json.dumps(other))
     assert {s.name: s.why for s in build.plan(tmp_path)}["train"] == "scale-sqrt.pt is missing"
+
+
+def test_explore_sinks_is_a_step_of_its_own_with_its_estimate(tmp_path):
+    """It trains two models (a minute or two): its own step, estimated from its own steps timed now, or from the
+    training step; the quick experiments stay one step of a second."""
+    from attnlab.explore import sinks
+
+    steps = {s.name: s for s in build.plan(tmp_path, 50.0, step_s=0.1, sinks_estimate_s=77.0)}
+    assert steps["explore"].argv[:-2] == ["explore", *explore.quick()] and "sinks" not in steps["explore"].argv
+    assert steps["explore sinks"].argv == ["explore", "sinks", "--out", str(tmp_path)]
+    assert steps["explore sinks"].estimate_s == 77.0 and steps["explore sinks"].why == "explore-sinks.json is missing"
+    guessed = {s.name: s for s in build.plan(tmp_path, 50.0, step_s=0.1)}["explore sinks"].estimate_s
+    assert guessed == pytest.approx(sinks.seconds_from_step(0.1 * build.SINKS_STEP_RATIO))
+    assert 2 * sinks.PRESETS["default"].steps * 0.1 < guessed < 4 * sinks.PRESETS["default"].steps * 0.1
+    _up_to_date(tmp_path)
+    assert {s.name: s.why for s in build.plan(tmp_path)}["explore sinks"] is None
+    write_json(sinks_result(preset="tiny"), tmp_path / "explore-sinks.json")  # the learner's tiny run
+    why = {s.name: s.why for s in build.plan(tmp_path)}
+    assert why["explore sinks"] == "stale: trained with other settings (preset)" and why["explore"] is None
 
 
 def test_the_files_another_version_wrote_are_named_in_one_line_with_their_versions(tmp_path):
@@ -93,7 +114,7 @@ def test_build_says_what_it_will_run_and_how_long_then_logs_each_step(run_cli, t
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
     lines = r.stdout.splitlines()
     first = next(i for i, x in enumerate(lines) if x.startswith("lesson --build:") and "steps to run" in x)
-    assert "1 of 5 steps to run, then the page: about" in lines[first] and "load" in lines[first]
+    assert "1 of 6 steps to run, then the page: about" in lines[first] and "load" in lines[first]
     assert any(re.fullmatch(r"  demo: demo.json is missing; about \d+ s \(attnlab demo --out out\)", x) for x in lines)
     chose = next(x for x in lines if "the faster here now" in x)  # 1 or 2 threads, from timed steps at each
     assert re.search(r"lesson --build: [12] threads?, the faster here now \(1: \d+ ms a training step", chose)
@@ -161,15 +182,15 @@ def test_a_page_only_build_through_the_command_keeps_the_full_builds_times(run_c
     write_json(demo.run(seed=0), out / "demo.json")  # a whole one: the page reads it
     full = _ran(build.BuildLog(str(out), build.plan(out), started="2026-12-01T10:00:00+00:00",
                                pages=[build.PageTime(6.0, False, "2026-12-01T10:00:00+00:00")]),
-                demo=1.4, bench=40.0, train=101.0, **{"train tie-kv": 27.0, "explore": 1.3})
+                demo=1.4, bench=40.0, train=101.0, **{"train tie-kv": 27.0, "explore": 1.3, "explore sinks": 95.0})
     full.steps = build.kept(full.steps, None, full.started)
     write_json(full, out / "lesson-build.json")
     r = run_cli("lesson", "--build", "--out", "out", timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
-    assert "0 of 5 steps to run" in r.stdout and "times the" in r.stdout and "this command took to start" in r.stdout
+    assert "0 of 6 steps to run" in r.stdout and "times the" in r.stdout and "this command took to start" in r.stdout
     done = json.loads((out / "lesson-build.json").read_text())
-    assert [s["seconds"] for s in done["steps"]] == [None] * 5
-    assert [s["last_s"] for s in done["steps"]] == [1.4, 40.0, 101.0, 27.0, 1.3]
+    assert [s["seconds"] for s in done["steps"]] == [None] * 6
+    assert [s["last_s"] for s in done["steps"]] == [1.4, 40.0, 101.0, 27.0, 1.3, 95.0]
     assert [p["alone"] for p in done["pages"]] == [False, True] and done["pages"][1]["startup_s"] > 0
     print(f"page-only build: page {done['page_s']:.1f} s, estimated {done['page_estimate_s']:.1f} s")
 
@@ -184,18 +205,18 @@ def _ran(log, **seconds):
 def test_a_build_that_runs_no_step_keeps_every_steps_last_time(tmp_path):
     """A page-only build used to write "seconds": null over the full build's step times."""
     full = _ran(build.BuildLog(str(tmp_path), build.plan(tmp_path), started="2026-12-01T10:00:00+00:00"),
-                demo=1.4, bench=40.0, train=101.0, **{"train tie-kv": 27.0, "explore": 1.3})
+                demo=1.4, bench=40.0, train=101.0, **{"train tie-kv": 27.0, "explore": 1.3, "explore sinks": 95.0})
     full.steps = build.kept(full.steps, None, full.started)
     write_json(full, tmp_path / "lesson-build.json")
     before = build.previous(tmp_path)
-    assert [s.last_s for s in before.steps] == [1.4, 40.0, 101.0, 27.0, 1.3]
+    assert [s.last_s for s in before.steps] == [1.4, 40.0, 101.0, 27.0, 1.3, 95.0]
     for started in ("2026-12-01T11:00:00+00:00", "2026-12-01T12:00:00+00:00"):  # two page-only builds in a row
         page = _ran(build.BuildLog(str(tmp_path), build.plan(tmp_path), started=started))
         page.steps = build.kept(page.steps, build.previous(tmp_path), started)
         write_json(page, tmp_path / "lesson-build.json")
     kept = json.loads((tmp_path / "lesson-build.json").read_text())["steps"]
-    assert [s["seconds"] for s in kept] == [None] * 5  # this build ran none of them
-    assert [s["last_s"] for s in kept] == [1.4, 40.0, 101.0, 27.0, 1.3]
+    assert [s["seconds"] for s in kept] == [None] * 6  # this build ran none of them
+    assert [s["last_s"] for s in kept] == [1.4, 40.0, 101.0, 27.0, 1.3, 95.0]
     assert {s["last_at"] for s in kept} == {"2026-12-01T10:00:00+00:00"}  # the build that measured them
     again = _ran(build.BuildLog(str(tmp_path), build.plan(tmp_path), started="2026-12-01T13:00:00+00:00"), demo=2.0)
     again.steps = build.kept(again.steps, build.previous(tmp_path), again.started)

@@ -44,6 +44,8 @@ def images(data) -> dict[str, dict]:
     if tie:
         imgs["tie_kv"] = _data_uri(figures.train(tie))
     for name, part in data.explore.items():
+        if part.result is None:  # not measured (a training experiment under --quick)
+            continue
         imgs[f"explore-{name}"] = _data_uri(figures.explore(name, part.result))
     return imgs
 

@@ -142,15 +142,46 @@ def train(scale, tie, imgs) -> str:
     return out
 
 
+def sinks_table(r) -> str:
+    """Per layer and head: the first token's share without and with sinks, the sink's share and its logit; the
+    means over every head last."""
+    from attnlab.explore.sinks import HEAVY
+
+    def cell(x: float) -> str:
+        return f"<td><b>{x:.3f}</b></td>" if x >= HEAVY else f"<td>{x:.3f}</td>"
+
+    rows = "".join(f"<tr><th>layer&nbsp;{li} head&nbsp;{hi}</th>{cell(r.first['plain'][li][hi])}"
+                   f"{cell(r.first['sinks'][li][hi])}{cell(r.sink[li][hi])}<td>{r.sink_logit[li][hi]:+.2f}</td></tr>"
+                   for li in range(r.layers) for hi in range(r.heads))
+    n = r.layers * r.heads
+    mean = [sum(x for row in g for x in row) / n for g in (r.first["plain"], r.first["sinks"], r.sink)]
+    rows += ('<tr class="mean"><th>mean</th>' + "".join(f"<td>{m:.3f}</td>" for m in mean) + "<td></td></tr>")
+    return ('<table class="sinks"><thead><tr><th></th><th>first token, without sinks</th><th>first token, with '
+            "sinks</th><th>the sink</th><th>its logit</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table><p class=\"note\">Mean attention weight over the queries at positions "
+            f"1 .. {r.held_out['T'] - 1} of {r.held_out['batches']} × {r.held_out['rows']} held-out windows; a head "
+            f"spreading its weight evenly would give the first token {r.uniform:.3f}; bold: {HEAVY} or more.</p>")
+
+
+_SINKS = ("A softmax row must sum to 1, so a head with nothing to add still has to put its weight somewhere. Large "
+          "trained models park it on the first token (StreamingLLM called those tokens <em>attention sinks</em>); "
+          "gpt-oss gives every head a learned sink logit instead, a column with no value behind it. The tiny GPT was "
+          "trained twice, without and with sinks, the same seed, batches and steps; then each head's weight was read "
+          "on held-out text.")
+
+
 def explore(parts, imgs) -> str:
     out = ""
     for name, part in parts.items():
         quote = ('<blockquote class="key-fact">“Attention has no trust boundary.” To attention a trusted instruction, '
                  "a pasted web page and the model's own answer are all just positions: every later query scores every "
                  "earlier key the same way, and only a mask can keep a key out. The numbers:</blockquote>"
-                 if name == "trust" else "")
-        out += (f'<h3 id="explore-{name}">explore {escape(name)}</h3>{badge(part)}{quote}'
-                f'<p class="finding">{escape(part.finding)}</p>'
+                 if name == "trust" else f"<p>{_SINKS}</p>" if name == "sinks" else "")
+        out += f'<h3 id="explore-{name}">explore {escape(name)}</h3>{badge(part)}{quote}'
+        if part.result is None:  # not measured: the badge says how to run it
+            continue
+        out += (f'<p class="finding">{escape(part.finding)}</p>'
+                + (sinks_table(part.result) if name == "sinks" else "")
                 + figure(imgs.get(f"explore-{name}"), name, f"attnlab explore {name}"))
     return out
 
