@@ -37,6 +37,21 @@ class LoadFailed(ValueError):
     """The judged process could not load the function (the message says why, in one line)."""
 
 
+def message(e: BaseException) -> str:
+    """``str(e)``; for an exception whose ``__str__`` itself raises, a message that says so. The judged function's
+    exceptions are its own classes: one that cannot be told must still be a row that names it, not a traceback."""
+    try:
+        return str(e)
+    except Exception as inner:  # noqa: BLE001 -- whatever its __str__ raises
+        return f"(its message cannot be read: str() of it raised {type(inner).__name__})"
+
+
+def told(e: BaseException) -> str:
+    """``Type: message`` of an exception, the message as :func:`message` reads it."""
+    text = message(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
 class Raised(Exception):
     """The judged function raised (or called sys.exit); ``text`` is what a row says of it."""
 
@@ -63,7 +78,7 @@ class Lost(Exception):
 
 def described(e: BaseException) -> str:
     """What a row says of an exception the judged function raised."""
-    return e.text if isinstance(e, Raised) else str(e) if isinstance(e, Lost) else f"{type(e).__name__}: {e}"
+    return e.text if isinstance(e, Raised) else str(e) if isinstance(e, Lost) else told(e)
 
 
 class Remote:
@@ -242,7 +257,7 @@ def raised(e: BaseException, roots: tuple[str, ...] = ()) -> dict:
     """An exception as the judge is told it: its type, message, whether it is a refusal, and the user's line."""
     from attnlab import kernels
 
-    info = {"type": type(e).__name__, "message": str(e)[:2000], "unsupported": isinstance(e, kernels.Unsupported)}
+    info = {"type": type(e).__name__, "message": message(e)[:2000], "unsupported": isinstance(e, kernels.Unsupported)}
     if isinstance(e, SystemExit):
         info["exit"] = e.code if isinstance(e.code, (int, str, type(None))) else repr(e.code)
     frame = user_frame(e.__traceback__, roots)
