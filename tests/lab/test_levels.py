@@ -312,3 +312,16 @@ def test_the_slip_simulators_are_right_with_no_slip():
     assert float((decoding.decode64(q, k, v, 5, 2) - oracle.reference(qr, kr, v, is_causal=True)[..., 5:, :])
                  .abs().max()) < 1e-12
     assert forwards.answerable(levels.find("flash").module().PROBES[0])
+
+
+@pytest.mark.parametrize(("level", "says"), [("loops", "attention_by_hand has four TODOs (the scale"),
+                                             ("module", "CausalSelfAttention has its TODOs,"),
+                                             ("7", "attention_kernel has its TODOs,")])
+def test_lab_start_names_the_function_that_holds_the_todos(tmp_path, capsys, level, says):
+    """Level 7's TODOs are in its kernel; its wrapper, flash_attention, is given (it was named as the TODOs')."""
+    from attnlab.cli import main
+
+    assert main(["lab", "start", str(tmp_path), "--level", level]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    print(out)
+    assert f"Open it: {says}" in out and "flash_attention has" not in out
