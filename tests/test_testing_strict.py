@@ -193,7 +193,9 @@ def test_dtypes_and_devices_as_torch_objects_are_taken(monkeypatch):
 
 
 @pytest.mark.parametrize("fn, says", [(3, "fn=3: not a function"), (None, "fn=None: not a function"),
-                                      ("matrix", r"fn='matrix': a string, not a function.*kernels.get\('matrix'\)")])
+                                      ("matrix", r"fn='matrix': a string, not a function.*kernels.get\('matrix'\)"),
+                                      (torch.Tensor, r"fn=torch\.Tensor: a class, not a function \(calling it makes a "
+                                                     r"Tensor\); give the attention function")])
 def test_what_is_not_a_function_is_refused_as_such(fn, says):
     with pytest.raises(TypeError, match=says):
         attnlab.testing.assert_attention_matches(fn)
