@@ -5,7 +5,8 @@ walked in a loop, the running max, sum and accumulator in registers); the wrappe
 is the starter's. On a machine with a CUDA device the kernel runs compiled there; without one the
 check starts the learner's process with ``TRITON_INTERPRET=1`` (:func:`environment`), and Triton's
 interpreter runs the same kernel on the CPU with numpy -- correct, and slow, so the cases are small.
-The check says which (:func:`runs`).
+The check says which (:func:`runs`), and asks that every answer came from a kernel of the learner's own
+(:func:`watch`): a file of PyTorch alone is refused, and an answer no such kernel's launch produced fails its case.
 
 Graded by the same judge as every level, forward only (a kernel has no autograd): out on the
 level's own cases (:func:`cases`: causal and not, L != S, lengths and head widths off the tiles,
