@@ -145,7 +145,8 @@ BAD_ARGUMENTS = [
     ({"seed": "0"}, TypeError, "seed='0': give an integer seed from 0 to 4294967295"),
     ({"seed": 2**70}, ValueError, "seed=1180591620717411303424: give a seed from 0 to 4294967295"),
     ({"seed": -1}, ValueError, "seed=-1: give a seed from 0 to"),
-    ({"timeout": 0}, ValueError, "timeout=0: give a positive, finite number of seconds"),
+    ({"timeout": 0}, ValueError, "timeout=0: give a positive number of seconds, at most 86400 "),
+    ({"timeout": 1e12}, ValueError, "timeout=1000000000000.0: give a positive number of seconds, at most 86400 "),
     ({"timeout": -1}, ValueError, "timeout=-1: give a positive"),
     ({"timeout": float("nan")}, ValueError, "timeout=nan: give a positive"),
     ({"timeout": None}, TypeError, "timeout=None: give a positive"),
@@ -192,7 +193,9 @@ def test_dtypes_and_devices_as_torch_objects_are_taken(monkeypatch):
 
 
 @pytest.mark.parametrize("fn, says", [(3, "fn=3: not a function"), (None, "fn=None: not a function"),
-                                      ("matrix", r"fn='matrix': a string, not a function.*kernels.get\('matrix'\)")])
+                                      ("matrix", r"fn='matrix': a string, not a function.*kernels.get\('matrix'\)"),
+                                      (torch.Tensor, r"fn=torch\.Tensor: a class, not a function \(calling it makes a "
+                                                     r"Tensor\); give the attention function")])
 def test_what_is_not_a_function_is_refused_as_such(fn, says):
     with pytest.raises(TypeError, match=says):
         attnlab.testing.assert_attention_matches(fn)

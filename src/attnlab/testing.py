@@ -131,6 +131,10 @@ def _function(fn, name) -> str:
     if isinstance(fn, str):
         raise TypeError(f"fn={fn!r}: a string, not a function; give the attention function itself (a form of "
                         f"attnlab's: attnlab.kernels.get({fn!r}).fn)")
+    if isinstance(fn, type):  # callable, but a call makes one of its objects: torch.Tensor(q, k, v) is no attention
+        raise TypeError(f"fn={fn.__module__}.{fn.__qualname__}: a class, not a function (calling it makes a "
+                        f"{fn.__name__}); give the attention function to judge, or an object of the class whose "
+                        "call computes attention, e.g. MyAttention()")
     if not callable(fn):
         raise TypeError(f"fn={fn!r:.60}: not a function; give the attention function to judge, with "
                         "F.scaled_dot_product_attention's signature (or the API's named by api=)")

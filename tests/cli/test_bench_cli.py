@@ -61,7 +61,7 @@ def test_guard_prints_a_skip_line(capsys, tmp_path):
     (["--max-memory", "lots"], "--max-memory 'lots'"),
     (["--mask", "zigzag"], "unknown mask 'zigzag'"),
     (["--dtype", "int8"], "dtype 'int8'"),
-    (["--budget", "-1"], "budget_s must be"),
+    (["--budget", "-1"], "--budget: must be a positive number of seconds, at most 86400"),
     (["--seq", "x"], "invalid int value"),
     (["--seed", "99999999999999999999999"], "expected a seed from 0 to"),
 ])

@@ -190,6 +190,19 @@ CASES = [
     ("verify --impl matrix --quick --json {afile}/v.json", 2, f"attnlab verify: {E} cannot write {{afile}}/v.json"),
     ("demo --out {afile}", 2, f"attnlab demo: {E} --out {{afile}} is a file, not a folder"),
     ("demo --out /proc", 2, f"attnlab demo: {E} cannot write to output folder /proc"),
+    # seconds past a day: 1e12 s hung verify (its worker's wait overflowed) and was a traceback from lab check
+    ("verify --timeout 1e12", 2, f"attnlab verify: {E} argument --timeout: must be a positive number of seconds, at "
+                                 "most 86400 (a day), got '1e12'"),
+    ("lab check x.py --max-seconds 1e12", 2, f"attnlab lab check: {E} argument --max-seconds: must be a positive "
+                                             "number of seconds, at most 86400 (a day), got '1e12'"),
+    ("bench --budget 1e20", 2, f"attnlab bench: {E} argument --budget: must be a positive number of seconds, at most "
+                               "86400 (a day)"),
+    ("train --timeout 86401", 2, f"attnlab train: {E} argument --timeout: must be a positive number of seconds, at "
+                                 "most 86400 (a day), got '86401'"),
+    ("ring --timeout 1e20", 2, f"attnlab ring: {E} timeout (the process group's) must be a positive number of seconds, "
+                               "at most 86400 (a day), got 1e+20"),
+    ("ring --time-limit 1e12", 2, f"attnlab ring: {E} launch timeout must be a positive number of seconds, at most "
+                                  "86400 (a day), got 1000000000000.0"),
     # more threads than cores: refused before anything runs (1,024 ran minutes at load 300; 100,000 segfaulted)
     ("tune --threads 1024", 2, f"attnlab tune: {E} argument --threads: 1024 threads on a machine with "),
     ("tune --threads 100000 --show", 2, f"attnlab tune: {E} argument --threads: 100000 threads on a machine with "),

@@ -5,6 +5,7 @@ same second (the judged process loads it from its source, never from a bytecode 
 
 import os
 import textwrap
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -114,3 +115,32 @@ def test_an_edit_of_the_same_length_in_the_same_second_is_the_code_graded(tmp_pa
           f"{(got - want).nan_to_num().abs().max():.3f}")
     assert not torch.allclose(got, want, atol=1e-3)  # the wrong edit, as saved (its mask hides most keys)
     assert len(list((tmp_path / "__pycache__").glob("*.pyc"))) == 1  # and it wrote no bytecode of its own
+
+
+LEAVES_ITS_SESSION = """
+import os
+import time
+
+if os.fork() == 0:  # a child that leaves the judged process's session and group, as a daemon does
+    os.setsid()
+    with open({pid!r}, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
+    os._exit(0)
+"""
+
+
+def test_a_process_the_learners_code_moved_to_a_session_of_its_own_is_ended_with_the_check(tmp_path):
+    """The process group's kill missed it: it ran on (`python -m attnlab.lab.judged`) after the check exited 0."""
+    from tests.processes import alive
+
+    path, pid_file = tmp_path / "sessions.py", tmp_path / "child.pid"
+    path.write_text(LEAVES_ITS_SESSION.format(pid=str(pid_file)) + textwrap.dedent(RIGHT).format(before="pass"))
+    with judged.open_learner(f"{path}:mine") as learner:
+        for _ in range(3000):  # (a guard against a hang, not a speed)
+            if pid_file.exists() and pid_file.read_text():
+                break
+            time.sleep(0.01)
+        pid = int(pid_file.read_text())
+        assert alive(pid) and os.getsid(pid) == pid != learner.fn.process.pid
+    assert not alive(pid) and learner.fn.strays

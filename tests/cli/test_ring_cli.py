@@ -52,8 +52,10 @@ def test_ring_command_checks_measures_and_writes_json(tmp_path, capsys, round_tr
     (["--world", "0"], ["world must be a positive integer, got 0"]),
     (["--heads", "4", "--kv-heads", "3"], ["kv_heads must divide heads", "3 and 4"]),
     (["--dtype", "int8"], ["dtype must be one of"]),
-    (["--timeout", "inf"], ["timeout (the process group's) must be a positive, finite number of seconds, got inf"]),
-    (["--timeout", "0"], ["timeout (the process group's) must be a positive, finite number of seconds, got 0.0"]),
+    (["--timeout", "inf"], ["timeout (the process group's) must be a positive number of seconds, at most 86400 "
+                            "(a day), got inf"]),
+    (["--timeout", "0"], ["timeout (the process group's) must be a positive number of seconds, at most 86400 "
+                          "(a day), got 0.0"]),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv, words, capsys):
     assert main(["ring", *argv]) == 2

@@ -25,7 +25,7 @@ TINY = ["train", "--preset", "tiny", "--scale", "sqrt"]
     (["--context-parallel", "2", "--impl", "matrix"], "--impl matrix does not apply"),
     (["--procs", "3"], "batch_size 8 does not split over 3 data-parallel ranks"),
     (["--context-parallel", "3"], "block_size (the sequence length) 32 is not divisible by the 2 x world size = 6"),
-    (["--timeout", "0"], "positive, finite number of seconds"),
+    (["--timeout", "0"], "must be a positive number of seconds, at most 86400 (a day)"),
     (["--procs", "0"], "positive integer"),
 ])
 def test_bad_grids_are_one_line_and_exit_2(args, msg, capsys, tmp_path):

@@ -228,6 +228,25 @@ def test_verify_repro_writes_a_script_per_cause_and_the_report_names_it(tmp_path
     assert "smallest: 'GQA 6/2 causal' [float32] at" in text and "reproducer: out/repro/repro_gqa.py" in text
 
 
+@pytest.mark.slow  # verify --impl: a judged process of its own
+def test_a_repro_folder_on_a_full_disk_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """The script could not be written: said as the command's one line, as for any folder it cannot write (it was
+    "no script: it could not be made: CannotWrite" inside the diagnosis, and exit 1)."""
+    from tests.helpers import full_device
+
+    _kernel(tmp_path, {"gqa"}, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "repro").mkdir()
+    (tmp_path / "repro" / "repro_gqa.py.tmp").symlink_to(full_device(tmp_path))
+    code = main(["verify", "--impl", "mykernel:attention", "--quick", "--dtypes", "float32", "--only", "GQA 6/2",
+                 "--repro", "repro"])
+    out, err = capsys.readouterr()
+    print(out[-2000:], err)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err and "could not be made" not in out
+    assert err.startswith("attnlab verify: error: cannot write repro/repro_gqa.py: No space left on device")
+    assert not (tmp_path / "repro" / "repro_gqa.py").exists()
+
+
 def test_a_repro_folder_that_cannot_be_one_is_refused_before_anything_runs(tmp_path, capsys):
     (tmp_path / "afile").write_text("")
     assert main(["verify", "--impl", "matrix", "--repro", str(tmp_path / "afile")]) == 2

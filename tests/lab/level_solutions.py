@@ -242,6 +242,6 @@ SLIPS["module"] = ("heads-split", "no-proj", "mask-after-softmax", "qkv-order", 
 
 
 def flash_attention(q, k, v, is_causal=False, block_m=32, block_n=32):
-    """Level 7's function with level 4's tiles in PyTorch, not a Triton kernel: what the bad-files table spoils (it
-    judges the check's verdicts, not Triton; tests/lab/level_triton.py is the kernel)."""
+    """Level 7's function with level 4's tiles in PyTorch, not a Triton kernel (tests/lab/level_triton.py is the
+    kernel; level 7's check refuses an answer no kernel of the learner's own launched)."""
     return flash_forward(q, k, v, is_causal, block_m, block_n)

@@ -51,7 +51,7 @@ sys.path.insert(0, {root!r})
 import torch
 
 from tests.lab import level_solutions as _S
-
+{kernel}
 {prelude}
 
 
@@ -66,13 +66,16 @@ def _bad(thunk):
 {definition}
 '''
 
-FUNCTION = '''@functools.wraps(_S.{name})
+FUNCTION = '''@functools.wraps({source}.{name})
 def {name}(*args, **kwargs):
-    return _bad(lambda: _S.{right}(*args, **kwargs))
+    return _bad(lambda: {source}.{right}(*args, **kwargs))
 '''
 # the answer a bad function spoils: level 1's loops take seconds a case in Python, so there the matrix form answers
 # (the same causal (q, k, v) -> out), and what is judged is the bad behaviour, not the loops' speed
 RIGHT = {"attention_by_hand": "attention_matrix"}
+# level 7 answers with a Triton kernel (its check refuses an answer no kernel of the learner's own launched): the
+# solution's, imported in the judged process, where the check has set TRITON_INTERPRET before any kernel is defined
+KERNEL = {"triton": "from tests.lab import level_triton as _T\n"}
 
 MODULE = '''class CausalSelfAttention(_S.causal_self_attention()):
     def forward(self, x):
@@ -83,9 +86,11 @@ MODULE = '''class CausalSelfAttention(_S.causal_self_attention()):
 def bad_file(folder: Path, level, behaviour: str) -> Path:
     body, prelude, _, _ = BEHAVIOURS[behaviour]
     right = RIGHT.get(level.function, level.function)
-    definition = MODULE if level.name == "module" else FUNCTION.format(name=level.function, right=right)
+    source = "_T" if level.name in KERNEL else "_S"
+    definition = MODULE if level.name == "module" else FUNCTION.format(name=level.function, right=right, source=source)
     path = folder / level.filename
-    path.write_text(TEMPLATE.format(root=str(ROOT), prelude=prelude, body=body, definition=definition))
+    path.write_text(TEMPLATE.format(root=str(ROOT), prelude=prelude, body=body, definition=definition,
+                                    kernel=KERNEL.get(level.name, "")))
     return path
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.cli import main
 from attnlab.lab import files, levels
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,3 +118,56 @@ def test_level_7_says_it_times_on_a_gpu_only_where_there_is_one(monkeypatch):
     monkeypatch.setattr(mod, "interpreting", lambda: False)
     monkeypatch.setattr(mod.torch.cuda, "get_device_name", lambda *a: "NVIDIA H100")
     assert mod.measures().startswith("timing it on NVIDIA H100 (float16, causal, batch 1, 8 heads of width 64)")
+
+
+PLAIN = """
+import math
+
+import torch
+
+
+def flash_attention(q, k, v, is_causal=False, block_m=32, block_n=32):
+    L, S = q.shape[-2], k.shape[-2]
+    s = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if is_causal:
+        s = s.masked_fill(torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return (torch.softmax(s, -1) @ v.double()).to(q.dtype), torch.logsumexp(s, -1).float()
+"""
+UNLAUNCHED = PLAIN + """
+import triton
+
+
+@triton.jit
+def attention_kernel(X):
+    pass
+"""
+
+
+def _check(tmp_path, capfd, text: str):
+    (tmp_path / "lab_triton.py").write_text(text)
+    capfd.readouterr()
+    code = main(["lab", "check", str(tmp_path / "lab_triton.py"), "--quick", "--out", str(tmp_path / "out")])
+    out, err = capfd.readouterr()
+    print(code, out[-3000:], err[-1500:], sep="\n")
+    assert "Traceback" not in err
+    return code, out, err
+
+
+@pytest.mark.slow
+def test_a_level_7_file_of_pytorch_alone_is_refused_in_one_line(tmp_path, capfd):
+    """A right answer in PyTorch passed every case and ticked the Triton level; level 7 is the kernel."""
+    code, out, err = _check(tmp_path, capfd, PLAIN)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Graded" not in out
+    assert f"{tmp_path / 'lab_triton.py'} has no Triton in it: level 7 is FlashAttention's forward as a Triton " \
+           "kernel, attention_kernel, that flash_attention launches" in err
+    assert not (tmp_path / "out" / "lab-checks").exists()
+
+
+@pytest.mark.slow
+@needs_triton
+def test_a_level_7_kernel_left_unlaunched_fails_every_case_saying_so(tmp_path, capfd):
+    code, out, err = _check(tmp_path, capfd, UNLAUNCHED)
+    said = ("flash_attention launched no Triton kernel of yours: level 7 grades your kernel, attention_kernel; "
+            "launch it as the starter's wrapper does")
+    assert code == 1 and "Graded: 0 of" in out and f"ERROR causal (float32): NoKernel: {said}" in out
+    assert out.split("Likely cause (most likely first):\n")[1].startswith(f"  - raises NoKernel: {said}")

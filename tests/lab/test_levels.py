@@ -312,3 +312,30 @@ def test_the_slip_simulators_are_right_with_no_slip():
     assert float((decoding.decode64(q, k, v, 5, 2) - oracle.reference(qr, kr, v, is_causal=True)[..., 5:, :])
                  .abs().max()) < 1e-12
     assert forwards.answerable(levels.find("flash").module().PROBES[0])
+
+
+@pytest.mark.parametrize(("level", "says"), [("loops", "attention_by_hand has four TODOs (the scale"),
+                                             ("module", "CausalSelfAttention has its TODOs,"),
+                                             ("7", "attention_kernel has its TODOs,")])
+def test_lab_start_names_the_function_that_holds_the_todos(tmp_path, capsys, level, says):
+    """Level 7's TODOs are in its kernel; its wrapper, flash_attention, is given (it was named as the TODOs')."""
+    from attnlab.cli import main
+
+    assert main(["lab", "start", str(tmp_path), "--level", level]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    print(out)
+    assert f"Open it: {says}" in out and "flash_attention has" not in out
+
+
+@pytest.mark.slow  # the file is loaded in a judged process
+def test_a_file_saved_with_a_byte_order_mark_is_read_as_its_code(tmp_path):
+    """Editors on Windows write a UTF-8 BOM first: the file is its code (it was refused as "has no function
+    'attention_by_hand'": the level was guessed from a source the parser refused)."""
+    from attnlab.lab import judged
+
+    lv = levels.find("matrix")
+    path = files.start(tmp_path, lv).path
+    Path(path).write_bytes(b"\xef\xbb\xbf" + Path(path).read_bytes())
+    with judged.open_learner(str(path)) as learner:
+        assert (learner.name, learner.level, learner.given) == ("attention_matrix", "matrix", True)
+        assert "attention_matrix" in learner.functions

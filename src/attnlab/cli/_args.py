@@ -7,6 +7,7 @@ import argparse
 import math
 
 from attnlab.judge.arguments import SEED_MAX  # the judge's rule: 0 to 2**32 - 1
+from attnlab.kernels.argcheck import SECONDS, SECONDS_MAX  # a positive number of seconds, at most a day
 
 
 def seed(text: str) -> int:
@@ -21,14 +22,16 @@ def seed(text: str) -> int:
 
 
 def seconds(text: str) -> float:
-    """argparse type: a positive, finite number of seconds (--timeout and the like)."""
+    """argparse type: seconds above 0 and at most a day (--timeout, --max-seconds, --budget and the like).
+
+    argparse names the option in its one line: ``argument --timeout: must be a positive number of seconds, at most
+    86400 (a day), got '1e12'``."""
     try:
         x = float(text)
     except ValueError:
         x = math.nan
-    if not (math.isfinite(x) and x > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}: give a positive, "
-                                         "finite number of seconds")
+    if not (math.isfinite(x) and 0 < x <= SECONDS_MAX):
+        raise argparse.ArgumentTypeError(f"must be {SECONDS}, got {text!r}")
     return x
 
 

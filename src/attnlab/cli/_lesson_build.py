@@ -68,19 +68,40 @@ def _left(done: list, todo: list, page_s: float) -> float:
     return ratio * (sum(s.estimate_s for s in todo) + page_s)
 
 
+STOPPED = 130  # what a command returns when Ctrl-C stopped it
+
+
+class Stopped(Exception):
+    """Ctrl-C stopped the build; its line, with how to go on, is said (the command exits 130)."""
+
+
 def build_steps(out: Path) -> _Log:
-    """Run what the default lesson still needs in ``out``; a UsageError (one line) when a step fails."""
+    """Run what the default lesson still needs in ``out``; a UsageError (one line) when a step fails, and
+    :class:`Stopped` when Ctrl-C stops one (said, with how to go on: the steps done are kept)."""
     from attnlab import cli
     from attnlab.report.fmt import fmt_estimate
 
     from . import UsageError
 
-    log, todo, page_s = _planned(out)
+    try:
+        log, todo, page_s = _planned(out)
+    except KeyboardInterrupt:  # while the training steps are timed for the estimates
+        from attnlab.report.terminal import console
+
+        console.print(f"lesson --build: stopped (Ctrl-C) before any step ran; `attnlab lesson --build --out {out}` "
+                      "starts it again")
+        raise Stopped("plan") from None
     for i, s in enumerate(todo, 1):
         log.say(f"[{i}/{len(todo)}] {s.name}: starting ({fmt_estimate(s.estimate_s)})")
         t0 = time.perf_counter()
-        code = cli.main(s.argv)
+        try:
+            code = cli.main(s.argv)
+        except KeyboardInterrupt:  # between the command's own handlers: stopped all the same
+            code = STOPPED
         s.seconds = time.perf_counter() - t0
+        if code == STOPPED:
+            log.say(f"[{i}/{len(todo)}] {s.name}: stopped (Ctrl-C) after {s.seconds:.0f} s; {_going_on(out, s)}")
+            raise Stopped(s.name)
         if code:
             log.say(f"[{i}/{len(todo)}] {s.name}: failed (exit {code})")
             raise UsageError(f"--build: `attnlab {' '.join(s.argv)}` failed (exit {code}); its message is above")
@@ -91,6 +112,20 @@ def build_steps(out: Path) -> _Log:
     log.say(f"[page] collecting the results and writing lesson.html ({fmt_estimate(page_s)}, {log.page_how})")
     log.page_t0 = time.perf_counter()
     return log
+
+
+def _going_on(out: Path, step) -> str:
+    """How to go on after Ctrl-C stopped ``step``: a training run from its checkpoints, else the build again."""
+    from attnlab.train import checkpoint
+    from attnlab.train.train import SCALE_VARIANTS, TIE_KV_VARIANTS
+
+    again = f"`attnlab lesson --build --out {out}` runs what is still missing (the steps done are kept)"
+    if step.argv[0] != "train":
+        return f"to go on, {again}"
+    kind, names = ("tie-kv", TIE_KV_VARIANTS) if "tie-kv" in step.argv else ("scale", SCALE_VARIANTS)
+    if not any(checkpoint.path_of(out, kind, name).is_file() for name in names):
+        return f"no checkpoint was written yet: {again}, training from the start"
+    return (f"to go on, `attnlab {' '.join(step.argv)} --resume` trains on from its checkpoints, then {again}")
 
 
 def _planned(out: Path) -> tuple[_Log, list, float]:

@@ -38,7 +38,7 @@ def add_parser(sub):
     p.add_argument("--device", choices=["cpu", "cuda"], help="(default: cpu)")
     p.add_argument("--repeats", type=int, help="timed calls per case (default: 5)")
     p.add_argument("--warmup", type=int, help="untimed calls first (default: 1)")
-    p.add_argument("--budget", type=float, metavar="SECONDS",
+    p.add_argument("--budget", type=_args.seconds, metavar="SECONDS",
                    help="the most one case may take; longer ones are skipped (default: 30)")
     p.add_argument("--max-memory", metavar="SIZE",
                    help="skip cases estimated to need more than SIZE, e.g. 512M or 4G "

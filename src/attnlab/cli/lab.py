@@ -113,7 +113,9 @@ def _start_level(args, level) -> int:
         console.print(f"{s.path} is already there: it is yours, so it was left as it is. Check it with\n"
                       f"  attnlab lab check {s.path}")
         return 0
-    console.print(f"wrote {s.path}: level {level.number}, {level.title}. Open it: {level.function} has its TODOs, "
+    todos = level.with_todos()
+    console.print(f"wrote {s.path}: level {level.number}, {level.title}. Open it: {' and '.join(todos)} "
+                  f"{'has its' if len(todos) == 1 else 'have their'} TODOs, "
                   f"and the docstring at the top of the file says what the check asks.\nAfter each one, run\n"
                   f"  attnlab lab check {s.path}")
     return 0

@@ -32,6 +32,7 @@ def run(args) -> int:
     from attnlab.lesson import collect
     from attnlab.report.lesson import build
     from attnlab.report.terminal import console, escape
+    from attnlab.report.train import train_progress
 
     from . import UsageError
 
@@ -46,9 +47,12 @@ def run(args) -> int:
     if args.model is not None:
         return run_model(args, out)
     if args.build:
-        from ._lesson_build import build_steps
+        from ._lesson_build import Stopped, build_steps
 
-        steps_log = build_steps(out)
+        try:
+            steps_log = build_steps(out)
+        except Stopped:  # Ctrl-C in a step: said, with how to go on
+            return 130
     from attnlab.lesson import build as lesson_build
 
     line = lesson_build.versions_line(lesson_build.other_versions(out), "the page shows them as they are (their "
@@ -56,7 +60,8 @@ def run(args) -> int:
     if line:  # said before they are read
         console.print(f"  {escape(line)}")
     try:
-        data = collect(out, quick=args.quick, seed=args.seed, log=lambda m: console.print(f"  {m}"))
+        data = collect(out, quick=args.quick, seed=args.seed, log=lambda m: console.print(f"  {escape(m)}"),
+                       progress=train_progress)
     except ValueError as e:  # a broken results file or an unreadable checkpoint in the folder
         raise UsageError(str(e)) from None
     for part in (data.demo, data.bench, data.train_scale, data.train_tie_kv):

@@ -30,9 +30,9 @@ import torch.nn.functional as F
 
 from attnlab.distributed import launch
 from attnlab.judge import oracle_rows, rule
-from attnlab.kernels import flash
+from attnlab.kernels import argcheck, flash
 from attnlab.kernels import ring as ring_kernel
-from attnlab.kernels.argcheck import positive_int, positive_real
+from attnlab.kernels.argcheck import positive_int
 from attnlab.kernels.dtypes import DTYPES
 from attnlab.kernels.ring_layout import LAYOUTS, check_divisible, check_layout, shard, unshard
 from attnlab.kernels.ring_stats import RingStats
@@ -84,7 +84,7 @@ class RingConfig:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         for name, x in (("timeout (the process group's)", self.pg_timeout_s), ("launch timeout", self.timeout_s)):
-            positive_real(name, x, "a positive, finite number of seconds")
+            argcheck.seconds(name, x)
         return self
 
     def layouts(self) -> list[str]:

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable
 
 from attnlab.judge.cases import DTYPES
+from attnlab.kernels.argcheck import SECONDS, SECONDS_MAX  # a positive number of seconds, at most a day
 
 SEED_MAX = 2**32 - 1  # torch takes up to 2**64 - 1, but the judge and the experiments derive seeds from seed + n
 TIMEOUT = 10.0  # seconds a case of someone else's function may take at the basic case's size (watchdog.case_limit)
@@ -95,12 +96,12 @@ def seed(value, flag: str | None = None) -> int:
 
 
 def timeout(value, flag: str | None = None) -> float:
-    """Seconds a case may take at the basic case's size: a positive, finite number."""
+    """Seconds a case may take at the basic case's size: above 0 and at most :data:`SECONDS_MAX`."""
     said = _said("timeout", value, flag)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{said}: give a positive, finite number of seconds (default {TIMEOUT:g})")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{said}: give a positive, finite number of seconds (default {TIMEOUT:g})")
+        raise TypeError(f"{said}: give {SECONDS} (default {TIMEOUT:g})")
+    if not (math.isfinite(value) and 0 < value <= SECONDS_MAX):
+        raise ValueError(f"{said}: give {SECONDS} (default {TIMEOUT:g})")
     return float(value)
 
 

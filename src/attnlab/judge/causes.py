@@ -34,7 +34,7 @@ SDPA = (
     Cause('shape', "the output's shape is not PyTorch's (..., H, L, Ev)"),
     Cause('dtype', "the output's dtype is not the inputs' dtype: compute in higher precision if you like, but return "
                    'q.dtype'),
-    Cause('device', "the output is not on the inputs' device"),
+    Cause('device', "the output (or its log-sum-exp, or a gradient) is not on the inputs' device"),
     Cause('in-place', "changes the caller's tensors in place: work on new tensors (no masked_fill_, mul_, div_ on "
                       'inputs)'),
     Cause('requires-grad', "changes the inputs' requires_grad"),

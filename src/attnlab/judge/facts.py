@@ -80,4 +80,6 @@ def raised(e: BaseException, kind: str = "raised") -> Facts:
     info = getattr(e, "info", None)
     if isinstance(info, dict):
         return Facts(kind, raised_type=str(info.get("type", "")), raised_message=str(info.get("message", "")))
-    return Facts(kind, raised_type=type(e).__name__, raised_message=str(e))
+    from attnlab.judge.apart.remote import message
+
+    return Facts(kind, raised_type=type(e).__name__, raised_message=message(e))

@@ -23,6 +23,7 @@ import inspect
 import torch
 
 from attnlab.judge import rule
+from attnlab.judge.apart.remote import message
 from attnlab.judge.facts import problem
 
 # (name, the key its problems start with, its context manager)
@@ -108,7 +109,8 @@ def paths(forward, said=()) -> tuple[list, list]:
                 out, changed = forward()
         except Exception as e:  # noqa: BLE001 -- whatever it raises there is said as a problem of that path
             outs.append(None)
-            msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+            text = message(e).strip()
+            msg = text.splitlines()[0][:200] if text else ""
             problems.append(problem(f"{key}-raises", type=type(e).__name__, message=msg or "(no message)"))
             continue
         problems += [problem(f"{key}-in-place", name=name) for name in changed

@@ -28,7 +28,7 @@ from attnlab.judge.apis import lse
 from attnlab.judge.cases import DTYPES, Case, views
 from attnlab.judge.explain import rows_err
 from attnlab.judge.facts import SILENT, Facts, problem, raised
-from attnlab.judge.inference import Snapshot, Watched, paths
+from attnlab.judge.inference import MODES, Snapshot, Watched, paths
 from attnlab.judge.inference import compare as compare_paths
 from attnlab.judge.probes.read import read
 from attnlab.masks import Mask
@@ -220,7 +220,7 @@ def _with_grad(f, case: Case, seed: int, q, k, v, m, grad_out, p: float, fresh, 
     else:
         out, lse_ = call(f, qq, kk, vv, mm, case, p, mod), None
     problems = _contract(out, q, snap, watched) + own
-    if not isinstance(out, torch.Tensor):
+    if not isinstance(out, torch.Tensor) or out.is_meta:  # (meta: a shape without numbers, said as its device)
         return None, problems
     extra = (lse_,) if isinstance(f, apis.Adapted) else ()
     if isinstance(f, apis.Adapted) and lse_ is None:
@@ -278,6 +278,26 @@ def _contract(out, q, snap: Snapshot, watched: Watched | None = None) -> list[li
     head = [problem("dtype", got=out.dtype, want=q.dtype)] if out.dtype != q.dtype else []
     head += [problem("device", got=out.device, want=q.device)] if out.device != q.device else []
     return head + problems
+
+
+def _with_numbers(mine, problems: list, case: Case, backward: bool, device) -> tuple:
+    """``mine`` without the meta tensors in it: a meta tensor holds a shape without numbers, so nothing of it can be
+    compared (reading one raises "Cannot copy out of meta tensor"). An output on meta leaves nothing to judge (its
+    row says where it is: the contract's device problem); a log-sum-exp or a gradient on meta is judged as missing,
+    and said."""
+    if mine is None or not any(isinstance(t, torch.Tensor) and t.is_meta for t in mine):
+        return mine, problems
+    if isinstance(mine[0], torch.Tensor) and mine[0].is_meta:
+        said = any(key == "device" for key, _ in problems)
+        return None, problems if said else [problem("device", got=mine[0].device, want=device), *problems]
+    names = quantities(case, backward)
+    names = names + [f"the output under {mode}" for mode, _, _ in MODES][:max(0, len(mine) - len(names))]
+    metas = [names[i] if i < len(names) else f"result {i}" for i, t in enumerate(mine)
+             if isinstance(t, torch.Tensor) and t.is_meta]
+    words = {"lse": "the log-sum-exp"}
+    told = ["device", f"{', '.join(words.get(n, n) for n in metas)} came back on meta (a shape without numbers); "
+                      f"return {'it' if len(metas) == 1 else 'them'} on the inputs' device {device}"]
+    return tuple(None if isinstance(t, torch.Tensor) and t.is_meta else t for t in mine), [*problems, told]
 
 
 def expect(case: Case, seed: int, x: Inputs, keep) -> Expected:
@@ -456,6 +476,7 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
     except SystemExit as e:  # sys.exit() inside the function: a failure, never the process's exit code
         return row(name, case, "error", f"called sys.exit({e.code!r}) while running the case", cross=exp.cross,
                    facts=Facts("exit"))
+    mine, problems = _with_numbers(mine, problems, case, backward, x.q.device)
     comps, modes = [], []
     if mine is not None:
         n = len(quantities(case, backward))

@@ -31,6 +31,7 @@ from attnlab.judge.cases import Case
 from attnlab.judge.diagnose import diagnose
 from attnlab.judge.explain import SUPPORT, TIE
 from attnlab.results import Result
+from attnlab.results.files import CannotWrite
 
 TRIES = 80  # smaller cases judged per cause, at most
 SECONDS = 30.0  # and seconds spent shrinking one cause, at most
@@ -333,6 +334,8 @@ def _script(rep: Repro, text: str, fn, case: Case, row, path: Path, spec: str, a
                                         backward=how.backward, limits=_limits(row, case, exp, how))
     except repro_script.NoScript as e:
         rep.why = str(e)
+    except CannotWrite:  # --repro DIR on a full disk: the command's one line, as for any folder it cannot write
+        raise
     except Exception as e:  # noqa: BLE001 -- e.g. the function's process ended while its dropout was read again
         rep.why = f"it could not be made: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 

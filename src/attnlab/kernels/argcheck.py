@@ -60,6 +60,18 @@ def positive_real(name: str, value, what: str = "a positive, finite number", own
     return float(value)
 
 
+SECONDS_MAX = 86400.0  # a day: the most any limit in seconds may be (a timeout, a budget, --max-seconds). Waits are
+# made of such limits times a case's size and a number of cases, and 1e12 s overflowed the operating system's wait
+SECONDS = f"a positive number of seconds, at most {SECONDS_MAX:.0f} (a day)"
+
+
+def seconds(name: str, value, owner: str | None = None) -> float:
+    """``value`` as a float when it is a real number with 0 < value <= :data:`SECONDS_MAX`."""
+    if not is_real(value) or not (0 < value <= SECONDS_MAX):
+        raise fail(name, value, SECONDS, owner)
+    return float(value)
+
+
 def real_in_range(name: str, value, low: float, high: float, *, high_open: bool = False,
                   what: str | None = None) -> float:
     """``value`` as a float when low <= value <= high (< high with ``high_open``)."""

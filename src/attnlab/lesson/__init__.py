@@ -41,8 +41,11 @@ class LessonData:
     versions: dict
 
 
-def collect(out: str | Path, quick: bool = False, seed: int = 0, log=lambda msg: None) -> LessonData:
-    """Gather the page's data from ``out`` (reading results there) and quick runs; ``log`` hears each step."""
+def collect(out: str | Path, quick: bool = False, seed: int = 0, log=lambda msg: None,
+            progress=None) -> LessonData:
+    """Gather the page's data from ``out`` (reading results there) and quick runs; ``log`` hears each step, and
+    before a training run what it will take; ``progress``: the training's steps shown as they go
+    (:func:`attnlab.report.train.train_progress`)."""
     t0 = time.perf_counter()
     out = Path(out)
     ckpt = walkthrough.find_checkpoint(out)
@@ -60,7 +63,7 @@ def collect(out: str | Path, quick: bool = False, seed: int = 0, log=lambda msg:
     log("bench")
     bench = sources.bench(out, quick)
     log("train")
-    scale, tie = sources.train(out, quick)
+    scale, tie = sources.train(out, quick, say=log, progress=progress)
     log("explore")
     explore = sources.explore(out, seed, quick)
     heads = None

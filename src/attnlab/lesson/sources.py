@@ -8,6 +8,7 @@ and a note the page shows next to it, so nobody mistakes a quick run for the ful
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import statistics
@@ -121,11 +122,13 @@ def _train_kind(result) -> str | None:
     return None
 
 
-def train(out: Path, quick: bool) -> tuple[Part, Part]:
+def train(out: Path, quick: bool, say=lambda line: None, progress=None) -> tuple[Part, Part]:
     """The scale comparison and the tied key/value ablation: from their JSON, else a tiny training run.
 
     ``attnlab train`` writes train.json (the scales) and tie_kv.json (the ablation); any train*.json or
-    tie_kv*.json is read and told apart by its variants.
+    tie_kv*.json is read and told apart by its variants. Before a tiny run, ``say`` hears that it will train and for
+    how long (timed on a few of its steps now); ``progress(steps, variants)``, a context manager yielding
+    ``on_step`` (:func:`attnlab.report.train.train_progress`), shows each run's steps as they go.
     """
     from attnlab.train.train import TrainResult
 
@@ -137,6 +140,8 @@ def train(out: Path, quick: bool) -> tuple[Part, Part]:
         if kind and kind not in found:
             found[kind] = Part(f"train {kind}", "file", f"from {path}", result)
     missing = [k for k in ("scale", "tie-kv") if k not in found]
+    if missing and not quick:
+        _say_training(out, missing, say)
     for kind in missing:
         cmd = "attnlab train" + (" --ablation tie-kv" if kind == "tie-kv" else "")
         if quick:
@@ -148,14 +153,37 @@ def train(out: Path, quick: bool) -> tuple[Part, Part]:
         from attnlab.train import train as lab_train
 
         t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory() as tmp:
-            r = lab_train.run(lab_train.PRESETS["tiny"], kind=kind, out=tmp)
         cfg = lab_train.PRESETS["tiny"]
+        names = list(lab_train.SCALE_VARIANTS if kind == "scale" else lab_train.TIE_KV_VARIANTS)
+        with tempfile.TemporaryDirectory() as tmp, (progress or _no_progress)(cfg.steps, names) as on_step:
+            r = lab_train.run(cfg, kind=kind, out=tmp, on_step=on_step)
         layers = f"{cfg.n_layer} layer{'s' if cfg.n_layer != 1 else ''}"
         found[kind] = Part(f"train {kind}", "quick run", f"a tiny model ({layers}, d_model "
                            f"{cfg.d_model}) trained {cfg.steps} steps per variant while this page was built "
                            f"({time.perf_counter() - t0:.0f} s); `{cmd} --out {out}` trains the real one", r)
     return found["scale"], found["tie-kv"]
+
+
+def _say_training(out: Path, missing: list[str], say) -> None:
+    """That the page trains tiny models for what is missing, and for about how long: their steps timed now."""
+    from attnlab.report.fmt import fmt_estimate
+    from attnlab.train import estimate as train_time
+    from attnlab.train import train as lab_train
+
+    cfg = lab_train.PRESETS["tiny"]
+    runs = sum(len(lab_train.SCALE_VARIANTS if kind == "scale" else lab_train.TIE_KV_VARIANTS) for kind in missing)
+    files = " and ".join("train.json" if kind == "scale" else "tie_kv.json" for kind in missing)
+    say(f"train: no {files} in {out}, so the page trains tiny models now: {runs} runs of {cfg.steps} steps (timing "
+        "a few steps first)")
+    est = train_time.estimate(cfg, lab_train.load_corpus(cfg))
+    say(f"train: {fmt_estimate(est.seconds(cfg.steps, cfg.eval_every, runs))} on this machine now "
+        f"({est.step_s * 1e3:.0f} ms a step); `attnlab train --out {out}` trains the real models instead, and "
+        "--quick leaves training out")
+
+
+@contextlib.contextmanager
+def _no_progress(steps: int, variants: list[str]):
+    yield None
 
 
 def explore(out: Path, seed: int, quick: bool = False) -> dict[str, Part]:

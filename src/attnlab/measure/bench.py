@@ -33,7 +33,7 @@ import torch
 from attnlab import kernels
 from attnlab.kernels import masks as M
 from attnlab.kernels import mods
-from attnlab.kernels.argcheck import is_int, positive_int
+from attnlab.kernels.argcheck import is_int, positive_int, seconds
 from attnlab.kernels.dtypes import DTYPES, HALF, compute_dtype
 from attnlab.measure import flex, growth, memory
 from attnlab.measure.flops import attention_flops
@@ -81,8 +81,7 @@ class BenchConfig:
                 positive_int(name, getattr(self, name))
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype {self.dtype!r}: choose from {', '.join(DTYPES)}")
-        if not self.budget_s > 0:
-            raise ValueError(f"budget_s must be a positive number of seconds, got {self.budget_s!r}")
+        seconds("budget_s", self.budget_s)
         if self.memory_limit_bytes is not None and self.memory_limit_bytes < 1:
             raise ValueError(f"memory_limit_bytes must be positive, got {self.memory_limit_bytes!r}")
         if self.causal and self.mask:

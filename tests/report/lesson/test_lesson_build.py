@@ -1,6 +1,7 @@
 """`attnlab lesson --build`: only what is missing or stale runs, said beforehand with an estimate, a line per step
 on the terminal and in lesson-build.log, the measured seconds in lesson-build.json."""
 
+import contextlib
 import json
 import re
 from dataclasses import asdict
@@ -250,3 +251,76 @@ def test_the_process_knows_how_long_it_has_run():
         pytest.skip("this system does not say when a process started (/proc)")
     time.sleep(0.05)
     assert 0 < first < build.running_s() < 24 * 3600
+
+
+@pytest.mark.parametrize(("step", "checkpointed", "says"), [
+    ("train", True, "to go on, `attnlab train --out {out} --resume` trains on from its checkpoints, then `attnlab "
+                    "lesson --build --out {out}` runs what is still missing (the steps done are kept)"),
+    ("train", False, "no checkpoint was written yet: `attnlab lesson --build --out {out}` runs what is still missing"),
+    ("demo", False, "to go on, `attnlab lesson --build --out {out}` runs what is still missing"),
+])
+@pytest.mark.parametrize("how", ["the command's own 130", "KeyboardInterrupt"])
+def test_ctrl_c_in_a_build_step_is_stopped_with_how_to_go_on_and_exit_130(tmp_path, monkeypatch, capsys, step,
+                                                                          checkpointed, says, how):
+    """It was "train: failed (exit 130)" and "attnlab lesson: error:", exit 2: the learner's stop told as a failure."""
+    import attnlab.cli
+    from attnlab.cli import _lesson_build, main
+    from attnlab.train import checkpoint
+
+    out = tmp_path / "out"
+    out.mkdir()
+    if checkpointed:
+        checkpoint.path_of(out, "scale", "sqrt").parent.mkdir()
+        checkpoint.path_of(out, "scale", "sqrt").write_bytes(b"")
+    todo = [build.Step(step, [step, "--out", str(out)], f"{step}.json is missing", 60.0)]
+    monkeypatch.setattr(_lesson_build, "_planned", lambda o: (_lesson_build._Log(o, None), todo, 1.0))
+
+    def stopped(argv):  # Ctrl-C in the step: its command returns 130, or the interrupt reaches the build
+        if how == "KeyboardInterrupt":
+            raise KeyboardInterrupt
+        return 130
+
+    monkeypatch.setattr(attnlab.cli, "main", stopped)
+    assert main(["lesson", "--build", "--out", str(out)]) == 130
+    got = capsys.readouterr()
+    text = " ".join(got.out.split())
+    print(text, got.err)
+    assert f"[1/1] {step}: stopped (Ctrl-C) after 0 s; {says.format(out=out)}" in text
+    assert got.err == "" and "failed" not in text and "error" not in text
+    assert "stopped (Ctrl-C)" in (out / "lesson-build.log").read_text()
+
+
+def test_the_page_says_it_will_train_and_for_how_long_before_it_does_and_shows_its_steps(tmp_path, monkeypatch):
+    """A plain `attnlab lesson` with no training results trained for minutes with one line, "train"."""
+    from attnlab.lesson import sources
+    from attnlab.train import estimate as train_time
+
+    heard = []
+    monkeypatch.setattr(train_time, "estimate", lambda cfg, data: train_time.Estimate(step_s=0.5, log_s=1.0))
+
+    def run(cfg, kind, out, on_step):
+        heard.append(f"run {kind}")
+        on_step("sqrt" if kind == "scale" else "tied", cfg.steps, cfg.steps, 4.0, 100.0)
+        return kind
+
+    monkeypatch.setattr(train, "run", run)
+
+    @contextlib.contextmanager
+    def progress(steps, variants):
+        heard.append(f"progress {steps} {variants}")
+        yield lambda name, step, steps_, loss, rate: heard.append(f"step {name} {step}/{steps_}")
+
+    scale, tie = sources.train(tmp_path, quick=False, say=heard.append, progress=progress)
+    cfg = train.PRESETS["tiny"]
+    runs = cfg.steps * 0.5 + (cfg.steps // cfg.eval_every + 2) * 1.0  # one run, at the estimate's step and log
+    from attnlab.report.fmt import fmt_estimate
+
+    print("\n".join(heard))
+    assert heard[0] == (f"train: no train.json and tie_kv.json in {tmp_path}, so the page trains tiny models now: 5 "
+                        f"runs of {cfg.steps} steps (timing a few steps first)")
+    assert heard[1].startswith(f"train: {fmt_estimate(5 * runs)} on this machine now (500 ms a step); `attnlab train "
+                               f"--out {tmp_path}` trains the real models instead, and --quick leaves training out")
+    assert heard[2:] == [f"progress {cfg.steps} ['sqrt', 'none', 'inv']", "run scale", f"step sqrt {cfg.steps}/"
+                         f"{cfg.steps}", f"progress {cfg.steps} ['untied', 'tied']", "run tie-kv",
+                         f"step tied {cfg.steps}/{cfg.steps}"]
+    assert (scale.result, tie.result) == ("scale", "tie-kv")

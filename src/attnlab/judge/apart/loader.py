@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from attnlab.judge.apart.remote import user_frame
+from attnlab.judge.apart.remote import told, user_frame
 
 LOADING: list[str] = []  # the functions this process is loading to be judged (their modules are being imported)
 
@@ -63,7 +63,7 @@ def from_source(roots: list[Path]) -> None:
 def _raised(e: BaseException) -> str:
     if isinstance(e, SystemExit):
         return f"called sys.exit({e.code!r})"
-    return f"raised {type(e).__name__}" + (f": {e}" if str(e) else "")
+    return "raised " + told(e)
 
 
 def import_function(spec: str) -> Callable:

@@ -23,7 +23,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import traceback
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 
@@ -35,6 +37,21 @@ QUIET_SECONDS = 600.0  # a request without a deadline of its own still ends
 
 class LoadFailed(ValueError):
     """The judged process could not load the function (the message says why, in one line)."""
+
+
+def message(e: BaseException) -> str:
+    """``str(e)``; for an exception whose ``__str__`` itself raises, a message that says so. The judged function's
+    exceptions are its own classes: one that cannot be told must still be a row that names it, not a traceback."""
+    try:
+        return str(e)
+    except Exception as inner:  # noqa: BLE001 -- whatever its __str__ raises
+        return f"(its message cannot be read: str() of it raised {type(inner).__name__})"
+
+
+def told(e: BaseException) -> str:
+    """``Type: message`` of an exception, the message as :func:`message` reads it."""
+    text = message(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 class Raised(Exception):
@@ -63,7 +80,7 @@ class Lost(Exception):
 
 def described(e: BaseException) -> str:
     """What a row says of an exception the judged function raised."""
-    return e.text if isinstance(e, Raised) else str(e) if isinstance(e, Lost) else f"{type(e).__name__}: {e}"
+    return e.text if isinstance(e, Raised) else str(e) if isinstance(e, Lost) else told(e)
 
 
 class Remote:
@@ -77,6 +94,7 @@ class Remote:
         self.lost: str | None = None  # why no more can be asked
         self.timed_out = False
         self.strays = False  # processes the judged code started were still running at the end (and were ended)
+        self.tag: str | None = None  # the judged process's environment tag (start), which its descendants inherit
 
     def __repr__(self) -> str:
         return f"Remote({self.info.get('name')!r})"
@@ -162,6 +180,7 @@ class Remote:
                 p.kill()
             p.wait()
             self.strays = end_group(p.pid) or self.strays
+            self.strays = end_tagged(self.tag) or self.strays
             for f in (p.stdin, p.stdout):
                 if f is not None:
                     f.close()
@@ -179,6 +198,42 @@ def end_group(pgid: int) -> bool:
     with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
         os.killpg(pgid, signal.SIGKILL)
     return True
+
+
+TAG = "ATTNLAB_JUDGED"  # in the environment of a judged process, and so of every process its code starts
+
+
+def end_tagged(tag: str | None) -> bool:
+    """Kill every process whose environment carries ``TAG=tag``: what the judged code started and that left its
+    process group (``setsid()``, a daemon's double fork) or lost its parent, which :func:`end_group` cannot reach.
+    True when something was. It returns once none of them runs (a few seconds at most): each pass finds what the
+    last one's processes forked before they died, and waits for the killed ones to be gone (a process that is
+    ending shows no environment, but still runs)."""
+    if not tag:
+        return False
+    needle, killed, end = f"{TAG}={tag}".encode() + b"\0", set(), time.monotonic() + 5.0
+    while time.monotonic() < end:
+        new = []
+        for entry in Path("/proc").glob("[0-9]*"):
+            with contextlib.suppress(OSError, ValueError):
+                if int(entry.name) != os.getpid() and needle in (entry / "environ").read_bytes() + b"\0":
+                    new.append(int(entry.name))
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed |= set(new)
+        if not new and not any(_runs(pid) for pid in killed):
+            break
+        time.sleep(0.01)
+    return bool(killed)
+
+
+def _runs(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, which only waits to be reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def mask_word(m) -> object:
@@ -215,9 +270,12 @@ def start(job: dict, cwd: str | None = None, module: str = "attnlab.judge.apart.
     one line when it cannot be."""
     # A session of its own: a Ctrl-C at the terminal is the judge's to handle (it ends this process), and never
     # reaches the judged process halfway through its imports.
+    # And a tag in its environment, which every process its code starts inherits: ended with it (end_tagged).
+    tag = uuid.uuid4().hex
     child = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=cwd,
-                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                             env={**os.environ, "PYTHONUNBUFFERED": "1", TAG: tag}, start_new_session=True)
     r = Remote(child.stdout.fileno(), child.stdin.fileno(), {}, child)
+    r.tag = tag
     try:
         wire.send(r.wfd, job)
         reply, _ = wire.receive(r.rfd, LOAD_SECONDS)
@@ -242,7 +300,7 @@ def raised(e: BaseException, roots: tuple[str, ...] = ()) -> dict:
     """An exception as the judge is told it: its type, message, whether it is a refusal, and the user's line."""
     from attnlab import kernels
 
-    info = {"type": type(e).__name__, "message": str(e)[:2000], "unsupported": isinstance(e, kernels.Unsupported)}
+    info = {"type": type(e).__name__, "message": message(e)[:2000], "unsupported": isinstance(e, kernels.Unsupported)}
     if isinstance(e, SystemExit):
         info["exit"] = e.code if isinstance(e.code, (int, str, type(None))) else repr(e.code)
     frame = user_frame(e.__traceback__, roots)

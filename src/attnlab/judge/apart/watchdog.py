@@ -32,7 +32,7 @@ def watched(run: Callable, limit: float):
 
     t = threading.Thread(target=work, name="attnlab-verify-case", daemon=True)
     t.start()
-    t.join(limit)
+    t.join(min(limit, threading.TIMEOUT_MAX))  # a longer wait is an OverflowError
     if t.is_alive():
         return None
     if "error" in box:

@@ -21,6 +21,7 @@ import torch
 
 HEADER = struct.Struct(">Q")
 MAX_BYTES = 1 << 34  # a frame larger than 16 GiB is not one of ours
+WAIT_SLICE = 3600.0  # the longest one select() waits: a limit of 1e12 s overflowed the system's time_t
 
 
 class Closed(EOFError):
@@ -78,8 +79,10 @@ def _exactly(fd: int, n: int, end: float | None) -> bytes:
     while got < n:
         if end is not None:
             left = end - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0:
                 raise TimedOut(f"no answer within the limit ({n - got} bytes missing)")
+            if not select.select([fd], [], [], min(left, WAIT_SLICE))[0]:
+                continue  # a slice of the wait ran out: the limit may be longer than the system's wait can be
         chunk = os.read(fd, min(n - got, 1 << 20))
         if not chunk:
             raise Closed("the other side closed the pipe")

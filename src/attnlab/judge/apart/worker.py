@@ -64,7 +64,7 @@ def _unpickled(job: dict):
         return pickle.loads(base64.b64decode(job["pickled"]))
     except Exception as e:  # noqa: BLE001 -- a module that cannot be imported here, by any error
         raise loader.LoadError(f"{job.get('name')} cannot be loaded in a process of its own: "
-                               f"{type(e).__name__}: {e}") from None
+                               f"{loader.told(e)}") from None
 
 
 def main(prepare=None, extra=None) -> None:

@@ -11,7 +11,9 @@ first writes them into the cache **in place**, at positions ``cache_seqlens[b] .
 - 1`` of sequence b, then attends: sequence b then has ``cache_seqlens[b] + seqlen_new`` keys (the cache_seqlens
 passed is not changed). ``causal=True`` is aligned bottom-right within each sequence: query i of sequence b sits
 at key position ``i + S_b - Lq``, S_b its keys; ``window_size`` likewise (:mod:`.flash`). The output is
-(B, Lq, H, D) (or (B, H, D) when Lq = 1), the log-sum-exp float32 (B, H, Lq).
+(B, Lq, H, D) (or (B, H, D) when Lq = 1), the log-sum-exp float32 (B, H, Lq). What a tuple holds after the
+log-sum-exp is not judged: FlashAttention 2 returns (out, softmax_lse), FlashAttention 3 ``(out, softmax_lse,
+*rest)``, its split-KV accumulators.
 
 In the oracle's terms that is attention of each sequence's Lq queries over its keys gathered back in order,
 (B, Hkv, S, D), under a mask per sequence: ``j < S_b`` and the causal and window rules. The judge builds the

@@ -71,6 +71,16 @@ class Level:
         return all(files.given_text(source, n) or files.given_text(source, n, self.starter_text())
                    for n in (name, *self.also))
 
+    def with_todos(self) -> list[str]:
+        """The functions (or classes) of the starter whose lines hold its TODOs, in the file's order: where the
+        learner writes (level 7's are in its kernel, attention_kernel; the wrapper, flash_attention, is given)."""
+        import ast
+
+        text = self.starter_text()
+        lines = text.splitlines()
+        return [node.name for node in ast.parse(text).body if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+                and any("TODO" in line for line in lines[node.lineno - 1:node.end_lineno])]
+
     def module(self):
         """The level's own module (its grading, slips and measurement)."""
         import importlib

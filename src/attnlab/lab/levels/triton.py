@@ -5,7 +5,8 @@ walked in a loop, the running max, sum and accumulator in registers); the wrappe
 is the starter's. On a machine with a CUDA device the kernel runs compiled there; without one the
 check starts the learner's process with ``TRITON_INTERPRET=1`` (:func:`environment`), and Triton's
 interpreter runs the same kernel on the CPU with numpy -- correct, and slow, so the cases are small.
-The check says which (:func:`runs`).
+The check says which (:func:`runs`), and asks that every answer came from a kernel of the learner's own
+(:func:`watch`): a file of PyTorch alone is refused, and an answer no such kernel's launch produced fails its case.
 
 Graded by the same judge as every level, forward only (a kernel has no autograd): out on the
 level's own cases (:func:`cases`: causal and not, L != S, lengths and head widths off the tiles,
@@ -20,6 +21,7 @@ at T = 1024 ... 8192 (float16, causal); the interpreter's time says nothing of t
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import torch
 
@@ -63,12 +65,78 @@ def runs() -> str:
     return "in Triton's interpreter on the CPU (no CUDA device here): the same kernel, run with numpy, slowly"
 
 
+WATCHED: dict = {}  # in the learner's process (watch()): its file, and the launches of its own kernels so far
+
+
+class NoKernel(RuntimeError):
+    """The learner's flash_attention answered without launching a Triton kernel of its own."""
+
+
+def watch(path) -> None:
+    """In the learner's process: count each launch of a Triton kernel of the learner's own -- one whose source is
+    neither attnlab's nor Triton's (its file's, or a module of its) -- so that :func:`call` can ask that every answer
+    came from one. A file that has nothing of Triton is a LoadError: level 7 is the kernel, and an answer in
+    PyTorch alone would pass every case."""
+    import sys
+
+    from attnlab.judge import LoadError
+
+    if "triton" not in sys.modules and "triton" not in Path(path).read_text(encoding="utf-8-sig", errors="replace"):
+        raise LoadError(f"{path} has no Triton in it: level 7 is FlashAttention's forward as a Triton kernel, "
+                        "attention_kernel, that flash_attention launches (`attnlab lab start --level 7` writes it "
+                        "with its TODOs)")
+    WATCHED.update(path=str(path), launches=0)
+    for cls in _launchers():
+        if not getattr(cls.run, "counted", False):
+            cls.run = _counted(cls.run)
+
+
+def _launchers() -> list:
+    """The classes whose ``run`` launches a kernel: ``kernel[grid](...)`` and an autotuner's call end there, compiled
+    (JITFunction) or in the interpreter (InterpretedFunction)."""
+    from triton.runtime.jit import JITFunction
+
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        return [JITFunction]
+    return [JITFunction, InterpretedFunction]
+
+
+def _counted(run):
+    def counted(self, *args, **kwargs):
+        if not kwargs.get("warmup") and _own(self):
+            WATCHED["launches"] += 1
+        return run(self, *args, **kwargs)
+
+    counted.counted = True
+    return counted
+
+
+def _own(kernel) -> bool:
+    """A kernel the learner wrote: its source is in neither attnlab (its triton form) nor Triton."""
+    import triton
+
+    import attnlab
+
+    code = getattr(getattr(kernel, "fn", None), "__code__", None)
+    if code is None:
+        return False
+    source = Path(code.co_filename).resolve()
+    return not any(source.is_relative_to(Path(m.__file__).resolve().parent) for m in (attnlab, triton))
+
+
 def call(fn, q, k, v, is_causal: bool):
-    """The learner's (out, lse) on the kernel's device, back on the inputs' device."""
+    """The learner's (out, lse) on the kernel's device, back on the inputs' device; in the learner's process
+    (:func:`watch`), :class:`NoKernel` where no kernel of the learner's own was launched to answer."""
     where = q.device
     dev = device()
+    before = WATCHED.get("launches")
     got = forwards.pair(fn(*(t.to(dev) for t in (q, k, v)), bool(is_causal), BLOCK_M, BLOCK_N), "flash_attention",
                         "(out, lse)")
+    if before is not None and WATCHED["launches"] == before:
+        raise NoKernel("flash_attention launched no Triton kernel of yours: level 7 grades your kernel, "
+                       "attention_kernel; launch it as the starter's wrapper does")
     return tuple(t.to(where) for t in got)
 
 
@@ -182,7 +250,8 @@ def run(fn, header: dict) -> dict:
 
 def extra_rows(ask, name: str, seed: int):
     rows = forwards.lse_rows(ask({"what": "lse", "seed": seed}), LSE_CASES, name, seed)
-    return rows, ["lse-wrong"] if any(r.status != "pass" for r in rows) else [], {}
+    wrong = any(r.status != "pass" and not r.detail.startswith(NoKernel.__name__) for r in rows)  # (no kernel
+    return rows, ["lse-wrong"] if wrong else [], {}  # launched: the graded cases' raises line says so, and alone)
 
 
 def _time(fn) -> dict:
