@@ -140,3 +140,20 @@ def test_a_case_held_back_past_the_ceiling_twice_says_the_machine_is_busy(tmp_pa
     assert [d.key for d in found] == ["busy"] and "endless loop" not in found[0].text
     assert found[0].text.startswith("not a cause in your function: the machine is busy")
 
+
+def test_a_level_s_own_case_that_runs_out_names_the_machine_or_a_hang():
+    """Levels 3, 5 and 6 (cases of their own): "is there an endless loop" only where the function used its budget or
+    waited; the machine's load where it was held back -- and never "the failures fit no pattern"."""
+    from attnlab.lab.levels import own
+
+    busy = remote.Lost("no answer", True, pace.Spent(20.0, wall=240.0, cpu=9.0, load=14.0, cores=2))
+    said = own.ran_out(busy, 20.0)
+    assert said.startswith("not decided: the machine is busy: load 14 on 2 cores; your function had 9 s of its own")
+    assert "endless loop" not in said and "--max-seconds 60" in said
+    line = own.timing_line({"cases": [{"error": said, "busy": True}, {"skipped": "not run"}]})
+    assert line.key == "busy" and line.text.startswith("the machine is busy")
+    hang = remote.Lost("no answer", True, pace.Spent(20.0, wall=21.0, cpu=20.5, load=14.0, cores=2))
+    said = own.ran_out(hang, 20.0)
+    assert "endless loop" in said and "used its whole budget" in said
+    assert own.timing_line({"cases": [{"error": said, "busy": False}]}).key == "hangs"
+    assert own.timing_line({"cases": [{"error": "ValueError: mine"}]}) is None
