@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import _clock
+
+    _clock.begin(whole_process=argv is None)  # the command is the process when its arguments are the process's
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
