@@ -31,3 +31,15 @@ def test_a_command_that_is_the_process_counts_its_start_and_imports():
     waited = float(out.stdout)
     if _clock.process_age() is not None:  # where /proc says when a process started
         assert 1.0 <= waited <= took + 0.05
+
+
+def test_only_a_command_whose_time_is_kept_ends_its_process_at_once():
+    assert _clock.ends_at_once(["lab"]) and not _clock.ends_at_once(["verify"]) and not _clock.ends_at_once([])
+
+
+@pytest.mark.slow
+def test_a_command_that_ends_at_once_still_says_everything_and_its_exit_code(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "attnlab", "lab", "check", "nothere.py"], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().endswith("nothere.py: no such file; `attnlab lab start` writes "
+                                                          "attention_lab.py")
