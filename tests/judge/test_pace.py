@@ -122,8 +122,11 @@ def test_an_endless_loop_is_still_a_hang(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_case_held_back_past_the_ceiling_twice_says_the_machine_is_busy(tmp_path):
-    """A seventh of a core, twice (the first try and its retry): not decided, said as the machine's, never a hang."""
+def test_a_case_held_back_past_the_ceiling_twice_says_the_machine_is_busy(tmp_path, monkeypatch):
+    """A seventh of a core, twice (the first try and its retry): not decided, said as the machine's, never a hang.
+    The ceiling is 4 times the budget here (12 in the judge), so that a seventh of a core -- more or less, on a busy
+    machine -- is clear of both edges: under the budget of its own by the ceiling, and well over a wait's share."""
+    monkeypatch.setattr(pace, "STRETCH_MAX", 4.0)
     with _judged(tmp_path, 5.0) as fn:
         stop = threading.Event()
         holder = threading.Thread(target=_hold, args=(fn, stop, 0.04, 0.24))
