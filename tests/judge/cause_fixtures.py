@@ -473,6 +473,8 @@ FIXTURES: dict[str, Fixture] = {
 NO_FUNCTION = {  # causes no function can have: the judge's own, and the lines that say a process ended
     "oracle": "the oracle and PyTorch disagreeing is the judge's bug, whatever the function: tested by "
               "tests/judge/test_oracle.py with PyTorch's answer patched",
+    "busy": "a function the machine holds back past its time needs a busy machine (or a process stopped in turns, as "
+            "tests/judge/test_pace.py holds it back): tested there",
     "ended": "a function that ends its process (os._exit, a kill) needs a process of its own: tested by "
              "tests/cli/test_verify_isolation.py and tests/test_testing_strict.py",
     "device": "an output on another device needs a second device: tested by tests/judge/test_device_dtypes.py",

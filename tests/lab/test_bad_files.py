@@ -145,6 +145,10 @@ def test_every_bad_file_ends_in_a_verdict_within_its_budget(tmp_path, level_name
     assert any(s in out for s in says), says
     if code:
         assert took < WITHIN, f"{took:.0f} s at --max-seconds {BUDGET}"
+    import json  # the check kept says how long the learner waited: the whole command, not a part of it (issue 54)
+
+    kept = json.loads(next((tmp_path / "out" / "lab-checks").glob("*.json")).read_text())
+    assert 0.8 * took <= kept["seconds"] <= took, (kept["seconds"], took)
 
 
 @SLOW

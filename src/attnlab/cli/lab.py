@@ -127,9 +127,10 @@ def check(args) -> int:
     from attnlab.lab.check import count
     from attnlab.report import exercise
     from attnlab.report.terminal import console, progress
+    from attnlab.results import write_json
     from attnlab.results.files import CannotWrite
 
-    from . import UsageError
+    from . import UsageError, _clock
 
     level = _level(args)
     out = output_folder(args.out)
@@ -150,8 +151,12 @@ def check(args) -> int:
     for line in exercise.lines(result):
         console.print(line)
     try:  # every check kept: lab-checks/STEM-FUNCTION-TIME.json, the figure beside it
+        result.seconds = _clock.waited()  # what the learner waited: the whole command, its start and imports too
         saved = store.save(result, out)
-        for f in (saved, exercise.figure(result, saved.with_suffix(".png"))):
+        figure = exercise.figure(result, saved.with_suffix(".png"))
+        result.seconds = _clock.waited()  # ... and the figure: the JSON says the wait up to its last file
+        write_json(result, saved)
+        for f in (saved, figure):
             console.print(f"  wrote {f}")
     except CannotWrite as e:  # the verdict is printed above; the results folder's problem is one line
         raise UsageError(f"the check's result was not kept: cannot write {e.path}: {e.reason}") from None

@@ -29,6 +29,8 @@ SDPA = (
     Cause('exit', 'calls sys.exit: a function must return its answer, never end the process'),
     Cause('ended', 'ended the process during case {case!r} (os._exit, or a crash): a function must return its answer'),
     Cause('hangs', 'a case timed out: is there an endless loop, or a loop over every element in Python?'),
+    Cause('busy', 'not a cause in your function: {said}, twice -- run it again, or allow more time (lab check '
+                  '--max-seconds N, verify --timeout N)'),
     Cause('raises', 'raises {type}: {message}'),
     Cause('not-a-tensor', 'returns something that is not a tensor'),
     Cause('shape', "the output's shape is not PyTorch's (..., H, L, Ev)"),

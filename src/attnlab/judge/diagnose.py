@@ -47,7 +47,7 @@ class Diagnosis(Result):
 
 
 SUFFIX = " [{n} case(s), {dtypes}; e.g. {example}]"  # after each line's text: how many, where, one of them
-KINDS = {"oracle": "oracle", "exit": "exit", "lost": "ended", "timeout": "hangs",
+KINDS = {"oracle": "oracle", "exit": "exit", "lost": "ended", "timeout": "hangs", "busy": "busy",
          "ratio": "over-ratio"}  # Facts.kind -> its line
 PLACED_RATIO = 64.0  # unexplained, at most this many times PyTorch's error, passing in another dtype: precision lost
 PRECISE = 0.9  # a tag is a cause when at least this share of its cases fail
@@ -325,6 +325,8 @@ def _fill(key: str | None, group) -> dict:
         return {"ratio": ": " + _ratio_words(group)}
     if key == "over-ratio":
         return {"ratio": _ratio_words(group)}
+    if key == "busy":  # what the machine's load and the function's own time were (pace.Spent.words)
+        return {"said": group[0].detail.removeprefix("not decided: ").split(", twice")[0]}
     if key in YOURS:
         hint, words = YOURS[key]
         return {"yours": words if any(hint in h.split(TIE) for r in group for h in r.hints) else ""}

@@ -27,7 +27,8 @@ class Cause:
     scope: tuple[str, ...] = ()  # the tags of the cases the cause speaks of
 
 
-KINDS = ("", "oracle", "raised", "exit", "timeout", "lost", "probe", "ratio")  # "": the numbers and the contract decide
+# "": the numbers and the contract decide; "busy": the machine held the function back past its time (never a cause)
+KINDS = ("", "oracle", "raised", "exit", "timeout", "busy", "lost", "probe", "ratio")
 
 # key -> how a row says it (format fields are the problem's values)
 PROBLEMS = {

@@ -299,7 +299,7 @@ def _verify(targets, cases, seed, progress, check_dropout, timeout, device, repo
                                 timeout, {"backward": backward, "factor": factor,
                                           "learned": tuple(learned[name].values())}, twins)
                 learned[name].update({measured_key(m): m for m in row.measured if m.get("rule")})
-                if row.facts.kind == "timeout":
+                if row.facts.kind in ("timeout", "busy"):
                     hung[name] = f"not run: case {c.label!r} timed out"
                 elif isinstance(fn, Remote) and fn.lost is not None:
                     hung[name] = f"not run: the process ended during case {c.label!r}"
@@ -384,9 +384,11 @@ def _run_case(name: str, fn: Callable, form, c: Case, seed: int, shared: dict, d
     if isinstance(fn, Remote):  # a process of its own: killed when it is past the limit
         fn.deadline = None if timeout is None else case_limit(c, timeout)
         row = run()
+        if fn.busy:  # held back by the machine, twice (Remote.request asks again once): the machine's, not a cause
+            return judge.row(name, c, "fail", busy_words(fn.spent), facts=Facts("busy"))
         if fn.timed_out:
-            return judge.row(name, c, "fail", timed_out(fn.deadline or QUIET_SECONDS, timeout or QUIET_SECONDS),
-                             facts=Facts("timeout"))
+            return judge.row(name, c, "fail", timed_out(fn.deadline or QUIET_SECONDS, timeout or QUIET_SECONDS,
+                                                        fn.spent), facts=Facts("timeout"))
         if fn.lost is not None:
             return judge.row(name, c, "error", f"{fn.lost} while running this case: the function, or something it "
                              "called, ended it (sys.exit, os._exit, a kill, a crash, out of memory)",
@@ -399,9 +401,18 @@ def _run_case(name: str, fn: Callable, form, c: Case, seed: int, shared: dict, d
     return row if row is not None else judge.row(name, c, "fail", timed_out(limit, timeout), facts=Facts("timeout"))
 
 
-def timed_out(limit: float, timeout: float) -> str:
-    return (f"timed out: no answer after {limit:.1f} s (--timeout {timeout:g} s at the basic case's size); the "
+def timed_out(limit: float, timeout: float, spent=None) -> str:
+    """A case's row when the function ran out of its own time (``spent``: how, where its process was timed), twice."""
+    how = f", twice ({spent.words()})" if spent is not None else ""
+    return (f"timed out: no answer after {limit:.1f} s (--timeout {timeout:g} s at the basic case's size){how}; the "
             "function's remaining cases were not run")
+
+
+def busy_words(spent) -> str:
+    """A case's row when the machine held the function back past its time, twice: the load, and what the function
+    itself had -- never a cause in the function."""
+    return (f"not decided: {spent.words()}, twice -- run it again on a quieter machine, or allow more time "
+            "(lab check --max-seconds N, verify --timeout N); the function's remaining cases were not run")
 
 
 def _skip_reason(fn: Callable, form, case: Case, check_dropout: bool, hung: str | None) -> str | None:

@@ -91,9 +91,9 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
         found = [slips.starter_line(level)]
     elif not result.passed and fn.lost is None:
         found = level_diagnoses(_probes(learner, seed, budget_s), level, seed, found, more, fill)
-    hung = next((r for r in result.rows if r.facts.kind == "timeout"), None)
+    hung = next((r for r in result.rows if r.facts.kind in ("timeout", "busy")), None)
     ended = fn.lost  # while it was graded (a measurement stopped for its time says so in its note instead)
-    load, err, timings, fits, how = _measured(learner, mod, hung, seed, budget_s, say)
+    load, err, timings, fits, how = _measured(learner, mod, hung, seed, budget_s, say, result.passed)
     exps = {k: f and f.exponent for k, f in fits.items()}  # the slope alone; the fits keep the repeats' range
     r = LabResult(str(learner.path), name, learner.form, note, result, found, err,
                   result.passed and ended is None, timings, exps, how, time.perf_counter() - t0,
@@ -103,8 +103,13 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
     return r
 
 
-def _measured(learner, mod, hung, seed: int, budget_s: float, say):
-    """(the load, the match, timings, fits, how it was measured): nothing where it hung, ended or is the starter's."""
+NOT_PASSED = ("not measured: it did not pass its cases, and a function that gives wrong answers is not timed (its "
+              "times at large sizes would cost minutes and say nothing): fix it, and the check measures it")
+
+
+def _measured(learner, mod, hung, seed: int, budget_s: float, say, passed: bool = True):
+    """(the load, the match, timings, fits, how it was measured): nothing where it hung, ended or is the starter's,
+    and no timings where it did not pass its cases (graded first, timed only when right: issue 54)."""
     fn = learner.fn
     load, err, timings, fits = None, float("inf"), [], {"time": None, "memory": None}
     if hung is not None:  # a function that hung once would hang the measurements too
@@ -114,6 +119,8 @@ def _measured(learner, mod, hung, seed: int, budget_s: float, say):
     err = grade.match(fn, seed)
     if learner.given:  # the starter's code measures nothing of the learner's
         return load, err, timings, fits, "not measured: it is the starter's code as it came"
+    if not passed:
+        return load, err, timings, fits, NOT_PASSED
     seqs = mod.SEQS
     say(("measuring its time and peak memory at T = " + ", ".join(map(str, seqs))
          + f" (at most {budget_s:g} s a length; --max-seconds changes it)") if seqs else mod.measures())

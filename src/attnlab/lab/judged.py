@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab.judge.apart import remote, worker
+from attnlab.judge.verify import JUDGE_THREADS
 
 from . import files
 from .result import Timing
@@ -69,8 +70,10 @@ def _start(path: Path, name: str, level: str = "loops") -> remote.Remote:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the process starts with them (Triton reads its variable when a kernel is defined)
     try:
-        return remote.start({"file": str(path), "function": name, "what": str(path), "level": level},
-                            module=__name__)
+        # torch on one thread, as the judge's own process (attnlab.judge.verify.one_thread): then the process's CPU
+        # time is its own time, which its budgets count (attnlab.judge.apart.pace), whatever the load
+        return remote.start({"file": str(path), "function": name, "what": str(path), "level": level,
+                             "threads": JUDGE_THREADS}, module=__name__)
     except remote.LoadFailed as e:
         raise files.LoadError(str(e)) from None
     finally:

@@ -45,9 +45,12 @@ BUDGET_S = 20.0  # the most one length may take (its calls together)
 HEADS, HEAD_DIM = 1, 64
 QUADRATIC = 0.25  # memory growth within this of T² -- for every repeat -- counts as quadratic
 AGREE = 0.3  # time exponents whose repeats span more than this disagree: no growth is read from them
-PEAKS = 3  # the peak memory is measured this many times at each length (once where a call is slow), and the least
-# kept: a high-water mark can only gain from what is not the call's (a matrix of another call's still mapped: a
-# correct matrix form peaked 2.6 MiB once and 3.6 MiB twice at T = 512, its growth read as T^1.67, not T^1.93)
+PEAKS = 3  # the peak memory is measured this many times at each length (once where a call is slow; more where the
+# least is not seen twice, see repeated_peaks), and the least kept: a high-water mark can only gain from what is not
+# the call's (a matrix of another call's still mapped: a correct matrix form peaked 2.6 MiB once and 3.6 MiB
+# twice at T = 512, its growth read as T^1.67, not T^1.93)
+MORE_PEAKS = 6  # measured beyond PEAKS at a length whose least peak was not measured twice (its repeats disagree)
+SAME_PEAK = 0.01  # peaks within this share of each other (and two pages) are the same measurement
 THREADS = 1  # torch's threads while the learner's function is timed (the module docstring says why one)
 SAID = 160  # the most characters of an error's message a skipped length quotes (cut at a word)
 
@@ -156,10 +159,37 @@ def one_length(call, T: int, budget_s: float, seed: int) -> Timing:
             times, peaks = [first], [peak]
         else:  # warmed up now: time a few, and measure the peak again (the first may hold one-time costs)
             times = time_calls(once, 0, max(2, min(5, int(budget_s / 4 / max(first, 1e-6)))))
-            peaks = [memory.measure_peak(once, "cpu") for _ in range(PEAKS)]
+            peaks = repeated_peaks(lambda: memory.measure_peak(once, "cpu"))
     peaks = [p for p in peaks if p is not None]
     return Timing(T, statistics.median(times), min(peaks) if peaks else None, times_s=list(times),
                   peaks=peaks, threads=torch.get_num_threads(), load=load)
+
+
+def confirmed(peaks) -> bool:
+    """Was the least of these peaks measured twice or more? A call's peak repeats exactly when nothing but the call
+    is in it; a high-water mark can only gain from what is not the call's (a page of code faulted in again, a block
+    the allocator kept), so the least one seen twice is the call's own."""
+    peaks = [p for p in peaks if p is not None]
+    if len(peaks) < 2:
+        return False
+    least = min(peaks)
+    return sum(p <= least * (1 + SAME_PEAK) + 8192 for p in peaks) >= 2
+
+
+def repeated_peaks(peak, first: int = PEAKS, more: int = MORE_PEAKS) -> list:
+    """``first`` peaks of ``peak()`` (a measurement of one call), and up to ``more`` beyond them while the least is not
+    :func:`confirmed`: a length whose repeats disagree is measured again until they decide it (issue 54)."""
+    peaks = [peak() for _ in range(first)]
+    while peaks and None not in peaks and not confirmed(peaks) and len(peaks) < first + more:
+        peaks.append(peak())
+    return peaks
+
+
+def undecided(timings: list[Timing], lengths=None) -> list[int]:
+    """The lengths (of ``lengths``, default all) whose repeated peaks never agreed on their least: the growth read
+    through them is not decided by the measurements. A length measured once (a slow call) is not one of them."""
+    return [t.seq for t in timings if len(t.peaks) >= 2 and not confirmed(t.peaks)
+            and (lengths is None or t.seq in lengths)]
 
 
 def conditions(timings: list[Timing]) -> str:
@@ -196,7 +226,8 @@ def fitted(timings: list[Timing], budget_s: float) -> tuple[dict, str]:
     where = conditions(timings)
     note = (f"forward only, batch 1, {HEADS} head of width {HEAD_DIM}, float32, no autograd"
             + (f", {where}" if where else "") + f"; the median of 2 to 5 calls, one call where it takes over "
-            f"{budget_s / 4:g} s; memory: {memory.method('cpu') or 'not measurable here'}, the least of {PEAKS}; "
+            f"{budget_s / 4:g} s; memory: {memory.method('cpu') or 'not measurable here'}, the least of {PEAKS} or "
+            "more (until the least is measured twice); "
             "growth fitted on the longer lengths, with the range of exponents the repeats allow")
     skipped = [t.seq for t in timings if t.skipped]
     if skipped:

@@ -146,6 +146,8 @@ def held_text(r, markup: bool = True) -> str:
     green, red = ("[green]", "[red]") if markup else ("", "")
     if r.measured_ok:
         return f"{green}as the level asks{'[/]' if markup else ''}" + ("" if r.passed else f", but {failed}")
+    if getattr(r, "measured_note", "").startswith("not decided"):  # the repeats never agreed: not "did not hold"
+        return "[yellow]so the level is not done yet[/]" if markup else "so the level is not done yet"
     return f"{red}measured, and it did not hold{'[/]' if markup else ''}" + ("" if r.passed else f"; {failed}")
 
 
@@ -183,6 +185,8 @@ def _next(r, level) -> str:
         return f"fix the most likely cause and run {again} again."
     if r.measured_ok is False:  # graded right, but what the level asks of its measurement did not hold
         again = f"`attnlab lab check {r.file}`" if getattr(r, "file", "") else "the check"
+        if r.measured_note.startswith("not decided"):  # nothing to change: the measurements did not decide it
+            return f"the grading passed; the level's measurement is {r.measured_note} -- run {again} again."
         return (f"the grading passed, but the level is not done: {r.measured_note} -- {held_text(r, markup=False)}; "
                 f"change what it measures and run {again} again.")
     after = next((lv for lv in levels.LEVELS if lv.number == level.number + 1), None)

@@ -29,7 +29,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from attnlab.judge.apart import wire
+from attnlab.judge.apart import pace, wire
 
 LOAD_SECONDS = 120.0  # importing the function's module (and torch) in its process
 QUIET_SECONDS = 600.0  # a request without a deadline of its own still ends
@@ -73,9 +73,15 @@ class Lost(Exception):
     """The judged process is gone (ended, or killed after a hang): nothing more can be asked of it. ``timed_out``:
     it was killed because it gave no answer in time (not because it ended by itself)."""
 
-    def __init__(self, message: str = "", timed_out: bool = False):
+    def __init__(self, message: str = "", timed_out: bool = False, spent=None):
         super().__init__(message)
         self.timed_out = timed_out
+        self.spent = spent  # how it ran out of time (attnlab.judge.apart.pace.Spent), where it did
+
+    @property
+    def busy(self) -> bool:
+        """It ran out of time because the machine was busy (:attr:`attnlab.judge.apart.pace.Spent.busy`)."""
+        return self.timed_out and self.spent is not None and self.spent.busy
 
 
 def described(e: BaseException) -> str:
@@ -95,6 +101,8 @@ class Remote:
         self.timed_out = False
         self.strays = False  # processes the judged code started were still running at the end (and were ended)
         self.tag: str | None = None  # the judged process's environment tag (start), which its descendants inherit
+        self.spent = None  # what its last request cost, where it was waited for (attnlab.judge.apart.pace.Spent)
+        self.started = None  # (job, cwd, module, environment) it was started with, to start it again (restart)
 
     def __repr__(self) -> str:
         return f"Remote({self.info.get('name')!r})"
@@ -104,18 +112,46 @@ class Remote:
         return bool(self.info.get("score_mod"))
 
     def request(self, header: dict, tensors=(), seconds: float | None = None) -> tuple[dict, list]:
+        """The reply to one request. One that runs out of time is asked once more of a fresh process (the machine
+        may have been busy for a moment) before :class:`Lost` says it timed out; :attr:`spent` says how it ran
+        out (:class:`attnlab.judge.apart.pace.Spent`: its own budget used, a wait, or a busy machine)."""
+        try:
+            return self._request(header, tensors, seconds)
+        except Lost as e:
+            if not e.timed_out or self.started is None or self.spent is None:
+                raise
+        first = self.spent
+        try:
+            self.restart()
+        except LoadFailed:
+            raise Lost(self.lost, True, first) from None
+        try:
+            return self._request(header, tensors, seconds)
+        except Lost as e:
+            if e.timed_out and self.spent is not None and first.busy and not self.spent.busy:
+                self.spent = first  # (said as busy when either try was held back by the machine)
+            raise Lost(self.lost, e.timed_out, self.spent) from None
+
+    def _request(self, header: dict, tensors=(), seconds: float | None = None) -> tuple[dict, list]:
         if self.lost is not None:
-            raise Lost(self.lost, self.timed_out)
+            raise Lost(self.lost, self.timed_out, self.spent)
         limit = seconds if seconds is not None else self.deadline if self.deadline is not None else QUIET_SECONDS
         if self.process is None:  # the serving side keeps the time (its watchdog answers "hung"): wait a little longer
             limit += 30.0
         try:
             wire.send(self.wfd, header, tensors)
+            if self.process is not None:  # its own time, not the machine's (see pace)
+                ready, self.spent = pace.wait(self.rfd, limit, self.process.pid)
+                if not ready:
+                    raise wire.TimedOut("no answer within its own time")
+                limit = max(limit, 60.0)  # the answer has begun: the rest of it is on its way
             reply, got = wire.receive(self.rfd, limit)
         except (wire.TimedOut, TimeoutError):
-            self._end(f"no answer after {limit:.1f} s")
+            spent = self.spent
+            self._end(f"no answer after {limit:.1f} s" if spent is None or self.process is None else
+                      f"no answer after {spent.wall:.1f} s: {spent.words()}")
             self.timed_out = True
-            raise Lost(self.lost, True) from None
+            raise Lost(self.lost, True, self.spent) from None
         except (wire.Closed, BrokenPipeError, OSError, ValueError) as e:
             self._end(None if isinstance(e, (wire.Closed, BrokenPipeError)) else f"a message it sent was not ours: {e}")
             raise Lost(self.lost) from None
@@ -129,6 +165,19 @@ class Remote:
                 raise kernels.Unsupported(reply["raised"].get("message", ""))
             raise Raised(reply["raised"])
         return reply, got
+
+    @property
+    def busy(self) -> bool:
+        """Its last request ran out of time because the machine was busy, not because of the function."""
+        return self.timed_out and self.spent is not None and self.spent.busy
+
+    def restart(self) -> None:
+        """The same function in a fresh process (after one that timed out or ended): loaded as it was at
+        :func:`start`, everything it had lost forgotten."""
+        job, cwd, module, env = self.started
+        fresh = start(job, cwd, module, env)
+        self.rfd, self.wfd, self.info, self.process = fresh.rfd, fresh.wfd, fresh.info, fresh.process
+        self.tag, self.lost, self.timed_out = fresh.tag, None, False
 
     def run(self, case, seed: int, q, k, v, m, grad_out, p: float, fresh, layout: bool, backward: bool = True,
             inference: bool = False):
@@ -265,17 +314,21 @@ def how_code(code: int | None) -> str:
     return f"signal {-code}, {name}{why}"
 
 
-def start(job: dict, cwd: str | None = None, module: str = "attnlab.judge.apart.worker") -> Remote:
-    """A judged process for ``job`` (see :mod:`.worker`; ``module``: a room's own worker), loaded: LoadFailed in
-    one line when it cannot be."""
+def start(job: dict, cwd: str | None = None, module: str = "attnlab.judge.apart.worker", env: dict | None = None
+          ) -> Remote:
+    """A judged process for ``job`` (see :mod:`.worker`; ``module``: a room's own worker; ``env``: its environment,
+    default this process's), loaded: LoadFailed in one line when it cannot be."""
     # A session of its own: a Ctrl-C at the terminal is the judge's to handle (it ends this process), and never
     # reaches the judged process halfway through its imports.
-    # And a tag in its environment, which every process its code starts inherits: ended with it (end_tagged).
+    # And a tag in its environment, which every process its code starts inherits: ended with it (end_tagged); a
+    # process started again (restart) gets a tag of its own.
+    env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
+    env.pop(TAG, None)
     tag = uuid.uuid4().hex
     child = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=cwd,
-                             env={**os.environ, "PYTHONUNBUFFERED": "1", TAG: tag}, start_new_session=True)
+                             env={**env, TAG: tag}, start_new_session=True)
     r = Remote(child.stdout.fileno(), child.stdin.fileno(), {}, child)
-    r.tag = tag
+    r.tag, r.started = tag, (job, cwd, module, env)
     try:
         wire.send(r.wfd, job)
         reply, _ = wire.receive(r.rfd, LOAD_SECONDS)

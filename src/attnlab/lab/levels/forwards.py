@@ -153,7 +153,18 @@ def work_row(reply: dict, name: str, T: int, block: int, most: float) -> tuple[R
 
 
 def memory_ok(result, growth) -> tuple[bool, str]:
+    """Whether the memory grew as the level asks, decided only by measurements that agree: a length whose repeated
+    peaks never agreed on their least (:func:`attnlab.lab.measure.undecided`) leaves the rule not decided -- not
+    held, and said so, never "it did not hold"."""
+    from attnlab.lab.measure import undecided
+
     p = result.exponents.get("memory")
     if p is None:
         return False, "its memory was not measured at two lengths or more"
+    fitted = getattr((getattr(result, "fits", None) or {}).get("memory"), "lengths", None) or None
+    unsure = undecided(result.timings, fitted)
+    if unsure:
+        return False, (f"not decided: its peak memory at T = {', '.join(map(str, unsure))} differed from call to call "
+                       "however often it was measured (another program's memory in it?), so the growth "
+                       f"(T^{p:.2f}) is not read from it; check it again")
     return growth.holds(p), f"memory grew as T^{p:.2f} (the level asks for {growth.asked()})"

@@ -12,6 +12,7 @@ values to verify's tolerance rule. The slips are named as the attention levels' 
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -82,9 +83,8 @@ def graded(run, names: list[str], seed: int, level: str, budget_s: float) -> tup
             cases.append({"error": e.text})
         except remote.Lost as e:
             timed = e.timed_out
-            cases.append({"error": f"ran out of time: no answer within {budget_s:g} s (--max-seconds {budget_s:g}); "
-                                   "is there an endless loop, or a wait?" if timed else
-                                   f"{e}: the code, or something it called, ended its process"})
+            cases.append({"error": ran_out(e, budget_s) if timed else
+                                   f"{e}: the code, or something it called, ended its process", "busy": e.busy})
             why = f"not run: the case {name!r} before it {'ran out of time' if timed else 'ended the process'}"
             cases += [{"skipped": why}] * (len(names) - i - 1)
             return {"cases": cases}, str(e)
@@ -93,10 +93,33 @@ def graded(run, names: list[str], seed: int, level: str, budget_s: float) -> tup
     except remote.Raised as e:
         extra = {"raised": e.text}
     except remote.Lost as e:
-        said = (f"ran out of time: no answer within {budget_s:g} s (--max-seconds {budget_s:g})" if e.timed_out
-                else f"{e}: the code, or something it called, ended its process")
-        return {"cases": cases, "raised": said}, str(e)
+        said = ran_out(e, budget_s) if e.timed_out else f"{e}: the code, or something it called, ended its process"
+        return {"cases": cases, "raised": said, "busy": e.busy}, str(e)
     return {"cases": cases, **extra}, None
+
+
+def ran_out(e, budget_s: float) -> str:
+    """What a case says of a request that ran out of time twice (:class:`attnlab.judge.apart.remote.Lost`): the
+    machine's load where it held the function back, else the function's own time -- a hang."""
+    spent = e.spent
+    if e.busy:
+        return (f"not decided: {spent.words()}, twice -- run it again on a quieter machine, or pass --max-seconds "
+                f"{math.ceil(budget_s * 3)}")
+    how = f", twice: {spent.words()}" if spent is not None else ""
+    return (f"ran out of time: no answer within {budget_s:g} s of its own (--max-seconds {budget_s:g}){how}; is "
+            "there an endless loop, or a wait?")
+
+
+def timing_line(reply: dict) -> Diagnosis | None:
+    """The likely-cause line of a level whose case ran out of time: the machine's load (busy), or a hang."""
+    out = [c for c in reply.get("cases", []) if "error" in c and c["error"].startswith(("not decided", "ran out"))]
+    raised = reply.get("raised", "")
+    said = out[0]["error"] if out else raised if raised.startswith(("not decided", "ran out")) else None
+    if said is None:
+        return None
+    if (out and out[0].get("busy")) or (not out and reply.get("busy")):
+        return Diagnosis("busy", said.removeprefix("not decided: "))
+    return Diagnosis("hangs", said)
 
 
 def check(level, learner, run, judge, seed: int = 0, on_stage=None, measure=True,
@@ -113,6 +136,9 @@ def check(level, learner, run, judge, seed: int = 0, on_stage=None, measure=True
     mod = level.module()
     reply, lost = graded(run, [c[0] for c in mod.CASES], seed, level.name, budget_s)
     rows, found, err, note = judge(reply, seed)
+    timed = timing_line(reply)
+    if timed is not None:  # the machine's load or a hang, said first (never "the failures fit no pattern")
+        found = [timed] + [d for d in found if d.key != timed.key]
     if learner.given:  # the starter's failures are not the learner's: it is told it is the starter, as at every level
         found = [slips.starter_line(level)]
     passed = bool(rows) and all(r.status == "pass" for r in rows) and lost is None
@@ -184,6 +210,8 @@ def measure_lengths(seqs, seed: int, inputs, call, note: str, peaks: int = 3) ->
 
     from attnlab.measure import growth, memory
 
+    from ..measure import repeated_peaks
+
     timings = []
     memory.exact_heap("cpu")
     try:
@@ -199,8 +227,8 @@ def measure_lengths(seqs, seed: int, inputs, call, note: str, peaks: int = 3) ->
             got = [memory.measure_peak(once, "cpu")]
             if not took:  # memory is not measurable here, so measure_peak did not call it
                 once()
-            while len(got) < peaks and took[0] < 1 and got[0] is not None:
-                got.append(memory.measure_peak(once, "cpu"))
+            if took[0] < 1 and got[0] is not None:  # more, until the least is measured twice (lab.measure.confirmed)
+                got = repeated_peaks(lambda once=once: memory.measure_peak(once, "cpu"), peaks)
             got = [p for p in got if p is not None]
             peak = min(got) if got else None  # the least: a high-water mark only gains from what is not the call's
             timings.append({"seq": T, "time_s": statistics.median(took), "times_s": took, "peak_bytes": peak,
@@ -213,5 +241,5 @@ def measure_lengths(seqs, seed: int, inputs, call, note: str, peaks: int = 3) ->
             "memory": growth.exponent([t["seq"] for t in timings if t["peak_bytes"]],
                                       [t["peak_bytes"] for t in timings if t["peak_bytes"]])}
     how = memory.method("cpu") or "not measurable here"
-    return {"timings": timings, "exponents": exps, "note": f"{note}; memory: {how}, the least of up to {peaks} "
-            "calls, the time their median"}
+    return {"timings": timings, "exponents": exps, "note": f"{note}; memory: {how}, the least of {peaks} calls or "
+            "more (until the least is measured twice), the time their median"}
