@@ -80,6 +80,8 @@ def pytorch(case: Case, x, fresh) -> torch.Tensor:
         s = s.masked_fill(~m, -math.inf) if m.dtype == torch.bool else s + m.to(work)
     if case.is_causal:
         s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool, device=q.device).tril(), -math.inf)
+    if x.sinks is not None:  # the sink one more term of each row's sum (attnlab.judge.sink_cases)
+        s = torch.cat([s, x.sinks.to(q.device, work).view(1, H, 1, 1).expand(N, H, L, 1)], dim=-1)
     return torch.logsumexp(s, dim=-1)
 
 
@@ -116,9 +118,14 @@ def hints(mine, ref: torch.Tensor, f: oracle.Forward | None = None, rows: torch.
     the max of q.k in its own units, m + log l, or the log-sum-exp of q.k itself), without the row max added back
     (log l), or right on every row that sees a key but finite or NaN on the rows that see none. ``f``: the case's
     oracle forward, whose weights give each row's largest score. ``rows`` (..., L): read only these (the rows whose
-    output is right, where the output has causes of its own: the formula's causes alone); None: every row."""
+    output is right, where the output has causes of its own: the formula's causes alone); None: every row. With
+    sinks: the sink left out of it (:func:`attnlab.judge.sink_causes.lse_without_sink`)."""
     if not isinstance(mine, torch.Tensor) or mine.shape != ref.shape:
         return []
+    from attnlab.judge import sink_causes
+
+    if sink_causes.lse_without_sink(mine, ref, f):
+        return ["sink-not-in-lse"]
     m = mine.detach().double().cpu()
     dead = torch.isneginf(ref)
     if rows is not None and rows.numel() != dead.numel():
