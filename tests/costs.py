@@ -7,7 +7,10 @@ still running (a judged process, a browser), read from /proc before and after. A
 test began is not charged to it (a session's browser, a judge kept for the next test): its work then is another's.
 Setup and teardown count: a session fixture's first user pays for it, so a test that needs a session fixture
 measured slow is slow too; and a test marked fast is not held to a fixture it happened to set up for the tests that
-share it (which test comes first is xdist's choice, not the test's cost).
+share it (which test comes first is xdist's choice, not the test's cost). Likewise a cost that a worker pays once
+and keeps -- an import of seconds (transformers), a judge's process, a training worker -- lands on whichever test
+needs it first: a test whose slowness is that says so, ``@pytest.mark.slow(first="what it pays for")``, and is not
+held to SLOW_MIN when it ran after another test had paid (it is still slow when it runs alone: pytest -k).
 
 With ``--check-costs`` (the Makefile's test targets pass it) the run ends with a table of the tests whose mark does
 not fit their cost -- fast-marked over FAST_MAX, slow-marked under SLOW_MIN -- and fails when it is not empty. The
@@ -25,7 +28,8 @@ import pytest
 
 FAST_MAX = 2.0  # CPU seconds a test not marked slow may take
 SLOW_MIN = 0.2  # CPU seconds below which a slow-marked test is not slow
-SLOW_FIXTURE = 2.0  # a session or module fixture whose setup took this much makes the tests that use it slow
+SLOW_FIXTURE = 2.0  # a session or module fixture whose setup took this much lets the tests that use it be slow ...
+HEAVY_FIXTURE = 5.0  # ... and one of this much makes them slow (between the two, either mark fits)
 _PROC = Path("/proc")
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -43,23 +47,24 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _stat_cpu(pid: int) -> float:
-    """utime + stime + cutime + cstime of a live process, seconds (0 when it is gone)."""
+def _stat_cpu(pid: int) -> tuple[float, float]:
+    """(utime + stime, cutime + cstime) of a live process -- its own CPU seconds, and those of the children it
+    reaped -- ((0, 0) when it is gone)."""
     try:
         text = (_PROC / str(pid) / "stat").read_text()
     except OSError:
-        return 0.0
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
-    return sum(int(f) for f in fields[11:15]) / _TICK
+        return 0.0, 0.0
+    f = [int(x) for x in text[text.rindex(")") + 2:].split()[11:15]]  # after "pid (comm) "
+    return (f[0] + f[1]) / _TICK, (f[2] + f[3]) / _TICK
 
 
-def snapshot() -> tuple[float, dict[int, float]]:
-    """(CPU seconds used so far by this process and the children it reaped, {pid: CPU seconds so far} of every live
-    descendant (with what those reaped in turn))."""
+def snapshot() -> tuple[float, dict[int, tuple[float, float]]]:
+    """(CPU seconds used so far by this process and the children it reaped, {pid: (its own CPU seconds so far, its
+    reaped children's)} of every live descendant)."""
     me = resource.getrusage(resource.RUSAGE_SELF)
     reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
     own = me.ru_utime + me.ru_stime + reaped.ru_utime + reaped.ru_stime
-    live: dict[int, float] = {}
+    live: dict[int, tuple[float, float]] = {}
     if not _PROC.is_dir():
         return own, live
     todo = _children(os.getpid())
@@ -72,16 +77,18 @@ def snapshot() -> tuple[float, dict[int, float]]:
     return own, live
 
 
-def spent(before: tuple[float, dict[int, float]]) -> float:
+def spent(before: tuple[float, dict]) -> float:
     """CPU seconds used since ``before`` (a :func:`snapshot`) by this process and the processes started since: a
-    process that was already running (a session's browser, a judge kept for the next test, a compile worker) is
-    not this test's, and what it does meanwhile is left out -- it would charge a fast test with another's work, by
-    the order the tests happen to run in. One that ended meanwhile is taken out at what it had used before."""
+    process that was already running (a session's browser, a judge kept for the next test, a fork server) is not
+    this test's, and its own work meanwhile is left out -- it would charge a fast test with another's, by the order
+    the tests happen to run in; the processes it started and reaped meanwhile (a fork server's ranks) are counted.
+    One that ended meanwhile is taken out at what it had used before."""
     own0, live0 = before
     own1, live1 = snapshot()
-    gone = sum(cpu for pid, cpu in live0.items() if pid not in live1)  # reaped since: in own1 whole
-    new = sum(cpu for pid, cpu in live1.items() if pid not in live0)
-    return max(0.0, own1 - own0 - gone + new)
+    gone = sum(a + b for pid, (a, b) in live0.items() if pid not in live1)  # reaped since: in own1 whole
+    new = sum(a + b for pid, (a, b) in live1.items() if pid not in live0)
+    reaped = sum(live1[pid][1] - b for pid, (_, b) in live0.items() if pid in live1)
+    return max(0.0, own1 - own0 - gone + new + reaped)
 
 
 class Costs:
@@ -117,10 +124,14 @@ class Costs:
         if call.when == "teardown" and item.nodeid in self.start:
             cpu = spent(self.start.pop(item.nodeid))
             shared = self.shared - self.shared_at.pop(item.nodeid, self.shared)  # fixtures this test happened to set up
-            heavy = sorted(f for f in getattr(item, "fixturenames", ()) if self.fixtures.get(f, 0.0) >= SLOW_FIXTURE)
+            names = getattr(item, "fixturenames", ())
+            heavy = sorted(f for f in names if self.fixtures.get(f, 0.0) >= SLOW_FIXTURE)
+            item.user_properties.append(("heavy_fixtures", [f for f in heavy if self.fixtures[f] >= HEAVY_FIXTURE]))
             item.user_properties.append(("cpu_s", round(cpu, 3)))
             item.user_properties.append(("shared_s", round(shared, 3)))
             item.user_properties.append(("slow_fixtures", heavy))
+            mark = item.get_closest_marker("slow")
+            item.user_properties.append(("first", bool(mark and mark.kwargs.get("first"))))
         yield
 
     def pytest_runtest_logreport(self, report):
@@ -133,9 +144,9 @@ class Costs:
         self.seen[report.nodeid] = cpu
         slow = "slow" in report.keywords
         own = cpu - props.get("shared_s", 0.0)  # a fixture the next tests share is not this test's own cost ...
-        if not slow and (own > FAST_MAX or props.get("slow_fixtures")):  # ... but one that costs seconds makes it slow
+        if not slow and (own > FAST_MAX or props.get("heavy_fixtures")):  # ... but one of many seconds makes it slow
             self.wrong.append((report.nodeid, "fast", cpu))
-        elif slow and cpu < SLOW_MIN and not props.get("slow_fixtures"):
+        elif slow and cpu < SLOW_MIN and not props.get("slow_fixtures") and not props.get("first"):
             self.wrong.append((report.nodeid, "slow", cpu))
 
     def pytest_terminal_summary(self, terminalreporter):

@@ -79,7 +79,7 @@ def test_the_example_file_passes_as_it_is():
     assert r.returncode == 0 and " passed" in r.stdout and "failed" not in r.stdout
 
 
-@pytest.mark.slow  # over 2 s in the fast lane: three cases, and the judge's process started for them
+@pytest.mark.slow(first="the judge's process, started for its three cases")
 def test_name_backward_and_factor_reach_the_judge_and_the_ids():
     params = attnlab.testing.cases(dtypes=["float32"], only="basic", name="mine")
     assert params and all(p.id.startswith("mine: basic") for p in params)

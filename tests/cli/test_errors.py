@@ -104,8 +104,8 @@ CASES = [
     ("train --preset tiny --scale sqrt --resume --out {resume_marker}", 2,
      f"attnlab train: {E} checkpoint {{resume_marker}}/checkpoints/scale-sqrt.pt has no model_config, model, chars, "
      "step, train_config"),
-    pytest.param("lesson --quick --out {lesson_bad}", 2, f"attnlab lesson: {E} checkpoint "
-                 "{lesson_bad}/checkpoints/scale-sqrt.pt has no model_config", marks=pytest.mark.slow),
+    ("lesson --quick --out {lesson_bad}", 2, f"attnlab lesson: {E} checkpoint "
+     "{lesson_bad}/checkpoints/scale-sqrt.pt has no model_config"),
     # a full disk: the file that could not be written, the reason, and that the others are whole
     pytest.param("demo --out {full}", 2, f"attnlab demo: {E} cannot write {{full}}/attention_map.png: No space left "
                  "on device; attention_map.png was not created, and the files written before it are complete",
@@ -116,8 +116,8 @@ CASES = [
                  "on device", marks=pytest.mark.slow),
     # (lesson.html on a full disk: test_the_lesson_page_on_a_full_disk_is_a_cannot_write, on the function that
     # writes it; the command's way from a CannotWrite to its one line is the rows above and below)
-    pytest.param(f"{TINY} --out {{full}}", 2, f"attnlab train: {E} cannot write {{full}}/checkpoints/scale-sqrt.pt: "
-                 "No space left on device", marks=pytest.mark.slow),
+    (f"{TINY} --out {{full}}", 2, f"attnlab train: {E} cannot write {{full}}/checkpoints/scale-sqrt.pt: "
+     "No space left on device"),
     # (train --procs 2 on a full disk: tests/cli/test_nothing_left.py, which also checks no rank is left running)
     pytest.param(f"{BENCH} --max-memory 1", 2, f"attnlab bench: {E} nothing was measured: every case was skipped",
                  marks=pytest.mark.slow),
@@ -132,9 +132,9 @@ CASES = [
     ("verify --json '' --impl matrix", 2, f"attnlab verify: {E} --json '': an empty file name; give the name of a "
                                          "file to write"),
     ("ring --json ''", 2, f"attnlab ring: {E} --json '': an empty file name"),
-    pytest.param("verify --json {devfull} --impl matrix --quick --only basic --show failures", 2,
-                 f"attnlab verify: {E} cannot write {{devfull}}: No space left on device; the files written before "
-                 "it are complete", marks=pytest.mark.slow),
+    ("verify --json {devfull} --impl matrix --quick --only basic --show failures", 2,
+     f"attnlab verify: {E} cannot write {{devfull}}: No space left on device; the files written before "
+     "it are complete"),
     ("demo --out ''", 2, f"attnlab demo: {E} --out '': an empty folder name; give a folder, or leave --out out"),
     (f"{BENCH} --out ''", 2, f"attnlab bench: {E} --out '': an empty folder name"),
     # --impl package.module:function spelt with a space: named before a child process looks for ' fn'

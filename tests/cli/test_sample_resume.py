@@ -15,7 +15,6 @@ def trained(tmp_path_factory):
     return out
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("t", ["inf", "-inf", "nan", "0", "-1"])
 def test_temperature_must_be_finite_and_positive(trained, t, capsys):
     assert main(["sample", "--ckpt", str(trained / "checkpoints" / "scale-sqrt.pt"), f"--temperature={t}"]) == 2
@@ -26,7 +25,6 @@ def test_temperature_must_be_finite_and_positive(trained, t, capsys):
         sample.sample(trained / "checkpoints" / "scale-sqrt.pt", temperature=float("inf"))
 
 
-@pytest.mark.slow
 def test_sample_streams_each_character_as_it_is_drawn(trained, capsys, monkeypatch, round_trip):
     ckpt = str(trained / "checkpoints" / "scale-sqrt.pt")
     pieces = []

@@ -104,3 +104,17 @@ def test_ranks_end_when_their_launcher_is_killed(tmp_path):
         for pid in pids:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_rank_that_lost_its_peer_is_never_the_first_reason_even_when_it_was_seen_first():
+    """Rank 0 saw rank 1 go (a broken transfer) and exited within the same poll as rank 1's SIGKILL, or before it:
+    the reason said is rank 1's own."""
+    from attnlab.distributed.launch import LOST_PEER, LaunchError, Outcome
+
+    lost = Outcome(0, 1, None, f"UsageError: rank 0 of 2 {LOST_PEER} (it died): Connection closed by peer", 1.0)
+    for killed_at in (1.0, 1.5):
+        e = LaunchError([lost, Outcome(1, -9, None, "killed by SIGKILL", killed_at)])
+        print(e)
+        assert str(e).startswith("rank 1 of 2: killed by SIGKILL (then 1 other rank failed")
+    # with no rank of its own reason, the peer's line is still said
+    assert str(LaunchError([lost, Outcome(1, 0)])).startswith(f"rank 0 of 2: UsageError: rank 0 of 2 {LOST_PEER}")

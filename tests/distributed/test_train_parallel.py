@@ -106,7 +106,6 @@ def _shards(rank, world, position):
     return logits, bool((wrong - logits).abs().max() > 1e-3)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("position", ["rope", "learned"])
 def test_a_sharded_forward_equals_the_whole_one_and_positions_matter(position):
     torch.manual_seed(0)

@@ -20,7 +20,6 @@ from attnlab import kernels  # noqa: E402
 
 from . import tiny  # noqa: E402
 
-pytestmark = pytest.mark.slow  # a transformers model: its import and eager reference take seconds on 2 cores
 FORMS = {"attnlab": "flash", "attnlab_matrix": "matrix", "attnlab_loops": "loops"}
 GRADS = ("sinks", "q_proj.weight", "k_proj.weight", "v_proj.weight")
 

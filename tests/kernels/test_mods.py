@@ -34,7 +34,7 @@ def _builtins(H, g):
     }
 
 
-@pytest.mark.parametrize("impl", [f if f == "matrix" else pytest.param(f, marks=pytest.mark.slow) for f in FORMS])
+@pytest.mark.parametrize("impl", list(FORMS))
 @pytest.mark.parametrize("name", ["softcap", "alibi", "alibi slopes", "relative_bias",
                                   "relative_bias causal then softcap"])
 def test_gradcheck_each_builtin_each_form(impl, name):

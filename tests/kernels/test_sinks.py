@@ -207,7 +207,7 @@ def test_flash_split_heads_slices_the_sinks():
     assert_pass(judge("flash", q, k, v, sinks, g, is_causal=True, score_mod=mod, block_q=32, block_k=32))
 
 
-@pytest.mark.slow  # importing transformers' gpt-oss model takes about two seconds
+@pytest.mark.slow(first="importing transformers' gpt-oss model: about two seconds")
 def test_matches_transformers_gpt_oss_eager_attention():
     """transformers' own eager_attention_forward of gpt-oss, called with a stand-in module (its ``sinks``, its
     ``num_key_value_groups``, ``training``), in float64: the loops, matrix and flash forms give its output and its

@@ -175,7 +175,9 @@ def test_every_line_a_level_says_is_one_of_its_slips_or_a_fact_it_measures():
         assert not extra, (lv.name, extra)
 
 
-@pytest.mark.parametrize("level", ["matrix", "flash", "backward", "decode"])
+# backward and decode run the level's whole check: seconds
+@pytest.mark.parametrize("level", ["matrix", "flash", *(pytest.param(lv, marks=pytest.mark.slow)
+                                                     for lv in ("backward", "decode"))])
 def test_each_starter_as_it_comes_runs_and_fails(tmp_path, level):
     """The starter runs (the learner can check it at once) and gives the wrong answer (it gives nothing away)."""
     lv = levels.find(level)

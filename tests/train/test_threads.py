@@ -42,7 +42,6 @@ def test_one_core_has_nothing_to_choose(keep_threads, monkeypatch):
     assert _run(p, 12, lambda s, n: 0.1) == [1] * 12 and p.choices == []
 
 
-@pytest.mark.slow
 def test_choose_threads_times_real_steps_in_turns(keep_threads):
     cfg = PRESETS["tiny"]
     c = estimate.choose_threads(cfg, load_corpus(cfg), rounds=1, steps=2)

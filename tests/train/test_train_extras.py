@@ -33,7 +33,7 @@ def test_progress_is_a_line_per_tenth_when_not_on_a_terminal(capsys):
     assert "left" in lines[0] and lines[-1].startswith("  train none: step 20/20") and "left" not in lines[-1]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(first="two training runs of the tiny model, in the worker kept for them")
 def test_the_final_heads_are_measured_and_tie_kv_reuses_the_same_run(data, tmp_path):
     scale = train.run(TINY, variants=["sqrt"], out=tmp_path, data=data)
     c = scale.variants["sqrt"].circuits

@@ -70,12 +70,12 @@ def table(graded: list[dict]) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run")
-    p.add_argument("corpus", choices=("dev", "held", "sinks"))
+    p.add_argument("corpus", choices=("dev", "held", "sinks", "dev-slips", "held-slips"))
     args = p.parse_args(argv)
     with open(args.run) as f:
         rows = json.load(f)
-    tab = getattr(L, args.corpus.upper())
-    also = getattr(L, f"{args.corpus.upper()}_ALSO", {})
+    tab = getattr(L, args.corpus.upper().replace("-", "_"))
+    also = getattr(L, f"{args.corpus.upper().replace('-', '_')}_ALSO", {})
     graded = grade(rows, tab, also)
     for g in graded:
         print(f"{g['verdict']:18s} {g['name']:60s} {', '.join(g['keys'][:4])}" + (f"  FALSE {g['false']}"

@@ -129,7 +129,9 @@ def _rank_run(args, grid) -> int:
     try:
         return run(args, grid)
     except RuntimeError as e:  # a peer died or stopped answering (torch.distributed.DistBackendError is one)
-        raise UsageError(f"rank {grid.rank} of {grid.world} lost another rank (it died, or did not answer within "
+        from attnlab.distributed.launch import LOST_PEER
+
+        raise UsageError(f"rank {grid.rank} of {grid.world} {LOST_PEER} (it died, or did not answer within "
                          f"--timeout {args.timeout:g} s): {_first_line(e)}") from None
 
 

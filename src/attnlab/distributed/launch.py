@@ -65,13 +65,20 @@ class Outcome:
         return self.exitcode == 0 and self.error is None
 
 
+# What a rank says when its own failure is another's (a peer gone mid-transfer): never the first reason while a
+# rank failed for a reason of its own, however the two exits fell within one poll.
+LOST_PEER = "lost another rank"
+
+
 class LaunchError(RuntimeError):
     """One or more ranks failed. The message is the first failing rank's reason (the others usually
-    fail because of it: a peer that is gone breaks their transfers), and how many others failed."""
+    fail because of it: a peer that is gone breaks their transfers), and how many others failed. A rank that
+    says it lost a peer (LOST_PEER) comes after every rank that failed for a reason of its own."""
 
     def __init__(self, outcomes: list[Outcome]):
         self.outcomes = outcomes
-        bad = sorted((o for o in outcomes if not o.ok), key=lambda o: (o.failed_s is None, o.failed_s or 0, o.rank))
+        bad = sorted((o for o in outcomes if not o.ok),
+                     key=lambda o: (LOST_PEER in (o.error or ""), o.failed_s is None, o.failed_s or 0, o.rank))
         self.first = bad[0] if bad else None
         msg = f"rank {self.first.rank} of {len(outcomes)}: {self.first.error}" if bad else "no rank failed"
         if len(bad) > 1:

@@ -175,6 +175,26 @@ def floor(ref: torch.Tensor, dtype: torch.dtype) -> float:
     return 2.0 * (stored - ref.detach().double()).abs().max().item() + 1e-12
 
 
+# How near an answer must be to a reading's (a wrong semantics computed on the same inputs) to be that reading
+# (attnlab.judge.readings): far above the rounding of the answers' dtype -- a function that computes otherwise than
+# the reading's formula, in another order, is still that reading -- and far below any reading's distance from the
+# right answer, which its readings must exceed ten times to say anything.
+READING = {torch.float64: 1e-9, torch.float32: 1e-4}
+READING_HALF = 1e-2
+BLOWN_UP = 1e3  # a reading's answer this many times the right one's size: exp amplified what went into it ...
+BLOWN_UP_TOLERANCE = 1e-1  # ... and float sums of such numbers cancel: a tenth of its size (the right answer is far)
+
+
+def reading_tolerance(dtype, alt: torch.Tensor, right: torch.Tensor) -> float:
+    """The distance within which an answer is the reading's answer ``alt`` (``right``: the right one there), in
+    the answers' ``dtype`` (a torch dtype or its name): relative to the reading's size (:data:`READING`)."""
+    dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    big = float(alt.abs().max()) if alt.numel() else 0.0
+    ref = float(right.abs().max()) if right.numel() else 0.0
+    rel = BLOWN_UP_TOLERANCE if big > BLOWN_UP * (1 + ref) else READING.get(dt, READING_HALF)
+    return rel * (1 + big)
+
+
 @dataclass(frozen=True)
 class Comparison(Result):
     """One quantity (out, dq, dk, dv, dmask) of one case: the form's error, PyTorch's, the limit."""

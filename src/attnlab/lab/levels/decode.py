@@ -109,7 +109,7 @@ def judge(reply: dict, seed: int, name: str = "decode_step"):
         rows.append(own.row(name, cname, dtype, [c], _first_wrong(mine, ref, c.allowed, P)))
         if r["dtypes"][0] != dtype:
             rows[-1].status, rows[-1].detail = "fail", f"returned {r['dtypes'][0]} for {dtype} inputs"
-    keys = own.named(got, right, slip_list(seed), pairs=slip_list(seed, both=True)) if any(
+    keys = own.named(got, right, slip_list(seed), [c[2] for c in CASES], pairs=slip_list(seed, both=True)) if any(
         r.status != "pass" for r in rows) else []
     errs = [float((m["out"].double() - right[i]["out"]).abs().max()) for i, m in enumerate(got) if m is not None]
     err = max(errs) if len(errs) == len(CASES) else math.inf

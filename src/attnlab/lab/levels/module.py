@@ -222,7 +222,7 @@ def judge(reply: dict, seed: int, name: str = "CausalSelfAttention"):
         ok = bool(gap <= LOSS_TOL) and all(math.isfinite(a) for a in mine_curve)
         rows.append(own.row(name, f"trained {STEPS} steps beside the library's", "float32",
                             [Comparison("loss", gap, gap, 0.0, LOSS_TOL, ok)]))
-    keys = own.named(got, right, slip_list(seed), pairs=slip_list(seed, both=True)) if any(
+    keys = own.named(got, right, slip_list(seed), ["float32"] * len(CASES), pairs=slip_list(seed, both=True)) if any(
         r.status != "pass" for r in rows) else []
     errs = [float((m["out"].double() - right[i]["out"]).abs().max()) for i, m in enumerate(got) if m is not None]
     err = max(errs) if len(errs) == len(CASES) else math.inf

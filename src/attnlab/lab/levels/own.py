@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from attnlab.judge import Diagnosis, Row, VerifyResult, rule
+from attnlab.judge import Diagnosis, Row, VerifyResult, readings, rule
 from attnlab.results.host import load_average, machine, versions
 
 from ..result import LabResult, Timing
@@ -54,54 +54,12 @@ def row(name: str, case: str, dtype: str, comps: list, detail: str = "", error: 
     return Row(name, case, dtype, "pass" if ok else "fail", comparisons=comps, detail=detail)
 
 
-def named(got: list[dict[str, torch.Tensor] | None], right: list[dict], slips, tol=1e-4, pairs=()) -> list[str]:
-    """The slips whose answers the learner's values are: on every case where a slip differs from the right
-    answer, each quantity within ``tol`` (relative to its size) of the slip's. ``slips``: (key, case index ->
-    {quantity: float64 tensor} or None). Rows the slip's answer leaves NaN (a query that sees no key) say nothing,
-    unless the learner's are NaN there too where the right answer is a number. ``pairs``: ((key, key), slip), two
-    slips at once, tried where no single one is the learner's values."""
-    found = [key for key, slip in slips if _matches(slip, got, right, tol)]
-    if not found:
-        found = next((list(keys) for keys, slip in pairs if _matches(slip, got, right, tol)), [])
-    return list(dict.fromkeys(found))
-
-
-def _matches(slip, got, right, tol) -> bool:
-    differs = 0
-    for i, mine in enumerate(got):
-        alt = slip(i) if mine is not None else None
-        if alt is None:
-            continue
-        said = [_says(mine.get(q), a, right[i][q], _size(a[torch.isfinite(a)], right[i][q], tol)) for q, a in
-                alt.items()]
-        if "no" in said:
-            return False
-        differs += "yes" in said
-    return differs > 0
-
-
-def _says(mine, alt: torch.Tensor, right: torch.Tensor, size: float) -> str:
-    """"yes": the learner's value is the slip's; "no"; "nothing": the slip gives the right answer here."""
-    if mine is None or mine.shape != alt.shape:
-        return "no"
-    mine = mine.double()
-    void, bad = ~torch.isfinite(alt).all(dim=-1), ~torch.isfinite(mine).all(dim=-1)  # rows
-    keep = ~void
-    if bool((bad & keep).any()):
-        return "nothing" if float(alt[keep].abs().max()) > 1e30 else "no"  # (an answer past the dtype: says nothing)
-    shown = bool((void & bad & torch.isfinite(right).all(dim=-1)).any())
-    if not bool(keep.any()) or float((alt[keep] - right[keep]).abs().max()) <= 10 * size:
-        return "yes" if shown else "nothing"
-    return "yes" if float((mine[keep] - alt[keep]).abs().max()) <= size else "no"
-
-
-def _size(alt: torch.Tensor, right: torch.Tensor, tol: float) -> float:
-    """How near the learner's value must be to a slip's: ``tol`` of its size; a tenth where the slip's answer is
-    blown up (a thousand times the right one's size), as exp amplifies the rounding of what goes into it there and
-    float32 sums of such numbers cancel (the right answer is a thousand times nearer to zero: no confusing them)."""
-    big = float(alt.abs().max()) if alt.numel() else 0.0
-    ref = float(right.abs().max()) if right.numel() else 0.0
-    return (1e-1 if big > 1e3 * (1 + ref) else tol) * (1 + big)
+def named(got: list[dict[str, torch.Tensor] | None], right: list[dict], slips, dtypes, pairs=()) -> list[str]:
+    """The slips whose answers the learner's values are, by the judge's reading rule (:mod:`attnlab.judge.readings`:
+    on every case where a slip differs from the right answer, each quantity the slip's, within the rule's reading
+    tolerance for the case's dtype). ``slips``: (key, case index -> {quantity: float64 tensor} or None); ``dtypes``:
+    each case's; ``pairs``: ((key, key), slip), two slips at once, tried where no single one is the learner's."""
+    return readings.named(got, right, dtypes, slips, pairs)
 
 
 def indices(header: dict, n: int):

@@ -17,12 +17,11 @@ did, in their terms, and what it should do.
 
 from __future__ import annotations
 
-import math
 import re
 
 import torch
 
-from attnlab.judge import Case, Diagnosis, oracle
+from attnlab.judge import Case, Diagnosis, oracle, readings, rule
 from attnlab.judge import verify as V
 
 from . import ways
@@ -133,8 +132,9 @@ def answers(call, probes, seed: int) -> list[dict | None]:
 
 def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs=()) -> list[str]:
     """The keys of the slips whose answers the learner's outputs are (``got``: :func:`answers`' reply), in the order
-    of ``slips``; ``nan_key``: the level's line for an output that is NaN everywhere, even on small scores;
-    ``pairs``: ((key, key), slip) -- two slips at once, tried where no single one is the learner's output."""
+    of ``slips``, by the judge's reading rule (:mod:`attnlab.judge.readings`); ``nan_key``: the level's line for an
+    output that is NaN everywhere, even on small scores; ``pairs``: ((key, key), slip) -- two slips at once, tried
+    where no single one is the learner's output."""
     from .own import unpack
 
     live = []
@@ -144,8 +144,9 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs
             live.append((case, x.q, x.k, x.v, {n: unpack(t).double() for n, t in g.items()}))
     if not live:
         return []
-    found = []
     right = [_right(c, q, k, v) for c, q, k, v, _ in live]
+    mine = [o for *_, o in live]
+    dtypes = [c.dtype for c, *_ in live]
     calm = [(o, r) for (c, *_, o), r in zip(live, right, strict=True) if not c.magnitude > 1]
     over = [c.magnitude > 1 and bool((~torch.isfinite(o["out"]) & torch.isfinite(r["out"])).any())
             for (c, *_, o), r in zip(live, right, strict=True)]
@@ -153,22 +154,19 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs
         return [nan_key]
     if _square_only(probes, got, live, right):
         return ["square-assumed"]
-    for key, slip in slips:
-        if key not in found and _matches(slip, live, right):
-            found.append((key, slip))
-    if not found and _wrong(live, right):
-        found = next(([(key, slip) for key in keys] for keys, slip in pairs if _matches(slip, live, right)), [])
-    keys = [key for key, _ in found]
+
+    def on_probes(slip):
+        return lambda i: slip(*live[i][1:4], live[i][0].is_causal)
+
+    keys = readings.named(mine, right, dtypes, [(k, on_probes(s)) for k, s in slips])
+    found = [s for k, s in slips if k in keys]
+    if not keys:  # two slips at once, where no single one is the output
+        pair = next(((k, s) for k, s in pairs if readings.named(mine, right, dtypes, [(k, on_probes(s))])), None)
+        keys, found = (list(pair[0]), [pair[1]]) if pair else ([], [])
     if any(over) and all(bool(torch.isfinite(o["out"]).all()) for o, _ in calm) and not any(
-            _overflows(slip, live, over) for _, slip in found):
+            _overflows(slip, live, over) for slip in found):
         keys.insert(0, "max-subtraction")  # an overflow no slip named here explains
     return keys
-
-
-def _wrong(live, right) -> bool:
-    """The learner's output is not the right one on some probe."""
-    return any(float((o[n] - r[n]).abs().nan_to_num(nan=math.inf).max()) > _tol(c, r[n])
-               for (c, *_, o), r in zip(live, right, strict=True) for n in o if n in r)
 
 
 def _overflows(slip, live, over) -> bool:
@@ -182,66 +180,21 @@ def _overflows(slip, live, over) -> bool:
 
 
 def _square_only(probes, got, live, right) -> bool:
-    """Every probe with L = S answered right, and every one with L != S gave no answer (it raised)."""
+    """Every probe with L = S answered right (by the reading rule: the right answer read as a reading of its own),
+    and every one with L != S gave no answer (it raised)."""
     square = [(c.S or c.L) == c.L for c in probes]
     if all(square) or not any(square):
         return False
     if any(g is not None for g, sq in zip(got, square, strict=True) if not sq):
         return False
-    return all(_says(c, "out", o["out"], r["out"], r["out"]) == "nothing" and
-               float((o["out"] - r["out"]).abs().max()) <= _tol(c, r["out"])
+    return all(readings.says("out", o["out"], r["out"], r["out"], c.dtype) == readings.NOTHING and
+               float((o["out"] - r["out"]).abs().max()) <= rule.reading_tolerance(c.dtype, r["out"], r["out"])
                for (c, *_, o), r in zip(live, right, strict=True))
-
-
-def _tol(case, ref) -> float:
-    return (1e-9 if case.dtype == "float64" else 3e-5) * (1.0 + float(ref.abs().max()))
 
 
 def _right(case, q, k, v) -> dict:
     f = oracle.answer(q.double(), k.double(), v.double(), is_causal=case.is_causal)[1]
     return {"out": oracle.unflatten(f.out, f), "lse": f.lse.reshape(q.shape[:-1])}
-
-
-def _matches(slip, live, right) -> bool:
-    """Every probe where the slip's answer differs from the right one is the slip's answer, and there is one."""
-    agree = 0
-    for (case, q, k, v, mine), r in zip(live, right, strict=True):
-        alt = slip(q, k, v, case.is_causal)
-        if alt is None:
-            continue
-        alt = {"out": alt} if isinstance(alt, torch.Tensor) else alt
-        said = [_says(case, n, mine[n], alt[n].double(), r[n]) for n in alt if n in mine]
-        if "no" in said:
-            return False
-        agree += "yes" in said
-    return agree > 0
-
-
-def _rows(t: torch.Tensor, quantity: str) -> torch.Tensor:
-    """Where t is not finite: per row of the output (any of its features), per entry of the lse."""
-    bad = ~torch.isfinite(t)
-    return bad.any(dim=-1) if quantity == "out" else bad
-
-
-def _says(case, quantity: str, mine: torch.Tensor, alt: torch.Tensor, right: torch.Tensor) -> str:
-    """"yes" (mine is the slip's answer), "no", or "nothing" (the slip is the right answer here, or has no rows)."""
-    if mine.shape != alt.shape:
-        return "no"
-    void = _rows(alt, quantity)  # rows the slip leaves NaN (no weight at all, or an overflow)
-    keep, bad = ~void, _rows(mine, quantity)
-    if bool((bad & keep).any()):
-        return "no"  # NaN where the slip's answer is a number
-    # NaN on the very rows where the slip's answer is NaN and the right one is not: the slip's own arithmetic shown
-    # (an underflow), where the slip gives numbers elsewhere
-    live_rows = ~_rows(right, quantity)
-    shown = bool(keep.any()) and bool((void & live_rows).any()) and bool(((void & live_rows) == (bad & live_rows))
-                                                                        .all())
-    if not bool(keep.any()):
-        return "nothing"
-    tol = _tol(case, alt[keep])
-    if float((alt[keep] - right[keep]).abs().max()) <= 10 * tol:
-        return "yes" if shown else "nothing"
-    return "yes" if float((mine[keep] - alt[keep]).abs().max()) <= tol else "no"
 
 
 def diagnoses(keys, text=TEXT) -> list[Diagnosis]:
