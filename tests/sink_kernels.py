@@ -49,9 +49,17 @@ def _forward(q, k, v, scale, seen, bias, sinks, G, bug):
     per = _row_sinks(sinks, B, H, L, G, bug)
     if bug == "per-tile":  # the sink's exp added once per key tile of the loop: sink + ln T
         per = per + math.log(-(-S // TILE))
+    elif bug == "scaled":  # the sink column appended before the scale is applied
+        per = per * scale
+    elif bug == "unshifted":  # exp(sink) beside exp(s - m): the sink's weight exp(m) times too large
+        per = per + s.amax(-1)
+    elif bug == "masked" and seen is not None:  # the causal mask built over S + 1 columns hides the sink's column S
+        per = per.masked_fill(~(torch.arange(L, device=s.device) >= S).view(1, 1, L), -math.inf)
     row = torch.cat([s, per[..., None]], dim=-1)
     lse = torch.logsumexp(row, dim=-1)
     W = torch.exp(row - torch.where(torch.isneginf(lse), 0.0, lse)[..., None])
+    if bug == "column-shifted":  # the sink's column put first, the last column dropped
+        return torch.cat([W[..., -1:], W[..., :-2]], dim=-1) @ v, lse, W
     return W[..., :-1] @ v, lse, W
 
 
@@ -73,6 +81,8 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, dO, _):
         q, kx, vx, W, out = ctx.saved_tensors
         P, Ps = W[..., :-1], W[..., -1]
+        if ctx.grad_bug == "keys-lse":  # P recomputed from the keys' log-sum-exp alone: each row sums to 1
+            P, Ps = P / (1 - Ps)[..., None], Ps / (1 - Ps)
         D = (dO * out).sum(-1)
         dS = P * (dO @ vx.transpose(-2, -1) - D[..., None])
         dq = dS @ kx * ctx.scale
@@ -174,6 +184,9 @@ def flash_kernel(bug=None, grad_bug=None):
         if learnable_sink is None:
             return ref.flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                                        deterministic, return_attn_probs)
+        if softcap > 0 or alibi_slopes is not None:  # the modifiers with sinks: plain PyTorch's (flash_modified)
+            return flash_modified()(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                    deterministic, return_attn_probs, learnable_sink)
         B, L, H, D = q.shape
         S = k.shape[1]
         seen = ref.band(L, S, S - L, causal, window_size, q.device)
@@ -236,9 +249,46 @@ def paged_kernel(bug=None):
     return paged_decode
 
 
+def flash_modified(bug=None):
+    """flash_attn_func with ``learnable_sink``, soft-cap and ALiBi, in plain PyTorch (autograd's backward); ``bug``
+    "modified": the soft-cap and ALiBi applied after the sink's column is appended (the sink as key S)."""
+    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                        alibi_slopes=None, deterministic=False, return_attn_probs=False, learnable_sink=None):
+        if learnable_sink is None:
+            return ref.flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                       deterministic, return_attn_probs)
+        B, L, H, D = q.shape
+        S = k.shape[1]
+        work = torch.float64 if q.dtype == torch.float64 else torch.float32
+        qq, kk, vv = (t.transpose(1, 2).to(work) for t in (q, k, v))
+        G = H // kk.shape[1]
+        kk, vv = kk.repeat_interleave(G, 1), vv.repeat_interleave(G, 1)
+        s = qq @ kk.transpose(-2, -1) * (D ** -0.5 if softmax_scale is None else softmax_scale)
+        sink = learnable_sink.to(work).view(1, H, 1, 1).expand(B, H, L, 1)
+        n = S + 1 if bug == "modified" else S  # the columns the modifiers are applied to
+        if bug == "modified":
+            s = torch.cat([s, sink], dim=-1)
+        if softcap > 0:
+            s = softcap * torch.tanh(s / softcap)
+        if alibi_slopes is not None:
+            i = torch.arange(L, device=q.device)[:, None] + S - L
+            s = s - alibi_slopes.to(work).view(-1, H, 1, 1) * (i - torch.arange(n, device=q.device)).abs()
+        if bug != "modified":
+            s = torch.cat([s, sink], dim=-1)
+        seen = torch.nn.functional.pad(ref.band(L, S, S - L, causal, window_size, q.device), (0, 1), value=True)
+        s = s.masked_fill(~seen, -math.inf)
+        lse = torch.logsumexp(s, dim=-1)
+        out = (torch.softmax(s, dim=-1)[..., :-1] @ vv).to(q.dtype).transpose(1, 2)
+        return (out, lse.detach(), None) if return_attn_probs else out
+    flash_attn_func.__qualname__ = f"flash_sinks_mods_{bug or 'right'}"
+    return flash_attn_func
+
+
 BUGS = {  # the cause each wrong kernel's one bug is: the forward's (bug=) and the gradient's (grad_bug=)
     "ignored": "sink-ignored", "head0": "sink-head", "kv-head": "sink-kv-head", "query": "sink-query",
     "per-tile": "sink-per-tile", "not-in-lse": "sink-not-in-lse", "dead-nan": "dead-rows", "halved": "sinks",
+    "scaled": "sink-scaled", "unshifted": "sink-unshifted", "masked": "sink-masked",
+    "column-shifted": "sink-column-shifted",
 }
 GRAD_BUGS = {"zero": "dsink-zero", "sign": "dsink-sign", "no-D": "dsink-form", "group": "dsink-axis",
-             "batch0": "dsink-axis"}
+             "batch0": "dsink-axis", "keys-lse": "sink-backward"}

@@ -470,7 +470,7 @@ FIXTURES: dict[str, Fixture] = {
     "paged-cache-written": Fixture(paged_wrote_elsewhere, P, only=("append",)),
     # attention sinks (tests/sink_kernels.py: one bug each where sinks are given, PyTorch's answer where not)
     "sinks": Fixture(sink_kernels.sdpa_kernel("halved"),
-                     only=("basic", "causal", "sinks: random", "sinks: large, causal")),
+                     only=("basic", "transposed views", "sinks: random", "sinks: large")),
     "sink-ignored": Fixture(sink_kernels.sdpa_kernel("ignored"), only=("sinks: random", "sinks: large, causal")),
     "sink-head": Fixture(sink_kernels.sdpa_kernel("head0"), only=("sinks: random", "sinks: large, causal")),
     "sink-kv-head": Fixture(sink_kernels.flash_kernel("kv-head"), A, only=("flash sinks: GQA",)),
@@ -481,6 +481,14 @@ FIXTURES: dict[str, Fixture] = {
     "dsink-sign": Fixture(sink_kernels.sdpa_kernel(grad_bug="sign"), only=("sinks: random",)),
     "dsink-form": Fixture(sink_kernels.sdpa_kernel(grad_bug="no-D"), only=("sinks: random",)),
     "dsink-axis": Fixture(sink_kernels.flash_kernel(grad_bug="group"), A, only=("flash sinks: GQA",)),
+    "sink-scaled": Fixture(sink_kernels.sdpa_kernel("scaled"), only=("sinks: random", "sinks: large, causal")),
+    "sink-unshifted": Fixture(sink_kernels.sdpa_kernel("unshifted"), only=("sinks: random", "sinks: large, causal")),
+    "sink-masked": Fixture(sink_kernels.sdpa_kernel("masked"),
+                           only=("sinks: random", "sinks: zero, L<S", "sinks: causal, L>S", "sinks: large, causal")),
+    "sink-column-shifted": Fixture(sink_kernels.sdpa_kernel("column-shifted"), only=("sinks: random",)),
+    "sink-backward": Fixture(sink_kernels.sdpa_kernel(grad_bug="keys-lse"), only=("sinks: random",)),
+    "sink-modified": Fixture(sink_kernels.flash_modified("modified"), A,
+                             only=("flash sinks: ALiBi", "flash sinks: soft")),
 }
 
 NO_FUNCTION = {  # causes no function can have: the judge's own, and the lines that say a process ended

@@ -131,7 +131,8 @@ class Case:
         return replace(self, batch=batch, L=L2, S=S2 if self.S else None, name=f"{self.name} (shrunk: L={L2}, S={S2})")
 
 
-API_ARG_TAGS = {"window": ("window",), "softcap": ("softcap",), "alibi": ("alibi", "alibi-batch"),
+API_ARG_TAGS = {"window": ("window",), "causal": ("causal",), "softcap": ("softcap",),
+                "alibi": ("alibi", "alibi-batch"),
                 "append": ("new",)}  # an API case's tag -> the words of its API arguments that give it
 SDPA_MASK_TAGS = {"upper-left L!=S", "lower-right", "causal+mask", "bool-mask", "float-mask", "broadcast-mask",
                   "mask-fn", "grad-mask"}

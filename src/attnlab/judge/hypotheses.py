@@ -293,7 +293,7 @@ def _alternatives(case: Case, x, exp):
     dense = oracle.cpu64(x.dense)
     L, S, E = case.L, case.S or case.L, case.E
     A = explain.Alternative
-    yield from sink_causes.alternatives(case)
+    yield from sink_causes.alternatives(case, x)
     if case.scale is not None:
         yield A("scale-ignored", _set(scale=None))
     yield A("unscaled", _set(scale=1.0))

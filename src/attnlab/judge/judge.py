@@ -431,10 +431,15 @@ def _hints(case: Case, x, mine, exp: Expected, comps, problems: list[str], learn
         if "lse" in failed:  # on the rows whose output is right, where the output's own causes are found
             right = None if not hints else rows_err(mine[0].detach().double().cpu(), exp.ref[0]) <= _limit(comps)
             hints = hints + [h for h in lse.hints(mine[-1], exp.ref[-1], exp.fwd, right) if h not in hints]
+            hints = sink_causes.lse_explained(hints)
     else:
         hints, corrected = hypotheses.matches(case, x, mine, exp, comps, learned)
     if "dsinks" in failed and "out" not in failed:  # the forward right, the sinks' gradient not: its readings
         hints = hints + [h for h in sink_causes.gradient_hints(case, x, mine, exp, comps) if h not in hints]
+    if case.sinks and "out" not in failed and set(failed) & {"dq", "dk", "dv"}:  # the backward's weights, no sink?
+        hints = hints + [h for h in sink_causes.backward_hints(case, x, mine, exp, comps) if h not in hints]
+    if sink_causes.overflows(case, mine, exp) and "max-subtraction" not in hints:
+        hints = ["max-subtraction", *hints]
     if set(problems) - set(SILENT):
         return hints
     if not any(h in PRECISE_ALREADY for h in hints) and (corrected is not None or not hints):

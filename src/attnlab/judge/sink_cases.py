@@ -31,11 +31,12 @@ import torch.nn.functional as F
 from attnlab.judge.apis import Adapted, words
 from attnlab.judge.cases import LARGE, Case
 
-KINDS = ("random", "large", "small", "zero", "spread")
+KINDS = ("random", "large", "small", "zero", "spread", "huge")
 KEYWORDS = {"sdpa": "sinks", "flash-attn": "learnable_sink", "flash-attn-varlen": "learnable_sink",
             "paged-decode": "learnable_sink"}  # the APIs that take sinks, and the keyword each takes them by
 SPREAD = 1.5  # the probes' sinks run from the rows' log-sum-exp minus this to plus this, head by head
 FAR = 60.0  # a "small" sink sits this far below the rows' log-sum-exp: exp(-60) is below every dtype's rounding
+HUGE = 100.0  # a "huge" one this far above it: exp(sink - the row's max score) overflows float32 (past ~88)
 
 
 def takes_sinks(fn) -> bool:
@@ -69,6 +70,7 @@ def values(case: Case, q: torch.Tensor, k: torch.Tensor, seed: int) -> torch.Ten
     shift = {"random": lambda: 1.5 * torch.randn(H, generator=g, dtype=torch.float64),
              "large": lambda: 4.0 + torch.rand(H, generator=g, dtype=torch.float64),
              "small": lambda: -FAR - torch.rand(H, generator=g, dtype=torch.float64),
+             "huge": lambda: HUGE + torch.rand(H, generator=g, dtype=torch.float64),
              "spread": lambda: torch.linspace(-SPREAD, SPREAD, H, dtype=torch.float64)}
     if case.sinks == "zero":
         return torch.zeros(H)
@@ -78,12 +80,16 @@ def values(case: Case, q: torch.Tensor, k: torch.Tensor, seed: int) -> torch.Ten
 
 
 def pytorch(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *,
-            sinks=None):
+            sinks=None, score_mod=None):
     """PyTorch's own attention with sinks, (..., H, L, E) inputs: ``F.scaled_dot_product_attention`` with one more
     key and value of zeros, whose score q . 0 is given the row's sink by a float mask (``is_causal`` and the case's
-    mask folded into that mask, the sink's column always seen). Differentiable in ``sinks`` through the mask."""
+    mask folded into that mask, the sink's column always seen). Differentiable in ``sinks`` through the mask. With
+    a ``score_mod`` (an API's soft-cap or ALiBi), PyTorch's plain operations: the modified scores, the sink's
+    column after them, softmax, the sink's column dropped."""
     L, S, H = query.shape[-2], key.shape[-2], query.shape[-3]
     lead = query.shape[:-3]
+    if score_mod is not None:
+        return _plain(query, key, value, attn_mask, is_causal, scale, enable_gqa, sinks, score_mod)
     bias = torch.zeros(L, S, dtype=query.dtype, device=query.device)
     if is_causal:
         bias = bias.masked_fill(~torch.ones(L, S, dtype=torch.bool, device=query.device).tril(), -math.inf)
@@ -96,6 +102,26 @@ def pytorch(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, s
     return F.scaled_dot_product_attention(query, key, value, attn_mask=torch.cat([bias, column], dim=-1),
                                           dropout_p=dropout_p, scale=None if scale is None else float(scale),
                                           enable_gqa=enable_gqa)
+
+
+def _plain(query, key, value, attn_mask, is_causal, scale, enable_gqa, sinks, score_mod):
+    L, S, H, E = query.shape[-2], key.shape[-2], query.shape[-3], query.shape[-1]
+    q = query.reshape(-1, H, L, E)
+    k, v = (t.reshape(q.shape[0], -1, S, t.shape[-1]) for t in (key, value))
+    if enable_gqa and k.shape[1] != H:
+        k, v = (t.repeat_interleave(H // k.shape[1], dim=1) for t in (k, v))
+    s = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(E) if scale is None else float(scale))
+    N = q.shape[0]
+    b, h, i, j = (torch.arange(n, device=q.device).view(*(n if d == x else 1 for d in range(4)))
+                  for x, n in enumerate((N, H, L, S)))
+    s = score_mod(s, b, h, i, j)
+    if is_causal:
+        s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool, device=q.device).tril(), -math.inf)
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.to(s.dtype)
+    s = torch.cat([s, sinks.to(s.dtype).view(1, H, 1, 1).expand(N, H, L, 1)], dim=-1)
+    out = torch.softmax(s, dim=-1)[..., :-1] @ v
+    return out.reshape(*query.shape[:-1], v.shape[-1])
 
 
 def cases(api: str) -> list[Case]:
@@ -120,6 +146,8 @@ def _sdpa() -> list[Case]:
         c("float mask, scale=0.3", mask="float", scale=0.3),
         c("large logits, causal", is_causal=True, magnitude=LARGE),
         c("transposed views, large", "large", layout="transposed"),
+        c("huge: 100 above the scores, causal", "huge", batch=(1,), H=2, L=24, is_causal=True),
+        c("causal, L>S", batch=(1,), H=2, L=40, S=24, is_causal=True),
     ]
 
 
@@ -139,6 +167,11 @@ def _flash() -> list[Case]:
         c("GQA 6/2, causal", batch=(1,), H=6, Hkv=2, L=40, mask="lower-right", api=words(A, causal=True)),
         c("zero", "zero", api=words(A)),
         c("L=S=300, causal", batch=(1,), H=2, L=300, mask="lower-right", api=words(A, causal=True)),
+        c("ALiBi (H,), causal", H=4, L=24, mask="lower-right", mod="flash: alibi", api=words(A, causal=True,
+                                                                                         alibi=True)),
+        c("softcap, L<S", batch=(1,), H=2, L=20, S=30, mod="flash: softcap", api=words(A, softcap=True)),
+        c("huge: 100 above the scores, causal", "huge", batch=(1,), H=2, L=24, mask="lower-right",
+          api=words(A, causal=True)),
     ]
 
 
@@ -155,6 +188,8 @@ def _varlen() -> list[Case]:
         c("GQA 4/2, window (6, 0), causal", (20, 13), (20, 13), causal=True, window=(6, 0), H=4, Hkv=2),
         c("3 sequences, small", (7, 30, 15), (7, 30, 15), "small"),
         c("two sequences of 150 and 180, causal", (150, 180), (150, 180), causal=True),
+        c("window (4, 4), 3 sequences", (9, 12, 7), (9, 12, 7), window=(4, 4)),
+        c("huge: 100 above the scores", (7, 12), (7, 12), "huge"),
     ]
 
 

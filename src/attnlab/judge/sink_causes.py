@@ -34,21 +34,36 @@ CAUSES = (
     Cause('sinks', 'only cases with sinks fail: ' + _RULE + '; a row that sees no key gives the sink all its weight '
                    '(output 0, lse the sink)', tags=_S),
     Cause('sink-ignored', 'the sinks are ignored: the output is attention without them (a sink left out of the '
-                          "softmax's sum leaves it out whatever the max): " + _RULE, scope=_S),
-    Cause('sink-head', "one head's sink is used for every head (sinks[0], or the last): " + _RULE, scope=_S),
+                          "softmax's sum leaves it out whatever the max): " + _RULE),
+    Cause('sink-head', "one head's sink is used for every head (sinks[0], or the last): " + _RULE),
     Cause('sink-kv-head', 'the sink is read by the kv head (sinks[h // G], or h % Hkv): the sinks are one per query '
-                          'head, ' + _RULE, scope=_S),
+                          'head, ' + _RULE),
     Cause('sink-query', "the sink is read by the query's position (sinks[i % H] for row i), not by its head: "
-                        + _RULE, scope=_S),
+                        + _RULE),
     Cause('sink-per-tile', 'the sink is added to the sum once per key tile (its weight counted T times: the sink '
-                           "plus ln T): fold it into each row's sum once, after its last tile", scope=_S),
+                           "plus ln T): fold it into each row's sum once, after its last tile"),
+    Cause('sink-scaled', "the sink is scaled as a score is (by the softmax scale, or by ln 2 or log2(e) in a kernel "
+                         "that works in exp2): the sink enters each row's softmax raw, " + _RULE),
+    Cause('sink-masked', "the sink goes through the mask as a key would (a column before the first key or after "
+                         "the last, under the causal mask or the window), so some rows lose it: every row sees its "
+                         "sink, " + _RULE),
+    Cause('sink-modified', "the score modifier (soft-cap, ALiBi's bias) is applied to the sink as to a key's score "
+                           "(the sink as the column after the last key): the sink enters raw, " + _RULE),
+    Cause('sink-unshifted', "the sink's exp is not shifted by the row max that the keys' are (exp(sink) beside "
+                            "exp(s_ij - m_i)): its weight is exp(m_i) times too large; use exp(sinks[h] - m_i), with "
+                            "the sink in the max, " + _RULE),
+    Cause('sink-column-shifted', "the sink's column is put first but the last column is dropped: the sink's weight "
+                                 "multiplies v_0 and key j's v_(j+1); drop the sink's own column, " + _RULE),
+    Cause('sink-backward', "the backward leaves the sink out of the weights it recomputes (P from the keys' "
+                           "log-sum-exp alone, each row summing to 1): the forward is right, dq, dk, dv are not; "
+                           "P_ij = exp(s_ij - lse_i) with lse_i = log(Σ_j exp(s_ij) + exp(sinks[h]))"),
     Cause('sink-not-in-lse', 'the log-sum-exp leaves the sink out: lse_i = log(Σ_j exp(s_ij) + exp(sinks[h])), and a '
-                             'row that sees no key has lse = sinks[h]', scope=_S),
-    Cause('dsink-zero', 'the sinks get no gradient (zero, or none reaches them): ' + _GRAD, scope=_S),
-    Cause('dsink-sign', "the sinks' gradient has the wrong sign: " + _GRAD, scope=_S),
-    Cause('dsink-form', "the sinks' gradient leaves a factor out (P_sink,i, or D_i = dO_i · O_i): " + _GRAD, scope=_S),
+                             'row that sees no key has lse = sinks[h]'),
+    Cause('dsink-zero', 'the sinks get no gradient (zero, or none reaches them): ' + _GRAD),
+    Cause('dsink-sign', "the sinks' gradient has the wrong sign: " + _GRAD),
+    Cause('dsink-form', "the sinks' gradient leaves a factor out (P_sink,i, or D_i = dO_i · O_i): " + _GRAD),
     Cause('dsink-axis', "the sinks' gradient is reduced over the wrong axes (one batch element, the heads of a kv "
-                        'group, every head, or a mean): ' + _GRAD, scope=_S),
+                        'group, every head, or a mean): ' + _GRAD),
 )
 BLOCKS = (16, 32, 64, 128)  # the key tiles a kernel's online softmax may fold its sink into
 READ = {"sink-not-in-lse": "lse", "dsink-zero": "dsinks", "dsink-sign": "dsinks", "dsink-form": "dsinks",
@@ -95,14 +110,128 @@ def _per_tile(kw: dict, block: int, every: bool) -> dict:
     return {**kw, "sinks": _rows(kw) + tiles.log()}
 
 
-def alternatives(case: Case):
-    """The wrong readings of a sink case's sinks, as changes of the oracle's arguments (each a variant of its key)."""
+def _scaled(by):
+    """Each row's sink times ``by`` (a number, or a function of the question: its softmax scale)."""
+    def change(kw):
+        c = by(kw) if callable(by) else by
+        return {**kw, "sinks": _rows(kw) * c}
+    return change
+
+
+def _softmax_scale(kw: dict) -> float:
+    sc = kw.get("scale")
+    return 1.0 / math.sqrt(kw["query"].shape[-1]) if sc is None else float(sc)
+
+
+def _unshifted(kw: dict) -> dict:
+    """Each row's sink plus its max score m_i (exp(sink) beside exp(s - m_i)): the max read off the oracle's
+    forward without sinks, m_i = lse_i + log(max_j P_ij); -inf (the sink's weight none) where a row sees no key."""
+    f = oracle.forward(kw["query"], kw["key"], kw["value"], kw.get("attn_mask"), kw.get("is_causal", False),
+                       kw.get("scale"), kw.get("enable_gqa", False), score_mod=kw.get("score_mod"))
+    m = f.lse + f.P.amax(-1).log()
+    return {**kw, "sinks": _rows(kw) + m}
+
+
+def _extra_key_seen(case: Case, where: str) -> torch.Tensor | None:
+    """(1 or N, 1, L) bool: whether a key placed ``where`` ("before" the first key, at position -1; "after" the
+    last, at S) is seen by each row under the case's causal mask or window, each sequence its own; None where the
+    case masks no position (or by a mask that says nothing of positions past its keys)."""
+    from attnlab.judge import apis
+    from attnlab.judge.apis import flash
+
+    def seen(L, S, offset, causal, window):
+        if where == "before":
+            b = flash.keys_seen_at(L, S + 1, offset + 1, causal, window)
+            return None if b is None else b[:, 0]
+        b = flash.keys_seen_at(L, S + 1, offset, causal, window)
+        return None if b is None else b[:, S]
+
+    L, S = case.L, case.S or case.L
+    if not case.api:
+        if not case.is_causal or case.mask is not None or where == "before":
+            return None
+        return (torch.arange(L) >= S).view(1, 1, L)  # SDPA's causal mask is upper-left: key S is seen from row S on
+    name, args = apis.parse(case.api)
+    causal, window = bool(args.get("causal")), tuple(args.get("window", (-1, -1)))
+    if not causal and window == (-1, -1):
+        return None
+    if name == "flash-attn":
+        r = seen(L, S, S - L, causal, window)
+        return None if r is None else r.view(1, 1, L)
+    if name == "flash-attn-varlen":
+        from attnlab.judge.apis import varlen
+
+        out = torch.ones(sum(varlen.lengths(case, args)[0]), dtype=torch.bool)
+        for p in varlen.placements(case, args):
+            r = seen(p.L, p.S, p.offset, causal, window)
+            if r is not None:
+                out[p.q0:p.q0 + p.L] = r
+        return out.view(1, 1, -1)
+    if name == "paged-decode":
+        from attnlab.judge.apis import paged
+
+        rows = []
+        for n in paged.totals(case, args):
+            r = seen(L, n, n - L, causal, window)
+            rows.append(torch.ones(L, dtype=torch.bool) if r is None else r)
+        return torch.stack(rows).view(len(rows), 1, L)
+    return None
+
+
+def _masked(seen: torch.Tensor):
+    def change(kw):
+        s = _rows(kw)
+        return {**kw, "sinks": s.masked_fill(~seen.expand(max(s.shape[0], seen.shape[0]), *s.shape[1:]), -math.inf)}
+    return change
+
+
+def _modified(pos: str):
+    """Each row's sink as the score modifier leaves a key's score at the column ``pos`` ("after": S, the column a
+    sink appended to the scores takes)."""
+    def change(kw):
+        mod = kw.get("score_mod")
+        if mod is None:
+            raise ValueError("no modifier to apply to the sink")
+        s = _rows(kw)
+        N, H, L = kw["query"].reshape(-1, *kw["query"].shape[-3:]).shape[:3]
+        S = kw["key"].shape[-2]
+        b, h, i = (torch.arange(n).view(*(n if d == k else 1 for d in range(3))) for k, n in enumerate((N, H, L)))
+        got = mod(s.expand(N, H, L).double(), b, h, i, torch.tensor(S if pos == "after" else -1))
+        return {**kw, "sinks": got.expand(N, H, L)}
+    return change
+
+
+def _column_shifted(case: Case, x) -> torch.Tensor:
+    """The output with the sink's column first and the last column dropped: the sink's weight on v_0, key j's on
+    v_(j+1), the last key's lost."""
+    q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
+    f = oracle.forward(q, k, v, oracle.cpu64(x.dense), case.is_causal, case.scale, case.gqa,
+                       sinks=x.sinks.detach().double().cpu())
+    W = torch.cat([f.sink_P[..., None], f.P[..., :-1]], dim=-1)
+    return oracle.unflatten(W @ f.v, f)
+
+
+def alternatives(case: Case, x=None):
+    """The wrong readings of a sink case's sinks, as changes of the oracle's arguments (each a variant of its key);
+    with the case's inputs ``x``, the readings that are answers of their own (the sink's column taken for a key's)."""
     if not case.sinks:
         return
     A = explain.Alternative
     H, Hkv, L, S = case.H, case.Hkv or case.H, case.L, case.S or case.L
     G = H // Hkv
     yield A("sink-ignored", lambda kw: {**kw, "sinks": None})
+    yield A("sink-scaled", _scaled(_softmax_scale))
+    for c in (math.log(2), 1 / math.log(2)):
+        yield A("sink-scaled", _scaled(c))
+    yield A("sink-unshifted", _unshifted)
+    for where in ("before", "after"):
+        seen = _extra_key_seen(case, where)
+        if seen is not None and not bool(seen.all()):
+            yield A("sink-masked", _masked(seen))
+    if case.mod:
+        yield A("sink-modified", _modified("after"))
+    if x is not None and not case.mod and x.sinks is not None:
+        yield A("sink-column-shifted", out=_column_shifted(case, x))
     ident = list(range(H))
     for heads in dict.fromkeys((tuple([0] * H), tuple([H - 1] * H))):
         if list(heads) != ident:
@@ -124,16 +253,23 @@ def _parts(f: oracle.Forward, grad_out) -> tuple[torch.Tensor, torch.Tensor]:
     return f.sink_P, (dO * f.out).sum(-1)
 
 
-def gradient_readings(P: torch.Tensor, D: torch.Tensor, groups: int):
+def gradient_readings(P: torch.Tensor, D: torch.Tensor, groups: int, sinks: torch.Tensor | None = None):
     """(key, d sinks (H,)) of each wrong reading of the sinks' gradient, from each row's sink weight ``P`` and
-    ``D`` (N, H, L): zero; the sign flipped; a factor left out; reduced over other axes."""
-    N, H, _ = P.shape
+    ``D`` (N, H, L) (and each row's sink, ``sinks``): zero; the sign flipped; a factor left out, or P_sink recomputed
+    with the sink in exp2's units unconverted; reduced over other axes (the last block of query rows alone: a sum
+    assigned in a loop over them, not added)."""
+    N, H, L = P.shape
     right = -(P * D).sum(dim=(0, 2))
     yield "dsink-zero", torch.zeros_like(right)
     yield "dsink-sign", -right
     yield "dsink-form", -P.sum(dim=(0, 2))
     yield "dsink-form", -D.sum(dim=(0, 2))
     yield "dsink-form", -(P * (1 - P) * D).sum(dim=(0, 2))
+    if sinks is not None:  # exp2(sink - lse * log2 e) = exp(sink ln 2 - lse): P_sink times exp(sink (ln 2 - 1))
+        yield "dsink-form", -(P * torch.exp(sinks * (math.log(2) - 1)) * D).sum(dim=(0, 2))
+    for b in BLOCKS:
+        if b < L:
+            yield "dsink-axis", -(P * D)[..., (L - 1) // b * b:].sum(dim=(0, 2))
     if N > 1:
         yield "dsink-axis", -(P[:1] * D[:1]).sum(dim=(0, 2))
     if groups > 1:
@@ -158,9 +294,64 @@ def gradient_hints(case: Case, x, mine: tuple, exp, comps) -> list[str]:
     got = mine[i] if i < len(mine) and mine[i] is not None else torch.zeros_like(ref)
     got = got.detach().double().cpu().reshape(ref.shape)
     P, D = _parts(exp.fwd, x.grad_out)
-    found = [key for key, alt in gradient_readings(P, D, exp.fwd.groups)
+    found = [key for key, alt in gradient_readings(P, D, exp.fwd.groups, exp.fwd.sinks)
              if float((got - alt).abs().max()) <= comp.allowed and float((alt - ref).abs().max()) > 2 * comp.allowed]
     return [explain.TIE.join(dict.fromkeys(found))] if found else []
+
+
+def backward_hints(case: Case, x, mine: tuple, exp, comps) -> list[str]:
+    """Where the output is right and dv is not: ``sink-backward`` when the function's dv is the one a backward gets
+    from weights recomputed without the sink (P_ij / (1 - P_sink,i): each row summing to 1), to within dv's limit,
+    and that answer at least twice the limit from the right one."""
+    from attnlab.judge.judge import quantities
+
+    names = quantities(case)
+    comp = next((c for c in comps if c.quantity == "dv"), None)
+    f = exp.fwd
+    if comp is None or comp.passed or "dv" not in names or f is None or f.sink_P is None or exp.keep is not None:
+        return []
+    i = names.index("dv")
+    if i >= len(mine) or not isinstance(mine[i], torch.Tensor):
+        return []
+    ref = exp.ref[i]
+    dO = x.grad_out.detach().double().cpu().reshape(f.out.shape)
+    keys = f.P / (1 - f.sink_P).clamp_min(1e-300)[..., None]
+    dv = keys.transpose(-2, -1) @ dO  # (N, H, S, Ev): the G query heads of a group add into their key head
+    dv = dv.reshape(dv.shape[0], -1, f.groups, *dv.shape[2:]).sum(2)
+    if dv.numel() != ref.numel():
+        return []
+    alt = dv.reshape(ref.shape)
+    got = mine[i].detach().double().cpu().reshape(ref.shape)
+    if float((got - alt).abs().max()) <= comp.allowed and float((alt - ref).abs().max()) > 2 * comp.allowed:
+        return ["sink-backward"]
+    return []
+
+
+DROPS_THE_SINK = ("sink-ignored", "sink-masked", "sink-per-tile")  # readings whose rows may lose the sink entirely
+
+
+def lse_explained(hints: list[str]) -> list[str]:
+    """A case's hints without the log-sum-exp's sink readings where an output reading already says them: a sink
+    ignored (or masked, or added once per key tile a row visits: none for a row that sees no key) leaves it out of
+    the lse as well, on every row or on the rows that see no key."""
+    said = {k for h in hints for k in h.split(explain.TIE)}
+    if not said & set(DROPS_THE_SINK):
+        return hints
+    return [h for h in hints if h not in ("sink-not-in-lse", "lse-dead-rows")]
+
+
+def overflows(case: Case, mine: tuple, exp) -> bool:
+    """A case whose sinks sit far above the scores (``huge``: exp(sink - the row's max score) is past float32's range)
+    where the function returns inf or NaN -- its output, a gradient or its log-sum-exp -- and the spec's is finite:
+    the max a kernel subtracts before exp leaves the sink out (or none is subtracted)."""
+    if case.sinks != "huge" or mine is None:
+        return False
+    for got, ref in zip(mine, exp.ref, strict=False):
+        if isinstance(got, torch.Tensor) and isinstance(ref, torch.Tensor) and got.numel() == ref.numel():
+            g = got.detach().double().cpu().reshape(ref.shape)
+            if bool((~torch.isfinite(g) & torch.isfinite(ref)).any()):
+                return True
+    return False
 
 
 def keys_lse(f: oracle.Forward) -> torch.Tensor:
@@ -168,19 +359,44 @@ def keys_lse(f: oracle.Forward) -> torch.Tensor:
     return f.lse + f.P.sum(-1).log()
 
 
-def lse_without_sink(mine, ref: torch.Tensor, f: oracle.Forward | None) -> bool:
+def lse_hints(mine, ref: torch.Tensor, f: oracle.Forward, rows: torch.Tensor | None = None) -> list[str]:
+    """A sink case's failing log-sum-exp, read on ``rows`` (those whose output is right; None: every row): the
+    keys' alone (``sink-not-in-lse``), or right on every row that sees a key and wrong on the rows that see none
+    (``lse-dead-rows``: -inf or NaN where the sink is the answer)."""
+    if rows is not None:
+        if rows.numel() != ref.numel() or not bool(rows.any()):
+            return []
+        keep = rows.reshape(ref.shape)
+    else:
+        keep = torch.ones_like(ref, dtype=torch.bool)
+    if not isinstance(mine, torch.Tensor) or mine.numel() != ref.numel():
+        return []
+    m = mine.detach().double().cpu().reshape(ref.shape)
+    if lse_without_sink(m, ref, f, keep):
+        return ["sink-not-in-lse"]
+    keyed = f.P.sum(-1).reshape(ref.shape) > 0
+    near = 1e-2 * (1 + ref.abs())
+    right = ((m - ref).abs() <= near) | ~keep
+    if bool(right[keyed].all()) and bool((~keyed & keep).any()) and not bool(right[~keyed].all()):
+        return ["lse-dead-rows"]
+    return []
+
+
+def lse_without_sink(mine, ref: torch.Tensor, f: oracle.Forward | None, keep: torch.Tensor | None = None) -> bool:
     """Whether a failing log-sum-exp is the keys' alone, the sink left out: on every row that sees a key within a
     coarse 1e-2 of it (these say which formula, not how well), infinite or NaN where a row sees none, and that reading
-    not the right one."""
+    not the right one. ``keep``: the rows read (elsewhere the output has causes of its own); None: every row."""
     if f is None or f.sinks is None or not isinstance(mine, torch.Tensor) or mine.numel() != ref.numel():
         return False
     m = mine.detach().double().cpu().reshape(ref.shape)
-    alt = keys_lse(f)
-    keyed = f.P.sum(-1) > 0
+    alt = keys_lse(f).reshape(ref.shape)
+    seen = f.P.sum(-1).reshape(ref.shape) > 0
+    keep = torch.ones_like(seen) if keep is None else keep.reshape(ref.shape)
+    keyed, keyless = seen & keep, ~seen & keep
     near = 1e-2 * (1 + ref.abs())
-    if not bool(((m - alt).abs() <= near)[keyed].all()) or bool(torch.isfinite(m[~keyed]).any()):
+    if not bool(((m - alt).abs() <= near)[keyed].all()) or bool(torch.isfinite(m[keyless]).any()):
         return False
-    return bool(((alt - ref).abs() > near)[keyed].any()) or bool((~keyed).any())
+    return bool(((alt - ref).abs() > near)[keyed].any()) or bool(keyless.any())
 
 
 def measured(case: Case, x, mine: tuple, exp, comps) -> list[dict]:
@@ -269,7 +485,7 @@ def refuted(keys: set[str], rows, cases: dict, seed: int, inputs) -> set[str]:
                     gone.add(key)
                 continue
             P, D = _parts(f, x.grad_out)
-            alts = [alt for k, alt in gradient_readings(P, D, f.groups) if k == key]
+            alts = [alt for k, alt in gradient_readings(P, D, f.groups, f.sinks) if k == key]
             if alts and all(float((alt - ref[-1]).abs().max()) > far for alt in alts):
                 gone.add(key)
     return gone

@@ -193,7 +193,7 @@ def _questions(case: Case, x, exp) -> tuple[dict, list]:
     base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal, scale=case.scale,
                 enable_gqa=case.gqa, score_mod=mod64, sinks=x.sinks)
     own = getattr(module(name), "alternatives", None)
-    return base, _numbered([*_common(case), *(own(case, args) if own is not None else ())])
+    return base, _numbered([*_common(case, x), *(own(case, args) if own is not None else ())])
 
 
 def lse_hints(case: Case, x, lse, exp, limit: float) -> list[str]:
@@ -266,11 +266,11 @@ def _numbered(alts: list) -> list:
     return out
 
 
-def _common(case: Case):
+def _common(case: Case, x=None):
     """What any API's kernel can get wrong as SDPA's can: its mask left out, the scale, the key heads, the sinks."""
     from attnlab.judge import explain, hypotheses, sink_causes
 
-    yield from sink_causes.alternatives(case)
+    yield from sink_causes.alternatives(case, x)
     A = explain.Alternative
     yield A("api-mask-ignored", lambda kw: {**kw, "attn_mask": None, "is_causal": False})
     if case.scale is not None:

@@ -39,8 +39,9 @@ CAUSES = (
                       "exp(s_ij), the natural log over row i's scaled, modified and masked scores, in float32"),
     Cause('lse-base2', 'the log-sum-exp is in base 2 (as a kernel working in exp2 keeps it): the API returns the '
                        'natural log; multiply by ln 2'),
-    Cause('lse-dead-rows', 'the log-sum-exp of a row that sees no key is finite or NaN: the log of an empty sum is '
-                           "-inf (FlashAttention's kernel writes +inf there; either is accepted)"),
+    Cause('lse-dead-rows', 'the log-sum-exp of a row that sees no key is wrong: without sinks the log of an empty '
+                           "sum is -inf (FlashAttention's kernel writes +inf there; either is accepted), with sinks "
+                           "it is the row's sink, log(0 + exp(sinks[h])) -- not -inf, and not NaN"),
 )
 
 
@@ -124,8 +125,8 @@ def hints(mine, ref: torch.Tensor, f: oracle.Forward | None = None, rows: torch.
         return []
     from attnlab.judge import sink_causes
 
-    if sink_causes.lse_without_sink(mine, ref, f):
-        return ["sink-not-in-lse"]
+    if f is not None and f.sinks is not None:  # with sinks: the sink left out, or a keyless row's lse wrong
+        return sink_causes.lse_hints(mine, ref, f, rows)
     m = mine.detach().double().cpu()
     dead = torch.isneginf(ref)
     if rows is not None and rows.numel() != dead.numel():
