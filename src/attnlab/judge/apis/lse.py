@@ -57,6 +57,8 @@ def floor(case: Case, f: oracle.Forward) -> float:
     if not live.any():
         return 0.0
     bound = rule.score_error(f, u)[..., 0] + u * math.sqrt(f.k.shape[2])  # (N, H, L)
+    if f.sinks is not None:  # the sink is one more term, rounded as a score is when a kernel moves it to exp2's
+        bound = bound + 2 * u * f.sinks.abs()  # units and back (sink * log2 e, then the lse * ln 2)
     return float(bound[live].max())
 
 
