@@ -140,3 +140,22 @@ def test_the_sink_weight_read_is_one_minus_the_visible_weights():
     w_sink = 1 - out[..., :case.L].sum(-1)
     assert torch.allclose(w_sink, f.sink_P.reshape(w_sink.shape), atol=1e-5)
     assert sink_probe.read(case, out, oracle.unflatten(f.out, f).double(), f, 1e-6) == []
+
+
+def _one(cases):
+    c = cases[0]
+    return getattr(c, "values", (c,))[0]
+
+
+@pytest.mark.slow  # judged in a process of its own, as attnlab.testing judges
+def test_attnlab_testing_takes_sink_kernels_in_the_sdpa_face_and_flash_attn():
+    import attnlab.testing as testing
+
+    case = _one(testing.cases(["float32"], only="sinks: random"))
+    testing.assert_case(sink_kernels.sdpa_right, case)
+    with pytest.raises(AssertionError, match="one head's sink is used for every head"):
+        testing.assert_case(sink_kernels.sdpa_kernel("head0"), case)
+    flash = _one(testing.cases(["float32"], only="flash sinks: GQA", api="flash-attn"))
+    testing.assert_case(sink_kernels.flash_kernel(), flash)
+    with pytest.raises(AssertionError, match="the sink is read by the kv head"):
+        testing.assert_case(sink_kernels.flash_kernel("kv-head"), flash)

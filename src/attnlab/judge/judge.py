@@ -442,7 +442,8 @@ def _hints(case: Case, x, mine, exp: Expected, comps, problems: list[str], learn
         hints = ["max-subtraction", *hints]
     if set(problems) - set(SILENT):
         return hints
-    if not any(h in PRECISE_ALREADY for h in hints) and (corrected is not None or not hints):
+    if not any(h in PRECISE_ALREADY for h in hints) and (corrected is not None or not hints) and not (
+            case.sinks and sink_causes.said_of_the_sink(hints)):  # (a sink reading's answer: no rounding's left)
         hints = hints + _precision(case, mine[0] if corrected is None else corrected, exp, comps)
     if case.api and not hints and exp.keep is None and failed == ["lse"]:  # the output right, its lse off by a
         allowed = next(c.allowed for c in comps if c.quantity == "lse")  # rounding's size

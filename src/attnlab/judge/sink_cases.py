@@ -9,10 +9,12 @@ A function is given these cases only where its signature names the keyword (:fun
 not count: a wrapper that forwards everything to a function without sinks would fail them all), and it still gets
 every ordinary case, without sinks. Each case says how its sinks sit against the row's scores (:data:`KINDS`,
 :func:`values`): drawn around the rows' own log-sum-exp (the sink takes some of each row's weight, a different share
-per head), far above it (most of the weight on the sink), far below (the sink negligible: a function that ignores
-it passes there), zero, or spread evenly over the heads (the probes, which read each head's sink from its weight).
-The cases put them with causal masks and windows, rows with no key, long rows (several of a tiled kernel's key
-tiles), GQA, views, large logits, packed sequences and paged caches, in every dtype of the run.
+per head), far above it (most of the weight on the sink), a hundred above it (``huge``: exp(sink - the row's max
+score) past float32's range, where a kernel that leaves the sink out of its max overflows), far below (the sink
+negligible: a function that ignores it passes there), zero, or spread evenly over the heads (the probes, which read
+each head's sink from its weight). The cases put them with causal masks and windows, rows with no key, long rows
+(several of a tiled kernel's key tiles), GQA, views, large logits, soft-cap and ALiBi, packed sequences and paged
+caches, in every dtype of the run.
 
 PyTorch's own answer, the rule's "2 x PyTorch's error", is :func:`pytorch`: ``F.scaled_dot_product_attention`` on the
 problem a sink is -- one more key and value of zeros whose score is the sink, added as a float mask -- in the case's
@@ -189,6 +191,7 @@ def _varlen() -> list[Case]:
         c("3 sequences, small", (7, 30, 15), (7, 30, 15), "small"),
         c("two sequences of 150 and 180, causal", (150, 180), (150, 180), causal=True),
         c("window (4, 4), 3 sequences", (9, 12, 7), (9, 12, 7), window=(4, 4)),
+        c("GQA 4/2, 3 sequences", (7, 12, 5), (7, 12, 5), H=4, Hkv=2),
         c("huge: 100 above the scores", (7, 12), (7, 12), "huge"),
     ]
 

@@ -294,6 +294,8 @@ def gradient_hints(case: Case, x, mine: tuple, exp, comps) -> list[str]:
     comp = next((c for c in comps if c.quantity == "dsinks"), None)
     if comp is None or comp.passed or "dsinks" not in names or exp.fwd.sink_P is None:
         return []
+    if case.dtype not in ("float32", "float64"):  # a half dtype's d sinks is too coarse to tell the readings apart
+        return []
     i = names.index("dsinks")
     ref = exp.ref[i]
     got = mine[i] if i < len(mine) and mine[i] is not None else torch.zeros_like(ref)
@@ -333,16 +335,25 @@ def backward_hints(case: Case, x, mine: tuple, exp, comps) -> list[str]:
 
 
 DROPS_THE_SINK = ("sink-ignored", "sink-masked", "sink-per-tile")  # readings whose rows may lose the sink entirely
+MOVES_THE_SINK = (*DROPS_THE_SINK, "sink-scaled", "sink-modified", "sink-head", "sink-kv-head", "sink-query",
+                  "sink-unshifted")  # readings of another logit: a row that sees no key has that logit as its lse
 
 
 def lse_explained(hints: list[str]) -> list[str]:
     """A case's hints without the log-sum-exp's sink readings where an output reading already says them: a sink
     ignored (or masked, or added once per key tile a row visits: none for a row that sees no key) leaves it out of
-    the lse as well, on every row or on the rows that see no key."""
+    the lse as well, on every row or on the rows that see no key; a sink read as another logit is that logit in the
+    lse of a row that sees no key."""
     said = {k for h in hints for k in h.split(explain.TIE)}
-    if not said & set(DROPS_THE_SINK):
-        return hints
-    return [h for h in hints if h not in ("sink-not-in-lse", "lse-dead-rows")]
+    drop = {"sink-not-in-lse", "lse-dead-rows"} if said & set(DROPS_THE_SINK) else {"lse-dead-rows"} if (
+        said & set(MOVES_THE_SINK)) else set()
+    return [h for h in hints if h not in drop]
+
+
+def said_of_the_sink(hints: list[str]) -> bool:
+    """Whether a row's hints name a reading of the sink (its output's error is that reading's, not a rounding)."""
+    keys = {c.key for c in CAUSES} - {"sinks"}
+    return any(k.lstrip("~") in keys for h in hints for k in h.split(explain.TIE))
 
 
 def overflows(case: Case, mine: tuple, exp) -> bool:
