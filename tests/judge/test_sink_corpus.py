@@ -11,6 +11,12 @@ from tests.unseen import grade, labels, run
 pytestmark = [pytest.mark.slow, pytest.mark.long]  # ~45 kernels over their APIs' quick grids in three dtypes
 
 NAMED = 0.85
+# right sink kernels the judge fails on cases without sinks, where its verdict stands against the file's label (each
+# said why; held to exactly those cases): none may fail a sink case
+OUTSIDE_THE_SINKS = {
+    "sdpa/correct_tiled_custom_backward": ("learnable", "its autograd.Function returns None as a learnable float "
+                                                        "attn_mask's gradient; SDPA's contract gives one"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +36,12 @@ def test_right_sink_kernels_pass_and_wrong_ones_fail(graded):
     print(grade.table(graded))
     failed_right = [g["name"] for g in graded if g["kind"] == "correct" and not g["named"]]
     alive = [g["name"] for g in graded if g["kind"] != "correct" and g["verdict"] == "not failed"]
-    assert not failed_right, failed_right
+    for name in set(failed_right) & set(OUTSIDE_THE_SINKS):
+        word, why = OUTSIDE_THE_SINKS[name]
+        failing = next(g["failing"] for g in graded if g["name"] == name)
+        print(f"{name}: fails {failing}: {why}")
+        assert failing and all(word in c and "sink" not in c for c in failing), (name, failing)
+    assert set(failed_right) <= set(OUTSIDE_THE_SINKS), failed_right
     assert not alive, alive
 
 

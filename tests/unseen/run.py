@@ -86,6 +86,7 @@ def judge_kernel(e: Entry, seed: int = 0) -> dict:
     lines = diagnose.diagnose(r, e.name)
     return {"name": e.name, "api": e.api, "kind": e.kind, "bugs": e.bugs, "failed": not r.passed,
             "counts": r.counts(), "lines": [[d.key, d.text, *d.measured[:1]] for d in lines],
+            "failing": sorted({x.case for x in r.rows if x.status in ("fail", "error")}),
             "seconds": time.perf_counter() - t0}
 
 

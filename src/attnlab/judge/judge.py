@@ -438,6 +438,8 @@ def _hints(case: Case, x, mine, exp: Expected, comps, problems: list[str], learn
         hints = hints + [h for h in sink_causes.gradient_hints(case, x, mine, exp, comps) if h not in hints]
     if case.sinks and "out" not in failed and set(failed) & {"dq", "dk", "dv"}:  # the backward's weights, no sink?
         hints = hints + [h for h in sink_causes.backward_hints(case, x, mine, exp, comps) if h not in hints]
+    if case.sinks and "out" in failed and not sink_causes.said_of_the_sink(hints):  # held at the case's own limit
+        hints = sink_causes.tight_readings(case, x, mine[0], exp, _limit(comps)) + hints
     if sink_causes.overflows(case, mine, exp) and "max-subtraction" not in hints:
         hints = ["max-subtraction", *hints]
     if set(problems) - set(SILENT):

@@ -350,6 +350,42 @@ def lse_explained(hints: list[str]) -> list[str]:
     return [h for h in hints if h not in drop]
 
 
+def tight_readings(case: Case, x, out, exp, limit: float) -> list[str]:
+    """The sink readings whose answer the function's output is to within the case's own limit, where that answer is
+    more than twice the limit from the right one: a reading held without the rounding noise of a wider dtype that
+    the judge's row-by-row reading allows for (a float64 case whose sink moves the answer by float32's size is that
+    reading, not float32 arithmetic)."""
+    if not case.sinks or not isinstance(out, torch.Tensor) or not math.isfinite(limit) or exp.keep is not None:
+        return []
+    if case.api:
+        from attnlab.judge import apis
+
+        base = apis._questions(case, x, exp)[0]
+    else:
+        base = dict(query=x.q.detach().double().cpu(), key=x.k.detach().double().cpu(),
+                    value=x.v.detach().double().cpu(), attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal,
+                    scale=case.scale, enable_gqa=case.gqa, score_mod=exp.fresh(torch.float64, "cpu")[0],
+                    sinks=x.sinks)
+    ref = exp.ref[0]
+    got = out.detach().double().cpu()
+    if got.numel() != ref.numel() or not bool(torch.isfinite(got).all()):
+        return []
+    got = got.reshape(ref.shape)
+    found = []
+    for a in alternatives(case, x):
+        try:
+            alt = a.out if a.change is None else explain.answer(a.change(dict(base)))[0]
+        except (TypeError, ValueError, RuntimeError, IndexError, KeyError):
+            continue
+        if alt.numel() != ref.numel():
+            continue
+        alt = alt.reshape(ref.shape)
+        if float((got - alt).abs().max()) <= limit and float((alt - ref).abs().max()) > 2 * limit:
+            found.append(a.key)
+    found = list(dict.fromkeys(found))
+    return [explain.TIE.join(found)] if found else []
+
+
 def said_of_the_sink(hints: list[str]) -> bool:
     """Whether a row's hints name a reading of the sink (its output's error is that reading's, not a rounding)."""
     keys = {c.key for c in CAUSES} - {"sinks"}
