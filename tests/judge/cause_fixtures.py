@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from tests import api_bugs, api_functions, kv_bugs, mutants
+from tests import api_bugs, api_functions, kv_bugs, mutants, sink_kernels
 
 
 @dataclass(frozen=True)
@@ -468,6 +468,27 @@ FIXTURES: dict[str, Fixture] = {
     "paged-cache-touched": Fixture(_kv("paged-cache-touched"), P, only=PAGED),
     "paged-cache-wrong-slots": Fixture(_kv("paged-new-kv-wrong-slot"), P, only=("pages of 1",)),
     "paged-cache-written": Fixture(paged_wrote_elsewhere, P, only=("append",)),
+    # attention sinks (tests/sink_kernels.py: one bug each where sinks are given, PyTorch's answer where not)
+    "sinks": Fixture(sink_kernels.sdpa_kernel("halved"),
+                     only=("basic", "transposed views", "sinks: random", "sinks: large")),
+    "sink-ignored": Fixture(sink_kernels.sdpa_kernel("ignored"), only=("sinks: random", "sinks: large, causal")),
+    "sink-head": Fixture(sink_kernels.sdpa_kernel("head0"), only=("sinks: random", "sinks: large, causal")),
+    "sink-kv-head": Fixture(sink_kernels.flash_kernel("kv-head"), A, only=("flash sinks: GQA",)),
+    "sink-query": Fixture(sink_kernels.sdpa_kernel("query"), only=("sinks: random", "sinks: large, causal")),
+    "sink-per-tile": Fixture(sink_kernels.sdpa_kernel("per-tile"), only=("sinks: zero, L<S", "sinks: sliding")),
+    "sink-not-in-lse": Fixture(sink_kernels.flash_kernel("not-in-lse"), A, only=("flash sinks: random",)),
+    "dsink-zero": Fixture(sink_kernels.sdpa_kernel(grad_bug="zero"), only=("sinks: random",)),
+    "dsink-sign": Fixture(sink_kernels.sdpa_kernel(grad_bug="sign"), only=("sinks: random",)),
+    "dsink-form": Fixture(sink_kernels.sdpa_kernel(grad_bug="no-D"), only=("sinks: random",)),
+    "dsink-axis": Fixture(sink_kernels.flash_kernel(grad_bug="group"), A, only=("flash sinks: GQA",)),
+    "sink-scaled": Fixture(sink_kernels.sdpa_kernel("scaled"), only=("sinks: random", "sinks: large, causal")),
+    "sink-unshifted": Fixture(sink_kernels.sdpa_kernel("unshifted"), only=("sinks: random", "sinks: large, causal")),
+    "sink-masked": Fixture(sink_kernels.sdpa_kernel("masked"),
+                           only=("sinks: random", "sinks: zero, L<S", "sinks: causal, L>S", "sinks: large, causal")),
+    "sink-column-shifted": Fixture(sink_kernels.sdpa_kernel("column-shifted"), only=("sinks: random",)),
+    "sink-backward": Fixture(sink_kernels.sdpa_kernel(grad_bug="keys-lse"), only=("sinks: random",)),
+    "sink-modified": Fixture(sink_kernels.flash_modified("modified"), A,
+                             only=("flash sinks: ALiBi", "flash sinks: soft")),
 }
 
 NO_FUNCTION = {  # causes no function can have: the judge's own, and the lines that say a process ended

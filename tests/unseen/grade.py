@@ -42,7 +42,7 @@ def grade(rows: list[dict], table: dict, also: dict) -> list[dict]:
             named = all(any(k in w for k in base) for w in wanted)
             verdict = "all named" if named else "not all named"
         out.append({"name": name, "api": r["api"], "kind": r["kind"], "verdict": verdict, "named": named,
-                    "false": false, "keys": base})
+                    "false": false, "keys": base, "failing": r.get("failing", [])})
     return out
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 NEUTRAL = {"raises", "unclear", "bfloat16", "float32", "float64", "precision", "L!=S", "L=1", "Ev!=E", "batch-dims",
            "noncontig", "window", "window-left", "window-right", "softcap", "alibi", "append", "gqa", "mod",
            "lse-only", "gradients-only", "causal", "dead-rows", "precision-unplaced", "large-logits",
-           "lse-wrong"}  # (the lab's "your lse is not the log-sum-exp ...": the quantity that fails, no cause)
+           "lse-wrong",  # (the lab's "your lse is not the log-sum-exp ...": the quantity that fails, no cause)
+           "sinks"}  # (only cases with sinks fail: what the failing cases share, as "gqa" or "softcap")
 MASK = ("measured:visibility",)
 PRECISION = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "lse-half", "precision-unplaced")
 
@@ -289,4 +290,68 @@ HELD = {
     "sdpa/fully_masked_row_nan": [("dead-rows", "measured:dead-rows")],
     "sdpa/gqa_kv_heads_tiled": [("gqa", "measured:heads")],
     "sdpa/two_pass_lse_in_input_dtype": [PRECISION],
+}
+
+# The sink corpus (tests/unseen/sinks/<api>/, written blind to the judge), set down from its truths before its run
+# was read. A sink read at another logit (scaled, given a key's bias or soft-cap, its exp left unshifted by the row
+# max) names the bug where its line says how it is read; one hidden by a mask where its line says it is masked.
+SINK_HEADS = ("sink-head", "sink-kv-head", "measured:sinks")
+SINK_LSE = ("sink-not-in-lse", "lse-dead-rows", "measured:lse")
+SINKS = {
+    "flash-attn-varlen/causal_top_left_and_sink_per_kv_head": [("varlen-top-left", *MASK), ("sink-kv-head",
+                                                                                             "measured:sinks")],
+    "flash-attn-varlen/correct_per_sequence_loop": [],
+    "flash-attn-varlen/empty_key_sequence_lse_neg_inf": [SINK_LSE],
+    "flash-attn-varlen/sink_as_key_before_position_zero": [("sink-masked", "measured:sinks")],
+    "flash-attn-varlen/sink_merged_with_plain_exp_log": [("max-subtraction",)],
+    "flash-attn-varlen/sink_missing_on_unmasked_fast_path": [("sink-ignored",)],
+    "flash-attn/alibi_batch0_slopes_and_softcap_grad_missing": [("flash-alibi-one-row", "measured:bias"),
+                                                                ("gradients-only", "measured:backward",
+                                                                 "backward-factor", "softcap")],
+    "flash-attn/alibi_bias_on_sink_column": [("sink-modified", "measured:sinks")],
+    "flash-attn/correct_exp2_dense": [],
+    "flash-attn/correct_online_softmax_custom_backward": [],
+    "flash-attn/exp2_backward_p_sink_unconverted": [("dsink-form",)],
+    "flash-attn/exp2_sink_not_rescaled": [("sink-scaled", "measured:sinks")],
+    "flash-attn/lse_omits_sink": [SINK_LSE],
+    "flash-attn/lse_stored_in_input_dtype": [("lse-half",)],
+    "flash-attn/no_key_rows_lse_nan": [("dead-rows", "lse-dead-rows", "measured:dead-rows", "max-subtraction")],
+    "flash-attn/no_key_rows_lse_neg_inf_and_causal_top_left": [SINK_LSE, ("api-top-left", *MASK)],
+    "flash-attn/no_max_subtraction_overflow": [("max-subtraction",)],
+    "flash-attn/sink_added_every_key_block": [("sink-per-tile", "measured:sinks")],
+    "flash-attn/sink_indexed_by_kv_head": [SINK_HEADS],
+    "flash-attn/softcap_applied_to_sink": [("sink-modified", "measured:sinks")],
+    "flash-attn/window_left_off_by_one_and_lse_base2": [("flash-window-edge", *MASK), ("lse-base2",)],
+    "paged-decode/correct_gather_dense": [],
+    "paged-decode/correct_split_kv_combine": [],
+    "paged-decode/new_keys_written_one_slot_late_and_lse_omits_sink": [
+        ("paged-new-kv-wrong-slot", "paged-cache-wrong-slots", "paged-cache-written", "paged-new-kv-stale",
+         "paged-cache-touched"), SINK_LSE],
+    "paged-decode/sink_dropped_on_append_path": [("sink-ignored",)],
+    "paged-decode/sink_seeds_max_but_not_sum": [("sink-ignored",)],
+    "paged-decode/split_kv_sink_in_every_split": [("sink-per-tile", "measured:sinks")],
+    "paged-decode/token_loop_accumulates_in_input_dtype": [PRECISION],
+    "sdpa/backward_uses_keys_only_lse": [("sink-backward",)],
+    "sdpa/bool_mask_pads_sink_column_false": [("sink-masked", "sink-ignored")],
+    "sdpa/causal_bottom_right_and_dsink_missing_delta": [("causal-alignment", "lower-right", *MASK),
+                                                         ("dsink-form",)],
+    "sdpa/causal_mask_built_over_sink_column": [("sink-masked", "measured:sinks")],
+    "sdpa/correct_eager_concat": [],
+    "sdpa/correct_tiled_custom_backward": [],
+    "sdpa/dsink_from_one_minus_rowsum": [PRECISION],
+    "sdpa/dsink_last_query_block_and_backward_drops_float_mask": [("dsink-axis",), ("backward-mask",)],
+    "sdpa/dsink_sign_flipped": [("dsink-sign",)],
+    "sdpa/gqa_heads_tiled_and_sink_exp_unshifted": [("gqa", "measured:heads"), ("sink-unshifted",)],
+    "sdpa/gqa_sinks_grouped_in_wrong_order": [SINK_HEADS],
+    "sdpa/math_forced_to_float32": [("float32-in-float64",)],
+    "sdpa/row_max_excludes_sink": [("max-subtraction",)],
+    "sdpa/sink_column_dropped_from_wrong_end": [("sink-column-shifted",)],
+    "sdpa/sink_path_nan_on_fully_masked_rows": [("dead-rows", "measured:dead-rows")],
+    "sdpa/sink_scaled_with_scores": [("sink-scaled", "measured:sinks")],
+}
+SINKS_ALSO = {  # lines true of a kernel beside its listed bug
+    "flash-attn/no_key_rows_lse_nan": {"sink-not-in-lse"},  # its lse is NaN where a row sees no key
+    "flash-attn/lse_stored_in_input_dtype": {"gradients-only", "bfloat16"},
+    # its truth: rows the sink is hidden from that see no key "get lse -inf instead of the sink"
+    "flash-attn-varlen/sink_as_key_before_position_zero": {"lse-dead-rows"},
 }

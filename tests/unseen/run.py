@@ -1,11 +1,12 @@
 """Run a corpus written blind (tests/unseen/<set>/) through the judge: each kernel's verdict and its lines.
 
-A corpus folder holds ``kernels/<api>/<name>.py`` (a function ``kernel`` written to that API) and
-``slips/level-N/<name>.py`` (a learner's file for level N), each with its truth in a ``TRUTH`` dict: the API or
-level, the bugs in its writer's words, and its kind ("semantic", "precision", "two", "correct"). The files are
-read as text and loaded by path (no package imports), so a folder of them is all a corpus is.
+A corpus folder holds ``kernels/<api>/<name>.py`` (a function ``kernel`` written to that API; a corpus of kernels
+alone, as tests/unseen/sinks, holds ``<api>/<name>.py`` at its root) and ``slips/level-N/<name>.py`` (a learner's
+file for level N), each with its truth in a ``TRUTH`` dict: the API or level, the bugs in its writer's words, and
+its kind ("semantic", "precision", "two", "correct"). The files are read as text and loaded by path (no package
+imports), so a folder of them is all a corpus is.
 
-    .venv/bin/python -m tests.unseen.run dev [--only NAME[,NAME]] [--json PATH]
+    .venv/bin/python -m tests.unseen.run dev|held|sinks [--only NAME[,NAME]] [--json PATH]
 
 prints, for each kernel, whether it was failed and the lines the judge said (the key and the words), and writes the
 rows as JSON (the grading against the truths is a reader's: see tests/unseen/grade.py).
@@ -50,7 +51,11 @@ def truth(path: Path) -> dict:
 
 
 def entries(corpus: str, part: str = "kernels") -> list[Entry]:
+    """The corpus's files of ``part``; a corpus of kernels alone (tests/unseen/sinks) holds its API folders at
+    its root."""
     root = HERE / corpus / part
+    if part == "kernels" and not root.is_dir():
+        root = HERE / corpus
     out = []
     for path in sorted(root.glob("*/*.py")):
         if path.name == "__init__.py":
@@ -81,6 +86,7 @@ def judge_kernel(e: Entry, seed: int = 0) -> dict:
     lines = diagnose.diagnose(r, e.name)
     return {"name": e.name, "api": e.api, "kind": e.kind, "bugs": e.bugs, "failed": not r.passed,
             "counts": r.counts(), "lines": [[d.key, d.text, *d.measured[:1]] for d in lines],
+            "failing": sorted({x.case for x in r.rows if x.status in ("fail", "error")}),
             "seconds": time.perf_counter() - t0}
 
 

@@ -62,6 +62,7 @@ class Case:
     layout: str | None = None  # None (contiguous) or one of LAYOUTS
     api: str | None = None  # how the case is put to an API other than SDPA's (attnlab.judge.apis), in words
     probe: str | None = None  # designed inputs that measure one part of the semantics (attnlab.judge.probes)
+    sinks: str | None = None  # attention sinks, how they sit against the scores (attnlab.judge.sink_cases.KINDS)
 
     def __repr__(self) -> str:
         """The name and the fields that differ from a default case: what a failing test's parameter shows."""
@@ -116,7 +117,7 @@ class Case:
                 flags["window-left"] = int(window[0]) >= 0
                 flags["window-right"] = int(window[1]) >= 0 and "causal" not in words
         return frozenset(t | {name for name, on in flags.items() if on} | ({self.layout} if self.layout else set())
-                         | ({"probe"} if self.probe else set()))
+                         | ({"probe"} if self.probe else set()) | ({"sinks"} if self.sinks else set()))
 
     def shrunk(self, max_work: int) -> Case:
         """The same case at smaller lengths (ratio of L to S kept, L=1 kept), for slow forms."""
@@ -130,7 +131,8 @@ class Case:
         return replace(self, batch=batch, L=L2, S=S2 if self.S else None, name=f"{self.name} (shrunk: L={L2}, S={S2})")
 
 
-API_ARG_TAGS = {"window": ("window",), "softcap": ("softcap",), "alibi": ("alibi", "alibi-batch"),
+API_ARG_TAGS = {"window": ("window",), "causal": ("causal",), "softcap": ("softcap",),
+                "alibi": ("alibi", "alibi-batch"),
                 "append": ("new",)}  # an API case's tag -> the words of its API arguments that give it
 SDPA_MASK_TAGS = {"upper-left L!=S", "lower-right", "causal+mask", "bool-mask", "float-mask", "broadcast-mask",
                   "mask-fn", "grad-mask"}

@@ -13,7 +13,8 @@ needs to know of a cause is here, in one :class:`attnlab.judge.facts.Cause`:
   narrower tag that holds them all is said first (a 0-d tensor scale, not every ``scale=``).
 
 The APIs other than SDPA's add their own causes beside their semantics (``CAUSES`` in each module of
-:mod:`attnlab.judge.apis`); :func:`table` is all of them, and the only table anything reads.
+:mod:`attnlab.judge.apis`), and attention sinks theirs (:mod:`attnlab.judge.sink_causes`); :func:`table` is all of
+them, and the only table anything reads.
 """
 
 from __future__ import annotations
@@ -185,7 +186,9 @@ SDPA = (
 def table() -> dict[str, Cause]:
     """Every cause by key: SDPA's and each API's (an API's key may not repeat another's)."""
     out: dict[str, Cause] = {}
-    for c in (*SDPA, *apis.causes()):
+    from attnlab.judge import sink_causes
+
+    for c in (*SDPA, *sink_causes.CAUSES, *apis.causes()):
         if c.key in out:
             raise ValueError(f"cause {c.key!r} defined twice")
         out[c.key] = c

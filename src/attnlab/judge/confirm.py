@@ -80,12 +80,12 @@ UNCHECKED = {"max-subtraction", "dead-rows", "backward-mask", "dropout-renormali
 # another variant of the cause, not the one its failing cases matched).
 ARGUMENTS = {"causal", "lower-right", "upper-left L!=S", "window-left", "window-right", "alibi", "softcap", "append",
              "gqa", "bool-mask", "float-mask", "broadcast-mask", "mask-fn", "causal+mask", "scale", "scale-tensor",
-             "mod", "dropout", "grad-mask", "dead-rows"}
+             "mod", "dropout", "grad-mask", "dead-rows", "sinks"}
 # causes read through a family of variants (a tile width, an edge's side, an alignment of the mask or of ALiBi's
 # distance, where a packing or a page ends): a case where the function's own variant changes nothing is one where
 # the judge yields only the others, which differ -- no passing case can tell those apart, so none refutes them
 FAMILIES = ("tail-dropped", "pad-keys", "flash-window-edge", "mod-after-mask", "flex-block-size",
-            "online-not-rescaled", "api-top-left", "varlen-", "paged-")
+            "online-not-rescaled", "api-top-left", "varlen-", "paged-", "sink-per-tile")
 # causes that claim something of every call (the mask left out, the scale): any passing case can refute them
 GLOBAL = {"api-mask-ignored", "mask-ignored", "causal-ignored", "unscaled", "scale-1/d", "varlen-packing-ignored",
           "paged-table-ignored", "paged-seqlens-ignored"}
@@ -196,6 +196,7 @@ def _refuted_by(case: Case, limit: float, keys: set[str], seed: int, inputs: Cal
     x = inputs(case, seed)
     base, alts = _questions(case, x, seed)
     ref, fwd = oracle.answer(**base)
+    fwd = oracle.as_key(fwd)  # (with sinks, a rounding's model rounds the sink too: one more score)
     predicts: dict[str, list[bool]] = {}
     dtype = DTYPES[case.dtype]
     for k, orders in precision._models(dtype).items():  # a rounding's error model on this case
@@ -230,7 +231,7 @@ def _questions(case: Case, x, seed: int) -> tuple[dict, list]:
 
         return apis._questions(case, x, SimpleNamespace(fresh=fresh))
     base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal, scale=case.scale,
-                enable_gqa=case.gqa, keep=None, dropout_p=0.0, score_mod=mod64)
+                enable_gqa=case.gqa, keep=None, dropout_p=0.0, score_mod=mod64, sinks=x.sinks)
     from types import SimpleNamespace
 
     alts = list(hypotheses._alternatives(case, x, SimpleNamespace(keep=None)))

@@ -254,6 +254,17 @@ def _tied_pair(fits: list[_Fit]) -> _Fit | None:
                 f.near)
 
 
+def _larger(alt: torch.Tensor, ref: torch.Tensor) -> float:
+    """How many times the right answer's size an alternative's is, at least 1: the limit is a rounding of the right
+    answer's size, and an answer many times larger (the weights a large sink takes from every key given back to them)
+    is rounded in proportion to its own."""
+    a = alt[torch.isfinite(alt)].abs()
+    r = ref[torch.isfinite(ref)].abs()
+    if not a.numel() or not r.numel() or float(r.max()) == 0.0:
+        return 1.0
+    return max(1.0, float(a.max()) / float(r.max()))
+
+
 class _Evidence:
     """The function's output beside the right answer, with what fitting an alternative needs."""
 
@@ -267,8 +278,9 @@ class _Evidence:
     def fit(self, a: Alternative, alt: torch.Tensor | None, dead: torch.Tensor | None) -> _Fit | None:
         if alt is None or alt.shape != self.out.shape:
             return None
-        differs = rows_err(alt, self.ref) > 2 * self.tol
-        ok = rows_err(self.out, alt) <= self.tol
+        tol = self.tol * _larger(alt, self.ref)
+        differs = rows_err(alt, self.ref) > 2 * tol
+        ok = rows_err(self.out, alt) <= tol
         used = torch.zeros_like(ok)
         answers = []
         if dead is not None and not bool(self.nan.all()):  # an answer wholly NaN says nothing of its dead rows

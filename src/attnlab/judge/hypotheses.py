@@ -28,7 +28,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attnlab.judge import explain, oracle, precision, rule
+from attnlab.judge import explain, oracle, precision, rule, sink_causes
 from attnlab.judge.cases import Case
 
 BLOCKS = (16, 32, 64, 128)  # the tile widths a key length is padded to (pad-keys)
@@ -48,7 +48,7 @@ def matches(case: Case, x, mine, exp, comps, learned: tuple = ()) -> tuple[list[
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
     base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal,
                 scale=case.scale, enable_gqa=case.gqa, keep=exp.keep, dropout_p=case.dropout_p,
-                score_mod=exp.fresh(torch.float64, "cpu")[0])
+                score_mod=exp.fresh(torch.float64, "cpu")[0], sinks=x.sinks)
     alts = list(_alternatives(case, x, exp))
     if learned:
         from attnlab.judge.probes import learned as measured
@@ -73,7 +73,7 @@ def _backward(case: Case, x, mine, exp, comps) -> list[str]:
         [dict(attn_mask=None), dict(is_causal=False)] if dense is not None and case.is_causal else [])
     for kw in others:
         alt = oracle.reference(q, k, v, **{**dict(attn_mask=dense, is_causal=case.is_causal, scale=case.scale,
-                                                  enable_gqa=case.gqa), **kw}, grad_out=x.grad_out)
+                                                  enable_gqa=case.gqa), **kw}, grad_out=x.grad_out, sinks=x.sinks)
         pairs = [(c, g, a, r) for c, g, a, r in zip(comps[1:4], mine[1:4], alt[1:4], exp.ref[1:4], strict=False)]
         if all(rule.max_err(g, a) <= c.allowed for c, g, a, _ in pairs) and any(
                 rule.max_err(a, r) > 2 * c.allowed for c, _, a, r in pairs):
@@ -293,6 +293,7 @@ def _alternatives(case: Case, x, exp):
     dense = oracle.cpu64(x.dense)
     L, S, E = case.L, case.S or case.L, case.E
     A = explain.Alternative
+    yield from sink_causes.alternatives(case, x)
     if case.scale is not None:
         yield A("scale-ignored", _set(scale=None))
     yield A("unscaled", _set(scale=1.0))

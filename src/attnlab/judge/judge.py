@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab import kernels
-from attnlab.judge import apis, hypotheses, mod_cases, oracle, precision, rule
+from attnlab.judge import apis, hypotheses, mod_cases, oracle, precision, rule, sink_causes
 from attnlab.judge.apart.remote import Remote, described
 from attnlab.judge.apis import lse
 from attnlab.judge.cases import DTYPES, Case, views
@@ -90,6 +90,7 @@ class Inputs:
     mask: object
     dense: torch.Tensor | None
     grad_out: torch.Tensor
+    sinks: torch.Tensor | None = None  # (H,) in the case's dtype and device: a sink case's (judge.sink_cases)
 
     def mask_for(self, accepts_masks: bool):
         return self.mask if accepts_masks else self.dense
@@ -117,18 +118,21 @@ def quantities(case: Case, backward: bool = True) -> list[str]:
 
 
 def sdpa_quantities(case: Case) -> list[str]:
-    return ["out", "dq", "dk", "dv"] + (["dmask"] if case.grad_mask else []) + mod_cases.PARAM_NAMES.get(case.mod, [])
+    return ["out", "dq", "dk", "dv"] + (["dmask"] if case.grad_mask else []) + mod_cases.PARAM_NAMES.get(
+        case.mod, []) + (["dsinks"] if case.sinks else [])
 
 
-def call(fn, q, k, v, mask, case: Case, dropout_p: float = 0.0, score_mod=None):
+def call(fn, q, k, v, mask, case: Case, dropout_p: float = 0.0, score_mod=None, sinks=None):
     """Call a form passing only non-default keywords (user functions may not take them all)."""
     if isinstance(fn, Remote):  # a function in another process: the call goes there, its output comes back
         return fn.call(q, k, v, mask, case, dropout_p)
     if isinstance(fn, apis.Adapted):  # another API: its own arguments, from the case
-        return fn.call_case(q, k, v, case, dropout_p, score_mod)[0]
+        return fn.call_case(q, k, v, case, dropout_p, score_mod, sinks)[0]
     kw = {"dropout_p": dropout_p} if dropout_p > 0 else {}
     if score_mod is not None:
         kw["score_mod"] = score_mod
+    if sinks is not None:
+        kw["sinks"] = sinks
     if mask is not None:
         kw["attn_mask"] = mask
     if case.is_causal:
@@ -159,20 +163,21 @@ def _modifier(case: Case, seed: int):
 
 
 def run(f, case: Case, seed: int, q, k, v, m, grad_out, p: float = 0.0, fresh=None, layout: bool = True,
-        backward: bool = True, inference: bool = False):
+        backward: bool = True, inference: bool = False, sinks=None):
     """Call ``f`` on fresh inputs after ``torch.manual_seed(seed)``; returns ((out, dq, dk, dv[, dmask][, dparams]),
     contract problems). Inputs are laid out as the case says (``layout``); gradients are taken with respect
     to the tensors ``f`` was given: by ``torch.autograd.grad``, or where the function's backward only works under
     ``.backward()`` (reentrant activation checkpointing) from the ``.grad`` it leaves. ``backward=False``: the
     forward alone, on inputs that do not require grad, returns ((out,), problems). ``inference``: then the
     forward again under each of :data:`attnlab.judge.inference.MODES`, whose outputs end the tuple (see
-    :func:`attnlab.judge.inference.paths`). A :class:`Remote` function does all of it in its own process, and
-    sends back the tensors and the problems as values."""
+    :func:`attnlab.judge.inference.paths`). ``sinks``: a sink case's (H,), passed as a fresh leaf (``sinks=``, or
+    an API's ``learnable_sink=``) whose gradient ends the gradients. A :class:`Remote` function does all of it in
+    its own process, and sends back the tensors and the problems as values."""
     if isinstance(f, Remote):
-        return f.run(case, seed, q, k, v, m, grad_out, p, fresh, layout, backward, inference)
-    got, problems = _with_grad(f, case, seed, q, k, v, m, grad_out, p, fresh, layout, backward)
+        return f.run(case, seed, q, k, v, m, grad_out, p, fresh, layout, backward, inference, sinks)
+    got, problems = _with_grad(f, case, seed, q, k, v, m, grad_out, p, fresh, layout, backward, sinks)
     if inference and got is not None:
-        outs, more = paths(lambda: _forward(f, case, seed, q, k, v, m, p, fresh, layout), problems)
+        outs, more = paths(lambda: _forward(f, case, seed, q, k, v, m, p, fresh, layout, sinks), problems)
         got, problems = (*got, *outs), problems + more
     return got, problems
 
@@ -189,26 +194,30 @@ def _laid_out(case: Case, q, k, v, m, layout: bool, grad: bool):
     return (qq, kk, vv, mm), tensor
 
 
-def _forward(f, case: Case, seed: int, q, k, v, m, p: float, fresh, layout: bool):
+def _forward(f, case: Case, seed: int, q, k, v, m, p: float, fresh, layout: bool, sinks=None):
     """One call of ``f`` on fresh inputs that do not require grad (in whatever mode the caller set): (its output,
     the names of the inputs it changed in place -- every tensor it was given, for an API's function)."""
     (qq, kk, vv, mm), tensor = _laid_out(case, q, k, v, m, layout, grad=False)
     mod, _ = fresh(device=q.device) if fresh is not None else (None, [])
+    ss = None if sinks is None else sinks.detach().clone()
     if p > 0:
         torch.manual_seed(seed)
     if isinstance(f, apis.Adapted):
         watched = Watched(f.fn, apis.writes(f.api))
-        out = apis.Adapted(watched, f.api).call_case(qq, kk, vv, case, p, mod)[0]
+        out = apis.Adapted(watched, f.api).call_case(qq, kk, vv, case, p, mod, ss)[0]
         return out, watched.changed()
     snap = Snapshot(list(zip(INPUT_NAMES, [qq, kk, vv] + ([mm] if tensor else []), strict=False)))
-    out = call(f, qq, kk, vv, mm, case, p, mod)
+    out = call(f, qq, kk, vv, mm, case, p, mod, ss)
     return out, snap.changed()
 
 
-def _with_grad(f, case: Case, seed: int, q, k, v, m, grad_out, p: float, fresh, layout: bool, backward: bool):
+def _with_grad(f, case: Case, seed: int, q, k, v, m, grad_out, p: float, fresh, layout: bool, backward: bool,
+               sinks=None):
     """:func:`run`'s call with gradients (``backward``) or on inputs that do not require grad."""
     (qq, kk, vv, mm), tensor = _laid_out(case, q, k, v, m, layout, grad=backward)
     mod, ts = fresh(device=q.device) if fresh is not None else (None, [])
+    ss = None if sinks is None else sinks.detach().clone().requires_grad_(backward)
+    ts = ts + ([ss] if ss is not None else [])  # the sinks' gradient ends the gradients, as the oracle's does
     given = [qq, kk, vv] + ([mm] if tensor else [])
     snap = Snapshot(list(zip(INPUT_NAMES, given, strict=False)))
     if p > 0:  # the dropout a function draws follows torch.manual_seed
@@ -216,9 +225,9 @@ def _with_grad(f, case: Case, seed: int, q, k, v, m, grad_out, p: float, fresh, 
     watched, own = None, []  # own: what an API's own checks find (a KV cache written in the wrong slots)
     if isinstance(f, apis.Adapted):  # another API: (out, its log-sum-exp), and gradients where it has a backward
         watched = Watched(f.fn, apis.writes(f.api))  # every argument its call gives it, checked for changes in place
-        out, lse_, own = apis.Adapted(watched, f.api).call_case(qq, kk, vv, case, p, mod)
+        out, lse_, own = apis.Adapted(watched, f.api).call_case(qq, kk, vv, case, p, mod, ss)
     else:
-        out, lse_ = call(f, qq, kk, vv, mm, case, p, mod), None
+        out, lse_ = call(f, qq, kk, vv, mm, case, p, mod, ss), None
     problems = _contract(out, q, snap, watched) + own
     if not isinstance(out, torch.Tensor) or out.is_meta:  # (meta: a shape without numbers, said as its device)
         return None, problems
@@ -241,11 +250,12 @@ def _with_grad(f, case: Case, seed: int, q, k, v, m, grad_out, p: float, fresh, 
     try:
         grads = torch.autograd.grad(out, wrt, grad_out.to(out.dtype), allow_unused=True)
     except RuntimeError as first:  # e.g. reentrant checkpointing, which takes only .backward(): ask it that way
-        grads = _by_backward(f, case, seed, p, qq, kk, vv, mm, mod, wrt, grad_out, first)
+        grads = _by_backward(f, case, seed, p, qq, kk, vv, mm, mod, wrt, grad_out, first, ss)
     return (out, *grads, *extra), problems
 
 
-def _by_backward(f, case: Case, seed: int, p: float, qq, kk, vv, mm, mod, wrt, grad_out, first: RuntimeError):
+def _by_backward(f, case: Case, seed: int, p: float, qq, kk, vv, mm, mod, wrt, grad_out, first: RuntimeError,
+                 ss=None):
     """The gradients ``out.backward(grad_out)`` leaves in ``.grad`` (kept on the views too), from a fresh forward:
     the graph ``torch.autograd.grad`` refused may be half spent. Its own failure raises the first error."""
     for t in wrt:
@@ -254,8 +264,8 @@ def _by_backward(f, case: Case, seed: int, p: float, qq, kk, vv, mm, mod, wrt, g
             t.retain_grad()
     if p > 0:
         torch.manual_seed(seed)
-    out = f.call_case(qq, kk, vv, case, p, mod)[0] if isinstance(f, apis.Adapted) else call(f, qq, kk, vv, mm, case,
-                                                                                              p, mod)
+    out = f.call_case(qq, kk, vv, case, p, mod, ss)[0] if isinstance(f, apis.Adapted) else call(
+        f, qq, kk, vv, mm, case, p, mod, ss)
     try:
         out.backward(grad_out.to(out.dtype))
     except RuntimeError:
@@ -310,22 +320,23 @@ def expect(case: Case, seed: int, x: Inputs, keep) -> Expected:
     mod64, ts64 = fresh(torch.float64, "cpu")  # the oracle differentiates the tensors made, listed or not
     args = (q, k, v, x.oracle_mask, case.is_causal, case.scale, case.gqa)
     ref, fwd = oracle.answer(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, score_mod=mod64,
-                             score_params=ts64)
+                             score_params=ts64, sinks=x.sinks)
     # PyTorch runs without dropout (its dropout draws other random numbers): its error is measured
     # against the oracle without dropout, the form's against the oracle with the form's keep-mask.
     ref0, fwd0 = (ref, fwd) if keep is None else oracle.answer(*args, grad_out=grad_out, score_mod=mod64,
-                                                               score_params=ts64)
+                                                               score_params=ts64, sinks=x.sinks)
     named = dict(zip(mod_cases.PARAM_NAMES.get(case.mod, []), ts64, strict=False))  # the tensors judged, by name
     budget = rule.rounding_floor(*args, grad_out=grad_out, keep=keep, dropout_p=case.dropout_p, fwd=fwd,
                                  score_mod=mod64, params=named)
-    theirs = _pytorch(case, seed, q, k, v, dense, grad_out, fresh)
+    theirs = _pytorch(case, seed, q, k, v, dense, grad_out, fresh, x.sinks)
     if DTYPES[case.dtype] == torch.float64 and q.device.type == "cpu":  # the float64 answer is that one
         ours64 = theirs
     else:
         cpu64 = [t.detach().cpu().double() for t in (q, k, v, grad_out)]
         case64 = Case(**{**case.__dict__, "dtype": "float64", "layout": None})
         ours64 = _pytorch(case64, seed, *cpu64[:3], oracle.cpu64(dense), cpu64[3],
-                          lambda dtype=None, device=None: fresh(torch.float64))
+                          lambda dtype=None, device=None: fresh(torch.float64),
+                          None if x.sinks is None else x.sinks.detach().cpu().double())
     if keep is None and DTYPES[case.dtype] in (torch.float32, torch.float64):  # one roundoff: the floor is linear in it
         ratio = torch.finfo(torch.float64).eps / torch.finfo(DTYPES[case.dtype]).eps
         floor64 = {n: b * ratio for n, b in budget.items()}
@@ -346,9 +357,15 @@ def in_float64(exp: Expected, case64: Case, seed: int) -> Expected:
                     exp.keep, _modifier(case64, seed), exp.fwd, exp.theirs64)
 
 
-def _pytorch(case: Case, seed: int, q, k, v, dense, grad_out, fresh):
+def _pytorch(case: Case, seed: int, q, k, v, dense, grad_out, fresh, sinks=None):
     """PyTorch's answer and gradients: F.scaled_dot_product_attention, or with a score modifier its plain
-    operations (the larger error of its two natural orders, and SDPA with the bias where it is additive)."""
+    operations (the larger error of its two natural orders, and SDPA with the bias where it is additive); with
+    sinks, SDPA on the problem a sink is (:func:`attnlab.judge.sink_cases.pytorch`: a sink case has no modifier)."""
+    if sinks is not None:
+        from attnlab.judge import sink_cases
+
+        return run(sink_cases.pytorch, case, seed, q, k, v, dense, grad_out, fresh=fresh, layout=False,
+                   sinks=sinks)[0]
     if not case.mod:
         got, _ = run(F.scaled_dot_product_attention, case, seed, q, k, v, dense, grad_out, fresh=fresh, layout=False)
         if case.is_causal and not all(torch.isfinite(t).all() for t in got if t is not None) and (
@@ -434,11 +451,21 @@ def _hints(case: Case, x, mine, exp: Expected, comps, problems: list[str], learn
         if "lse" in failed:  # on the rows whose output is right, where the output's own causes are found
             right = None if not hints else rows_err(mine[0].detach().double().cpu(), exp.ref[0]) <= _limit(comps)
             hints = hints + [h for h in lse.hints(mine[-1], exp.ref[-1], exp.fwd, right) if h not in hints]
+            hints = sink_causes.lse_explained(hints)
     else:
         hints, corrected = hypotheses.matches(case, x, mine, exp, comps, learned)
+    if "dsinks" in failed and "out" not in failed:  # the forward right, the sinks' gradient not: its readings
+        hints = hints + [h for h in sink_causes.gradient_hints(case, x, mine, exp, comps) if h not in hints]
+    if case.sinks and "out" not in failed and set(failed) & {"dq", "dk", "dv"}:  # the backward's weights, no sink?
+        hints = hints + [h for h in sink_causes.backward_hints(case, x, mine, exp, comps) if h not in hints]
+    if case.sinks and "out" in failed and not sink_causes.said_of_the_sink(hints):  # held at the case's own limit
+        hints = sink_causes.tight_readings(case, x, mine[0], exp, _limit(comps)) + hints
+    if sink_causes.overflows(case, mine, exp) and "max-subtraction" not in hints:
+        hints = ["max-subtraction", *hints]
     if set(problems) - set(SILENT):
         return hints
-    if not any(h in PRECISE_ALREADY for h in hints) and (corrected is not None or not hints):
+    if not any(h in PRECISE_ALREADY for h in hints) and (corrected is not None or not hints) and not (
+            case.sinks and sink_causes.said_of_the_sink(hints)):  # (a sink reading's answer: no rounding's left)
         hints = hints + _precision(case, mine[0] if corrected is None else corrected, exp, comps)
     if case.api and not hints and exp.keep is None and failed == ["lse"]:  # the output right, its lse off by a
         allowed = next(c.allowed for c in comps if c.quantity == "lse")  # rounding's size
@@ -467,7 +494,7 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
                    "rounding); this case judges nothing until they agree", cross=exp.cross, facts=Facts("oracle"))
     try:
         mine, problems = run(fn, case, seed, x.q, x.k, x.v, x.mask_for(accepts_masks), x.grad_out, case.dropout_p,
-                             exp.fresh, backward=backward, inference=inference)
+                             exp.fresh, backward=backward, inference=inference, sinks=x.sinks)
     except kernels.Unsupported as e:  # an input the form says it does not take: skipped, with the reason
         return row(name, case, "skipped", str(e), cross=exp.cross)
     except Exception as e:  # a function that cannot run a case fails it, with the reason
@@ -494,6 +521,7 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
     hints = _hints(case, x, mine, exp, comps, [key for key, _ in problems], learned) if explain and not ok else []
     measured = [m.to_dict() for m in read(case, x, mine, exp, _limit(comps))] if case.probe and not ok and mine \
         else []
+    measured += sink_causes.measured(case, x, mine, exp, comps) if case.sinks and not ok and mine else []
     measured += [{"kind": f"problem:{key}", "text": text, "map": [], "pattern": key} for key, text in problems
                  if key in apis.MEASURED_PROBLEMS]  # what an API's own check measured (the cache a call left)
     return row(name, case, "pass" if ok else "fail", "; ".join(text for _, text in problems), comparisons=comps,

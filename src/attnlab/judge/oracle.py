@@ -16,6 +16,12 @@ own float64 answer must agree with it to float64 rounding (:mod:`attnlab.judge.j
     out    = P v
     lse    = log Σ_j exp(scores)        the log-sum-exp flash kernels return: -inf for a row with no key
 
+With attention sinks (gpt-oss's ``sinks``, one logit per query head) each row's softmax takes its head's sink as
+one more term, whose weight goes to no value:
+
+    P      = exp(scores) / (Σ_j exp(scores) + exp(sink_h))     P_sink = exp(sink_h) / (the same sum)
+    lse    = log(Σ_j exp(scores) + exp(sink_h))                a row that sees no key: P = 0, out = 0, lse = sink_h
+
 The tolerance rule that compares a form with this answer lives in :mod:`attnlab.judge.rule`.
 """
 
@@ -45,11 +51,14 @@ class Forward:
     batch: tuple[int, ...]  # the caller's leading dims
     two_d: bool  # the caller passed (L, E) inputs: no batch, no head dim
     lse: torch.Tensor | None = None  # (N, H, L) log-sum-exp of the masked scores; -inf where a row sees no key
+    sinks: torch.Tensor | None = None  # (N, H, L) each row's sink logit (gpt-oss's sinks, per query head), or None
+    sink_P: torch.Tensor | None = None  # (N, H, L) the weight each row gives its sink (P's rows sum to 1 - it)
 
 
 def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
-              grad_out=None, keep=None, dropout_p=0.0, score_mod=None, score_params=None):
-    """Float64 attention. Returns ``out`` or, with ``grad_out``, ``(out, dq, dk, dv[, dmask][, dparams...])``.
+              grad_out=None, keep=None, dropout_p=0.0, score_mod=None, score_params=None, sinks=None):
+    """Float64 attention. Returns ``out`` or, with ``grad_out``, ``(out, dq, dk, dv[, dmask][, dparams...][,
+    dsinks])``.
 
     ``attn_mask``: None, a bool (True = attend) or float (added) tensor that broadcasts to
     (..., H, L, S), PyTorch's ``CausalBias``, or an ``attnlab.masks`` mask. ``keep`` (bool,
@@ -57,14 +66,15 @@ def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, en
     ``(score, b, h, q_idx, kv_idx) -> score``, e.g. an ``attnlab.mods.Mod`` built on float64 tensors)
     changes the scaled scores before the mask; with ``grad_out`` the gradients of the tensors it reads that
     require grad come last: ``score_params`` where given (a modifier need not list what it reads), else
-    its ``params``.
+    its ``params``. ``sinks``: None, or one sink logit per query head, (H,) -- or, for the judge's wrong readings of
+    them, any tensor that broadcasts to (N, H, L): a logit per row; with ``grad_out`` its gradient comes last.
     """
     return answer(query, key, value, attn_mask, is_causal, scale, enable_gqa, grad_out, keep, dropout_p, score_mod,
-                  score_params)[0]
+                  score_params, sinks)[0]
 
 
 def answer(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
-           grad_out=None, keep=None, dropout_p=0.0, score_mod=None, score_params=None) -> tuple:
+           grad_out=None, keep=None, dropout_p=0.0, score_mod=None, score_params=None, sinks=None) -> tuple:
     """(:func:`reference`'s answer, the :class:`Forward` it came from, detached): the one forward a case needs,
     for the rounding floor and the hypotheses as well as the answer."""
     want = grad_out is not None
@@ -74,12 +84,14 @@ def answer(query, key, value, attn_mask=None, is_causal=False, scale=None, enabl
         m = m.detach().cpu()
         if m.dtype != torch.bool:
             m = m.double().requires_grad_(want and attn_mask.requires_grad)
-    f = forward(q, k, v, m, is_causal, scale, enable_gqa, keep, dropout_p, score_mod)
+    sk = None if sinks is None else sinks.detach().double().cpu().requires_grad_(want)
+    f = forward(q, k, v, m, is_causal, scale, enable_gqa, keep, dropout_p, score_mod, sk)
     out = unflatten(f.out, f)
     if not want:
         return out.detach(), _detached(f)
     wrt = [q, k, v] + ([m] if isinstance(m, torch.Tensor) and m.requires_grad else [])
     wrt += [t for t in (getattr(score_mod, "params", ()) if score_params is None else score_params) if t.requires_grad]
+    wrt += [sk] if sk is not None else []
     grads = torch.autograd.grad(out, wrt, grad_out.detach().double().cpu().reshape(out.shape), allow_unused=True)
     grads = [torch.zeros_like(t) if g is None else g for t, g in zip(wrt, grads, strict=True)]
     return (out.detach(), *grads), _detached(f)
@@ -90,8 +102,9 @@ def _detached(f: Forward) -> Forward:
 
 
 def forward(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, keep=None, dropout_p=0.0,
-            score_mod=None) -> Forward:
-    """The oracle's forward on float64 CPU tensors, differentiable: a :class:`Forward`."""
+            score_mod=None, sinks=None) -> Forward:
+    """The oracle's forward on float64 CPU tensors, differentiable: a :class:`Forward`. ``sinks``: see
+    :func:`reference`."""
     two_d = q.dim() == k.dim() == v.dim() == 2
     q, k, v, batch = _broadcast(q, k, v, enable_gqa)  # (N, H, L, E), (N, Hkv, S, E), (N, Hkv, S, Ev)
     N, H, L, E = q.shape
@@ -109,14 +122,30 @@ def forward(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=Fal
         scores = scores.masked_fill(~visible, -math.inf)
     elif visible is not None:
         scores = scores + visible
-    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # rows that see no key: zeros, as PyTorch
-    P = torch.softmax(torch.where(dead, 0.0, scores), dim=-1).masked_fill(dead, 0.0)
+    if sinks is None:
+        dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # rows that see no key: zeros, as PyTorch
+        P = torch.softmax(torch.where(dead, 0.0, scores), dim=-1).masked_fill(dead, 0.0)
+        lse, row_sinks, sink_P = torch.logsumexp(scores, dim=-1), None, None  # log(0) = -inf: a row with no key
+    else:
+        P, lse, row_sinks, sink_P = _with_sinks(scores, sinks)
     Pd = P
     if keep is not None:
         Pd = P * keep.to(P.device, torch.float64) * (1.0 / (1.0 - dropout_p) if dropout_p < 1 else 0.0)
     out = Pd @ vx  # (N, H, L, Ev)
-    lse = torch.logsumexp(scores, dim=-1)  # log(0) = -inf for a row that sees no key
-    return Forward(q, kx, vx, sc, G, P, Pd, out, batch, two_d, lse)
+    return Forward(q, kx, vx, sc, G, P, Pd, out, batch, two_d, lse, row_sinks, sink_P)
+
+
+def _with_sinks(scores: torch.Tensor, sinks: torch.Tensor) -> tuple:
+    """(P, lse, each row's sink, the sink's weight) of scores (N, H, L, S) whose rows each take one more term, the
+    row's sink logit, into their softmax: the sink a column of the row with no value, dropped after the softmax. A
+    row whose every score and sink are -inf gives zeros (and lse -inf), as a row that sees no key without sinks."""
+    N, H, L, _ = scores.shape
+    per_row = sinks.reshape(1, H, 1) if sinks.dim() == 1 else sinks
+    per_row = per_row.expand(N, H, L)
+    row = torch.cat([scores, per_row[..., None]], dim=-1)  # (N, H, L, S + 1)
+    dead = torch.isneginf(row).all(dim=-1, keepdim=True)
+    W = torch.softmax(torch.where(dead, 0.0, row), dim=-1).masked_fill(dead, 0.0)
+    return W[..., :-1], torch.logsumexp(row, dim=-1), per_row, W[..., -1]
 
 
 def _broadcast(q, k, v, enable_gqa):
@@ -191,6 +220,20 @@ def _evaluate(mask: Mask, N, H, L, S) -> torch.Tensor:
     if seen.dtype != torch.bool:
         raise TypeError(f"mask {mask!r} returned dtype {seen.dtype}; a mask function returns bools")
     return seen.reshape(N, H, L, S)
+
+
+def as_key(f: Forward) -> Forward:
+    """A forward with sinks as the problem it equals without them: one more key, key and value 0, whose score is the
+    row's sink (q . 0 * scale + the sink as a float mask's bias). What a rounding is modelled on (the floors, the
+    precision causes): the sink is one more term of each row's sums. A forward without sinks as it is."""
+    if f.sinks is None:
+        return f
+    N, H, L = f.sink_P.shape
+    zero_k = f.k.new_zeros(N, H, 1, f.k.shape[-1])
+    zero_v = f.v.new_zeros(N, H, 1, f.v.shape[-1])
+    col = f.sink_P[..., None]
+    return Forward(f.q, torch.cat([f.k, zero_k], 2), torch.cat([f.v, zero_v], 2), f.scale, f.groups,
+                   torch.cat([f.P, col], -1), torch.cat([f.Pd, col], -1), f.out, f.batch, f.two_d, f.lse)
 
 
 def unflatten(x: torch.Tensor, f: Forward) -> torch.Tensor:

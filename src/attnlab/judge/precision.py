@@ -51,7 +51,9 @@ def cause(case_dtype: torch.dtype, f: oracle.Forward, mine: torch.Tensor, ref: t
     :data:`attnlab.judge.explain.TIE` (the diagnosis keeps the one the function's other cases show), or None.
     ``f`` the oracle's forward for the case (:attr:`attnlab.judge.judge.Expected.fwd`), ``theirs`` PyTorch's
     output in the case's dtype. ``lse_passed``: the limit of an API's log-sum-exp that passed -- a cause whose
-    every order would have failed it is not the function's (a rounding of the scores moves the lse too)."""
+    every order would have failed it is not the function's (a rounding of the scores moves the lse too). With sinks,
+    each model rounds the problem a sink is (:func:`attnlab.judge.oracle.as_key`): the sink one more score."""
+    f = oracle.as_key(f)
     found = _cause(case_dtype, f, mine, ref, theirs, limit)
     if found is None or lse_passed is None:
         return found
@@ -113,6 +115,7 @@ def eps_in_sum(f: oracle.Forward, mine: torch.Tensor, ref: torch.Tensor, limit: 
     eps makes ``mine`` the right answer scaled by l / (l + eps) in every row that sees a key, to within ``limit`` --
     a row rescaled by its own sum, which no rounding does; None where no eps does. l is the sum of exp(s - max)
     (a kernel that subtracts the row max), or of exp(s)."""
+    f = oracle.as_key(f)
     live = torch.isfinite(f.lse)  # (N, H, L)
     if not live.any():
         return None
@@ -141,6 +144,7 @@ def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float, ou
     they make the output; a kernel's output may stay within its rule where its float32 lse cannot). ``out_limit``:
     the output's limit, which it passed -- a cause whose every order would have failed the output is not the
     function's (an lse stored in bfloat16 leaves the output alone; scores rounded there do not)."""
+    f = oracle.as_key(f)
     live = torch.isfinite(f.lse)
     if not isinstance(mine, torch.Tensor) or mine.shape != f.lse.shape or not live.any():
         return None
@@ -173,6 +177,7 @@ def noise(dtype: torch.dtype, f: oracle.Forward, ref: torch.Tensor) -> float:
     semantic causes looked for first (a window off by one computed in float32 in a float64 run)."""
     if dtype not in (*HALF, torch.float64):
         return 0.0
+    f = oracle.as_key(f)
     models = _models(dtype) if dtype in HALF else {"float32-in-float64": _models(dtype)["float32-in-float64"]}
     return (1.0 if dtype in HALF else WIDE) * max(rule.max_err(oracle.unflatten(order(f, dtype), f), ref)
                                                   for orders in models.values() for order in orders)

@@ -39,7 +39,8 @@ NO_GRADS = {"out": 0.0, "dq": 0.0, "dk": 0.0, "dv": 0.0, "dmask": 0.0}
 
 def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
                    grad_out=None, keep=None, dropout_p=0.0, dtype=None, score_mod=None,
-                   fwd: oracle.Forward | None = None, elementwise: bool = False, params: dict | None = None) -> dict:
+                   fwd: oracle.Forward | None = None, elementwise: bool = False, params: dict | None = None,
+                   sinks=None) -> dict:
     """The rounding budget of each quantity: ``{"out": ..., "dq": ..., "dk": ..., "dv": ..., "dmask": ...}``.
 
     First-order error propagation in float64: every sum of n products is allowed
@@ -58,7 +59,9 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
     each quantity's bound per element instead of its largest, as float64 tensors of the oracle's flattened shapes
     (out (N, H, L, Ev); dq (N, H, L, E); dk, dv (N, Hkv, S, .)), without dmask. ``params``: the score modifier's
     tensors whose gradients are judged, by name (float64 leaves it reads): each gets the error dS's bound makes
-    through the modifier (:func:`_param_floors`).
+    through the modifier (:func:`_param_floors`). With ``sinks`` (or a ``fwd`` that has them) the floors are those
+    of the problem a sink is -- one more key and value of zeros whose score is the sink
+    (:func:`attnlab.judge.oracle.as_key`) -- and the sinks' gradient gets its own, ``"dsinks"``.
     """
     dtype = dtype or query.dtype
     h = torch.finfo(dtype).eps
@@ -66,9 +69,11 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
     with torch.no_grad():
         f = fwd if fwd is not None else oracle.forward(*(t.detach().double().cpu() for t in (query, key, value)),
                                                        oracle.cpu64(attn_mask), is_causal, scale, enable_gqa, keep,
-                                                       dropout_p, score_mod)
+                                                       dropout_p, score_mod,
+                                                       None if sinks is None else sinks.detach().double().cpu())
         if f.P.numel() == 0:
             return dict(NO_GRADS)
+        keys, f = f, oracle.as_key(f)  # with sinks: the sink as one more key (the modifier's tensors read keys')
         S = f.k.shape[2]
         # scores s = scale * q.k, E products, then the mask added and exp taken (relative u): per row,
         # the largest error over the row's keys. P_ij then moves by at most P_ij * rel_i.
@@ -78,15 +83,16 @@ def rounding_floor(query, key, value, attn_mask=None, is_causal=False, scale=Non
         o_err = (u * math.sqrt(S) + rel) * Pv
         fl = {"out": o_err}
         if grad_out is not None:
-            fl.update(_gradient_floors(f, grad_out, o_err, rel, u, h, elementwise, attn_mask, score_mod, params))
+            fl.update(_gradient_floors(f, grad_out, o_err, rel, u, h, elementwise, attn_mask, score_mod, params, keys))
     if elementwise:
         return fl
     return {n: float(x.max()) for n, x in fl.items()}
 
 
 def _gradient_floors(f: oracle.Forward, grad_out, o_err, rel, u: float, h: float, elementwise: bool, attn_mask,
-                     score_mod, params) -> dict:
-    """dq, dk, dv (and dmask, and a modifier's tensors) from the output's error ``o_err`` and P's relative ``rel``."""
+                     score_mod, params, keys: oracle.Forward) -> dict:
+    """dq, dk, dv (and dmask, a modifier's tensors, and the sinks') from the output's error ``o_err`` and P's relative
+    ``rel``; ``keys``: the forward as the oracle gave it (with sinks, ``f`` has the sink as one more key)."""
     q, kx, vx, P, Pd, O = f.q, f.k, f.v, f.P, f.Pd, f.out
     N, H, L, E = q.shape
     S, Ev, G, sc = kx.shape[2], vx.shape[3], f.groups, abs(f.scale)
@@ -105,12 +111,16 @@ def _gradient_floors(f: oracle.Forward, grad_out, o_err, rel, u: float, h: float
     dq = sc * (dS_err + u * math.sqrt(S) * dS_abs) @ kx.abs()
     dk = sc * (dS_err + u * math.sqrt(L) * dS_abs).transpose(-2, -1) @ q.abs()
     dv = (Pd * (rel + u * math.sqrt(L))).transpose(-2, -1) @ dO.abs()
+    S0 = keys.k.shape[2]  # the keys' own (the sink's key, where there is one, is no key of the caller's)
     fl["dq"] = dq
-    fl["dk"] = _per_key_head(dk, G)  # the G query heads of a group add into one key head
-    fl["dv"] = _per_key_head(dv, G)
+    fl["dk"] = _per_key_head(dk, G)[..., :S0, :]  # the G query heads of a group add into one key head
+    fl["dv"] = _per_key_head(dv, G)[..., :S0, :]
     if not elementwise:
-        fl["dmask"] = dS_err.max() * max(1, N * H * L * S // max(1, _numel(attn_mask)))
-        fl.update(_param_floors(f, score_mod, params or {}, dS_err + u * math.sqrt(L * S) * dS_abs))
+        fl["dmask"] = dS_err[..., :S0].max() * max(1, N * H * L * S0 // max(1, _numel(attn_mask)))
+        fl.update(_param_floors(keys, score_mod, params or {}, (dS_err + u * math.sqrt(L * S) * dS_abs)[..., :S0]))
+        if keys.sinks is not None:  # d sink_h = sum over the head's N * L rows of the sink key's dS = P_sink (0 - D)
+            col = dS_err[..., S0] + u * math.sqrt(N * L) * dS_abs[..., S0]  # (N, H, L)
+            fl["dsinks"] = col.sum(dim=(0, 2)).max()
     return fl
 
 

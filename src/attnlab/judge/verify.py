@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from attnlab import kernels
-from attnlab.judge import apis, confirm, judge, mod_cases, oracle
+from attnlab.judge import apis, confirm, judge, mod_cases, oracle, sink_cases, sink_causes
 from attnlab.judge.apart.remote import QUIET_SECONDS, Remote, described
 from attnlab.judge.apart.watchdog import case_limit, watched
 from attnlab.judge.cases import (  # noqa: F401 -- the grid's names, read through verify by callers
@@ -151,9 +151,12 @@ def held_to_ratio(rows: list[Row], max_ratio: float, factor: float) -> list[Row]
 
 
 def inputs(case: Case, seed: int, device="cpu") -> Inputs:
-    """A case's tensors; a probe's designed ones (:mod:`attnlab.judge.probes`) in place of the drawn ones."""
+    """A case's tensors; a probe's designed ones (:mod:`attnlab.judge.probes`) in place of the drawn ones; a sink
+    case's sinks (:func:`attnlab.judge.sink_cases.values`), placed against the scores of the q and k given."""
     drawn = apis.inputs(case, seed, device) if case.api else make_inputs(case, seed, device)
-    return Inputs(*(design.designed(case, *drawn) if case.probe else drawn))
+    q, k, v, mask, dense, grad_out = design.designed(case, *drawn) if case.probe else drawn
+    sinks = sink_cases.values(case, q, k, seed)
+    return Inputs(q, k, v, mask, dense, grad_out, None if sinks is None else sinks.to(q.device, q.dtype))
 
 
 def shared_keep(case: Case, seed: int, device="cpu") -> torch.Tensor | None:
@@ -284,10 +287,14 @@ def _verify(targets, cases, seed, progress, check_dropout, timeout, device, repo
     explained = dict.fromkeys(targets, 0)  # failures read for wrong semantics (diagnose needs a few, not all)
     learned: dict[str, dict] = {name: {} for name in targets}  # what each function's probes measured, as rules
     twins = _twins(cases, device)  # float32 cases whose float64 twin takes their oracle
+    sinkless = {name: not _takes_sinks(fn, registered.get(name)) for name, fn in targets.items()}
+    only_sinks = all(c.sinks for c in cases)  # nothing but sink cases: a function without them is told why
     for case in cases:
         shared: dict[Case, tuple] = {}  # one oracle and PyTorch run per case (and per size, for slow forms)
         for name, fn in targets.items():
             form = registered.get(name)
+            if case.sinks and sinkless[name] and not only_sinks:  # not its cases: no row (see _takes_sinks)
+                continue
             why = _skip_reason(fn, form, case, check_dropout, hung[name])
             if why is not None:
                 row = judge.row(name, case, "skipped", why)
@@ -331,6 +338,7 @@ def _checked(rows: list[Row], cases: dict, seed: int, device) -> list[Row]:
                for r in rows if r.status == "fail" and (r.case, r.dtype) in cases and r.dtype == _first_dtype(rows)]
     gone |= confirm.uncovered({k: v for k, v in keys.items() if k not in gone and not precision_key(k)}, failing, seed,
                               at)
+    gone |= sink_causes.refuted(set(keys) - gone, rows, cases, seed, at)  # the lse's and the sinks' gradient's
     return [confirm.without(r, gone) for r in rows] if gone else rows
 
 
@@ -429,7 +437,19 @@ def _skip_reason(fn: Callable, form, case: Case, check_dropout: bool, hung: str 
                                                       mod_cases.takes_score_mod(fn))
     if case.mod and not takes and not case.api:  # (an API's modifiers are its own arguments)
         return "takes no score_mod= keyword"
+    if case.sinks and not _takes_sinks(fn, form):
+        return "takes no sinks= keyword (learnable_sink= in FlashAttention's APIs)"
     return None
+
+
+def _takes_sinks(fn: Callable, form) -> bool:
+    """Whether ``fn`` is given the sink cases: one of attnlab's forms that takes sinks, or a function whose signature
+    names the keyword (:func:`attnlab.judge.sink_cases.takes_sinks`, read in its own process for a :class:`Remote`).
+    A function without it gets no rows for them where it has other cases (the grid is the one it always had); run on
+    sink cases alone, each is a skipped row that says why."""
+    if form is not None:
+        return bool(form.sinks)
+    return fn.takes_sinks if isinstance(fn, Remote) else sink_cases.takes_sinks(fn)
 
 
 class _Callable(types.ModuleType):

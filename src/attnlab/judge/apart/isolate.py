@@ -112,7 +112,7 @@ def judge_apart(fn: Callable, name: str, cases: list[Case], *, seed: int = 0, ch
     Either way a function that exits, kills its process or hangs ends the check in a verdict, never this
     process. RuntimeError when the judge itself gave none."""
     __tracebackhide__ = True  # a failure reads as the test's, not as this module's frames
-    from attnlab.judge import mod_cases
+    from attnlab.judge import mod_cases, sink_cases
     from attnlab.judge.apart import loader
 
     if loader.LOADING:  # a module that judges at import, imported to serve its function: it would judge again, and on
@@ -129,7 +129,8 @@ def judge_apart(fn: Callable, name: str, cases: list[Case], *, seed: int = 0, ch
             return _result(end)
         _UNPICKLED.add(blob)  # e.g. a test module that pytest imported under a name no other process can import
     served = fn if api == "sdpa" else _apis_adapted(fn, api)
-    return _served_from_a_fork(served, {**job, "score_mod": mod_cases.takes_score_mod(served)}, cases, timeout)
+    return _served_from_a_fork(served, {**job, "score_mod": mod_cases.takes_score_mod(served),
+                                        "sinks": sink_cases.takes_sinks(served)}, cases, timeout)
 
 
 def _apis_adapted(fn, api: str):
@@ -261,7 +262,8 @@ def _judge_child() -> None:
                     workers[job["pickled"]] = fn
                 fn.info["name"] = job["name"]
             else:
-                fn = remote.Remote(rfd, wfd, {"name": job["name"], "score_mod": job["score_mod"]})
+                fn = remote.Remote(rfd, wfd, {"name": job["name"], "score_mod": job["score_mod"],
+                                              "sinks": job.get("sinks", False)})
             r = verify.verify({job["name"]: fn}, cases, seed=job["seed"], check_dropout=job["check_dropout"],
                               timeout=job["timeout"], device=job["device"], backward=job["backward"],
                               factor=job["factor"], max_ratio=job.get("max_ratio"))

@@ -91,8 +91,8 @@ def described(e: BaseException) -> str:
 
 class Remote:
     """The judged function, as the judge sees it. ``info``: what its side said when it loaded it (``name``,
-    ``score_mod``: takes a ``score_mod=`` keyword, ``form`` for the lab). ``deadline``: seconds the next
-    request may take (None: :data:`QUIET_SECONDS`)."""
+    ``score_mod``: takes a ``score_mod=`` keyword, ``sinks``: takes sinks, ``form`` for the lab). ``deadline``:
+    seconds the next request may take (None: :data:`QUIET_SECONDS`)."""
 
     def __init__(self, rfd: int, wfd: int, info: dict, process: subprocess.Popen | None = None):
         self.rfd, self.wfd, self.info, self.process = rfd, wfd, info, process
@@ -110,6 +110,11 @@ class Remote:
     @property
     def takes_score_mod(self) -> bool:
         return bool(self.info.get("score_mod"))
+
+    @property
+    def takes_sinks(self) -> bool:
+        """Its signature names ``sinks`` (or an API's ``learnable_sink``): it is given the sink cases."""
+        return bool(self.info.get("sinks"))
 
     def request(self, header: dict, tensors=(), seconds: float | None = None) -> tuple[dict, list]:
         """The reply to one request. One that runs out of time is asked once more of a fresh process (the machine
@@ -180,14 +185,14 @@ class Remote:
         self.tag, self.lost, self.timed_out = fresh.tag, None, False
 
     def run(self, case, seed: int, q, k, v, m, grad_out, p: float, fresh, layout: bool, backward: bool = True,
-            inference: bool = False):
+            inference: bool = False, sinks=None):
         """:func:`attnlab.judge.judge.run` on the function's side: (out, gradients..., the inference path's outputs)
-        or None, and the problems."""
+        or None, and the problems. A sink case's sinks travel last."""
         _, ts = fresh(device=q.device) if fresh is not None else (None, [])
         head = {"op": "run", "case": asdict(case), "seed": seed, "p": p, "layout": layout, "mask": mask_word(m),
-                "backward": backward, "inference": inference}
+                "backward": backward, "inference": inference, "sinks": sinks is not None}
         dense = m if head["mask"] == "tensor" else None
-        reply, got = self.request(head, [q, k, v, dense, grad_out, *ts])
+        reply, got = self.request(head, [q, k, v, dense, grad_out, *ts, *([sinks] if sinks is not None else [])])
         return (tuple(got) if reply.get("mine") else None), list(reply.get("problems", []))
 
     def call(self, q, k, v, m, case, p: float = 0.0):

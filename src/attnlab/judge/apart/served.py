@@ -54,9 +54,10 @@ def answer(fn, header: dict, tensors: list, roots: tuple[str, ...] = (), extra=N
         if op == "run":
             case = case_of(header["case"])
             q, k, v, dense, grad_out, *ts = tensors
+            sinks = ts.pop() if header.get("sinks") else None  # a sink case's sinks travel last
             mine, problems = judge.run(fn, case, header["seed"], q, k, v, _mask(header["mask"], dense), grad_out,
                                        header["p"], _fresh(case, header["seed"], ts), header["layout"],
-                                       header.get("backward", True), header.get("inference", False))
+                                       header.get("backward", True), header.get("inference", False), sinks)
             return {"mine": mine is not None, "problems": problems}, list(mine or [])
         if op == "call":
             case = case_of(header["case"])

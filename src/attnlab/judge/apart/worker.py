@@ -28,7 +28,7 @@ def _end_with_parent() -> None:
 
 def load(job: dict):
     """(the function to serve, what to tell the judge, the user's roots for the lines of errors)."""
-    from attnlab.judge import mod_cases
+    from attnlab.judge import mod_cases, sink_cases
     from attnlab.judge.apart import loader
 
     if "pickled" in job:  # attnlab.testing: a function of the test's own, by reference (its module imported here)
@@ -40,7 +40,7 @@ def load(job: dict):
         path = Path(job["file"])
         fn, roots = loader.load_file(path, job["function"]), (str(path.resolve()),)
         name = job["function"]
-    info = {"name": name, "score_mod": mod_cases.takes_score_mod(fn)}
+    info = {"name": name, "score_mod": mod_cases.takes_score_mod(fn), "sinks": sink_cases.takes_sinks(fn)}
     if job.get("api") not in (None, "sdpa"):  # a function written to another API, called through its adapter
         from attnlab.judge import apis
 

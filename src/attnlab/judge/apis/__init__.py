@@ -88,22 +88,27 @@ def words(name: str, **args) -> str:
     return " ".join(out)
 
 
-def cases(api: str, dtypes=("float32", "float64", "bfloat16"), long: bool = True, probes: bool = True) -> list[Case]:
-    """The grid put to ``api``: every case of verify's grid the API can express, the ones it cannot as skipped
-    rows, then the API's own cases (windows, ALiBi, packed lengths, page tables), then (``probes``) the API's probes
-    (:mod:`attnlab.judge.probes`): designed inputs that measure its semantics."""
+def cases(api: str, dtypes=("float32", "float64", "bfloat16"), long: bool = True, probes: bool = True,
+          sinks: bool = True) -> list[Case]:
+    """The grid put to ``api``: the API's probes (``probes``; :mod:`attnlab.judge.probes`: designed inputs that
+    measure its semantics), every case of verify's grid the API can express, the ones it cannot as skipped rows, then
+    the API's own cases (windows, ALiBi, packed lengths, page tables), then (``sinks``) its sink cases
+    (:mod:`attnlab.judge.sink_cases`), which only a function that takes sinks is given (verify leaves them out of
+    any other's rows)."""
+    from attnlab.judge import sink_cases
     from attnlab.judge.probes import cases as probe_cases
 
     grid = default_cases(list(dtypes), long=long)
-    measured = probe_cases.for_dtypes(api, dtypes) if probes else []  # first: what they measure, the grid is held to
+    measured = probe_cases.for_dtypes(api, dtypes, sinks) if probes else []  # first: what they measure, the grid is
+    sunk = [replace(c, dtype=dt) for dt in dtypes for c in sink_cases.cases(api)] if sinks else []  # held to
     if api == "sdpa":
-        return measured + grid
+        return measured + grid + sunk
     m = module(api)
     out = []
     for c in grid:
         e = m.express(c)
         out.append(e if isinstance(e, Case) else replace(c, api=f"{api} {UNEXPRESSED}"))
-    return measured + out + [replace(c, dtype=dt) for dt in dtypes for c in m.extra()]
+    return measured + out + [replace(c, dtype=dt) for dt in dtypes for c in m.extra()] + sunk
 
 
 def skip_reason(case: Case) -> str | None:
@@ -123,7 +128,8 @@ def quantities(case: Case) -> list[str]:
     """What is judged on an API case: the output, the gradients where the API has a backward, the log-sum-exp."""
     from attnlab.judge import mod_cases
 
-    grads = ["dq", "dk", "dv", *mod_cases.PARAM_NAMES.get(case.mod, [])] if backward(case) else []
+    grads = ["dq", "dk", "dv", *mod_cases.PARAM_NAMES.get(case.mod, []), *(["dsinks"] if case.sinks else [])] \
+        if backward(case) else []
     return ["out", *grads, "lse"]
 
 
@@ -185,9 +191,9 @@ def _questions(case: Case, x, exp) -> tuple[dict, list]:
     mod64, _ = exp.fresh(torch.float64, "cpu")
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
     base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal, scale=case.scale,
-                enable_gqa=case.gqa, score_mod=mod64)
+                enable_gqa=case.gqa, score_mod=mod64, sinks=x.sinks)
     own = getattr(module(name), "alternatives", None)
-    return base, _numbered([*_common(case), *(own(case, args) if own is not None else ())])
+    return base, _numbered([*_common(case, x), *(own(case, args) if own is not None else ())])
 
 
 def lse_hints(case: Case, x, lse, exp, limit: float) -> list[str]:
@@ -260,10 +266,11 @@ def _numbered(alts: list) -> list:
     return out
 
 
-def _common(case: Case):
-    """What any API's kernel can get wrong as SDPA's can: its mask left out, the scale, the key heads."""
-    from attnlab.judge import explain, hypotheses
+def _common(case: Case, x=None):
+    """What any API's kernel can get wrong as SDPA's can: its mask left out, the scale, the key heads, the sinks."""
+    from attnlab.judge import explain, hypotheses, sink_causes
 
+    yield from sink_causes.alternatives(case, x)
     A = explain.Alternative
     yield A("api-mask-ignored", lambda kw: {**kw, "attn_mask": None, "is_causal": False})
     if case.scale is not None:
@@ -299,11 +306,13 @@ class Adapted:
     def __repr__(self) -> str:
         return f"Adapted({self.__qualname__}, {self.api!r})"
 
-    def call_case(self, q, k, v, case: Case, dropout_p: float = 0.0, score_mod=None):
+    def call_case(self, q, k, v, case: Case, dropout_p: float = 0.0, score_mod=None, sinks=None):
         """(out, lse, problems): ``problems`` ([key, sentence] each) what the API's own checks found wrong beyond the
-        output -- a KV cache written in the wrong slots, an argument changed in place."""
+        output -- a KV cache written in the wrong slots, an argument changed in place. ``sinks``: a sink case's (H,),
+        passed as the API's ``learnable_sink=``."""
         name, args = parse(case.api or self.api)
         if name != self.api:
             raise ValueError(f"a {name} case given to a {self.api} function")
-        out, lse, *problems = module(name).call(self.fn, q, k, v, case, args, dropout_p, score_mod)
+        extra = {} if sinks is None else {"sinks": sinks}  # (an API without sinks is never given a sink case)
+        out, lse, *problems = module(name).call(self.fn, q, k, v, case, args, dropout_p, score_mod, **extra)
         return out, lse, (problems[0] if problems else [])

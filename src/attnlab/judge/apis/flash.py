@@ -284,9 +284,14 @@ def flat_lse(lse, N: int, H: int, L: int):
     return lse
 
 
-def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):
+def sink_keyword(sinks) -> dict:
+    """``learnable_sink=``, the (H,) sinks of a sink case (attnlab.judge.sink_cases), where there are any."""
+    return {} if sinks is None else {"learnable_sink": sinks}
+
+
+def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None, sinks=None):
     out, lse = split(fn(*(heads_third(t, case) for t in (q, k, v)), **keywords(case, args, p, q.device),
-                        return_attn_probs=True))
+                        **sink_keyword(sinks), return_attn_probs=True))
     if not isinstance(out, torch.Tensor) or out.dim() != 4:
         return out, lse
     N, H, L = out.shape[0], out.shape[2], out.shape[1]

@@ -39,8 +39,9 @@ CAUSES = (
                       "exp(s_ij), the natural log over row i's scaled, modified and masked scores, in float32"),
     Cause('lse-base2', 'the log-sum-exp is in base 2 (as a kernel working in exp2 keeps it): the API returns the '
                        'natural log; multiply by ln 2'),
-    Cause('lse-dead-rows', 'the log-sum-exp of a row that sees no key is finite or NaN: the log of an empty sum is '
-                           "-inf (FlashAttention's kernel writes +inf there; either is accepted)"),
+    Cause('lse-dead-rows', 'the log-sum-exp of a row that sees no key is wrong: without sinks the log of an empty '
+                           "sum is -inf (FlashAttention's kernel writes +inf there; either is accepted), with sinks "
+                           "it is the row's sink, log(0 + exp(sinks[h])) -- not -inf, and not NaN"),
 )
 
 
@@ -56,6 +57,8 @@ def floor(case: Case, f: oracle.Forward) -> float:
     if not live.any():
         return 0.0
     bound = rule.score_error(f, u)[..., 0] + u * math.sqrt(f.k.shape[2])  # (N, H, L)
+    if f.sinks is not None:  # the sink is one more term, rounded as a score is when a kernel moves it to exp2's
+        bound = bound + 2 * u * f.sinks.abs()  # units and back (sink * log2 e, then the lse * ln 2)
     return float(bound[live].max())
 
 
@@ -80,6 +83,8 @@ def pytorch(case: Case, x, fresh) -> torch.Tensor:
         s = s.masked_fill(~m, -math.inf) if m.dtype == torch.bool else s + m.to(work)
     if case.is_causal:
         s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool, device=q.device).tril(), -math.inf)
+    if x.sinks is not None:  # the sink one more term of each row's sum (attnlab.judge.sink_cases)
+        s = torch.cat([s, x.sinks.to(q.device, work).view(1, H, 1, 1).expand(N, H, L, 1)], dim=-1)
     return torch.logsumexp(s, dim=-1)
 
 
@@ -116,9 +121,14 @@ def hints(mine, ref: torch.Tensor, f: oracle.Forward | None = None, rows: torch.
     the max of q.k in its own units, m + log l, or the log-sum-exp of q.k itself), without the row max added back
     (log l), or right on every row that sees a key but finite or NaN on the rows that see none. ``f``: the case's
     oracle forward, whose weights give each row's largest score. ``rows`` (..., L): read only these (the rows whose
-    output is right, where the output has causes of its own: the formula's causes alone); None: every row."""
+    output is right, where the output has causes of its own: the formula's causes alone); None: every row. With
+    sinks: the sink left out of it (:func:`attnlab.judge.sink_causes.lse_without_sink`)."""
     if not isinstance(mine, torch.Tensor) or mine.shape != ref.shape:
         return []
+    from attnlab.judge import sink_causes
+
+    if f is not None and f.sinks is not None:  # with sinks: the sink left out, or a keyless row's lse wrong
+        return sink_causes.lse_hints(mine, ref, f, rows)
     m = mine.detach().double().cpu()
     dead = torch.isneginf(ref)
     if rows is not None and rows.numel() != dead.numel():

@@ -293,7 +293,7 @@ class _Shared:
 WRITES = (1, 2)  # k_cache, v_cache: written in place by design, checked here (the judge watches every other argument)
 
 
-def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):
+def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None, sinks=None):
     """Lay k, v out in pages, call, read the output back into the oracle's layout; with the problems of the
     cache the call leaves."""
     lay = layout(case, args)
@@ -304,6 +304,7 @@ def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):
             mems[1] = pages.coded(lay, mems[1])  # shows past the one-hot keys (attnlab.judge.probes)
         caches = [pages.cache(lay, m.clone()) for m in mems]
         kw = {key: val for key, val in flash.keywords(case, args, p, q.device).items() if key != "dropout_p"}
+        kw.update(flash.sink_keyword(None if sinks is None else sinks.detach()))
         if lay.new:
             kw["k"], kw["v"] = (pages.new_keys(lay, t.detach()).contiguous() for t in (k, v))
         kw["cache_seqlens"] = torch.tensor(lay.lens, dtype=torch.int32, device=q.device)

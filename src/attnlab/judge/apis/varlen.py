@@ -370,9 +370,9 @@ def packed(t: torch.Tensor, case: Case) -> torch.Tensor:
     return flash.heads_third(t, case)[0]
 
 
-def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):
+def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None, sinks=None):
     lq, lk = lengths(case, args)
-    kw = flash.keywords(case, args, p, q.device)
+    kw = {**flash.keywords(case, args, p, q.device), **flash.sink_keyword(sinks)}
     out, lse = flash.split(fn(*(packed(t, case) for t in (q, k, v)), _cu(lq, q.device), _cu(lk, q.device),
                               max(lq), max(lk), **kw, return_attn_probs=True))
     if not isinstance(out, torch.Tensor) or out.dim() != 3:

@@ -122,12 +122,45 @@ def flex() -> list[Case]:
     ]
 
 
+def sinks(api: str | None) -> list[Case]:
+    """The sink probes of an API that takes sinks (attnlab.judge.sink_cases): the weights probes with sinks spread
+    over the heads (each head's its own, so a row that reads another head's shows it), so that each row's output
+    gives its keys' weights and, by what they leave of 1, the sink's -- on causal rows, rows with no key, GQA (kv
+    head h // G is not query head h), long rows (several key tiles of a tiled kernel), packed and paged sequences;
+    and the gradients probe, whose dV holds the weights the backward uses beside the sinks' own gradient."""
+    from attnlab.judge.apis import paged as P
+    from attnlab.judge.apis import varlen as V
+
+    def p(name, probe, **kw):
+        return _p(f"sinks, {name}", probe, **{"H": 4, "sinks": "spread", **kw})
+
+    A = "flash-attn"
+    cases = {
+        "sdpa": [p("weights, causal, L=S=37", "weights", L=37, is_causal=True),
+                 p("weights, GQA 4/2, rows with no key", "weights", batch=(2,), Hkv=2, L=12, S=20, mask="dead-rows"),
+                 p("weights, L=S=150: several key tiles", "weights", H=2, L=150, E=152),
+                 p("gradients, causal", "grads", L=20, is_causal=True)],
+        A: [p("weights, causal, L>S: rows with no key", "weights", L=23, S=9, mask="lower-right",
+              api=words(A, causal=True)),
+            p("weights, GQA 4/2, window (3, 2)", "weights", Hkv=2, L=24, api=words(A, window=(3, 2))),
+            p("weights, L=S=150: several key tiles", "weights", H=2, L=150, E=152, api=words(A)),
+            p("gradients, causal, L<S", "grads", L=12, S=20, mask="lower-right", api=words(A, causal=True))],
+        "flash-attn-varlen": [replace(V.case("probe: sinks, weights, 3 sequences, one without keys", (3, 5, 4),
+                                             (6, 0, 7), H=4, E=E), probe="weights", sinks="spread")],
+        "paged-decode": [replace(P.case("probe: sinks, weights, an empty cache, pages of 8", (0, 13, 20), 8, H=4,
+                                        E=E), probe="weights", sinks="spread"),
+                         replace(P.case("probe: sinks, weights, GQA 4/2, 2 queries, causal", (6, 9), 4, L=2,
+                                        causal=True, H=4, Hkv=2, E=E), probe="weights", sinks="spread")],
+    }
+    return cases.get(api or "sdpa", [])
+
+
 def of(api: str | None) -> list[Case]:
     """The probe cases of an API (None or "sdpa": SDPA's), in no dtype yet."""
     return {None: sdpa, "sdpa": sdpa, "flash-attn": flash, "flash-attn-varlen": varlen, "paged-decode": paged,
             "flex": flex}[api]()
 
 
-def for_dtypes(api: str | None, dtypes) -> list[Case]:
-    """The probes in each of ``dtypes``."""
-    return [replace(c, dtype=dt) for dt in dtypes for c in of(api)]
+def for_dtypes(api: str | None, dtypes, with_sinks: bool = False) -> list[Case]:
+    """The probes in each of ``dtypes`` (``with_sinks``: the API's sink probes after them)."""
+    return [replace(c, dtype=dt) for dt in dtypes for c in of(api) + (sinks(api) if with_sinks else [])]

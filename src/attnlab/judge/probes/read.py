@@ -49,7 +49,13 @@ def read(case, x, mine: tuple, exp, limit: float) -> list[Measured]:
     if kind == "scores":  # who sees whom first: a score function is read off rows that see the spec's keys
         seen = [m for m in _weights(case, out, ref, limit) if m.kind in ("visibility", "dead-rows")]
         return seen or _scores(case, x, out, ref, mine, exp, limit)
-    found = _weights(case, out, ref, limit)
+    if case.sinks:  # with sinks a row's weights sum to 1 - w_sink: who sees whom, then the sink's weight (.sinks)
+        from attnlab.judge.probes import sinks
+
+        found = [m for m in _weights(case, out, ref, limit) if m.kind in ("visibility", "dead-rows")]
+        found += sinks.read(case, out, ref, exp.fwd, limit)
+    else:
+        found = _weights(case, out, ref, limit)
     if kind == "grads" and len(mine) > 3 and isinstance(mine[3], torch.Tensor):
         found += _backward(case, out, mine[3].detach().double().cpu(), exp.ref[3], limit)
     return found
