@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from attnlab.judge import apis, verify
+from attnlab.judge import apis, registry, verify
 from tests.api_functions import band
 from tests.helpers import named
 
@@ -39,7 +39,13 @@ def _softmax_v(q, k, v, scale, seen, softcap):
 def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0, softmax_scale=None,
            causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
            return_attn_probs=False, *, bug=()):
-    """flash_attn_varlen_func, one sequence at a time, with ``bug`` (names) switched on."""
+    """flash_attn_varlen_func, one sequence at a time, with ``bug`` (names) switched on. ALiBi is refused as
+    unsupported (attnlab.Unsupported): these kernels do not add it, and one that took alibi_slopes and left them
+    out would be wrong (the judge's ALiBi probe fails it)."""
+    if alibi_slopes is not None:
+        import attnlab
+
+        raise attnlab.Unsupported("alibi_slopes: the corpus's varlen kernels do not add ALiBi")
     Tq, H, D = q.shape
     scale = D ** -0.5 if softmax_scale is None else softmax_scale
     cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
@@ -201,12 +207,13 @@ LABEL_KEYS = {
     "scores-low-precision": ("scores-rounded",),
     "scale-folded-low-precision": ("scale-folded",),
 }
-NOT_CAUSES = ("raises", "unclear")  # lines that state what happened, not a cause
+NOT_CAUSES = registry.NAMES_NOTHING  # what happened, or what the failing cases share: no cause
 WRITES = ("paged-page-id-off", "paged-table-index-off", "paged-table-ignored", "paged-new-kv-wrong-slot")
 # what else a line may truthfully say of a bug: a kernel that writes k=, v= through a wrong table, or a slot off,
-# writes them into other slots than theirs (the general line, where two wrong tables would write alike); rows
+# writes them into other slots than theirs (the general lines: other slots, or a cache left other than the spec's,
+# where two wrong tables would write alike); rows
 # that see no key hold NaN ("dead-rows=nan" is said in the dead-rows line)
-ALSO = {key: ("paged-cache-wrong-slots",) for key in WRITES}
+ALSO = {key: ("paged-cache-wrong-slots", "paged-cache-written") for key in WRITES}
 
 
 @dataclass

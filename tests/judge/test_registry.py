@@ -124,6 +124,7 @@ def test_the_detectors_are_those_the_notes_list_and_the_table_prints_as_rows():
     assert table["unscaled"].detectors == ("semantics", "slip") and table["unscaled"].author and \
         table["unscaled"].learner["matrix"].startswith("your scores are not scaled")
     assert table["shape"].detectors == ("contract",) and table["nan-everywhere"].detectors == ("level",)
+    assert table["precision-unplaced"].detectors == ("shared",) and "raises" in registry.NAMES_NOTHING
     rows = registry.rows()
     assert len(rows) == len(table) and all(len(r) == 4 for r in rows)
 

@@ -144,7 +144,8 @@ def uncovered(keys: dict[str, set[frozenset]], failing: list, seed: int, inputs:
     its limit), the function's failing there is the reading's to explain; a reading that explains under COVER of
     those cases fits its few by chance (the first token of each packed sequence given to the one before is not
     every sequence read max_seqlen_k long, though on one case it reads alike). A failing case another of ``keys``
-    explains and this one does not is left out of its count: a kernel with two bugs fails cases of each."""
+    explains and this one does not is left out of its count, and so is one another reading changes too where this
+    one is not named: a kernel with two bugs fails cases of each, and cases of both at once."""
     if not keys:
         return set()
     applies: dict[str, int] = {}
@@ -157,7 +158,9 @@ def uncovered(keys: dict[str, set[frozenset]], failing: list, seed: int, inputs:
         except (TypeError, ValueError, RuntimeError, IndexError, KeyError):
             continue
         for k in changed:
-            if k not in named and named & set(keys):  # another reading explains this case: a second bug's
+            # another reading explains this case (a second bug's), or changes it too where neither is named (two
+            # bugs at once answer as neither alone): it says nothing of whether this reading fits by chance
+            if k not in named and (named & set(keys) or changed - {k}):
                 continue
             applies[k] = applies.get(k, 0) + 1
             fits[k] = fits.get(k, 0) + (k in named)

@@ -11,8 +11,9 @@ a learner (each lab level's line, its ``TEXT``), and how it is detected:
   is (:mod:`attnlab.judge.hypotheses`; the hint keys it says are listed), checked by :mod:`attnlab.judge.readings`;
 * ``tags`` -- the failing cases share a tag no other reading explains ("only GQA cases fail");
 * ``precision`` -- a precision model fitted to the quantities and dtypes that fail (:mod:`attnlab.judge.precision`),
-  or the error past ``--max-ratio`` times PyTorch's, or lost and not placed;
-* ``shared`` -- what the failing cases share when no reading fits them (only gradients, only the lse, unclear);
+  or the error past ``--max-ratio`` times PyTorch's;
+* ``shared`` -- what the failing cases share when no reading fits them (only gradients, only the lse, precision lost
+  and not placed, no single pattern): these, and an exception's line, name no cause (:data:`NAMES_NOTHING`);
 * ``slip`` -- a lab level's slip: its answer on the level's probes, which the learner's outputs must say and fit
   (:mod:`attnlab.judge.readings`, the same rule as ``semantics``);
 * ``level`` -- a lab level's own measurement (memory growth, the work a causal forward skips, the lse it returns).
@@ -32,7 +33,9 @@ CONTRACT = ("not-a-tensor", "shape", "dtype", "device", "in-place", "requires-gr
             "no-grad-output", "inference-mode-output", "no-grad-in-place", "inference-mode-in-place",
             "no-grad-raises", "inference-mode-raises")
 PROCESS = ("oracle", "exit", "ended", "hangs", "raises")
-SHARED = ("gradients-only", "lse-only", "unclear")
+SHARED = ("gradients-only", "lse-only", "unclear", "precision-unplaced")
+# lines that name no cause: what happened (an exception) or what the failing cases share -- never a false line
+NAMES_NOTHING = ("raises", *SHARED)
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ def _judge_detector(c) -> str:
         return "process"
     if c.key in SHARED:
         return "shared"
-    if c.key in (*precision.CAUSES, "precision", "precision-unplaced", "over-ratio"):
+    if c.key in (*precision.CAUSES, "precision", "over-ratio"):
         return "precision"
     if c.tags and not c.hints:
         return "tags"
