@@ -69,7 +69,19 @@ def _run(argv: list[str], fout, ferr, saved) -> int:
     return code
 
 
+def _exit_by_raising(code: int) -> None:
+    """What ``attnlab lab`` does when it is done -- end its process at once (attnlab.cli._clock.end) -- as a
+    SystemExit here: this child runs the next command line after it, and its output is flushed as the real end
+    flushes it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
 def main() -> None:
+    from attnlab.cli import _clock
+
+    _clock.end = _exit_by_raising
     job = json.loads(sys.stdin.read())
     os.chdir(job["cwd"])
     results = [_one(argv) for argv in job["commands"]]

@@ -97,14 +97,16 @@ def spent_and_ended(before: tuple[float, dict]) -> tuple[float, bool]:
     this test's, and its own work meanwhile is left out -- it would charge a fast test with another's, by the order
     the tests happen to run in; the processes it started and reaped meanwhile (a fork server's ranks) are counted.
     One that ended meanwhile is taken out at what it had used before (its work since then is in the count, which
-    cannot split it: the second value says one did)."""
+    cannot split it). The second value says one did, or that a kept process worked meanwhile (its work, left out,
+    may be this test's: a judge kept from another test, judging this one's function)."""
     own0, live0 = before
     own1, live1 = snapshot()
     gone = sum(a + b for pid, (a, b) in live0.items() if pid not in live1)  # reaped since: in own1 whole
     new = sum(a + b for pid, (a, b) in live1.items() if pid not in live0)
     reaped = sum(live1[pid][1] - b for pid, (_, b) in live0.items() if pid in live1)
     ended = any(pid not in live1 for pid in live0)
-    return max(0.0, own1 - own0 - gone + new + reaped), ended
+    kept = sum(live1[pid][0] - a for pid, (a, _) in live0.items() if pid in live1)  # a kept process's work meanwhile
+    return max(0.0, own1 - own0 - gone + new + reaped), ended or kept > SLOW_MIN
 
 
 class Costs:
@@ -173,6 +175,9 @@ class Costs:
                 return
             self.wrong.append((report.nodeid, "fast", cpu))
         elif slow and cpu < SLOW_MIN and not props.get("slow_fixtures") and not props.get("first"):
+            if props.get("ended"):  # its work ran in a process kept from another test (a judge, a training worker)
+                self.unsplit.append((report.nodeid, cpu))
+                return
             self.wrong.append((report.nodeid, "slow", cpu))
 
     def pytest_terminal_summary(self, terminalreporter):
@@ -187,8 +192,8 @@ class Costs:
                           f"(1-minute load over {BUSY_LOAD:g}, up to {worst:.1f}, on {os.cpu_count()} CPUs), where "
                           "CPU time grows with the crowd")
         if self.unsplit:
-            tr.write_line(f"{len(self.unsplit)} fast-marked test(s) over {FAST_MAX:g} s not held to their mark: a "
-                          "process another test started ended during them, and its work is in their count: "
+            tr.write_line(f"{len(self.unsplit)} test(s) not held to their mark: a process another test started "
+                          "ended or worked during them, so their count cannot be split from it: "
                           + ", ".join(f"{n} ({c:.1f} s)" for n, c in self.unsplit[:5]))
         if not self.wrong:
             tr.write_line(f"every mark fits its cost: fast <= {FAST_MAX:g} s, slow >= {SLOW_MIN:g} s of CPU")

@@ -81,6 +81,7 @@ def test_a_busy_machine_or_another_tests_process_ending_leaves_a_mark_unjudged_a
     c.pytest_runtest_logreport(_Report("t::slow_under_busy", True, cpu_s=0.01, load=BUSY_LOAD + 1))
     c.pytest_runtest_logreport(_Report("t::fast_over_ended", False, cpu_s=3.0, ended=True))
     c.pytest_runtest_logreport(_Report("t::slow_under_ended", True, cpu_s=0.01, ended=True))
-    assert [w[0] for w in c.wrong] == ["t::fast_over", "t::slow_under_ended"]
+    c.pytest_runtest_logreport(_Report("t::slow_under", True, cpu_s=0.01))
+    assert [w[0] for w in c.wrong] == ["t::fast_over", "t::slow_under"]
     assert [b[0] for b in c.busy] == ["t::fast_over_busy", "t::slow_under_busy"]
-    assert [u[0] for u in c.unsplit] == ["t::fast_over_ended"]
+    assert [u[0] for u in c.unsplit] == ["t::fast_over_ended", "t::slow_under_ended"]

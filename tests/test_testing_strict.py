@@ -254,7 +254,7 @@ print("judged")
 '''
 
 
-@pytest.mark.slow
+@pytest.mark.slow(first="the judge's process, which a worker keeps for the next test that judges")
 def test_a_module_that_judges_at_import_is_judged_once_not_again_in_the_judged_process(tmp_path):
     """The judged process imports the function's module to load it; a call there would start a judge, whose worker
     imports the module again, each waiting on the next until the loading's limit (120 s). It is refused there, and

@@ -24,7 +24,7 @@ def models(tmp_path_factory):
     return {kind: tiny.build(kind, folder) for kind in tiny.KINDS}
 
 
-@pytest.mark.slow
+@pytest.mark.slow(first="importing transformers' attention interface: seconds, once a worker")
 def test_register_names_flash_plainly_and_never_says_flash():
     names = attnlab.hf.register()
     assert names["attnlab"] == "flash"

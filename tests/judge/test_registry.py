@@ -72,7 +72,6 @@ def autograd():
 
 LEVEL = {"nan-everywhere": nan_everywhere, "square-assumed": square_assumed, "lse-dtype": lse_dtype,
          "lse-wrong": lse_wrong, "autograd": autograd}
-SLOW = {"autograd", "lse-dtype"}  # a level's whole run: seconds
 ELSEWHERE = {  # key -> the test that names it first, on a function of its own
     "no-skip": "tests/lab/test_levels.py::test_level_4_returns_the_lse_and_the_causal_forward_does_about_half_the_work",
     "starter": "tests/lab/test_levels.py::"
@@ -129,7 +128,7 @@ def test_the_detectors_are_those_the_notes_list_and_the_table_prints_as_rows():
     assert len(rows) == len(table) and all(len(r) == 4 for r in rows)
 
 
-@pytest.mark.parametrize("key", [pytest.param(k, marks=[pytest.mark.slow] if k in SLOW else []) for k in LEVEL])
+@pytest.mark.parametrize("key", list(LEVEL))
 def test_each_fact_a_level_measures_is_named_first_on_its_fixture(key):
     found = LEVEL[key]()
     print(key, found)
