@@ -51,7 +51,8 @@ def run(target: str) -> dict:
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)", tail)}
     out = {"seconds": round(seconds, 1), "counts": counts, "load_before": before, "load_after": load_average(),
            "returncode": p.returncode, "summary": tail}
-    print(f"  {seconds / 60:.0f} min {seconds % 60:.0f} s: {tail} (load {before} -> {out['load_after']})", flush=True)
+    whole = round(seconds)
+    print(f"  {whole // 60} min {whole % 60} s: {tail} (load {before} -> {out['load_after']})", flush=True)
     if p.returncode != 0:
         print(p.stdout[-4000:], p.stderr[-2000:], sep="\n")
     return out
