@@ -258,7 +258,7 @@ def _cannot_write(rank, world):
     raise CannotWrite(Path("/checkpoints/scale-sqrt.pt"), "No space left on device", False)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(first="the launcher's fork server, which a worker keeps: later ranks fork from it quickly")
 def test_a_rank_that_raises_says_what_it_raised():
     """What a rank raised comes back as facts -- the exception's class and its first line -- beside the one line
     for people, so that a caller (attnlab train) asks the outcome instead of reading its text back."""
