@@ -28,7 +28,7 @@ def test_a_length_whose_peaks_disagree_is_measured_until_its_least_repeats():
 
 
 def test_repeats_that_never_agree_stop_and_are_said_undecided():
-    values = [(3 + i / 10) * MiB for i in range(20)]
+    values = [(3 + i / 5) * MiB for i in range(20)]
     got = M.repeated_peaks(_peaks(values))
     assert len(got) == M.PEAKS + M.MORE_PEAKS and not M.confirmed(got)
     assert M.undecided([Timing(512, 1.0, min(got), peaks=got), Timing(2048, 1.0, 36 * MiB, peaks=[36 * MiB])]) == [512]
@@ -52,6 +52,29 @@ def test_level_2_passes_or_fails_only_where_the_peaks_decide_it():
     r.measured_ok, r.measured_note = forwards.memory_ok(r, growth)
     assert r.measured_ok is False and r.measured_note.startswith("not decided: its peak memory at T = 512 differed")
     assert "did not hold" not in exercise.held_text(r, markup=False)
+
+
+def _fitted(peaks_512, at_2048=36.4):
+    r = _result(peaks_512, None)
+    r.timings[-1] = Timing(2048, 0.2, int(at_2048 * MiB), peaks=[int(at_2048 * MiB)] * 3)
+    r.fits = {"memory": M.least_fit({t.seq: t.peaks for t in r.timings})}
+    r.exponents = {"memory": r.fits["memory"].exponent}
+    return r
+
+
+def test_peaks_that_disagree_still_decide_where_every_choice_of_repeat_gives_one_verdict():
+    growth = levels.find("matrix").growth  # T², within 0.25
+    disagree = [int((3.5 + 0.15 * i) * MiB) for i in (3, 0, 5, 8, 1, 6, 2, 7, 4)]  # 3.5 to 4.7 MiB, none twice
+    assert M.undecided(_fitted(disagree).timings) == [512]  # no peak seen twice at T = 512
+    ok, note = forwards.memory_ok(r := _fitted(disagree, 60), growth)  # every choice within T^1.75..2.25: passes
+    assert ok is True and r.fits["memory"].low >= 1.75 and r.fits["memory"].high <= 2.25, note
+    assert "varied from call to call, and every choice of one repeat per length gives T^" in note
+    assert note.endswith("all within what the level asks")
+    ok, note = forwards.memory_ok(r := _fitted(disagree, 8), growth)  # every choice below T^1.75: fails, decided
+    assert ok is False and r.fits["memory"].high < 1.75 and note.endswith("none of it within what the level asks")
+    ok, note = forwards.memory_ok(r := _fitted(disagree, 45), growth)  # T^1.63 to T^1.84: the range straddles
+    assert r.fits["memory"].low < 1.75 < r.fits["memory"].high, r.fits["memory"]
+    assert ok is False and note.startswith("not decided: its peak memory at T = 512 differed") and "T^1.6" in note
 
 
 class _Right:

@@ -50,7 +50,9 @@ PEAKS = 3  # the peak memory is measured this many times at each length (once wh
 # the call's (a matrix of another call's still mapped: a correct matrix form peaked 2.6 MiB once and 3.6 MiB
 # twice at T = 512, its growth read as T^1.67, not T^1.93)
 MORE_PEAKS = 6  # measured beyond PEAKS at a length whose least peak was not measured twice (its repeats disagree)
-SAME_PEAK = 0.01  # peaks within this share of each other (and two pages) are the same measurement
+SAME_PEAK = 0.01  # peaks within this share of each other, and memory.MIN_FLOOR (64 KiB, what a CPU peak cannot tell
+# from noise), are the same measurement: a right matrix form peaked 3104 KiB once and 3148 KiB eight times at T = 512
+# on a busy machine, two pages apart no longer being the same
 THREADS = 1  # torch's threads while the learner's function is timed (the module docstring says why one)
 SAID = 160  # the most characters of an error's message a skipped length quotes (cut at a word)
 
@@ -173,7 +175,7 @@ def confirmed(peaks) -> bool:
     if len(peaks) < 2:
         return False
     least = min(peaks)
-    return sum(p <= least * (1 + SAME_PEAK) + 8192 for p in peaks) >= 2
+    return sum(p <= least * (1 + SAME_PEAK) + memory.MIN_FLOOR for p in peaks) >= 2
 
 
 def repeated_peaks(peak, first: int = PEAKS, more: int = MORE_PEAKS) -> list:

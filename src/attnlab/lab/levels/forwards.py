@@ -153,18 +153,33 @@ def work_row(reply: dict, name: str, T: int, block: int, most: float) -> tuple[R
 
 
 def memory_ok(result, growth) -> tuple[bool, str]:
-    """Whether the memory grew as the level asks, decided only by measurements that agree: a length whose repeated
-    peaks never agreed on their least (:func:`attnlab.lab.measure.undecided`) leaves the rule not decided -- not
-    held, and said so, never "it did not hold"."""
+    """Whether the memory grew as the level asks, decided only by measurements that decide it: where a length's
+    repeated peaks never agreed on their least (:func:`attnlab.lab.measure.undecided`), the verdict is read over the
+    whole range of exponents the repeats allow (one repeat per length, every choice) and stands only where it is the
+    same over all of it; where the range straddles the level's bounds it is not decided -- not held, and said so,
+    never "it did not hold"."""
     from attnlab.lab.measure import undecided
 
     p = result.exponents.get("memory")
     if p is None:
         return False, "its memory was not measured at two lengths or more"
-    fitted = getattr((getattr(result, "fits", None) or {}).get("memory"), "lengths", None) or None
+    fit = (getattr(result, "fits", None) or {}).get("memory")
+    fitted = getattr(fit, "lengths", None) or None
     unsure = undecided(result.timings, fitted)
-    if unsure:
-        return False, (f"not decided: its peak memory at T = {', '.join(map(str, unsure))} differed from call to call "
-                       "however often it was measured (another program's memory in it?), so the growth "
-                       f"(T^{p:.2f}) is not read from it; check it again")
-    return growth.holds(p), f"memory grew as T^{p:.2f} (the level asks for {growth.asked()})"
+    said = f"memory grew as T^{p:.2f} (the level asks for {growth.asked()})"
+    if not unsure:
+        return growth.holds(p), said
+    low, high = getattr(fit, "low", None), getattr(fit, "high", None)
+    lengths = ", ".join(map(str, unsure))
+    if low is not None and high is not None:
+        every = f"; its peaks at T = {lengths} varied from call to call, and every choice of one repeat per length " \
+                f"gives T^{low:.2f} to T^{high:.2f}"
+        if growth.holds(low) and growth.holds(high):
+            return True, said + every + ", all within what the level asks"
+        if (growth.low is not None and high < growth.low) or (growth.high is not None and low > growth.high):
+            return False, said + every + ", none of it within what the level asks"
+    return False, (f"not decided: its peak memory at T = {lengths} differed from call to call however often it was "
+                   "measured (another program's memory in it?), and the exponents its repeats allow"
+                   + (f" (T^{low:.2f} to T^{high:.2f})" if low is not None and high is not None else "")
+                   + f" lie both within and outside what the level asks ({growth.asked()}), so the growth "
+                   f"(T^{p:.2f}) is not read from it; check it again")
