@@ -49,7 +49,8 @@ def test_ctrl_c_into_ring_stops_every_rank_says_one_line_and_leaves_nothing():
         err = _ctrl_c(p)
         left = left_by(tag)
         print(working, repr(err), left)
-        assert p.returncode == 130 and err == "attnlab ring: interrupted\n"
+        assert p.returncode == 130 and err == "attnlab ring: stopped (Ctrl-C); nothing was kept (--json is " \
+                                              "written at the end): run it again\n"
         assert left == {}
     finally:
         kill_group(p.pid)
@@ -67,8 +68,9 @@ def test_ctrl_c_into_context_parallel_training_saves_stops_and_leaves_nothing(tm
         out = p.stdout.read()
         left = left_by(tag)
         print(out[-500:], repr(err), left)
-        assert p.returncode == 130 and "Traceback" not in out + err
-        assert "interrupted: stopped at step" in out and "--resume" in out  # a first Ctrl-C is a request: saved
+        assert p.returncode == 130 and "Traceback" not in out + err and "failed" not in out + err
+        assert len(err.strip().splitlines()) == 1, err  # a first Ctrl-C is a request: saved, said where, once
+        assert err.startswith("attnlab train: stopped (Ctrl-C) at step ") and "and --resume to train on" in err
         assert left == {}
     finally:
         kill_group(p.pid)
@@ -117,7 +119,8 @@ def test_ctrl_c_into_a_judged_function_ends_its_process_too(tmp_path, monkeypatc
         err = _ctrl_c(p)
         left = left_by(tag)
         print(repr(err), left)
-        assert p.returncode == 130 and err.strip().endswith("interrupted") and len(err.strip().splitlines()) == 1
+        assert p.returncode == 130 and len(err.strip().splitlines()) == 1, err
+        assert err.startswith(f"attnlab {argv[0]}: stopped (Ctrl-C); ") and err.strip().endswith("run it again")
         assert left == {}
     finally:
         kill_group(p.pid)

@@ -43,7 +43,8 @@ def test_sample_streams_each_character_as_it_is_drawn(trained, capsys, monkeypat
     assert main(["sample", "--ckpt", ckpt, "--prompt", "def ", "--tokens", "12"]) == 130
     captured = capsys.readouterr()
     assert captured.out == "def " + r.text[:5] + "\n"  # what was drawn was on the screen already
-    assert captured.err.strip() == "attnlab sample: interrupted"
+    assert captured.err == "attnlab sample: stopped (Ctrl-C); run it again for the whole text (the same --seed " \
+                           "draws the same characters)\n"
 
 
 def test_resume_without_a_checkpoint_is_exit_2_naming_the_folder(tmp_path, capsys):

@@ -174,9 +174,9 @@ def test_ctrl_c_stops_saying_how_to_go_on_and_the_resumed_run_is_the_whole_one(t
     monkeypatch.setattr(train_report, "train_progress", interrupted)
     capsys.readouterr()
     assert main(["explore", "sinks", "--preset", "tiny", "--out", str(out)]) == 130
-    said = capsys.readouterr().out.replace("\n", " ")
-    assert "stopped at step 7 of sinks; checkpoint saved to" in said
-    assert f"go on from where it stopped: attnlab explore sinks --out {out} --preset tiny --resume" in said
+    said = capsys.readouterr().err
+    assert said == (f"attnlab explore: stopped (Ctrl-C) at step 7 of sinks; go on from where it stopped: attnlab "
+                    f"explore sinks --out {out} --preset tiny --resume\n")
     assert not (out / "explore-sinks.json").exists()
     monkeypatch.setattr(train_report, "train_progress", progress)
     assert main(["explore", "sinks", "--preset", "tiny", "--out", str(out), "--resume"]) == 0

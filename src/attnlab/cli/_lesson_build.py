@@ -68,29 +68,18 @@ def _left(done: list, todo: list, page_s: float) -> float:
     return ratio * (sum(s.estimate_s for s in todo) + page_s)
 
 
-STOPPED = 130  # what a command returns when Ctrl-C stopped it
-
-
-class Stopped(Exception):
-    """Ctrl-C stopped the build; its line, with how to go on, is said (the command exits 130)."""
-
-
 def build_steps(out: Path) -> _Log:
     """Run what the default lesson still needs in ``out``; a UsageError (one line) when a step fails, and
-    :class:`Stopped` when Ctrl-C stops one (said, with how to go on: the steps done are kept)."""
+    :class:`attnlab.cli.Stopped` when Ctrl-C stops one (with how to go on: the steps done are kept)."""
     from attnlab import cli
     from attnlab.report.fmt import fmt_estimate
 
-    from . import UsageError
+    from . import STOPPED, Stopped, UsageError
 
     try:
         log, todo, page_s = _planned(out)
     except KeyboardInterrupt:  # while the training steps are timed for the estimates
-        from attnlab.report.terminal import console
-
-        console.print(f"lesson --build: stopped (Ctrl-C) before any step ran; `attnlab lesson --build --out {out}` "
-                      "starts it again")
-        raise Stopped("plan") from None
+        raise Stopped(f"`attnlab lesson --build --out {out}` starts it again", "before any step ran") from None
     for i, s in enumerate(todo, 1):
         log.say(f"[{i}/{len(todo)}] {s.name}: starting ({fmt_estimate(s.estimate_s)})")
         t0 = time.perf_counter()
@@ -99,9 +88,9 @@ def build_steps(out: Path) -> _Log:
         except KeyboardInterrupt:  # between the command's own handlers: stopped all the same
             code = STOPPED
         s.seconds = time.perf_counter() - t0
-        if code == STOPPED:
+        if code == STOPPED:  # the step's command said nothing (it ran inside this one): the build says how to go on
             log.say(f"[{i}/{len(todo)}] {s.name}: stopped (Ctrl-C) after {s.seconds:.0f} s; {_going_on(out, s)}")
-            raise Stopped(s.name)
+            raise Stopped(_going_on(out, s), f"in step {i} of {len(todo)}, {s.name}")
         if code:
             log.say(f"[{i}/{len(todo)}] {s.name}: failed (exit {code})")
             raise UsageError(f"--build: `attnlab {' '.join(s.argv)}` failed (exit {code}); its message is above")

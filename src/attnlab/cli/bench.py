@@ -71,7 +71,7 @@ def run(args) -> int:
     from attnlab.report.terminal import console, progress
     from attnlab.results import to_dict, write_json
 
-    from . import UsageError
+    from . import Stopped, UsageError
 
     cfg = _config(args)
     out = output_folder(args.out)  # a folder that cannot take files is a usage error now, not after the run
@@ -93,9 +93,12 @@ def run(args) -> int:
     for write in (lambda: write_json(result, out / "bench.json"), lambda: report.write_csv(result, out / "bench.csv"),
                   lambda: report.figure(result, out / "bench.png")):
         console.print(f"wrote {write()}")  # each said as soon as it is whole: a full disk stops at the next
-    if result.interrupted:
-        console.print(f"[yellow]interrupted after {seconds:.0f} s: the files hold what was measured[/]")
-        return 130
+    if result.interrupted:  # the cases measured are kept: said on stderr, exit 130
+        done = sum(r.status != "interrupted" for r in result.results)
+        kept = (f"bench.json, bench.csv and bench.png in {out} keep the {done} of {len(result.results)} cases done "
+                "before it: run it again to measure every case (it starts over)" if done else
+                "no case was done before it: run it again")
+        raise Stopped(kept, f"after {seconds:.0f} s")
     console.print(f"done in {seconds:.0f} s")
     return 0
 

@@ -30,7 +30,7 @@ def run(args) -> int:
     from attnlab.report.terminal import console
     from attnlab.results import write_json
 
-    from . import UsageError
+    from . import Stopped, UsageError
 
     if not args.names:
         console.print("[bold]attnlab explore NAME[/]  (or 'all'): the lesson's things to try")
@@ -49,17 +49,23 @@ def run(args) -> int:
         keep_other_run(out / f"explore-{name}.json", _settings(args, explore.get(name)), lambda d: d,
                        f"experiment {name}", args.force)
     resuming = _resume_points(out) if args.resume else None
-    for name in names:
-        e = explore.get(name)
-        if e.trains:
-            r = _trained(args, out, resuming)
-            if r is None:
-                return 130
-        else:
-            r = e.run(seed=args.seed)
-        console.print(f"[bold]{name}[/]: {e.finding(r)}")
-        console.print(f"  wrote {figure(name, r, out / f'explore-{name}.png')}")  # each as soon as it is whole
-        console.print(f"  wrote {write_json(r, out / f'explore-{name}.json')}")
+    done: list[str] = []
+    try:
+        for name in names:
+            e = explore.get(name)
+            r = _trained(args, out, resuming) if e.trains else e.run(seed=args.seed)
+            console.print(f"[bold]{name}[/]: {e.finding(r)}")
+            console.print(f"  wrote {figure(name, r, out / f'explore-{name}.png')}")  # each as soon as it is whole
+            console.print(f"  wrote {write_json(r, out / f'explore-{name}.json')}")
+            done.append(name)
+    except (KeyboardInterrupt, Stopped) as e:  # the experiments done are kept; said with how to go on
+        kept = (f"{', '.join(f'explore-{n}.json' for n in done)} {'is' if len(done) == 1 else 'are'} kept in {out}; "
+                if done else "")
+        if isinstance(e, Stopped):  # the training's: where it stopped and how to go on from its checkpoints
+            raise Stopped(kept + e.how, e.where) from None
+        rest = " ".join(n for n in names if n not in done)
+        seed = f" --seed {args.seed}" if args.seed else ""
+        raise Stopped(f"{kept}run it again for the rest: attnlab explore {rest} --out {out}{seed}") from None
     return 0
 
 
@@ -98,12 +104,12 @@ def _trained(args, out, resuming):
     from attnlab.explore import sinks
     from attnlab.report import train as train_report
     from attnlab.report.fmt import fmt_estimate
-    from attnlab.report.terminal import console, escape
+    from attnlab.report.terminal import console
     from attnlab.results.stop import catch_interrupt
     from attnlab.train import estimate as train_time
     from attnlab.train import train as lab_train
 
-    from . import UsageError
+    from . import Stopped, UsageError
 
     cfg = sinks.config(args.preset or "default", args.seed)
     try:
@@ -132,9 +138,8 @@ def _trained(args, out, resuming):
             r = sinks.run(args.seed, args.preset or "default", out, resume=bool(resuming), data=data,
                           on_step=on_step, stop=stop, estimate_s=seconds)
     except KeyboardInterrupt as e:  # training's says where it stopped and what it saved; before it, nothing was
-        said = str(e) if str(e).startswith("stopped") else "stopped"
-        console.print(f"[yellow]{escape(said)}[/]; {escape(_again(args, out))}")
-        return None
+        said = str(e).removeprefix("stopped").strip() if str(e).startswith("stopped") else ""
+        raise Stopped(_again(args, out), said.partition("; ")[0]) from None
     except ValueError as e:  # a checkpoint trained with other settings, or damaged
         raise UsageError(str(e)) from None
     console.print(f"  trained and measured in {r.seconds:.0f} s (estimated {seconds:.0f} s)")

@@ -47,12 +47,9 @@ def run(args) -> int:
     if args.model is not None:
         return run_model(args, out)
     if args.build:
-        from ._lesson_build import Stopped, build_steps
+        from ._lesson_build import build_steps
 
-        try:
-            steps_log = build_steps(out)
-        except Stopped:  # Ctrl-C in a step: said, with how to go on
-            return 130
+        steps_log = build_steps(out)  # Ctrl-C in a step: Stopped, said with how to go on
     from attnlab.lesson import build as lesson_build
 
     line = lesson_build.versions_line(lesson_build.other_versions(out), "the page shows them as they are (their "

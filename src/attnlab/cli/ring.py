@@ -97,7 +97,7 @@ def _run_here(cfg):
     from attnlab.distributed import ring as lab
     from attnlab.report import terminal
 
-    from . import UsageError
+    from . import ON_STOP, Stopped, UsageError
 
     est = ring_budget.estimate(cfg)
     why = ring_budget.refusal(cfg, est)
@@ -110,5 +110,7 @@ def _run_here(cfg):
             return lab.run(cfg, lambda text: update(f"{text} ({time.monotonic() - t0:.0f} s)"),
                            dataclasses.asdict(est))
     except launch.LaunchError as e:
+        if e.by_ctrl_c:  # a rank that Ctrl-C ended is the learner's stop, not a failure
+            raise Stopped(ON_STOP["ring"]) from None
         print(f"attnlab ring: failed: {e}", file=sys.stderr)
         return None

@@ -81,7 +81,7 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
     from attnlab.distributed import launch, parallel, servers
     from attnlab.results.stop import catch_interrupt
 
-    from . import UsageError
+    from . import STOPPED, Stopped, UsageError
 
     if parallel.under_torchrun():
         try:
@@ -100,8 +100,10 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
         outcomes = launch.launch(_rank, world, (args, cp), timeout_s=30 * 24 * 3600.0, pg_timeout_s=args.timeout,
                                  threads=threads, show_rank0=True)
     try:
-        return max(launch.results(outcomes))
+        code = max(launch.results(outcomes))
     except launch.LaunchError as e:
+        if e.by_ctrl_c:  # a rank that Ctrl-C ended is the learner's stop, not a failure
+            raise Stopped(_going_on(args, *_what(args))) from None
         said = {(o.raised, o.message, o.error) for o in e.outcomes}
         if len(said) == 1 and e.first.error is not None:  # every rank refused the same thing (a checkpoint differs)
             raised, message, error = said.pop()
@@ -110,6 +112,45 @@ def _parallel(args, cfg, world: int, cp: int) -> int:
         if e.first.raised == "CannotWrite":  # rank 0 could not write a checkpoint (a full disk)
             raise UsageError(e.first.message) from None
         raise UsageError(f"training across {world} processes failed: {e}") from None
+    if code == STOPPED:  # the ranks saved at the same step and stopped
+        raise Stopped(_going_on(args, *_what(args)), _where(cfg, *_what(args)))
+    return code
+
+
+def on_stop(args) -> str:
+    """What a training that Ctrl-C stopped before it trained (or a second Ctrl-C) kept, and how to go on."""
+    return _going_on(args, *_what(args))
+
+
+def _what(args) -> tuple[str, list[str], Path]:
+    """(the ablation's kind, its variants, the output folder) the flags name."""
+    from attnlab.train import train
+
+    kind = "tie-kv" if args.ablation == "tie-kv" else "scale"
+    names = [args.scale] if args.scale else list(train.SCALE_VARIANTS if kind == "scale" else train.TIE_KV_VARIANTS)
+    return kind, names, Path(args.out)
+
+
+def _going_on(args, kind: str, names: list[str], out: Path) -> str:
+    """What a stopped training kept, and how to go on: --resume from its checkpoints, or again from the start."""
+    from attnlab.train import checkpoint
+
+    if not any(checkpoint.path_of(out, kind, n).is_file() for n in names):
+        return "no checkpoint was written yet: run it again to train from the start"
+    again = "run it again with the same flags" + ("" if args.resume else " and --resume")
+    return f"the checkpoints are kept in {out / 'checkpoints'}: {again} to train on from them"
+
+
+def _where(cfg, kind: str, names: list[str], out: Path) -> str:
+    """Where the ranks stopped, as their checkpoints say ("at step 7 of sqrt"); empty where none says."""
+    from attnlab.train import checkpoint
+
+    try:
+        points = checkpoint.resume_points(out, kind, names)
+    except ValueError:
+        return ""
+    at = [(n, step) for n, (_, step) in points.items() if step is not None and step < cfg.steps]
+    return f"at step {at[0][1]} of {at[0][0]}" if at else ""
 
 
 def _rank(rank: int, world: int, args, cp: int) -> int:
@@ -175,7 +216,7 @@ def run(args, grid=None) -> int:
     from attnlab.report.terminal import console
     from attnlab.train import checkpoint, train
 
-    from . import UsageError
+    from . import STOPPED, Stopped, UsageError
 
     cfg = _config(args)
     kind = "tie-kv" if args.ablation == "tie-kv" else "scale"
@@ -217,9 +258,12 @@ def run(args, grid=None) -> int:
         with report.train_progress(cfg.steps, names) as on_step:
             result = train.run(cfg, kind, variants, out, resume=args.resume, data=data, on_step=on_step, grid=grid,
                                threads=(1, 2) if grid is None and cfg.device == "cpu" else None)
-    except KeyboardInterrupt as e:
-        console.print(f"[yellow]interrupted:[/] {e or 'stopped'}. Continue with the same flags and --resume.")
-        return 130
+    except KeyboardInterrupt as e:  # training's says where it stopped and what it saved
+        if grid is not None:  # a rank: the command that started the ranks says it, once
+            return STOPPED
+        said = str(e).removeprefix("stopped").strip()
+        where, _, _ = said.partition("; ")
+        raise Stopped(_going_on(args, kind, names, out), where) from None
     except ValueError as e:
         raise UsageError(str(e)) from None
     if grid is not None and not grid.writer:

@@ -119,6 +119,12 @@ def run(args) -> int:
     return 0 if result.passed else 1
 
 
+def on_stop(args) -> str:
+    """What a verify that Ctrl-C stopped kept, and how to go on."""
+    kept = f"the --repro scripts written so far are kept in {args.repro}; " if getattr(args, "repro", None) else ""
+    return f"{kept}the verdicts are written at the end: run it again"
+
+
 def _causes(json_path: str | None) -> int:
     """The registry (attnlab.judge.registry) as a table: one row a key."""
     from attnlab.judge import registry

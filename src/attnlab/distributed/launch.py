@@ -86,6 +86,13 @@ class LaunchError(RuntimeError):
             msg += f" (then {others} failed or {'were' if len(bad) > 2 else 'was'} stopped)"
         super().__init__(msg)
 
+    @property
+    def by_ctrl_c(self) -> bool:
+        """Whether the first rank that ended badly was ended by Ctrl-C (SIGINT, exit 130 or a KeyboardInterrupt it
+        raised): the learner's stop, which the command says as stopped, never as failed."""
+        o = self.first
+        return o is not None and (o.exitcode in (130, -signal.SIGINT) or o.raised == "KeyboardInterrupt")
+
 
 def progress(text: str) -> None:
     """Inside a rank started by :func:`launch`: say what it is doing now (elsewhere: nothing happens)."""

@@ -286,7 +286,9 @@ def test_ctrl_c_in_a_build_step_is_stopped_with_how_to_go_on_and_exit_130(tmp_pa
     text = " ".join(got.out.split())
     print(text, got.err)
     assert f"[1/1] {step}: stopped (Ctrl-C) after 0 s; {says.format(out=out)}" in text
-    assert got.err == "" and "failed" not in text and "error" not in text
+    assert got.err.startswith(f"attnlab lesson: stopped (Ctrl-C) in step 1 of 1, {step}; {says.format(out=out)}")
+    assert len(got.err.splitlines()) == 1, got.err  # the step's command said nothing of its own
+    assert "failed" not in text + got.err and "error" not in text + got.err
     assert "stopped (Ctrl-C)" in (out / "lesson-build.log").read_text()
 
 
