@@ -1,5 +1,6 @@
 """The lesson page's slips, fixed and seen in Chromium: at both widths the step title stays in sight after a click,
-figure text stays at 10 px or more on a phone and figures enlarge on a desktop; the diagram shows the scale and mask
+figure text stays at 10 px or more on a desktop, where figures enlarge (on a phone they fit the column and a tap
+enlarges them); the diagram shows the scale and mask
 in force and V goes into the weighted sum; the even spread without the mask; long input read and said; newlines
 shown; the two copying heads measured by the page as Python measures them."""
 
@@ -39,7 +40,10 @@ def test_the_step_title_stays_in_sight_and_figures_stay_legible(browser, lesson,
         assert bar <= top < height, (how, top, bar, height)  # under the sticky bar, never hidden by it
     ratios = page.evaluate("""() => Array.from(document.querySelectorAll('figure.zoom img')).map(
         (i) => i.getBoundingClientRect().width / Number(i.getAttribute('width')))""")
-    assert ratios and min(ratios) >= 0.8 - 1e-3  # drawn with 12.5 px text at full width: at least 10 px here
+    if w >= 1280:  # drawn with 12.5 px text at full width: at least 10 px here
+        assert ratios and min(ratios) >= 0.8 - 1e-3
+    else:  # on a phone each is seen whole in the column, smaller; a tap enlarges it (test_lesson_figures_browser)
+        assert ratios and max(ratios) <= 1 + 1e-3
     if w >= 1280:  # a click enlarges a figure beyond the column
         img = page.locator("figure.zoom img").first
         before = img.bounding_box()["width"]

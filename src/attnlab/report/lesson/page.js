@@ -42,24 +42,41 @@
   });
 
   // ---- figures: click to enlarge -------------------------------------------------------------------------------
-  // On a phone a figure squeezed to the screen's width would shrink its text below 10 px: it keeps at least 80 % of
-  // its natural width (where its text is at least 12.5 px) and scrolls sideways instead. Enlarged, it is shown at up
-  // to twice that width (the images are drawn at twice the resolution), never wider than the window.
-  function fit(img) {
-    const natural = Number(img.getAttribute("width")) || img.naturalWidth / 2;
-    img.style.minWidth = `${Math.round(0.8 * natural)}px`;
-  }
+  // A figure is drawn to the column's width, whole, however narrow the screen (max-width: 100% in the CSS): on a
+  // phone its text is small, so a click (a tap) enlarges it -- to twice its natural width where the window has room
+  // (the images are drawn at twice the resolution), and on a narrow window to its natural width at least, which then
+  // scrolls inside the enlarged view, its 12.5 px text readable.
   document.querySelectorAll("figure.zoom img").forEach((img) => {
     img.tabIndex = 0;
-    fit(img);
     const toggle = () => {
       const big = img.closest("figure").classList.toggle("big");
       const natural = Number(img.getAttribute("width")) || img.naturalWidth / 2;
-      img.style.width = big ? `${Math.min(2 * natural, window.innerWidth - 40)}px` : "";
-      img.style.minWidth = big ? "0" : `${Math.round(0.8 * natural)}px`;
+      img.style.width = big ? `${Math.min(2 * natural, Math.max(natural, window.innerWidth - 40))}px` : "";
     };
     img.addEventListener("click", toggle);
     img.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); toggle(); } });
   });
 
+  // ---- tables: fit the column; one that cannot (too many columns) scrolls, and says so ------------------------
+  // A table wraps its cells to fit; where it still needs more room than the column it scrolls sideways inside
+  // itself, with a line above it that says so (a scroller shows no bar on a phone until it is touched).
+  function hintWide() {
+    document.querySelectorAll("table, .matwrap").forEach((el) => {
+      if (el.tagName === "TABLE" && el.parentElement.classList.contains("matwrap")) return;  // its wrapper scrolls
+      const wide = el.scrollWidth > el.clientWidth + 1;
+      const hint = el.previousElementSibling && el.previousElementSibling.classList.contains("scroll-hint")
+        ? el.previousElementSibling : null;
+      if (wide && !hint) {
+        const p = document.createElement("p");
+        p.className = "scroll-hint";
+        p.textContent = "wider than the screen: scroll it sideways for every column →";
+        el.before(p);
+      } else if (!wide && hint) {
+        hint.remove();
+      }
+      el.classList.toggle("wide", wide);
+    });
+  }
+  hintWide();
+  window.addEventListener("resize", hintWide);
 })();
