@@ -29,6 +29,19 @@ def test_a_function_held_back_by_the_machine_has_not_used_its_budget():
     assert held.busy and held.words().startswith("the machine is busy: load 14 on 2 cores; your function had 3 s")
 
 
+def test_the_busy_line_says_the_budget_is_a_set_one_and_how_it_was_set_with_only_what_was_measured():
+    """It said "of a budget of 10 s": not whose time set it. No reference runs beside the function: the budget is a
+    set number of its own CPU seconds -- said as one, with how it was set and how long its wall time was allowed."""
+    held = pace.Spent(10.0, wall=120.0, cpu=3.0, load=14.0, cores=2, basis="10 s at the basic case's size")
+    assert held.busy and held.words() == (
+        "the machine is busy: load 14 on 2 cores; your function had 3 s of its own in 120 s of waiting, of a budget "
+        "of 10 s of its own CPU time (a set budget, not a reference's time: 10 s at the basic case's size), waited "
+        "for up to 12 times that")
+    assert verify.limit_basis(CASE, 10.0) == "10 s at the basic case's size"
+    big = Case("long", batch=(2,), H=4, L=128, E=8)
+    assert verify.limit_basis(big, 10.0) == "10 s at the basic case's size, 4 times that for this case's work"
+
+
 def test_an_endless_loop_uses_its_budget_at_any_load():
     for load, share in ((0.1, 1.0), (9.0, 0.2)):
         s = pace.Spent(10.0, wall=10.0 / share, cpu=10.0, load=load, cores=2)
@@ -139,6 +152,9 @@ def test_a_case_held_back_past_the_ceiling_twice_says_the_machine_is_busy(tmp_pa
     row = r.rows[0]
     assert row.status == "fail" and row.facts.kind == "busy", row.detail
     assert row.detail.startswith("not decided: the machine is busy") and "twice" in row.detail
+    # the budget, said with how it was set, where the machine's time ran out: no reference's time is made up
+    assert "of a budget of 0.3 s of its own CPU time (a set budget, not a reference's time: 0.3 s at the basic " \
+           "case's size), waited for up to 4 times that" in row.detail, row.detail
     found = diagnose(r, "mine")
     assert [d.key for d in found] == ["busy"] and "endless loop" not in found[0].text
     assert found[0].text.startswith("not a cause in your function: the machine is busy")

@@ -391,6 +391,7 @@ def _run_case(name: str, fn: Callable, form, c: Case, seed: int, shared: dict, d
         run = functools.partial(judge.judge, name, fn, c, seed, *shared[c], ours, explain, **held)
     if isinstance(fn, Remote):  # a process of its own: killed when it is past the limit
         fn.deadline = None if timeout is None else case_limit(c, timeout)
+        fn.basis = "" if timeout is None else limit_basis(c, timeout)
         row = run()
         if fn.busy:  # held back by the machine, twice (Remote.request asks again once): the machine's, not a cause
             return judge.row(name, c, "fail", busy_words(fn.spent), facts=Facts("busy"))
@@ -414,6 +415,13 @@ def timed_out(limit: float, timeout: float, spent=None) -> str:
     how = f", twice ({spent.words()})" if spent is not None else ""
     return (f"timed out: no answer after {limit:.1f} s (--timeout {timeout:g} s at the basic case's size){how}; the "
             "function's remaining cases were not run")
+
+
+def limit_basis(c: Case, timeout: float) -> str:
+    """How a case's limit (:func:`case_limit`) was set, in words said with it."""
+    times = case_limit(c, timeout) / timeout
+    return f"{timeout:g} s at the basic case's size" + (f", {times:.3g} times that for this case's work" if times > 1
+                                                        else "")
 
 
 def busy_words(spent) -> str:

@@ -142,7 +142,8 @@ def _ask(learner, level, budget_s: float):
     """A request of the level's own to the learner's process (the probes, level 4's lse and work), given
     :data:`OWN_SECONDS` or --max-seconds, the longer."""
     seconds = max(OWN_SECONDS, budget_s) + judged.MARGIN_S
-    return lambda header: learner.fn.ask("level", seconds=seconds, level=level.name, **header)
+    basis = f"{OWN_SECONDS:g} s or --max-seconds, the longer, and {judged.MARGIN_S:g} s to spare"
+    return lambda header: learner.fn.ask("level", seconds=seconds, basis=basis, level=level.name, **header)
 
 
 def _probes(learner, seed: int, budget_s: float) -> list:

@@ -122,7 +122,8 @@ def measure(learner: Learner, seqs, budget_s: float, seed: int = 0,
                 after = (T, est)
                 continue
         try:
-            reply = learner.fn.ask("measure", seconds=budget_s + MARGIN_S, seqs=[T], budget_s=budget_s, seed=seed,
+            reply = learner.fn.ask("measure", seconds=budget_s + MARGIN_S, basis=f"--max-seconds {budget_s:g} a "
+                                   f"length, and {MARGIN_S:g} s to spare", seqs=[T], budget_s=budget_s, seed=seed,
                                    level=learner.level, threads=threads or lab_measure.THREADS)
         except remote.Lost:
             timings.append(Timing(T, skipped=f"no answer within {budget_s + MARGIN_S:g} s ({budget_s:g} s of "

@@ -82,6 +82,7 @@ class Spent:
     cpu: float | None = None
     load: float | None = None
     cores: int = 1
+    basis: str = ""  # how the budget was set ("10 s at the basic case's size, 4 times the work here"): said with it
 
     @property
     def own(self) -> float:
@@ -119,8 +120,12 @@ class Spent:
         own = f"{self.own:.3g} s of its own" + ("" if self.cpu is not None else " (its wall time over the load)")
         if self.busy:
             load = "" if self.load is None else f": load {self.load:.3g} on {self.cores} core{'s' * (self.cores != 1)}"
+            # No reference is timed beside it: the budget is a set number of the function's own CPU seconds, said
+            # with how it was set; the load, its CPU seconds and the wait are what was measured
+            basis = f": {self.basis}" if self.basis else ""
             return (f"the machine is busy{load}; your function had {own} in {self.wall:.3g} s of waiting, of a budget "
-                    f"of {self.budget:.3g} s")
+                    f"of {self.budget:.3g} s of its own CPU time (a set budget, not a reference's time{basis}), "
+                    f"waited for up to {self.ceiling / self.budget:.3g} times that")
         if self.waited:
             return f"it waited: {self.wall:.3g} s with {own} of the CPU (a sleep, a lock, input?)"
         return f"it used its whole budget: {own} of the CPU, {self.budget:.3g} s allowed, in {self.wall:.3g} s"

@@ -101,6 +101,7 @@ class Remote:
         self.timed_out = False
         self.strays = False  # processes the judged code started were still running at the end (and were ended)
         self.tag: str | None = None  # the judged process's environment tag (start), which its descendants inherit
+        self.basis = ""  # how deadline was set, said with it when the machine held the function back past it
         self.spent = None  # what its last request cost, where it was waited for (attnlab.judge.apart.pace.Spent)
         self.started = None  # (job, cwd, module, environment) it was started with, to start it again (restart)
 
@@ -116,12 +117,14 @@ class Remote:
         """Its signature names ``sinks`` (or an API's ``learnable_sink``): it is given the sink cases."""
         return bool(self.info.get("sinks"))
 
-    def request(self, header: dict, tensors=(), seconds: float | None = None) -> tuple[dict, list]:
+    def request(self, header: dict, tensors=(), seconds: float | None = None, basis: str | None = None
+                ) -> tuple[dict, list]:
         """The reply to one request. One that runs out of time is asked once more of a fresh process (the machine
         may have been busy for a moment) before :class:`Lost` says it timed out; :attr:`spent` says how it ran
-        out (:class:`attnlab.judge.apart.pace.Spent`: its own budget used, a wait, or a busy machine)."""
+        out (:class:`attnlab.judge.apart.pace.Spent`: its own budget used, a wait, or a busy machine). ``basis``:
+        how ``seconds`` was set, said with it (default: :attr:`basis`, how :attr:`deadline` was)."""
         try:
-            return self._request(header, tensors, seconds)
+            return self._request(header, tensors, seconds, basis)
         except Lost as e:
             if not e.timed_out or self.started is None or self.spent is None:
                 raise
@@ -131,13 +134,14 @@ class Remote:
         except LoadFailed:
             raise Lost(self.lost, True, first) from None
         try:
-            return self._request(header, tensors, seconds)
+            return self._request(header, tensors, seconds, basis)
         except Lost as e:
             if e.timed_out and self.spent is not None and first.busy and not self.spent.busy:
                 self.spent = first  # (said as busy when either try was held back by the machine)
             raise Lost(self.lost, e.timed_out, self.spent) from None
 
-    def _request(self, header: dict, tensors=(), seconds: float | None = None) -> tuple[dict, list]:
+    def _request(self, header: dict, tensors=(), seconds: float | None = None, basis: str | None = None
+                 ) -> tuple[dict, list]:
         if self.lost is not None:
             raise Lost(self.lost, self.timed_out, self.spent)
         limit = seconds if seconds is not None else self.deadline if self.deadline is not None else QUIET_SECONDS
@@ -147,6 +151,7 @@ class Remote:
             wire.send(self.wfd, header, tensors)
             if self.process is not None:  # its own time, not the machine's (see pace)
                 ready, self.spent = pace.wait(self.rfd, limit, self.process.pid)
+                self.spent.basis = basis if basis is not None else self.basis if seconds is None else ""
                 if not ready:
                     raise wire.TimedOut("no answer within its own time")
                 limit = max(limit, 60.0)  # the answer has begun: the rest of it is on its way
@@ -205,9 +210,10 @@ class Remote:
             raise Raised({"type": "TypeError", "message": f"returned {reply.get('returned')}, not a tensor"})
         return got[0]
 
-    def ask(self, op: str, seconds: float | None = None, **fields) -> dict:
-        """An operation of the serving side that answers with plain values (the lab's timing and memory)."""
-        return self.request({"op": op, **fields}, (), seconds)[0]
+    def ask(self, op: str, seconds: float | None = None, basis: str | None = None, **fields) -> dict:
+        """An operation of the serving side that answers with plain values (the lab's timing and memory); ``basis``:
+        how ``seconds`` was set."""
+        return self.request({"op": op, **fields}, (), seconds, basis)[0]
 
     def close(self) -> None:
         if self.process is None:
