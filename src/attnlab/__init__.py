@@ -11,6 +11,10 @@ and ``attnlab.testing`` then skip that case with the message, where any other ex
 
 import warnings
 
+from ._starting import guard as _guard
+
+_guard()  # the command line: a Ctrl-C while torch loads is "stopped" too, not a traceback (cli.main takes it back)
+
 with warnings.catch_warnings():  # torch warns on import when numpy is missing; only the 'lab' extra needs numpy
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     from . import masks, mods

@@ -147,3 +147,46 @@ def test_ctrl_c_into_a_training_says_the_step_it_saved_and_to_go_on_with_resume(
     assert err.startswith("attnlab train: stopped (Ctrl-C) at step ") and " of sqrt; the checkpoints are kept in " \
         f"{tmp_path / 'checkpoints'}: run it again with the same flags and --resume to train on from them" in err
     assert "Traceback" not in out + err and "failed" not in out + err
+
+
+STARTING = "attnlab: stopped (Ctrl-C) while starting: nothing was done; run the command again\n"
+
+
+def test_ctrl_c_while_the_command_starts_is_one_line_and_130_not_a_traceback():
+    """torch loads for a second or more before the command's own handler runs; a Ctrl-C there printed Python's
+    KeyboardInterrupt traceback. Here the process is the console script (argv[0] 'attnlab') and the Ctrl-C comes
+    while the package is still being imported."""
+    import subprocess
+
+    code = ("import os, signal, sys, time; sys.argv[0] = '/usr/bin/attnlab'\n"
+            "from attnlab import _starting\n"  # (the package's import set the guard: argv[0] is the command's)
+            "assert signal.getsignal(signal.SIGINT) is _starting._stopped\n"
+            "os.kill(os.getpid(), signal.SIGINT); time.sleep(30); print('not stopped')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 130 and r.stderr == STARTING and "not stopped" not in r.stdout, (r.returncode, r.stderr)
+
+
+def test_a_program_that_imports_attnlab_keeps_its_own_ctrl_c():
+    """Only the command guards its start: a learner's script that imports the package gets KeyboardInterrupt."""
+    import subprocess
+
+    code = ("import os, signal, time\nimport attnlab\nfrom attnlab import _starting\n"
+            "assert not _starting.is_command() and signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+            "try:\n    os.kill(os.getpid(), signal.SIGINT); time.sleep(30)\nexcept KeyboardInterrupt:\n"
+            "    print('mine')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "mine\n", r.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_the_moment_the_command_starts_is_stopped_whichever_side_of_the_start_it_lands(tmp_path):
+    """A real `python -m attnlab bench` given Ctrl-C 0.3 s in (while torch loads): one stopped line, exit 130."""
+    import subprocess
+
+    p = subprocess.Popen([sys.executable, "-m", "attnlab", "bench", "--out", str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=GUARD_S)
+    assert p.returncode == 130 and "Traceback" not in err and "stopped (Ctrl-C)" in err, (p.returncode, err)
+    assert err.count("\n") == 1, err

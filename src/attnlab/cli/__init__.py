@@ -67,7 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from attnlab._starting import release
+
     from . import _clock
+
+    release()  # started: a Ctrl-C from here on is the command's to say (see attnlab._starting)
 
     _clock.begin(whole_process=argv is None)  # the command is the process when its arguments are the process's
     code = _main(argv)
