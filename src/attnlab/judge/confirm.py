@@ -144,27 +144,45 @@ def uncovered(keys: dict[str, set[frozenset]], failing: list, seed: int, inputs:
     its limit), the function's failing there is the reading's to explain; a reading that explains under COVER of
     those cases fits its few by chance (the first token of each packed sequence given to the one before is not
     every sequence read max_seqlen_k long, though on one case it reads alike). A failing case another of ``keys``
-    explains and this one does not is left out of its count, and so is one another reading changes too where this
-    one is not named: a kernel with two bugs fails cases of each, and cases of both at once."""
+    explains and this one does not is left out of its count: a kernel with two bugs fails cases of each. So is one
+    another reading changes too where neither is named -- two bugs at once answer as neither alone -- where the two
+    are seen as two bugs: named together on two failing cases or more (each bug's share of the rows), or the other
+    stands on its own cases (it fits COVER of those it changes; settled in rounds from the readings that stand
+    without the rule). Elsewhere a case every reading changes and none names counts against all of them: the first
+    token of each packed sequence given to the one before changes every case that max_seqlen_k read as each
+    sequence's length does, and the two read alike together on one case, not two."""
     if not keys:
         return set()
-    applies: dict[str, int] = {}
-    fits: dict[str, int] = {}
+    seen = []  # (the keys a failing case is named by, the keys whose reading changes it)
     for case, limit, named in sorted(failing, key=lambda f: f[0].work)[:MAX_FAILING]:
         if case.dropout_p > 0 or not math.isfinite(limit) or limit <= 0:
             continue
         try:
-            changed = _changes(case, limit, set(keys), case.seed(seed), inputs)
+            seen.append((named, _changes(case, limit, set(keys), case.seed(seed), inputs)))
         except (TypeError, ValueError, RuntimeError, IndexError, KeyError):
             continue
-        for k in changed:
-            # another reading explains this case (a second bug's), or changes it too where neither is named (two
-            # bugs at once answer as neither alone): it says nothing of whether this reading fits by chance
-            if k not in named and (named & set(keys) or changed - {k}):
-                continue
-            applies[k] = applies.get(k, 0) + 1
-            fits[k] = fits.get(k, 0) + (k in named)
-    return {k for k, n in applies.items() if n >= 2 and fits.get(k, 0) < COVER * n}
+    together: dict[frozenset, int] = {}
+    for named, _ in seen:
+        mine = sorted(named & set(keys))
+        for i, a in enumerate(mine):
+            for b in mine[i + 1:]:
+                together[frozenset((a, b))] = together.get(frozenset((a, b)), 0) + 1
+    standing: set[str] = set()
+    while True:
+        applies: dict[str, int] = {}
+        fits: dict[str, int] = {}
+        for named, changed in seen:
+            for k in changed:
+                partners = {o for o in changed - {k} if o in standing or together.get(frozenset((k, o)), 0) >= 2}
+                if k not in named and (named & set(keys) or partners):
+                    continue  # a second bug's case, or both bugs' at once: it says nothing of this reading
+                applies[k] = applies.get(k, 0) + 1
+                fits[k] = fits.get(k, 0) + (k in named)
+        out = {k for k, n in applies.items() if n >= 2 and fits.get(k, 0) < COVER * n}
+        now = {k for k in keys if k not in out and applies.get(k, 0) >= 2}
+        if now <= standing:
+            return out
+        standing |= now
 
 
 def _changes(case: Case, limit: float, keys: set[str], seed: int, inputs: Callable) -> set[str]:
