@@ -73,6 +73,8 @@ def autograd():
 LEVEL = {"nan-everywhere": nan_everywhere, "square-assumed": square_assumed, "lse-dtype": lse_dtype,
          "lse-wrong": lse_wrong, "autograd": autograd}
 ELSEWHERE = {  # key -> the test that names it first, on a function of its own
+    "measured:overflow": "tests/lab/test_overflow_line.py::"
+                         "test_a_max_not_carried_overflows_too_and_is_told_what_was_measured_not_a_cause",
     "no-skip": "tests/lab/test_levels.py::test_level_4_returns_the_lse_and_the_causal_forward_does_about_half_the_work",
     "starter": "tests/lab/test_levels.py::"
                "test_an_untouched_starter_is_told_it_is_one_with_its_todos_left_and_nothing_else",

@@ -76,7 +76,7 @@ LSE_CASES = (
     Case("causal, bfloat16", batch=(1,), H=2, L=40, E=32, is_causal=True, dtype="bfloat16"),
 )
 NAN = "nan-everywhere"
-MORE_CASES = (slips.LARGE,)  # graded beside the grid's
+MORE_CASES = (slips.LARGE, slips.WIDE_V)  # graded beside the grid's
 
 
 TILE_SLIPS = [  # (key, one step of the tiled forward done wrong)

@@ -13,7 +13,7 @@ from . import slips
 
 SEQS = measure.SEQS
 PROBES = slips.PROBES
-MORE_CASES = (slips.LARGE,)  # graded beside the grid's
+MORE_CASES = (slips.LARGE, slips.WIDE_V)  # graded beside the grid's
 
 
 def slip_list():

@@ -17,6 +17,7 @@ did, in their terms, and what it should do.
 
 from __future__ import annotations
 
+import math
 import re
 
 import torch
@@ -38,12 +39,21 @@ PROBES = (  # the always-causal levels' (1, 2)
 # graded beside the grid's cases at every attention level: scores in the thousands, where a hidden score set to a
 # finite number (-100) is beaten and a softmax without its max overflows (the grid's largest are in the hundreds)
 LARGE = Case("scores in the thousands, causal", batch=(1,), H=2, L=40, E=8, is_causal=True, magnitude=30.0)
+# values wider than the queries and keys, causal: the grid's one case of Ev != E is not causal, so an always-causal
+# function never met one (a scale of 1/sqrt(Ev), a value tile cut at the key width passed every case)
+WIDE_V = Case("values wider than the keys: E = 24, Ev = 40, causal", batch=(1,), H=2, L=29, E=24, Ev=40,
+              is_causal=True)
 
 TEXT = {
     "starter": "untouched starter: {n} TODOs left -- it is the starter's code as it came; do the TODOs, then check "
                "it again",
     "max-subtraction": "large scores overflow in your softmax (NaN or inf where the answer is finite): subtract each "
                        "row's largest score before exp, which overflows float32 near 88",
+    "measured:overflow": "large scores overflow in your softmax: NaN or inf where the answer is finite, on the "
+                         "probes with scores in the thousands (finite on the others). A softmax with no max "
+                         "subtracted overflows so, and so does one whose max is not each row's largest score so far "
+                         "(exp of a score minus less than the row's largest overflows float32 near 88): which max "
+                         "does each exp subtract?",
     "unscaled": "your scores are not scaled: divide each q·k by √d, d = q.shape[-1] (the head width)",
     "scale-1/d": "your scores are divided by d, not by √d: the scale is 1 / math.sqrt(q.shape[-1])",
     "scale-length": "your scores are divided by the square root of a length (the number of queries or of keys); "
@@ -165,8 +175,38 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs
         keys, found = (list(pair[0]), [pair[1]]) if pair else ([], [])
     if any(over) and all(bool(torch.isfinite(o["out"]).all()) for o, _ in calm) and not any(
             _overflows(slip, live, over) for slip in found):
-        keys.insert(0, "max-subtraction")  # an overflow no slip named here explains
+        # an overflow no slip named here explains: said as its cause only where a softmax without the max
+        # subtraction overflows in the very rows the learner's did (a max taken, but the wrong one, overflows in
+        # others), else as what was measured
+        # (where every row overflows either way the rows tell nothing, and a tiled level's max not carried from tile
+        # to tile overflows so too: both readings fit, and the measured line says both)
+        told = _unshifted(live, over)
+        tiled = any(k == "max-not-carried" for k, _ in slips)
+        keys.insert(0, "max-subtraction" if told or (told is None and not tiled) else "measured:overflow")
     return keys
+
+
+def _unshifted(live, over) -> bool | None:
+    """True: on every probe with large logits that overflowed, the rows where the learner's output is not finite are the
+    rows where exp of the raw scores (no max subtracted, in the working dtype: float32, float64 for float64) is, and
+    on one of them at least some rows are finite: a pattern that tells this reading from others; None where the rows
+    match but every one overflowed; False where they differ."""
+    told = False
+    for (case, q, k, v, mine), o in zip(live, over, strict=True):
+        if not o:
+            continue
+        work = torch.float64 if q.dtype == torch.float64 else torch.float32
+        q, k, v = q.to(work), k.to(work), v.to(work)
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        p = torch.exp(s)
+        if case.is_causal:
+            p = p.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), 0.0)
+        alt = (p @ v) / p.sum(dim=-1, keepdim=True)
+        theirs, its = ~torch.isfinite(mine["out"]).all(dim=-1), ~torch.isfinite(alt).all(dim=-1)
+        if not torch.equal(theirs, its):
+            return False
+        told |= bool(its.any()) and not bool(its.all())
+    return True if told else None  # None: every row overflows either way, the rows tell no reading from another
 
 
 def _overflows(slip, live, over) -> bool:

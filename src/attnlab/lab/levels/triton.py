@@ -153,6 +153,7 @@ def cases(quick: bool = False) -> list:
         Case("L<S causal upper-left", batch=(1,), H=2, L=33, S=70, E=32, is_causal=True),
         Case("L>S causal upper-left", batch=(1,), H=2, L=70, S=33, E=32, is_causal=True),
         Case("head dim 40, Ev=24, causal", batch=(1,), H=2, L=50, E=40, Ev=24, is_causal=True),
+        Case("head dim 24, Ev=40, causal", batch=(1,), H=2, L=45, E=24, Ev=40, is_causal=True),  # values wider
         Case("L=1", batch=(2,), H=2, L=1, S=65, E=32),
         Case("two batch dims, d = 8", batch=(2, 3), H=2, L=9, E=8),
         Case("large logits, causal", batch=(1,), H=2, L=50, E=32, is_causal=True, magnitude=LARGE),
