@@ -117,7 +117,7 @@ def measure(fn, form: str, seqs=SEQS, budget_s: float = BUDGET_S, seed: int = 0,
     after = None  # (a length, its seconds a call): what the next length is estimated from
     memory.exact_heap("cpu")
     try:
-        with threads(count):
+        with threads(count), memory.older_objects_set_aside():  # (each peak's collection: the calls' garbage alone)
             for T in seqs:
                 if after is not None:
                     est, skip = skip_note(T, after, budget_s)
