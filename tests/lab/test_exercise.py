@@ -133,10 +133,16 @@ def test_a_loops_version_is_measured_at_the_sizes_it_can_finish(monkeypatch):
     assert 512 not in calls
     timings, _, _ = measure.measure(slow, "lab", seqs=(64, 512), budget_s=measure.allowing(est))
     assert calls.count(512) == 1 and abs(timings[1].time_s - 0.262144) < 1e-9 and not timings[1].skipped
-    calls.clear()  # a call over a quarter of the budget is made once: timed, and its peak memory measured in it
+    calls.clear()  # a call over a sixth of the budget is made once: timed, and its peak memory measured in it
     timings, _, note = measure.measure(slow, "lab", seqs=(64, 256), budget_s=0.2)
     assert calls.count(256) == 1 and calls.count(64) > 1, calls
     assert abs(timings[1].time_s - 0.065536) < 1e-9 and timings[1].peak_bytes is not None and "one call where" in note
+    calls.clear()  # 0.04 s, between a sixth and a quarter of 0.2 s: the six calls of a length measured more than once
+    timings, _, note = measure.measure(slow, "lab", seqs=(64, 200), budget_s=0.2)  # would take 0.24 s, over its budget
+    assert calls.count(200) == 1 and "one call where it takes over 0.0333 s" in note, (calls, note)
+    calls.clear()  # within a sixth: the first, two timed calls that agree (a clock of its own: they do), three peaks
+    timings, _, _ = measure.measure(slow, "lab", seqs=(64, 200), budget_s=0.25)
+    assert calls.count(200) == 1 + 2 + measure.PEAKS and len(timings[1].times_s) == 2, calls
 
 
 def test_the_starters_own_function_is_told_from_the_learners(tmp_path):
