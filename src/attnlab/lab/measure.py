@@ -245,8 +245,8 @@ def fitted(timings: list[Timing], budget_s: float) -> tuple[dict, str]:
     where = conditions(timings)
     note = (f"forward only, batch 1, {HEADS} head of width {HEAD_DIM}, float32, no autograd"
             + (f", {where}" if where else "") + f"; the median of 2 to 5 calls, one call where it takes over "
-            f"{budget_s / CALLS:.3g} s; memory: {memory.method('cpu') or 'not measurable here'}, the least of {PEAKS} or "
-            "more (until the least is measured twice); "
+            f"{budget_s / CALLS:.3g} s; memory: {memory.method('cpu') or 'not measurable here'}, the least of "
+            f"{PEAKS} or more (until the least is measured twice); "
             "growth fitted on the longer lengths, with the range of exponents the repeats allow")
     skipped = [t.seq for t in timings if t.skipped]
     if skipped:
