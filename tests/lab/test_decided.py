@@ -34,6 +34,19 @@ def test_repeats_that_never_agree_stop_and_are_said_undecided():
     assert M.undecided([Timing(512, 1.0, min(got), peaks=got), Timing(2048, 1.0, 36 * MiB, peaks=[36 * MiB])]) == [512]
 
 
+def test_a_lengths_timed_calls_stop_at_two_that_agree_and_go_on_to_the_most_where_they_do_not(monkeypatch):
+    def clock(times):
+        it = iter(times)
+        monkeypatch.setattr(M, "time_calls", lambda once, warmup, n: [next(it) for _ in range(n)])
+
+    clock([1.0, 1.04, 9.0])  # within TIMES_AGREE (5 %): a third call would say the same
+    assert M.agreed_times(None, 5) == [1.0, 1.04]
+    clock([1.0, 1.3, 1.02, 1.25, 1.1, 9.0])  # a stalled call among them: timed as often as it always was
+    assert M.agreed_times(None, 5) == [1.0, 1.3, 1.02, 1.25, 1.1]
+    clock([2.0, 2.5, 9.0])
+    assert M.agreed_times(None, 2) == [2.0, 2.5]  # never more than the length allows
+
+
 def _result(peaks_512, p):
     timings = [Timing(128, 0.01, int(0.18 * MiB), peaks=[int(0.18 * MiB)] * 3),
                Timing(512, 0.02, min(peaks_512), peaks=peaks_512),

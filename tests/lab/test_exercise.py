@@ -85,6 +85,29 @@ def test_the_lab_form_is_graded_on_the_cases_it_can_answer():
         lab(q, q, q)
 
 
+def test_level_1_grades_every_case_small_and_keeps_what_each_asks():
+    """The loops level's cases are cut to CASE_WORK query-key pairs whatever the function's speed, their batch,
+    heads, head dims, dtype, layout, magnitude and alignment kept (L < S stays L < S)."""
+    def aligned(L, S):
+        return (L > S, L < S, L == 1)
+
+    loops = levels.find("loops").module()
+    for per_pair in (None, 1e-7, 72e-6):  # however fast it is: the same cases (a slower one is cut further)
+        small, shrunk = grade.cases("lab", per_pair, most=loops.CASE_WORK)
+        assert [c.label for c in small] == [c.label for c in grade.cases("lab", 72e-6, most=loops.CASE_WORK)[0]]
+    whole = [c for c in V.default_cases() if grade.answerable(c)]  # the grid's, at its own sizes
+    assert len(small) == len(whole) and shrunk
+    for c, w in zip(small, whole, strict=True):
+        assert c.work <= loops.CASE_WORK and c.name.startswith(w.name) and c.dtype == w.dtype
+        assert (c.batch, c.H, c.E, c.Ev, c.is_causal, c.layout, c.magnitude) == (
+            w.batch, w.H, w.E, w.Ev, w.is_causal, w.layout, w.magnitude)
+        shape, whole_shape = (c.L, c.S or c.L), (w.L, w.S or w.L)
+        assert [aligned(*shape) for shape in (shape, whole_shape)] == [aligned(*whole_shape)] * 2
+        assert min(shape) >= 2
+    slower, _ = grade.cases("lab", 10e-3, most=loops.CASE_WORK)  # 10 ms a pair: cut to 2 s a case by its rate
+    assert all(c.work <= max(256, grade.CASE_SECONDS / 10e-3) for c in slower)
+
+
 @pytest.mark.slow  # measured in a judged process of its own
 def test_the_matrix_version_matches_and_its_memory_grows_quadratically():
     err = grade.match(grade.as_sdpa(matrix))
@@ -133,10 +156,16 @@ def test_a_loops_version_is_measured_at_the_sizes_it_can_finish(monkeypatch):
     assert 512 not in calls
     timings, _, _ = measure.measure(slow, "lab", seqs=(64, 512), budget_s=measure.allowing(est))
     assert calls.count(512) == 1 and abs(timings[1].time_s - 0.262144) < 1e-9 and not timings[1].skipped
-    calls.clear()  # a call over a quarter of the budget is made once: timed, and its peak memory measured in it
+    calls.clear()  # a call over a sixth of the budget is made once: timed, and its peak memory measured in it
     timings, _, note = measure.measure(slow, "lab", seqs=(64, 256), budget_s=0.2)
     assert calls.count(256) == 1 and calls.count(64) > 1, calls
     assert abs(timings[1].time_s - 0.065536) < 1e-9 and timings[1].peak_bytes is not None and "one call where" in note
+    calls.clear()  # 0.04 s, between a sixth and a quarter of 0.2 s: the six calls of a length measured more than once
+    timings, _, note = measure.measure(slow, "lab", seqs=(64, 200), budget_s=0.2)  # would take 0.24 s, over its budget
+    assert calls.count(200) == 1 and "one call where it takes over 0.0333 s" in note, (calls, note)
+    calls.clear()  # within a sixth: the first, two timed calls that agree (a clock of its own: they do), three peaks
+    timings, _, _ = measure.measure(slow, "lab", seqs=(64, 200), budget_s=0.25)
+    assert calls.count(200) == 1 + 2 + measure.PEAKS and len(timings[1].times_s) == 2, calls
 
 
 def test_the_starters_own_function_is_told_from_the_learners(tmp_path):

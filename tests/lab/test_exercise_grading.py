@@ -6,6 +6,7 @@ import pytest
 
 from attnlab.judge.apart import loader
 from attnlab.lab import files, grade
+from tests.lab import level_solutions
 
 # each TODO of the starter, and the line that does it
 DONE = {
@@ -83,3 +84,21 @@ def test_each_todo_left_fails_with_its_diagnosis_a_solution_passes_a_planted_bug
         result, keys = _grade(tmp_path, key.replace("-", "_"), _solution(planted=[planted]))
         print(f"{slip}: diagnoses {keys}")
         assert not result.passed and keys[0] == key, (slip, keys)
+
+
+@pytest.mark.long  # six gradings of the loops at the level's sizes, about 8 s each
+@pytest.mark.slow
+@pytest.mark.parametrize("slip", [None, *level_solutions.SLIPS["loops"]])
+def test_each_slip_of_level_1_fails_the_grid_at_the_levels_small_sizes_and_the_solution_passes(slip):
+    """Level 1 grades at most CASE_WORK query-key pairs a case (levels/loops.py): every slip of its solution still
+    fails there, and the solution passes."""
+    import functools
+
+    from attnlab.lab import levels
+
+    loops = levels.find("loops").module()
+    fn = functools.partial(level_solutions.attention_by_hand, slip=slip)
+    result, shrunk, note = grade.grade(grade.as_sdpa(fn), "attention_by_hand", "lab", per_pair=None, level=loops)
+    print(f"{slip}: {result.counts()}")
+    assert shrunk and f"at most {loops.CASE_WORK:,} query-key pairs each" in note
+    assert result.passed == (slip is None), result.counts()

@@ -62,7 +62,20 @@ def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=
     """Check the loaded learner's function; ``on_stage(text)`` hears each stage (grading, measuring) as it starts.
 
     ``budget_s``: the most one length's measurement may take (longer ones are skipped, with their estimate).
+
+    The judge's own work here -- the oracle, the level's lse rows, the slips' answers it compares the learner's
+    with -- runs on one torch thread, as verify's grading always did (:func:`attnlab.judge.verify.one_thread`):
+    its tensors are small, and split over two threads each operation waits for the other core, which the
+    learner's process or another program holds. Level 4's slips (175 tiled forwards on the probes) took 6 to 11 s
+    of a failing check so on a busy 2-core machine, and 0.2 to 0.7 s on one thread; the answers are the same.
     """
+    from attnlab.judge.verify import one_thread
+
+    with one_thread():
+        return _check(learner, quick, seed, progress, on_stage, budget_s)
+
+
+def _check(learner: judged.Learner, quick: bool, seed: int, progress, on_stage, budget_s: float) -> LabResult:
     level = levels.find(learner.level)
     if level.kind == "own":
         return level.module().check(learner, quick=quick, seed=seed, progress=progress, on_stage=on_stage,

@@ -10,14 +10,18 @@ Two kinds of function are accepted, and :func:`form_of` says which it found:
 
 A loops version is slow (a Python step per query-key pair, and autograd through all of them), so
 :func:`per_pair` times one small call first and every case bigger than :data:`CASE_SECONDS` allows is
-run smaller (the ratio of its lengths kept) and said so. The verdict is verify's: the tolerance rule
+run smaller (the ratio of its lengths kept) and said so. A level may cut every case further, whatever the
+function's speed (``CASE_WORK``: level 1's loops, :func:`within`), so that the check's time does not rest on
+the machine's. The verdict is verify's: the tolerance rule
 of :mod:`attnlab.judge.oracle`, forward and backward, against the float64 oracle and PyTorch.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 import time
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -104,16 +108,36 @@ def per_pair(call) -> float | None:
     return max(big - small, 0.25 * big) / (2 * (32 * 32 - 16 * 16))  # noise can make the difference tiny
 
 
-def cases(form: str, per_pair: float | None, quick: bool = False, answers=None) -> tuple[list, list[str]]:
+def cases(form: str, per_pair: float | None, quick: bool = False, answers=None,
+          most: int | None = None) -> tuple[list, list[str]]:
     """The graded cases for a form, each shrunk to what CASE_SECONDS allows at ``per_pair``; and the shrunk ones.
     ``answers``: the cases a level's own form can answer (level 4's (q, k, v, is_causal)); default
-    :func:`answerable` for the lab's form, the whole grid for F.sdpa's."""
+    :func:`answerable` for the lab's form, the whole grid for F.sdpa's. ``most``: the query-key pairs a case of
+    the level has at most, however fast the function (level 1's loops: :data:`attnlab.lab.levels.loops.CASE_WORK`),
+    each case cut to it by :func:`within`, its batch and heads kept."""
     grid = V.default_cases(long=not quick)
     which = answers or (answerable if form in ("lab", "level") else None)
     chosen = [c for c in grid if which(c)] if which is not None else grid
     limit = MAX_WORK if per_pair is None else max(256, min(MAX_WORK, int(CASE_SECONDS / per_pair)))
-    out = [c.shrunk(limit) for c in chosen]
+    if most is not None:
+        out = [within(c, min(most, limit)) for c in chosen]
+    else:
+        out = [c.shrunk(limit) for c in chosen]
     return out, [c.label for c in out if c.name not in {x.name for x in chosen}]
+
+
+def within(case, most: int):
+    """The case at lengths of at most ``most`` query-key pairs in all, as :meth:`Case.shrunk` cuts them (the ratio
+    of L to S kept, L = 1 kept, at least 2) but with every batch dimension and head kept: what the case asks --
+    its batch and heads, head dims, the causal mask and where it is aligned when L != S, dtype, layout, the size of
+    its scores -- is all there at a few dozen positions."""
+    if case.work <= most:
+        return case
+    n, S = math.prod(case.batch) * case.H, case.S or case.L
+    f = math.sqrt(most / (n * case.L * S))
+    L2 = 1 if case.L == 1 else max(2, int(case.L * f))
+    S2 = max(2, int(S * f)) if case.L != 1 else max(2, most // n)
+    return replace(case, L=L2, S=S2 if case.S else None, name=f"{case.name} (shrunk: L={L2}, S={S2})")
 
 
 WHICH = {"lab": "the grid's cases a (q, k, v) function that is always causal can answer: causal, no attn_mask, the "
@@ -131,10 +155,11 @@ def grade(target, name: str, form: str, per_pair: float | None, quick: bool = Fa
     (``answerable``), cases of its own beside the grid's (``MORE_CASES``) and whether gradients are judged
     (``BACKWARD``, default True)."""
     own = getattr(level, "cases", None)
+    most = getattr(level, "CASE_WORK", None)
     if own is not None:
         graded, shrunk, which = own(quick), [], level.CASES_NOTE
     else:
-        graded, shrunk = cases(form, per_pair, quick, getattr(level, "answerable", None))
+        graded, shrunk = cases(form, per_pair, quick, getattr(level, "answerable", None), most)
         which = WHICH.get(form, WHICH["sdpa"])
     more = list(getattr(level, "MORE_CASES", ()))  # the level's own, beside the grid's
     if more:
@@ -142,7 +167,10 @@ def grade(target, name: str, form: str, per_pair: float | None, quick: bool = Fa
     result = V.verify({name: target}, graded, seed=seed, progress=progress, timeout=timeout,
                       check_dropout=True, backward=getattr(level, "BACKWARD", True))
     note = f"{len(graded)} cases: {which}"
-    if shrunk and per_pair is not None:
+    if shrunk and most is not None and (per_pair is None or most <= CASE_SECONDS / per_pair):
+        note += (f"; {len(shrunk)} run smaller, at most {most:,} query-key pairs each (their batch, heads and head "
+                 f"dims kept): {getattr(level, 'CASE_WHY', 'the level is graded at small sizes')}")
+    elif shrunk and per_pair is not None:
         took = f"{per_pair * 1e6:.3g} µs" if per_pair >= 1e-6 else f"{per_pair * 1e9:.3g} ns"
         note += (f"; {len(shrunk)} run smaller to finish in about {CASE_SECONDS:g} s each (your function took "
                  f"{took} per query-key pair, forward and backward)")

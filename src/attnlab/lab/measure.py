@@ -6,7 +6,7 @@ row of scores at a time grows more slowly -- and takes far longer: a Python step
 So each length is estimated from the one before (along T², the growth of every exact form's time)
 and skipped, with the estimate, when it would take longer than :data:`BUDGET_S` (``attnlab lab check
 --max-seconds N`` raises it: a loops version reaches T = 2048 in a few minutes); a call that takes
-over a quarter of it is timed once, and its peak memory measured in that same call. A length that
+over a sixth of it (:data:`CALLS`) is timed once, and its peak memory measured in that same call. A length that
 is not timed says why: skipped with its estimate, or left after a call that raised or was stopped.
 
 It is timed on :data:`THREADS` thread. A small call split over several threads spends most of its
@@ -44,6 +44,7 @@ SEQS = (128, 512, 2048)
 BUDGET_S = 20.0  # the most one length may take (its calls together)
 HEADS, HEAD_DIM = 1, 64
 QUADRATIC = 0.25  # memory growth within this of T² -- for every repeat -- counts as quadratic
+TIMES_AGREE = 0.05  # a length's timed calls within 5 % of each other (the slowest over the fastest) agree: no more
 AGREE = 0.3  # time exponents whose repeats span more than this disagree: no growth is read from them
 PEAKS = 3  # the peak memory is measured this many times at each length (once where a call is slow; more where the
 # least is not seen twice, see repeated_peaks), and the least kept: a high-water mark can only gain from what is not
@@ -53,6 +54,10 @@ MORE_PEAKS = 6  # measured beyond PEAKS at a length whose least peak was not mea
 SAME_PEAK = 0.01  # peaks within this share of each other, and memory.MIN_FLOOR (64 KiB, what a CPU peak cannot tell
 # from noise), are the same measurement: a right matrix form peaked 3104 KiB once and 3148 KiB eight times at T = 512
 # on a busy machine, two pages apart no longer being the same
+CALLS = 3 + PEAKS  # the calls a length measured more than once makes at least: the first (timed and its peak
+# measured), two timed, PEAKS peaks. A length is measured so only where they all fit in its budget -- a call of at most
+# a sixth of it -- and a slower call is its own measurement. (It was a quarter: a loops version's call of 4.8 s at
+# T = 512 then made six calls, 29 s of a 20 s budget and a third of its check, where one of 5.1 s made one.)
 THREADS = 1  # torch's threads while the learner's function is timed (the module docstring says why one)
 SAID = 160  # the most characters of an error's message a skipped length quotes (cut at a word)
 
@@ -117,7 +122,7 @@ def measure(fn, form: str, seqs=SEQS, budget_s: float = BUDGET_S, seed: int = 0,
     after = None  # (a length, its seconds a call): what the next length is estimated from
     memory.exact_heap("cpu")
     try:
-        with threads(count):
+        with threads(count), memory.older_objects_set_aside():  # (each peak's collection: the calls' garbage alone)
             for T in seqs:
                 if after is not None:
                     est, skip = skip_note(T, after, budget_s)
@@ -157,14 +162,26 @@ def one_length(call, T: int, budget_s: float, seed: int) -> Timing:
         except Exception as e:  # the grading says what is wrong with it
             return Timing(T, skipped=raised(e), threads=torch.get_num_threads(), load=load)
         first = took[0]
-        if first * 4 > budget_s:  # a slow call is its own measurement: another would only double the wait
+        if first * CALLS > budget_s:  # a slow call is its own measurement: another would only double the wait
             times, peaks = [first], [peak]
         else:  # warmed up now: time a few, and measure the peak again (the first may hold one-time costs)
-            times = time_calls(once, 0, max(2, min(5, int(budget_s / 4 / max(first, 1e-6)))))
+            times = agreed_times(once, max(2, min(5, int(budget_s / 4 / max(first, 1e-6)))))
             peaks = repeated_peaks(lambda: memory.measure_peak(once, "cpu"))
     peaks = [p for p in peaks if p is not None]
     return Timing(T, statistics.median(times), min(peaks) if peaks else None, times_s=list(times),
                   peaks=peaks, threads=torch.get_num_threads(), load=load)
+
+
+def agreed_times(once, most: int) -> list[float]:
+    """The seconds of 2 to ``most`` calls of ``once``: two, and one more at a time while they spread over more than
+    :data:`TIMES_AGREE` (the slowest over the fastest). Calls that agree already say the length's time, and a third
+    to fifth would say it again at the price of a call each (level 4's T = 8192: a second a call, a fifth of its
+    check); calls that disagree -- a busy core, a collection -- are timed up to ``most`` times, as they always were,
+    and the median kept."""
+    times = time_calls(once, 0, min(2, most))
+    while len(times) < most and max(times) > min(times) * (1 + TIMES_AGREE):
+        times += time_calls(once, 0, 1)
+    return times
 
 
 def confirmed(peaks) -> bool:
@@ -228,8 +245,8 @@ def fitted(timings: list[Timing], budget_s: float) -> tuple[dict, str]:
     where = conditions(timings)
     note = (f"forward only, batch 1, {HEADS} head of width {HEAD_DIM}, float32, no autograd"
             + (f", {where}" if where else "") + f"; the median of 2 to 5 calls, one call where it takes over "
-            f"{budget_s / 4:g} s; memory: {memory.method('cpu') or 'not measurable here'}, the least of {PEAKS} or "
-            "more (until the least is measured twice); "
+            f"{budget_s / CALLS:.3g} s; memory: {memory.method('cpu') or 'not measurable here'}, the least of "
+            f"{PEAKS} or more (until the least is measured twice); "
             "growth fitted on the longer lengths, with the range of exponents the repeats allow")
     skipped = [t.seq for t in timings if t.skipped]
     if skipped:

@@ -215,26 +215,27 @@ def measure_lengths(seqs, seed: int, inputs, call, note: str, peaks: int = 3) ->
     timings = []
     memory.exact_heap("cpu")
     try:
-        for T in seqs:
-            args, took = inputs(T, torch.Generator().manual_seed(seed + T)), []
+        with memory.older_objects_set_aside():  # (each peak's collection: the calls' garbage alone)
+            for T in seqs:
+                args, took = inputs(T, torch.Generator().manual_seed(seed + T)), []
 
-            def once(args=args, took=took):
-                t0 = time.perf_counter()
-                r = call(*args)
-                took.append(time.perf_counter() - t0)
-                return r
+                def once(args=args, took=took):
+                    t0 = time.perf_counter()
+                    r = call(*args)
+                    took.append(time.perf_counter() - t0)
+                    return r
 
-            got = [memory.measure_peak(once, "cpu")]
-            if not took:  # memory is not measurable here, so measure_peak did not call it
-                once()
-            if took[0] < 1 and got[0] is not None:  # more, until the least is measured twice (lab.measure.confirmed)
-                got = repeated_peaks(lambda once=once: memory.measure_peak(once, "cpu"), peaks)
-            got = [p for p in got if p is not None]
-            peak = min(got) if got else None  # the least: a high-water mark only gains from what is not the call's
-            timings.append({"seq": T, "time_s": statistics.median(took), "times_s": took, "peak_bytes": peak,
-                            "peaks": got, "skipped": None})
-            if took[0] > 20:
-                break
+                got = [memory.measure_peak(once, "cpu")]
+                if not took:  # memory is not measurable here, so measure_peak did not call it
+                    once()
+                if took[0] < 1 and got[0] is not None:  # more, until the least is measured twice (measure.confirmed)
+                    got = repeated_peaks(lambda once=once: memory.measure_peak(once, "cpu"), peaks)
+                got = [p for p in got if p is not None]
+                peak = min(got) if got else None  # the least: a high-water mark only gains from what is not the call's
+                timings.append({"seq": T, "time_s": statistics.median(took), "times_s": took, "peak_bytes": peak,
+                                "peaks": got, "skipped": None})
+                if took[0] > 20:
+                    break
     finally:
         memory.exact_heap("cpu", exact=False)
     exps = {"time": growth.exponent([t["seq"] for t in timings], [t["time_s"] for t in timings]),
