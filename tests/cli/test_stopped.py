@@ -152,6 +152,12 @@ def test_ctrl_c_into_a_training_says_the_step_it_saved_and_to_go_on_with_resume(
 STARTING = "attnlab: stopped (Ctrl-C) while starting: nothing was done; run the command again\n"
 
 
+def _as_a_terminal_starts_it():
+    """A child with Ctrl-C's default disposition, as a shell starts a command (a worker of the suite may have had
+    SIGINT ignored by what another test ran in it, and a child inherits that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_while_the_command_starts_is_one_line_and_130_not_a_traceback():
     """torch loads for a second or more before the command's own handler runs; a Ctrl-C there printed Python's
     KeyboardInterrupt traceback. Here the process is the console script (argv[0] 'attnlab') and the Ctrl-C comes
@@ -162,7 +168,8 @@ def test_ctrl_c_while_the_command_starts_is_one_line_and_130_not_a_traceback():
             "from attnlab import _starting\n"  # (the package's import set the guard: argv[0] is the command's)
             "assert signal.getsignal(signal.SIGINT) is _starting._stopped\n"
             "os.kill(os.getpid(), signal.SIGINT); time.sleep(30); print('not stopped')\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       preexec_fn=_as_a_terminal_starts_it)
     assert r.returncode == 130 and r.stderr == STARTING and "not stopped" not in r.stdout, (r.returncode, r.stderr)
 
 
@@ -174,7 +181,8 @@ def test_a_program_that_imports_attnlab_keeps_its_own_ctrl_c():
             "assert not _starting.is_command() and signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
             "try:\n    os.kill(os.getpid(), signal.SIGINT); time.sleep(30)\nexcept KeyboardInterrupt:\n"
             "    print('mine')\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       preexec_fn=_as_a_terminal_starts_it)
     assert r.returncode == 0 and r.stdout == "mine\n", r.stderr
 
 
@@ -184,7 +192,8 @@ def test_ctrl_c_the_moment_the_command_starts_is_stopped_whichever_side_of_the_s
     import subprocess
 
     p = subprocess.Popen([sys.executable, "-m", "attnlab", "bench", "--out", str(tmp_path)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_as_a_terminal_starts_it)
     time.sleep(0.3)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=GUARD_S)

@@ -258,12 +258,10 @@ def run(args, grid=None) -> int:
         with report.train_progress(cfg.steps, names) as on_step:
             result = train.run(cfg, kind, variants, out, resume=args.resume, data=data, on_step=on_step, grid=grid,
                                threads=(1, 2) if grid is None and cfg.device == "cpu" else None)
-    except KeyboardInterrupt as e:  # training's says where it stopped and what it saved
+    except KeyboardInterrupt:  # where it stopped and what it kept, from the checkpoints it saved
         if grid is not None:  # a rank: the command that started the ranks says it, once
             return STOPPED
-        said = str(e).removeprefix("stopped").strip()
-        where, _, _ = said.partition("; ")
-        raise Stopped(_going_on(args, kind, names, out), where) from None
+        raise Stopped(_going_on(args, kind, names, out), _where(cfg, kind, names, out)) from None
     except ValueError as e:
         raise UsageError(str(e)) from None
     if grid is not None and not grid.writer:
