@@ -87,7 +87,7 @@ def test_a_rank_that_ctrl_c_ended_is_told_apart_from_a_failed_one(exitcode, rais
     assert e.by_ctrl_c is stopped
 
 
-@pytest.mark.slow
+@pytest.mark.slow(first="the training modules and the tiny corpus, which the worker keeps after")
 def test_ranks_that_ctrl_c_ended_stop_the_training_they_do_not_fail_it(tmp_path, monkeypatch, capsys):
     """A rank ended by SIGINT was "training across 2 processes failed: rank 0 of 2: killed by SIGINT", exit 2."""
     import contextlib

@@ -4,12 +4,14 @@ in other rows, and is told what was measured, never the cause it does not have."
 
 import math
 
+import pytest
 import torch
 
 from attnlab.lab import levels
 from attnlab.lab.levels import slips
 
 FLASH = levels.find("flash")
+pytestmark = pytest.mark.slow  # each reads a level's probes through its slips: 2 to 3 s of CPU
 
 
 def _tiled(q, k, v, causal, block, carry):
