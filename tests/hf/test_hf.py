@@ -182,7 +182,7 @@ def test_adapter_against_transformers_sdpa_function_directly():
         kernels._REGISTRY.pop("nosinks")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(first="transformers' import and the tiny models' first passes, which the worker keeps")
 def test_the_floor_is_the_models_own_rounding_and_a_form_slightly_off_fails(models):
     """The logits' and gradients' floors are measured through the model (hf_check's docstring): above the model's
     own float32 error (the floor bounds rounding, it does not guess it), and far enough below a wrong form's error

@@ -11,7 +11,7 @@ from attnlab.lab import levels
 from attnlab.lab.levels import slips
 
 FLASH = levels.find("flash")
-pytestmark = pytest.mark.slow  # each reads a level's probes through its slips: 2 to 3 s of CPU
+SLOW = pytest.mark.slow  # level 4's probes through its tiled slips: 2 to 3 s of CPU (level 2's: a tenth of one)
 
 
 def _tiled(q, k, v, causal, block, carry):
@@ -57,6 +57,7 @@ def test_a_softmax_without_its_max_is_told_to_subtract_the_max():
     assert keys[:1] == ["max-subtraction"]
 
 
+@SLOW
 def test_a_max_not_carried_overflows_too_and_is_told_what_was_measured_not_a_cause():
     keys = _keys("tile")
     print(keys)
@@ -66,5 +67,6 @@ def test_a_max_not_carried_overflows_too_and_is_told_what_was_measured_not_a_cau
     assert _keys("none")[:1] in (["max-subtraction"], ["measured:overflow"])  # tiled: named only where rows tell
 
 
+@SLOW
 def test_the_right_tiles_overflow_nowhere():
     assert _keys("right") == []

@@ -36,6 +36,7 @@ def test_text_file_corpus_and_its_errors(tmp_path):
         corpus.from_file(tmp_path / "short.txt")
 
 
+@pytest.mark.slow  # thirty training steps and a save: about 2 s of CPU
 def test_thirty_steps_lower_the_loss(data, tmp_path, round_trip):
     r = train.run(TINY, variants=["sqrt"], out=tmp_path, data=data)
     log = r.variants["sqrt"]
