@@ -137,6 +137,7 @@ def test_the_stale_max_guarded_on_the_first_tile_is_named_from_its_outputs_not_a
     assert keys[:1] == ["stale-max"] and "max-subtraction" not in keys
 
 
+@pytest.mark.slow  # 1.5 to 4 s of CPU: near the fast bound, over it on a slower run
 def test_where_a_level_names_its_slip_verify_adds_only_the_lines_that_read_no_numbers():
     """Level 7's kernel with the scores past S unmasked: its line, and of verify's lines only the contract's and
     what was raised -- not a tag the same failing cases share ("fails only in bfloat16"), nor a semantic guess."""
@@ -246,6 +247,7 @@ def test_level_5_is_graded_on_20_cases_or_more_and_takes_level_4s_out_and_lse():
         assert max(errs) < 1e-12
 
 
+@pytest.mark.slow  # 1.5 to 4 s of CPU: near the fast bound, over it on a slower run
 def test_level_6_says_which_step_first_goes_wrong_and_has_a_prompt_offset_case():
     assert any(P > 0 for *_, P in decode.CASES) and any(P == 0 for *_, P in decode.CASES)
     rows, found, _, _ = decode.judge(decode.run(functools.partial(S.decode_step, slip="rope-offset"), {"seed": 0}), 0)
@@ -281,6 +283,7 @@ def test_a_backward_that_asks_autograd_is_told_so_from_where_it_raised_not_from_
     assert backward.run(says_grad, {"seed": 0, "case": 0})["cases"][0]["autograd"] is False
 
 
+@pytest.mark.slow  # 1.5 to 4 s of CPU: near the fast bound, over it on a slower run
 def test_the_module_is_held_to_the_rules_floor(monkeypatch):
     """The module level's limits come from attnlab.judge.rule (the attention's rounding floor, carried through the
     projections), not from a tolerance of its own; the solution passes them with room, a slip does not."""
