@@ -21,27 +21,63 @@ With ``--check-costs`` (the Makefile's test targets pass it) the run ends with a
 not fit their cost -- fast-marked over FAST_MAX, slow-marked under SLOW_MIN -- and fails when it is not empty. The
 two limits sit far apart on purpose: a test between them may carry either mark, so no verdict flips because the
 machine is busy (CPU time grows a little with the load; wall time grows with it without bound).
+
+A CPU second is not the same on every machine, nor on one machine all day (a neighbour on the host's other hyper-
+thread slows every instruction): each process that runs tests times a fixed piece of Python (:func:`calibrate`) at
+its start and again every CALIBRATE_EVERY seconds, and a test's cost is judged in the seconds of the machine the
+marks were fitted on (its CPU time divided by the process's current speed, the median of its last readings). And a
+test's cost varies from run to run beyond that (which worker pays for an import, the allocator, the order): a mark is
+failed only when its cost is past its bound by more than NOISE; one past its bound by less is listed as near it, not
+failed -- a verdict inside its own noise would flip from run to run.
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import statistics
+import time
 from pathlib import Path
 
 import pytest
 
 FAST_MAX = 2.0  # CPU seconds a test not marked slow may take
 SLOW_MIN = 0.2  # CPU seconds below which a slow-marked test is not slow
-SLOW_FIXTURE = 2.0  # a session or module fixture whose setup took this much lets the tests that use it be slow ...
+# a session or module fixture whose setup took this much (in the reference's seconds) lets the tests that use it be
+SLOW_FIXTURE = 2.0  # slow ...
 HEAVY_FIXTURE = 5.0  # ... and one of this much makes them slow (between the two, either mark fits)
 # a test that ends with the 1-minute load over this is not held to its mark: on a machine crowded past its CPUs (the
 # suite's own two workers, and more) CPU time grows -- threads that spin while they wait, caches shared -- and a
 # mark's verdict must not flip with the load
 # (COSTS_BUSY_LOAD sets another: tests/test_costs.py judges its own burnt seconds at any load)
 BUSY_LOAD = float(os.environ.get("COSTS_BUSY_LOAD") or 1.5 * (os.cpu_count() or 2) + 1)
+# a test's cost from run to run on one machine, after the speed is divided out: the two fresh-clone runs the marks were
+# fitted on differ by up to this (tests/costs.py's calibration; the run-to-run ratios are in the note of issue 52)
+NOISE = float(os.environ.get("COSTS_NOISE") or 0.5)
+REFERENCE_S = 0.108  # calibrate()'s CPU seconds on the machine the marks were fitted on (AMD EPYC, AVX-512, quiet)
+CALIBRATE_EVERY = 60.0  # wall seconds between two readings of a process's speed
 _PROC = Path("/proc")
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _work() -> int:
+    d: dict[int, int] = {}
+    n = 0
+    for i in range(400_000):
+        d[i % 977] = d.get(i % 977, 0) + i
+        n += len(str(i))
+    return n
+
+
+def calibrate(repeats: int = 3) -> float:
+    """This process's speed against the machine the marks were fitted on: the CPU seconds a fixed piece of Python
+    takes here (the least of ``repeats``) over REFERENCE_S -- 2.0 means a CPU second here does half the work."""
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.process_time()
+        _work()
+        best = min(best, time.process_time() - t)
+    return best / REFERENCE_S
 
 
 def _children(pid: int) -> list[int]:
@@ -122,20 +158,38 @@ class Costs:
         self.seen: dict[str, float] = {}
         self.shared = 0.0  # CPU seconds of session and module fixtures' setups so far, in this process
         self.shared_at: dict[str, float] = {}
+        self.near: list[tuple[str, str, float]] = []  # (nodeid, mark, cpu in reference seconds): past, within NOISE
+        self.speeds: list[float] = []  # this process's readings of its speed (calibrate)
+        self.speeds_seen: list[float] = []  # the speeds the judged tests were measured at (where the reports meet)
+        self.calibrated_at = -float("inf")
+
+    def speed(self) -> float:
+        """This process's current speed: read again when CALIBRATE_EVERY seconds have passed (the reading's own
+        CPU is taken before the test's count begins), the median of the last five readings."""
+        if not self.check:
+            return 1.0
+        if os.environ.get("COSTS_SPEED"):  # a speed set from outside (tests/test_costs.py judges burnt seconds)
+            return float(os.environ["COSTS_SPEED"])
+        if time.monotonic() - self.calibrated_at >= CALIBRATE_EVERY:
+            self.speeds = (self.speeds + [calibrate(3 if not self.speeds else 1)])[-5:]
+            self.calibrated_at = time.monotonic()
+        return statistics.median(self.speeds)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_fixture_setup(self, fixturedef, request):
         if fixturedef.scope not in ("session", "module", "package"):
             yield
             return
+        speed = self.speed()
         t0 = snapshot()
         yield
         cost = spent(t0)
-        self.fixtures[fixturedef.argname] = max(self.fixtures.get(fixturedef.argname, 0.0), cost)
+        self.fixtures[fixturedef.argname] = max(self.fixtures.get(fixturedef.argname, 0.0), cost / speed)
         self.shared += cost
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
+        item.user_properties.append(("speed", round(self.speed(), 3)))
         self.start[item.nodeid] = snapshot()
         self.shared_at[item.nodeid] = self.shared
 
@@ -147,6 +201,8 @@ class Costs:
             names = getattr(item, "fixturenames", ())
             heavy = sorted(f for f in names if self.fixtures.get(f, 0.0) >= SLOW_FIXTURE)
             item.user_properties.append(("heavy_fixtures", [f for f in heavy if self.fixtures[f] >= HEAVY_FIXTURE]))
+            item.user_properties.append(("heavy_past_noise",  # heavy beyond the run-to-run noise
+                                         [f for f in heavy if self.fixtures[f] >= HEAVY_FIXTURE * (1 + NOISE)]))
             item.user_properties.append(("cpu_s", round(cpu, 3)))
             item.user_properties.append(("shared_s", round(shared, 3)))
             item.user_properties.append(("slow_fixtures", heavy))
@@ -162,23 +218,26 @@ class Costs:
         props = dict(report.user_properties)
         if "cpu_s" not in props:
             return
-        cpu = props["cpu_s"]
-        self.seen[report.nodeid] = cpu
+        self.seen[report.nodeid] = props["cpu_s"]
         if props.get("load", 0.0) > BUSY_LOAD:  # CPU time grows on a crowded machine: not this test's cost
             self.busy.append((report.nodeid, props["load"]))
             return
+        speed = props.get("speed") or 1.0
+        self.speeds_seen.append(speed)
+        cpu = props["cpu_s"] / speed  # in the seconds of the machine the marks were fitted on
         slow = "slow" in report.keywords
-        own = cpu - props.get("shared_s", 0.0)  # a fixture the next tests share is not this test's own cost ...
+        own = cpu - props.get("shared_s", 0.0) / speed  # a fixture the next tests share is not this test's own cost
         if not slow and (own > FAST_MAX or props.get("heavy_fixtures")):  # ... but one of many seconds makes it slow
             if props.get("ended") and not props.get("heavy_fixtures"):  # another test's process ended in it: its
                 self.unsplit.append((report.nodeid, cpu))  # work since the test began is in the count, unsplit
                 return
-            self.wrong.append((report.nodeid, "fast", cpu))
+            past = own > FAST_MAX * (1 + NOISE) or props.get("heavy_past_noise")
+            (self.wrong if past else self.near).append((report.nodeid, "fast", cpu))
         elif slow and cpu < SLOW_MIN and not props.get("slow_fixtures") and not props.get("first"):
             if props.get("ended"):  # its work ran in a process kept from another test (a judge, a training worker)
                 self.unsplit.append((report.nodeid, cpu))
                 return
-            self.wrong.append((report.nodeid, "slow", cpu))
+            (self.wrong if cpu < SLOW_MIN / (1 + NOISE) else self.near).append((report.nodeid, "slow", cpu))
 
     def pytest_terminal_summary(self, terminalreporter):
         if not self.check or not self.seen:
@@ -186,6 +245,16 @@ class Costs:
         tr = terminalreporter
         total = sum(self.seen.values())
         tr.write_sep("-", f"CPU time: {total:.0f} s over {len(self.seen)} tests (--check-costs)")
+        if self.speeds_seen:
+            lo, hi = 1 / max(self.speeds_seen), 1 / min(self.speeds_seen)
+            tr.write_line(f"this machine's speed against the one the marks were fitted on: a CPU second here does "
+                          f"{lo:.2f}-{hi:.2f} of one there (tests/costs.py's calibration); the costs below are in its "
+                          "seconds")
+        if self.near:
+            tr.write_line(f"{len(self.near)} test(s) past their mark's bound by less than the run-to-run noise "
+                          f"({NOISE:.0%}), listed, not failed:")
+            for nodeid, mark, cpu in sorted(self.near, key=lambda w: -w[2])[:10]:
+                tr.write_line(f"  {cpu:7.2f} s  marked {mark:4s}  {nodeid}")
         if self.busy:
             worst = max(load for _, load in self.busy)
             tr.write_line(f"{len(self.busy)} test(s) not held to their mark: they ended while the machine was busy "
@@ -196,10 +265,12 @@ class Costs:
                           "ended or worked during them, so their count cannot be split from it: "
                           + ", ".join(f"{n} ({c:.1f} s)" for n, c in self.unsplit[:5]))
         if not self.wrong:
-            tr.write_line(f"every mark fits its cost: fast <= {FAST_MAX:g} s, slow >= {SLOW_MIN:g} s of CPU")
+            tr.write_line(f"every mark fits its cost: fast <= {FAST_MAX:g} s, slow >= {SLOW_MIN:g} s of CPU"
+                          + (f" (or within {NOISE:.0%} of it)" if self.near else ""))
             return
-        tr.write_line(f"{len(self.wrong)} test(s) whose mark does not fit their CPU time "
-                      f"(fast-marked over {FAST_MAX:g} s, slow-marked under {SLOW_MIN:g} s):")
+        tr.write_line(f"{len(self.wrong)} test(s) whose mark does not fit their CPU time, past the noise "
+                      f"(fast-marked over {FAST_MAX * (1 + NOISE):g} s, slow-marked under "
+                      f"{SLOW_MIN / (1 + NOISE):.2g} s):")
         for nodeid, mark, cpu in sorted(self.wrong, key=lambda w: -w[2]):
             tr.write_line(f"  {cpu:7.2f} s  marked {mark:4s}  {nodeid}")
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "COSTS_BUSY_LOAD": "1e9"}  # burnt CPU seconds are the same at any load: judge them at any
+# burnt CPU seconds are the same at any load and any speed: judge them at any, and at the bounds themselves
+ENV = {**os.environ, "COSTS_BUSY_LOAD": "1e9", "COSTS_SPEED": "1", "COSTS_NOISE": "0"}
 
 FILE = '''
 import time
@@ -76,7 +77,7 @@ def test_a_busy_machine_or_another_tests_process_ending_leaves_a_mark_unjudged_a
     from tests.costs import BUSY_LOAD, Costs
 
     c = Costs(check=True)
-    c.pytest_runtest_logreport(_Report("t::fast_over", False, cpu_s=3.0))
+    c.pytest_runtest_logreport(_Report("t::fast_over", False, cpu_s=4.0))
     c.pytest_runtest_logreport(_Report("t::fast_over_busy", False, cpu_s=3.0, load=BUSY_LOAD + 1))
     c.pytest_runtest_logreport(_Report("t::slow_under_busy", True, cpu_s=0.01, load=BUSY_LOAD + 1))
     c.pytest_runtest_logreport(_Report("t::fast_over_ended", False, cpu_s=3.0, ended=True))
@@ -85,3 +86,31 @@ def test_a_busy_machine_or_another_tests_process_ending_leaves_a_mark_unjudged_a
     assert [w[0] for w in c.wrong] == ["t::fast_over", "t::slow_under"]
     assert [b[0] for b in c.busy] == ["t::fast_over_busy", "t::slow_under_busy"]
     assert [u[0] for u in c.unsplit] == ["t::fast_over_ended", "t::slow_under_ended"]
+
+
+def test_a_cost_is_judged_in_the_reference_machines_seconds_and_within_its_noise_is_listed_not_failed():
+    from tests.costs import FAST_MAX, NOISE, SLOW_MIN, Costs
+
+    c = Costs(check=True)
+    c.pytest_runtest_logreport(_Report("t::fast_on_a_slow_machine", False, cpu_s=FAST_MAX * 1.8, speed=2.0))
+    c.pytest_runtest_logreport(_Report("t::slow_on_a_fast_machine", True, cpu_s=SLOW_MIN * 0.6, speed=0.5))
+    c.pytest_runtest_logreport(_Report("t::fast_near", False, cpu_s=FAST_MAX * (1 + NOISE / 2)))
+    c.pytest_runtest_logreport(_Report("t::slow_near", True, cpu_s=SLOW_MIN / (1 + NOISE / 2)))
+    c.pytest_runtest_logreport(_Report("t::fast_past", False, cpu_s=FAST_MAX * (1 + NOISE) * 1.1))
+    c.pytest_runtest_logreport(_Report("t::slow_past", True, cpu_s=SLOW_MIN / (1 + NOISE) * 0.9))
+    c.pytest_runtest_logreport(_Report("t::fast_past_on_a_fast_machine", False, cpu_s=FAST_MAX * 1.1, speed=0.5))
+    assert [w[0] for w in c.wrong] == ["t::fast_past", "t::slow_past", "t::fast_past_on_a_fast_machine"], c.wrong
+    assert [n[0] for n in c.near] == ["t::fast_near", "t::slow_near"], c.near
+
+
+def test_the_calibration_reads_this_processs_speed_in_cpu_seconds():
+    import time
+
+    from tests.costs import REFERENCE_S, calibrate
+
+    t = time.process_time()
+    speed = calibrate(repeats=2)
+    spent = time.process_time() - t
+    print(f"speed {speed:.2f}: {speed * REFERENCE_S:.3f} s of CPU a reading, {spent:.3f} s for two")
+    assert 0.1 < speed < 20
+    assert spent >= 2 * 0.9 * speed * REFERENCE_S  # the least of the readings is no more than any of them
