@@ -89,8 +89,8 @@ def leveled(level: str, slip=None, file=None, time=""):
         return r
     fn = C._own(level, slip)
     learner = SimpleNamespace(name=lv.function, path=file, given=False, functions=[lv.function])
-    r = own.check(lv, learner, lambda h, seconds: mod.run(fn, h), lambda reply, s: mod.judge(reply, s, lv.function),
-                  measure=level != "backward")
+    r = own.check(lv, learner, lambda h, seconds, basis: mod.run(fn, h),
+                  lambda reply, s: mod.judge(reply, s, lv.function), measure=level != "backward")
     if level == "backward" and r.passed:  # its memory given, linear (one noisy call a length decides nothing here)
         r.timings, fits = measured(1.0, mod.SEQS)
         r.exponents = _exponents(fits)

@@ -176,3 +176,25 @@ def test_a_level_s_own_case_that_runs_out_names_the_machine_or_a_hang():
     assert "endless loop" in said and "used its whole budget" in said
     assert own.timing_line({"cases": [{"error": said, "busy": False}]}).key == "hangs"
     assert own.timing_line({"cases": [{"error": "ValueError: mine"}]}) is None
+
+
+def test_a_level_s_own_cases_say_how_their_budget_was_set_where_the_machine_held_them_back():
+    """Levels 3, 5 and 6 asked their cases with a budget and no word of how it was set: the busy line said "of a
+    budget of 20 s" and nothing else. Each request now carries its basis, and the line says it."""
+    from attnlab.lab.levels import own
+
+    asked = []
+
+    def run(header, seconds, basis):
+        asked.append((header["what"], seconds, basis))
+        if header.get("case") == 1:  # held back past the ceiling, twice: the Lost the remote side raises
+            raise remote.Lost("no answer", True, pace.Spent(seconds, wall=seconds * 12, cpu=9.0, load=14.0, cores=2,
+                                                            basis=basis))
+        return {"cases": [{}]}
+
+    reply, lost = own.graded(run, ["a", "b", "c"], 0, "module", 20.0)
+    assert asked == [("grade", 20.0, "--max-seconds 20 a case (20 s unless given)")] * 2 and lost
+    said = reply["cases"][1]["error"]
+    assert said.startswith("not decided: the machine is busy: load 14 on 2 cores") and reply["cases"][1]["busy"]
+    assert "(a set budget, not a reference's time: --max-seconds 20 a case (20 s unless given))" in said, said
+    assert reply["cases"][2] == {"skipped": "not run: the case 'b' before it ran out of time"}

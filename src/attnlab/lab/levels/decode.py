@@ -196,5 +196,5 @@ def measured_ok(result) -> tuple[bool | None, str]:
 def check(learner, quick=False, seed=0, progress=None, on_stage=None, budget_s=20.0):
     from . import BY_NAME
 
-    return own.check(BY_NAME["decode"], learner, lambda h, seconds: learner.fn.ask("level", seconds=seconds, **h),
+    return own.check(BY_NAME["decode"], learner, own.asker(learner),
                      lambda reply, s: judge(reply, s, learner.name), seed=seed, on_stage=on_stage, budget_s=budget_s)

@@ -68,6 +68,16 @@ def indices(header: dict, n: int):
     return [header["case"]] if "case" in header else range(n)
 
 
+def asker(learner):
+    """``run`` for :func:`check` where the learner's code lives in its own process: each request with its budget and
+    how it was set."""
+    return lambda header, seconds, basis: learner.fn.ask("level", seconds=seconds, basis=basis, **header)
+
+
+# how a grading request's budget was set, said with it where the machine held the function back past it
+CASE_BASIS = "--max-seconds {:g} a case (20 s unless given)"
+
+
 def graded(run, names: list[str], seed: int, level: str, budget_s: float) -> tuple[dict, str | None]:
     """The learner's answers to the level's cases, one request a case, each within ``budget_s`` seconds, then the
     level's ``extra`` request (the module's training): (the reply every level's ``judge`` reads, why the process
@@ -78,7 +88,8 @@ def graded(run, names: list[str], seed: int, level: str, budget_s: float) -> tup
     cases: list[dict] = []
     for i, name in enumerate(names):
         try:
-            cases += run({"level": level, "seed": seed, "what": "grade", "case": i}, budget_s).get("cases", [])
+            cases += run({"level": level, "seed": seed, "what": "grade", "case": i}, budget_s,
+                         CASE_BASIS.format(budget_s)).get("cases", [])
         except remote.Raised as e:
             cases.append({"error": e.text})
         except remote.Lost as e:
@@ -89,7 +100,7 @@ def graded(run, names: list[str], seed: int, level: str, budget_s: float) -> tup
             cases += [{"skipped": why}] * (len(names) - i - 1)
             return {"cases": cases}, str(e)
     try:
-        extra = run({"level": level, "seed": seed, "what": "extra"}, budget_s)
+        extra = run({"level": level, "seed": seed, "what": "extra"}, budget_s, CASE_BASIS.format(budget_s))
     except remote.Raised as e:
         extra = {"raised": e.text}
     except remote.Lost as e:
@@ -124,8 +135,9 @@ def timing_line(reply: dict) -> Diagnosis | None:
 
 def check(level, learner, run, judge, seed: int = 0, on_stage=None, measure=True,
           budget_s: float = 20.0) -> LabResult:
-    """The level's check of the learner's code: ``run(header, seconds) -> reply`` runs it where it lives (the
-    learner's process, or in a test this one); ``judge(reply, seed) -> (rows, diagnoses, match_err, note)``.
+    """The level's check of the learner's code: ``run(header, seconds, basis) -> reply`` runs it where it lives (the
+    learner's process, or in a test this one) within ``seconds`` of its own, set as ``basis`` says; ``judge(reply,
+    seed) -> (rows, diagnoses, match_err, note)``.
     ``budget_s``: the most each case and the measurement may take (--max-seconds)."""
     from attnlab.judge.apart import remote
 
@@ -147,8 +159,9 @@ def check(level, learner, run, judge, seed: int = 0, on_stage=None, measure=True
         say(f"measuring it: {mod.MEASURES} (at most {budget_s:g} s; --max-seconds changes it)")
         load = load_average()
         try:
-            m = run({"level": level.name, "seed": seed, "what": "measure", "budget_s": budget_s},
-                    budget_s * len(getattr(mod, "SEQS", (0,))) + 5)
+            n = len(getattr(mod, "SEQS", (0,)))
+            m = run({"level": level.name, "seed": seed, "what": "measure", "budget_s": budget_s}, budget_s * n + 5,
+                    f"--max-seconds {budget_s:g} a length, for {n} length{'s' * (n != 1)}, and 5 s to spare")
             timings = [Timing.from_dict(t) for t in m.get("timings", [])]
             exps, how, curve = m.get("exponents", exps), m.get("note", ""), m.get("curve", {})
             if curve and hasattr(mod, "library_curve"):
