@@ -225,3 +225,18 @@ def test_timing_counts_repeats_not_warmup_and_matmul_peak_is_a_rate():
     assert len(timing.time_calls(lambda: time.sleep(0.01), 0, 10, budget_s=1e-6, min_repeats=2)) == 2
     g = timing.matmul_peak(torch.float32, "cpu", n=128, repeats=2)
     assert g > 0 and math.isfinite(g)
+
+
+def test_the_slow_forms_seconds_are_decided_as_the_sweep_decides(monkeypatch):
+    """`lesson --build` estimated the bench at 34 s where its loops form was skipped (6.6 s a call x 5 calls over
+    the 30 s budget) and it took 7 s: the loops part is the sweep's own decision, made ahead from the same probe."""
+    monkeypatch.setattr(bench, "_probe", lambda cfg, form: 0.01)  # a call at T = PROBE: 0.01 s; as T^2 from there
+    cfg = bench.BenchConfig(impls=("loops", "matrix"), seq=(16, 32), warmup=1, repeats=5, budget_s=0.2)
+    # T = 16: 5 calls fit (1 warm-up, 3 timed, 1 for memory: 0.05 s), 5 timed; T = 32: 0.04 s a call, 0.2 s fits
+    assert bench.slow_forms_seconds(cfg) == pytest.approx(7 * 0.01 + 7 * 0.04, abs=1e-3)
+    # a budget of 0.1 s: T = 32's five calls (0.2 s) do not fit, and it is skipped, as the sweep skips it
+    assert bench.slow_forms_seconds(bench.BenchConfig(**{**cfg.__dict__, "budget_s": 0.1})) == pytest.approx(
+        7 * 0.01, abs=1e-3)
+    # a budget under the first length's calls: the form is skipped whole (the sweep says "estimated ... > budget")
+    assert bench.slow_forms_seconds(bench.BenchConfig(**{**cfg.__dict__, "budget_s": 0.04})) < 1e-3
+    assert bench.slow_forms_seconds(bench.BenchConfig(impls=("matrix", "sdpa"))) == 0.0  # no slow form: none

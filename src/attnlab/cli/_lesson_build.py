@@ -148,7 +148,8 @@ def _planned(out: Path) -> tuple[_Log, list, float]:
             sinks_cfg = sinks.config()
             sinks_est = sinks.estimates(sinks_cfg, lab_train.load_corpus(sinks_cfg))
             sinks_s = sinks.timing_s(sinks_est) + sinks.seconds(sinks_est, sinks_cfg)  # the command times, then runs
-        steps = build.plan(out, est.seconds(cfg.steps, cfg.eval_every), est.step_s, sinks_s)
+        loops_s = build.bench_loops_s() if any(s.why for s in steps if s.name == "bench") else None
+        steps = build.plan(out, est.seconds(cfg.steps, cfg.eval_every), est.step_s, sinks_s, loops_s)
     todo = [s for s in steps if s.why]
     log.startup_s = build.running_s()
     page_s, log.page_how = build.page_estimate(not todo, before, est.step_s if choice else None, log.startup_s)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import math
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -384,6 +385,30 @@ def _measure(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult, 
     flops = attention_flops(B, H, T, T, cfg.head_dim, causal=cfg.half_flops,
                             mode="forward+backward" if cfg.backward else "forward")
     return Row(name, T, med, min(times), max(times), flops / med / 1e9 if med > 0 else math.inf, peak)
+
+
+def slow_forms_seconds(cfg: BenchConfig) -> float:
+    """Seconds a sweep of ``cfg`` will spend on its slow forms (the loops form), decided as the sweep decides: each
+    slow form is timed at length PROBE (as the sweep does first), its calls estimated as T^2 from there, a length
+    whose calls do not fit the budget skipped with every longer one, and a length that fits timed for as many calls
+    as :func:`attnlab.measure.timing.time_calls` makes within the budget, and one more for its memory. For an
+    estimate made before the sweep (``attnlab lesson --build``): the slow form is most of a sweep's time where it
+    fits, and none of it where it does not."""
+    total = 0.0
+    for name in cfg.impls or ():
+        form = kernels.get(name)
+        if not form.slow or form.why_not(cfg.device) is not None:
+            continue
+        t0 = time.perf_counter()
+        per16 = _probe(cfg, form)
+        total += time.perf_counter() - t0
+        for T in sorted(cfg.seq):
+            per_call = per16 * (T / PROBE) ** 2
+            if per_call * (cfg.warmup + min(3, cfg.repeats) + 1) > cfg.budget_s:
+                break
+            timed = min(cfg.repeats, max(min(3, cfg.repeats), math.floor(cfg.budget_s / per_call)))
+            total += (cfg.warmup + timed + 1) * per_call
+    return total
 
 
 def _probe(cfg: BenchConfig, form: kernels.Form) -> float:

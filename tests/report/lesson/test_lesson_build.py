@@ -47,7 +47,11 @@ def test_the_plan_runs_only_what_is_missing_or_stale(tmp_path):
         [s.estimate_s if s.name.startswith("train") or s.name in build.UNSCALED else
          2 * s.estimate_s - build.FIXED.get(s.name, 0.0) for s in steps])
     assert all(b.estimate_s > s.estimate_s for b, s in zip(busy, steps, strict=True) if s.name in build.FIXED)
-    assert steps[0].estimate_s == build.SECONDS["demo"] and busy[1].estimate_s == build.SECONDS["bench"]
+    assert steps[0].estimate_s == build.SECONDS["demo"]
+    assert busy[1].estimate_s == build.SECONDS["bench"] + build.BENCH_BUDGET_S  # loops not timed: its whole budget
+    timed = build.plan(tmp_path, 50.0, loops_s=21.0)  # the loops form's seconds, as the bench will decide them
+    assert timed[1].estimate_s == build.SECONDS["bench"] + 21.0
+    assert build.plan(tmp_path, 50.0, loops_s=0.0)[1].estimate_s == build.SECONDS["bench"]  # it will skip it
     _up_to_date(tmp_path)
     assert [s.why for s in build.plan(tmp_path)] == [None] * 6
     old = json.loads((tmp_path / "bench.json").read_text()) | {"versions": {"attnlab": "0.0.1"}}
