@@ -41,7 +41,7 @@ def test_the_plan_runs_only_what_is_missing_or_stale(tmp_path):
     assert [s.name for s in steps] == ["demo", "bench", "train", "train tie-kv", "explore", "explore sinks"]
     assert all(s.why and "missing" in s.why for s in steps)
     assert [s.estimate_s for s in steps if s.name.startswith("train")] == [150.0, 50.0]  # tie-kv trains one model
-    assert steps[1].argv[:3] == ["bench", "--impl", "loops,matrix,flash,sdpa"]
+    assert steps[1].argv[:5] == ["bench", "--impl", "loops,matrix,flash,sdpa", "--budget", "60"]
     busy = build.plan(tmp_path, 50.0, step_s=2 * build.REFERENCE_STEP_S)  # a step twice as slow: the steps' scaled
     assert [b.estimate_s for b in busy] == pytest.approx(  # parts too, but not the bench, bound by its time budgets
         [s.estimate_s if s.name.startswith("train") or s.name in build.UNSCALED else
