@@ -50,3 +50,16 @@ def test_choose_threads_times_real_steps_in_turns(keep_threads):
     assert set(c.step_s) == {str(n) for n in (1, 2) if n <= os.cpu_count()} and all(s > 0 for s in c.step_s.values())
     assert str(c.threads) == min(c.step_s, key=c.step_s.get) and torch.get_num_threads() == c.threads
     assert len(c.load_before) == 3 and len(c.load_after) == 3
+
+
+def test_a_round_slowed_by_other_work_does_not_choose_the_threads(keep_threads, monkeypatch):
+    """One round of 2 threads ran beside a burst of other work (0.3 s a step): the median of its two rounds read it
+    half in and chose 1 thread; each count's step is the least of its rounds."""
+    import os
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    steps = iter([0.064, 0.3, 0.065, 0.046])  # turns: 1, 2, 1, 2 threads
+    monkeypatch.setattr(estimate, "estimate", lambda *a, **k: SimpleNamespace(step_s=next(steps)))
+    c = estimate.choose_threads(None, None, rounds=2)
+    assert c.threads == 2 and c.step_s == {"1": 0.064, "2": 0.046} and torch.get_num_threads() == 2
