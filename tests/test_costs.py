@@ -77,7 +77,7 @@ def test_a_busy_machine_or_another_tests_process_ending_leaves_a_mark_unjudged_a
     from tests.costs import BUSY_LOAD, Costs
 
     c = Costs(check=True)
-    c.pytest_runtest_logreport(_Report("t::fast_over", False, cpu_s=4.0))
+    c.pytest_runtest_logreport(_Report("t::fast_over", False, cpu_s=5.0))
     c.pytest_runtest_logreport(_Report("t::fast_over_busy", False, cpu_s=3.0, load=BUSY_LOAD + 1))
     c.pytest_runtest_logreport(_Report("t::slow_under_busy", True, cpu_s=0.01, load=BUSY_LOAD + 1))
     c.pytest_runtest_logreport(_Report("t::fast_over_ended", False, cpu_s=3.0, ended=True))

@@ -137,7 +137,8 @@ def test_the_stale_max_guarded_on_the_first_tile_is_named_from_its_outputs_not_a
     assert keys[:1] == ["stale-max"] and "max-subtraction" not in keys
 
 
-@pytest.mark.slow  # 1.5 to 4 s of CPU: near the fast bound, over it on a slower run
+# 1.5 to 4 s of CPU where it is the first to read level 7's probes in its worker (cached there), 0.15 s after
+@pytest.mark.slow(first="level 7's probes and their float64 answers")
 def test_where_a_level_names_its_slip_verify_adds_only_the_lines_that_read_no_numbers():
     """Level 7's kernel with the scores past S unmasked: its line, and of verify's lines only the contract's and
     what was raised -- not a tag the same failing cases share ("fails only in bfloat16"), nor a semantic guess."""

@@ -36,7 +36,8 @@ def test_text_file_corpus_and_its_errors(tmp_path):
         corpus.from_file(tmp_path / "short.txt")
 
 
-@pytest.mark.slow  # thirty training steps and a save: about 2 s of CPU
+# thirty training steps and a save: about 2 s of CPU where it is the first training in its worker, 0.17 s after
+@pytest.mark.slow(first="the training modules and the model's first kernels")
 def test_thirty_steps_lower_the_loss(data, tmp_path, round_trip):
     r = train.run(TINY, variants=["sqrt"], out=tmp_path, data=data)
     log = r.variants["sqrt"]
