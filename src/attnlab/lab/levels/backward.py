@@ -95,7 +95,7 @@ def _pytorch(x, causal):
 
 def judge(reply: dict, seed: int, name: str = "flash_backward"):
     """(rows, diagnoses, max |yours − the oracle| on dq, dk, dv, the cases' note) from the learner's values."""
-    rows, got, right, autograd, dtype_wrong = [], [], [], False, False
+    rows, got, right, autograd, dtype_wrong, values_wrong = [], [], [], False, False, False
     replies = reply.get("cases") or [{"error": reply.get("raised", "no answer")}] * len(CASES)
     for i, ((cname, _, causal, dtype, _, _), r) in enumerate(zip(CASES, replies, strict=True)):
         x = inputs(i, seed)
@@ -118,11 +118,14 @@ def judge(reply: dict, seed: int, name: str = "flash_backward"):
         comps = [own.compare(n, mine[n], theirs[n], ref[n], getattr(torch, dtype), budget[n]) for n in QUANTITIES]
         wrong = [d for d in r["dtypes"] if d != dtype]
         rows.append(own.row(name, cname, dtype, comps, f"returned {wrong[0]} for {dtype} inputs" if wrong else ""))
+        values_wrong = values_wrong or not all(c.passed for c in comps)
         if wrong:
             rows[-1].status = "fail"
             dtype_wrong = True
     keys = ["autograd"] if autograd else []
-    if any(r.status != "pass" for r in rows):
+    if dtype_wrong and not values_wrong and all(g is not None for g in got):
+        keys.append("dtype")  # every value right, only the dtype not: no slip's answer to look for
+    elif any(r.status != "pass" for r in rows):
         keys += own.named(got, right, slip_list(seed), [c[3] for c in CASES], pairs=slip_pairs(seed))
         if not keys and dtype_wrong:
             keys.append("dtype")
