@@ -63,20 +63,3 @@ def test_a_round_slowed_by_other_work_does_not_choose_the_threads(keep_threads, 
     monkeypatch.setattr(estimate, "estimate", lambda *a, **k: SimpleNamespace(step_s=next(steps)))
     c = estimate.choose_threads(None, None, rounds=2)
     assert c.threads == 2 and c.step_s == {"1": 0.064, "2": 0.046} and torch.get_num_threads() == 2
-
-
-def test_a_step_timed_with_more_than_its_share_beside_busy_processes_is_slowed_to_the_share_it_will_keep(
-        monkeypatch):
-    """A build timed its step at 77 ms beside two busy processes on two cores; its training then took 105-160 ms a
-    step, with 2/3 of a core. The timed steps' share of the CPU over the share the run keeps slows the estimate."""
-    import os
-
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    step, share, kept = estimate.sustained(0.077, cpu_s=0.9 * 0.385, wall_s=0.385, threads=1, others=[2, 2, 3, 2, 2])
-    assert share == pytest.approx(0.9) and kept == pytest.approx(2 / 3)
-    assert step == pytest.approx(0.077 * 0.9 / (2 / 3))  # 104 ms
-    # idle: nothing else running, the step as timed; and never faster than timed
-    assert estimate.sustained(0.05, 0.25, 0.25, 1, [0, 0, 1, 0, 0])[0] == 0.05
-    assert estimate.sustained(0.05, 0.5 * 0.25, 0.25, 1, [2, 2, 2])[0] == 0.05  # it had less than its share: as timed
-    assert estimate.sustained(0.05, 0.35, 0.25, 2, [])[0] == 0.05  # no reading of the others: as timed
-    assert estimate.running_others() is not None and estimate.running_others() >= 0  # (Linux)

@@ -26,47 +26,12 @@ from attnlab.results import Result
 
 @dataclass
 class Estimate(Result):
-    step_s: float  # one optimizer step, as the run will keep it up (:func:`sustained`)
+    step_s: float  # one optimizer step
     log_s: float  # one log entry (measurement and checkpoint)
-    timed_s: float | None = None  # the step as timed, before the machine's sustained share was taken in
-    share: float | None = None  # the share of its threads' CPU the timed steps had
-    share_kept: float | None = None  # the share the run will keep beside the others running now
 
     def seconds(self, steps: int, eval_every: int, variants: int = 1) -> float:
         logs = steps // eval_every + 2  # every eval_every steps, the first and the last
         return variants * (steps * self.step_s + logs * self.log_s)
-
-
-def running_others() -> int | None:
-    """How many tasks other than this process's own threads are running now (Linux: /proc/loadavg's running count
-    less this process's threads in state R); None where it cannot be read."""
-    try:
-        running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
-        mine = 0
-        for task in Path("/proc/self/task").iterdir():
-            stat = (task / "stat").read_text()
-            mine += stat[stat.rindex(")") + 2] == "R"
-        return max(0, running - mine)
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def sustained(step_s: float, cpu_s: float, wall_s: float, threads: int, others: list[int]) -> tuple[float, float,
-                                                                                                     float | None]:
-    """A step time timed over a few steps, as a long run keeps it up: (seconds, the share the timed steps had, the
-    share the run will keep). Beside busy processes a process that has just started gets more than its share for a
-    while (the scheduler counts its past, and it has none): a step timed at 77 ms beside two busy processes on two
-    cores was 110-160 ms through the run, which had 2/3 of a core. So where other tasks are running, the step is
-    slowed by the share the timing had over the share the run will keep, ``cores / (others + threads)``; never
-    sped up (two threads never keep both cores busy, idle or not)."""
-    import os
-
-    share = cpu_s / max(wall_s * threads, 1e-9)
-    if not others:
-        return step_s, share, None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    kept = min(1.0, cores / (statistics.median(others) + threads))
-    return step_s * max(1.0, share / kept), share, kept
 
 
 @dataclass
@@ -115,18 +80,12 @@ def estimate(cfg, data, steps: int = 5, log: bool = True, variant: dict | None =
         with tempfile.TemporaryDirectory() as tmp:
             v = _set_up(cfg, "estimate", variant or {}, data, Path(tmp) / "estimate.pt", Grid())
             _step(v, 0)  # warm-up: the first call allocates and picks kernels
-            times, others = [], []
-            cpu0 = time.process_time()
+            times = []
             for s in range(steps):
                 t0 = time.perf_counter()
                 _step(v, s + 1)
                 times.append(time.perf_counter() - t0)
-                if (n := running_others()) is not None:
-                    others.append(n)
-            cpu_s = time.process_time() - cpu0
-            timed = statistics.median(times)
-            step_s, share, kept = sustained(timed, cpu_s, sum(times), torch.get_num_threads(), others)
-            log_s = 0.0
+            step_s, log_s = statistics.median(times), 0.0
             if log:
                 t0 = time.perf_counter()
                 _measure(v.model, v.net, v.fixed, v.log, 0, v.grid)
@@ -134,5 +93,5 @@ def estimate(cfg, data, steps: int = 5, log: bool = True, variant: dict | None =
                 log_s = time.perf_counter() - t0
     finally:
         torch.random.set_rng_state(state)
-    return Estimate(step_s, log_s * (step_s / timed), timed, share, kept)
+    return Estimate(step_s, log_s)
 
