@@ -8,18 +8,18 @@ import pytest
 from tests import api_corpus_run as R
 from tests import kv_bugs
 
-pytestmark = [pytest.mark.slow, pytest.mark.long]  # two dozen kernels at one seed (benchmarks/api_corpus.py: five)
-
 
 @pytest.fixture(scope="module")
 def outcomes():
     return R.run_kv(seed=0)
 
 
-def test_every_label_is_read():
+def test_every_label_is_read():  # (no kernel runs: a fast test of make test)
     assert {label for *_, labels in R.kv_kernels().values() for label in labels} <= set(kv_bugs.LABEL_KEYS)
 
 
+@pytest.mark.long  # two dozen kernels at one seed (benchmarks/api_corpus.py: five)
+@pytest.mark.slow
 def test_the_blind_corpus(outcomes):
     print(kv_bugs.table(outcomes))
     copies = [o for o in outcomes if R.COPIES in o.keys]

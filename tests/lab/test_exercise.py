@@ -164,8 +164,11 @@ def test_a_loops_version_is_measured_at_the_sizes_it_can_finish(monkeypatch):
     timings, _, note = measure.measure(slow, "lab", seqs=(64, 200), budget_s=0.2)  # would take 0.24 s, over its budget
     assert calls.count(200) == 1 and "one call where it takes over 0.0333 s" in note, (calls, note)
     calls.clear()  # within a sixth: the first, two timed calls that agree (a clock of its own: they do), three peaks
-    timings, _, _ = measure.measure(slow, "lab", seqs=(64, 200), budget_s=0.25)
-    assert calls.count(200) == 1 + 2 + measure.PEAKS and len(timings[1].times_s) == 2, calls
+    timings, _, _ = measure.measure(slow, "lab", seqs=(64, 200), budget_s=0.25)  # -- more where the three disagree
+    peaks = timings[1].peaks  # (the memory is the machine's own: a busy one can make its repeats disagree)
+    assert calls.count(200) == 1 + 2 + len(peaks) and len(timings[1].times_s) == 2, calls
+    assert len(peaks) == measure.PEAKS or (not measure.confirmed(peaks[:measure.PEAKS])
+                                           and len(peaks) <= measure.PEAKS + measure.MORE_PEAKS), peaks
 
 
 def test_the_starters_own_function_is_told_from_the_learners(tmp_path):
