@@ -1,6 +1,6 @@
 """How long the test suite takes: make test's, make test-long's and make test-fast's pytest runs, timed as run.
 
-    .venv/bin/python benchmarks/suite_times.py [--only test,test-long,test-fast] [--out benchmarks/results]
+    .venv/bin/python benchmarks/suite_times.py [--only test,test-long,test-fast] [--out DIR] [--costs DIR]
 
 Runs each target's pytest command exactly as the Makefile does (two workers, the same marks, --check-costs), one
 after the other, from this checkout, and times each from start to end; the 1-minute load before and after each says
@@ -40,17 +40,23 @@ def processor_file(cpu: str) -> str:
     return "suite-" + "-".join(keep or ["unknown"]) + ".json"
 
 
-def run(target: str) -> dict:
-    print(f"make {target}: {' '.join(RUNS[target][1:])}", flush=True)
+def run(target: str, costs: Path | None = None) -> dict:
+    """One target's pytest run, timed; ``costs``: a folder for each test's CPU seconds (costs-TARGET.json)."""
+    cmd = RUNS[target] + ([f"--costs-json={costs / f'costs-{target}.json'}"] if costs else [])
+    print(f"make {target}: {' '.join(cmd[1:])}", flush=True)
     before = load_average()
     t0 = time.monotonic()
-    p = subprocess.run(RUNS[target], cwd=ROOT, capture_output=True, text=True,
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
                        env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
     seconds = time.monotonic() - t0
     tail = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)", tail)}
+    lines = p.stdout.splitlines()
+    at = next((i for i, line in enumerate(lines) if "CPU time:" in line and "--check-costs" in line), None)
+    marks = [] if at is None else [line.strip() for line in lines[at:] if line.strip()][:12]
+    marks = marks[:next((i for i, line in enumerate(marks) if i and line.startswith("=")), len(marks))]
     out = {"seconds": round(seconds, 1), "counts": counts, "load_before": before, "load_after": load_average(),
-           "returncode": p.returncode, "summary": tail}
+           "returncode": p.returncode, "summary": tail, "marks": marks}
     whole = round(seconds)
     print(f"  {whole // 60} min {whole % 60} s: {tail} (load {before} -> {out['load_after']})", flush=True)
     if p.returncode != 0:
@@ -62,6 +68,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default=",".join(RUNS), help="the targets to time, comma-separated")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--costs", metavar="DIR", help="write each run's per-test CPU seconds to DIR/costs-TARGET.json")
     args = p.parse_args(argv)
     targets = [t for t in args.only.split(",") if t]
     unknown = [t for t in targets if t not in RUNS]
@@ -70,7 +77,10 @@ def main(argv=None) -> int:
     host = machine()
     path = Path(args.out) / processor_file(host.get("cpu") or "")
     old = json.loads(path.read_text()) if path.exists() else {}
-    runs = {**old.get("runs", {}), **{t: run(t) for t in targets}}
+    costs = Path(args.costs).resolve() if args.costs else None
+    if costs:
+        costs.mkdir(parents=True, exist_ok=True)
+    runs = {**old.get("runs", {}), **{t: run(t, costs) for t in targets}}
     path.write_text(json.dumps({"machine": host, "versions": versions(), "runs": runs}, indent=1) + "\n")
     print(f"wrote {path}")
     return 0 if all(r["returncode"] == 0 for r in runs.values()) else 1
