@@ -51,9 +51,9 @@ HEAVY_FIXTURE = 5.0  # ... and one of this much makes them slow (between the two
 # mark's verdict must not flip with the load
 # (COSTS_BUSY_LOAD sets another: tests/test_costs.py judges its own burnt seconds at any load)
 BUSY_LOAD = float(os.environ.get("COSTS_BUSY_LOAD") or 1.5 * (os.cpu_count() or 2) + 1)
-# a test's cost from run to run on one machine: two fresh-clone runs of make test (AMD EPYC, 2 cores) put 90 % of
-# the tests over 0.3 s within 0.49-1.95 times their other run's CPU time (which worker pays an import, the order,
-# the load): a cost within a factor of 1 + NOISE of its bound is inside that noise
+# a test's cost from run to run on one machine: two pairs of make test runs (AMD EPYC, 2 cores) put 90 % of the
+# tests over 0.3 s within 0.49-1.95 and 0.80-2.07 times their other run's CPU time (which worker pays an import, the
+# order, the load): a cost within a factor of 1 + NOISE of its bound is inside that noise
 NOISE = float(os.environ.get("COSTS_NOISE") or 1.0)
 REFERENCE_S = 0.108  # calibrate()'s CPU seconds on the machine the marks were fitted on (AMD EPYC, AVX-512, quiet)
 CALIBRATE_EVERY = 60.0  # wall seconds between two readings of a process's speed
