@@ -240,3 +240,6 @@ def test_the_slow_forms_seconds_are_decided_as_the_sweep_decides(monkeypatch):
     # a budget under the first length's calls: the form is skipped whole (the sweep says "estimated ... > budget")
     assert bench.slow_forms_seconds(bench.BenchConfig(**{**cfg.__dict__, "budget_s": 0.04})) < 1e-3
     assert bench.slow_forms_seconds(bench.BenchConfig(impls=("matrix", "sdpa"))) == 0.0  # no slow form: none
+    # no form named: every form, as the sweep runs them (the loops form among them), each length once
+    every = bench.BenchConfig(**{**cfg.__dict__, "impls": None, "seq": (16, 16)})
+    assert bench.slow_forms_seconds(every) == pytest.approx(7 * 0.01, abs=1e-3)

@@ -394,15 +394,16 @@ def slow_forms_seconds(cfg: BenchConfig) -> float:
     as :func:`attnlab.measure.timing.time_calls` makes within the budget, and one more for its memory. For an
     estimate made before the sweep (``attnlab lesson --build``): the slow form is most of a sweep's time where it
     fits, and none of it where it does not."""
-    total = 0.0
-    for name in cfg.impls or ():
-        form = kernels.get(name)
-        if not form.slow or form.why_not(cfg.device) is not None:
+    total, cfg = 0.0, resolved(cfg)  # every form when none is named, each length once, as the sweep runs them
+    registered = kernels.forms(device=None)
+    for name in cfg.impls:
+        form = registered.get(name)  # (flex is built by the sweep itself, and is not slow)
+        if form is None or not form.slow or form.why_not(cfg.device) is not None:
             continue
         t0 = time.perf_counter()
         per16 = _probe(cfg, form)
         total += time.perf_counter() - t0
-        for T in sorted(cfg.seq):
+        for T in cfg.seq:
             per_call = per16 * (T / PROBE) ** 2
             if per_call * (cfg.warmup + min(3, cfg.repeats) + 1) > cfg.budget_s:
                 break

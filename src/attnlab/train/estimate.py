@@ -37,7 +37,7 @@ class Estimate(Result):
 @dataclass
 class ThreadChoice(Result):
     threads: int  # the faster thread count, set for the rest of the process
-    step_s: dict[str, float]  # thread count -> median seconds a step
+    step_s: dict[str, float]  # thread count -> seconds a step, the least of its rounds
     load_before: list[float]  # the 1-minute load average before and after the timing
     load_after: list[float]
 
