@@ -51,10 +51,13 @@ def run(target: str, costs: Path | None = None) -> dict:
     seconds = time.monotonic() - t0
     tail = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|error)", tail)}
-    lines = p.stdout.splitlines()
-    at = next((i for i, line in enumerate(lines) if "CPU time:" in line and "--check-costs" in line), None)
-    marks = [] if at is None else [line.strip() for line in lines[at:] if line.strip()][:12]
-    marks = marks[:next((i for i, line in enumerate(marks) if i and line.startswith("=")), len(marks))]
+    marks, inside = [], False  # the mark check's summary: from its "CPU time:" line to the next "=" separator
+    for line in p.stdout.splitlines():
+        inside = inside or ("CPU time:" in line and "--check-costs" in line)
+        if inside and line.startswith("="):
+            break
+        if inside and line.strip():
+            marks.append(line.strip())
     out = {"seconds": round(seconds, 1), "counts": counts, "load_before": before, "load_after": load_average(),
            "returncode": p.returncode, "summary": tail, "marks": marks}
     whole = round(seconds)

@@ -19,9 +19,9 @@ from the test's).
 
 With ``--check-costs`` (the Makefile's test targets pass it) the run ends with a table of the tests whose mark does
 not fit their cost -- fast-marked over FAST_MAX, slow-marked under SLOW_MIN, each past a factor of 1 + NOISE (below)
--- and fails when it is not empty. The
-two limits sit far apart on purpose: a test between them may carry either mark, so no verdict flips because the
-machine is busy (CPU time grows a little with the load; wall time grows with it without bound).
+-- and fails when it is not empty. The two limits sit far apart on purpose: a test between them may carry either
+mark, so no verdict flips because the machine is busy (CPU time grows a little with the load; wall time grows with
+it without bound).
 
 A CPU second is not the same on every machine, nor on one machine all day (a neighbour on the host's other hyper-
 thread slows every instruction): each process that runs tests times a fixed piece of Python (:func:`calibrate`) at

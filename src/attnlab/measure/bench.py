@@ -362,7 +362,7 @@ def _measure(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult, 
     per_call = growth.extrapolate([(r.seq, r.time_s) for r in done], T, lo=2.0)  # time grows as T^2
     if per_call is None and form.slow:
         per_call = _probe(cfg, form) * (T / PROBE) ** 2
-    min_calls = cfg.warmup + min(3, cfg.repeats) + 1
+    min_calls = _min_calls(cfg)
     if per_call is not None and per_call * min_calls > cfg.budget_s:
         return Row(name, T, skipped=f"estimated {per_call:.3g} s a call x {min_calls} calls > budget "
                                     f"{cfg.budget_s:g} s (--budget)")
@@ -387,6 +387,12 @@ def _measure(cfg: BenchConfig, form: kernels.Form, T: int, result: BenchResult, 
     return Row(name, T, med, min(times), max(times), flops / med / 1e9 if med > 0 else math.inf, peak)
 
 
+def _min_calls(cfg: BenchConfig) -> int:
+    """The calls a case makes at the least: the warm-up, three timed (or all the repeats, if fewer), one for its
+    memory; a case whose estimated calls do not fit the budget is skipped."""
+    return cfg.warmup + min(3, cfg.repeats) + 1
+
+
 def slow_forms_seconds(cfg: BenchConfig) -> float:
     """Seconds a sweep of ``cfg`` will spend on its slow forms (the loops form), decided as the sweep decides: each
     slow form is timed at length PROBE (as the sweep does first), its calls estimated as T^2 from there, a length
@@ -405,7 +411,7 @@ def slow_forms_seconds(cfg: BenchConfig) -> float:
         total += time.perf_counter() - t0
         for T in cfg.seq:
             per_call = per16 * (T / PROBE) ** 2
-            if per_call * (cfg.warmup + min(3, cfg.repeats) + 1) > cfg.budget_s:
+            if per_call * _min_calls(cfg) > cfg.budget_s:
                 break
             timed = min(cfg.repeats, max(min(3, cfg.repeats), math.floor(cfg.budget_s / per_call)))
             total += (cfg.warmup + timed + 1) * per_call

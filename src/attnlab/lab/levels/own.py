@@ -20,6 +20,7 @@ import torch
 from attnlab.judge import Diagnosis, Row, VerifyResult, readings, rule
 from attnlab.results.host import load_average, machine, versions
 
+from ..measure import BUDGET_S
 from ..result import LabResult, Timing
 from . import slips
 
@@ -75,7 +76,7 @@ def asker(learner):
 
 
 # how a grading request's budget was set, said with it where the machine held the function back past it
-CASE_BASIS = "--max-seconds {:g} a case (20 s unless given)"
+CASE_BASIS = "--max-seconds {:g} a case (" + f"{BUDGET_S:g}" + " s unless given)"
 
 
 def graded(run, names: list[str], seed: int, level: str, budget_s: float) -> tuple[dict, str | None]:
