@@ -2,6 +2,7 @@
 measured more where they do not, and "not decided" (never "it did not hold") where they never do; and a function that
 fails its grading is not timed at all."""
 
+import contextlib
 from types import SimpleNamespace
 
 import pytest
@@ -109,3 +110,51 @@ def test_a_function_that_fails_its_grading_is_not_timed(monkeypatch):
     said = []
     load, err, timings, fits, how = check._measured(learner, mod, None, 0, 20.0, said.append, passed=False)
     assert timings == [] and how == check.NOT_PASSED and not said and err < 1e-5
+
+
+def test_a_passing_function_is_measured_in_a_process_of_its_own_and_the_process_ends(monkeypatch):
+    """The graded process's heap is fragmented by the grading (a right matrix form read T = 512 at 2.4 to 3.2 MiB from
+    one check to the next, its growth as low as T^1.80 against the level's 1.75): the measurement runs in a new
+    process, and that process ends with it (also when the measurement raises: the slow test below)."""
+    events = []
+    graded = SimpleNamespace(fn=_Right(), given=False)
+    clean = SimpleNamespace(fn=SimpleNamespace(lost="it exited with code 1"), given=False)
+
+    @contextlib.contextmanager
+    def fresh(learner):
+        assert learner is graded
+        events.append("started")
+        try:
+            yield clean
+        finally:
+            events.append("ended")
+
+    def measure(learner, seqs, budget_s, seed=0):
+        assert learner is clean, "measured in the graded process"
+        events.append("measured")
+        if seqs == M.SEQS and events.count("measured") > 1:
+            raise judged.remote.Lost("gone")
+        return [Timing(T, 1.0, T * T, peaks=[T * T]) for T in seqs], {"time": None, "memory": None}, "note"
+
+    monkeypatch.setattr(judged, "fresh", fresh)
+    monkeypatch.setattr(judged, "measure", measure)
+    mod = levels.find("matrix").module()
+    *_, timings, fits, how = check._measured(graded, mod, None, 0, 20.0, lambda text: None)
+    assert events == ["started", "measured", "ended"] and [t.seq for t in timings] == list(M.SEQS)
+    *_, timings, fits, how = check._measured(graded, mod, None, 0, 20.0, lambda text: None)
+    assert events[3:] == ["started", "measured", "ended"] and timings == []
+    assert how == "not measured: it exited with code 1 while it was measured", how
+
+
+@pytest.mark.slow
+def test_the_fresh_process_is_another_process_and_is_gone_after(tmp_path):
+    path = tmp_path / "lab_matrix.py"
+    path.write_text("import torch\n\n\ndef attention_matrix(q, k, v):\n    return q\n")
+    with judged.open_learner(str(path), "matrix") as learner:
+        with judged.fresh(learner) as clean:
+            assert clean.fn.process.pid != learner.fn.process.pid and clean.fn.process.poll() is None
+            assert (clean.path, clean.name, clean.level) == (learner.path, learner.name, learner.level)
+        assert clean.fn.process.poll() is not None and learner.fn.process.poll() is None
+        with pytest.raises(judged.remote.Lost), judged.fresh(learner) as again:
+            raise judged.remote.Lost("the measurement lost it")
+        assert again.fn.process.poll() is not None and learner.fn.process.poll() is None

@@ -25,6 +25,12 @@ def _verdict(r: dict) -> tuple:
     return r["passed"], r["causes"][:1]
 
 
+def _said(r: dict) -> str:
+    """The check's verdict lines (its level line, its grading and its growth), for a failing assertion to show."""
+    said = ("Level", "Graded", "  growth", "  T =")
+    return "\n".join(line for line in r["tail"].splitlines() if line.startswith(said))
+
+
 @pytest.mark.long
 @pytest.mark.slow
 def test_the_same_files_give_the_same_verdicts_alone_busy_and_together(tmp_path):
@@ -40,7 +46,7 @@ def test_the_same_files_give_the_same_verdicts_alone_busy_and_together(tmp_path)
                                                                       ("together", together)) for r in rows)
     print(table)
     for (level, slip), a, b, c in zip(FILES, alone, busy, together, strict=True):
-        assert a["passed"] == (slip is None), (level, slip, a["tail"])
+        assert a["passed"] == (slip is None), (level, slip, _said(a))
         if slip is not None:
             assert a["causes"][:1] == [slip], (level, slip, a["causes"], a["tail"])  # the slip, named first
         assert _verdict(b) == _verdict(a), (level, slip, "beside busy processes", b["tail"])

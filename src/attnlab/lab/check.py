@@ -8,13 +8,14 @@ past its time, a FAIL) row, what could not be measured says why, and the result 
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from attnlab.judge import Diagnosis, facts
 from attnlab.judge.diagnose import KINDS
 from attnlab.results.host import load_average, machine, versions
 
-from . import grade, judged, levels, measure
+from . import files, grade, judged, levels, measure
 from .levels import slips
 from .result import LabResult
 
@@ -138,13 +139,17 @@ def _measured(learner, mod, hung, seed: int, budget_s: float, say, passed: bool 
     say(("measuring its time and peak memory at T = " + ", ".join(map(str, seqs))
          + f" (at most {budget_s:g} s a length; --max-seconds changes it)") if seqs else mod.measures())
     load = load_average()  # others' work while it is timed: noise in the times (not in the memory)
+    clean = None
     try:
-        timings, fits, how = (judged.measure(learner, seqs, budget_s, seed=seed) if seqs else
-                              mod.measured(learner, budget_s, seed))
+        with judged.fresh(learner) if seqs else contextlib.nullcontext(learner) as clean:  # a heap of its own
+            timings, fits, how = (judged.measure(clean, seqs, budget_s, seed=seed) if seqs else
+                                  mod.measured(clean, budget_s, seed))
     except judged.remote.Raised as e:
         how = f"not measured: measuring it raised {e.text}"
     except judged.remote.Lost:
-        how = f"not measured: {fn.lost} while it was measured"
+        how = f"not measured: {clean.fn.lost} while it was measured"
+    except files.LoadError as e:
+        how = f"not measured: its process for the measurement did not start ({e})"
     return load, err, timings, fits, how
 
 

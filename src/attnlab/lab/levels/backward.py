@@ -240,4 +240,5 @@ def check(learner, quick=False, seed=0, progress=None, on_stage=None, budget_s=2
     from . import BY_NAME
 
     return own.check(BY_NAME["backward"], learner, own.asker(learner),
-                     lambda reply, s: judge(reply, s, learner.name), seed=seed, on_stage=on_stage, budget_s=budget_s)
+                     lambda reply, s: judge(reply, s, learner.name), seed=seed, on_stage=on_stage, budget_s=budget_s,
+                     measured_in=lambda: own.fresh_asker(learner))  # its memory measured in a heap of its own

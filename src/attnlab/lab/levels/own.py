@@ -12,6 +12,7 @@ values to verify's tolerance rule. The slips are named as the attention levels' 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -134,12 +135,24 @@ def timing_line(reply: dict) -> Diagnosis | None:
     return Diagnosis("hangs", said)
 
 
+@contextlib.contextmanager
+def fresh_asker(learner):
+    """``run`` for the measurement, in a new process of the learner's own (:func:`attnlab.lab.judged.fresh`: a heap
+    the grading did not fragment), for as long as the block runs."""
+    from attnlab.lab import judged
+
+    with judged.fresh(learner) as clean:
+        yield asker(clean)
+
+
 def check(level, learner, run, judge, seed: int = 0, on_stage=None, measure=True,
-          budget_s: float = 20.0) -> LabResult:
+          budget_s: float = 20.0, measured_in=None) -> LabResult:
     """The level's check of the learner's code: ``run(header, seconds, basis) -> reply`` runs it where it lives (the
     learner's process, or in a test this one) within ``seconds`` of its own, set as ``basis`` says; ``judge(reply,
     seed) -> (rows, diagnoses, match_err, note)``.
-    ``budget_s``: the most each case and the measurement may take (--max-seconds)."""
+    ``budget_s``: the most each case and the measurement may take (--max-seconds); ``measured_in``: a context
+    manager's factory that gives the ``run`` the measurement is made with (:func:`fresh_asker`; None: ``run``)."""
+    from attnlab.judge import LoadError
     from attnlab.judge.apart import remote
 
     t0 = time.perf_counter()
@@ -161,8 +174,10 @@ def check(level, learner, run, judge, seed: int = 0, on_stage=None, measure=True
         load = load_average()
         try:
             n = len(getattr(mod, "SEQS", (0,)))
-            m = run({"level": level.name, "seed": seed, "what": "measure", "budget_s": budget_s}, budget_s * n + 5,
-                    f"--max-seconds {budget_s:g} a length, for {n} length{'s' * (n != 1)}, and 5 s to spare")
+            with (measured_in or (lambda: contextlib.nullcontext(run)))() as measuring:
+                m = measuring({"level": level.name, "seed": seed, "what": "measure", "budget_s": budget_s},
+                              budget_s * n + 5, f"--max-seconds {budget_s:g} a length, for {n} "
+                              f"length{'s' * (n != 1)}, and 5 s to spare")
             timings = [Timing.from_dict(t) for t in m.get("timings", [])]
             exps, how, curve = m.get("exponents", exps), m.get("note", ""), m.get("curve", {})
             if curve and hasattr(mod, "library_curve"):
@@ -171,6 +186,8 @@ def check(level, learner, run, judge, seed: int = 0, on_stage=None, measure=True
             how = f"not measured: {e.text}"
         except remote.Lost as e:
             how = f"not measured: {e} (--max-seconds {budget_s:g} a length)"
+        except LoadError as e:
+            how = f"not measured: its process for the measurement did not start ({e})"
     verify = VerifyResult(rows, machine(), versions())
     r = LabResult(str(learner.path), learner.name, "level", note, verify, found, err, passed, timings, exps, how,
                   time.perf_counter() - t0, {**machine(), "load_average": load}, versions(), given=learner.given,
