@@ -5,8 +5,9 @@ judged process (:mod:`attnlab.judge.apart.worker`), which loads the file once, f
 which form it found (:func:`attnlab.lab.grade.form_of`), and then answers the judge's
 requests -- the graded cases, and the lab's own two: ``rate`` (how long one query-key pair takes)
 and ``measure`` (time and peak memory against length, :mod:`.measure`). Both are measured here, in
-the process that runs the function, so the memory counted is the function's own, and timed on the
-lab's thread count (:data:`attnlab.lab.measure.THREADS`), set here, with the load beside each length.
+a process that runs the function, so the memory counted is the function's own -- ``measure`` in a new one
+(:func:`fresh`), whose heap the grading has not fragmented -- and timed on the lab's thread count
+(:data:`attnlab.lab.measure.THREADS`), set here, with the load beside each length.
 """
 
 from __future__ import annotations
