@@ -58,13 +58,18 @@ class _Fit:
     alt: torch.Tensor | None = None  # its answer
     parts: tuple[str, ...] | None = None  # the keys it names, where not its key's ("a+b": a and b; "a|b": a tie)
     near: torch.Tensor | None = None  # rows where the function's answer is much nearer this one than the right one
+    alt_dead: torch.Tensor | None = None  # the rows that see no key in its answer
 
     def consistent(self, done: torch.Tensor | None = None) -> bool:
         """On every row its answer changes (but the rows ``done``, explained by another cause already), the function
-        gave it; and on one at least by value, not only as a row that sees no key (the identity, key "", speaks only
-        of those rows)."""
+        gave it; and on one at least by value, not only as a row that sees no key, in the function's answer or in
+        its own (the identity, key "", speaks only of those rows). A row this reading leaves with no key and the
+        function returns empty says only that the function's row saw no key, which every reading that empties it
+        says alike (a kernel that stops at an empty packed sequence is not one that shifts the queries)."""
         rows = self.differs if done is None else self.differs & ~done
         by_value = rows & self.ok & ~self.used_dead
+        if self.alt_dead is not None:
+            by_value = by_value & ~self.alt_dead
         return bool(self.ok[rows].all()) and (not self.key or bool(by_value.any()))
 
     def explains(self, bad: torch.Tensor) -> torch.Tensor:
@@ -191,7 +196,7 @@ def _greedy(fits: list[_Fit], bad: torch.Tensor) -> tuple[list[_Fit], torch.Tens
         pool = [f for f in pool if f is not best and not any(f is t for t in tied)]
         if tied and best.key:  # the same rows, two readings: the diagnosis settles it from the other cases
             best = _Fit(TIE.join([best.key, *(f.key for f in tied)]), best.differs, best.ok, best.dead_answers,
-                        best.used_dead, best.change, best.alt, near=best.near)
+                        best.used_dead, best.change, best.alt, near=best.near, alt_dead=best.alt_dead)
         found.append(best)
         left &= ~gained
     return found, left
@@ -251,7 +256,7 @@ def _tied_pair(fits: list[_Fit]) -> _Fit | None:
     if len(rest) > PAIR_READINGS:
         return None  # many changes do it alike on top of the same cause: the rows name none of them
     return _Fit(f.key, f.differs, f.ok, f.dead_answers, f.used_dead, f.change, f.alt, tuple(p for p in parts if p),
-                f.near)
+                f.near, f.alt_dead)
 
 
 def _larger(alt: torch.Tensor, ref: torch.Tensor) -> float:
@@ -290,7 +295,7 @@ class _Evidence:
                     answers.append(name)
                     used |= hit
         near = rows_err(self.out, alt) <= CLOSER * rows_err(self.out, self.ref)
-        return _Fit(a.key, differs, ok | used, answers, used, a.change, alt, near=near)
+        return _Fit(a.key, differs, ok | used, answers, used, a.change, alt, near=near, alt_dead=dead)
 
     def closer(self, f: _Fit) -> torch.Tensor:
         """Rows where the alternative's answer is much nearer the function's than the right answer is."""

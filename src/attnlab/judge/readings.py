@@ -11,7 +11,9 @@ the same tolerance (:func:`attnlab.judge.rule.reading_tolerance`):
   is NaN on exactly those rows where the right answer is a number -- the reading's own arithmetic shown;
 * a reading whose answer is the right one on a case says nothing of it; one that differs must be met there.
 
-A reading is named when it is met on every case it says something of, and says something of one at least.
+A reading is named when it is met on every case it says something of, and says something of one at least; a pair
+of readings (two wrong steps at once, tried where no single one is met) on one at least by its numbers, not only by
+the rows it leaves NaN (an overflow is one step's, and says nothing of the other).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from attnlab.judge import rule
 
 YES, NO, NOTHING = "yes", "no", "nothing"
+SHOWN = "shown"  # met by the rows it leaves NaN alone: elsewhere its numbers are the right answer's, within tolerance
 PAST_THE_DTYPE = 1e30  # a reading's answer this large is past any dtype's range: the function's inf says nothing
 
 
@@ -33,8 +36,9 @@ def void_rows(t: torch.Tensor, quantity: str) -> torch.Tensor:
 
 
 def says(quantity: str, mine: torch.Tensor | None, alt: torch.Tensor, right: torch.Tensor, dtype) -> str:
-    """:data:`YES` (``mine`` is the reading's answer ``alt``), :data:`NO`, or :data:`NOTHING` (the reading gives the
-    right answer here, or no row of its own), for one quantity of one case."""
+    """:data:`YES` (``mine`` is the reading's answer ``alt``), :data:`SHOWN` (it is, by the rows the reading leaves NaN
+    alone), :data:`NO`, or :data:`NOTHING` (the reading gives the right answer here, or no row of its own), for one
+    quantity of one case."""
     if mine is None or mine.shape != alt.shape:
         return NO
     mine, alt, right = mine.double(), alt.double(), right.double()
@@ -48,13 +52,15 @@ def says(quantity: str, mine: torch.Tensor | None, alt: torch.Tensor, right: tor
     shown = bool((void & live).any()) and bool(((void & live) == (bad & live)).all())
     tol = rule.reading_tolerance(dtype, alt[keep], right[keep])
     if float((alt[keep] - right[keep]).abs().max()) <= 10 * tol:
-        return YES if shown else NOTHING
+        return SHOWN if shown else NOTHING
     return YES if float((mine[keep] - alt[keep]).abs().max()) <= tol else NO
 
 
-def fits(answers: Sequence[dict | None], got: Sequence[dict | None], right: Sequence[dict], dtypes) -> bool:
+def fits(answers: Sequence[dict | None], got: Sequence[dict | None], right: Sequence[dict], dtypes,
+         by_value: bool = False) -> bool:
     """Over several cases: the reading's ``answers`` (per case, {quantity: tensor}, None where it says nothing of the
-    case) are the function's ``got`` on every case it says something of, and it says something of one."""
+    case) are the function's ``got`` on every case it says something of, and it says something of one --
+    ``by_value``: one where it has rows of numbers, not only the rows its arithmetic leaves NaN."""
     met = 0
     for alt, mine, r, dtype in zip(answers, got, right, dtypes, strict=True):
         if alt is None or mine is None:
@@ -62,7 +68,7 @@ def fits(answers: Sequence[dict | None], got: Sequence[dict | None], right: Sequ
         said = [says(q, mine.get(q), a, r[q], dtype) for q, a in alt.items() if q in r]
         if NO in said:
             return False
-        met += YES in said
+        met += YES in said or (SHOWN in said and not by_value)
     return met > 0
 
 
@@ -71,16 +77,27 @@ Reading = Callable[[int], "dict | torch.Tensor | None"]  # case index -> the rea
 
 def named(got: Sequence[dict | None], right: Sequence[dict], dtypes, readings: Sequence[tuple[str, Reading]],
           pairs: Sequence[tuple[tuple[str, ...], Reading]] = ()) -> list[str]:
-    """The keys of the readings the function's answers are, in the order of ``readings``; where none is, the first
-    pair of readings (two wrong steps at once, ``((key, key), reading)``) that is. ``got``: the function's answers
-    per case ({quantity: tensor}, None where it gave none); ``right``: the right ones; ``dtypes``: each case's."""
-    found = [key for key, reading in readings if fits(_answers(reading, got), got, right, dtypes)]
+    """The keys of the readings the function's answers are, in the order of ``readings``; where none is, what every
+    pair of readings (two wrong steps at once, ``((key, key), reading)``) that is says (:func:`common`). ``got``: the
+    function's answers per case ({quantity: tensor}, None where it gave none); ``right``: the right ones;
+    ``dtypes``: each case's."""
+    found = [key for key, reading in readings if fits(answers_of(reading, got), got, right, dtypes)]
     if not found:
-        found = next((list(keys) for keys, reading in pairs if fits(_answers(reading, got), got, right, dtypes)), [])
+        found = common([keys for keys, reading in pairs if fits(answers_of(reading, got), got, right, dtypes, True)])
     return list(dict.fromkeys(found))
 
 
-def _answers(reading: Reading, got) -> list[dict | None]:
+def common(fitting: Sequence[Sequence[str]]) -> list[str]:
+    """What the pairs of readings that fit say together: the keys every one of them has (in the first's order). Two
+    wrong steps at once can meet the function's answers in more than one way -- weights divided by the sum over the
+    whole tensor leave every answer near zero, and a second step beside that may fit within the tolerance -- and only
+    what every way has is the function's; where they share nothing, no pair is named."""
+    if not fitting:
+        return []
+    return [k for k in dict.fromkeys(fitting[0]) if all(k in f for f in fitting[1:])]
+
+
+def answers_of(reading: Reading, got) -> list[dict | None]:
     out = []
     for i, mine in enumerate(got):
         a = reading(i) if mine is not None else None

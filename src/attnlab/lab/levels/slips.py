@@ -170,9 +170,11 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs
 
     keys = readings.named(mine, right, dtypes, [(k, on_probes(s)) for k, s in slips])
     found = [s for k, s in slips if k in keys]
-    if not keys:  # two slips at once, where no single one is the output
-        pair = next(((k, s) for k, s in pairs if readings.named(mine, right, dtypes, [(k, on_probes(s))])), None)
-        keys, found = (list(pair[0]), [pair[1]]) if pair else ([], [])
+    if not keys:  # two slips at once, where no single one is the output: what every pair that fits says
+        fitting = [(k, s) for k, s in pairs
+                   if readings.fits(readings.answers_of(on_probes(s), mine), mine, right, dtypes, by_value=True)]
+        keys = readings.common([k for k, _ in fitting])
+        found = [s for k, s in fitting if set(keys) <= set(k)] if keys else []
     if any(over) and all(bool(torch.isfinite(o["out"]).all()) for o, _ in calm) and not any(
             _overflows(slip, live, over) for slip in found):
         # an overflow no slip named here explains: said as its cause only where a softmax without the max

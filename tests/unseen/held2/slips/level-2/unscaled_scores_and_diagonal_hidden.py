@@ -1,0 +1,31 @@
+"""Four lines of matrix attention with a triangular mask."""
+
+TRUTH = {
+    "api": "level-2",
+    "bugs": [
+        "the scores q k^T are not scaled by 1 / sqrt(E)",
+        "the mask is triu(diagonal=0), which hides each query's own key (row 0 sees nothing and is NaN); it "
+        "should be triu(diagonal=1)",
+    ],
+    "kind": "two",
+}
+
+import math  # noqa: E402
+
+import torch  # noqa: E402
+
+
+def attention_matrix(q, k, v):
+    """Causal attention as matrix products: q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev).
+
+    Query i sees keys 0 .. i: the mask is aligned at the top left, as PyTorch's is_causal=True.
+    """
+    L, S, E, dtype = q.shape[-2], k.shape[-2], q.shape[-1], q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32  # half precision is computed in float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    scores = q @ k.transpose(-2, -1)  # (..., L, S)
+    future = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(diagonal=0)
+    scores = scores.masked_fill(future, -math.inf)
+    weights = torch.softmax(scores, dim=-1)
+    out = weights @ v  # (..., L, Ev)
+    return out.to(dtype)

@@ -1,0 +1,41 @@
+"""Multi-head attention with a scale and a causal softmax per head."""
+
+TRUTH = {
+    "api": "level-3",
+    "bugs": [
+        "the softmax is taken over dim -2 (the queries) instead of dim -1 (the keys)",
+        "the scores are multiplied by sqrt(d) instead of divided by it",
+    ],
+    "kind": "two",
+}
+
+import math  # noqa: E402
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+
+class CausalSelfAttention(nn.Module):
+    """Causal multi-head self-attention: (B, T, C) -> (B, T, C)."""
+
+    def __init__(self, d_model, n_head):
+        super().__init__()
+        self.n_head, self.head_dim = n_head, d_model // n_head
+        self.qkv = nn.Linear(d_model, 3 * d_model)  # W_q, W_k and W_v side by side
+        self.proj = nn.Linear(d_model, d_model)  # W_o: mixes what the heads found
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)  # (B, T, C) each
+        H, d = self.n_head, self.head_dim
+        q = q.view(B, T, H, d).transpose(1, 2)  # (B, H, T, d)
+        k = k.view(B, T, H, d).transpose(1, 2)
+        v = v.view(B, T, H, d).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * math.sqrt(d)  # (B, H, T, T)
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        att = att.masked_fill(future, float("-inf"))
+        att = torch.softmax(att, dim=-2)
+        y = att @ v  # (B, H, T, d)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        y = self.proj(y)
+        return y
