@@ -106,7 +106,7 @@ def judge_slip(e: Entry, seed: int = 0) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("corpus", help="a folder of tests/unseen: dev, held, sinks")
+    p.add_argument("corpus", help="a folder of tests/unseen: dev, held, held2, sinks")
     p.add_argument("--only", default="", help="names (api/file) to run, comma-separated; substrings match")
     p.add_argument("--json", default=None, help="write the rows here")
     p.add_argument("--seed", type=int, default=0)

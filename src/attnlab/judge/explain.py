@@ -59,18 +59,25 @@ class _Fit:
     parts: tuple[str, ...] | None = None  # the keys it names, where not its key's ("a+b": a and b; "a|b": a tie)
     near: torch.Tensor | None = None  # rows where the function's answer is much nearer this one than the right one
     alt_dead: torch.Tensor | None = None  # the rows that see no key in its answer
+    supporting: bool = False  # met here only on rows its answer leaves empty: it joins what other cases name
 
     def consistent(self, done: torch.Tensor | None = None) -> bool:
         """On every row its answer changes (but the rows ``done``, explained by another cause already), the function
-        gave it; and on one at least by value, not only as a row that sees no key, in the function's answer or in
-        its own (the identity, key "", speaks only of those rows). A row this reading leaves with no key and the
-        function returns empty says only that the function's row saw no key, which every reading that empties it
-        says alike (a kernel that stops at an empty packed sequence is not one that shifts the queries)."""
+        gave it; and on one at least by value, not only as a row that sees no key (the identity, key "", speaks only
+        of those rows)."""
         rows = self.differs if done is None else self.differs & ~done
         by_value = rows & self.ok & ~self.used_dead
-        if self.alt_dead is not None:
-            by_value = by_value & ~self.alt_dead
         return bool(self.ok[rows].all()) and (not self.key or bool(by_value.any()))
+
+    def only_empty(self, done: torch.Tensor | None = None) -> bool:
+        """Every row it is met on by value is one its own answer leaves with no key: the function's row is empty
+        there too, which every reading that empties that row says alike -- a kernel that stops at an empty packed
+        sequence is not one that shifts the queries, though on a case both leave the same rows empty. Such a case
+        only joins the reading where other cases name it by their numbers (:data:`SUPPORT`)."""
+        if not self.key or self.alt_dead is None:
+            return False
+        rows = self.differs if done is None else self.differs & ~done
+        return not bool((rows & self.ok & ~self.used_dead & ~self.alt_dead).any())
 
     def explains(self, bad: torch.Tensor) -> torch.Tensor:
         """The failing rows it accounts for: where its answer is the function's and differs from the right one (by
@@ -126,7 +133,8 @@ def _keys(found: list[_Fit], bad: torch.Tensor) -> list[str]:
     keys: list[str] = []
     for f in found:
         parts = f.parts if f.parts is not None else f.key.split("+") if TIE not in f.key else [f.key]
-        keys += [k for k in parts if k and k not in keys]
+        mark = SUPPORT if f.supporting else ""
+        keys += [mark + k for k in parts if k and mark + k not in keys]
         named = [a for a in f.dead_answers if not f.key or a != "nan"]  # NaN under a wrong mask: the mask's doing
         if named and f.used_dead is not None and (f.used_dead & bad).any():
             keys += [k for k in ("dead-rows", *(f"dead-rows={a}" for a in named)) if k not in keys]
@@ -194,9 +202,11 @@ def _greedy(fits: list[_Fit], bad: torch.Tensor) -> tuple[list[_Fit], torch.Tens
         gained = best.explains(left)
         tied = [f for f in ready if f is not best and f.key and torch.equal(f.explains(left), gained)]
         pool = [f for f in pool if f is not best and not any(f is t for t in tied)]
+        empty = best.only_empty(done) and all(f.only_empty(done) for f in tied)
         if tied and best.key:  # the same rows, two readings: the diagnosis settles it from the other cases
             best = _Fit(TIE.join([best.key, *(f.key for f in tied)]), best.differs, best.ok, best.dead_answers,
                         best.used_dead, best.change, best.alt, near=best.near, alt_dead=best.alt_dead)
+        best.supporting = empty
         found.append(best)
         left &= ~gained
     return found, left

@@ -25,7 +25,7 @@ def kernel(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size
     qh = q.to(wt).transpose(1, 2)
     kh = k.to(wt).transpose(1, 2)
     vh = v.to(wt).transpose(1, 2)
-    if H != Hk:
+    if Hk != H:
         kh = kh.repeat_interleave(H // Hk, dim=1)
         vh = vh.repeat_interleave(H // Hk, dim=1)
 

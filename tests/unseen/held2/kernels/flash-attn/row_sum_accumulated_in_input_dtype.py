@@ -8,8 +8,10 @@ import torch
 TRUTH = {
     "api": "flash-attn",
     "bugs": [
-        "the running softmax denominator l is allocated in the input dtype (bfloat16 for bfloat16 inputs) so each "
-        "per-tile rescale-and-add rounds it; it should be accumulated in float32 like the running max and output"
+        "the running softmax denominator l is allocated in the input dtype (bfloat16 for bfloat16 inputs) so "
+        "each per-tile rescale-and-add rounds it; it should be accumulated in float32 like the running max "
+        "and output (measured, bf16 B=1 H=4 L=S=1024 D=64 non-causal, max abs error vs float64: out 4.43e-3 "
+        "vs 8.73e-4 for the correct kernels, 5.1x; lse 2.8e-2 vs 8.0e-7)",
     ],
     "kind": "precision",
 }

@@ -8,8 +8,10 @@ import torch
 TRUTH = {
     "api": "flash-attn",
     "bugs": [
-        "Q @ K^T is computed on the input-dtype tensors, so for bfloat16 inputs the raw scores are rounded to "
-        "bfloat16 before the scale, softcap and softmax; q and k should be upcast to float32 before the matmul"
+        "Q @ K^T is computed on the input-dtype tensors, so for bfloat16 inputs the raw scores are rounded to"
+        " bfloat16 before the scale, softcap and softmax; q and k should be upcast to float32 before the "
+        "matmul (measured, bf16 B=1 H=4 L=S=1024 D=64 non-causal, max abs error vs float64: out 3.17e-3 vs "
+        "8.73e-4 for the correct kernels, 3.6x; lse 1.4e-3 vs 8.0e-7)",
     ],
     "kind": "precision",
 }
@@ -29,7 +31,7 @@ def kernel(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size
     qh = q.transpose(1, 2)
     kh = k.transpose(1, 2)
     vh = v.to(wt).transpose(1, 2)
-    if H != Hk:
+    if Hk != H:
         kh = kh.repeat_interleave(H // Hk, dim=1)
         vh = vh.repeat_interleave(H // Hk, dim=1)
 

@@ -9,7 +9,8 @@ TRUTH = {
     "bugs": [
         "the running output accumulator is allocated and updated in the input dtype (bfloat16 for bfloat16 "
         "inputs), so every rescale-and-add across key tiles rounds it; it should be kept in float32 and only "
-        "the final normalized output cast back"
+        "the final normalized output cast back (measured, bf16 B=1 H=4 L=S=1024 D=64 non-causal, max abs error vs a "
+        "float64 reference: 4.06e-3 vs 7.34e-4 for the correct kernel, 5.5x; mean 2.82e-4 vs 5.68e-5)"
     ],
     "kind": "precision",
 }

@@ -1,4 +1,4 @@
-"""Loops over queries and keys; a future key's score is replaced before the softmax."""
+"""Loops over queries and keys, with the mask applied inside the key loop."""
 
 TRUTH = {
     "api": "level-1",

@@ -1,4 +1,4 @@
-"""Loops over queries and keys in float32 work precision, stable softmax."""
+"""Loops over queries and keys, a stable softmax, one output row at a time."""
 
 TRUTH = {
     "api": "level-1",

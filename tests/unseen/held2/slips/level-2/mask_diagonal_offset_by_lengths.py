@@ -1,4 +1,4 @@
-"""Matrix attention whose mask diagonal is placed using both lengths."""
+"""Four-line matrix attention with the causal mask built by triu."""
 
 TRUTH = {
     "api": "level-2",

@@ -1,4 +1,4 @@
-"""Matrix attention with the mask built from a lower-triangular matrix."""
+"""Four-line matrix attention with a boolean mask and masked_fill."""
 
 TRUTH = {
     "api": "level-2",

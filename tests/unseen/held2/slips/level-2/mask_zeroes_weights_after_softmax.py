@@ -1,4 +1,4 @@
-"""Matrix attention that hides future keys by zeroing their weights."""
+"""Matrix attention in four lines with a triu mask and torch.softmax."""
 
 TRUTH = {
     "api": "level-2",

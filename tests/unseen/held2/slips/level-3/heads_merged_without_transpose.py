@@ -1,4 +1,4 @@
-"""Multi-head attention; the heads are merged with a reshape before proj."""
+"""Multi-head attention with a triu causal mask and the output projection."""
 
 TRUTH = {
     "api": "level-3",

@@ -1,4 +1,4 @@
-"""Multi-head attention with the heads split by a single view each."""
+"""Multi-head attention: split into heads, attend per head, merge, project."""
 
 TRUTH = {
     "api": "level-3",

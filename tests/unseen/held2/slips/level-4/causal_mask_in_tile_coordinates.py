@@ -1,4 +1,4 @@
-"""Tiled forward that masks each tile with a triangular matrix."""
+"""Tiled forward: query tiles, key tiles, a causal skip and the online softmax."""
 
 TRUTH = {
     "api": "level-4",

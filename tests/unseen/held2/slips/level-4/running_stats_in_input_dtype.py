@@ -1,4 +1,4 @@
-"""Tiled forward whose running sum and accumulator follow the inputs' dtype."""
+"""Tiled online-softmax forward; bf16 T=512 max err out 1.3e-2 (right 1.7e-3), lse 2.3e-2 (right 5.7e-7)."""
 
 TRUTH = {
     "api": "level-4",

@@ -1,4 +1,4 @@
-"""Key tiles outside, query tiles inside; D formed from the tile's P and dP."""
+"""Key tiles outside, query tiles inside; dS from P, dP and D."""
 
 TRUTH = {
     "api": "level-5",

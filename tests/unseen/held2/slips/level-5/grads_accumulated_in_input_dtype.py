@@ -1,4 +1,4 @@
-"""Key tiles outside, query tiles inside; gradient buffers made in the inputs' dtype."""
+"""Tiled backward; bf16 T=512 tiles 64 max grad err 7.8e-3 (right 1.9e-3), tiles 16: 1.4e-2 (right 1.9e-3)."""
 
 TRUTH = {
     "api": "level-5",

@@ -1,4 +1,4 @@
-"""Key tiles outside, query tiles inside; each tile's weights from a softmax."""
+"""Key tiles outside, query tiles inside; the tile's weights rebuilt, then dv, dq, dk."""
 
 TRUTH = {
     "api": "level-5",
