@@ -38,7 +38,8 @@ def test_every_file_of_each_corpus_has_its_labels_and_each_label_its_file():
     from tests.unseen import run
 
     for corpus, table, folder in (("dev", L.DEV, "kernels"), ("dev", L.DEV_SLIPS, "slips"),
-                                  ("held", L.HELD, "kernels"), ("held", L.HELD_SLIPS, "slips")):
+                                  ("held", L.HELD, "kernels"), ("held", L.HELD_SLIPS, "slips"),
+                                  ("held2", L.HELD2, "kernels"), ("held2", L.HELD2_SLIPS, "slips")):
         kinds = {f"{p.parent.name}/{p.stem}": run.truth(p)["kind"] for p in (run.HERE / corpus / folder).glob("*/*.py")
                  if p.stem != "__init__"}
         wrong = {n for n, k in kinds.items() if k != "correct"}

@@ -76,8 +76,8 @@ def _corpus(levels_, seeds):
 
 
 @pytest.mark.slow
-def test_matrix_and_flash_slips_are_named_first_at_seeds_0_to_2_and_the_solutions_get_none():
-    _corpus(("matrix", "flash"), range(3))
+def test_matrix_and_flash_slips_are_named_first_at_seed_0_and_the_solutions_get_none():
+    _corpus(("matrix", "flash"), range(1))  # (every level at seeds 0 to 4: the test below, in make test-long)
 
 
 @pytest.mark.slow
