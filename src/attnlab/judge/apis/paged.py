@@ -131,7 +131,8 @@ def express(c: Case) -> Case | str:
 
 def extra() -> list[Case]:
     """The paged cases: decoding steps, several queries a sequence, new keys appended first, empty and one-key
-    caches, lengths at a page's edges, many sequences, pages of 1 to 64 rows, causal, windows, softcap, GQA."""
+    caches, lengths at a page's edges, many sequences, pages of 1 to 64 rows, causal, windows (a right side among
+    them), softcap, GQA."""
     return [
         case("paged: 3 sequences of 1, 37, 64 keys, pages of 16", (1, 37, 64), 16, H=4),
         case("paged: GQA 8/2, pages of 1", (5, 9), 1, H=8, Hkv=2),
@@ -147,6 +148,8 @@ def extra() -> list[Case]:
         case("paged: 3 queries, causal, a cache shorter than them", (2, 30), 8, L=3, causal=True, H=2),
         case("paged: window (8, 0), causal, 3 queries", (25, 41), 16, L=3, causal=True, window=(8, 0), H=2),
         case("paged: window (5, -1)", (30, 12), 8, window=(5, -1), H=2),
+        # (a window's right side shows only where a query has keys after it: several queries, not causal)
+        case("paged: window (6, 1), 4 queries, not causal", (30, 19), 8, L=4, window=(6, 1), H=2),
         case("paged: GQA 6/2, 2 queries, causal, pages of 4", (13, 22), 4, L=2, causal=True, H=6, Hkv=2),
         case("paged: MQA 4/1", (19, 44, 7), 16, H=4, Hkv=1),
         case("paged: softcap, causal, 2 queries", (26, 11), 8, L=2, causal=True, softcap=True, H=2),
