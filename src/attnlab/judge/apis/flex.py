@@ -68,6 +68,10 @@ def extra() -> list[Case]:
         Case("flex: causal, softcap, L=S=257", batch=(1,), H=2, L=257, E=32, mask="causal", mod="softcap", api=NAME),
         Case("flex: sliding window, relative bias, L=S=200", batch=(1,), H=2, L=200, E=32, mask="sliding_window",
              mod="relative_bias", api=NAME),
+        # documents that differ by batch row over six blocks of 64: row 0's lists have full blocks row 1's has not,
+        # so a kernel that reads one row's block lists for every row shows it (at 61 keys, one block, it could not)
+        Case("flex: documents per batch row, causal, blocks of 64, L=S=384", batch=(2,), H=2, L=384, E=32,
+             mask="documents per batch row & causal", api=f"{NAME} block=64,64"),
     ]
 
 
