@@ -39,3 +39,15 @@ def test_the_corpus_on_every_case_at_five_seeds():
             rows.append(o)
     print(K.table(rows))
     assert not K.failures(rows), K.failures(rows)
+
+
+@pytest.mark.slow
+def test_rows_left_empty_name_no_reading_that_empties_them_too():
+    """A varlen kernel that stops at an empty sequence leaves every later sequence's rows empty. Readings that empty
+    some of those rows too (queries shifted, causal on packed rows, max_seqlen_k) were named on those rows alone; a
+    case met only on rows a reading leaves empty joins a line other cases name by their numbers, and names nothing
+    by itself: the probe's measured rows come first, and no varlen cause is said."""
+    name = "varlen stops at an empty sequence"
+    o = K.judge(name, K.function(name), "flash-attn-varlen", K.MUTANTS[name][3])
+    print(K.table([o]))
+    assert o.killed and o.first and not o.false, o
