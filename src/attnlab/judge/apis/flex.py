@@ -96,9 +96,13 @@ def alternatives(case: Case, args: dict):
     from attnlab.judge.explain import Alternative
 
     masked = mask_fn(case) is not None
+    from attnlab.judge.apis import parse
+
+    size = tuple(parse(case.api)[1].get("block") or (BLOCK, BLOCK)) if case.api else (BLOCK, BLOCK)
+    block = size[0] if size[0] == size[1] else BLOCK  # the case's square blocks (a block mask's own BLOCK_SIZE)
     if masked:
-        yield Alternative("flex-partial-as-full", _blocks(lambda seen: hypotheses.tiles(seen, BLOCK, torch.any)))
-        yield Alternative("flex-full-only", _blocks(lambda seen: hypotheses.tiles(seen, BLOCK, torch.all)))
+        yield Alternative("flex-partial-as-full", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.any)))
+        yield Alternative("flex-full-only", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.all)))
     for size in (16, 32, 64):  # with no block mask, a kernel walks every 128-key block, read at its own size
         yield Alternative("flex-block-size", _blocks(lambda seen, size=size: seen & _listed(seen, size),
                                                      every=not masked))
