@@ -83,7 +83,8 @@ def named(got: Sequence[dict | None], right: Sequence[dict], dtypes, readings: S
     ``dtypes``: each case's."""
     found = [key for key, reading in readings if fits(answers_of(reading, got), got, right, dtypes)]
     if not found:
-        found = common([keys for keys, reading in pairs if fits(answers_of(reading, got), got, right, dtypes, True)])
+        found = common([keys for keys, reading in pairs
+                        if fits(answers_of(reading, got), got, right, dtypes, by_value=True)])
     return list(dict.fromkeys(found))
 
 

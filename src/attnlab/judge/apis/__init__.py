@@ -177,8 +177,8 @@ def hints(case: Case, x, out, exp, limit: float, learned: tuple = ()) -> tuple[l
                          slack=precision.noise(x.q.dtype, exp.fwd, exp.ref[0]))
     keys = list(dict.fromkeys(_unnumbered(k) for k in ex.keys))
     if case.magnitude > 1:  # scores in the hundreds: the softmax picks one key, and readings of the mask that differ
-        return [k if k.startswith(explain.SUPPORT) else explain.SUPPORT + k for k in keys], None  # in the others
-        # agree: they only join what others name
+        # in the others agree: they only join what others name (a key explain marked so already stays as it is)
+        return [k if k.startswith(explain.SUPPORT) else explain.SUPPORT + k for k in keys], None
     return keys, ex.corrected
 
 

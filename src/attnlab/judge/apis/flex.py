@@ -96,10 +96,8 @@ def alternatives(case: Case, args: dict):
     from attnlab.judge.explain import Alternative
 
     masked = mask_fn(case) is not None
-    from attnlab.judge.apis import parse
-
-    size = tuple(parse(case.api)[1].get("block") or (BLOCK, BLOCK)) if case.api else (BLOCK, BLOCK)
-    block = size[0] if size[0] == size[1] else BLOCK  # the case's square blocks (a block mask's own BLOCK_SIZE)
+    q_block, kv_block = block_size(case) or (BLOCK, BLOCK)
+    block = q_block if q_block == kv_block else BLOCK  # the case's square blocks (a block mask's own BLOCK_SIZE)
     if masked:
         yield Alternative("flex-partial-as-full", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.any)))
         yield Alternative("flex-full-only", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.all)))
@@ -156,6 +154,15 @@ def _swapped(mod):
     return lambda score, b, h, q_idx, kv_idx: mod(score, b, h, kv_idx, q_idx)
 
 
+def block_size(case: Case) -> tuple[int, int] | None:
+    """The case's block mask's BLOCK_SIZE, (q block, kv block), where its API sets one (None: create_block_mask's
+    default, :data:`BLOCK`)."""
+    from attnlab.judge.apis import parse
+
+    size = parse(case.api)[1].get("block") if case.api else None
+    return tuple(size) if size else None
+
+
 def block_mask(case: Case, B: int, device):
     """torch's BlockMask for the case's mask function (None without a mask)."""
     fn = mask_fn(case)
@@ -164,10 +171,8 @@ def block_mask(case: Case, B: int, device):
     from torch.nn.attention.flex_attention import create_block_mask  # imported only here: it costs seconds
 
     L, S = case.L, case.S or case.L
-    from attnlab.judge.apis import parse
-
-    size = parse(case.api)[1].get("block") if case.api else None  # (q block, kv block): BLOCK_SIZE, 128 unless set
-    kw = {"BLOCK_SIZE": tuple(size)} if size else {}
+    size = block_size(case)
+    kw = {"BLOCK_SIZE": size} if size else {}
     return create_block_mask(lambda b, h, i, j: fn(b, h, i, j, L, S), B, case.H, L, S, device=str(device), **kw)
 
 
