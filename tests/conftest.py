@@ -154,3 +154,24 @@ def pytest_collection_modifyitems(config, items):
 
 
 SUITE = pytest.StashKey[dict]()  # the suite's counts: make test's, make test-long's and make test-fast's tests
+
+
+# Each test starts with this process's torch as the suite set it: one thread, float32, gradients on. A test that
+# runs code which sets the thread count for its own work (training's estimate, a benchmark) leaves it so for every
+# test after it in that worker, where two threads per worker on two cores spin against each other: a test's CPU time
+# grew up to 4 times by which tests ran before it. Put back after each, and said where ATTNLAB_TEST_STATE names a file.
+_STATE = (lambda: (torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled()))
+_START = _STATE()
+
+
+@pytest.fixture(autouse=True)
+def _torch_state(request):
+    yield
+    now = _STATE()
+    if now != _START:
+        torch.set_num_threads(_START[0])
+        torch.set_default_dtype(_START[1])
+        torch.set_grad_enabled(_START[2])
+        if os.environ.get("ATTNLAB_TEST_STATE"):
+            with open(os.environ["ATTNLAB_TEST_STATE"], "a") as f:
+                f.write(f"{request.node.nodeid}\t{now}\n")
