@@ -141,13 +141,26 @@ PAGE_FIXTURES = {"browser", "lesson", "model_lesson"}
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """The page's tests in one xdist group: one build of each page, one chromium. And, before -m deselects any, the
-    counts the README states (tests/test_readme.py), where the whole suite was collected."""
+    """The page's tests in one xdist group: one build of each page, one chromium. The cases of a parametrised test
+    that a module lists in ``SLOW_CASES`` (by name, ``"test_x[id]"``: those measured over a quarter second of CPU
+    where the test's other cases take hundredths) slow-marked, as ``pytest.param(..., marks=...)`` would where one
+    parameter alone does not decide the cost. And, before -m deselects any, the counts the README states
+    (tests/test_readme.py), where the whole suite was collected."""
+    seen: set[tuple[str, str]] = set()
     for item in items:
         if PAGE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("page"))
+        listed = getattr(getattr(item, "module", None), "SLOW_CASES", ())
+        if item.name in listed:
+            item.add_marker(pytest.mark.slow)
+            seen.add((item.module.__name__, item.name))
     tests = Path(__file__).resolve().parent
     if [Path(a).resolve() for a in config.args] in ([tests], [tests.parent]) and not config.getoption("keyword"):
+        modules = {item.module for item in items if getattr(item, "module", None) is not None}
+        stale = sorted(f"{m.__name__}: {n}" for m in modules for n in getattr(m, "SLOW_CASES", ())
+                       if (m.__name__, n) not in seen)
+        if stale:  # a renamed test or parameter would leave its case fast-marked, and the list a claim of nothing
+            raise pytest.UsageError(f"SLOW_CASES names tests that were not collected: {'; '.join(stale)}")
         marks = [{m.name for m in item.iter_markers()} for item in items]
         config.stash[SUITE] = {"test": sum("long" not in m for m in marks), "long": sum("long" in m for m in marks),
                                "fast": sum("slow" not in m for m in marks)}
@@ -160,14 +173,17 @@ SUITE = pytest.StashKey[dict]()  # the suite's counts: make test's, make test-lo
 # runs code which sets the thread count for its own work (training's estimate, a benchmark) leaves it so for every
 # test after it in that worker, where two threads per worker on two cores spin against each other: a test's CPU time
 # grew up to 4 times by which tests ran before it. Put back after each, and said where ATTNLAB_TEST_STATE names a file.
-_STATE = (lambda: (torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled()))
-_START = _STATE()
+def _state() -> tuple:
+    return torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled()
+
+
+_START = _state()
 
 
 @pytest.fixture(autouse=True)
 def _torch_state(request):
     yield
-    now = _STATE()
+    now = _state()
     if now != _START:
         torch.set_num_threads(_START[0])
         torch.set_default_dtype(_START[1])

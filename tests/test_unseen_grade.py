@@ -1,6 +1,8 @@
 """The blind corpora's grader (tests/unseen/grade.py): a line that names a bug the file does not have is false, a
 correct file failed is counted, and --check fails a run under the bars."""
 
+import pytest
+
 from tests.unseen import grade
 
 
@@ -33,6 +35,7 @@ def test_a_false_line_a_bug_not_first_and_a_correct_file_failed_are_each_a_short
     assert "a label for sdpa/ok, which the run did not judge" in grade.shortfalls(g[:2], TABLE)
 
 
+@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_every_file_of_each_corpus_has_its_labels_and_each_label_its_file():
     from tests.unseen import labels as L
     from tests.unseen import run

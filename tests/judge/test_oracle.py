@@ -21,7 +21,8 @@ def test_the_oracle_imports_nothing_from_the_kernels():
     names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     print(sorted(names))
     assert not [n for n in names if n.startswith("attnlab.kernels")]
-    assert {n for n in names if n.startswith("attnlab")} <= {"attnlab.masks"}  # the definitions it evaluates
+    assert {n for n in names if n.startswith("attnlab")} <= {"attnlab.masks", "attnlab.shapes"}  # the definitions it
+    # evaluates, and how shapes broadcast
 
 
 @pytest.mark.parametrize("L, S", [(5, 5), (3, 8), (8, 3)])

@@ -54,3 +54,26 @@ def test_real_in_range_half_open(bad):
 def test_is_int_and_is_real_refuse_bools():
     assert argcheck.is_int(3) and not argcheck.is_int(True) and not argcheck.is_int(3.0)
     assert argcheck.is_real(3) and argcheck.is_real(2.5) and not argcheck.is_real(False) and not argcheck.is_real("1")
+
+
+def test_broadcast_shapes_is_pytorchs_on_every_shape_and_fails_where_it_fails():
+    import random
+
+    import torch
+
+    from attnlab.shapes import broadcast_shapes
+
+    rng = random.Random(0)
+    fails = 0
+    for _ in range(5000):
+        shapes = [tuple(rng.choice([0, 1, 1, 2, 3]) for _ in range(rng.randint(0, 4)))
+                  for _ in range(rng.randint(1, 4))]
+        try:
+            want = tuple(torch.broadcast_shapes(*shapes))
+        except RuntimeError:
+            fails += 1
+            with pytest.raises(RuntimeError, match="broadcast"):
+                broadcast_shapes(*shapes)
+            continue
+        assert broadcast_shapes(*shapes) == want, shapes
+    assert 500 < fails < 4500  # both sides of the rule were asked

@@ -4,6 +4,8 @@ machine is said beside the times it makes noisy."""
 import re
 from dataclasses import replace
 
+import pytest
+
 from attnlab.judge.verify import VerifyResult
 from attnlab.lab.result import LabResult, Timing
 from attnlab.report import exercise
@@ -63,6 +65,7 @@ def test_growth_is_said_only_as_far_as_the_repeats_agree():
             "repeat): quadratic") in text
 
 
+@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_the_lab_plots_tick_labels_never_overlap(tmp_path, monkeypatch):
     """A loops version measured at two lengths spans less than a decade of T: matplotlib's minor labels on a log axis
     ran into each other there. Every visible tick label is read from the drawn figure and none may touch another."""

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from attnlab.masks import Mask
+from attnlab.shapes import broadcast_shapes
 
 
 @dataclass(frozen=True)
@@ -158,11 +159,11 @@ def _broadcast(q, k, v, enable_gqa):
         q, k, v = q[None], k[None], v[None]
     rank = max(3, q.dim(), k.dim(), v.dim())
     q, k, v = (t.reshape((1,) * (rank - t.dim()) + tuple(t.shape)) for t in (q, k, v))
-    batch = tuple(torch.broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3]))
-    Hkv = torch.broadcast_shapes((k.shape[-3],), (v.shape[-3],))[0]
+    batch = tuple(broadcast_shapes(q.shape[:-3], k.shape[:-3], v.shape[:-3]))
+    Hkv = broadcast_shapes((k.shape[-3],), (v.shape[-3],))[0]
     H = q.shape[-3]
     if not (enable_gqa and Hkv and H % Hkv == 0):
-        H = Hkv = torch.broadcast_shapes((H,), (Hkv,))[0]
+        H = Hkv = broadcast_shapes((H,), (Hkv,))[0]
     N = math.prod(batch)
     q = q.expand(*batch, H, *q.shape[-2:]).reshape(N, H, *q.shape[-2:])
     k = k.expand(*batch, Hkv, *k.shape[-2:]).reshape(N, Hkv, *k.shape[-2:])

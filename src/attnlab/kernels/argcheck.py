@@ -92,3 +92,4 @@ def takes(fn, n: int, what: str, signature: str) -> None:
         sig.bind(*range(n))
     except TypeError:
         raise TypeError(f"{what} must take {n} arguments {signature}; it takes {sig}") from None
+

@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 import torch
 
+from attnlab.shapes import broadcast_shapes
+
 _SAMPLE = 8  # positions per dim of the corner the two calls are compared on
 
 
@@ -40,7 +42,7 @@ class PerIndex:
 
     def _needs_vmap(self, b, h, i, j) -> bool:
         corner = [_head(t) for t in (b, h, i, j)]
-        shape = torch.broadcast_shapes(*(t.shape for t in corner))
+        shape = broadcast_shapes(*(t.shape for t in corner))
         try:
             broadcast = torch.as_tensor(self.mask_mod(*corner), device=i.device)
             broadcast = broadcast.expand(shape)

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
+from attnlab.shapes import broadcast_shapes
+
 from .argcheck import nonneg_int, positive_int, takes
 from .mask_mod import PerIndex
 
@@ -110,7 +112,7 @@ class Rule:
         """The formula above at broadcast index tensors (as :func:`index_grid` makes them): a bool tensor of
         their broadcast shape. The one evaluation of a rule in PyTorch, the reference for the kernels that
         evaluate it themselves."""
-        seen = torch.ones(torch.broadcast_shapes(b.shape, h.shape, i.shape, j.shape), dtype=torch.bool,
+        seen = torch.ones(broadcast_shapes(b.shape, h.shape, i.shape, j.shape), dtype=torch.bool,
                           device=i.device)
         if self.off is not None:
             causal = j <= i + self.off
