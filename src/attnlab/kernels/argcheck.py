@@ -92,4 +92,3 @@ def takes(fn, n: int, what: str, signature: str) -> None:
         sig.bind(*range(n))
     except TypeError:
         raise TypeError(f"{what} must take {n} arguments {signature}; it takes {sig}") from None
-
