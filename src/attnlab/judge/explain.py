@@ -269,15 +269,19 @@ def _tied_pair(fits: list[_Fit]) -> _Fit | None:
                 f.near, f.alt_dead)
 
 
-def _larger(alt: torch.Tensor, ref: torch.Tensor) -> float:
-    """How many times the right answer's size an alternative's is, at least 1: the limit is a rounding of the right
-    answer's size, and an answer many times larger (the weights a large sink takes from every key given back to them)
-    is rounded in proportion to its own."""
-    a = alt[torch.isfinite(alt)].abs()
-    r = ref[torch.isfinite(ref)].abs()
-    if not a.numel() or not r.numel() or float(r.max()) == 0.0:
+def _larger(alt: torch.Tensor, ref_max: float) -> float:
+    """How many times the right answer's size (``ref_max``: its largest finite magnitude, :func:`_finite_max`) an
+    alternative's is, at least 1: the limit is a rounding of the right answer's size, and an answer many times larger
+    (the weights a large sink takes from every key given back to them) is rounded in proportion to its own."""
+    if ref_max == 0.0:
         return 1.0
-    return max(1.0, float(a.max()) / float(r.max()))
+    return max(1.0, _finite_max(alt) / ref_max)
+
+
+def _finite_max(x: torch.Tensor) -> float:
+    """The largest magnitude among ``x``'s finite entries; 0 where it has none."""
+    x = x.detach().abs()
+    return float(torch.where(torch.isfinite(x), x, 0.0).max()) if x.numel() else 0.0
 
 
 class _Evidence:
@@ -285,6 +289,7 @@ class _Evidence:
 
     def __init__(self, out: torch.Tensor, ref: torch.Tensor, limit: float, mean_v: torch.Tensor, slack: float = 0.0):
         self.out, self.ref, self.limit, self.tol = out, ref, limit, limit + slack
+        self.ref_max = _finite_max(ref)  # the right answer's size, for every alternative's limit (_larger)
         self.bad = rows_err(out, ref) > limit  # (..., L)
         self.nan = ~torch.isfinite(out).any(dim=-1)  # rows wholly NaN or infinite
         tol = max(self.tol, 1e-3 * float(mean_v.abs().max()) if mean_v.numel() else 0.0)
@@ -293,7 +298,7 @@ class _Evidence:
     def fit(self, a: Alternative, alt: torch.Tensor | None, dead: torch.Tensor | None) -> _Fit | None:
         if alt is None or alt.shape != self.out.shape:
             return None
-        tol = self.tol * _larger(alt, self.ref)
+        tol = self.tol * _larger(alt, self.ref_max)
         differs = rows_err(alt, self.ref) > 2 * tol
         ok = rows_err(self.out, alt) <= tol
         used = torch.zeros_like(ok)
