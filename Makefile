@@ -3,7 +3,8 @@
 #               run `attnlab demo`
 #   make test   the same set-up with the dev extras (they include 'lab'), then ruff and pytest
 #   make test-long   the end-to-end runs of ten seconds to minutes (CI runs them after make test)
-#   make test-fast   the tests not marked slow (no subprocess CLI runs, ring launches, training or browser)
+#   make test-fast   the tests not marked slow (no subprocess CLI runs, ring launches, training or browser, nor a
+#                    case measured over 0.3 s of CPU)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python

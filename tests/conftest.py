@@ -142,7 +142,7 @@ PAGE_FIXTURES = {"browser", "lesson", "model_lesson"}
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """The page's tests in one xdist group: one build of each page, one chromium. The cases of a parametrised test
-    that a module lists in ``SLOW_CASES`` (by name, ``"test_x[id]"``: those measured over a quarter second of CPU
+    that a module lists in ``SLOW_CASES`` (by name, ``"test_x[id]"``: those measured over 0.3 s of CPU
     where the test's other cases take hundredths) slow-marked, as ``pytest.param(..., marks=...)`` would where one
     parameter alone does not decide the cost. And, before -m deselects any, the counts the README states
     (tests/test_readme.py), where the whole suite was collected."""

@@ -1,6 +1,7 @@
 """What each test costs, in CPU seconds, and whether its mark says so (`make test` fails when one does not).
 
-A mark says what a test costs: ``slow`` means it starts a process or takes over about two seconds, and `make
+A mark says what a test costs: ``slow`` means it starts a process or was measured over 0.3 s of CPU
+(the bound below which it must not be is SLOW_MIN, the bound a test without it must keep is FAST_MAX), and `make
 test-fast` leaves it out. Wall time says little of that on a shared machine (a busy core stretches every test), so the
 cost is CPU time: the test process's own, and every process it started -- the children it waited for, and those
 still running (a judged process, a browser), read from /proc before and after. A process that was running before the

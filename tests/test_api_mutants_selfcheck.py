@@ -103,21 +103,3 @@ def test_bfloat16_kernel_with_float32_statistics_is_as_close_as_pytorch():
         floor = 2 * torch.finfo(torch.bfloat16).eps * max(float(t.abs().max()) for t in ref.values())
         print(case.name, f"ours {ours:.2e}, PyTorch's {theirs:.2e}, floor {floor:.2e}")
         assert ours <= 2 * theirs + floor, (case.name, ours, theirs)
-
-
-# The cases of this module measured over a quarter second of CPU (tests/costs.py; AMD EPYC, 2 cores), where the
-# module's others take hundredths: slow-marked (tests/conftest.py), so make test-fast leaves them to make test
-SLOW_CASES = {
-    "test_precision_kernel_loses_more_than_the_right_one[flash_accumulator_float32]",
-    "test_precision_kernel_loses_more_than_the_right_one[flash_alibi_float32]",
-    "test_precision_kernel_loses_more_than_the_right_one[flash_scores_tile_input_dtype]",
-    "test_precision_kernel_loses_more_than_the_right_one[flex_scale_folded_q]",
-    "test_precision_kernel_loses_more_than_the_right_one[sdpa_scale_float32_tensor]",
-    "test_precision_kernel_loses_more_than_the_right_one[sdpa_scores_input_dtype]",
-    "test_right_kernel_agrees_with_pytorch_in_float64[flash_fa2]",
-    "test_wrong_kernel_differs_somewhere[flash_alibi_signed]",
-    "test_wrong_kernel_differs_somewhere[flash_causal_top_left]",
-    "test_wrong_kernel_differs_somewhere[flash_gqa_repeat]",
-    "test_wrong_kernel_differs_somewhere[flash_softcap_after_mask]",
-    "test_wrong_kernel_differs_somewhere[flex_gqa_repeat]",
-}

@@ -50,7 +50,6 @@ def test_a_right_function_passes_and_cases_have_readable_ids():
         attnlab.testing.assert_case(gqa_with_repeat, params[0].values[0])
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_a_function_that_calls_sys_exit_fails_its_case_and_the_test_goes_on():
     """sys.exit(0) inside the function is an error row naming it, never an exit code 0 for the suite."""
 

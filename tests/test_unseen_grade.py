@@ -35,7 +35,7 @@ def test_a_false_line_a_bug_not_first_and_a_correct_file_failed_are_each_a_short
     assert "a label for sdpa/ok, which the run did not judge" in grade.shortfalls(g[:2], TABLE)
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
+@pytest.mark.slow  # over 0.3 s of CPU in two runs of make test (tests/costs.py)
 def test_every_file_of_each_corpus_has_its_labels_and_each_label_its_file():
     from tests.unseen import labels as L
     from tests.unseen import run

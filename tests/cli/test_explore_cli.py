@@ -2,14 +2,11 @@
 
 import json
 
-import pytest
-
 from attnlab.cli import main
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_explore_lists_runs_and_rejects(tmp_path, capsys):
     assert main(["explore"]) == 0
     out = capsys.readouterr().out

@@ -158,7 +158,7 @@ def _as_a_terminal_starts_it():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
+@pytest.mark.slow  # over 0.3 s of CPU in two runs of make test (tests/costs.py)
 def test_ctrl_c_while_the_command_starts_is_one_line_and_130_not_a_traceback():
     """torch loads for a second or more before the command's own handler runs; a Ctrl-C there printed Python's
     KeyboardInterrupt traceback. Here the process is the console script (argv[0] 'attnlab') and the Ctrl-C comes
@@ -174,7 +174,7 @@ def test_ctrl_c_while_the_command_starts_is_one_line_and_130_not_a_traceback():
     assert r.returncode == 130 and r.stderr == STARTING and "not stopped" not in r.stdout, (r.returncode, r.stderr)
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
+@pytest.mark.slow  # over 0.3 s of CPU in two runs of make test (tests/costs.py)
 def test_a_program_that_imports_attnlab_keeps_its_own_ctrl_c():
     """Only the command guards its start: a learner's script that imports the package gets KeyboardInterrupt."""
     import subprocess

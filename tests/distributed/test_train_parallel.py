@@ -164,8 +164,9 @@ def test_context_parallel_lowers_each_ranks_peak_memory_at_a_long_context():
     assert None not in peaks and max(peaks) < 0.8 * one  # each rank holds half of every sequence's activations
 
 
-# The cases of this module measured over a quarter second of CPU (tests/costs.py; AMD EPYC, 2 cores), where the
-# module's others take hundredths: slow-marked (tests/conftest.py), so make test-fast leaves them to make test
+# The cases of this module measured over 0.3 s of CPU in two runs of make test (tests/costs.py; AMD EPYC, 2 cores),
+# where the module's others take hundredths: slow-marked (tests/conftest.py), so make test-fast leaves them to make
+# test
 SLOW_CASES = {
     "test_a_sharded_forward_equals_the_whole_one_and_positions_matter[learned]",
     "test_a_sharded_forward_equals_the_whole_one_and_positions_matter[rope]",

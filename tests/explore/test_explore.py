@@ -16,7 +16,6 @@ def results():  # the quick ones; sinks, which trains, has its own tests (test_s
     return {name: explore.get(name).run(seed=0) for name in explore.quick()}
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_no_mask_fills_the_upper_triangle(results):
     r = results["no-mask"]
     T = len(r.tokens)

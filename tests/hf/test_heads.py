@@ -41,7 +41,6 @@ def test_heads_on_the_lesson_sentence_found_by_measurement(model_dir, tmp_path, 
     round_trip(r)
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_any_text_and_missing_words(model_dir):
     r = hf_heads.model_heads(str(model_dir), "the dog saw the cat and it ran", query_word="it", key_word="dog")
     assert r.tokens[r.query_token] == "it" and "".join(r.tokens[i] for i in r.key_tokens) == "dog"

@@ -47,7 +47,6 @@ def test_every_form_matches_the_models_own_attention(models, kind):
         assert r.generation_match and r.generated == len(hf_check.LENGTHS) * hf_check.NEW_TOKENS
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_the_model_really_runs_the_form(models):
     """A counting form registered under attnlab is what transformers calls, with GQA and a bool mask."""
     calls = []
@@ -73,7 +72,6 @@ def test_the_model_really_runs_the_form(models):
     assert calls[0] == ((2, 4, 9, 8), (2, 2, 9, 8), torch.bool, True)
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_packed_sequences_stay_apart(models):
     """position_ids that restart inside a row (and no cache): transformers builds a block mask the form obeys."""
     attnlab.hf.register()

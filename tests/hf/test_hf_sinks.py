@@ -73,7 +73,6 @@ def ref():
                            tokens=generate(m64, "eager", ids, mask))
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_logits_and_layers_equal_the_models_eager_attention_in_float64(ref):
     top = real(ref.logits, ref.mask).abs().max().item()
     for impl in FORMS:
@@ -102,7 +101,6 @@ def test_a_form_without_the_sinks_fails_the_same_comparison(ref):
     assert err > 1e-3
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_float32_within_twice_the_eager_float32_error(ref):
     """The same weights in float32: attnlab's logits against the float64 eager model, within twice the error of the
     float32 eager model, plus float32's rounding of the logits."""
@@ -126,7 +124,6 @@ def test_gradients_of_the_sinks_and_projections_equal_eager(ref, impl):
     assert max(errs.values()) < 1e-9
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_greedy_generation_through_the_cache_equals_eager(ref):
     """16 greedy tokens through transformers' KV cache (the sliding layer's cache and its decoding masks)."""
     got = generate(ref.m64, "attnlab", ref.ids, ref.mask)

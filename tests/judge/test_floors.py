@@ -33,11 +33,3 @@ def test_each_modifier_tensor_has_a_positive_floor_that_still_judges(name):
     for n in names:  # a floor above zero that still judges: far below the gradient's own size
         grad = float(exp.ref[judge.quantities(case).index(n)].abs().max())
         assert 0 < floors[n] < 1e-2 * grad, (n, floors[n], grad)
-
-
-# The cases of this module measured over a quarter second of CPU (tests/costs.py; AMD EPYC, 2 cores), where the
-# module's others take hundredths: slow-marked (tests/conftest.py), so make test-fast leaves them to make test
-SLOW_CASES = {
-    "test_each_modifier_tensor_has_a_positive_floor_that_still_judges[score_mod alibi slopes, learnable, padding]",
-    "test_each_modifier_tensor_has_a_positive_floor_that_still_judges[score_mod relative_bias, learnable, L<S]",
-}

@@ -58,7 +58,6 @@ def _kv_rows(name, api, case_names, seed=0):
     return r.rows, named(r.diagnoses.get(name, []))
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_a_bug_that_alone_comes_close_to_no_row_is_found_on_top_of_the_other():
     # keys read a row early and the causal diagonal aligned top-left: where a sequence has more keys than queries,
     # top-left alone matches no row (its diagonal is placed in keys that start a row early), yet the pair does

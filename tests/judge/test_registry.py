@@ -148,13 +148,3 @@ def test_verify_causes_prints_the_table_and_writes_it_as_json(tmp_path, capsys):
     assert f"{len(registry.table())} keys" in out
     rows = json.loads((tmp_path / "causes.json").read_text())
     assert {r["key"] for r in rows} == set(registry.table()) and all(r["detectors"] for r in rows)
-
-
-# The cases of this module measured over a quarter second of CPU (tests/costs.py; AMD EPYC, 2 cores), where the
-# module's others take hundredths: slow-marked (tests/conftest.py), so make test-fast leaves them to make test
-SLOW_CASES = {
-    "test_each_fact_a_level_measures_is_named_first_on_its_fixture[autograd]",
-    "test_each_fact_a_level_measures_is_named_first_on_its_fixture[lse-dtype]",
-    "test_each_fact_a_level_measures_is_named_first_on_its_fixture[lse-wrong]",
-    "test_each_fact_a_level_measures_is_named_first_on_its_fixture[square-assumed]",
-}

@@ -261,7 +261,6 @@ def test_every_layout_of_the_grid_has_its_lines_in_the_script():
     assert set(repro_script.LAYOUT_CODE) == {None, *LAYOUTS}
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_a_case_too_big_to_write_out_gets_no_script_and_says_why():
     from attnlab.judge import judge, repro_script
     from attnlab.judge.cases import Case

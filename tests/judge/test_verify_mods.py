@@ -1,6 +1,5 @@
 """verify's score-modifier cases: the oracle applies the same modifier; forms without one are skipped."""
 
-import pytest
 import torch
 import torch.nn.functional as F
 
@@ -22,7 +21,6 @@ def test_mod_cases_cover_every_family_and_learnable_tensors():
     assert {"dslopes", "dtable", "dbias"} <= quantities  # gradients of the modifier's own tensors are checked
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_a_user_function_that_ignores_the_modifier_fails_and_one_without_it_is_skipped():
     def ignores(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
                 score_mod=None):

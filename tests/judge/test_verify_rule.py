@@ -156,7 +156,7 @@ def test_timeout_flag_is_checked(capsys):
     assert e.value.code == 2 and "must be a positive number of seconds" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
+@pytest.mark.slow  # over 0.3 s of CPU in two runs of make test (tests/costs.py)
 def test_dtype_given_twice_runs_once(capsys):
     from attnlab.cli import main
 

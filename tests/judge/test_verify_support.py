@@ -232,7 +232,7 @@ def test_rewording_every_message_changes_no_diagnosis(monkeypatch):
     assert table.table()["dtype"].text in "\n".join(d.text for d in r1.diagnoses["f"])
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
+@pytest.mark.slow  # over 0.3 s of CPU in two runs of make test (tests/costs.py)
 def test_an_api_function_that_raises_on_causal_gets_no_line_about_sdpas_masks_and_one_case_each_way_no_tag():
     """A flash-attn function that refuses causal= by an exception: the exception's line, and none about SDPA's mask
     kinds (an API case passes its mask in its own arguments); a rerun of one case each way names no tag."""

@@ -115,10 +115,3 @@ def test_upper_left_is_the_causal_fast_path_and_gqa_and_batch_dims_work():
     assert got.shape == want.shape and rule.max_err(got, want) < 1e-12
     a = attnlab.kernels._check.check(q, k, v, causal_upper_left(6, 10), enable_gqa=True)
     assert a.is_causal and a.mask is None and a.attn_mask is None  # the same as is_causal=True
-
-
-# The cases of this module measured over a quarter second of CPU (tests/costs.py; AMD EPYC, 2 cores), where the
-# module's others take hundredths: slow-marked (tests/conftest.py), so make test-fast leaves them to make test
-SLOW_CASES = {
-    "test_the_rule_fails_a_wrong_reading_of_the_bias_and_passes_the_right_one[upper_left]",
-}

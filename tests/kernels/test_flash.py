@@ -254,22 +254,3 @@ def test_low_precision_within_rule(dtype):
                        rule.rounding_floor(q, k, v, is_causal=True, dtype=dtype)["out"])
     print(dtype, c)
     assert c.passed
-
-
-# The cases of this module measured over a quarter second of CPU (tests/costs.py; AMD EPYC, 2 cores), where the
-# module's others take hundredths: slow-marked (tests/conftest.py), so make test-fast leaves them to make test
-SLOW_CASES = {
-    "test_flash_equals_matrix[bounded-False-tiles1-N1H3/3L23S17E59Ev40]",
-    "test_flash_equals_matrix[bounded-False-tiles1-N1H6/2L30S30E16Ev16]",
-    "test_flash_equals_matrix[online max-True-tiles0-N1H6/2L30S30E16Ev16]",
-    "test_flash_equals_matrix[online max-True-tiles1-N1H3/3L23S17E59Ev40]",
-    "test_flash_equals_matrix[online max-True-tiles1-N1H6/2L30S30E16Ev16]",
-    "test_flash_masks_and_mask_gradients[bounded-bool]",
-    "test_flash_masks_and_mask_gradients[bounded-dead-rows]",
-    "test_flash_masks_and_mask_gradients[bounded-document]",
-    "test_flash_masks_and_mask_gradients[bounded-float-broadcast]",
-    "test_flash_masks_and_mask_gradients[bounded-float]",
-    "test_flash_masks_and_mask_gradients[bounded-or]",
-    "test_flash_masks_and_mask_gradients[bounded-padding]",
-    "test_flash_masks_and_mask_gradients[online max-causal_lower_right]",
-}

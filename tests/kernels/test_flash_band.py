@@ -177,10 +177,3 @@ def test_a_builtin_modifier_rides_on_the_bands_and_equals_the_float64_matrix_for
                                                      (want, *torch.autograd.grad(want, wrt, go)), strict=True)]
     print(name, which, [f"{e:.1e}" for e in errs])
     assert max(errs) < 1e-12
-
-
-# The cases of this module measured over a quarter second of CPU (tests/costs.py; AMD EPYC, 2 cores), where the
-# module's others take hundredths: slow-marked (tests/conftest.py), so make test-fast leaves them to make test
-SLOW_CASES = {
-    "test_a_builtin_modifier_rides_on_the_bands_and_equals_the_float64_matrix_form[documents-per-batch-softcap50]",
-}

@@ -40,11 +40,3 @@ def test_large_logits_stay_near_pytorchs_error(S, bound):  # S=2 (3.2x in the ou
             worst[n] = max(worst[n], c.err / c.torch_err)
     print(S, {n: f"{w:.2f}" for n, w in worst.items()})
     assert math.isfinite(max(worst.values())) and (bound is None or max(worst.values()) <= bound)
-
-
-# The cases of this module measured over a quarter second of CPU (tests/costs.py; AMD EPYC, 2 cores), where the
-# module's others take hundredths: slow-marked (tests/conftest.py), so make test-fast leaves them to make test
-SLOW_CASES = {
-    "test_large_logits_stay_near_pytorchs_error[2-None]",
-    "test_large_logits_stay_near_pytorchs_error[5-3.0]",
-}

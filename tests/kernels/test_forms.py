@@ -177,8 +177,9 @@ def test_nan_is_not_mistaken_for_a_fully_masked_row(form):
     assert rule.max_err(out.nan_to_num(), exp.nan_to_num()) < 1e-12
 
 
-# The cases of this module measured over a quarter second of CPU (tests/costs.py; AMD EPYC, 2 cores), where the
-# module's others take hundredths: slow-marked (tests/conftest.py), so make test-fast leaves them to make test
+# The cases of this module measured over 0.3 s of CPU in two runs of make test (tests/costs.py; AMD EPYC, 2 cores),
+# where the module's others take hundredths: slow-marked (tests/conftest.py), so make test-fast leaves them to make
+# test
 SLOW_CASES = {
     "test_low_precision_within_tolerance_rule[dtype0]",
 }

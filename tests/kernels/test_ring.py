@@ -73,7 +73,6 @@ def test_ring_needs_a_process_group_and_checks_its_arguments_first():
         ring.attention(q, q, q, stats={})
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_launch_deadline_stops_a_rank_that_never_returns():
     t0 = time.monotonic()
     out = launch.launch(sleeps, 1, timeout_s=2.0, pg_timeout_s=5.0)

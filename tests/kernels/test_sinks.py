@@ -409,12 +409,3 @@ def test_triton_under_the_interpreter():
     print(r.stdout[-6000:], r.stderr[-2000:])
     assert r.returncode == 0, r.stdout[-3000:]
     assert " passed" in r.stdout and "failed" not in r.stdout
-
-
-# The cases of this module measured over a quarter second of CPU (tests/costs.py; AMD EPYC, 2 cores), where the
-# module's others take hundredths: slow-marked (tests/conftest.py), so make test-fast leaves them to make test
-SLOW_CASES = {
-    "test_every_form_matches_the_float64_reference[plain-loops]",
-    "test_gradcheck_beside_a_learned_float_mask_and_bias_table[matrix]",
-    "test_gradcheck_in_float64[flash]",
-}

@@ -127,7 +127,6 @@ def test_each_slip_an_attention_level_knows_is_named_first_as_itself(level):
     assert C.attention_keys(lv, _as_learner(level, lambda q, k, v, c: right(q, k, v, c)), 0) == []
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_the_stale_max_guarded_on_the_first_tile_is_named_from_its_outputs_not_as_an_overflow():
     """p = exp(s - where(m == -inf, m_new, m)): the first tile right, every later one against the old max. Its
     errors are finite on small scores and it overflows on large ones, as the stale max does: the stale-max line,

@@ -51,7 +51,6 @@ def _keys(carry, level=FLASH):
     return slips.named(got, mod.PROBES, 0, mod.slip_list(), getattr(mod, "NAN", None), mod.slip_pairs())
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_a_softmax_without_its_max_is_told_to_subtract_the_max():
     keys = _keys("none", levels.find("matrix"))  # level 2: no tiles, no other max to take
     print(keys)

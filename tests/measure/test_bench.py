@@ -80,7 +80,7 @@ def test_memory_method_finds_a_known_allocation_within_the_noise_floor():
     assert memory.measure_peak(lambda: held + 0) == pytest.approx(held.numel() * 4, abs=floor)
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
+@pytest.mark.slow  # over 0.3 s of CPU in two runs of make test (tests/costs.py)
 def test_garbage_the_calls_leave_in_cycles_is_still_collected_with_the_older_objects_set_aside():
     """The lab's measurement collects before each peak with what was alive before it set aside (gc.freeze): the
     cycles made inside are freed as before, and on leaving nothing stays frozen."""

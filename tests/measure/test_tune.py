@@ -24,7 +24,6 @@ def test_candidates_put_the_default_first():
         assert first.tiles(2048) == (256, 256) or first.tiles(8192) == (256, 256) or first.band_rows == 64
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_a_measurement_times_every_candidate_and_caches_the_choice(tiles_cache, tmp_path):
     lines = []
     r = tune.measure(rounds=1, lengths={"short": 64, "long": 128, "sparse": 256}, say=lines.append)

@@ -55,7 +55,6 @@ def test_cached_decoding_equals_the_full_forward(kw):
     assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-10
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_generate_runs_past_the_block_size_and_is_reproducible():
     torch.manual_seed(0)
     model = GPT(small())

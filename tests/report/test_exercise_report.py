@@ -65,7 +65,7 @@ def test_growth_is_said_only_as_far_as_the_repeats_agree():
             "repeat): quadratic") in text
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
+@pytest.mark.slow  # over 0.3 s of CPU in two runs of make test (tests/costs.py)
 def test_the_lab_plots_tick_labels_never_overlap(tmp_path, monkeypatch):
     """A loops version measured at two lengths spans less than a decade of T: matplotlib's minor labels on a log axis
     ran into each other there. Every visible tick label is read from the drawn figure and none may touch another."""

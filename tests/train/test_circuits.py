@@ -65,7 +65,6 @@ def test_the_rules_decide_found():
     assert Circuits.from_dict(json.loads(json.dumps(c.to_dict()))) == c
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_an_untrained_model_has_no_such_heads():
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=len(CHARS), block_size=48, n_layer=2, n_head=2, d_model=32))

@@ -81,7 +81,6 @@ def test_resume_after_ctrl_c_reproduces_the_uninterrupted_run_exactly(data, tmp_
         train.run(dataclasses.replace(cfg, lr=1e-4), variants=["sqrt"], out=tmp_path / "b", data=data, resume=True)
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_variants_share_initial_weights_and_data_and_the_summary_reads_them(data, tmp_path, round_trip):
     r = train.run(dataclasses.replace(TINY, steps=10), out=tmp_path, data=data)
     # same init and batches: at step 0 only the scale differs, so sqrt and inv losses are close but not equal

@@ -159,7 +159,6 @@ def test_code_quotes_are_the_lessons_module_and_the_labs_starter():
         code.quote(matrix, ["this line is not there"])
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_sources_read_classify_and_measure(tmp_path):
     (tmp_path / "train-a.json").write_text(json.dumps(TRAIN))
     scale, tie = sources.train(tmp_path, quick=True)
@@ -176,7 +175,6 @@ def test_sources_read_classify_and_measure(tmp_path):
     assert "matrix" in q.exponents
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_the_sinks_section_shows_the_runs_numbers(tmp_path):
     from attnlab.explore import sinks as lab_sinks
     from attnlab.results import write_json
@@ -358,7 +356,7 @@ def test_a_verdict_weighs_every_measurement_and_says_when_they_disagree():
     assert "not measured in this run: induction share (best head), loss on the repeated copy" in html
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
+@pytest.mark.slow  # over 0.3 s of CPU in two runs of make test (tests/costs.py)
 def test_the_train_figure_keeps_its_legends_off_the_curves(tmp_path):
     import matplotlib
 

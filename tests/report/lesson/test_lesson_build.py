@@ -69,7 +69,6 @@ def test_the_plan_runs_only_what_is_missing_or_stale(tmp_path):
     assert {s.name: s.why for s in build.plan(tmp_path)}["train"] == "scale-sqrt.pt is missing"
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_explore_sinks_is_a_step_of_its_own_with_its_estimate(tmp_path):
     """It trains two models (a minute or two): its own step, estimated from its own steps timed now, or from the
     training step; the quick experiments stay one step of a second."""
@@ -89,7 +88,6 @@ def test_explore_sinks_is_a_step_of_its_own_with_its_estimate(tmp_path):
     assert why["explore sinks"] == "stale: trained with other settings (preset)" and why["explore"] is None
 
 
-@pytest.mark.slow  # over a quarter second of CPU (tests/costs.py)
 def test_the_files_another_version_wrote_are_named_in_one_line_with_their_versions(tmp_path):
     import torch
 
