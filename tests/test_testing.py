@@ -50,7 +50,7 @@ def test_a_right_function_passes_and_cases_have_readable_ids():
         attnlab.testing.assert_case(gqa_with_repeat, params[0].values[0])
 
 
-@pytest.mark.slow  # assert_case judges it in a process of its own (2.0-2.1 s of CPU in the last two runs)
+@pytest.mark.slow(first="the judging process assert_case starts, kept for the tests after it")  # 2 s when it starts it
 def test_a_function_that_calls_sys_exit_fails_its_case_and_the_test_goes_on():
     """sys.exit(0) inside the function is an error row naming it, never an exit code 0 for the suite."""
 
