@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
+from attnlab.shapes import broadcast_shapes
+
 from .argcheck import is_real
 from .dtypes import FLOAT_DTYPES, compute_dtype
 from .errors import ArgumentError, ArgumentTypeError
@@ -315,12 +317,10 @@ def _broadcast(query, key, value, enable_gqa, shapes):
     """
     rank = max(3, query.dim(), key.dim(), value.dim())
     query, key, value = (t.reshape((1,) * (rank - t.dim()) + tuple(t.shape)) for t in (query, key, value))
-    batch = []
-    for sizes in zip(query.shape[:-3], key.shape[:-3], value.shape[:-3], strict=True):  # (torch's helper is slow)
-        grown = {n for n in sizes if n != 1}
-        if len(grown) > 1:
-            raise ArgumentError(f"batch dims do not broadcast: {shapes}")
-        batch.append(grown.pop() if grown else 1)
+    try:
+        batch = list(broadcast_shapes(query.shape[:-3], key.shape[:-3], value.shape[:-3]))
+    except RuntimeError:
+        raise ArgumentError(f"batch dims do not broadcast: {shapes}") from None
     Hk, Hv = key.shape[-3], value.shape[-3]
     if Hk != Hv and 1 not in (Hk, Hv):
         raise ArgumentError(f"key has {Hk} heads but value has {Hv}; they must match ({shapes})")
