@@ -198,3 +198,31 @@ def test_a_level_s_own_cases_say_how_their_budget_was_set_where_the_machine_held
     assert said.startswith("not decided: the machine is busy: load 14 on 2 cores") and reply["cases"][1]["busy"]
     assert "(a set budget, not a reference's time: --max-seconds 20 a case (20 s unless given))" in said, said
     assert reply["cases"][2] == {"skipped": "not run: the case 'b' before it ran out of time"}
+
+
+@pytest.mark.slow
+def test_an_interrupt_while_the_function_runs_ends_its_process_at_once(tmp_path):
+    """A Ctrl-C (or an error) that reaches the judge while the function computes: the process is killed, not asked to
+    close -- it would read that request only when the function returned, and the judge waited 5 s for a hang."""
+
+    def interrupt_once_it_computes(fn):
+        pid, end = fn.process.pid, time.monotonic() + 60
+        cpu0 = pace.cpu_seconds(pid)
+        while time.monotonic() < end and not (fn.asked and pace.cpu_seconds(pid) - cpu0 > 0.2):
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGALRM)  # the judge's Ctrl-C, while the function is in its call
+
+    with _judged(tmp_path, 1e9) as fn:
+        previous = signal.signal(signal.SIGALRM, signal.default_int_handler)
+        try:
+            threading.Thread(target=interrupt_once_it_computes, args=(fn,), daemon=True).start()
+            with pytest.raises(KeyboardInterrupt):
+                verify.verify({"mine": fn}, [CASE], timeout=60.0, backward=False)
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+        assert fn.asked and fn.process.poll() is None  # still in the call
+        t0 = time.perf_counter()
+        fn.close()
+        took = time.perf_counter() - t0
+    print(f"closed in {took:.2f} s: {fn.lost}")
+    assert fn.process.poll() is not None and took < 2.0 and fn.lost == "closed"

@@ -104,6 +104,7 @@ class Remote:
         self.basis = ""  # how deadline was set, said with it when the machine held the function back past it
         self.spent = None  # what its last request cost, where it was waited for (attnlab.judge.apart.pace.Spent)
         self.started = None  # (job, cwd, module, environment) it was started with, to start it again (restart)
+        self.asked = False  # a request was sent and its answer not read: the process is busy with it (an interrupt)
 
     def __repr__(self) -> str:
         return f"Remote({self.info.get('name')!r})"
@@ -148,6 +149,7 @@ class Remote:
         if self.process is None:  # the serving side keeps the time (its watchdog answers "hung"): wait a little longer
             limit += 30.0
         try:
+            self.asked = True
             wire.send(self.wfd, header, tensors)
             if self.process is not None:  # its own time, not the machine's (see pace)
                 ready, self.spent = pace.wait(self.rfd, limit, self.process.pid)
@@ -156,6 +158,7 @@ class Remote:
                     raise wire.TimedOut("no answer within its own time")
                 limit = max(limit, 60.0)  # the answer has begun: the rest of it is on its way
             reply, got = wire.receive(self.rfd, limit)
+            self.asked = False
         except (wire.TimedOut, TimeoutError):
             spent = self.spent
             self._end(f"no answer after {limit:.1f} s" if spent is None or self.process is None else
@@ -187,7 +190,7 @@ class Remote:
         job, cwd, module, env = self.started
         fresh = start(job, cwd, module, env)
         self.rfd, self.wfd, self.info, self.process = fresh.rfd, fresh.wfd, fresh.info, fresh.process
-        self.tag, self.lost, self.timed_out = fresh.tag, None, False
+        self.tag, self.lost, self.timed_out, self.asked = fresh.tag, None, False, False
 
     def run(self, case, seed: int, q, k, v, m, grad_out, p: float, fresh, layout: bool, backward: bool = True,
             inference: bool = False, sinks=None):
@@ -216,9 +219,12 @@ class Remote:
         return self.request({"op": op, **fields}, (), seconds, basis)[0]
 
     def close(self) -> None:
+        """End the process: asked to close where it waits for a request, killed where it is still busy with one (a
+        Ctrl-C or an error reached the judge while the function ran: it would read the request to close only once the
+        function returned -- never, for one that hangs)."""
         if self.process is None:
             return
-        if self.lost is None and self.process.poll() is None:
+        if self.lost is None and self.process.poll() is None and not self.asked:
             try:
                 wire.send(self.wfd, {"op": "close"})
                 self.process.wait(5)
