@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from attnlab.judge import apis, oracle, verify
 from attnlab.judge.apis import flash, lse
+from attnlab.judge.apis import flex as flex_api
 from tests import api_functions as A
 from tests.helpers import named
 
@@ -96,6 +97,22 @@ def test_pytorchs_own_flex_attention_passes_the_flex_api():
 
     r, counts, _ = judged(torch_flex, "flex", only="causal", backward=False, first=4)  # (it has no backward on the CPU)
     assert counts["pass"] == 4, counts
+
+
+def test_each_flex_call_gets_a_block_mask_of_its_own():
+    """The case's BlockMask is made once and copied for each call: a function that writes into the one it was given
+    (its block counts zeroed) leaves the next call's as create_block_mask makes it."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    case = next(c for c in apis.cases("flex", ("float32",), long=False) if flex_api.mask_fn(c) is not None)
+    fn, L, S = flex_api.mask_fn(case), case.L, case.S or case.L
+    made = create_block_mask(lambda b, h, i, j: fn(b, h, i, j, L, S), 2, case.H, L, S, device="cpu")
+    given = flex_api.block_mask(case, 2, "cpu")
+    assert torch.equal(given.to_dense(), made.to_dense()) and given.kv_num_blocks.any()
+    given.kv_num_blocks.zero_()
+    again = flex_api.block_mask(case, 2, "cpu")
+    assert again.kv_num_blocks is not given.kv_num_blocks
+    assert torch.equal(again.to_dense(), made.to_dense()) and torch.equal(again.kv_indices, made.kv_indices)
 
 
 def test_flash_attns_causal_is_pytorchs_lower_right_and_its_window_the_band():

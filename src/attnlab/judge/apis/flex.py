@@ -22,6 +22,8 @@ flex_attention's, forwards, on the CPU.
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from dataclasses import replace
 
@@ -164,7 +166,23 @@ def block_size(case: Case) -> tuple[int, int] | None:
 
 
 def block_mask(case: Case, B: int, device):
-    """torch's BlockMask for the case's mask function (None without a mask)."""
+    """torch's BlockMask for the case's mask function (None without a mask): a copy of its own for each call, its
+    tensors cloned, so that a function that writes into the one it was given changes no other call's."""
+    made = _made_block_mask(case, B, str(device))
+    if made is None:
+        return None
+    mine = copy.copy(made)
+    for name in getattr(type(made), "_TENSOR_ATTRS", ()):
+        t = getattr(made, name, None)
+        if isinstance(t, torch.Tensor):
+            setattr(mine, name, t.clone())
+    return mine
+
+
+@functools.lru_cache(maxsize=16)
+def _made_block_mask(case: Case, B: int, device: str):
+    """create_block_mask for the case, made once (it evaluates the mask function over every query-key pair: 2 ms a
+    call, three calls a case and the probes' besides) and copied for each call (:func:`block_mask`)."""
     fn = mask_fn(case)
     if fn is None:
         return None
@@ -173,7 +191,7 @@ def block_mask(case: Case, B: int, device):
     L, S = case.L, case.S or case.L
     size = block_size(case)
     kw = {"BLOCK_SIZE": size} if size else {}
-    return create_block_mask(lambda b, h, i, j: fn(b, h, i, j, L, S), B, case.H, L, S, device=str(device), **kw)
+    return create_block_mask(lambda b, h, i, j: fn(b, h, i, j, L, S), B, case.H, L, S, device=device, **kw)
 
 
 def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):
