@@ -1,4 +1,6 @@
-"""Every Python snippet in the README and in docs/ runs, each in a fresh interpreter, exactly as written.
+"""Every Python snippet in the README and in docs/ runs exactly as written: each as a script of its own (its own
+file, globals and folder), one after another in one fresh interpreter (tests/snippet_batch.py) -- what one snippet
+leaves in the interpreter (an imported module, torch's global state) the next one meets.
 
 A snippet that starts a torch.distributed process group (or says to run it under torchrun) is run
 that way, under torchrun (two processes). A block the page marks ``<!-- not run: REASON -->`` (a
