@@ -62,8 +62,11 @@ def run(target: str, costs: Path | None = None) -> dict:
            "returncode": p.returncode, "summary": tail, "marks": marks}
     whole = round(seconds)
     print(f"  {whole // 60} min {whole % 60} s: {tail} (load {before} -> {out['load_after']})", flush=True)
-    if p.returncode != 0:
-        print(p.stdout[-4000:], p.stderr[-2000:], sep="\n")
+    if p.returncode != 0:  # what failed, whole (the durations and the summary after it would push it out of a tail)
+        failures = re.search(r"^=+ (FAILURES|ERRORS) =+$.*?(?=^=+ (warnings summary|slowest|short test summary))",
+                             p.stdout, re.M | re.S)
+        print(failures.group(0)[-20000:] if failures else p.stdout[-4000:], p.stdout[-4000:], p.stderr[-2000:],
+              sep="\n")
     return out
 
 
