@@ -114,8 +114,10 @@ CASES = [
                  "No space left on device", marks=pytest.mark.slow),
     pytest.param(f"{BENCH} --out {{full}}", 2, f"attnlab bench: {E} cannot write {{full}}/bench.json: No space left "
                  "on device", marks=pytest.mark.slow),
-    # (lesson.html on a full disk: test_the_lesson_page_on_a_full_disk_is_a_cannot_write, on the function that
-    # writes it; the command's way from a CannotWrite to its one line is the rows above and below)
+    # lesson.html on a full disk: the whole command, and the function that writes it
+    # (test_the_lesson_page_on_a_full_disk_is_a_cannot_write: the page before it is kept)
+    pytest.param("lesson --quick --out {full}", 2, f"attnlab lesson: {E} cannot write {{full}}/lesson.html: No space "
+                 "left on device", marks=pytest.mark.slow),
     (f"{TINY} --out {{full}}", 2, f"attnlab train: {E} cannot write {{full}}/checkpoints/scale-sqrt.pt: "
      "No space left on device"),
     # (train --procs 2 on a full disk: tests/cli/test_nothing_left.py, which also checks no rank is left running)
