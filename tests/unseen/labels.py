@@ -476,3 +476,124 @@ HELD2_SLIPS = {
     "level-7/rescale_only_sum_and_lse_without_max": [("acc-not-rescaled", "online-not-rescaled"),
                                                      ("lse-no-max", "lse-shift")],
 }
+
+# The third held corpus (tests/unseen/held3: kernels and learners' files written blind by two helpers who had read
+# neither the judge nor the other corpora), set down from the files' truths before its one run was read. Its kernels'
+# precision bugs keep a fixed half dtype (float16 or bfloat16) for float32 inputs too, float64 exact: PRECISION.
+HELD3 = {
+    # flash-attn
+    "flash-attn/alibi_rows": [("flash-alibi-signed", "measured:bias")],
+    "flash-attn/capped_autograd": [("gradients-only", "measured:backward")],
+    "flash-attn/capped_scores": [("flash-softcap-scale", "measured:scores")],
+    # (the window placed from query i, causal itself aligned bottom-right: the window is aligned top-left)
+    "flash-attn/dense_window": [("api-top-left", *MASK)],
+    "flash-attn/lse_buffer": [PRECISION],
+    "flash-attn/pv_lowp": [PRECISION],
+    "flash-attn/rowblock_bias": [("flash-alibi-one-row", "measured:bias"), ("flash-window-edge", "window-left", *MASK)],
+    # (a window side of 0 taken as unbounded: no cause's words say it; the side's tag and the measured visibility do;
+    # the backward's ALiBi distance without the S - L offset: the offset's line says it, of the gradients)
+    "flash-attn/split_paths": [("window-left", "window-right", *MASK),
+                               ("flash-alibi-offset", "api-top-left", "gradients-only", "measured:backward")],
+    "flash-attn/tiled_fwd_bwd": [],
+    # flash-attn-varlen
+    # (the last packed sequence never computed, its rows 0 and lse -inf: no cause's words say it; measured only)
+    "flash-attn-varlen/cap_after_mask": [("mod-after-mask", *MASK), (*MASK, "measured:sums", "measured:lse")],
+    # (ALiBi's slope read by the kv head: flex's line for a per-head bias read by the key head says it; the causal
+    # limit dropped under a window: the mask ignored, or the measured visibility)
+    "flash-attn-varlen/grouped_bias": [("flex-mod-kv-head", "measured:bias"), ("api-mask-ignored", *MASK)],
+    "flash-attn-varlen/lowp_scores": [PRECISION],
+    "flash-attn-varlen/lse_buffer_rows": [("lse-only", "measured:lse")],
+    "flash-attn-varlen/maxlen_diag": [("varlen-diagonal-from-max", "measured:bias", *MASK)],
+    "flash-attn-varlen/packed_positions": [("flash-alibi-offset", "alibi", "measured:bias")],
+    # (keys gathered from the query offsets: no cause's words say it; the measured visibility does)
+    "flash-attn-varlen/padded_gather": [MASK],
+    "flash-attn-varlen/packed_loop": [],
+    "flash-attn-varlen/two_pass": [PRECISION],
+    # flex
+    "flex/base2_online": [("lse-base2", "measured:lse")],
+    "flex/block_sparse": [("flex-partial-as-full", *MASK)],
+    "flex/broadcast_mods": [("mod", "measured:scores", "measured:bias")],
+    "flex/dense_vmap": [],
+    "flex/exp2_lowp": [PRECISION],
+    # (mask_mod given kv_idx and q_idx swapped in the partial blocks: a causal mask_mod turned round there)
+    "flex/grid_masks": [("causal-reversed", *MASK), ("gqa", "measured:heads")],
+    "flex/kv_groups": [("flex-mod-kv-head", "measured:bias", *MASK)],
+    # (full blocks skipped: no cause's words say it; the measured visibility does)
+    "flex/partial_lists": [MASK],
+    # (the block mask read at batch 0, head 0, and score_mod given the tile's own query index: no cause's words say
+    # them; the measured visibility and bias do)
+    "flex/query_tiles": [MASK, ("measured:bias",)],
+    # paged-decode
+    "paged-decode/append_kv": [(*CACHE, "paged-new-kv-wrong-slot", *MASK), ("scale", "measured:scores")],
+    "paged-decode/append_then_attend": [("paged-new-kv-unseen", "paged-top-left", *MASK)],
+    "paged-decode/capped_decode": [("lse-only", "measured:lse")],
+    "paged-decode/gather_dense": [],
+    "paged-decode/half_acc": [PRECISION],
+    # (the page looked up once for every new token: those past a page's end are written back into that page, the
+    # table read one entry off for them)
+    "paged-decode/page_append": [(*CACHE, "paged-table-index-off", *MASK)],
+    "paged-decode/split_kv": [PRECISION],
+    "paged-decode/whole_pages": [("paged-stale-slots", "paged-seqlens-ignored", *MASK)],
+    # (the window's left edge measured from the last key for every query: no cause's words say it)
+    "paged-decode/window_decode": [("window-left", *MASK)],
+    # sdpa
+    "sdpa/einsum_heads": [("gqa", "measured:heads")],
+    "sdpa/fill_mask": [("Ev!=E", "measured:scores"), ("dead-rows", "measured:dead-rows")],
+    "sdpa/grad_fold": [("grad-mask", "broadcast-mask", "gradients-only"),
+                       ("gqa", "gradients-only", "measured:backward")],
+    "sdpa/online_tiles": [PRECISION],
+    "sdpa/qtile_bias": [("float-mask", "measured:bias")],
+    "sdpa/reference_math": [],
+    "sdpa/saved_lse": [PRECISION],
+    "sdpa/softmax_causal": [("causal-alignment", "lower-right", *MASK)],
+    "sdpa/tiled_autograd": [],
+}
+HELD3_ALSO: dict[str, set[str]] = {}
+
+# (a module that adds the residual itself, dv gathered from O, not dO: no key says them, and an lse whose max is left
+# unscaled only the judge's lse line says, which the lab's level 4 does not read: those entries cannot be named)
+HELD3_SLIPS = {
+    "level-1/attempt_a": [],
+    # (score * E ** -1/2 is score / (2E): "divided by d" sends a reader to the scale; the measured scores say it)
+    "level-1/attempt_b": [("scale-1/d", "measured:scores")],
+    "level-1/attempt_c": [("lower-right", "causal-alignment", *MASK)],
+    "level-1/attempt_d": [PRECISION],
+    "level-1/attempt_e": [("mask-zero", *MASK), ("dtype",)],
+    "level-2/attempt_a": [("softmax-dim", *SUMS)],
+    "level-2/attempt_b": [("mask-zero", *MASK)],
+    "level-2/attempt_c": [],
+    "level-2/attempt_d": [("max-subtraction", "measured:overflow")],
+    "level-2/attempt_e": [("scale-1/d",), ("lower-right", "causal-alignment", *MASK)],
+    "level-3/attempt_a": [("heads-split",)],
+    "level-3/attempt_b": [("mask-after-softmax", *SUMS)],
+    "level-3/attempt_c": [],
+    "level-3/attempt_d": [("scale-C",)],
+    "level-3/attempt_e": [("measured:scores",), ()],
+    "level-4/attempt_a": [],
+    "level-4/attempt_b": [("acc-not-rescaled", "online-not-rescaled")],
+    "level-4/attempt_c": [("skip-bound", *MASK)],
+    "level-4/attempt_d": [("lse-unscaled",)],
+    "level-4/attempt_e": [("max-subtraction", "measured:overflow")],
+    "level-4/attempt_f": [("last-tile-dropped", "tail-dropped", *MASK), ("tile-mask", *MASK)],
+    "level-5/attempt_a": [("ds-precedence",)],
+    "level-5/attempt_b": [("dq-overwritten",)],
+    "level-5/attempt_c": [("d-wrong",)],
+    "level-5/attempt_d": [],
+    "level-5/attempt_e": [("float32-in-float64", "precision-unplaced")],
+    "level-5/attempt_f": [(), ("scale-missing",)],
+    "level-6/attempt_a": [],
+    "level-6/attempt_b": [("before-write", "slot-ahead")],
+    "level-6/attempt_c": [("cache-not-written",)],
+    "level-6/attempt_d": [("rope-offset",)],
+    # (the scores through float16 for float32 and float64 alike: bfloat16 passes, the line that says so names it)
+    "level-6/attempt_e": [(*PRECISION, "precision")],
+    "level-6/attempt_f": [("rope-q-only",), ("scale-1/d",)],
+    "level-7/attempt_a": [("pad-keys", *MASK)],
+    "level-7/attempt_b": [("causal-reversed", *MASK)],
+    "level-7/attempt_c": [],
+    "level-7/attempt_d": [("lse-base2",)],
+    # (each tile's sums over the queries, not the keys: no slip's words say it; the measured sums do)
+    "level-7/attempt_e": [SUMS],
+    "level-7/attempt_f": [("sum-not-rescaled", "online-not-rescaled"), ("pad-keys", *MASK)],
+}
+HELD3_SLIPS_ALSO: dict[str, set[str]] = {}
