@@ -71,15 +71,15 @@ test-fast: install-dev lint
 
 # The blind corpora (tests/unseen: kernels and learners' files written by people who had not read the judge), each
 # judged and graded against the truths its writers set down; exit 1 when one is under its bars (tests/unseen/grade.py).
-# About 35 min on 2 cores: run by hand after a change to the judge or the lab's readings, not in CI's lanes.
+# About an hour on 2 cores: run by hand after a change to the judge or the lab's readings, not in CI's lanes.
 CORPORA_OUT ?= benchmarks/results/unseen
 corpora: install-dev
 	mkdir -p $(CORPORA_OUT)
-	for c in dev held held2; do \
+	for c in dev held held2 held3 held4; do \
 	  $(PY) -m tests.unseen.run $$c --json $(CORPORA_OUT)/$$c-kernels.json > $(CORPORA_OUT)/$$c-kernels.log && \
 	  $(PY) -m tests.unseen.run $$c --slips --json $(CORPORA_OUT)/$$c-slips.json > $(CORPORA_OUT)/$$c-slips.log \
 	  || exit 2; done
-	status=0; for c in dev held held2; do \
+	status=0; for c in dev held held2 held3 held4; do \
 	  $(PY) -m tests.unseen.grade $(CORPORA_OUT)/$$c-kernels.json $$c --check || status=1; \
 	  $(PY) -m tests.unseen.grade $(CORPORA_OUT)/$$c-slips.json $$c-slips --check || status=1; done; exit $$status
 
