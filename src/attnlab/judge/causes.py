@@ -129,25 +129,29 @@ SDPA = (
                        'precision (the scores, the weights)',
           tags=('precision',)),  # a tag diagnose gives the full-precision rows when half passes
     Cause('over-ratio', "the error is more than --max-ratio times PyTorch's own on the same cases: {ratio}"),
-    Cause('precision-unplaced', 'precision lost, not placed: {ratio}; the same cases pass in {passing}, and no '
-                                'rounding the judge models fits the error'),
+    Cause('precision-unplaced', 'precision lost, not placed: {ratio}; {passing}, and no rounding the judge models '
+                                'fits the error'),
     Cause('gradients-only', 'only gradients fail: the output is right; check the backward (a custom '
                             'autograd.Function?)'),
     Cause('unclear', 'fails with no single pattern (worst: {worst})'),
     Cause('causal-offset-sign', 'the causal offset has the wrong sign for S > L: query i sees keys j <= i - (S - L); '
                                 'is_causal is upper-left (j <= i), lower-right is j <= i + (S - L)'),
-    Cause('scores-rounded', "the error is the size of scores kept in the inputs' dtype before the softmax (or its "
-                            "running sum): keep the scores, the max and the sum in float32",
+    Cause('scores-rounded', "the error is the size of scores kept in half precision (the inputs' dtype, or a fixed "
+                            "float16 or bfloat16 for float32 inputs too) before the softmax (or its running sum): keep "
+                            "the scores, the max and the sum in float32",
 ),
     Cause('scale-folded', "the error is the size of the scale folded into q or k (or its square root into each) in "
                           "the inputs' dtype: scale the float32 scores instead (or fold it where the dtype holds it "
                           "exactly)"),
     Cause('softmax-half', "the error is the size of a softmax taken in half precision (exp and its sum in the "
-                          "inputs' dtype): take it in float32 and round only the weights before P V"),
-    Cause('exp-half', "the error is the size of exp taken in the inputs' dtype (its argument or its result rounded "
-                      'there): take exp, its sum and the max in float32'),
-    Cause('lse-half', "the log-sum-exp's error is the size of its own rounding to the inputs' dtype: it is stored "
-                      '(or finished) in that dtype; keep it in float32, as the API returns it'),
+                          "inputs' dtype, or a fixed half dtype): take it in float32 and round only the weights "
+                          "before P V"),
+    Cause('exp-half', "the error is the size of exp taken in half precision (the inputs' dtype, or a fixed float16 "
+                      "or bfloat16): its argument or its result -- the weights P -- rounded there; take exp, its sum "
+                      'and the max in float32'),
+    Cause('lse-half', "the log-sum-exp's error is the size of its own rounding to half precision (the inputs' "
+                      "dtype, or a fixed float16 or bfloat16): it is stored (or finished) there; keep it in float32, "
+                      'as the API returns it'),
     Cause('eps-in-sum', "every row is the right answer times l / (l + eps): the softmax's sum has a constant added "
                         "(a guard against an empty row); divide by the sum alone and set the rows that see no key "
                         "apart"),

@@ -56,7 +56,8 @@ CONTRAST = 0.5  # ... and less than this share of the cases without it
 
 def diagnose(result, form: str) -> list[Diagnosis]:
     """The causes of ``form``'s failures in a verify result, one line each, most cases first (empty when it passed)."""
-    rows = _supported(_lone(_twinned([r for r in result.rows if r.form == form and r.status != "skipped"])))
+    rows = _overflow_shown(_supported(_lone(_twinned([r for r in result.rows
+                                                     if r.form == form and r.status != "skipped"]))))
     bad = [r for r in rows if r.status in ("fail", "error")]
     if not bad:
         return []
@@ -74,16 +75,23 @@ def diagnose(result, form: str) -> list[Diagnosis]:
     rest = [r for r in rest if not _refused(r)]  # says its own reason in its raises line
     lines = [(k, {}, g) for k, g in first.items() if k == "oracle"] + [(k, _fill(k, g), g) for k, g in first.items()
                                                                         if k != "oracle"]
-    unplaced, rest = _unplaced(rows, rest)
+    quantity_only = [r for k in ("gradients-only", "lse-only") for r in causes.get(k, []) if not r.hints]
+    unplaced, left = _unplaced(rows, rest + quantity_only)
+    placed = {id(r) for group in unplaced.values() for r in group}
+    rest = [r for r in rest if id(r) not in placed]
+    for k in ("gradients-only", "lse-only"):  # a quantity alone failing, by a rounding's size: said as precision
+        if k in causes:
+            causes[k] = [r for r in causes[k] if id(r) not in placed]
+            if not causes[k]:
+                del causes[k]
     found = [(len(group), -1, [(key, {"measured": said}, group)]) for key, said, group in measured]
     for key, group in causes.items():
         narrow = _narrower(rows, group, _scope(key))
         found.append((len(group), len(found), [(narrow, _fill(narrow, group), group)] * (narrow is not None)
                       + [(key, _fill(key, group), group)]))
-    for dtype, group in unplaced.items():
-        passing = sorted({r.dtype for r in rows if r.status == "pass"} - {dtype})
-        found.append((len(group), len(found), [("precision-unplaced", {"ratio": _ratio_words(group),
-                                                                       "passing": ", ".join(passing)}, group)]))
+    if unplaced:  # one line, each dtype's error in it
+        group = [r for g in unplaced.values() for r in g]
+        found.append((len(group), len(found), [("precision-unplaced", _unplaced_words(rows, unplaced), group)]))
     for tag, group in _cover(rows, told, rest):
         found.append((len(group), len(found), [(C.of_tag(tag), _fill(C.of_tag(tag), group), group)]))
         rest = [r for r in rest if r not in group]
@@ -151,6 +159,21 @@ HALF_DTYPES = ("bfloat16", "float16")
 LONE = 1  # a semantic cause named on this few cases of the grid (in any dtypes), and on no probe, is not said ...
 DOMINANT = 3  # ... beside another cause named on at least this many, in a run where at least MANY cases fail
 MANY = 10
+
+
+def _overflow_shown(rows: list) -> list:
+    """The rows without "max-subtraction" where the function's output is NaN or inf, unexplained, on cases of small
+    scores too: exp overflowing large scores is that line's claim, and non-finite numbers where no score is large
+    come from elsewhere (a softmax over another dim meets a column of -inf) -- what the failing cases share is said
+    instead."""
+    def nonfinite(r):
+        return r.status == "fail" and not r.hints and any(
+            c.quantity == "out" and not math.isfinite(c.err) for c in r.comparisons)
+
+    if not any(nonfinite(r) and "large-logits" not in r.tags for r in rows):
+        return rows
+    return [replace(r, hints=[h for h in r.hints if h != "max-subtraction"]) if "max-subtraction" in r.hints else r
+            for r in rows]
 
 
 def _twinned(rows: list) -> list:
@@ -281,18 +304,53 @@ YOURS = {  # a line whose rows matched the wrong semantics it names: what the fu
 
 def _unplaced(rows, rest) -> tuple[dict[str, list], list]:
     """({dtype: rows}, the rest): the unexplained failing rows whose case passes in another dtype and whose error is at
-    most PLACED_RATIO times PyTorch's -- precision lost in that dtype, which no rounding model placed."""
+    most PLACED_RATIO times PyTorch's, or a rounding's size (:func:`rounding_sized`) -- precision lost in that dtype,
+    which no rounding model placed. (A float32 computation rounded through bfloat16 errs 10^4 times PyTorch's float32
+    error: the ratio alone would call it a formula; its size, beside the same case right in another dtype, does
+    not.)"""
     passed = {(r.case, r.dtype) for r in rows if r.status == "pass"}
     out: dict[str, list] = {}
     left = []
+    full = [r for r in rows if r.dtype not in HALF_DTYPES]
+    if _half_passes(rows) and sum(r.status in ("fail", "error") for r in full) >= PRECISE * len(full):
+        return out, list(rest)  # full precision fails where half passes: the "precision" line places it (_cover)
     for r in rest:
         twin = any((r.case, d) in passed for d in {x.dtype for x in rows} - {r.dtype})
         ratio = _worst_ratio(r)
-        if r.status == "fail" and twin and ratio is not None and ratio[0] <= PLACED_RATIO:
+        if r.status == "fail" and twin and (ratio is not None and ratio[0] <= PLACED_RATIO or rounding_sized(r)):
             out.setdefault(r.dtype, []).append(r)
         else:
             left.append(r)
     return out, left
+
+
+def _unplaced_words(rows, unplaced: dict[str, list]) -> dict:
+    """The precision line's words: each dtype's error as a multiple of PyTorch's, and in which dtypes those very cases
+    pass (every one of them), or that each passes in some other dtype."""
+    status = {(r.case, r.dtype): r.status for r in rows}
+    ratio = "; ".join(f"{dt}: {ratio_words(g)}" for dt, g in sorted(unplaced.items()))
+    group = [r for g in unplaced.values() for r in g]
+    every = [dt for dt in sorted({r.dtype for r in rows} - set(unplaced))
+             if all(status.get((r.case, dt), "pass") == "pass" for r in group)
+             and any((r.case, dt) in status for r in group)]
+    passing = (f"the same cases pass in {', '.join(every)}" if every
+               else "each of these cases passes in another dtype")
+    return {"ratio": ratio, "passing": passing}
+
+
+SMALL = 1 / 16  # a failing quantity off by at most this share of its own size is off by a rounding, not a formula
+SPREAD = 0.5  # ... and uneven, as roundings are: its mean error at most this share of its largest (a shift of every
+# number by the same amount is not a rounding)
+
+
+def rounding_sized(r) -> bool:
+    """Each failing quantity of the row is off by at most SMALL of its size (max|oracle|; for the log-sum-exp at
+    least 1, as its rounding is relative to its value), and unevenly (SPREAD): the size and the spread a
+    half-precision rounding on the way gives, where a wrong formula moves the answer by its own size or shifts it."""
+    fails = [c for c in r.comparisons if not c.passed]
+    return bool(fails) and all(
+        math.isfinite(c.err) and math.isfinite(c.ref_max) and c.mean_err <= SPREAD * c.err
+        and c.err <= SMALL * max(c.ref_max, 1.0 if c.quantity == "lse" else 0.0) for c in fails)
 
 
 def _worst_ratio(r) -> tuple[float, str] | None:
@@ -302,7 +360,7 @@ def _worst_ratio(r) -> tuple[float, str] | None:
     return max(xs) if xs else None
 
 
-def _ratio_words(group) -> str:
+def ratio_words(group) -> str:
     """A group's error as a multiple of PyTorch's: the median and the worst over its rows, which quantities fail."""
     xs = sorted(x for x in map(_worst_ratio, group) if x is not None)
     failing = sorted({c.quantity for r in group for c in r.comparisons if not c.passed},
@@ -322,9 +380,9 @@ def _fill(key: str | None, group) -> dict:
     that is a case tag's too, what the function does where its rows matched that (:data:`YOURS`); for a dtype's
     line, its error as a multiple of PyTorch's."""
     if key in ("bfloat16", "float16", "float32", "float64"):
-        return {"ratio": ": " + _ratio_words(group)}
+        return {"ratio": ": " + ratio_words(group)}
     if key == "over-ratio":
-        return {"ratio": _ratio_words(group)}
+        return {"ratio": ratio_words(group)}
     if key == "busy":  # what the machine's load and the function's own time were (pace.Spent.words)
         return {"said": group[0].detail.removeprefix("not decided: ").split(", twice")[0]}
     if key in YOURS:
@@ -401,14 +459,20 @@ def _narrower(rows, group, scope: tuple[str, ...] | None) -> str | None:
     return None if best is None else C.of_tag(best)
 
 
+def _half_passes(rows) -> bool:
+    """Half precision's cases run and (nearly) all pass, and some full-precision case fails."""
+    half = [r for r in rows if r.dtype in HALF_DTYPES]
+    return bool(half) and sum(r.status in ("fail", "error") for r in half) < 0.25 * len(half) and any(
+        r.status in ("fail", "error") for r in rows if r.dtype not in HALF_DTYPES)
+
+
 def _cover(rows, bad, rest):
     """(tag, its rows among ``rest``) for the tags that explain the unexplained rows: at least PRECISE of the
     tag's cases fail and less than CONTRAST of the others, it covers two rows or is one case's alone; each
     time the one that covers most (then the narrowest)."""
     failing = {id(r) for r in bad}
     sets = {t: [r for r in rows if t in r.tags] for t in sorted({t for r in rows for t in r.tags}) if C.of_tag(t)}
-    half = [r for r in rows if r.dtype in ("bfloat16", "float16")]
-    if half and sum(id(r) in failing for r in half) < 0.25 * len(half):  # full precision fails, half passes
+    if _half_passes(rows):  # full precision fails, half passes
         sets["precision"] = [r for r in rows if r.dtype in ("float32", "float64")]
     out = []
     while rest:

@@ -84,8 +84,8 @@ def _cause(case_dtype, f, mine, ref, theirs, limit) -> str | None:
     models, pointing = {}, []
     for key, orders in _models(case_dtype).items():
         answers = [oracle.unflatten(order(f, case_dtype), f) for order in orders]
-        if case_dtype not in HALF and key == "softmax-half":  # a cast a full-precision case does not make: the
-            answers = [a for a in answers if rule.mean_err(mine, a) <= SHAPE * rule.mean_err(a, ref)]  # answer too
+        if case_dtype not in HALF and key != "float32-in-float64":  # a cast a full-precision case does not make:
+            answers = [a for a in answers if rule.mean_err(mine, a) <= SHAPE * rule.mean_err(a, ref)]  # the answer too
         models[key] = [rule.max_err(a, ref) for a in answers]
         pointing += [(_cosine(mine - ref, a - ref), key, e) for a, e in zip(answers, models[key], strict=True)]
     return _pointing(case_dtype, err, floor, pointing) or _fitting(case_dtype, err, floor, models)
@@ -151,6 +151,9 @@ def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float, ou
     err = float((mine.detach().double().cpu() - f.lse)[live].abs().max())
     if not (math.isfinite(err) and err > limit):
         return None
+    held = _stored_half(mine.detach().cpu()[live])
+    if held is not None and err <= ROUNDINGS * torch.finfo(held).eps * float(f.lse[live].abs().max()):
+        return "lse-half"  # every value a half dtype's, and off by a few of its roundings: it was stored there
     models = {key: [float((order(f, case_dtype) - f.lse)[live].abs().max()) for order in orders]
               for key, orders in _lse_models(case_dtype).items()}
     if out_limit is not None:
@@ -159,6 +162,19 @@ def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float, ou
             key, _models(case_dtype), f, case_dtype, out_limit,
             lambda a: rule.max_err(oracle.unflatten(a, f), ref))}
     return _fitting(case_dtype, err, limit, models)
+
+
+ROUNDINGS = 4  # an lse held in a half dtype is off by at most this many of its relative roundings (eps) of |lse|
+
+
+def _stored_half(x: torch.Tensor) -> torch.dtype | None:
+    """The half dtype every value of a tensor is a value of (some not integers, which every dtype holds), float16's
+    before bfloat16's: the tensor passed through that dtype on its way -- a fact of its bits, not of its error's
+    size. None where there is none."""
+    x = x[torch.isfinite(x)].double()
+    if x.numel() < 2 or bool((x == x.round()).all()):
+        return None
+    return next((h for h in HALF if bool((x.to(h).double() == x).all())), None)
 
 
 def _fitting(case_dtype: torch.dtype, err: float, floor: float, models: dict) -> str | None:
@@ -189,8 +205,10 @@ def _models(dtype: torch.dtype) -> dict:
                 "scale-folded": (_fold_q, _fold_k, _fold_both),
                 "softmax-half": (_softmax_half, _softmax_half_blocks),
                 "exp-half": (_exp_half, _exp_half_result)}
-    half = {"softmax-half": tuple(functools.partial(order, half=h) for h in HALF
-                                  for order in (_softmax_cast, _softmax_half, _softmax_half_blocks))}  # cast down
+    half = {"softmax-half": tuple(functools.partial(order, half=h) for h in HALF  # cast down to a half dtype
+                                  for order in (_softmax_cast, _softmax_half, _softmax_half_blocks)),  # (a fixed one,
+            "scores-rounded": tuple(functools.partial(_scores_cast, half=h) for h in HALF),  # whatever the inputs')
+            "exp-half": tuple(functools.partial(_exp_cast, half=h, argument=a) for h in HALF for a in (True, False))}
     if dtype == torch.float64:
         return {"float32-in-float64": (_scale32, _all32, _values32), **half}
     return half
@@ -215,7 +233,7 @@ def _lse_models(dtype: torch.dtype) -> dict:
         return {"float32-in-float64": (of(lambda f, dt: _scores(f) * (float(torch.tensor(f.scale, dtype=torch.float32))
                                                                       / f.scale)),
                                        of(lambda f, dt: _scores(f).float().double()))}
-    return {}
+    return {}  # (a full-precision lse stored in a half dtype is read from its bits: lse_cause)
 
 
 def _exp_rounded(f, dtype, argument: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -238,6 +256,16 @@ def _exp_half(f, dtype):
     p, _ = _exp_rounded(f, dtype, True)  # exp of a rounded argument, its result rounded, the sum in float32
     total = p.sum(dim=-1, keepdim=True)
     return _finish(_scores(f), f, dtype, p / torch.where(total == 0, 1.0, total))
+
+
+def _exp_cast(f, dtype, half, argument: bool):
+    p, _ = _exp_rounded(f, half, argument)  # exp in a half dtype a full-precision case is cast to
+    total = p.sum(dim=-1, keepdim=True)
+    return _finish(_scores(f), f, dtype, p / torch.where(total == 0, 1.0, total))
+
+
+def _scores_cast(f, dtype, half):
+    return _finish(_r(_scores(f), half), f, dtype)  # the scores stored in a half dtype, the rest in the case's
 
 
 def _exp_half_result(f, dtype):

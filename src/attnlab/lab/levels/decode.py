@@ -115,7 +115,7 @@ def judge(reply: dict, seed: int, name: str = "decode_step"):
     err = max(errs) if len(errs) == len(CASES) else math.inf
     note = (f"{len(CASES)} sequences decoded token by token, two of them after a prompt already in the cache, against "
             "the full causal forward with RoPE (float64, float32)")
-    return rows, own.lines(keys, TEXT), err, note
+    return rows, own.lines(keys, TEXT, rows), err, note
 
 
 def _first_wrong(mine, ref, allowed: float, prompt: int) -> str:

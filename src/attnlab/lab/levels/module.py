@@ -228,7 +228,7 @@ def judge(reply: dict, seed: int, name: str = "CausalSelfAttention"):
     err = max(errs) if len(errs) == len(CASES) else math.inf
     note = (f"{len(CASES)} inputs (output and every parameter's gradient against the library's module), then "
             f"{STEPS} training steps beside it (losses within {LOSS_TOL:g})")
-    return rows, own.lines(keys, TEXT), err, note
+    return rows, own.lines(keys, TEXT, rows), err, note
 
 
 def library_curve(seed: int) -> list[float]:

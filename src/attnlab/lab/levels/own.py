@@ -227,8 +227,30 @@ def wrong_shape(mine: dict, right: dict) -> str | None:
     return "; ".join(bad) or None
 
 
-def lines(keys, text) -> list[Diagnosis]:
-    return [Diagnosis(k, text[k]) for k in dict.fromkeys(keys)]
+def lines(keys, text, rows=()) -> list[Diagnosis]:
+    """The named slips' lines; where none is named, the precision the failing cases lost, if that is what they
+    show (:func:`unplaced`)."""
+    out = [Diagnosis(k, text[k]) for k in dict.fromkeys(keys)]
+    return out or unplaced(rows)
+
+
+def unplaced(rows) -> list[Diagnosis]:
+    """["precision-unplaced"] where the failing cases are all of some dtypes, every case of another dtype passes,
+    and each failing quantity is off by a rounding's size and spread (:func:`attnlab.judge.diagnose.rounding_sized`):
+    precision lost, which no slip placed -- said with each dtype's error as a multiple of PyTorch's. Else []."""
+    from attnlab.judge import causes, diagnose
+
+    bad = [r for r in rows if r.status != "pass"]
+    dtypes = {r.dtype for r in rows}
+    failing = {r.dtype for r in bad}
+    passing = sorted(dtypes - failing)
+    if not bad or not passing or any(r.status != "fail" or not diagnose.rounding_sized(r) for r in bad):
+        return []
+    group = {dt: [r for r in bad if r.dtype == dt] for dt in sorted(failing)}
+    ratio = "; ".join(f"{dt}: {diagnose.ratio_words(g)}" for dt, g in group.items())
+    text = causes.table()["precision-unplaced"].text.format(ratio=ratio, passing=f"every case in {', '.join(passing)} "
+                                                                                  "passes")
+    return [Diagnosis("precision-unplaced", text, len(bad), sorted(failing))]
 
 
 def measure_lengths(seqs, seed: int, inputs, call, note: str, peaks: int = 3) -> dict:

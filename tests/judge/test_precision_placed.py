@@ -1,0 +1,90 @@
+"""Precision, placed or said unplaced: a kernel that rounds through a fixed half dtype -- for float32 inputs too -- is
+told as precision lost (a rounding's size, the same cases right in float64), never as "fails only in float32" or
+"no single pattern"; an lse whose values are a half dtype's is said stored there, from its bits; and a log-sum-exp
+wrong by a formula of the same size is not."""
+
+import torch
+
+from attnlab.judge import apis, diagnose, precision, verify
+from tests import api_functions as R
+from tests.helpers import named
+
+NAMES = ("basic", "causal", "flash: ALiBi (H,), L<S", "flash: GQA 4/2, causal", "flash: head dim 59")
+
+
+def _lines(fn, dtypes=("float32", "float64", "bfloat16")):
+    cases = [c for c in apis.cases("flash-attn", list(dtypes), long=False)
+             if not apis.skip_reason(c) and (c.name in NAMES or c.name.startswith("flash: window"))]
+    assert len({c.name for c in cases}) >= 4
+    r = verify.verify({"f": apis.Adapted(fn, "flash-attn")}, cases, timeout=None, check_dropout=False,
+                      backward=False)
+    lines = diagnose.diagnose(r, "f")
+    for d in lines:
+        print(d.key, d.text)
+    assert not r.passed
+    return lines
+
+
+def _pv_in_bfloat16(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """Right in every formula; P and V cast to bfloat16 for P V whatever the inputs' dtype (a leftover of a
+    bfloat16-only kernel), except in float64."""
+    out, lse, _ = R.flash_attn_func(q.double(), k.double(), v.double(), softmax_scale=softmax_scale, causal=causal,
+                                    window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                                    return_attn_probs=True)
+    if q.dtype != torch.float64:  # P V again from rounded P and V: P = exp(s - lse) of the float64 scores
+        B, L, H, D = q.shape
+        S, G = k.shape[1], H // k.shape[2]
+        scale = D ** -0.5 if softmax_scale is None else softmax_scale
+        qh, kh, vh = (t.transpose(1, 2).double() for t in (q, k, v))
+        kh, vh = (t.repeat_interleave(G, dim=1) for t in (kh, vh))
+        s = qh @ kh.transpose(-2, -1) * scale
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
+        if alibi_slopes is not None:
+            pos = torch.arange(L)[:, None] + S - L
+            s = s - alibi_slopes.double().view(-1, H, 1, 1) * (pos - torch.arange(S)[None, :]).abs()
+        seen = R.band(L, S, S - L, causal, window_size, q.device)
+        if seen is not None:
+            s = s.masked_fill(~seen, float("-inf"))
+        p = torch.exp(s - lse.double()[..., None]).nan_to_num(0.0)
+        out = (p.to(torch.bfloat16).float() @ vh.to(torch.bfloat16).float()).transpose(1, 2)
+    return out.to(q.dtype), lse.float(), None
+
+
+def test_a_fixed_bfloat16_cast_in_float32_is_precision_lost_not_a_dtype_or_no_pattern():
+    lines = _lines(_pv_in_bfloat16)
+    keys = named(lines)
+    assert keys and keys[0] in ("precision-unplaced", *precision.CAUSES), keys
+    assert not {"float32", "unclear"} & set(keys), keys
+    first = lines[0]
+    assert "float32" in first.dtypes and "float64" not in first.dtypes
+    if first.key == "precision-unplaced":
+        assert "PyTorch's error" in first.text and "float64" in first.text.split("pass in")[1], first.text
+
+
+def _lse_stored(half, wrong=None):
+    def fn(q, k, v, return_attn_probs=False, **kw):
+        out, lse, _ = R.flash_attn_func(q, k, v, return_attn_probs=True, **kw)
+        lse = lse.to(half).float() if wrong is None else wrong(lse)
+        return out, lse, None
+    return fn
+
+
+def test_an_lse_stored_in_float16_for_float32_inputs_is_lse_half_from_its_bits():
+    keys = named(_lines(_lse_stored(torch.float16), dtypes=("float32",)))
+    assert keys[:1] == ["lse-half"], keys
+
+
+def test_an_lse_wrong_by_a_formula_the_size_of_a_rounding_is_not_told_as_stored_in_half():
+    """0.01 sin(13 lse) added: the size of bfloat16's rounding, and none of its bits."""
+    keys = named(_lines(_lse_stored(None, lambda lse: lse + 0.01 * torch.sin(13.0 * lse)), dtypes=("float32",)))
+    assert "lse-half" not in keys and "precision-unplaced" not in keys, keys
+
+
+def test_stored_half_reads_the_bits_not_the_size():
+    x = torch.randn(100, dtype=torch.float32) * 5
+    assert precision._stored_half(x.to(torch.float16).float()) == torch.float16
+    assert precision._stored_half(x.to(torch.bfloat16).float()) in (torch.float16, torch.bfloat16)
+    assert precision._stored_half(x) is None
+    assert precision._stored_half(torch.arange(10.0)) is None  # integers are every dtype's
