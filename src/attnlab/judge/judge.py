@@ -30,6 +30,7 @@ from attnlab.judge.explain import rows_err
 from attnlab.judge.facts import SILENT, Facts, problem, raised
 from attnlab.judge.inference import MODES, Snapshot, Watched, paths
 from attnlab.judge.inference import compare as compare_paths
+from attnlab.judge.probes import fitted
 from attnlab.judge.probes.read import read
 from attnlab.masks import Mask
 from attnlab.results import Result
@@ -522,6 +523,8 @@ def judge(name: str, fn, case: Case, seed: int, x: Inputs, exp: Expected, accept
     measured = [m.to_dict() for m in read(case, x, mine, exp, _limit(comps))] if case.probe and not ok and mine \
         else []
     measured += sink_causes.measured(case, x, mine, exp, comps) if case.sinks and not ok and mine else []
+    if explain and not ok and not hints and not problems and not case.probe and comps and not comps[0].passed:
+        measured += fitted.scale(case, x, mine, exp, _limit(comps))  # the scale its output was computed at
     measured += [{"kind": f"problem:{key}", "text": text, "map": [], "pattern": key} for key, text in problems
                  if key in apis.MEASURED_PROBLEMS]  # what an API's own check measured (the cache a call left)
     return row(name, case, "pass" if ok else "fail", "; ".join(text for _, text in problems), comparisons=comps,

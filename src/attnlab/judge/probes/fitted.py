@@ -1,0 +1,87 @@
+"""The scale a failing output was computed at, measured on the case itself.
+
+A scale slip (``E ** -1/2``, which Python reads as ``E ** -1 / 2``; the model width for the head width) makes the
+output attention at another scale: the same mask, the same softmax, every score multiplied by one number. Where no
+named cause explains a failing case, the judge asks the oracle for attention at a range of scales and keeps the one
+nearest the function's output; only if that answer *is* the output -- every row within the case's own limit -- is
+the scale said, as a measurement: "the output is attention at scale 0.0625 = 1/(2E), where the spec's is
+0.354 = 1/sqrt(E)". A wrong formula of any other kind is near no scale, and nothing is said.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnlab.judge import oracle, rule
+
+LOG2_SPAN = 12.0  # factors from 2^-12 to 2^12 of the spec's scale
+STEP = 0.25  # the grid, in log2 of the factor, before the fit is refined between its neighbours
+NOT_SPEC = 1e-3  # a fitted factor this near 1 is the spec's own scale: nothing to say
+
+
+def scale(case, x, mine, exp, limit: float) -> list[dict]:
+    """[the measured line's dict] where one scale's attention is the function's output, else []."""
+    if (mine is None or not isinstance(mine[0], torch.Tensor) or case.mod is not None or case.dropout_p > 0
+            or case.sinks or not math.isfinite(limit)):
+        return []
+    out = mine[0].detach().double().cpu()
+    ref = exp.ref[0]
+    if out.shape != ref.shape or not bool(torch.isfinite(out).all()):
+        return []
+    q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
+    E = q.shape[-1]
+    spec = 1.0 / math.sqrt(E) if case.scale is None else float(case.scale)
+    if spec == 0:
+        return []
+    mask = oracle.cpu64(x.dense)
+
+    def err(log2f: float) -> float:
+        a = oracle.reference(q, k, v, attn_mask=mask, is_causal=case.is_causal, scale=spec * 2.0 ** log2f,
+                             enable_gqa=case.gqa)
+        return rule.max_err(out, a)
+
+    grid = [i * STEP - LOG2_SPAN for i in range(int(2 * LOG2_SPAN / STEP) + 1)]
+    errs = [err(g) for g in grid]
+    i = min(range(len(grid)), key=errs.__getitem__)
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    for _ in range(80):  # golden section between the best grid point's neighbours
+        a, b = hi - (hi - lo) / 1.618034, lo + (hi - lo) / 1.618034
+        if err(a) <= err(b):
+            hi = b
+        else:
+            lo = a
+    best = (lo + hi) / 2
+    near, exact = _form(spec * 2.0 ** best, E)
+    if near and err(math.log2(exact / spec)) <= limit:  # a simple form that fits too: it
+        best = math.log2(exact / spec)
+    if err(best) > limit or abs(2.0 ** best - 1) <= NOT_SPEC:
+        return []
+    fitted = spec * 2.0 ** best
+    form = near if fitted == exact else (f"about {near}" if near else "")
+    words = (f"the output is attention at scale {fitted:.4g}{' = ' + form if form else ''}, where the spec's is "
+             f"{spec:.4g}{' = 1/sqrt(E)' if case.scale is None else ''} ({2.0 ** best:.4g} times it; E = {E}): every "
+             "score is multiplied by that number and nothing else differs (attention at that scale is the output "
+             "to within the rule)")
+    return [{"kind": "scores", "text": words, "map": [], "pattern": f"scale {near or 'other'}"}]
+
+
+def _form(s: float, E: int) -> tuple[str, float]:
+    """(``s`` as E^a 2^b -- a in halves from -1 to 1, b from -3 to 3 -- where one such form is within 1 %, the
+    simplest first: "1/(2 * E)", "1/sqrt(E)", "2/E"; that form's exact value) or ("", s) where none is."""
+    fits = []
+    for a2 in (-2, -1, 0, 1, 2):
+        for b in range(-3, 4):
+            if abs(E ** (a2 / 2) * 2.0 ** b / s - 1) <= 1e-2:
+                fits.append((abs(a2) + abs(b), a2, b))
+    if not fits:
+        return "", s
+    _, a2, b = min(fits)
+    exact = E ** (a2 / 2) * 2.0 ** b
+    e = {-2: "E", -1: "sqrt(E)", 0: "", 1: "sqrt(E)", 2: "E"}[a2]
+    num = f"{2 ** b}" if b >= 0 else "1"
+    den = f"{2 ** -b}" if b < 0 else ""
+    top = " * ".join(p for p in (num if num != "1" or a2 <= 0 else "", e if a2 > 0 else "") if p) or "1"
+    bottom = " * ".join(p for p in (den, e if a2 < 0 else "") if p)
+    return (f"{top}/({bottom})" if " " in bottom else (f"{top}/{bottom}" if bottom else top)), exact
