@@ -4,6 +4,7 @@ gets none."""
 
 import math
 
+import pytest
 import torch
 
 from attnlab.judge import verify
@@ -44,6 +45,7 @@ def _lines(fn):
     return r.diagnoses["f"]
 
 
+@pytest.mark.slow  # verify on several cases and dtypes: over 0.3 s of CPU
 def test_a_scale_of_one_over_2e_is_measured_and_said_with_its_number():
     lines = _lines(_half_over_e)
     said = [d for d in lines if d.key == "measured:scores"]
@@ -52,6 +54,7 @@ def test_a_scale_of_one_over_2e_is_measured_and_said_with_its_number():
     assert "float64" in said[0].dtypes and not any(d.key == "unclear" for d in lines)
 
 
+@pytest.mark.slow  # verify on several cases and dtypes: over 0.3 s of CPU
 def test_an_output_near_no_scale_gets_no_scale_line():
     lines = _lines(_bent)
     assert not any(d.key == "measured:scores" for d in lines), [d.text for d in lines]

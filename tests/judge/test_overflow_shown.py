@@ -3,6 +3,7 @@ of -inf gives NaN on small scores too, and is not told as a missing max subtract
 
 import math
 
+import pytest
 import torch
 
 from attnlab.judge import verify
@@ -22,6 +23,7 @@ def _softmax_over_dim_1(query, key, value, attn_mask=None, dropout_p=0.0, is_cau
     return torch.softmax(s, dim=1) @ value
 
 
+@pytest.mark.slow  # verify on several cases and dtypes: over 0.3 s of CPU
 def test_nan_on_small_scores_too_is_not_told_as_overflow():
     names = {"basic", "causal", "large logits", "large logits, causal, L=97", "bool mask", "L=1"}
     cases = [c for c in default_cases(["float32", "float64"], long=False) if c.name in names]

@@ -3,6 +3,7 @@ told as precision lost (a rounding's size, the same cases right in float64), nev
 "no single pattern"; an lse whose values are a half dtype's is said stored there, from its bits; and a log-sum-exp
 wrong by a formula of the same size is not."""
 
+import pytest
 import torch
 
 from attnlab.judge import apis, diagnose, precision, verify
@@ -52,6 +53,7 @@ def _pv_in_bfloat16(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     return out.to(q.dtype), lse.float(), None
 
 
+@pytest.mark.slow  # verify on several cases and dtypes: over 0.3 s of CPU
 def test_a_fixed_bfloat16_cast_in_float32_is_precision_lost_not_a_dtype_or_no_pattern():
     lines = _lines(_pv_in_bfloat16)
     keys = named(lines)
