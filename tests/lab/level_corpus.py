@@ -76,7 +76,8 @@ def run(seeds=range(5), chosen=None) -> list[dict]:
         for seed in seeds:
             for slip in (None, *slips(level)):
                 keys, passed = named(level, slip, seed)
-                want = slip.split("+") if slip else []  # two slips at once: both named, first
+                want = [w.split("@")[0] for w in slip.split("+")] if slip else []  # two slips at once: both named,
+                # first ("key@how": the key)
                 right = (keys == [] and passed is not False) if slip is None else (sorted(keys[:len(want)]) ==
                                                                                   sorted(want))
                 out.append({"level": level, "slip": slip, "seed": seed, "named": keys, "right": right})

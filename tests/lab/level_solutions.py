@@ -140,12 +140,16 @@ def flash_backward(q, k, v, out, lse, dout, is_causal=False, block_q=64, block_k
                 s = s.masked_fill(cols > rows, -math.inf)
             if slip == "second-softmax":
                 P = torch.softmax(s, dim=-1).nan_to_num(0.0)
+            elif slip == "second-softmax@nan":  # a row the tile masks whole left NaN, as torch.softmax gives it
+                P = torch.softmax(s, dim=-1)
             else:
                 at = lse[..., j0:j0 + block_k].unsqueeze(-2) if slip == "lse-other-row" else \
                     lse[..., i0:i0 + block_q].unsqueeze(-1)
                 P = torch.exp(s - at)
             dvb += (P @ dob) if slip == "dv-not-transposed" else P.transpose(-2, -1) @ dob
-            dS = P * (dob @ vb.transpose(-2, -1) - D[..., i0:i0 + block_q, :])
+            dP = dob @ vb.transpose(-2, -1)
+            Dq = (P * dP).sum(-1, keepdim=True) if slip == "d-wrong@tile" else D[..., i0:i0 + block_q, :]
+            dS = P * (dP - Dq)  # ("d-wrong@tile": rowsum(P dP) over this tile's keys alone)
             dq[..., i0:i0 + block_q, :] = (0 if slip == "dq-overwritten" else dq[..., i0:i0 + block_q, :]) + \
                 dS @ kb * f
             dkb += dS.transpose(-2, -1) @ qb * f
@@ -162,7 +166,8 @@ def autograd_backward(q, k, v, out, lse, dout, is_causal=False, block_q=64, bloc
 
 
 SLIPS["backward"] = ("d-wrong", "scale-missing", "lse-other-row", "dtype", "dv-not-transposed", "second-softmax",
-                     "mask-missing", "dq-overwritten")
+                     "mask-missing", "dq-overwritten", "d-wrong@tile", "second-softmax@nan")  # (key@how: another
+# way to the same slip, named by its key)
 
 
 def rotate(x, pos):

@@ -159,13 +159,15 @@ def slip_pairs(seed: int):
 
 SLIPS = [  # (key, one step of the tiled backward done wrong)
     ("d-wrong", grads.Slip(D="v")), ("d-wrong", grads.Slip(D="zero")), ("d-wrong", grads.Slip(D="dout")),
-    ("d-wrong", grads.Slip(D="dp")), ("d-keepdim", grads.Slip(D="row")), ("dv-not-transposed", grads.Slip(dv="p")),
+    ("d-wrong", grads.Slip(D="dp")), ("d-wrong", grads.Slip(D="tile")), ("d-keepdim", grads.Slip(D="row")),
+    ("dv-not-transposed", grads.Slip(dv="p")),
     ("dv-not-transposed", grads.Slip(dv="p-whole")), ("dk-not-transposed", grads.Slip(dk="ds")),
     ("scale-missing", grads.Slip(scale="missing")), ("scale-missing", grads.Slip(scale="dq-missing")),
     ("scale-missing", grads.Slip(scale="dk-missing")), ("scale-dv", grads.Slip(scale="dv")),
     ("scale-twice", grads.Slip(scale="twice")), ("lse-other-row", grads.Slip(lse="key")),
     ("lse-other-row", grads.Slip(lse="key-rows")), ("lse-other-row", grads.Slip(lse="column")),
-    ("second-softmax", grads.Slip(lse="softmax")), ("lse-unused", grads.Slip(lse="none")),
+    ("second-softmax", grads.Slip(lse="softmax")), ("second-softmax", grads.Slip(lse="softmax-nan")),
+    ("lse-unused", grads.Slip(lse="none")),
     ("mask-missing", grads.Slip(mask=False)), ("ds-sign", grads.Slip(sign=-1.0)),
     ("ds-precedence", grads.Slip(ds="precedence")), ("skip-wrong-side", grads.Slip(skip="after")),
     ("dq-overwritten", grads.Slip(dq="set")), ("dkdv-overwritten", grads.Slip(dkv="set")),
@@ -177,7 +179,8 @@ TEXT = {
     "autograd": "your backward asks autograd for its gradients (it fails under torch.inference_mode(), where autograd "
                 "records nothing): compute dq, dk, dv from the formulas, with no .backward() or autograd.grad",
     "d-wrong": "your D is computed from the wrong tensors: D_i = rowsum(dO ∘ O), the output's gradient times the "
-               "output itself, row by row",
+               "output itself, row by row (rowsum(P ∘ dP) equals it only summed over all the row's keys, not one "
+               "tile's)",
     "d-keepdim": "your D has lost its last axis (a sum without keepdim=True): its (..., Bq) lines up with the tile's "
                  "keys, so column j gets query j's D; keep one number per query row, (..., L, 1)",
     "dv-not-transposed": "your dv uses P where Pᵀ belongs: dV = Pᵀ dO, key by key (a tile's dv += P.transpose(-2, -1) "

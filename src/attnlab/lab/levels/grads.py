@@ -19,13 +19,15 @@ import torch
 @dataclass(frozen=True)
 class Slip:
     D: str = "o"  # D_i from rowsum(dO ∘ O); "v": dO ∘ V, "zero", "dout": dO ∘ dO, "dp": rowsum(dP); "row": right,
-    # but without its last axis, so that the query tile's (..., Bq) lines up with the keys (column j gets D of row j)
+    # but without its last axis, so that the query tile's (..., Bq) lines up with the keys (column j gets D of row j);
+    # "tile": rowsum(P ∘ dP) over the tile's own keys (the identity with rowsum(dO ∘ O) holds over all of them)
     dv: str = "right"  # "p": a tile's P @ dO (no transpose); "p-whole": the whole P @ dO
     dk: str = "right"  # "ds": dS @ q (no transpose)
     scale: str = "right"  # "missing" from dq, dk; "dq-missing", "dk-missing"; "dv": on dv too; "twice": on dq, dk
     lse: str = "row"  # "key": lse indexed by the key; "key-rows": the key tile's slice of lse taken for the query rows;
     # "column": the query tile's slice without its last axis, lined up with the keys (column j gets lse of row j);
-    # "softmax": each tile's own softmax; "none": exp(s) alone
+    # "softmax": each tile's own softmax (a row the tile masks whole: 0), "softmax-nan": the same, that row NaN;
+    # "none": exp(s) alone
     mask: bool = True  # the causal mask when P is rebuilt
     sign: float = 1.0  # dS = sign · P ∘ (dP − D)
     ds: str = "right"  # "precedence": dS = P ∘ dP − D
@@ -73,6 +75,8 @@ def tiled(q, k, v, out, lse, dout, causal: bool, block_q: int, block_k: int, sli
                 return None
             dP = dob @ vb.transpose(-2, -1)
             Dq = D[..., i0:i0 + block_q, :] if slip.D != "row" else D[..., i0:i0 + block_q, 0].unsqueeze(-2)
+            if slip.D == "tile":
+                Dq = (P * dP).sum(-1, keepdim=True)
             if Dq.shape[-1] not in (1, dP.shape[-1]):
                 return None  # (a row of Bq numbers against Bk keys: the learner's code raised)
             dS = slip.sign * (P * dP - Dq if slip.ds == "precedence" else P * (dP - Dq))
@@ -96,7 +100,7 @@ def tiled(q, k, v, out, lse, dout, causal: bool, block_q: int, block_k: int, sli
 
 
 def _delta(out, dout, v, slip: Slip):
-    if slip.D == "o":
+    if slip.D in ("o", "tile"):  # ("tile" takes its own per tile: see tiled)
         return (dout * out).sum(-1, keepdim=True)
     if slip.D == "v":
         return (dout * v).sum(-1, keepdim=True) if v.shape == dout.shape else None
@@ -121,6 +125,8 @@ def _weights(s, lse, i0: int, j0: int, slip: Slip):
         return torch.exp(s - at) if at.shape[-2] == s.shape[-2] else None
     if slip.lse == "softmax":
         return torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0)
+    if slip.lse == "softmax-nan":
+        return torch.softmax(s, dim=-1)
     if slip.lse == "none":
         return torch.exp(s)
     return torch.exp(s - lse[..., i0:i0 + s.shape[-2]].unsqueeze(-1))
