@@ -231,7 +231,27 @@ def lines(keys, text, rows=()) -> list[Diagnosis]:
     """The named slips' lines; where none is named, the precision the failing cases lost, if that is what they
     show (:func:`unplaced`)."""
     out = [Diagnosis(k, text[k]) for k in dict.fromkeys(keys)]
-    return out or unplaced(rows)
+    return out or unplaced(rows) or shared(rows)
+
+
+def shared(rows) -> list[Diagnosis]:
+    """["unclear"] where cases fail and nothing is named: what the failing cases share, which is always true -- how
+    many fail of how many, in which dtypes, which quantities fail and which are right, the worst. Else []."""
+    bad = [r for r in rows if r.status != "pass"]
+    if not bad:
+        return []
+    dts = sorted({r.dtype for r in bad})
+    where = ", ".join(dts) + (" only" if len(dts) < len({r.dtype for r in rows}) else "")
+    failing = list(dict.fromkeys(c.quantity for r in bad for c in r.comparisons if not c.passed))
+    right = [q for q in dict.fromkeys(c.quantity for r in rows for c in r.comparisons) if q not in failing]
+    worst = max((c for r in bad for c in r.comparisons if not c.passed), key=lambda c: c.err / max(c.allowed, 1e-300),
+                default=None)
+    text = (f"no slip the lab knows is your function's: {len(bad)} of {len(rows)} cases fail ({where})"
+            + (f"; failing: {', '.join(failing)}" if failing else "")
+            + (f"; right in every case: {', '.join(right)}" if right else "")
+            + (f"; worst: {worst.quantity} {worst.err:.3g} > {worst.allowed:.3g}" if worst else "")
+            + (f"; e.g. {bad[0].case}" + (f": {bad[0].detail}" if bad[0].detail else "")))
+    return [Diagnosis("unclear", text, len(bad), dts)]
 
 
 def unplaced(rows) -> list[Diagnosis]:
