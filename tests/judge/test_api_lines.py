@@ -269,9 +269,10 @@ def _varlen_last_sequence_dropped(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqle
 
 
 def test_a_dropped_last_sequence_is_not_told_as_queries_shifted_twice():
-    """Two readings of one cause on top of each other -- queries shifted one row down, then one row up -- undo each
-    other but for the sequence the first pushed off the packing's end: their pair is that sequence dropped, which is
-    neither reading's claim. The rows are said as measured (the probes' visibility), no cause's name."""
+    """Two readings on top of each other -- queries shifted one row down, then one row up -- undo each other but for
+    the sequence the first pushed off the packing's end: their pair is met only on rows its answer leaves empty,
+    which every reading that empties them says alike, so it names nothing on its own (it joins a cause other cases
+    name by their numbers). The rows are said as measured (the probes' visibility), no cause's name."""
     keys = _keys(_varlen_last_sequence_dropped, "flash-attn-varlen", ["float64"],
                  lambda c: c.name in ("varlen: 4 sequences 5, 17, 1, 33", "varlen: causal, 5, 17, 1, 33"))
     assert not any(k.startswith("varlen-") for k in keys), keys

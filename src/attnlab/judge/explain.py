@@ -117,7 +117,8 @@ def explain(out: torch.Tensor, ref: torch.Tensor, limit: float, base: dict, alte
     found, left = _greedy(fits, bad)
     if left.any():
         pair = _best_pair(ev, fits, base, left)
-        if pair is not None:
+        if pair is not None:  # (met only on rows its answer leaves empty -- a shift and its undoing that drop a
+            pair.supporting = pair.only_empty(bad & ~left)  # sequence -- it joins what other cases name, as one)
             found.append(pair)
             left = left & ~pair.explains(left)
     if left.sum() > RESIDUE * bad.sum():  # most rows unexplained: a cause that fits a few of them is chance
@@ -217,11 +218,9 @@ def _best_pair(ev: _Evidence, fits: list[_Fit], base: dict, left: torch.Tensor) 
     several pairs explain the same rows most, they tie (:func:`_tied_pair`)."""
     best: list[_Fit] = []
     for a, b in _pairs(ev, fits, left):
-        if a.key.split("#")[0] == b.key.split("#")[0]:  # one cause's two readings on top of each other (a shift and
-            continue  # its undoing) are not two bugs: what survives of them is neither's claim
         both = Alternative(f"{a.key}+{b.key}", change=lambda kw, a=a, b=b: b.change(a.change(kw)))
         fit = _fit(ev, both, base)
-        if fit is None or not fit.consistent(ev.bad & ~left):  # (a passing row it changes refutes it)
+        if fit is None or not fit.consistent(~left):
             continue
         n = int(fit.explains(left).sum())
         if n and (not best or n > int(best[0].explains(left).sum())):

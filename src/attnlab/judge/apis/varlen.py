@@ -304,12 +304,13 @@ def _placed(case: Case, args: dict, made: dict, singles: tuple[set, set], move, 
     return change
 
 
-def case(name: str, lq, lk, causal=False, window=None, softcap=False, **kw) -> Case:
+def case(name: str, lq, lk, causal=False, window=None, softcap=False, alibi=False, **kw) -> Case:
     """A varlen case: one batch of sum(lq) queries and sum(lk) keys."""
     L, S = sum(lq), sum(lk)
-    return Case(name, batch=(1,), L=L, S=S if S != L else None, mask="varlen", mod="flash: softcap" if softcap
-                else None, api=words(NAME, q=tuple(lq), k=tuple(lk), causal=causal, window=window, softcap=softcap),
-                **kw)
+    mod = ", ".join(m for m, on in (("softcap", softcap), ("alibi", alibi)) if on)
+    return Case(name, batch=(1,), L=L, S=S if S != L else None, mask="varlen", mod=f"flash: {mod}" if mod else None,
+                api=words(NAME, q=tuple(lq), k=tuple(lk), causal=causal, window=window, softcap=softcap,
+                          **({"alibi": True} if alibi else {})), **kw)
 
 
 def express(c: Case) -> str:
@@ -357,6 +358,9 @@ def extra() -> list[Case]:
         case("varlen: scale=-0.5, causal", (10, 21, 6), (10, 21, 6), causal=True, H=2, scale=-0.5),
         case("varlen: transposed views, causal", (12, 20, 9), (12, 20, 9), causal=True, H=2, layout="transposed"),
         case("varlen: one long sequence among short ones", (2, 3, 60), (5, 3, 60), causal=True, H=2),
+        case("varlen: GQA 4/2, ALiBi, causal, keys longer", (9, 14, 6), (9, 20, 11), causal=True, alibi=True, H=4,
+             Hkv=2),  # (a slope read by the kv head, or placed by packed rows)
+        case("varlen: causal with window (3, 2)", (10, 17, 5), (10, 17, 5), causal=True, window=(3, 2), H=2),
     ]
 
 
