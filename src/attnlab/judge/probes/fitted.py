@@ -17,7 +17,9 @@ import torch
 from attnlab.judge import oracle, rule
 
 LOG2_SPAN = 12.0  # factors from 2^-12 to 2^12 of the spec's scale
-STEP = 0.25  # the grid, in log2 of the factor, before the fit is refined between its neighbours
+STEP = 0.5  # the grid, in log2 of the factor, before the fit is refined between its neighbours
+REFINE = 50  # golden-section steps between them: the factor to 1e-10 of itself
+LARGEST = 1 << 18  # scores (batch x heads x L x S) past which a case is not fitted: ~150 oracle calls each
 NOT_SPEC = 1e-3  # a fitted factor this near 1 is the spec's own scale: nothing to say
 
 
@@ -31,6 +33,8 @@ def scale(case, x, mine, exp, limit: float) -> list[dict]:
     if out.shape != ref.shape or not bool(torch.isfinite(out).all()):
         return []
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
+    if q[..., 0].numel() * k.shape[-2] > LARGEST:
+        return []
     E = q.shape[-1]
     spec = 1.0 / math.sqrt(E) if case.scale is None else float(case.scale)
     if spec == 0:
@@ -46,7 +50,7 @@ def scale(case, x, mine, exp, limit: float) -> list[dict]:
     errs = [err(g) for g in grid]
     i = min(range(len(grid)), key=errs.__getitem__)
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
-    for _ in range(80):  # golden section between the best grid point's neighbours
+    for _ in range(REFINE):  # golden section between the best grid point's neighbours
         a, b = hi - (hi - lo) / 1.618034, lo + (hi - lo) / 1.618034
         if err(a) <= err(b):
             hi = b
