@@ -50,7 +50,7 @@ def test_a_scale_of_one_over_2e_is_measured_and_said_with_its_number():
     lines = _lines(_half_over_e)
     said = [d for d in lines if d.key == "measured:scores"]
     assert said and lines[0].key == "measured:scores", [d.key for d in lines]
-    assert "1/(2 * E)" in said[0].text or "0.0625" in said[0].text, said[0].text
+    assert "at scale 1/(2 * E)" in said[0].text, said[0].text
     assert "float64" in said[0].dtypes and not any(d.key == "unclear" for d in lines)
 
 
@@ -65,3 +65,16 @@ def test_the_forms_read_a_scale_as_a_power_of_e_and_two():
     assert fitted._form(64 ** -0.5, 64)[0] == "1/sqrt(E)"
     assert fitted._form(2 / 40, 40)[0] == "2/E"
     assert fitted._form(0.0371, 40)[0] == ""
+
+
+def _by_length(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return _attention(query, key, value, 1.7 / query.shape[-2], is_causal, attn_mask)  # a scale of no simple form
+
+
+@pytest.mark.slow
+def test_cases_measured_at_different_scales_do_not_share_a_line():
+    lines = [d for d in _lines(_by_length) if d.key == "measured:scores"]
+    assert lines
+    for d in lines:  # each line's number is its own cases': one scale, so cases of one length
+        print(d.count, d.text)
+    assert len(lines) >= 2, [d.text for d in lines]

@@ -43,3 +43,15 @@ def test_a_backward_computed_in_float32_for_float64_is_precision_lost_not_placed
     found = _lines(_float64_in_float32)
     assert [d.key for d in found] == ["precision-unplaced"], found
     assert "float64: " in found[0].text and "every case in float32 passes" in found[0].text, found[0].text
+
+
+def _raises_on_causal(q, k, v, out, lse, dout, is_causal=False, block_q=64, block_k=64):
+    if is_causal:
+        raise NotImplementedError("causal")
+    return S.flash_backward(q, k, v, out, lse, dout, is_causal, block_q, block_k)
+
+
+@pytest.mark.slow
+def test_the_shared_line_claims_no_quantity_right_where_a_case_compared_nothing():
+    found = _lines(_raises_on_causal)
+    assert all("right in every case" not in d.text for d in found), [d.text for d in found]

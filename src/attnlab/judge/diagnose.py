@@ -167,8 +167,8 @@ def _overflow_shown(rows: list) -> list:
     come from elsewhere (a softmax over another dim meets a column of -inf) -- what the failing cases share is said
     instead."""
     def nonfinite(r):
-        return r.status == "fail" and not r.hints and any(
-            c.quantity == "out" and not math.isfinite(c.err) for c in r.comparisons)
+        return r.status == "fail" and not r.hints and any(  # (a wrong shape's comparison has no size: ref_max 0)
+            c.quantity == "out" and not math.isfinite(c.err) and c.ref_max > 0 for c in r.comparisons)
 
     if not any(nonfinite(r) and "large-logits" not in r.tags for r in rows):
         return rows
@@ -303,11 +303,13 @@ YOURS = {  # a line whose rows matched the wrong semantics it names: what the fu
 
 
 def _unplaced(rows, rest) -> tuple[dict[str, list], list]:
-    """({dtype: rows}, the rest): the unexplained failing rows whose case passes in another dtype and whose error is at
-    most PLACED_RATIO times PyTorch's, or a rounding's size (:func:`rounding_sized`) -- precision lost in that dtype,
-    which no rounding model placed. (A float32 computation rounded through bfloat16 errs 10^4 times PyTorch's float32
-    error: the ratio alone would call it a formula; its size, beside the same case right in another dtype, does
-    not.)"""
+    """({dtype: rows}, the rest): the unexplained failing rows that are precision lost in their dtype, which no
+    rounding model placed -- the same case passes in another dtype and the error is at most PLACED_RATIO times
+    PyTorch's; or the error is a rounding's size (:func:`rounding_sized`) and the same case passes in a *more*
+    precise dtype (precision lost is lost going down: a float32 computation rounded through bfloat16 errs 10^4 times
+    PyTorch's float32 error, right in float64); or it fails in float64 by float32's rounding, right in float32 (a
+    float32 step in a float64 call). A small formula error passes in a wide dtype's tolerance and fails in both full
+    ones: not precision, and not said so."""
     passed = {(r.case, r.dtype) for r in rows if r.status == "pass"}
     out: dict[str, list] = {}
     left = []
@@ -316,23 +318,39 @@ def _unplaced(rows, rest) -> tuple[dict[str, list], list]:
         return out, list(rest)  # full precision fails where half passes: the "precision" line places it (_cover)
     for r in rest:
         twin = any((r.case, d) in passed for d in {x.dtype for x in rows} - {r.dtype})
+        finer = any((r.case, d) in passed for d in PRECISION_ORDER[PRECISION_ORDER.index(r.dtype) + 1:]) \
+            if r.dtype in PRECISION_ORDER else False
         ratio = _worst_ratio(r)
-        if r.status == "fail" and twin and (ratio is not None and ratio[0] <= PLACED_RATIO or rounding_sized(r)):
+        if r.status == "fail" and (twin and ratio is not None and ratio[0] <= PLACED_RATIO
+                                   or finer and rounding_sized(r) or _float32_in_float64(r, passed)):
             out.setdefault(r.dtype, []).append(r)
         else:
             left.append(r)
     return out, left
 
 
+PRECISION_ORDER = ("bfloat16", "float16", "float32", "float64")  # least precise first
+FLOAT32_ROUNDINGS = 64  # a float64 error within this many float32 roundings (eps) of the answer's size is float32's
+
+
+def _float32_in_float64(r, passed: set) -> bool:
+    """A float64 row whose case passes in float32 and whose every failing quantity is off by at most
+    FLOAT32_ROUNDINGS float32 eps of its size: a float32 step in a float64 call."""
+    eps = 2.0 ** -23
+    fails = [c for c in r.comparisons if not c.passed]
+    return r.dtype == "float64" and (r.case, "float32") in passed and bool(fails) and all(
+        math.isfinite(c.err) and math.isfinite(c.ref_max) and c.err <= FLOAT32_ROUNDINGS * eps * max(
+            c.ref_max, 1.0 if c.quantity == "lse" else 0.0) for c in fails)
+
+
 def _unplaced_words(rows, unplaced: dict[str, list]) -> dict:
     """The precision line's words: each dtype's error as a multiple of PyTorch's, and in which dtypes those very cases
-    pass (every one of them), or that each passes in some other dtype."""
+    pass (every one of them run there and passed), or that each passes in some other dtype."""
     status = {(r.case, r.dtype): r.status for r in rows}
     ratio = "; ".join(f"{dt}: {ratio_words(g)}" for dt, g in sorted(unplaced.items()))
     group = [r for g in unplaced.values() for r in g]
     every = [dt for dt in sorted({r.dtype for r in rows} - set(unplaced))
-             if all(status.get((r.case, dt), "pass") == "pass" for r in group)
-             and any((r.case, dt) in status for r in group)]
+             if all(status.get((r.case, dt)) == "pass" for r in group)]
     passing = (f"the same cases pass in {', '.join(every)}" if every
                else "each of these cases passes in another dtype")
     return {"ratio": ratio, "passing": passing}

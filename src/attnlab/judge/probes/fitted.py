@@ -36,6 +36,8 @@ def scale(case, x, mine, exp, limit: float) -> list[dict]:
     if q[..., 0].numel() * k.shape[-2] > LARGEST:
         return []
     E = q.shape[-1]
+    if E == 0:
+        return []
     spec = 1.0 / math.sqrt(E) if case.scale is None else float(case.scale)
     if spec == 0:
         return []
@@ -49,7 +51,9 @@ def scale(case, x, mine, exp, limit: float) -> list[dict]:
     grid = [i * STEP - LOG2_SPAN for i in range(int(2 * LOG2_SPAN / STEP) + 1)]
     errs = [err(g) for g in grid]
     i = min(range(len(grid)), key=errs.__getitem__)
-    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    if i in (0, len(grid) - 1):
+        return []  # (nearest at the end of the range searched: no scale inside it is the output's)
+    lo, hi = grid[i - 1], grid[i + 1]
     for _ in range(REFINE):  # golden section between the best grid point's neighbours
         a, b = hi - (hi - lo) / 1.618034, lo + (hi - lo) / 1.618034
         if err(a) <= err(b):
@@ -58,17 +62,24 @@ def scale(case, x, mine, exp, limit: float) -> list[dict]:
             lo = a
     best = (lo + hi) / 2
     near, exact = _form(spec * 2.0 ** best, E)
-    if near and err(math.log2(exact / spec)) <= limit:  # a simple form that fits too: it
+    is_form = bool(near) and err(math.log2(exact / spec)) <= limit  # a simple form that fits too: it
+    if is_form:
         best = math.log2(exact / spec)
     if err(best) > limit or abs(2.0 ** best - 1) <= NOT_SPEC:
         return []
     fitted = spec * 2.0 ** best
-    form = near if fitted == exact else (f"about {near}" if near else "")
-    words = (f"the output is attention at scale {fitted:.4g}{' = ' + form if form else ''}, where the spec's is "
-             f"{spec:.4g}{' = 1/sqrt(E)' if case.scale is None else ''} ({2.0 ** best:.4g} times it; E = {E}): every "
-             "score is multiplied by that number and nothing else differs (attention at that scale is the output "
-             "to within the rule)")
-    return [{"kind": "scores", "text": words, "map": [], "pattern": f"scale {near or 'other'}"}]
+    spec_form = " = 1/sqrt(E)" if case.scale is None else ""
+    if is_form:  # the same claim at every E: the line may gather cases of several
+        words = (f"the output is attention at scale {near} ({fitted:.4g} at E = {E}), where the spec's is "
+                 f"{spec:.4g}{spec_form}")
+        pattern = f"scale {near}"
+    else:  # a number of this case's: only cases at that very scale share its line
+        words = (f"the output is attention at scale {fitted:.4g}{' (about ' + near + ')' if near else ''}, where "
+                 f"the spec's is {spec:.4g}{spec_form} (E = {E})")
+        pattern = f"scale {fitted:.4g} E {E} spec {spec:.4g}"
+    words += (": q·kᵀ is multiplied by that number instead of the spec's scale -- the output, to within the rule, "
+              "is attention computed so (measured by fitting the scale to the output)")
+    return [{"kind": "scores", "text": words, "map": [], "pattern": pattern}]
 
 
 def _form(s: float, E: int) -> tuple[str, float]:

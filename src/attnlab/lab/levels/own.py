@@ -243,7 +243,9 @@ def shared(rows) -> list[Diagnosis]:
     dts = sorted({r.dtype for r in bad})
     where = ", ".join(dts) + (" only" if len(dts) < len({r.dtype for r in rows}) else "")
     failing = list(dict.fromkeys(c.quantity for r in bad for c in r.comparisons if not c.passed))
-    right = [q for q in dict.fromkeys(c.quantity for r in rows for c in r.comparisons) if q not in failing]
+    compared = all(r.comparisons for r in rows)  # (a case that raised compared nothing: no "right in every case")
+    right = [q for q in dict.fromkeys(c.quantity for r in rows for c in r.comparisons) if q not in failing] \
+        if compared else []
     worst = max((c for r in bad for c in r.comparisons if not c.passed), key=lambda c: c.err / max(c.allowed, 1e-300),
                 default=None)
     text = (f"no slip the lab knows is your function's: {len(bad)} of {len(rows)} cases fail ({where})"
@@ -259,6 +261,7 @@ def unplaced(rows) -> list[Diagnosis]:
     and each failing quantity is off by a rounding's size and spread (:func:`attnlab.judge.diagnose.rounding_sized`):
     precision lost, which no slip placed -- said with each dtype's error as a multiple of PyTorch's. Else []."""
     from attnlab.judge import causes, diagnose
+    from attnlab.judge.diagnose import PRECISION_ORDER
 
     bad = [r for r in rows if r.status != "pass"]
     dtypes = {r.dtype for r in rows}
@@ -266,6 +269,13 @@ def unplaced(rows) -> list[Diagnosis]:
     passing = sorted(dtypes - failing)
     if not bad or not passing or any(r.status != "fail" or not diagnose.rounding_sized(r) for r in bad):
         return []
+    rank = {d: PRECISION_ORDER.index(d) for d in dtypes if d in PRECISION_ORDER}
+    finer = all(d in rank for d in dtypes) and max(rank[d] for d in passing) > max(rank[d] for d in failing)
+    f32 = failing == {"float64"} and "float32" in passing and all(  # (a float32 step in a float64 call)
+        c.err <= 64 * 2.0 ** -23 * max(c.ref_max, 1.0 if c.quantity == "lse" else 0.0)
+        for r in bad for c in r.comparisons if not c.passed)
+    if not (finer or f32):
+        return []  # (a small formula error that a wide dtype's tolerance lets pass is no precision lost)
     group = {dt: [r for r in bad if r.dtype == dt] for dt in sorted(failing)}
     ratio = "; ".join(f"{dt}: {diagnose.ratio_words(g)}" for dt, g in group.items())
     text = causes.table()["precision-unplaced"].text.format(ratio=ratio, passing=f"every case in {', '.join(passing)} "
