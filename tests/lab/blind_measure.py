@@ -106,6 +106,10 @@ def _attention(level, fn, name: str, seed: int) -> tuple[list[str], bool]:
     if hasattr(mod, "extra_rows"):
         rows, more, fill = mod.extra_rows(functools.partial(mod.run, fn), name, seed)
         result.rows += rows
+        if any(r.status != "pass" for r in rows):  # as lab check: verify's lines read the level's own rows too
+            from attnlab.judge.diagnose import diagnose
+
+            result.diagnoses[name] = diagnose(result, name)
     if result.passed:
         return [], True
     got = slips.answers(functools.partial(mod.probe_call, fn), mod.PROBES, seed)

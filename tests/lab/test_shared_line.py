@@ -55,3 +55,18 @@ def _raises_on_causal(q, k, v, out, lse, dout, is_causal=False, block_q=64, bloc
 def test_the_shared_line_claims_no_quantity_right_where_a_case_compared_nothing():
     found = _lines(_raises_on_causal)
     assert all("right in every case" not in d.text for d in found), [d.text for d in found]
+
+
+def _lse_bent(q, k, v, is_causal=False, block_q=64, block_k=64):
+    out, lse = S.flash_forward(q, k, v, is_causal, block_q, block_k)
+    return out, lse + 0.05 * torch.sin(13.0 * lse.float()).to(lse.dtype)  # wrong in no way a slip is
+
+
+@pytest.mark.slow
+def test_a_flash_forward_whose_lse_alone_fails_gets_a_line_from_the_levels_own_rows():
+    """Level 4's lse is judged on the level's own rows, added after verify's; their failure is read too."""
+    from attnlab.lab import levels
+
+    found, passed = blind_measure._attention(levels.find("flash"), _lse_bent, "flash_forward", 0)
+    print([(d.key, d.text) for d in found])
+    assert not passed and found and found[0].key == "lse-only", [d.key for d in found]

@@ -12,7 +12,7 @@ import contextlib
 import time
 
 from attnlab.judge import Diagnosis, facts
-from attnlab.judge.diagnose import KINDS
+from attnlab.judge.diagnose import KINDS, diagnose
 from attnlab.results.host import load_average, machine, versions
 
 from . import files, grade, judged, levels, measure
@@ -99,6 +99,8 @@ def _check(learner: judged.Learner, quick: bool, seed: int, progress, on_stage, 
     if hasattr(mod, "extra_rows") and fn.lost is None:
         rows, more, fill = _extra(learner, level, seed, budget_s)
         result.rows += rows
+        if any(r.status != "pass" for r in rows):  # verify's lines read the level's own failing rows too
+            result.diagnoses[name] = diagnose(result, name)
         note += f"; and {len(rows)} of the level's own: " + ", ".join(dict.fromkeys(r.case.split(",")[0] for r in rows))
     found = result.diagnoses.get(name, [])  # verify's diagnoses of the failures, most likely first
     if learner.given:
