@@ -80,8 +80,6 @@ def varlen() -> list[Case]:
         c("weights, window (2, 2), causal, 2 sequences", "weights", (6, 8), (6, 8), causal=True, window=(2, 2)),
         replace(c("weights, ALiBi (H,), 3 sequences", "weights", (3, 5, 4), (6, 4, 9), H=4), mod="flash: alibi",
                 api=V.words(V.NAME, q=(3, 5, 4), k=(6, 4, 9), alibi=True)),
-        replace(c("weights, ALiBi (H,), GQA 4/2, causal", "weights", (5, 3), (9, 3), H=4, Hkv=2, causal=True),
-                mod="flash: alibi", api=V.words(V.NAME, q=(5, 3), k=(9, 3), causal=True, alibi=True)),
         c("heads, GQA 4/2", "heads", (3, 4), (5, 6), H=4, Hkv=2),
         c("scores", "scores", (25,), (3,), H=1),
         c("scores, softcap", "scores", (25,), (3,), H=1, softcap=True),
