@@ -2,10 +2,11 @@
 
 A scale slip (``E ** -1/2``, which Python reads as ``E ** -1 / 2``; the model width for the head width) makes the
 output attention at another scale: the same mask, the same softmax, every score multiplied by one number. Where no
-named cause explains a failing case, the judge asks the oracle for attention at a range of scales and keeps the one
-nearest the function's output; only if that answer *is* the output -- every row within the case's own limit -- is
-the scale said, as a measurement: "the output is attention at scale 0.0625 = 1/(2E), where the spec's is
-0.354 = 1/sqrt(E)". A wrong formula of any other kind is near no scale, and nothing is said.
+named cause explains a failing case, the judge computes attention at a range of scales (the scores made once) and
+keeps the one nearest the function's output; only if the oracle's answer at that scale *is* the output -- every row
+within the case's own limit -- is the scale said, as a measurement: "the output is attention at scale 1/(2 * E)
+(0.0625 at E = 8), where the spec's is 0.3536 = 1/sqrt(E)". A wrong formula of any other kind is near no scale, and
+nothing is said.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from attnlab.judge import oracle, rule
 LOG2_SPAN = 12.0  # factors from 2^-12 to 2^12 of the spec's scale
 STEP = 0.5  # the grid, in log2 of the factor, before the fit is refined between its neighbours
 REFINE = 50  # golden-section steps between them: the factor to 1e-10 of itself
-LARGEST = 1 << 18  # scores (batch x heads x L x S) past which a case is not fitted: ~150 oracle calls each
+LARGEST = 1 << 18  # scores (batch x heads x L x S) past which a case is not fitted: ~150 softmaxes each
 NOT_SPEC = 1e-3  # a fitted factor this near 1 is the spec's own scale: nothing to say
 
 
@@ -42,8 +43,12 @@ def scale(case, x, mine, exp, limit: float) -> list[dict]:
     if spec == 0:
         return []
     mask = oracle.cpu64(x.dense)
+    at = _at_scale(q, k, v, mask, case.is_causal, case.gqa)
 
-    def err(log2f: float) -> float:
+    def err(log2f: float) -> float:  # the search's: the scores made once, only the scale changed
+        return rule.max_err(out, at(spec * 2.0 ** log2f))
+
+    def oracle_err(log2f: float) -> float:  # the claim's: the oracle's own answer at that scale
         a = oracle.reference(q, k, v, attn_mask=mask, is_causal=case.is_causal, scale=spec * 2.0 ** log2f,
                              enable_gqa=case.gqa)
         return rule.max_err(out, a)
@@ -62,10 +67,10 @@ def scale(case, x, mine, exp, limit: float) -> list[dict]:
             lo = a
     best = (lo + hi) / 2
     near, exact = _form(spec * 2.0 ** best, E)
-    is_form = bool(near) and err(math.log2(exact / spec)) <= limit  # a simple form that fits too: it
+    is_form = bool(near) and oracle_err(math.log2(exact / spec)) <= limit  # a simple form that fits too: it
     if is_form:
         best = math.log2(exact / spec)
-    if err(best) > limit or abs(2.0 ** best - 1) <= NOT_SPEC:
+    if abs(2.0 ** best - 1) <= NOT_SPEC or (not is_form and oracle_err(best) > limit):
         return []
     fitted = spec * 2.0 ** best
     spec_form = " = 1/sqrt(E)" if case.scale is None else ""
@@ -80,6 +85,27 @@ def scale(case, x, mine, exp, limit: float) -> list[dict]:
     words += (": q·kᵀ is multiplied by that number instead of the spec's scale -- the output, to within the rule, "
               "is attention computed so (measured by fitting the scale to the output)")
     return [{"kind": "scores", "text": words, "map": [], "pattern": pattern}]
+
+
+def _at_scale(q, k, v, mask, is_causal: bool, gqa: bool):
+    """scale -> attention at that scale, float64, for the search (the oracle, which the fitted scale is then held
+    to, checks the answer): the scores q kᵀ, the heads' map and the masks made once."""
+    if gqa and k.shape[-3] != q.shape[-3]:
+        r = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(r, dim=-3), v.repeat_interleave(r, dim=-3)
+    s = q @ k.transpose(-2, -1)  # (..., H, L, S)
+    L, S = s.shape[-2:]
+    add = torch.zeros((), dtype=torch.float64)
+    if is_causal:  # (SDPA's: upper-left)
+        add = torch.where(torch.ones(L, S, dtype=torch.bool).tril(), 0.0, -math.inf)
+    if isinstance(mask, torch.Tensor):
+        add = add + (torch.where(mask, 0.0, -math.inf) if mask.dtype == torch.bool else mask.double())
+
+    def at(scale: float) -> torch.Tensor:
+        z = s * scale + add
+        dead = torch.isneginf(z).all(dim=-1, keepdim=True)
+        return torch.softmax(torch.where(dead, 0.0, z), dim=-1).masked_fill(dead, 0.0) @ v
+    return at
 
 
 def _form(s: float, E: int) -> tuple[str, float]:
