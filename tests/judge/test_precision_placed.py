@@ -107,3 +107,11 @@ def _pulled_on_causal(q, k, v, causal=False, return_attn_probs=False, **kw):
 def test_a_small_formula_error_that_only_bfloat16_lets_pass_is_not_told_as_precision():
     keys = [d.key for d in _lines(_pulled_on_causal)]
     assert not set(keys) & {"precision-unplaced", *precision.CAUSES}, keys
+
+
+def test_the_weights_sums_are_said_with_the_digits_that_show_how_far_from_one_they_are():
+    from attnlab.judge.probes.read import span
+
+    assert span(0.99971, 1.0003) == "0.99971 to 1.0003"  # (was "1-1": four digits hid it)
+    assert span(0.9941, 1.003) == "0.9941 to 1.003"
+    assert span(0.8571, 0.8571) == "0.8571"

@@ -162,7 +162,7 @@ def _dead(case, Pm, bad, nan, S) -> Measured:
                      "gives)")
     elif len(finite):
         w = finite.sum(-1)
-        kinds.append(f"weights that sum to {float(w.min()):.3g}-{float(w.max()):.3g}")
+        kinds.append(f"weights that sum to {span(float(w.min()), float(w.max()))}")
     return Measured("dead-rows", f"{int(bad.sum())} rows that see no key hold {' or '.join(kinds)}; the spec's hold "
                                  f"zeros (e.g. {_row_name(case, bad)})")
 
@@ -271,9 +271,19 @@ def _edge_rule(at: list[tuple[int, int]], L: int, S: int, off: int | None = None
     return f"at {word}{f' + {r}' if r > 0 else f' - {-r}' if r < 0 else ''}", o
 
 
+def span(lo: float, hi: float) -> str:
+    """"lo to hi" (one number where they print alike), each with the digits that show how far it is from 1: sums of
+    weights 1.0003 and 0.99971 are not "1-1"."""
+    def fmt(x: float) -> str:
+        d = abs(x - 1.0)
+        digits = 4 if d == 0 or d >= 1e-3 or not math.isfinite(d) else min(12, int(-math.log10(d)) + 2)
+        return f"{x:.{digits}g}"
+    return fmt(lo) if fmt(lo) == fmt(hi) else f"{fmt(lo)} to {fmt(hi)}"
+
+
 def _sums(case, sums, rows) -> Measured:
     s = sums[rows]
-    return Measured("sums", f"the weights of {int(rows.sum())} rows sum to {float(s.min()):.4g}-{float(s.max()):.4g}, "
+    return Measured("sums", f"the weights of {int(rows.sum())} rows sum to {span(float(s.min()), float(s.max()))}, "
                             f"not 1, where the keys seen are the spec's (e.g. {_row_name(case, rows)})")
 
 
