@@ -53,38 +53,52 @@ def scale(case, x, mine, exp, limit: float) -> list[dict]:
                              enable_gqa=case.gqa)
         return rule.max_err(out, a)
 
-    grid = [i * STEP - LOG2_SPAN for i in range(int(2 * LOG2_SPAN / STEP) + 1)]
-    errs = [err(g) for g in grid]
-    i = min(range(len(grid)), key=errs.__getitem__)
-    if i in (0, len(grid) - 1):
-        return []  # (nearest at the end of the range searched: no scale inside it is the output's)
-    lo, hi = grid[i - 1], grid[i + 1]
-    for _ in range(REFINE):  # golden section between the best grid point's neighbours
-        a, b = hi - (hi - lo) / 1.618034, lo + (hi - lo) / 1.618034
-        if err(a) <= err(b):
-            hi = b
-        else:
-            lo = a
-    best = (lo + hi) / 2
+    best = _nearest(err)
+    if best is None:
+        return []
     near, exact = _form(spec * 2.0 ** best, E)
     is_form = bool(near) and oracle_err(math.log2(exact / spec)) <= limit  # a simple form that fits too: it
     if is_form:
         best = math.log2(exact / spec)
     if abs(2.0 ** best - 1) <= NOT_SPEC or (not is_form and oracle_err(best) > limit):
         return []
-    fitted = spec * 2.0 ** best
-    spec_form = " = 1/sqrt(E)" if case.scale is None else ""
-    if is_form:  # the same claim at every E: the line may gather cases of several
-        words = (f"the output is attention at scale {near} ({fitted:.4g} at E = {E}), where the spec's is "
+    return [_said(spec * 2.0 ** best, spec, E, near if is_form else "", near, case.scale is None)]
+
+
+def _nearest(err) -> float | None:
+    """The log2 factor whose attention is nearest the output (``err`` of a log2 factor): the grid's best, refined by
+    golden section between its neighbours; None where the best is at the end of the range searched (no scale inside
+    it is the output's)."""
+    grid = [i * STEP - LOG2_SPAN for i in range(int(2 * LOG2_SPAN / STEP) + 1)]
+    errs = [err(g) for g in grid]
+    i = min(range(len(grid)), key=errs.__getitem__)
+    if i in (0, len(grid) - 1):
+        return None
+    lo, hi = grid[i - 1], grid[i + 1]
+    for _ in range(REFINE):
+        a, b = hi - (hi - lo) / 1.618034, lo + (hi - lo) / 1.618034
+        if err(a) <= err(b):
+            hi = b
+        else:
+            lo = a
+    return (lo + hi) / 2
+
+
+def _said(fitted: float, spec: float, E: int, form: str, near: str, default: bool) -> dict:
+    """The measured line's dict: the fitted scale in words (its form where the exact form fits), and the pattern
+    that lets cases share the line only where they share the claim."""
+    spec_form = " = 1/sqrt(E)" if default else ""
+    if form:  # the same claim at every E: the line may gather cases of several
+        words = (f"the output is attention at scale {form} ({fitted:.4g} at E = {E}), where the spec's is "
                  f"{spec:.4g}{spec_form}")
-        pattern = f"scale {near}"
+        pattern = f"scale {form}"
     else:  # a number of this case's: only cases at that very scale share its line
         words = (f"the output is attention at scale {fitted:.4g}{' (about ' + near + ')' if near else ''}, where "
                  f"the spec's is {spec:.4g}{spec_form} (E = {E})")
         pattern = f"scale {fitted:.4g} E {E} spec {spec:.4g}"
     words += (": q·kᵀ is multiplied by that number instead of the spec's scale -- the output, to within the rule, "
               "is attention computed so (measured by fitting the scale to the output)")
-    return [{"kind": "scores", "text": words, "map": [], "pattern": pattern}]
+    return {"kind": "scores", "text": words, "map": [], "pattern": pattern}
 
 
 def _at_scale(q, k, v, mask, is_causal: bool, gqa: bool):
