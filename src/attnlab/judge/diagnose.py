@@ -334,13 +334,21 @@ FLOAT32_ROUNDINGS = 64  # a float64 error within this many float32 roundings (ep
 
 
 def _float32_in_float64(r, passed: set) -> bool:
-    """A float64 row whose case passes in float32 and whose every failing quantity is off by at most
-    FLOAT32_ROUNDINGS float32 eps of its size: a float32 step in a float64 call."""
-    eps = 2.0 ** -23
+    """A float64 row whose case passes in float32 and whose every failing quantity is float32-sized: a float32 step
+    in a float64 call."""
     fails = [c for c in r.comparisons if not c.passed]
-    return r.dtype == "float64" and (r.case, "float32") in passed and bool(fails) and all(
-        math.isfinite(c.err) and math.isfinite(c.ref_max) and c.err <= FLOAT32_ROUNDINGS * eps * max(
-            c.ref_max, 1.0 if c.quantity == "lse" else 0.0) for c in fails)
+    return r.dtype == "float64" and (r.case, "float32") in passed and bool(fails) and all(map(float32_sized, fails))
+
+
+def size(c) -> float:
+    """A quantity's size for its rounding: max|oracle|, and for the log-sum-exp at least 1 (its rounding is relative
+    to its value)."""
+    return max(c.ref_max, 1.0 if c.quantity == "lse" else 0.0)
+
+
+def float32_sized(c) -> bool:
+    """A comparison off by at most FLOAT32_ROUNDINGS float32 eps of its size."""
+    return math.isfinite(c.err) and math.isfinite(c.ref_max) and c.err <= FLOAT32_ROUNDINGS * 2.0 ** -23 * size(c)
 
 
 def _unplaced_words(rows, unplaced: dict[str, list]) -> dict:
@@ -366,9 +374,8 @@ def rounding_sized(r) -> bool:
     least 1, as its rounding is relative to its value), and unevenly (SPREAD): the size and the spread a
     half-precision rounding on the way gives, where a wrong formula moves the answer by its own size or shifts it."""
     fails = [c for c in r.comparisons if not c.passed]
-    return bool(fails) and all(
-        math.isfinite(c.err) and math.isfinite(c.ref_max) and c.mean_err <= SPREAD * c.err
-        and c.err <= SMALL * max(c.ref_max, 1.0 if c.quantity == "lse" else 0.0) for c in fails)
+    return bool(fails) and all(math.isfinite(c.err) and math.isfinite(c.ref_max) and c.mean_err <= SPREAD * c.err
+                               and c.err <= SMALL * size(c) for c in fails)
 
 
 def _worst_ratio(r) -> tuple[float, str] | None:

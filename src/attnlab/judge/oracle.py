@@ -124,8 +124,7 @@ def forward(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=Fal
     elif visible is not None:
         scores = scores + visible
     if sinks is None:
-        dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # rows that see no key: zeros, as PyTorch
-        P = torch.softmax(torch.where(dead, 0.0, scores), dim=-1).masked_fill(dead, 0.0)
+        P = softmax_rows(scores)  # rows that see no key: zeros, as PyTorch
         lse, row_sinks, sink_P = torch.logsumexp(scores, dim=-1), None, None  # log(0) = -inf: a row with no key
     else:
         P, lse, row_sinks, sink_P = _with_sinks(scores, sinks)
@@ -136,6 +135,13 @@ def forward(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=Fal
     return Forward(q, kx, vx, sc, G, P, Pd, out, batch, two_d, lse, row_sinks, sink_P)
 
 
+def softmax_rows(scores: torch.Tensor) -> torch.Tensor:
+    """The softmax of each row of ``scores`` over its last dim, a row whose every score is -inf (it sees no key) all
+    zeros, as PyTorch gives it."""
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    return torch.softmax(torch.where(dead, 0.0, scores), dim=-1).masked_fill(dead, 0.0)
+
+
 def _with_sinks(scores: torch.Tensor, sinks: torch.Tensor) -> tuple:
     """(P, lse, each row's sink, the sink's weight) of scores (N, H, L, S) whose rows each take one more term, the
     row's sink logit, into their softmax: the sink a column of the row with no value, dropped after the softmax. A
@@ -144,8 +150,7 @@ def _with_sinks(scores: torch.Tensor, sinks: torch.Tensor) -> tuple:
     per_row = sinks.reshape(1, H, 1) if sinks.dim() == 1 else sinks
     per_row = per_row.expand(N, H, L)
     row = torch.cat([scores, per_row[..., None]], dim=-1)  # (N, H, L, S + 1)
-    dead = torch.isneginf(row).all(dim=-1, keepdim=True)
-    W = torch.softmax(torch.where(dead, 0.0, row), dim=-1).masked_fill(dead, 0.0)
+    W = softmax_rows(row)
     return W[..., :-1], torch.logsumexp(row, dim=-1), per_row, W[..., -1]
 
 

@@ -43,7 +43,7 @@ def scale(case, x, mine, exp, limit: float) -> list[dict]:
     if spec == 0:
         return []
     mask = oracle.cpu64(x.dense)
-    at = _at_scale(q, k, v, mask, case.is_causal, case.gqa)
+    at = _at_scale(q, k, v, mask, case.is_causal, case.gqa, spec)
 
     def err(log2f: float) -> float:  # the search's: the scores made once, only the scale changed
         return rule.max_err(out, at(spec * 2.0 ** log2f))
@@ -101,24 +101,18 @@ def _said(fitted: float, spec: float, E: int, form: str, near: str, default: boo
     return {"kind": "scores", "text": words, "map": [], "pattern": pattern}
 
 
-def _at_scale(q, k, v, mask, is_causal: bool, gqa: bool):
+def _at_scale(q, k, v, mask, is_causal: bool, gqa: bool, spec: float):
     """scale -> attention at that scale, float64, for the search (the oracle, which the fitted scale is then held
-    to, checks the answer): the scores q kᵀ, the heads' map and the masks made once."""
-    if gqa and k.shape[-3] != q.shape[-3]:
-        r = q.shape[-3] // k.shape[-3]
-        k, v = k.repeat_interleave(r, dim=-3), v.repeat_interleave(r, dim=-3)
-    s = q @ k.transpose(-2, -1)  # (..., H, L, S)
-    L, S = s.shape[-2:]
-    add = torch.zeros((), dtype=torch.float64)
-    if is_causal:  # (SDPA's: upper-left)
-        add = torch.where(torch.ones(L, S, dtype=torch.bool).tril(), 0.0, -math.inf)
-    if isinstance(mask, torch.Tensor):
-        add = add + (torch.where(mask, 0.0, -math.inf) if mask.dtype == torch.bool else mask.double())
+    to, checks the answer): the oracle's own forward at the spec's scale, once -- its heads' map, and what its masks
+    add to each score -- with only the scale on q kᵀ changed."""
+    _, f = oracle.answer(q, k, v, attn_mask=mask, is_causal=is_causal, scale=spec, enable_gqa=gqa)
+    s = f.q @ f.k.transpose(-2, -1)  # (N, H, L, S): q kᵀ, each query head against its key head
+    lse = torch.where(torch.isfinite(f.lse), f.lse, 0.0)[..., None]
+    scores = torch.where(f.P > 0, f.P.log() + lse, -math.inf)  # the oracle's scores, its masks in them
+    add = torch.where(torch.isneginf(scores), scores, scores - s * spec)  # what the masks add
 
     def at(scale: float) -> torch.Tensor:
-        z = s * scale + add
-        dead = torch.isneginf(z).all(dim=-1, keepdim=True)
-        return torch.softmax(torch.where(dead, 0.0, z), dim=-1).masked_fill(dead, 0.0) @ v
+        return oracle.unflatten(oracle.softmax_rows(s * scale + add) @ f.v, f)
     return at
 
 

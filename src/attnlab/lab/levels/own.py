@@ -258,8 +258,9 @@ def shared(rows) -> list[Diagnosis]:
 
 def unplaced(rows) -> list[Diagnosis]:
     """["precision-unplaced"] where the failing cases are all of some dtypes, every case of another dtype passes,
-    and each failing quantity is off by a rounding's size and spread (:func:`attnlab.judge.diagnose.rounding_sized`):
-    precision lost, which no slip placed -- said with each dtype's error as a multiple of PyTorch's. Else []."""
+    each failing quantity is off by a rounding's size and spread (:func:`attnlab.judge.diagnose.rounding_sized`), and
+    a more precise dtype is among those that pass (or float64 alone fails, by float32's rounding): precision lost,
+    which no slip placed -- said with each dtype's error as a multiple of PyTorch's. Else []."""
     from attnlab.judge import causes, diagnose
     from attnlab.judge.diagnose import PRECISION_ORDER
 
@@ -272,8 +273,7 @@ def unplaced(rows) -> list[Diagnosis]:
     rank = {d: PRECISION_ORDER.index(d) for d in dtypes if d in PRECISION_ORDER}
     finer = all(d in rank for d in dtypes) and max(rank[d] for d in passing) > max(rank[d] for d in failing)
     f32 = failing == {"float64"} and "float32" in passing and all(  # (a float32 step in a float64 call)
-        c.err <= 64 * 2.0 ** -23 * max(c.ref_max, 1.0 if c.quantity == "lse" else 0.0)
-        for r in bad for c in r.comparisons if not c.passed)
+        diagnose.float32_sized(c) for r in bad for c in r.comparisons if not c.passed)
     if not (finer or f32):
         return []  # (a small formula error that a wide dtype's tolerance lets pass is no precision lost)
     group = {dt: [r for r in bad if r.dtype == dt] for dt in sorted(failing)}
