@@ -133,6 +133,11 @@ def half_through(q, k, v, **kw):
         sdpa(q, k, v, **kw)
 
 
+def kv_staged_half(q, k, v, **kw):
+    """Keys and values staged in float16 whatever the inputs' dtype (a cache kept in half), the rest in theirs."""
+    return sdpa(q, k.half().to(q.dtype), v.half().to(q.dtype), **kw)
+
+
 def _shaped(test):
     return _when(test, lambda q, k, v, **kw: _off(sdpa(q, k, v, **kw)))
 
@@ -404,6 +409,7 @@ FIXTURES: dict[str, Fixture] = {
     "scores-rounded": Fixture(_mutant("scores-rounded"), only=("basic", "causal", "large logits"), dtypes=BF16),
     "scale-folded": Fixture(_mutant("scale-folded"), only=("basic", "causal", "large logits"), dtypes=BF16),
     "softmax-half": Fixture(_api_mutant("sdpa_softmax_float16"), only=("basic", "causal", "head dim 64"), dtypes=F32),
+    "kv-half": Fixture(kv_staged_half, only=("basic", "causal", "GQA"), dtypes=("float32", "float64")),
     "float32-in-float64": Fixture(_mutant("float32-in-float64"), only=("basic", "causal"), dtypes=F64),
     "eps-in-sum": Fixture(eps_sum, only=("basic", "causal"), dtypes=F64),
     "over-ratio": Fixture(_api_mutant("sdpa_softmax_input_dtype"), only=("basic", "large logits", "no batch dims"),

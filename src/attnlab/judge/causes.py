@@ -137,8 +137,9 @@ SDPA = (
     Cause('causal-offset-sign', 'the causal offset has the wrong sign for S > L: query i sees keys j <= i - (S - L); '
                                 'is_causal is upper-left (j <= i), lower-right is j <= i + (S - L)'),
     Cause('scores-rounded', "the error is the size of scores kept in half precision (the inputs' dtype, or a fixed "
-                            "float16 or bfloat16 for float32 inputs too) before the softmax (or its running sum): keep "
-                            "the scores, the max and the sum in float32",
+                            "float16 or bfloat16 for full-precision inputs too: the scores stored there, or Q Kᵀ taken "
+                            "from q and k cast down) before the softmax (or its running sum): keep the scores, the max "
+                            "and the sum in float32",
 ),
     Cause('scale-folded', "the error is the size of the scale folded into q or k (or its square root into each) in "
                           "the inputs' dtype: scale the float32 scores instead (or fold it where the dtype holds it "
@@ -149,6 +150,10 @@ SDPA = (
     Cause('exp-half', "the error is the size of exp taken in half precision (the inputs' dtype, or a fixed float16 "
                       "or bfloat16): its argument or its result -- the weights P -- rounded there; take exp, its sum "
                       'and the max in float32'),
+    Cause('kv-half', "the error is the size of the keys and values (or the values alone, or q, k and v; or P and V, "
+                     "P V taken there) rounded to a fixed float16 or bfloat16 before the matmuls, whatever the "
+                     "inputs' dtype: a tile, a cache or an operand cast down (.half()); keep them in the inputs' "
+                     "dtype and accumulate in float32 or better"),
     Cause('lse-half', "the log-sum-exp's error is the size of its own rounding to half precision (the inputs' "
                       "dtype, or a fixed float16 or bfloat16): it is stored (or finished) there; keep it in float32, "
                       'as the API returns it'),

@@ -26,8 +26,8 @@ import torch
 from attnlab.judge import oracle, rule
 from attnlab.judge.explain import TIE
 
-CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "lse-half", "float32-in-float64",
-          "eps-in-sum")  # the keys it names
+CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "kv-half", "lse-half",
+          "float32-in-float64", "eps-in-sum")  # the keys it names
 BAND = 2.0  # an error within this factor of one of a cause's orders fits the cause
 WIDE = 10.0  # ... in float64, where nothing correct comes near float32's error, and float32 rounds in many places
 SHAPE = 0.5  # a cast to half precision in a full-precision case: the output that near the cast's answer, on average
@@ -207,8 +207,11 @@ def _models(dtype: torch.dtype) -> dict:
                 "exp-half": (_exp_half, _exp_half_result)}
     half = {"softmax-half": tuple(functools.partial(order, half=h) for h in HALF  # cast down to a half dtype
                                   for order in (_softmax_cast, _softmax_half, _softmax_half_blocks)),  # (a fixed one,
-            "scores-rounded": tuple(functools.partial(_scores_cast, half=h) for h in HALF),  # whatever the inputs')
-            "exp-half": tuple(functools.partial(_exp_cast, half=h, argument=a) for h in HALF for a in (True, False))}
+            "scores-rounded": tuple(functools.partial(order, half=h) for h in HALF  # whatever the inputs')
+                                    for order in (_scores_cast, _qk_cast)),
+            "exp-half": tuple(functools.partial(_exp_cast, half=h, argument=a) for h in HALF for a in (True, False)),
+            "kv-half": tuple(functools.partial(_inputs_cast, half=h, which=w) for h in HALF for w in ("kv", "v", "qkv"))
+            + tuple(functools.partial(_pv_cast, half=h, normalised=n) for h in HALF for n in (True, False))}
     if dtype == torch.float64:
         return {"float32-in-float64": (_scale32, _all32, _values32), **half}
     return half
@@ -268,6 +271,36 @@ def _scores_cast(f, dtype, half):
     return _finish(_r(_scores(f), half), f, dtype)  # the scores stored in a half dtype, the rest in the case's
 
 
+def _pv_cast(f, dtype, half, normalised: bool):
+    """P V taken in a half dtype whatever the case's: the weights (``normalised``, or exp(s - max) before the
+    division by their sum, as an online softmax holds them) and the values cast down, their product rounded there,
+    the output stored back in the case's dtype."""
+    store = dtype if dtype in HALF else torch.float64
+    if normalised:
+        return _r(_r(_r(f.P, half) @ _r(f.v, half), half), store)
+    p, m = _exp_rounded(f, half, False)
+    total = (_scores(f) - m).exp().sum(dim=-1, keepdim=True)
+    return _r(_r(p @ _r(f.v, half), half) / torch.where(total == 0, 1.0, total), store)
+
+
+def _qk_cast(f, dtype, half):
+    return _inputs_cast(f, dtype, half, "qk")  # q and k cast down before their matmul: Q Kᵀ taken in a half dtype
+
+
+def _inputs_cast(f, dtype, half, which: str):
+    """The inputs named in ``which`` ("q", "k", "v") cast to a half dtype before the matmuls, whatever the case's
+    dtype (a kernel's ``.half()`` on its operands, a cache or a tile staged in half); Q Kᵀ rounded there too where
+    both its operands are (a matmul in that dtype). The scores' change is added to the oracle's own (its modifier
+    and mask kept), as a difference of products."""
+    s = _scores(f)
+    if "q" in which or "k" in which:
+        q, k = (_r(t, half) if name in which else t for name, t in (("q", f.q), ("k", f.k)))
+        qk = q @ k.transpose(-2, -1)
+        qk = _r(qk, half) if "q" in which and "k" in which else qk
+        s = s + (qk - f.q @ f.k.transpose(-2, -1)) * f.scale
+    return _finish(s, f, dtype, v=_r(f.v, half) if "v" in which else None)
+
+
 def _exp_half_result(f, dtype):
     p, _ = _exp_rounded(f, dtype, False)
     total = p.sum(dim=-1, keepdim=True)
@@ -295,14 +328,15 @@ def _scores(f: oracle.Forward) -> torch.Tensor:
     return torch.where(f.P > 0, f.P.log() + lse, -math.inf)
 
 
-def _finish(s: torch.Tensor, f: oracle.Forward, dtype: torch.dtype, P: torch.Tensor | None = None) -> torch.Tensor:
+def _finish(s: torch.Tensor, f: oracle.Forward, dtype: torch.dtype, P: torch.Tensor | None = None,
+            v: torch.Tensor | None = None) -> torch.Tensor:
     """A correct kernel's rest from scores ``s``: softmax with float32-or-better statistics, P rounded to the
-    dtype before P V, the output stored in the dtype."""
+    dtype before P V (with ``v``, the values a model changed), the output stored in the dtype."""
     if P is None:
         dead = torch.isneginf(s).all(dim=-1, keepdim=True)
         P = torch.softmax(torch.where(dead, 0.0, s), dim=-1).masked_fill(dead, 0.0)
     store = dtype if dtype in HALF else torch.float64
-    return _r(_r(P, store) @ f.v, store)
+    return _r(_r(P, store) @ (f.v if v is None else v), store)
 
 
 def _scores_once(f, dtype):
