@@ -115,3 +115,22 @@ def test_the_weights_sums_are_said_with_the_digits_that_show_how_far_from_one_th
     assert span(0.99971, 1.0003) == "0.99971 to 1.0003"  # (was "1-1": four digits hid it)
     assert span(0.9941, 1.003) == "0.9941 to 1.003"
     assert span(0.8571, 0.8571) == "0.8571"
+
+
+def _qk_in_float16(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                   alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """Right in every formula; q and k cast to float16 for Q Kᵀ whatever the inputs' dtype (staged in half, the
+    product taken from them), the rest in the inputs' dtype."""
+    return R.flash_attn_func(q.half().to(q.dtype), k.half().to(k.dtype), v, softmax_scale=softmax_scale,
+                             causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                             return_attn_probs=return_attn_probs)
+
+
+@pytest.mark.slow  # verify on several cases and dtypes: over 0.3 s of CPU
+def test_q_and_k_cast_to_float16_in_float64_is_scores_in_half_not_a_float32_step():
+    """float16's rounding of the scores at large logits is within float32-in-float64's band by size alone; the
+    direction of the error tells them apart (its model: the scores from q and k cast down)."""
+    lines = _lines(_qk_in_float16, dtypes=("float64", "float32"))
+    keys = named(lines)
+    assert "float32-in-float64" not in keys, keys
+    assert keys and keys[0] == "scores-rounded", keys

@@ -207,8 +207,8 @@ def _models(dtype: torch.dtype) -> dict:
                 "exp-half": (_exp_half, _exp_half_result)}
     half = {"softmax-half": tuple(functools.partial(order, half=h) for h in HALF  # cast down to a half dtype
                                   for order in (_softmax_cast, _softmax_half, _softmax_half_blocks)),  # (a fixed one,
-            "scores-rounded": tuple(functools.partial(order, half=h) for h in HALF  # whatever the inputs')
-                                    for order in (_scores_cast, _qk_cast)),
+            "scores-rounded": tuple(functools.partial(_scores_cast, half=h) for h in HALF)  # whatever the inputs')
+            + tuple(functools.partial(_qk_cast, half=h, product=p) for h in HALF for p in (True, False)),
             "exp-half": tuple(functools.partial(_exp_cast, half=h, argument=a) for h in HALF for a in (True, False)),
             "kv-half": tuple(functools.partial(_inputs_cast, half=h, which=w) for h in HALF for w in ("kv", "v", "qkv"))
             + tuple(functools.partial(_pv_cast, half=h, normalised=n) for h in HALF for n in (True, False))}
@@ -283,20 +283,20 @@ def _pv_cast(f, dtype, half, normalised: bool):
     return _r(_r(p @ _r(f.v, half), half) / torch.where(total == 0, 1.0, total), store)
 
 
-def _qk_cast(f, dtype, half):
-    return _inputs_cast(f, dtype, half, "qk")  # q and k cast down before their matmul: Q Kᵀ taken in a half dtype
+def _qk_cast(f, dtype, half, product: bool):
+    return _inputs_cast(f, dtype, half, "qk", product)  # q and k cast down before their matmul (taken there)
 
 
-def _inputs_cast(f, dtype, half, which: str):
+def _inputs_cast(f, dtype, half, which: str, product: bool = False):
     """The inputs named in ``which`` ("q", "k", "v") cast to a half dtype before the matmuls, whatever the case's
-    dtype (a kernel's ``.half()`` on its operands, a cache or a tile staged in half); Q Kᵀ rounded there too where
-    both its operands are (a matmul in that dtype). The scores' change is added to the oracle's own (its modifier
-    and mask kept), as a difference of products."""
+    dtype (a kernel's ``.half()`` on its operands, a cache or a tile staged in half); with ``product``, Q Kᵀ rounded
+    there too (a matmul in that dtype, not one upcast first). The scores' change is added to the oracle's own (its
+    modifier and mask kept), as a difference of products."""
     s = _scores(f)
     if "q" in which or "k" in which:
         q, k = (_r(t, half) if name in which else t for name, t in (("q", f.q), ("k", f.k)))
         qk = q @ k.transpose(-2, -1)
-        qk = _r(qk, half) if "q" in which and "k" in which else qk
+        qk = _r(qk, half) if product else qk
         s = s + (qk - f.q @ f.k.transpose(-2, -1)) * f.scale
     return _finish(s, f, dtype, v=_r(f.v, half) if "v" in which else None)
 
