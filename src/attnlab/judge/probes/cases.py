@@ -11,6 +11,7 @@ from attnlab.judge.apis import words
 from attnlab.judge.cases import Case
 
 E = 64  # the head dim of every probe: a one-hot per key (and per query, for the gradients) fits in it
+LONG = 160  # ... of the probes with 150 keys: longer than the tiles kernels use, 32 to 128
 
 
 def _p(name: str, probe: str, **kw) -> Case:
@@ -27,7 +28,9 @@ def sdpa() -> list[Case]:
         _p("weights, is_causal with a padding mask", "weights", batch=(2,), H=1, L=12, is_causal=True,
            mask="padding"),
         _p("weights, lower-right mask, L<S", "weights", L=9, S=23, mask="lower-right"),
+        _p("weights, causal, L=S=150: tiles of 32 to 128", "weights", H=1, L=150, E=LONG, is_causal=True),
         _p("heads, GQA 6/2", "heads", H=6, Hkv=2, L=5, S=7),
+        _p("heads, 4 heads, no GQA", "heads", H=4, L=5, S=7),
         _p("scores", "scores", H=1, L=25, S=3),
         _p("scores, scale=0.3", "scores", H=1, L=25, S=3, scale=0.3),
         _p("scores, scale=0.5, large", "scores", H=1, L=25, S=3, scale=0.5, magnitude=10.0),
@@ -56,7 +59,12 @@ def flash(name: str = "flash-attn") -> list[Case]:
            api=api(alibi=True, softcap=True)),
         _p("weights, ALiBi (H,), causal, L<S", "weights", H=4, L=9, S=23, mask="lower-right", mod="flash: alibi",
            api=api(alibi=True, causal=True)),
+        _p("weights, window (3, 2), L=S=150: tiles of 32 to 128", "weights", H=1, L=150, E=LONG,
+           api=api(window=(3, 2))),  # (a window's first key tile placed from the wrong row of a query tile shows)
+        _p("weights, window (5, 0), causal, L=S=150", "weights", H=1, L=150, E=LONG, mask="lower-right",
+           api=api(causal=True, window=(5, 0))),
         _p("heads, GQA 6/2", "heads", H=6, Hkv=2, L=5, S=7, api=api()),
+        _p("heads, 4 heads, no GQA", "heads", H=4, L=5, S=7, api=api()),
         _p("scores", "scores", H=1, L=25, S=3, api=api()),
         _p("scores, softmax_scale=0.3", "scores", H=1, L=25, S=3, scale=0.3, api=api()),
         _p("scores, softcap", "scores", H=1, L=25, S=3, mod="flash: softcap", api=api(softcap=True)),
@@ -80,7 +88,10 @@ def varlen() -> list[Case]:
         c("weights, window (2, 2), causal, 2 sequences", "weights", (6, 8), (6, 8), causal=True, window=(2, 2)),
         replace(c("weights, ALiBi (H,), 3 sequences", "weights", (3, 5, 4), (6, 4, 9), H=4), mod="flash: alibi",
                 api=V.words(V.NAME, q=(3, 5, 4), k=(6, 4, 9), alibi=True)),
+        c("weights, window (3, 2), a sequence of 140 and one of a single query", "weights", (140, 1), (140, 9),
+          window=(3, 2), E=LONG),  # (tiles of a long sequence; a decode path's own mask)
         c("heads, GQA 4/2", "heads", (3, 4), (5, 6), H=4, Hkv=2),
+        c("heads, 4 heads, no GQA", "heads", (3, 4), (5, 6), H=4),
         c("scores", "scores", (25,), (3,), H=1),
         c("scores, softcap", "scores", (25,), (3,), H=1, softcap=True),
     ]
@@ -97,8 +108,10 @@ def paged() -> list[Case]:
         c("weights, 3 queries, causal, 2 appended, pages of 4", "weights", (5, 12), 4, L=3, new=2, causal=True),
         c("weights, window (4, 0), causal, 2 queries", "weights", (9, 17), 8, L=2, causal=True, window=(4, 0)),
         c("heads, GQA 4/2, pages of 4", "heads", (6, 9), 4, H=4, Hkv=2),
-        c("scores", "scores", (3,), 4, L=25, H=1),
-        c("scores, softcap", "scores", (3,), 4, L=25, H=1, softcap=True),
+        c("heads, 4 heads, no GQA, pages of 4", "heads", (6, 9), 4, H=4),
+        # the score function on whole pages: a slot past a sequence's length read too does not cloud it
+        c("scores", "scores", (3,), 3, L=25, H=1),
+        c("scores, softcap", "scores", (3,), 3, L=25, H=1, softcap=True),
     ]
 
 
@@ -119,7 +132,10 @@ def flex() -> list[Case]:
           mod="relative_bias"),
         c("weights, relative bias score_mod, causal, L=S=200: two query blocks", "weights", H=1, L=200, E=256,
           mask="causal", mod="relative_bias"),
+        c("weights, documents per batch row, causal, B=2, L=S=256: blocks differ by row", "weights", batch=(2,), H=1,
+          L=256, E=256, mask="documents per batch row & causal"),
         c("heads, GQA 6/2", "heads", H=6, Hkv=2, L=5, S=7),
+        c("heads, 4 heads, no GQA", "heads", H=4, L=5, S=7),
         c("scores", "scores", H=1, L=25, S=3),
         c("scores, softcap score_mod", "scores", H=1, L=25, S=3, mod="softcap"),
     ]

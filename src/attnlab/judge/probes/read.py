@@ -453,11 +453,11 @@ def _scores(case, x, out, ref, mine, exp, limit) -> list[Measured]:
     tol = max(20 * limit / max(float(Pm[ok].min()) if ok.any() else 1.0, 1e-12), 1e-3)
     diff = (gm - gs).abs()
     if ok.any() and float(torch.nan_to_num(diff, nan=0.0).amax()) > min(tol, 0.05):
-        found.append(_score_fit(raw, scale, gm, gs, ok))
+        found.append(_score_fit(raw, scale, gm, gs, ok, tol))
     return found
 
 
-def _score_fit(raw, scale, gm, gs, ok) -> Measured:
+def _score_fit(raw, scale, gm, gs, ok, tol: float) -> Measured:
     """The function's g(x) - g(0) against the spec's: a factor where one holds, else values side by side."""
     a, b = gm[ok], gs[ok]
     factor = float((a * b).sum() / (b * b).sum()) if float((b * b).sum()) else math.nan
@@ -474,8 +474,51 @@ def _score_fit(raw, scale, gm, gs, ok) -> Measured:
         return Measured("scores", f"the function's scores are {factor:.5g} times the spec's (log(P_i0 / P_i1) on "
                                   f"designed scores){': ' + said if said else ''}", table, f"factor {factor:.4g}",
                         {"score-factor": factor})
+    capped = _tanh_form(raw * scale, gm, ok, tol)
+    if capped is not None:
+        spec = _tanh_form(raw * scale, gs, ok, tol)
+        theirs = _capped_words(*spec) if spec else "s" if _fits(b, (raw * scale)[ok], 1e-3) else ""
+        theirs = f"; the spec's {theirs}" if theirs else ""
+        return Measured("scores", f"the function's score function is {_capped_words(*capped)} of the scaled score s "
+                                  f"(log(P_i0 / P_i1) on designed scores){theirs}", table,
+                        f"capped {_capped_words(*capped)}")
     return Measured("scores", "the function's score function differs from the spec's (log(P_i0 / P_i1) on designed "
                               "scores), and not by one factor", table)
+
+
+def _fits(a: torch.Tensor, model: torch.Tensor, tol: float) -> bool:
+    return float((a - model).abs().max()) < tol * max(1.0, float(a.abs().max()))
+
+
+def _capped_words(A: float, C: float) -> str:
+    return f"{A:.3g} * tanh(s / {C:.3g})"
+
+
+def _tanh_form(s: torch.Tensor, g: torch.Tensor, ok: torch.Tensor, tol: float) -> tuple[float, float] | None:
+    """(A, C) where g(s) = A * tanh(s / C) on the rows ``ok`` holds (a soft-cap, whatever its constants) to the
+    probe's reading tolerance ``tol``, relative, kept within 1e-3 to 0.02:
+    C searched on a log grid and refined, A by least squares at each C; None where no such form holds, or where it
+    is a straight line (C far past the scores: a factor, said as one)."""
+    s, g = s[ok], g[ok]
+    if len(s) < 4 or float(s.abs().max()) == 0:
+        return None
+
+    def err(C: float) -> tuple[float, float]:
+        t = torch.tanh(s / C)
+        A = float((t * g).sum() / (t * t).sum())
+        return float((g - A * t).abs().max()), A
+
+    grid = [float(x) for x in torch.logspace(-2, 4, 121)]
+    best = min(range(len(grid)), key=lambda i: err(grid[i])[0])
+    lo, hi = math.log(grid[max(best - 1, 0)]), math.log(grid[min(best + 1, len(grid) - 1)])
+    for _ in range(40):  # golden section on log C
+        m1, m2 = hi - (hi - lo) / 1.618, lo + (hi - lo) / 1.618
+        lo, hi = (lo, m2) if err(math.exp(m1))[0] < err(math.exp(m2))[0] else (m1, hi)
+    C = math.exp((lo + hi) / 2)
+    e, A = err(C)
+    if e >= min(max(tol, 1e-3), 0.02) * max(1.0, float(g.abs().max())) or 20 * float(s.abs().max()) < C:
+        return None
+    return A, C
 
 
 def _backward(case, out, dv, dv_ref, limit) -> list[Measured]:
