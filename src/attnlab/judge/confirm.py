@@ -18,8 +18,8 @@ from collections.abc import Callable
 import torch
 
 from attnlab.judge import apis, explain, hypotheses, oracle
+from attnlab.judge import hint as H
 from attnlab.judge.cases import Case
-from attnlab.judge.explain import SUPPORT, TIE
 
 MARGIN = 4.0  # a cause predicts a failure where its answer is this many limits from the right one
 OUTWEIGH = 4  # a cause named on more than this many failing cases per passing case that refutes it is kept: at a
@@ -43,7 +43,7 @@ def support(rows) -> dict[str, int]:
     for r in rows:
         if r.status == "fail":
             for h in r.hints:
-                for k in h.lstrip(SUPPORT).split(TIE):
+                for k in H.readings(h):
                     cases.setdefault(k, set()).add(r.case)
     return {k: len(v) for k, v in cases.items()}
 
@@ -58,9 +58,9 @@ def named(rows) -> dict[str, set[frozenset]]:
         if r.status != "fail":
             continue
         for h in r.hints:
-            if h.startswith(SUPPORT) or "=" in h or h.startswith("measured:"):
+            if H.supporting(h) or H.has_variant(h) or H.measured(h):
                 continue
-            for k in h.split(TIE):
+            for k in H.readings(h):
                 if k in UNCHECKED or k in ("eps-in-sum", "lse-half"):
                     continue
                 sig = set(r.tags) & _scope(k)
@@ -125,12 +125,11 @@ def without(r, gone: set):
 
     kept, dropped = [], []
     for h in r.hints:
-        mark = SUPPORT if h.startswith(SUPPORT) else ""
-        readings = h[len(mark):].split(TIE)
-        out = [k for k in readings if k.split("=")[0] not in gone and not any(p in gone for p in k.split("+"))]
+        readings = H.readings(h)
+        out = [k for k in readings if H.base(k) not in gone and not any(p in gone for p in k.split("+"))]
         dropped += [k for k in readings if k not in out]
         if out:
-            kept.append(mark + TIE.join(out))
+            kept.append(H.tie(out, H.supporting(h)))
     return replace(r, hints=kept, refuted=sorted(set(dropped))) if dropped else r
 
 

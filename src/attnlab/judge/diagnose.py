@@ -27,8 +27,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from attnlab.judge import causes as C
+from attnlab.judge import hint as H
 from attnlab.judge.confirm import ARGUMENTS, UNCHECKED
-from attnlab.judge.explain import SUPPORT, TIE
 from attnlab.judge.facts import SILENT
 from attnlab.judge.precision import CAUSES as PRECISION
 from attnlab.judge.precision import rounding
@@ -61,8 +61,8 @@ def diagnose(result, form: str) -> list[Diagnosis]:
     bad = [r for r in rows if r.status in ("fail", "error")]
     if not bad:
         return []
-    plain = Counter(h for r in bad for h in r.hints if TIE not in h)  # the hints no other reading ties with
-    lead = Counter(h.split(TIE)[0] for r in bad for h in r.hints if TIE in h)  # ... and those a tie puts first
+    plain = Counter(h for r in bad for h in r.hints if not H.tied(h))  # the hints no other reading ties with
+    lead = Counter(H.lead(h) for r in bad for h in r.hints if H.tied(h))  # ... and those a tie puts first
     first, causes, raised = _grouped(bad, plain, lead)
     _written_as_read(first, bad, plain, lead)
     _one_rounding_per_dtype(causes)
@@ -191,7 +191,7 @@ def _twinned(rows: list) -> list:
         if twin is not None and twin.status == "fail" and any(rounding(h) for h in r.hints):
             r = replace(r, hints=[h for h in r.hints if not rounding(h)])
         out.append(r)
-    named = {(r.case, r.dtype): [h for h in r.hints if not rounding(h) and not h.startswith(SUPPORT)] for r in out}
+    named = {(r.case, r.dtype): [h for h in r.hints if not rounding(h) and not H.supporting(h)] for r in out}
     for i, r in enumerate(out):
         if r.status == "fail" and not r.hints and not r.measured:
             for dt in ("float32", "float64", *HALF_DTYPES):
@@ -212,8 +212,8 @@ def _lone(rows: list) -> list:
         if r.status != "fail":
             continue
         for h in r.hints:
-            for k in h.lstrip(SUPPORT).split(TIE):
-                if rounding(k) or k.startswith(MEASURED) or "=" in k or k in UNCHECKED:
+            for k in H.readings(h):
+                if rounding(k) or H.measured(k) or H.has_variant(k) or k in UNCHECKED:
                     continue  # (what the output's shape shows -- NaN past exp's range -- is no reading of numbers)
                 cases.setdefault(k, set()).add(r.case)
                 if "probe" in r.tags:
@@ -224,12 +224,7 @@ def _lone(rows: list) -> list:
         return rows
     out = []
     for r in rows:
-        kept = []
-        for h in r.hints:
-            mark = SUPPORT if h.startswith(SUPPORT) else ""
-            readings = [k for k in h[len(mark):].split(TIE) if k.split("=")[0] not in lone]
-            if readings:
-                kept.append(mark + TIE.join(readings))
+        kept = [k for k in (H.kept(h, lambda key: H.base(key) not in lone) for h in r.hints) if k]
         out.append(replace(r, hints=kept) if kept != r.hints else r)
     return out
 
@@ -270,25 +265,25 @@ def _supported(rows: list) -> list:
     """The rows with each supporting hint (``~key``: a case whose rows cannot tell readings apart, large logits, or
     whose log-sum-exp alone shows the cause) kept where another row names that cause on its own -- then it is that
     cause's row too, among a tie's readings the ones named -- and dropped elsewhere."""
-    if not any(h.startswith(SUPPORT) for r in rows for h in r.hints):
+    if not any(H.supporting(h) for r in rows for h in r.hints):
         return rows
-    own = [h for r in rows for h in r.hints if not h.startswith(SUPPORT)]
-    plain = Counter(h for h in own if TIE not in h)
-    lead = Counter(h.split(TIE)[0] for h in own if TIE in h)
-    named = {_settle(h, plain, lead).split("=")[0] for h in own}
+    own = [h for r in rows for h in r.hints if not H.supporting(h)]
+    plain = Counter(h for h in own if not H.tied(h))
+    lead = Counter(H.lead(h) for h in own if H.tied(h))
+    named = {H.base(_settle(h, plain, lead)) for h in own}
 
     def backed(h: str) -> str:
-        """A supporting hint's readings that are named ("" where none is)."""
-        return TIE.join(k for k in h[len(SUPPORT):].split(TIE) if k.split("=")[0] in named)
+        """A supporting hint's readings that are named, as a hint of its own ("" where none is)."""
+        return H.tie(k for k in H.readings(h) if H.base(k) in named)
 
     def kept(hints):
-        support = [b for b in map(backed, (h for h in hints if h.startswith(SUPPORT))) if b]
-        own = [h for h in hints if not h.startswith(SUPPORT)]
+        support = [b for b in map(backed, (h for h in hints if H.supporting(h))) if b]
+        own = [h for h in hints if not H.supporting(h)]
         if support:  # a named cause the lse shows: the output's rounding-sized error on that row is that cause's
             own = [h for h in own if not rounding(h)]
         return list(dict.fromkeys(own + support))
 
-    return [replace(r, hints=kept(r.hints)) if any(h.startswith(SUPPORT) for h in r.hints) else r for r in rows]
+    return [replace(r, hints=kept(r.hints)) if any(H.supporting(h) for h in r.hints) else r for r in rows]
 
 
 RETURNED = {"nan": "NaN", "mean": "the mean of V (every key weighted alike: a large finite number in place of -inf?)",
@@ -412,10 +407,10 @@ def _fill(key: str | None, group) -> dict:
         return {"said": group[0].detail.removeprefix("not decided: ").split(", twice")[0]}
     if key in YOURS:
         hint, words = YOURS[key]
-        return {"yours": words if any(hint in h.split(TIE) for r in group for h in r.hints) else ""}
+        return {"yours": words if any(hint in H.readings(h) for r in group for h in r.hints) else ""}
     if key != "dead-rows":
         return {}
-    seen = sorted({h.split("=", 1)[1] for r in group for h in r.hints if h.startswith("dead-rows=")},
+    seen = sorted({H.variant(h) for r in group for h in r.hints if H.has_variant(h) and H.base(h) == "dead-rows"},
                   key=list(RETURNED).index)
     return {"returned": "; yours returns " + " or ".join(RETURNED[s] for s in seen) if seen else ""}
 
@@ -524,12 +519,12 @@ def _cover(rows, bad, rest):
 
 
 def _settle(hint: str, plain: Counter, lead: Counter) -> str:
-    """A hint that is several readings of the same rows ("a|b", :data:`attnlab.judge.explain.TIE`): the one the
-    function's other failing cases show alone most, else the one its ties put first most often, else the first."""
-    if TIE not in hint:
+    """A hint that is several readings of the same rows (a tie: :mod:`attnlab.judge.hint`): the one the function's
+    other failing cases show alone most, else the one its ties put first most often, else the first."""
+    if not H.tied(hint):
         return hint
-    keys = hint.split(TIE)
-    measured = [k for k in keys if k.startswith(MEASURED)]
+    keys = list(H.readings(hint))
+    measured = [k for k in keys if H.measured(k)]
     if measured and not any(plain[k] for k in keys if k not in measured):  # a name no other case gives alone: the
         return measured[0]  # measured difference it ties with is said, as the fact it is
     return max(keys, key=lambda k: (plain[k], lead[k], -keys.index(k)))
@@ -574,7 +569,7 @@ def _shown(key: str, group) -> list[str]:
         said = [m for m in r.measured if m["kind"] == f"problem:{key}"]
         if said:
             return ["measured: " + said[0]["text"]]
-        if r.measured and any(C.line_of(h.split(TIE)[0]) == key or h == key for h in r.hints):
+        if r.measured and any(C.line_of(H.lead(h)) == key or h == key for h in r.hints):
             m = next((m for m in r.measured if not m["kind"].startswith("problem:")), None)
             if m is not None:
                 return ["measured: " + m["text"], *m["map"]]

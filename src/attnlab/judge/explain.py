@@ -24,12 +24,11 @@ from dataclasses import dataclass, field
 import torch
 
 from attnlab.judge import oracle
+from attnlab.judge.hint import tie, tied
 
 PAIRS = 6  # the alternatives that come closest on the rows left, tried two at a time
 CLOSER = 0.5  # ... "closest": the rows where an alternative is at most this share of the right answer's distance
 PAIR_READINGS = 2  # at most this many second changes may explain the same rows beside one cause (a tie of two)
-TIE = "|"  # joins the keys of alternatives that explain exactly the same rows of a case
-SUPPORT = "~"  # marks a hint that only joins a cause other cases name (a case whose rows cannot tell readings apart)
 RESIDUE = 0.5  # where more than this share of the failing rows stays unexplained, a cause must explain this share
 
 
@@ -73,7 +72,7 @@ class _Fit:
         """Every row it is met on by value is one its own answer leaves with no key: the function's row is empty
         there too, which every reading that empties that row says alike -- a kernel that stops at an empty packed
         sequence is not one that shifts the queries, though on a case both leave the same rows empty. Such a case
-        only joins the reading where other cases name it by their numbers (:data:`SUPPORT`)."""
+        only joins the reading where other cases name it by their numbers (:data:`attnlab.judge.hint.SUPPORT`)."""
         if not self.key or self.alt_dead is None:
             return False
         rows = self.differs if done is None else self.differs & ~done
@@ -133,9 +132,8 @@ def explain(out: torch.Tensor, ref: torch.Tensor, limit: float, base: dict, alte
 def _keys(found: list[_Fit], bad: torch.Tensor) -> list[str]:
     keys: list[str] = []
     for f in found:
-        parts = f.parts if f.parts is not None else f.key.split("+") if TIE not in f.key else [f.key]
-        mark = SUPPORT if f.supporting else ""
-        keys += [mark + k for k in parts if k and mark + k not in keys]
+        parts = f.parts if f.parts is not None else f.key.split("+") if not tied(f.key) else [f.key]
+        keys += [h for h in (tie([k], f.supporting) for k in parts if k) if h not in keys]
         named = [a for a in f.dead_answers if not f.key or a != "nan"]  # NaN under a wrong mask: the mask's doing
         if named and f.used_dead is not None and (f.used_dead & bad).any():
             keys += [k for k in ("dead-rows", *(f"dead-rows={a}" for a in named)) if k not in keys]
@@ -205,7 +203,7 @@ def _greedy(fits: list[_Fit], bad: torch.Tensor) -> tuple[list[_Fit], torch.Tens
         pool = [f for f in pool if f is not best and not any(f is t for t in tied)]
         empty = best.only_empty(done) and all(f.only_empty(done) for f in tied)
         if tied and best.key:  # the same rows, two readings: the diagnosis settles it from the other cases
-            best = _Fit(TIE.join([best.key, *(f.key for f in tied)]), best.differs, best.ok, best.dead_answers,
+            best = _Fit(tie([best.key, *(f.key for f in tied)]), best.differs, best.ok, best.dead_answers,
                         best.used_dead, best.change, best.alt, near=best.near, alt_dead=best.alt_dead)
         best.supporting = empty
         found.append(best)
@@ -263,7 +261,7 @@ def _tied_pair(fits: list[_Fit]) -> _Fit | None:
     common = [k for k in sets[0] if all(k in s for s in sets)]
     rest = list(dict.fromkeys("+".join(k for k in s if k not in common) for s in sets))
     f = fits[0]
-    parts = (*common, TIE.join(rest) if all(rest) else "") if len(rest) > 1 else sets[0]  # ("": one has no more)
+    parts = (*common, tie(rest) if all(rest) else "") if len(rest) > 1 else sets[0]  # ("": one has no more)
     if len(rest) > PAIR_READINGS:
         return None  # many changes do it alike on top of the same cause: the rows name none of them
     return _Fit(f.key, f.differs, f.ok, f.dead_answers, f.used_dead, f.change, f.alt, tuple(p for p in parts if p),

@@ -23,8 +23,8 @@ import math
 
 import torch
 
+from attnlab.judge import hint as H
 from attnlab.judge import oracle, rule
-from attnlab.judge.explain import TIE
 
 CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "kv-half", "lse-half",
           "float32-in-float64", "eps-in-sum")  # the keys it names
@@ -41,14 +41,14 @@ BLOCK = 64  # the key block a running sum is accumulated over, in the emulation 
 
 
 def rounding(hint: str) -> bool:
-    """A hint that names a rounding (one of :data:`CAUSES`, or a tie of them)."""
-    return all(k in CAUSES for k in hint.split(TIE))
+    """A hint that names a rounding (one of :data:`CAUSES`, or a tie of them; not one that only supports)."""
+    return not H.supporting(hint) and all(k in CAUSES for k in H.readings(hint))
 
 
 def cause(case_dtype: torch.dtype, f: oracle.Forward, mine: torch.Tensor, ref: torch.Tensor, theirs: torch.Tensor,
           limit: float, lse_passed: float | None = None) -> str | None:
-    """The precision causes whose error models hold ``mine``'s error, nearest first and joined by
-    :data:`attnlab.judge.explain.TIE` (the diagnosis keeps the one the function's other cases show), or None.
+    """The precision causes whose error models hold ``mine``'s error, nearest first, as a hint (a tie where there are
+    several: the diagnosis keeps the one the function's other cases show), or None.
     ``f`` the oracle's forward for the case (:attr:`attnlab.judge.judge.Expected.fwd`), ``theirs`` PyTorch's
     output in the case's dtype. ``lse_passed``: the limit of an API's log-sum-exp that passed -- a cause whose
     every order would have failed it is not the function's (a rounding of the scores moves the lse too). With sinks,
@@ -57,10 +57,10 @@ def cause(case_dtype: torch.dtype, f: oracle.Forward, mine: torch.Tensor, ref: t
     found = _cause(case_dtype, f, mine, ref, theirs, limit)
     if found is None or lse_passed is None:
         return found
-    kept = [k for k in found.split(TIE) if not _predicts(k, _lse_models(case_dtype), f, case_dtype, lse_passed,
+    kept = [k for k in H.readings(found) if not _predicts(k, _lse_models(case_dtype), f, case_dtype, lse_passed,
                                                          lambda a: float((a - f.lse)[torch.isfinite(f.lse)].abs()
                                                                          .max()) if torch.isfinite(f.lse).any() else 0)]
-    return TIE.join(kept) or None
+    return H.tie(kept) or None
 
 
 def _predicts(key: str, models: dict, f, dtype, limit: float, err) -> bool:
@@ -107,7 +107,7 @@ def _pointing(case_dtype: torch.dtype, err: float, floor: float, pointing: list)
     if not same:
         return None
     top = max(c for c, _ in same)
-    return TIE.join(dict.fromkeys(key for c, key in sorted(same, reverse=True) if c >= top - TIED))
+    return H.tie(dict.fromkeys(key for c, key in sorted(same, reverse=True) if c >= top - TIED))
 
 
 def eps_in_sum(f: oracle.Forward, mine: torch.Tensor, ref: torch.Tensor, limit: float) -> float | None:
@@ -179,12 +179,12 @@ def _stored_half(x: torch.Tensor) -> torch.dtype | None:
 
 def _fitting(case_dtype: torch.dtype, err: float, floor: float, models: dict) -> str | None:
     """The keys of ``models`` ({key: [its orders' errors]}) with an order clear of ``floor`` and within the band
-    of ``err``, nearest in ratio first, joined by TIE."""
+    of ``err``, nearest in ratio first, as a hint (a tie where there are several)."""
     band = WIDE if case_dtype == torch.float64 else BAND
     fits = sorted((abs(math.log(err / e)), key) for key, errs in models.items() for e in errs
                   if e > floor and e / band <= err <= e * band)
     keys = list(dict.fromkeys(key for _, key in fits))
-    return TIE.join(keys) if keys else None
+    return H.tie(keys) or None
 
 
 def noise(dtype: torch.dtype, f: oracle.Forward, ref: torch.Tensor) -> float:

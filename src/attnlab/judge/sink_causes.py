@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.judge import explain, oracle
+from attnlab.judge import hint as H
 from attnlab.judge.cases import Case
 from attnlab.judge.facts import Cause
 
@@ -303,7 +304,7 @@ def gradient_hints(case: Case, x, mine: tuple, exp, comps) -> list[str]:
     P, D = _parts(exp.fwd, x.grad_out)
     found = [key for key, alt in gradient_readings(P, D, exp.fwd.groups, exp.fwd.sinks)
              if float((got - alt).abs().max()) <= comp.allowed and float((alt - ref).abs().max()) > 2 * comp.allowed]
-    return [explain.TIE.join(dict.fromkeys(found))] if found else []
+    return [H.tie(dict.fromkeys(found))] if found else []
 
 
 def backward_hints(case: Case, x, mine: tuple, exp, comps) -> list[str]:
@@ -344,7 +345,7 @@ def lse_explained(hints: list[str]) -> list[str]:
     ignored (or masked, or added once per key tile a row visits: none for a row that sees no key) leaves it out of
     the lse as well, on every row or on the rows that see no key; a sink read as another logit is that logit in the
     lse of a row that sees no key."""
-    said = {k for h in hints for k in h.split(explain.TIE)}
+    said = {k for h in hints for k in H.readings(h)}
     drop = {"sink-not-in-lse", "lse-dead-rows"} if said & set(DROPS_THE_SINK) else {"lse-dead-rows"} if (
         said & set(MOVES_THE_SINK)) else set()
     return [h for h in hints if h not in drop]
@@ -383,13 +384,13 @@ def tight_readings(case: Case, x, out, exp, limit: float) -> list[str]:
         if float((got - alt).abs().max()) <= limit and float((alt - ref).abs().max()) > 2 * limit:
             found.append(a.key)
     found = list(dict.fromkeys(found))
-    return [explain.TIE.join(found)] if found else []
+    return [H.tie(found)] if found else []
 
 
 def said_of_the_sink(hints: list[str]) -> bool:
     """Whether a row's hints name a reading of the sink (its output's error is that reading's, not a rounding)."""
     keys = {c.key for c in CAUSES} - {"sinks"}
-    return any(k.lstrip("~") in keys for h in hints for k in h.split(explain.TIE))
+    return any(k in keys for h in hints for k in H.readings(h))
 
 
 def overflows(case: Case, mine: tuple, exp) -> bool:

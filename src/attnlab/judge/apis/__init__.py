@@ -19,8 +19,8 @@ import importlib
 import math
 from dataclasses import replace
 
+from attnlab.judge import hint as H
 from attnlab.judge.cases import Case, default_cases, make_inputs
-from attnlab.judge.explain import TIE
 from attnlab.judge.facts import Cause
 
 NAMES = ("sdpa", "flash-attn", "flash-attn-varlen", "flex", "paged-decode")
@@ -178,7 +178,7 @@ def hints(case: Case, x, out, exp, limit: float, learned: tuple = ()) -> tuple[l
     keys = list(dict.fromkeys(_unnumbered(k) for k in ex.keys))
     if case.magnitude > 1:  # scores in the hundreds: the softmax picks one key, and readings of the mask that differ
         # in the others agree: they only join what others name (a key explain marked so already stays as it is)
-        return [k if k.startswith(explain.SUPPORT) else explain.SUPPORT + k for k in keys], None
+        return [H.as_support(k) for k in keys], None
     return keys, ex.corrected
 
 
@@ -204,7 +204,7 @@ def lse_hints(case: Case, x, lse, exp, limit: float) -> list[str]:
     nothing alone."""
     import torch
 
-    from attnlab.judge import explain, oracle
+    from attnlab.judge import oracle
 
     ref = exp.fwd.lse
     if not isinstance(lse, torch.Tensor) or lse.numel() != ref.numel() or not math.isfinite(limit):
@@ -226,7 +226,7 @@ def lse_hints(case: Case, x, lse, exp, limit: float) -> list[str]:
             continue
         if alt is not None and alt.shape == ref.shape and bool(near(mine, alt, limit)[bad].all()) \
                 and bool((~near(alt, ref, 2 * limit))[bad].all()):
-            found.append(explain.SUPPORT + _unnumbered(a.key))
+            found.append(H.as_support(_unnumbered(a.key)))
     return list(dict.fromkeys(found))
 
 
@@ -253,7 +253,7 @@ VARIANT = "#"  # "key#2": the second way a cause can read (its edges, its alignm
 
 def _unnumbered(hint: str) -> str:
     """A hint without its variants' numbers ("a#2|b" -> "a|b"; "a|a#2" -> "a")."""
-    return TIE.join(dict.fromkeys(k.split(VARIANT)[0] for k in hint.split(TIE)))
+    return H.tie(dict.fromkeys(k.split(VARIANT)[0] for k in H.readings(hint)), H.supporting(hint))
 
 
 def _numbered(alts: list) -> list:
