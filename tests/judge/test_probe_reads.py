@@ -142,3 +142,38 @@ def test_a_block_mask_read_at_batch_row_zero_is_measured_where_the_rows_blocks_d
                             ("probe: weights, documents per batch row, causal, B=2, L=S=256: blocks differ by row",),
                             dtypes=("float32",)), "visibility")
     assert said and "(batch 1)" in said[0], said
+
+
+def _window_side_zero_unbounded(q, k, v, window_size=(-1, -1), **kw):
+    """Wrong: a window side of 0 is read as unbounded (`if left > 0`), as -1."""
+    return R.flash_attn_func(q, k, v, window_size=tuple(-1 if w == 0 else w for w in window_size), **kw)
+
+
+def test_a_window_side_of_zero_read_as_unbounded_is_measured():
+    said = _measured(_lines(_window_side_zero_unbounded, "flash-attn", ("probe: weights, window (4, 0), L<S",)),
+                     "visibility")
+    assert said and "query 0 sees keys 12-28; the spec's sees keys 12-16" in said[0], said
+
+
+def _alibi_top_left_in_backward(q, k, v, return_attn_probs=False, **kw):
+    """Wrong: the forward right; its gradients those of ALiBi aligned top-left, |i - j| (the backward recomputes the
+    bias without the S - L shift)."""
+    out, lse, _ = R.flash_attn_func(q, k, v, return_attn_probs=True, **kw)
+    slopes = kw.get("alibi_slopes")
+    if slopes is not None:
+        L, S, H = q.shape[1], k.shape[1], q.shape[2]
+        bias = -slopes.double().view(1, H, 1, 1) * (torch.arange(L)[:, None] - torch.arange(S)[None, :]).abs()
+        scale = kw.get("softmax_scale") or q.shape[-1] ** -0.5
+        wrong = R._attend(*(t.transpose(1, 2) for t in (q, k, v)), scale, None, bias.to(q.dtype))[0].transpose(1, 2)
+        out = out.detach() + (wrong - wrong.detach())
+    return (out, lse, None) if return_attn_probs else out
+
+
+def test_a_backward_whose_alibi_is_top_left_is_measured_as_its_bias():
+    cases = [c for c in apis.cases("flash-attn", ["float64"], long=False, sinks=False)
+             if c.name == "probe: gradients, ALiBi (H,), L<S"]
+    assert len(cases) == 1
+    r = verify.verify({"f": apis.Adapted(_alibi_top_left_in_backward, "flash-attn")}, cases, timeout=None,
+                      check_dropout=False)
+    said = _measured(diagnose.diagnose(r, "f"), "backward")
+    assert said and "their bias is -0.0625 * |i - j|; the spec's -0.0625 * |i + S - L - j|" in said[0], said

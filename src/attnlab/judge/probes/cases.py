@@ -48,6 +48,9 @@ def flash(name: str = "flash-attn") -> list[Case]:
         _p("weights, window (3, 2)", "weights", H=1, L=24, api=api(window=(3, 2))),
         _p("weights, window (4, -1), L<S", "weights", H=1, L=13, S=29, api=api(window=(4, -1))),
         _p("weights, window (-1, 3), L>S", "weights", H=1, L=29, S=13, api=api(window=(-1, 3))),
+        # a side of 0 (no key on that side), not causal: one read as unbounded, as -1, shows
+        _p("weights, window (4, 0), L<S", "weights", H=1, L=13, S=29, api=api(window=(4, 0))),
+        _p("weights, window (0, 3)", "weights", H=1, L=20, api=api(window=(0, 3))),
         _p("weights, window (5, 0), causal, L<S", "weights", H=1, L=9, S=23, mask="lower-right",
            api=api(causal=True, window=(5, 0))),
         _p("weights, window (3, 2), causal", "weights", H=1, L=16, mask="lower-right",
@@ -70,6 +73,7 @@ def flash(name: str = "flash-attn") -> list[Case]:
         _p("scores, softcap", "scores", H=1, L=25, S=3, mod="flash: softcap", api=api(softcap=True)),
         _p("scores, softmax_scale=0.5, large", "scores", H=1, L=25, S=3, scale=0.5, magnitude=10.0, api=api()),
         _p("gradients, causal, L<S", "grads", H=1, L=12, S=20, mask="lower-right", api=api(causal=True)),
+        _p("gradients, ALiBi (H,), L<S", "grads", H=2, L=12, S=20, mod="flash: alibi", api=api(alibi=True)),
     ]
 
 
@@ -83,6 +87,7 @@ def varlen() -> list[Case]:
         c("weights, 4 sequences, one with no queries, one with no keys", "weights", (3, 0, 5, 4), (6, 4, 0, 9)),
         c("weights, causal, 3 sequences", "weights", (4, 6, 1), (9, 3, 7), causal=True),
         c("weights, window (2, 1), 2 sequences", "weights", (5, 7), (8, 7), window=(2, 1)),
+        c("weights, window (0, 2), 2 sequences", "weights", (5, 7), (8, 7), window=(0, 2)),
         c("weights, window (2, 0), causal, more queries than keys", "weights", (9, 6), (4, 6), causal=True,
           window=(2, 0)),
         c("weights, window (2, 2), causal, 2 sequences", "weights", (6, 8), (6, 8), causal=True, window=(2, 2)),

@@ -545,5 +545,20 @@ def _backward(case, out, dv, dv_ref, limit) -> list[Measured]:
         ratio = (Pb.sum(-1) / Ps.sum(-1).clamp_min(1e-300))[seen_s.any(-1)]
         return [Measured("backward", f"the backward's weights (read from dV with dO one-hot per query) see the right "
                                      f"keys but differ in value: each row sums to {float(ratio.min()):.4g}-"
-                                     f"{float(ratio.max()):.4g} of the spec's")]
+                                     f"{float(ratio.max()):.4g} of the spec's{_backward_bias(Pb, Ps, seen_s)}")]
     return []
+
+
+def _backward_bias(Pb: torch.Tensor, Ps: torch.Tensor, seen: torch.Tensor) -> str:
+    """Where the backward's weights are a slope times a distance from the query other than the spec's (fitted on
+    their logs, a row's constant taken out, as the forward's bias is read), that form beside the spec's; else ""."""
+    if bool((Pb[seen] <= 0).any()):
+        return ""
+    n, h = (int(t) for t in torch.nonzero((Pb - Ps).abs().amax(-1) == (Pb - Ps).abs().amax())[0][:2])
+    L, S = Pb.shape[-2:]
+    lb = torch.where(seen[n, h], Pb[n, h].clamp_min(1e-300).log(), torch.nan)
+    ls = torch.where(seen[n, h], Ps[n, h].clamp_min(1e-300).log(), torch.nan)
+    yours, theirs = _distance_fit(lb, L, S), _distance_fit(ls, L, S)
+    if not yours or yours == theirs:
+        return ""
+    return f": their bias is {yours}; the spec's {theirs or 'none'}"
