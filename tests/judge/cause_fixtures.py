@@ -138,6 +138,18 @@ def kv_staged_half(q, k, v, **kw):
     return sdpa(q, k.half().to(q.dtype), v.half().to(q.dtype), **kw)
 
 
+def pv_in_half(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """P V taken in float16 whatever the inputs' dtype (P and V cast down, the product rounded there); the weights
+    right."""
+    if q.dtype == torch.bfloat16:
+        return sdpa(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    L, S = q.shape[-2], k.shape[-2]
+    s = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if is_causal:
+        s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), float("-inf"))
+    return (torch.softmax(s, dim=-1).half() @ v.half()).to(q.dtype)
+
+
 def _shaped(test):
     return _when(test, lambda q, k, v, **kw: _off(sdpa(q, k, v, **kw)))
 
@@ -409,6 +421,7 @@ FIXTURES: dict[str, Fixture] = {
     "scores-rounded": Fixture(_mutant("scores-rounded"), only=("basic", "causal", "large logits"), dtypes=BF16),
     "scale-folded": Fixture(_mutant("scale-folded"), only=("basic", "causal", "large logits"), dtypes=BF16),
     "softmax-half": Fixture(_api_mutant("sdpa_softmax_float16"), only=("basic", "causal", "head dim 64"), dtypes=F32),
+    "pv-half": Fixture(pv_in_half, only=("basic", "causal"), dtypes=("float32", "float64")),
     "kv-half": Fixture(kv_staged_half, only=("basic", "causal", "GQA"), dtypes=("float32", "float64")),
     "float32-in-float64": Fixture(_mutant("float32-in-float64"), only=("basic", "causal"), dtypes=F64),
     "eps-in-sum": Fixture(eps_sum, only=("basic", "causal"), dtypes=F64),

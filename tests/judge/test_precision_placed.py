@@ -6,7 +6,7 @@ wrong by a formula of the same size is not."""
 import pytest
 import torch
 
-from attnlab.judge import apis, diagnose, precision, verify
+from attnlab.judge import apis, diagnose, oracle, precision, verify
 from tests import api_functions as R
 from tests.helpers import named
 
@@ -134,3 +134,27 @@ def test_q_and_k_cast_to_float16_in_float64_is_scores_in_half_not_a_float32_step
     keys = named(lines)
     assert "float32-in-float64" not in keys, keys
     assert keys and keys[0] == "scores-rounded", keys
+
+
+def test_an_lse_that_is_its_rows_max_score_is_not_read_as_stored_in_half():
+    """Where one key outweighs the rest, the lse is the row's max score: scores taken in float16 make every lse value
+    a float16's, as an lse stored there would. Its bits tell nothing there, and no line says "stored in half"; an lse
+    stored in float16 on ordinary rows still is."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 16, dtype=torch.float64, generator=g) for _ in range(3))
+    q = q * 200  # scores in the hundreds: the softmax picks one key
+    f = oracle.forward(q, k, v)
+    s = (q.half() @ k.half().transpose(-2, -1)).double() * 0.25  # Q Kᵀ in float16, scaled after (1 / sqrt(16))
+    mine = torch.logsumexp(s, dim=-1).float().reshape(f.lse.shape)
+    assert precision._stored_half(mine) is not None  # its bits are float16's ...
+    assert precision.lse_cause(torch.float32, f, mine, 1e-6) != "lse-half"  # ... and it is not said stored there
+    f1 = oracle.forward(q / 40, k, v)
+    stored = f1.lse.half().float()
+    assert precision.lse_cause(torch.float32, f1, stored, 1e-6) == "lse-half"
+
+
+@pytest.mark.slow  # verify on several cases and dtypes: over 0.3 s of CPU
+def test_p_v_taken_in_half_is_said_with_the_accumulator_it_cannot_be_told_from():
+    lines = _lines(_pv_in_bfloat16)
+    pv = [d.text for d in lines if d.key == "pv-half"]
+    assert pv and "or the running output (the accumulator) kept there" in pv[0], [d.key for d in lines]

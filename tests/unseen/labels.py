@@ -15,7 +15,8 @@ NEUTRAL = {"raises", "unclear", "bfloat16", "float32", "float64", "precision", "
            "lse-wrong",  # (the lab's "your lse is not the log-sum-exp ...": the quantity that fails, no cause)
            "sinks"}  # (only cases with sinks fail: what the failing cases share, as "gqa" or "softcap")
 MASK = ("measured:visibility",)
-PRECISION = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "kv-half", "lse-half", "precision-unplaced")
+PRECISION = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "kv-half", "pv-half", "lse-half",
+             "precision-unplaced")
 
 DEV = {
     # flash-attn

@@ -150,10 +150,13 @@ SDPA = (
     Cause('exp-half', "the error is the size of exp taken in half precision (the inputs' dtype, or a fixed float16 "
                       "or bfloat16): its argument or its result -- the weights P -- rounded there; take exp, its sum "
                       'and the max in float32'),
-    Cause('kv-half', "the error is the size of the keys and values (or the values alone, or q, k and v; or P and V, "
-                     "P V taken there) rounded to a fixed float16 or bfloat16 before the matmuls, whatever the "
-                     "inputs' dtype: a tile, a cache or an operand cast down (.half()); keep them in the inputs' "
-                     "dtype and accumulate in float32 or better"),
+    Cause('kv-half', "the error is the size of the keys and values (or the values alone, or q, k and v) rounded to a "
+                     "fixed float16 or bfloat16 before the matmuls, whatever the inputs' dtype: a tile or a cache "
+                     "staged there, an operand cast down (.half()); keep them in the inputs' dtype"),
+    Cause('pv-half', "the error is the size of P V's result rounded to a fixed float16 or bfloat16, whatever the "
+                     "inputs' dtype: P and V cast down for their product, or the running output (the accumulator) "
+                     "kept there between key tiles -- the error cannot tell the two apart; take P V and keep the "
+                     "accumulator in float32 or better"),
     Cause('lse-half', "the log-sum-exp's error is the size of its own rounding to half precision (the inputs' "
                       "dtype, or a fixed float16 or bfloat16): it is stored (or finished) there; keep it in float32, "
                       'as the API returns it'),

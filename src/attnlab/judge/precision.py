@@ -26,7 +26,7 @@ import torch
 from attnlab.judge import hint as H
 from attnlab.judge import oracle, rule
 
-CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "kv-half", "lse-half",
+CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "kv-half", "pv-half", "lse-half",
           "float32-in-float64", "eps-in-sum")  # the keys it names
 BAND = 2.0  # an error within this factor of one of a cause's orders fits the cause
 WIDE = 10.0  # ... in float64, where nothing correct comes near float32's error, and float32 rounds in many places
@@ -151,7 +151,8 @@ def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float, ou
     err = float((mine.detach().double().cpu() - f.lse)[live].abs().max())
     if not (math.isfinite(err) and err > limit):
         return None
-    held = _stored_half(mine.detach().cpu()[live])
+    told = live & _off_the_max(f)  # (where the lse is its row's max score, a half dtype's scores give its bits too)
+    held = _stored_half(mine.detach().cpu()[told]) if int(told.sum()) >= 2 else None
     if held is not None and err <= ROUNDINGS * torch.finfo(held).eps * float(f.lse[live].abs().max()):
         return "lse-half"  # every value a half dtype's, and off by a few of its roundings: it was stored there
     models = {key: [float((order(f, case_dtype) - f.lse)[live].abs().max()) for order in orders]
@@ -165,6 +166,14 @@ def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float, ou
 
 
 ROUNDINGS = 4  # an lse held in a half dtype is off by at most this many of its relative roundings (eps) of |lse|
+
+
+def _off_the_max(f: oracle.Forward) -> torch.Tensor:
+    """The rows whose log-sum-exp stands off their largest score by more than a few of bfloat16's roundings of it:
+    there an lse whose every value is a half dtype's was stored there. Where one key outweighs the rest (large
+    logits), the lse *is* the max score, and scores computed in a half dtype make it one of that dtype's values too."""
+    gap = f.lse - _scores(f).amax(dim=-1)
+    return torch.nan_to_num(gap, nan=0.0) > ROUNDINGS * torch.finfo(torch.bfloat16).eps * f.lse.abs()
 
 
 def _stored_half(x: torch.Tensor) -> torch.dtype | None:
@@ -210,8 +219,13 @@ def _models(dtype: torch.dtype) -> dict:
             "scores-rounded": tuple(functools.partial(_scores_cast, half=h) for h in HALF)  # whatever the inputs')
             + tuple(functools.partial(_qk_cast, half=h, product=p) for h in HALF for p in (True, False)),
             "exp-half": tuple(functools.partial(_exp_cast, half=h, argument=a) for h in HALF for a in (True, False)),
-            "kv-half": tuple(functools.partial(_inputs_cast, half=h, which=w) for h in HALF for w in ("kv", "v", "qkv"))
-            + tuple(functools.partial(_pv_cast, half=h, normalised=n) for h in HALF for n in (True, False))}
+            "kv-half": tuple(functools.partial(_inputs_cast, half=h, which=w) for h in HALF
+                             for w in ("kv", "v", "qkv")),
+            # P V's result rounded to a half dtype: its operands cast down for the product, or the running output
+            # kept there between key blocks -- the same roundings of the same sums, which the error cannot tell apart
+            "pv-half": tuple(functools.partial(_pv_cast, half=h, normalised=n, product=p) for h in HALF
+                             for n in (True, False) for p in (True, False))
+            + tuple(functools.partial(_acc_cast, half=h) for h in HALF)}
     if dtype == torch.float64:
         return {"float32-in-float64": (_scale32, _all32, _values32), **half}
     return half
@@ -271,16 +285,32 @@ def _scores_cast(f, dtype, half):
     return _finish(_r(_scores(f), half), f, dtype)  # the scores stored in a half dtype, the rest in the case's
 
 
-def _pv_cast(f, dtype, half, normalised: bool):
+def _pv_cast(f, dtype, half, normalised: bool, product: bool):
     """P V taken in a half dtype whatever the case's: the weights (``normalised``, or exp(s - max) before the
-    division by their sum, as an online softmax holds them) and the values cast down, their product rounded there,
-    the output stored back in the case's dtype."""
+    division by their sum, as an online softmax holds them) and the values cast down, their product rounded there
+    too with ``product`` (else taken upcast), the output stored back in the case's dtype."""
     store = dtype if dtype in HALF else torch.float64
+
+    def pv(p):
+        out = p @ _r(f.v, half)
+        return _r(out, half) if product else out
+
     if normalised:
-        return _r(_r(_r(f.P, half) @ _r(f.v, half), half), store)
+        return _r(pv(_r(f.P, half)), store)
     p, m = _exp_rounded(f, half, False)
     total = (_scores(f) - m).exp().sum(dim=-1, keepdim=True)
-    return _r(_r(p @ _r(f.v, half), half) / torch.where(total == 0, 1.0, total), store)
+    return _r(pv(p) / torch.where(total == 0, 1.0, total), store)
+
+
+def _acc_cast(f, dtype, half):
+    """The running output kept in a half dtype between blocks of :data:`BLOCK` keys (exp(s - max) against the row's
+    max, the sum in full precision), divided by the sum at the end."""
+    p, m = _exp_rounded(f, torch.float64, False)
+    acc = torch.zeros_like(f.out)
+    for j in range(0, p.shape[-1], BLOCK):
+        acc = _r(acc + p[..., j:j + BLOCK] @ f.v[..., j:j + BLOCK, :], half)
+    total = p.sum(dim=-1, keepdim=True)
+    return _r(acc / torch.where(total == 0, 1.0, total), dtype if dtype in HALF else torch.float64)
 
 
 def _qk_cast(f, dtype, half, product: bool):
