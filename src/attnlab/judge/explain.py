@@ -57,7 +57,7 @@ class _Fit:
     alt: torch.Tensor | None = None  # its answer
     parts: tuple[str, ...] | None = None  # the keys it names, where not its key's ("a+b": a and b; "a|b": a tie)
     near: torch.Tensor | None = None  # rows where the function's answer is much nearer this one than the right one
-    alt_dead: torch.Tensor | None = None  # the rows that see no key in its answer
+    alt_dead: torch.Tensor | None = None  # the rows that see no key in its answer (or are zeros there)
     supporting: bool = False  # met here only on rows its answer leaves empty: it joins what other cases name
 
     def consistent(self, done: torch.Tensor | None = None) -> bool:
@@ -309,7 +309,11 @@ class _Evidence:
                     answers.append(name)
                     used |= hit
         near = rows_err(self.out, alt) <= CLOSER * rows_err(self.out, self.ref)
-        return _Fit(a.key, differs, ok | used, answers, used, a.change, alt, near=near, alt_dead=dead)
+        # a row the answer leaves at zero (no key, or keys whose values are zero: a page of a paged probe no key of
+        # the spec's is on) tells no more than an empty row does: met only there, the reading only supports
+        zero = torch.nan_to_num(alt.abs(), nan=1.0).amax(dim=-1) <= tol
+        empty = zero if dead is None else dead | zero
+        return _Fit(a.key, differs, ok | used, answers, used, a.change, alt, near=near, alt_dead=empty)
 
     def closer(self, f: _Fit) -> torch.Tensor:
         """Rows where the alternative's answer is much nearer the function's than the right answer is."""
