@@ -177,3 +177,24 @@ def test_a_backward_whose_alibi_is_top_left_is_measured_as_its_bias():
                       check_dropout=False)
     said = _measured(diagnose.diagnose(r, "f"), "backward")
     assert said and "their bias is -0.0625 * |i - j|; the spec's -0.0625 * |i + S - L - j|" in said[0], said
+
+
+def _block_mask_of_kv_head(query, key, value, score_mod=None, block_mask=None, enable_gqa=False, **kw):
+    """Wrong: under GQA the block mask (its lists and its mask_mod) is read at the query head's kv head."""
+    if block_mask is None or not enable_gqa or block_mask.kv_num_blocks.shape[1] == 1:
+        return R.flex_attention(query, key, value, score_mod=score_mod, block_mask=block_mask, enable_gqa=enable_gqa,
+                                **kw)
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    B, H, L, S = query.shape[0], query.shape[1], query.shape[-2], key.shape[-2]
+    G = H // key.shape[1]
+    wrong = create_block_mask(lambda b, h, i, j: block_mask.mask_mod(b, h // G, i, j), B, H, L, S, device="cpu",
+                              BLOCK_SIZE=block_mask.BLOCK_SIZE)
+    return R.flex_attention(query, key, value, score_mod=score_mod, block_mask=wrong, enable_gqa=enable_gqa, **kw)
+
+
+def test_a_block_mask_read_at_the_kv_head_is_measured_as_another_heads_mask():
+    said = _measured(_lines(_block_mask_of_kv_head, "flex", ("probe: weights, documents per head, causal, GQA 4/2, "
+                                                             "L=S=256: blocks differ by head",), dtypes=("float32",)),
+                     "visibility")
+    assert said and "head 1 sees head 0's, head 2 head 1's, head 3 head 1's" in said[0], said

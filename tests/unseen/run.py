@@ -80,7 +80,7 @@ def judge_kernel(e: Entry, seed: int = 0) -> dict:
     fn = load(e.path)
     target = fn if e.api == "sdpa" else apis.Adapted(fn, e.api)
     cases = [c for c in apis.cases(e.api, DTYPES, long=False) if e.api == "sdpa" or not apis.skip_reason(c)]
-    backward = e.api in ("sdpa", "flash-attn")
+    backward = e.api in ("sdpa", "flash-attn", "flash-attn-varlen")
     t0 = time.perf_counter()
     r = verify.verify({e.name: target}, cases, seed=seed, timeout=30.0, check_dropout=False, backward=backward)
     lines = diagnose.diagnose(r, e.name)

@@ -145,6 +145,14 @@ def _documents_by_row(S: int):
     return M.Mask(fn, "documents per batch row")
 
 
+def _documents_by_head(S: int):
+    def fn(b, h, i, j, L, S_):
+        n = 2 + h % 3  # documents in head h, of equal length
+        return (i * n) // S_ == (j * n) // S_
+
+    return M.Mask(fn, "documents per head")
+
+
 MASK_FAMILIES = {  # name -> (S -> mask): every mask function of attnlab.masks, sized for a case
     "causal": lambda S: M.from_spec("causal"),
     "causal_lower_right": lambda S: M.from_spec("causal_lower_right"),
@@ -157,6 +165,9 @@ MASK_FAMILIES = {  # name -> (S -> mask): every mask function of attnlab.masks, 
     # documents that differ from one batch row to the next (2 of them in even rows, 3 in odd): a kernel that reads
     # one row's mask for every row shows it
     "documents per batch row & causal": lambda S: _documents_by_row(S) & M.from_spec("causal"),
+    # ... and from one head to the next (2, 3 or 4 of them): a kernel that reads a kv head's mask, or one head's for
+    # every head, shows it
+    "documents per head & causal": lambda S: _documents_by_head(S) & M.from_spec("causal"),
 }
 BANDS = "causal_lower_right & sliding_window"  # at L=128, S=217 the flash form runs it as key bands
 CAUSAL_BIAS = ("causal-bias upper-left", "causal-bias lower-right")  # torch.nn.attention.bias.CausalBias

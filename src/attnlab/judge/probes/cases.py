@@ -139,6 +139,8 @@ def flex() -> list[Case]:
           mask="causal", mod="relative_bias"),
         c("weights, documents per batch row, causal, B=2, L=S=256: blocks differ by row", "weights", batch=(2,), H=1,
           L=256, E=256, mask="documents per batch row & causal"),
+        c("weights, documents per head, causal, GQA 4/2, L=S=256: blocks differ by head", "weights", H=4, Hkv=2,
+          L=256, E=256, mask="documents per head & causal"),
         c("heads, GQA 6/2", "heads", H=6, Hkv=2, L=5, S=7),
         c("heads, 4 heads, no GQA", "heads", H=4, L=5, S=7),
         c("scores", "scores", H=1, L=25, S=3),

@@ -189,6 +189,9 @@ def _visibility(case, Pm, Ps, extra, missing, rows, thr) -> Measured:
     other = _other_row(Pm > thr, Ps > 0, rows)
     if other:
         edge, pattern, rule = other, "another batch row's mask", None
+    other = _other_head(Pm > thr, Ps > 0, rows)
+    if other:
+        edge, pattern, rule = other, "another head's mask", None
     text += f": {edge})" if edge else ")"
     return Measured("visibility", text, _map(Pm, Ps, rows, case, thr), pattern or text, rule)
 
@@ -208,6 +211,27 @@ def _other_row(mine: torch.Tensor, spec: torch.Tensor, rows: torch.Tensor) -> st
             return (f"batch row {rows_said} sees exactly the keys the spec's batch row {src} sees: the mask (or block "
                     f"mask) of batch row {src} is read for every batch row")
     return ""
+
+
+def _other_head(mine: torch.Tensor, spec: torch.Tensor, rows: torch.Tensor) -> str:
+    """Where each head that differs sees exactly what the spec's head g sees (another head, the same g for every
+    batch row), and its own spec differs from that: the mask of another head read for it, said head by head; else
+    ""."""
+    H = mine.shape[1]
+    bad = sorted({int(h) for h in torch.nonzero(rows.any(-1).any(0)).flatten()})
+    if H < 2 or not bad:
+        return ""
+    read = {}
+    for h in bad:
+        g = next((g for g in range(H) if g != h and torch.equal(mine[:, h], spec[:, g])
+                  and not torch.equal(spec[:, h], spec[:, g])), None)
+        if g is None:
+            return ""
+        read[h] = g
+    said = ", ".join(f"head {h} sees head {g}'s" if i == 0 else f"head {h} head {g}'s"
+                     for i, (h, g) in enumerate(read.items()))
+    return f"a head sees exactly the keys the spec's mask of another head lets through ({said}): the mask (or block " \
+           "mask) is read at another head"
 
 
 def _edges(mine: torch.Tensor, spec: torch.Tensor, rows: torch.Tensor) -> tuple[str, str, dict | None]:
