@@ -104,7 +104,14 @@ def _attention(level, fn, name: str, seed: int) -> tuple[list[str], bool]:
                       backward=getattr(mod, "BACKWARD", True))
     more, fill = [], {}
     if hasattr(mod, "extra_rows"):
-        rows, more, fill = mod.extra_rows(functools.partial(mod.run, fn), name, seed)
+        try:
+            rows, more, fill = mod.extra_rows(functools.partial(mod.run, fn), name, seed)
+        except Exception as e:  # as lab check's own request (check._extra): what it raised is an error row
+            from attnlab.judge import Row
+            from attnlab.judge.facts import raised
+
+            rows = [Row(name, "the level's own cases", "float32", "error", detail=f"{type(e).__name__}: {e}",
+                        facts=raised(e))]
         result.rows += rows
         if any(r.status != "pass" for r in rows):  # as lab check: verify's lines read the level's own rows too
             from attnlab.judge.diagnose import diagnose

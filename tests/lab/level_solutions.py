@@ -145,7 +145,7 @@ def flash_backward(q, k, v, out, lse, dout, is_causal=False, block_q=64, block_k
             else:
                 at = lse[..., j0:j0 + block_k].unsqueeze(-2) if slip == "lse-other-row" else \
                     lse[..., i0:i0 + block_q].unsqueeze(-1)
-                P = torch.exp(s - at)
+                P = torch.exp(s) / torch.exp(at) if slip == "exp-ratio" else torch.exp(s - at)
             dvb += (P @ dob) if slip == "dv-not-transposed" else P.transpose(-2, -1) @ dob
             dP = dob @ vb.transpose(-2, -1)
             Dq = (P * dP).sum(-1, keepdim=True) if slip == "d-wrong@tile" else D[..., i0:i0 + block_q, :]

@@ -70,3 +70,19 @@ def test_a_max_not_carried_overflows_too_and_is_told_what_was_measured_not_a_cau
 @SLOW
 def test_the_right_tiles_overflow_nowhere():
     assert _keys("right") == []
+
+
+@SLOW
+def test_a_backward_whose_weights_overflow_on_large_scores_is_told_what_was_measured():
+    """Level 5: P rebuilt as exp(s) / exp(lse) is right on every case but the one of scores in the hundreds, where
+    exp(s) overflows: the line says where the gradients went NaN and what never overflows, not a slip's name."""
+    import functools
+
+    from tests.lab import level_corpus as C
+    from tests.lab import level_solutions as S
+
+    keys, passed = C.own_keys(levels.find("backward"), functools.partial(S.flash_backward, slip="exp-ratio"), 0)
+    print(keys)
+    assert not passed and keys[:1] == ["measured:overflow"], keys
+    keys, passed = C.own_keys(levels.find("backward"), S.flash_backward, 0)
+    assert passed and keys == [], keys

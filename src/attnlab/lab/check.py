@@ -179,9 +179,11 @@ def _extra(learner, level, seed: int, budget_s: float) -> tuple[list, list, dict
     """The level's own rows (level 4: the lse cases and the work), the lines they name, the numbers those lines say.
     A request that raises or ends the process is an error row that says so."""
     from attnlab.judge import Row
+    from attnlab.judge.facts import Facts, raised
 
     try:
         return level.module().extra_rows(_ask(learner, level, budget_s), learner.name, seed)
-    except (judged.remote.Raised, judged.remote.Lost) as e:
+    except (judged.remote.Raised, judged.remote.Lost) as e:  # (what it raised is a "raises" line, as verify's is)
+        facts = raised(e) if isinstance(e, judged.remote.Raised) else Facts()
         return [Row(learner.name, "the level's own cases", "float32", "error",
-                    detail=judged.remote.described(e))], [], {}
+                    detail=judged.remote.described(e), facts=facts)], [], {}

@@ -6,8 +6,8 @@ come back as P = exp(S − lse) without a second softmax. Then, tile by tile (sc
     dV += Pᵀ dO      dP = dO Vᵀ      D = rowsum(dO ∘ O)      dS = P ∘ (dP − D)
     dQ += dS K · scale                dK += dSᵀ Q · scale
 
-Graded on the level's own 24 cases -- causal and not, L = S and L != S both ways, three tiles a
-side (square ones that divide L = S, and partial last ones), float64 and float32, with out
+Graded on the level's own 25 cases -- causal and not, L = S and L != S both ways, three tiles a
+side (square ones that divide L = S, and partial last ones), float64 and float32, scores in the hundreds, with out
 and lse as a right level 4 forward returns them -- against the float64 oracle's gradients under
 verify's rule (PyTorch's own backward in the same dtype sets the limit). The learner's function runs
 under ``torch.inference_mode()``, where autograd records nothing: a backward that asks autograd for
@@ -37,7 +37,11 @@ CASES = tuple((f"{'causal' if c else 'full'}, L = {L}, S = {S}, d = {d}, tiles {
                + (", batch 2" if B > 1 else "") + (", larger scores" if i == 2 and dt == "float32" else ""),
                (B, H, L, S, d), c, dt, 3.0 if (i == 2 and dt == "float32") else 1.0, (bq, bq * S // L))
               for dt in ("float64", "float32") for c in (True, False)
-              for i, (B, H, L, S, d, bq) in enumerate(SHAPES))  # square tiles that divide L = S (cases 0, 2) and not
+              for i, (B, H, L, S, d, bq) in enumerate(SHAPES)) + (  # square tiles that divide L = S (cases 0, 2)
+    # and not; then scores in the hundreds, float32: where exp of a score overflows (past 88), so weights rebuilt
+    # as exp(s) / exp(lse) are inf / inf; exp(s - lse) never is
+    ("causal, L = S = 40, d = 8, tiles 16 x 16, scores in the hundreds", (1, 2, 40, 40, 8), True, "float32", 12.0,
+     (16, 16)),)
 SEQS = (512, 1024, 2048)  # long enough that the tiles, not the fixed costs, set the slope
 MEASURES = "its time and peak memory at T = " + ", ".join(map(str, SEQS)) + ", causal, 64 x 64 tiles"
 QUANTITIES = ("dq", "dk", "dv")
@@ -129,12 +133,24 @@ def judge(reply: dict, seed: int, name: str = "flash_backward"):
         keys += own.named(got, right, slip_list(seed), [c[3] for c in CASES], pairs=slip_pairs(seed))
         if not keys and dtype_wrong:
             keys.append("dtype")
+    if _overflowed(got, right, rows):
+        keys.insert(0, "measured:overflow")
     errs = [max(float((m[n].double() - right[i][n]).abs().max()) for n in QUANTITIES)
             for i, m in enumerate(got) if m is not None]
     err = max(errs) if errs and len(errs) == len(CASES) else math.inf
     note = (f"{len(CASES)} cases of the level's own (causal and not, L = S and L != S, three tiles a side, float64 and "
-            "float32, out and lse as a right level 4 forward returns them)")
+            "float32, scores in the hundreds, out and lse as a right level 4 forward returns them)")
     return rows, own.lines(keys, TEXT, rows), err, note
+
+
+def _overflowed(got: list, right: list, rows: list) -> bool:
+    """The gradients are NaN or infinite on the case of scores in the hundreds (the last), where the answer is finite,
+    and every other case passed: an exp whose argument is a score, not a score minus the lse, overflowed there (a
+    slip that is wrong elsewhere too is named by its numbers there)."""
+    last = len(CASES) - 1
+    broken = got[last] is not None and any(not bool(torch.isfinite(got[last][n]).all()) and
+                                           bool(torch.isfinite(right[last][n]).all()) for n in QUANTITIES)
+    return broken and all(r.status == "pass" for r in rows[:last])
 
 
 def slip_list(seed: int, both: bool = False):
@@ -176,6 +192,10 @@ SLIPS = [  # (key, one step of the tiled backward done wrong)
 
 
 TEXT = {
+    "measured:overflow": "your gradients are NaN or infinite on the case with scores in the hundreds (finite on every "
+                         "other case): an exp of a score overflows float32 past 88. Rebuilt as P = exp(s − lse), the "
+                         "weights never overflow (s − lse is never above 0); exp(s) / exp(lse) does: which exp's "
+                         "argument can be positive?",
     "autograd": "your backward asks autograd for its gradients (it fails under torch.inference_mode(), where autograd "
                 "records nothing): compute dq, dk, dv from the formulas, with no .backward() or autograd.grad",
     "d-wrong": "your D is computed from the wrong tensors: D_i = rowsum(dO ∘ O), the output's gradient times the "

@@ -21,6 +21,8 @@ from attnlab.judge import Row, oracle
 from attnlab.judge import verify as V
 from attnlab.judge.apis import lse as judged_lse
 
+from . import own
+
 TEXT = {
     "acc-not-rescaled": "your accumulator is not rescaled when the running max grows: multiply acc by exp(m_old − "
                         "m_new) before adding the new tile's exp(s − m_new)·v",
@@ -99,7 +101,7 @@ def lse_rows(reply: dict, cases, name: str, seed: int) -> list[Row]:
     for case, r in zip(cases, reply.get("cases") or [{"error": "no answer"}] * len(cases), strict=True):
         label = f"log-sum-exp, {case.name}"
         if "error" in r:
-            rows.append(Row(name, label, case.dtype, "error", detail=r["error"]))
+            rows.append(own.row(name, label, case.dtype, [], error=r["error"]))
             continue
         x = V.inputs(case, case.seed(seed))
         f = oracle.answer(*(t.double() for t in (x.q, x.k, x.v)), is_causal=case.is_causal)[1]
@@ -139,7 +141,7 @@ def work_row(reply: dict, name: str, T: int, block: int, most: float) -> tuple[R
     n = math.ceil(T / block)
     skipping = (n + 1) / (2 * n)  # the tiles on and below the diagonal, of n² (what skipping the rest leaves)
     if "causal" not in reply:
-        return Row(name, label, "float32", "error", detail=str(reply.get("error", "no answer"))), None
+        return own.row(name, label, "float32", [], error=str(reply.get("error", "no answer"))), None
     causal, full = reply["causal"], reply["full"]
     if not full:
         return Row(name, label, "float32", "skipped", detail="no matrix products were counted (the check counts "

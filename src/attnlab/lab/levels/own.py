@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import time
 
 import torch
 
 from attnlab.judge import Diagnosis, Row, VerifyResult, readings, rule
+from attnlab.judge.facts import Facts
 from attnlab.results.host import load_average, machine, versions
 
 from ..measure import BUDGET_S
@@ -50,9 +52,14 @@ def compare(quantity: str, mine: torch.Tensor, theirs: torch.Tensor, ref: torch.
     return rule.compare(quantity, mine, theirs, ref, dtype, rounding)
 
 
+RAISED = re.compile(r"(\w+(?:Error|Exception|Interrupt|Exit)): (.*?)(?: \(([^()]*)\))?", re.S)  # what said() writes
+
+
 def row(name: str, case: str, dtype: str, comps: list, detail: str = "", error: str | None = None) -> Row:
-    if error is not None:
-        return Row(name, case, dtype, "error", detail=error)
+    if error is not None:  # an exception the learner's code raised (as said() wrote it) is one, as verify's rows say
+        m = RAISED.fullmatch(error)
+        facts = Facts("raised", raised_type=m.group(1), raised_message=m.group(2)) if m else Facts()
+        return Row(name, case, dtype, "error", detail=error, facts=facts)
     ok = bool(comps) and all(c.passed for c in comps)
     return Row(name, case, dtype, "pass" if ok else "fail", comparisons=comps, detail=detail)
 

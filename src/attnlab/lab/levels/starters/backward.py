@@ -18,8 +18,9 @@ autograd.grad cannot help. After each one, run
     attnlab lab check lab_backward.py
 
 It grades dq, dk, dv against the float64 oracle's gradients (PyTorch's own backward sets the limit)
-on 24 cases: causal and not, L != S both ways, several tiles with partial last ones, float64 and
-float32, with out and lse as a correct level 4 forward returns them; and it says the likely cause of
+on 25 cases: causal and not, L != S both ways, several tiles with partial last ones, float64 and
+float32, scores in the hundreds, with out and lse as a correct level 4 forward returns them; and it
+says the likely cause of
 what fails.
 """
 
