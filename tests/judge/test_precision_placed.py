@@ -158,3 +158,41 @@ def test_p_v_taken_in_half_is_said_with_the_accumulator_it_cannot_be_told_from()
     lines = _lines(_pv_in_bfloat16)
     pv = [d.text for d in lines if d.key == "pv-half"]
     assert pv and "or the running output (the accumulator) kept there" in pv[0], [d.key for d in lines]
+
+
+def _p_in_float16_for_pv(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, return_attn_probs=False, **kw):
+    """Right in every formula; an online softmax over tiles of 16 keys whose weights exp(s - m) are rounded to
+    float16 for their product with V alone (the running sum taken of the unrounded ones, as Triton's tutorial kernel
+    does), V and the product in the inputs' dtype."""
+    B, L, H, D = q.shape
+    S = k.shape[1]
+    scale = D ** -0.5 if softmax_scale is None else softmax_scale
+    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+    m = torch.full((B, H, L, 1), float("-inf"), dtype=q.dtype)
+    total = torch.zeros(B, H, L, 1, dtype=q.dtype)
+    acc = torch.zeros(B, H, L, D, dtype=q.dtype)
+    for j0 in range(0, S, 16):
+        s = qh @ kh[..., j0:j0 + 16, :].transpose(-2, -1) * scale
+        if causal:
+            s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1])[None, :] > torch.arange(L)[:, None] + S - L,
+                              float("-inf"))
+        new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        safe = torch.where(torch.isinf(new), 0.0, new)
+        p = torch.exp(s - safe)
+        alpha = torch.exp(m - safe)
+        total = alpha * total + p.sum(dim=-1, keepdim=True)
+        acc = alpha * acc + p.half().to(q.dtype) @ vh[..., j0:j0 + 16, :]
+        m = new
+    out = (acc / total).transpose(1, 2)
+    return (out, (m + total.log())[..., 0], None) if return_attn_probs else out
+
+
+@pytest.mark.slow  # verify on several cases and dtypes: over 0.3 s of CPU
+def test_weights_rounded_to_float16_for_p_v_alone_are_exp_in_half():
+    cases = [c for c in apis.cases("flash-attn", ["float32"], long=False)
+             if c.name in ("basic", "causal", "large logits")]
+    r = verify.verify({"f": apis.Adapted(_p_in_float16_for_pv, "flash-attn")}, cases, timeout=None,
+                      check_dropout=False, backward=False)
+    keys = named(diagnose.diagnose(r, "f"))
+    print(keys)
+    assert keys and keys[0] == "exp-half", keys

@@ -218,7 +218,8 @@ def _models(dtype: torch.dtype) -> dict:
                                   for order in (_softmax_cast, _softmax_half, _softmax_half_blocks)),  # (a fixed one,
             "scores-rounded": tuple(functools.partial(_scores_cast, half=h) for h in HALF)  # whatever the inputs')
             + tuple(functools.partial(_qk_cast, half=h, product=p) for h in HALF for p in (True, False)),
-            "exp-half": tuple(functools.partial(_exp_cast, half=h, argument=a) for h in HALF for a in (True, False)),
+            "exp-half": tuple(functools.partial(_exp_cast, half=h, argument=a) for h in HALF for a in (True, False))
+            + tuple(functools.partial(_exp_cast, half=h, argument=False, summed=False) for h in HALF),
             "kv-half": tuple(functools.partial(_inputs_cast, half=h, which=w) for h in HALF
                              for w in ("kv", "v", "qkv")),
             # P V's result rounded to a half dtype: its operands cast down for the product, or the running output
@@ -275,9 +276,11 @@ def _exp_half(f, dtype):
     return _finish(_scores(f), f, dtype, p / torch.where(total == 0, 1.0, total))
 
 
-def _exp_cast(f, dtype, half, argument: bool):
-    p, _ = _exp_rounded(f, half, argument)  # exp in a half dtype a full-precision case is cast to
-    total = p.sum(dim=-1, keepdim=True)
+def _exp_cast(f, dtype, half, argument: bool, summed: bool = True):
+    """exp in a half dtype a full-precision case is cast to; ``summed``: its sum taken of the rounded weights, else
+    of the unrounded ones (a kernel that rounds p only for its product with V, as Triton's tutorial does)."""
+    p, m = _exp_rounded(f, half, argument)
+    total = (p if summed else (_scores(f) - m).exp()).sum(dim=-1, keepdim=True)
     return _finish(_scores(f), f, dtype, p / torch.where(total == 0, 1.0, total))
 
 
