@@ -248,7 +248,9 @@ SLIPS = [  # (key, one step of the module done wrong)
     ("heads-split", Slip(heads="view")), ("heads-split", Slip(heads="interleaved")),
     # the split through (B, T, d, H) merged back through the same layout: each head takes every H-th feature and
     # gives it back to its place -- one wrong split, not a split and a merge (the merge is the split's inverse)
-    ("heads-split", Slip(heads="interleaved", merge="permute")), ("merge-view", Slip(merge="view")),
+    ("heads-split", Slip(heads="interleaved", merge="permute")),
+    # ... and so is a plain view to (B, H, T, d) merged back by a plain view of (B, H, T, d) to (B, T, C)
+    ("heads-split", Slip(heads="view", merge="view")), ("merge-view", Slip(merge="view")),
     ("merge-view", Slip(merge="permute")), ("no-proj", Slip(proj=False)), ("mask-after-softmax", Slip(mask="after")),
     *[("qkv-order", Slip(order=o)) for o in ("kqv", "qvk", "vkq", "qkk", "qkq")], ("unscaled", Slip(scale="none")),
     ("scale-C", Slip(scale="C")), ("scale-1/d", Slip(scale="1/d")), ("causal-ignored", Slip(mask="none")),
