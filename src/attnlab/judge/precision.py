@@ -214,9 +214,10 @@ def _models(dtype: torch.dtype) -> dict:
                 "scale-folded": (_fold_q, _fold_k, _fold_both),
                 "softmax-half": (_softmax_half, _softmax_half_blocks),
                 "exp-half": (_exp_half, _exp_half_result)}
-    half = {"softmax-half": tuple(functools.partial(order, half=h) for h in HALF  # cast down to a half dtype
-                                  for order in (_softmax_cast, _softmax_half, _softmax_half_blocks)),  # (a fixed one,
-            "scores-rounded": tuple(functools.partial(_scores_cast, half=h) for h in HALF)  # whatever the inputs')
+    # cast down to a half dtype (a fixed one, whatever the inputs')
+    half = {"softmax-half": tuple(functools.partial(order, half=h) for h in HALF
+                                  for order in (_softmax_cast, _softmax_half, _softmax_half_blocks, _sum_cast)),
+            "scores-rounded": tuple(functools.partial(_scores_cast, half=h) for h in HALF)
             + tuple(functools.partial(_qk_cast, half=h, product=p) for h in HALF for p in (True, False)),
             "exp-half": tuple(functools.partial(_exp_cast, half=h, argument=a) for h in HALF for a in (True, False))
             + tuple(functools.partial(_exp_cast, half=h, argument=False, summed=False) for h in HALF),
@@ -462,6 +463,18 @@ def _softmax_half_blocks(f, dtype, half=None):
     for j in range(0, p.shape[-1], BLOCK):
         total = _r(total + _r(p[..., j:j + BLOCK].sum(dim=-1, keepdim=True), h), h)
     return _finish(s, f, dtype, _r(p / torch.where(total == 0, 1.0, total), h))
+
+
+def _sum_cast(f, dtype, half):
+    """The running sum of exp(s - max) kept in a fixed half dtype between blocks of :data:`BLOCK` keys, whatever the
+    case's dtype; the weights and the rest in the case's (an online softmax whose l is stored in half)."""
+    s = _scores(f)
+    m = s.amax(dim=-1, keepdim=True)
+    p = (s - torch.where(torch.isfinite(m), m, 0.0)).exp()
+    total = torch.zeros_like(p[..., :1])
+    for j in range(0, p.shape[-1], BLOCK):
+        total = _r(total + p[..., j:j + BLOCK].sum(dim=-1, keepdim=True), half)
+    return _finish(s, f, dtype, p / torch.where(total == 0, 1.0, total))
 
 
 def _scale32(f, dtype):

@@ -35,6 +35,7 @@ def sdpa() -> list[Case]:
         _p("scores, scale=0.3", "scores", H=1, L=25, S=3, scale=0.3),
         _p("scores, scale=0.5, large", "scores", H=1, L=25, S=3, scale=0.5, magnitude=10.0),
         _p("gradients, causal", "grads", H=1, L=20, S=20, is_causal=True),
+        _p("gradients, causal, L=S=150: tiles of 32 to 128", "grads", H=1, L=150, E=LONG, is_causal=True),
     ]
 
 
@@ -74,6 +75,9 @@ def flash(name: str = "flash-attn") -> list[Case]:
         _p("scores, softmax_scale=0.5, large", "scores", H=1, L=25, S=3, scale=0.5, magnitude=10.0, api=api()),
         _p("gradients, causal, L<S", "grads", H=1, L=12, S=20, mask="lower-right", api=api(causal=True)),
         _p("gradients, ALiBi (H,), L<S", "grads", H=2, L=12, S=20, mod="flash: alibi", api=api(alibi=True)),
+        # a backward's tiles over 150 keys: a key tile that skips query tiles it should visit shows
+        _p("gradients, causal, L=130, S=150: tiles of 32 to 128", "grads", H=1, L=130, S=150, E=LONG,
+           mask="lower-right", api=api(causal=True)),
     ]
 
 
