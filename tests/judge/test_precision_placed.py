@@ -196,3 +196,34 @@ def test_weights_rounded_to_float16_for_p_v_alone_are_exp_in_half():
     keys = named(diagnose.diagnose(r, "f"))
     print(keys)
     assert keys and keys[0] == "exp-half", keys
+
+
+def _running_sum_in_float16(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, return_attn_probs=False, **kw):
+    """Right in every formula; an online softmax over tiles of 64 keys whose running sum l is stored in float16
+    after every tile, whatever the inputs' dtype; the rest in theirs (no window, ALiBi or soft-cap)."""
+    B, L, H, D = q.shape
+    S = k.shape[1]
+    scale = D ** -0.5 if softmax_scale is None else softmax_scale
+    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+    kh, vh = (t.repeat_interleave(H // k.shape[2], dim=1) for t in (kh, vh))
+    s = qh @ kh.transpose(-2, -1) * scale
+    if causal:
+        s = s.masked_fill(torch.arange(S)[None, :] > torch.arange(L)[:, None] + S - L, float("-inf"))
+    m = s.amax(dim=-1, keepdim=True)
+    p = torch.exp(s - m)
+    total = torch.zeros(B, H, L, 1, dtype=q.dtype)
+    for j0 in range(0, S, 64):
+        total = (total + p[..., j0:j0 + 64].sum(dim=-1, keepdim=True)).half().to(q.dtype)
+    out = ((p @ vh) / total).transpose(1, 2)
+    return (out, (m + total.log())[..., 0], None) if return_attn_probs else out
+
+
+@pytest.mark.slow  # verify on several cases and dtypes: over 0.3 s of CPU
+def test_a_running_sum_stored_in_float16_is_a_softmax_in_half():
+    cases = [c for c in apis.cases("flash-attn", ["float32", "float64"], long=False)
+             if c.name in ("basic", "causal", "flash: GQA 4/2, causal", "flash: head dim 59")]
+    r = verify.verify({"f": apis.Adapted(_running_sum_in_float16, "flash-attn")}, cases, timeout=None,
+                      check_dropout=False, backward=False)
+    keys = named(diagnose.diagnose(r, "f"))
+    print(keys)
+    assert keys and keys[0] == "softmax-half", keys
