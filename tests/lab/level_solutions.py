@@ -148,7 +148,8 @@ def flash_backward(q, k, v, out, lse, dout, is_causal=False, block_q=64, block_k
                 P = torch.exp(s) / torch.exp(at) if slip == "exp-ratio" else torch.exp(s - at)
             dvb += (P @ dob) if slip == "dv-not-transposed" else P.transpose(-2, -1) @ dob
             dP = dob @ vb.transpose(-2, -1)
-            Dq = (P * dP).sum(-1, keepdim=True) if slip == "d-wrong@tile" else D[..., i0:i0 + block_q, :]
+            Dq = (P * dP).sum(-1, keepdim=True) if slip == "d-wrong@tile" else \
+                D[..., j0:j0 + block_k, :] if slip == "d-key-tile" else D[..., i0:i0 + block_q, :]
             dS = P * (dP - Dq)  # ("d-wrong@tile": rowsum(P dP) over this tile's keys alone)
             dq[..., i0:i0 + block_q, :] = (0 if slip == "dq-overwritten" else dq[..., i0:i0 + block_q, :]) + \
                 dS @ kb * f
@@ -166,8 +167,8 @@ def autograd_backward(q, k, v, out, lse, dout, is_causal=False, block_q=64, bloc
 
 
 SLIPS["backward"] = ("d-wrong", "scale-missing", "lse-other-row", "dtype", "dv-not-transposed", "second-softmax",
-                     "mask-missing", "dq-overwritten", "d-wrong@tile", "second-softmax@nan")  # (key@how: another
-# way to the same slip, named by its key)
+                     "mask-missing", "dq-overwritten", "d-wrong@tile", "second-softmax@nan",
+                     "d-key-tile")  # (key@how: another way to the same slip, named by its key)
 
 
 def rotate(x, pos):

@@ -176,6 +176,7 @@ def slip_pairs(seed: int):
 SLIPS = [  # (key, one step of the tiled backward done wrong)
     ("d-wrong", grads.Slip(D="v")), ("d-wrong", grads.Slip(D="zero")), ("d-wrong", grads.Slip(D="dout")),
     ("d-wrong", grads.Slip(D="dp")), ("d-wrong", grads.Slip(D="tile")), ("d-keepdim", grads.Slip(D="row")),
+    ("d-key-tile", grads.Slip(D="key-rows")),
     ("dv-not-transposed", grads.Slip(dv="p")),
     ("dv-not-transposed", grads.Slip(dv="p-whole")), ("dk-not-transposed", grads.Slip(dk="ds")),
     ("scale-missing", grads.Slip(scale="missing")), ("scale-missing", grads.Slip(scale="dq-missing")),
@@ -201,6 +202,8 @@ TEXT = {
     "d-wrong": "your D is computed from the wrong tensors: D_i = rowsum(dO ∘ O), the output's gradient times the "
                "output itself, row by row (rowsum(P ∘ dP) equals it only summed over all the row's keys, not one "
                "tile's)",
+    "d-key-tile": "your D is sliced at the key tile's range (D[..., j0:j0 + block_k]): each query tile needs its own "
+                  "rows' D, D[..., i0:i0 + block_q] -- the same only where the two tiles start together",
     "d-keepdim": "your D has lost its last axis (a sum without keepdim=True): its (..., Bq) lines up with the tile's "
                  "keys, so column j gets query j's D; keep one number per query row, (..., L, 1)",
     "dv-not-transposed": "your dv uses P where Pᵀ belongs: dV = Pᵀ dO, key by key (a tile's dv += P.transpose(-2, -1) "

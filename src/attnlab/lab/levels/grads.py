@@ -20,7 +20,8 @@ import torch
 class Slip:
     D: str = "o"  # D_i from rowsum(dO ∘ O); "v": dO ∘ V, "zero", "dout": dO ∘ dO, "dp": rowsum(dP); "row": right,
     # but without its last axis, so that the query tile's (..., Bq) lines up with the keys (column j gets D of row j);
-    # "tile": rowsum(P ∘ dP) over the tile's own keys (the identity with rowsum(dO ∘ O) holds over all of them)
+    # "tile": rowsum(P ∘ dP) over the tile's own keys (the identity with rowsum(dO ∘ O) holds over all of them);
+    # "key-rows": right, but sliced at the key tile's range, D[j0:j0 + Bk], for the query tile's rows
     dv: str = "right"  # "p": a tile's P @ dO (no transpose); "p-whole": the whole P @ dO
     dk: str = "right"  # "ds": dS @ q (no transpose)
     scale: str = "right"  # "missing" from dq, dk; "dq-missing", "dk-missing"; "dv": on dv too; "twice": on dq, dk
@@ -77,6 +78,10 @@ def tiled(q, k, v, out, lse, dout, causal: bool, block_q: int, block_k: int, sli
             Dq = D[..., i0:i0 + block_q, :] if slip.D != "row" else D[..., i0:i0 + block_q, 0].unsqueeze(-2)
             if slip.D == "tile":
                 Dq = (P * dP).sum(-1, keepdim=True)
+            if slip.D == "key-rows":
+                Dq = D[..., j0:j0 + kb.shape[-2], :]
+                if Dq.shape[-2] != qb.shape[-2]:
+                    return None  # (other rows than the query tile's: the learner's code raised)
             if Dq.shape[-1] not in (1, dP.shape[-1]):
                 return None  # (a row of Bq numbers against Bk keys: the learner's code raised)
             dS = slip.sign * (P * dP - Dq if slip.ds == "precedence" else P * (dP - Dq))
@@ -100,7 +105,7 @@ def tiled(q, k, v, out, lse, dout, causal: bool, block_q: int, block_k: int, sli
 
 
 def _delta(out, dout, v, slip: Slip):
-    if slip.D in ("o", "tile"):  # ("tile" takes its own per tile: see tiled)
+    if slip.D in ("o", "tile", "key-rows"):  # ("tile" takes its own per tile, "key-rows" another slice: see tiled)
         return (dout * out).sum(-1, keepdim=True)
     if slip.D == "v":
         return (dout * v).sum(-1, keepdim=True) if v.shape == dout.shape else None
