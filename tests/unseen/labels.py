@@ -833,6 +833,8 @@ HELD5_AFTER = {**HELD5,
                "flex/flex_acc_fp16": [("pv-half", *UNPLACED)],
                "sdpa/sdpa_mask_and_causal": [("causal+mask", *MASK), ("pv-half", *UNPLACED)]}
 HELD5_AFTER_ALSO: dict[str, set[str]] = {}
-# ... and its learners' files: d-key-tile (D sliced at the key tile's range) came after the labels were set down
-HELD5_SLIPS_AFTER = {**HELD5_SLIPS, "level-5/attempt_c": [("d-key-tile", "d-wrong", "raises"), ("scale-missing",)]}
+# ... and its learners' files: d-key-tile (D sliced at the key tile's range) came after the labels were set down,
+# and edge-off-by-one (an edge mask that lets key S through)
+HELD5_SLIPS_AFTER = {**HELD5_SLIPS, "level-5/attempt_c": [("d-key-tile", "d-wrong", "raises"), ("scale-missing",)],
+                     "level-7/attempt_c": [("edge-off-by-one", "pad-keys", *MASK), ("divide-axis", *SUMS, "raises")]}
 HELD5_SLIPS_AFTER_ALSO: dict[str, set[str]] = {}

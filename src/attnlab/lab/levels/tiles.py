@@ -37,6 +37,7 @@ class Slip:
     # diagonal hidden too (j < i); the tiles skipped as they should be
     bound: str | None = None  # a loop bound over key tiles under is_causal (see BOUNDS); None: the right one
     pad: bool = False  # keys past S, loaded as zeros, are not masked (a kernel's tile edge)
+    edge: int = 0  # the edge mask lets this many keys past S through (offs_n > S: key S, a zero, scores 0)
     divide: str = "end"  # out = acc / l at the end; "never"; "per-tile": each tile's own softmax merged into acc;
     # "columns": acc / l broadcast along the wrong axis (column e divided by row e's sum: only where BLOCK_EV = BLOCK_M)
     alpha: str = "right"  # the rescale exp(m_old - m_new); "inverted": exp(m_new - m_old)
@@ -64,7 +65,7 @@ def forward(q, k, v, causal: bool, block_q: int, block_k: int, slip: Slip = Slip
     """``{"out": (..., L, Ev), "lse": (..., L)}`` of a tiled forward with ``slip``, in q's dtype."""
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
     sc = 1.0 / math.sqrt(E) if scale is None else scale
-    if slip.pad and S % block_k:  # a kernel's last tile reads zeros past S
+    if (slip.pad or slip.edge) and S % block_k:  # a kernel's last tile reads zeros past S
         extra = block_k - S % block_k
         k = torch.cat([k, k.new_zeros(*k.shape[:-2], extra, k.shape[-1])], dim=-2)
         v = torch.cat([v, v.new_zeros(*v.shape[:-2], extra, v.shape[-1])], dim=-2)
@@ -149,7 +150,7 @@ def _exp(x, base: float):
 def _mask(s, rows, cols, i0, j0, S, causal, slip: Slip):
     """The tile's scores with the hidden keys at -inf: past S (unless ``slip.pad``), and the causal mask."""
     if not slip.pad:
-        s = s.masked_fill(cols >= S, -math.inf)
+        s = s.masked_fill(cols >= S + slip.edge, -math.inf)
     on = (causal and slip.causal != "none") or slip.causal == "always"
     if not on:
         return s

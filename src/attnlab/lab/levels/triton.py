@@ -188,7 +188,8 @@ def probe_call(fn, q, k, v, case):
 
 
 TILE_SLIPS = [  # (key, one step of the kernel done wrong)
-    ("pad-keys", tiles.Slip(pad=True)), ("bound-short", tiles.Slip(bound="short")),
+    ("pad-keys", tiles.Slip(pad=True)), ("edge-off-by-one", tiles.Slip(edge=1)),
+    ("bound-short", tiles.Slip(bound="short")),
     ("bound-block-n", tiles.Slip(bound="block-n")), ("diagonal-unmasked", tiles.Slip(causal="none")),
     ("causal-reversed", tiles.Slip(causal="reversed")),
     ("peeks-ahead", tiles.Slip(causal="ahead")), ("diagonal", tiles.Slip(causal="diagonal")),
@@ -223,6 +224,8 @@ TEXT = {
     **forwards.TEXT,
     "pad-keys": "your kernel gives weight to the keys past the end: the last tile reads zeros past S (the loads' "
                 "mask), and a zero key scores 0, not -inf -- set the scores of offs_n >= S to -inf",
+    "edge-off-by-one": "your edge mask lets one key past the end through: offs_n > S hides keys from S + 1 on, and key "
+                       "S -- a zero the load's mask filled in -- scores 0 and takes weight; hide offs_n >= S",
     "divide-axis": "your final division broadcasts along the wrong axis: acc / l_i divides column e by row e's sum; "
                    "give l_i a column of its own, acc / l_i[:, None]",
     "bound-short": "your causal loop stops before the tile's own diagonal: the queries of the tile "
