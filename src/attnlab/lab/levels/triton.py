@@ -198,7 +198,8 @@ TILE_SLIPS = [  # (key, one step of the kernel done wrong)
     ("max-not-carried", tiles.Slip(carry_max=False)), ("stale-max", tiles.Slip(stale="-inf")),
     ("stale-max", tiles.Slip(stale="zero")), ("stale-max", tiles.Slip(stale="first-new")),
     ("tile-mask", tiles.Slip(local="keys")),
-    ("tile-mask", tiles.Slip(local="rows")), ("not-divided", tiles.Slip(divide="never")),
+    ("tile-mask", tiles.Slip(local="rows")), ("tile-mask", tiles.Slip(local="both")),
+    ("not-divided", tiles.Slip(divide="never")),
     ("lse-no-max", tiles.Slip(lse="sum")), ("lse-no-sum", tiles.Slip(lse="max")),
     ("lse-base2", tiles.Slip(lse="base2")), ("divide-axis", tiles.Slip(divide="columns")),
     ("rescale-inverted", tiles.Slip(alpha="inverted")),
@@ -253,9 +254,40 @@ def run(fn, header: dict) -> dict:
 
 
 def extra_rows(ask, name: str, seed: int):
-    rows = forwards.lse_rows(ask({"what": "lse", "seed": seed}), LSE_CASES, name, seed)
+    reply = ask({"what": "lse", "seed": seed})
+    rows = forwards.lse_rows(reply, LSE_CASES, name, seed)
     wrong = any(r.status != "pass" and not r.detail.startswith(NoKernel.__name__) for r in rows)  # (no kernel
-    return rows, ["lse-wrong"] if wrong else [], {}  # launched: the graded cases' raises line says so, and alone)
+    # launched: the graded cases' raises line says so, and alone); a tile slip whose lse the learner's is, on every
+    # case where that slip's differs from the right one, is named from these rows too (the lse cases run more tiles
+    # than the graded ones: a causal mask compared inside the tiles shows only here)
+    return rows, ([*_lse_slips(reply, seed), "lse-wrong"] if wrong else []), {}
+
+
+def _lse_slips(reply: dict, seed: int) -> list[str]:
+    """The tile slips whose lse the learner's lse cases are (the judge's reading rule, :mod:`attnlab.judge.readings`,
+    on the lse alone)."""
+    from attnlab.judge import oracle, readings
+    from attnlab.judge import verify as V
+
+    from .own import unpack
+
+    got, right, xs = [], [], []
+    for case, r in zip(LSE_CASES, reply.get("cases") or [{}] * len(LSE_CASES), strict=True):
+        x = V.inputs(case, case.seed(seed))
+        q, k, v = (t.double() for t in (x.q, x.k, x.v))
+        right.append({"lse": oracle.answer(q, k, v, is_causal=case.is_causal)[1].lse.reshape(q.shape[:-1])})
+        mine = unpack(r["lse"]).double() if "lse" in r else None
+        got.append({"lse": mine} if mine is not None and mine.shape == right[-1]["lse"].shape else None)
+        xs.append((q, k, v, case.is_causal))
+
+    def lse_of(slip):
+        def at(i):
+            o = tiles.forward(*xs[i], BLOCK_M, BLOCK_N, slip)
+            return None if o is None else {"lse": o["lse"].double()}
+        return at
+
+    return readings.named(got, right, [c.dtype for c in LSE_CASES],
+                          [(key, lse_of(s)) for key, s in TILE_SLIPS if s.lse == "right"])
 
 
 def _time(fn) -> dict:
