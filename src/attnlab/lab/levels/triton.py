@@ -264,8 +264,9 @@ def extra_rows(ask, name: str, seed: int):
 
 
 def _lse_slips(reply: dict, seed: int) -> list[str]:
-    """The tile slips whose lse the learner's lse cases are (the judge's reading rule, :mod:`attnlab.judge.readings`,
-    on the lse alone)."""
+    """The tile slip whose lse the learner's lse cases are (the judge's reading rule, :mod:`attnlab.judge.readings`,
+    on the lse alone), where one is: where several fit (a sum not rescaled, and no rescale at all, give one lse),
+    none is named from here."""
     from attnlab.judge import oracle, readings
     from attnlab.judge import verify as V
 
@@ -286,8 +287,9 @@ def _lse_slips(reply: dict, seed: int) -> list[str]:
             return None if o is None else {"lse": o["lse"].double()}
         return at
 
-    return readings.named(got, right, [c.dtype for c in LSE_CASES],
-                          [(key, lse_of(s)) for key, s in TILE_SLIPS if s.lse == "right"])
+    found = readings.named(got, right, [c.dtype for c in LSE_CASES],
+                           [(key, lse_of(s)) for key, s in TILE_SLIPS if s.lse == "right"])
+    return found if len(found) == 1 else []  # (the lse holds m and l alone: slips alike there are not told apart)
 
 
 def _time(fn) -> dict:
