@@ -47,7 +47,6 @@ def _tanh_of_s(q, k, v, softmax_scale=None, softcap=0.0, **kw):
     return R.flash_attn_func(q, k, v, softmax_scale=scale, **kw)
 
 
-@pytest.mark.slow  # the scores probe in two dtypes, with the form's search: over 0.2 s of CPU
 def test_a_soft_cap_is_read_as_its_form_with_both_constants():
     said = _measured(_lines(_tanh_of_s, "flash-attn", ("probe: scores, softcap",)), "scores")
     assert said and "is 2 * tanh(s / 1) of the scaled score s" in said[0] and "the spec's 2 * tanh(s / 2)" in said[0], \
@@ -193,6 +192,7 @@ def _block_mask_of_kv_head(query, key, value, score_mod=None, block_mask=None, e
     return R.flex_attention(query, key, value, score_mod=score_mod, block_mask=wrong, enable_gqa=enable_gqa, **kw)
 
 
+@pytest.mark.slow  # a block mask of four heads made twice over 256 keys: over 2 s of CPU
 def test_a_block_mask_read_at_the_kv_head_is_measured_as_another_heads_mask():
     said = _measured(_lines(_block_mask_of_kv_head, "flex", ("probe: weights, documents per head, causal, GQA 4/2, "
                                                              "L=S=256: blocks differ by head",), dtypes=("float32",)),
