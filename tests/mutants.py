@@ -285,7 +285,9 @@ MUTANTS = {
     "dropout survivors not scaled": (_bug(attend, "dropout-unscaled"), "dropout-scale", F32),
     "ignores dropout_p": (_bug(attend, "dropout-ignored"), "dropout", F32),
     "weights rounded to bfloat16": (_bug(attend, "bf16-weights"), "precision", BF16),
-    "scores in float16": (_bug(attend, "fp16-matmul"), "precision", BF16),
+    # (q and k cast to float16 for Q Kᵀ: the scores-rounded model of a full-precision kernel's fixed-half step says it
+    # exactly; "fails in float32 and float64, passes in half" is true of it too)
+    "scores in float16": (_bug(attend, "fp16-matmul"), "scores-rounded", BF16),
     "float64 computed in float32": (_bug(attend, "fp32-always"), "float32-in-float64", ("float32", "float64")),
     "the scale a float32 tensor": (_bug(attend, "scale-f32"), "float32-in-float64", F64),
     "P V accumulated in float32": (_bug(attend, "acc-f32"), "float32-in-float64", F64),
@@ -337,7 +339,8 @@ ALSO = {
     "causal+mask": {"causal-ignored", "mask-ignored"}, "mask-inverted": {"bool-mask"}, "bool-mask": {"mask-inverted"},
     "float-mask": {"mask-ignored", "causal+mask"}, "dropout-scale": {"dropout"}, "dropout-renormalised": {"dropout"},
     "max-subtraction": {"dead-rows"},
-    "mask-ignored": {"causal+mask"}, "causal-alignment": {"L!=S", "lower-right"}, "scores-rounded": {"bfloat16"},
+    "mask-ignored": {"causal+mask"}, "causal-alignment": {"L!=S", "lower-right"},
+    "scores-rounded": {"bfloat16", "precision"},
     "float64": {"precision"}, "precision": {"float32", "bfloat16"}, "float32-in-float64": {"float64", "precision"},
     "eps-in-sum": {"float64", "precision"},
     "scale-folded": {"bfloat16"}, "softmax-half": {"scores-rounded", "bfloat16"}, "batch-dims": {"raises"},
