@@ -396,14 +396,16 @@ def _sum_rounded(f, dtype):
     return _finish(s, f, dtype, p / torch.where(total == 0, 1.0, total))
 
 
-def _sum_running(f, dtype):
-    s = _scores(f)  # the sum run key by key (a few hundred steps at most), each step stored in the dtype
+def _sum_running(f, dtype, half=None, step: int | None = None):
+    """The sum of exp(s - max) run over the keys in steps of ``step`` (by default key by key, a few hundred steps at
+    most), each step stored in ``half`` (by default the case's dtype); the weights and the rest in the case's."""
+    s = _scores(f)
     m = s.amax(dim=-1, keepdim=True)
     p = (s - torch.where(torch.isfinite(m), m, 0.0)).exp()
-    step = max(1, p.shape[-1] // STEPS)
+    step = step or max(1, p.shape[-1] // STEPS)
     total = torch.zeros_like(p[..., :1])
     for j in range(0, p.shape[-1], step):
-        total = _r(total + p[..., j:j + step].sum(dim=-1, keepdim=True), dtype)
+        total = _r(total + p[..., j:j + step].sum(dim=-1, keepdim=True), half or dtype)
     return _finish(s, f, dtype, p / torch.where(total == 0, 1.0, total))
 
 
@@ -466,15 +468,9 @@ def _softmax_half_blocks(f, dtype, half=None):
 
 
 def _sum_cast(f, dtype, half):
-    """The running sum of exp(s - max) kept in a fixed half dtype between blocks of :data:`BLOCK` keys, whatever the
-    case's dtype; the weights and the rest in the case's (an online softmax whose l is stored in half)."""
-    s = _scores(f)
-    m = s.amax(dim=-1, keepdim=True)
-    p = (s - torch.where(torch.isfinite(m), m, 0.0)).exp()
-    total = torch.zeros_like(p[..., :1])
-    for j in range(0, p.shape[-1], BLOCK):
-        total = _r(total + p[..., j:j + BLOCK].sum(dim=-1, keepdim=True), half)
-    return _finish(s, f, dtype, p / torch.where(total == 0, 1.0, total))
+    """The running sum kept in a fixed half dtype between blocks of :data:`BLOCK` keys, whatever the case's dtype (an
+    online softmax whose l is stored in half)."""
+    return _sum_running(f, dtype, half, BLOCK)
 
 
 def _scale32(f, dtype):

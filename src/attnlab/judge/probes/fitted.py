@@ -66,16 +66,21 @@ def scale(case, x, mine, exp, limit: float) -> list[dict]:
 
 
 def _nearest(err) -> float | None:
-    """The log2 factor whose attention is nearest the output (``err`` of a log2 factor): the grid's best, refined by
-    golden section between its neighbours; None where the best is at the end of the range searched (no scale inside
-    it is the output's)."""
-    grid = [i * STEP - LOG2_SPAN for i in range(int(2 * LOG2_SPAN / STEP) + 1)]
+    """The log2 factor whose attention is nearest the output (``err`` of a log2 factor), by :func:`search`; None
+    where the best is at the end of the range searched (no scale inside it is the output's)."""
+    return search(err, [i * STEP - LOG2_SPAN for i in range(int(2 * LOG2_SPAN / STEP) + 1)])
+
+
+def search(err, grid: list[float], steps: int = REFINE) -> float | None:
+    """The x of ``grid`` (ascending) where ``err(x)`` is least, refined by golden section between its neighbours;
+    None where the least is at either end of the grid (the minimum may lie outside it). The probes' one search for a
+    constant fitted to a measurement (the scale here, a soft-cap's in :mod:`.read`)."""
     errs = [err(g) for g in grid]
     i = min(range(len(grid)), key=errs.__getitem__)
     if i in (0, len(grid) - 1):
         return None
     lo, hi = grid[i - 1], grid[i + 1]
-    for _ in range(REFINE):
+    for _ in range(steps):
         a, b = hi - (hi - lo) / 1.618034, lo + (hi - lo) / 1.618034
         if err(a) <= err(b):
             hi = b

@@ -520,9 +520,10 @@ def _capped_words(A: float, C: float) -> str:
 
 def _tanh_form(s: torch.Tensor, g: torch.Tensor, ok: torch.Tensor, tol: float) -> tuple[float, float] | None:
     """(A, C) where g(s) = A * tanh(s / C) on the rows ``ok`` holds (a soft-cap, whatever its constants) to the
-    probe's reading tolerance ``tol``, relative, kept within 1e-3 to 0.02:
-    C searched on a log grid and refined, A by least squares at each C; None where no such form holds, or where it
-    is a straight line (C far past the scores: a factor, said as one)."""
+    probe's reading tolerance ``tol``, relative, kept within 1e-3 to 0.02: A by least squares at each C; None
+    where no such form holds, or where it
+    is a straight line (C far past the scores: a factor, said as one). C is searched on its log, 1e-2 to 1e4, by the
+    probes' one search (:func:`attnlab.judge.probes.fitted.search`)."""
     s, g = s[ok], g[ok]
     if len(s) < 4 or float(s.abs().max()) == 0:
         return None
@@ -532,13 +533,12 @@ def _tanh_form(s: torch.Tensor, g: torch.Tensor, ok: torch.Tensor, tol: float) -
         A = float((t * g).sum() / (t * t).sum())
         return float((g - A * t).abs().max()), A
 
-    grid = [float(x) for x in torch.logspace(-2, 4, 121)]
-    best = min(range(len(grid)), key=lambda i: err(grid[i])[0])
-    lo, hi = math.log(grid[max(best - 1, 0)]), math.log(grid[min(best + 1, len(grid) - 1)])
-    for _ in range(40):  # golden section on log C
-        m1, m2 = hi - (hi - lo) / 1.618, lo + (hi - lo) / 1.618
-        lo, hi = (lo, m2) if err(math.exp(m1))[0] < err(math.exp(m2))[0] else (m1, hi)
-    C = math.exp((lo + hi) / 2)
+    from .fitted import search
+
+    log_c = search(lambda x: err(math.exp(x))[0], [math.log(10.0) * (i / 20 - 2) for i in range(121)], 40)
+    if log_c is None:  # (C at 1e-2 or 1e4, the grid's ends: no soft-cap's constant inside it)
+        return None
+    C = math.exp(log_c)
     e, A = err(C)
     if e >= min(max(tol, 1e-3), 0.02) * max(1.0, float(g.abs().max())) or 20 * float(s.abs().max()) < C:
         return None
