@@ -16,8 +16,32 @@ def test_a_hint_reads_back_as_it_was_written():
 def test_support_is_marked_once_and_kept_through_a_filter():
     assert H.as_support("gqa") == H.as_support(H.as_support("gqa")) == "~gqa"
     assert H.supporting("~gqa|window") and not H.supporting("gqa|window")
-    assert H.kept("~gqa|window", lambda k: k != "gqa") == "~window"
-    assert H.kept("gqa|window", lambda k: False) == ""
+    assert H.Hint.of("~gqa|window").kept(lambda k: k != "gqa") == H.Hint(("window",), True)
+    assert H.Hint.of("gqa|window").kept(lambda k: False) is None
+
+
+def test_a_row_holds_its_hints_as_data_and_json_writes_their_fields():
+    from attnlab.judge.judge import Row
+
+    row = Row("f", "case", "float32", "fail", hints=["~gqa|window", "dead-rows=nan"])
+    assert row.hints == [H.Hint(("gqa", "window"), True), H.Hint(("dead-rows=nan",))]
+    assert row.hints[0].names("window") and not row.hints[0].only("gqa") and row.hints[1].has_variant
+    d = row.to_dict()
+    assert d["hints"] == [{"keys": ["gqa", "window"], "supporting": True},
+                          {"keys": ["dead-rows=nan"], "supporting": False}], d["hints"]
+    assert Row.from_dict(d).hints == row.hints
+    d["hints"] = ["~gqa|window", "dead-rows=nan"]  # a result written when rows held the text
+    assert Row.from_dict(d).hints == row.hints
+
+
+def test_a_hint_is_never_taken_for_its_text():
+    import pytest
+
+    h = H.Hint(("max-subtraction",))
+    with pytest.raises(TypeError, match="compare its keys"):
+        _ = h == "max-subtraction"
+    with pytest.raises(TypeError):
+        _ = "=" in h
 
 
 def test_variants_and_measured_keys_are_told_apart_from_causes():

@@ -43,7 +43,7 @@ def support(rows) -> dict[str, int]:
     for r in rows:
         if r.status == "fail":
             for h in r.hints:
-                for k in H.readings(h):
+                for k in h.keys:
                     cases.setdefault(k, set()).add(r.case)
     return {k: len(v) for k, v in cases.items()}
 
@@ -58,9 +58,9 @@ def named(rows) -> dict[str, set[frozenset]]:
         if r.status != "fail":
             continue
         for h in r.hints:
-            if H.supporting(h) or H.has_variant(h) or H.measured(h):
+            if h.supporting or h.has_variant or h.measured:
                 continue
-            for k in H.readings(h):
+            for k in h.keys:
                 if k in UNCHECKED or k in ("eps-in-sum", "lse-half"):
                     continue
                 sig = set(r.tags) & _scope(k)
@@ -125,11 +125,10 @@ def without(r, gone: set):
 
     kept, dropped = [], []
     for h in r.hints:
-        readings = H.readings(h)
-        out = [k for k in readings if H.base(k) not in gone and not any(p in gone for p in k.split("+"))]
-        dropped += [k for k in readings if k not in out]
+        out = [k for k in h.keys if H.base(k) not in gone and not any(p in gone for p in k.split("+"))]
+        dropped += [k for k in h.keys if k not in out]
         if out:
-            kept.append(H.tie(out, H.supporting(h)))
+            kept.append(H.Hint(tuple(out), h.supporting))
     return replace(r, hints=kept, refuted=sorted(set(dropped))) if dropped else r
 
 

@@ -61,13 +61,13 @@ def diagnose(result, form: str) -> list[Diagnosis]:
     bad = [r for r in rows if r.status in ("fail", "error")]
     if not bad:
         return []
-    plain = Counter(h for r in bad for h in r.hints if not H.tied(h))  # the hints no other reading ties with
-    lead = Counter(H.lead(h) for r in bad for h in r.hints if H.tied(h))  # ... and those a tie puts first
+    plain = Counter(h.lead for r in bad for h in r.hints if not h.tied and not h.supporting)  # the hints no other
+    lead = Counter(h.lead for r in bad for h in r.hints if h.tied)  # reading ties with, and those a tie puts first
     first, causes, raised = _grouped(bad, plain, lead)
     _written_as_read(first, bad, plain, lead)
     _one_rounding_per_dtype(causes)
-    measured = _measured([replace(r, hints=[_settle(h, plain, lead) if _settle(h, plain, lead).startswith(MEASURED)
-                                            else h for h in r.hints]) if r.hints else r for r in bad])
+    measured = _measured([replace(r, hints=[H.Hint((_settle(h, plain, lead),)) if _settle(h, plain, lead).startswith(
+        MEASURED) else h for h in r.hints]) if r.hints else r for r in bad])
     numbers = [r for r in bad if r.facts.kind in ("", "raised", "probe") and _by_numbers(r)]
     rest = [r for r in numbers if not r.hints and not _said_measured(r) and not _gradients_only(r)
             and not _lse_only(r)]
@@ -143,7 +143,7 @@ def _grouped(bad, plain: Counter, lead: Counter) -> tuple[dict, dict, dict]:
         for h in r.hints:
             if _settle(h, plain, lead).startswith(MEASURED):  # a probe's rule explains this row: it joins its line
                 continue
-            if "=" not in h:  # "dead-rows=nan": what a cause's rows hold, said in its line (_fill)
+            if not h.has_variant:  # "dead-rows=nan": what a cause's rows hold, said in its line (_fill)
                 causes.setdefault(C.line_of(_settle(h, plain, lead)), []).append(r)
         if not r.hints and _gradients_only(r):
             causes.setdefault("gradients-only", []).append(r)
@@ -172,8 +172,8 @@ def _overflow_shown(rows: list) -> list:
 
     if not any(nonfinite(r) and "large-logits" not in r.tags for r in rows):
         return rows
-    return [replace(r, hints=[h for h in r.hints if h != "max-subtraction"]) if "max-subtraction" in r.hints else r
-            for r in rows]
+    return [replace(r, hints=[h for h in r.hints if not h.only("max-subtraction")])
+            if any(h.only("max-subtraction") for h in r.hints) else r for r in rows]
 
 
 def _twinned(rows: list) -> list:
@@ -191,7 +191,7 @@ def _twinned(rows: list) -> list:
         if twin is not None and twin.status == "fail" and any(rounding(h) for h in r.hints):
             r = replace(r, hints=[h for h in r.hints if not rounding(h)])
         out.append(r)
-    named = {(r.case, r.dtype): [h for h in r.hints if not rounding(h) and not H.supporting(h)] for r in out}
+    named = {(r.case, r.dtype): [h for h in r.hints if not rounding(h) and not h.supporting] for r in out}
     for i, r in enumerate(out):
         if r.status == "fail" and not r.hints and not r.measured:
             for dt in ("float32", "float64", *HALF_DTYPES):
@@ -212,7 +212,7 @@ def _lone(rows: list) -> list:
         if r.status != "fail":
             continue
         for h in r.hints:
-            for k in H.readings(h):
+            for k in h.keys:
                 if rounding(k) or H.measured(k) or H.has_variant(k) or k in UNCHECKED:
                     continue  # (what the output's shape shows -- NaN past exp's range -- is no reading of numbers)
                 cases.setdefault(k, set()).add(r.case)
@@ -224,7 +224,7 @@ def _lone(rows: list) -> list:
         return rows
     out = []
     for r in rows:
-        kept = [k for k in (H.kept(h, lambda key: H.base(key) not in lone) for h in r.hints) if k]
+        kept = [k for k in (h.kept(lambda key: H.base(key) not in lone) for h in r.hints) if k]
         out.append(replace(r, hints=kept) if kept != r.hints else r)
     return out
 
@@ -243,10 +243,10 @@ def _measured(bad) -> list[tuple[str, list[str], list]]:
     joined: dict[tuple[str, str], list] = {}  # rows of other cases a probe's measured rule explains
     for r in bad:
         for h in r.hints:
-            if h.startswith(MEASURED + ":") and "@" in h:
-                kind, pattern = h[len(MEASURED) + 1:].split("@", 1)
+            if not h.tied and _said_as_measured(h) and "@" in h.lead:
+                kind, pattern = h.lead[len(MEASURED) + 1:].split("@", 1)
                 joined.setdefault((kind, pattern), []).append(r)
-        if not r.measured or any(not rounding(h) and not h.startswith(MEASURED) for h in r.hints):
+        if not r.measured or any(not rounding(h) and not _said_as_measured(h) for h in r.hints):
             continue
         for m in r.measured:
             if m["kind"].startswith("problem:"):  # said under its problem's own line
@@ -261,29 +261,35 @@ def _measured(bad) -> list[tuple[str, list[str], list]]:
     return [(f"{MEASURED}:{kind}", said, group) for (kind, _), (said, group) in out.items()]
 
 
+def _said_as_measured(h: H.Hint) -> bool:
+    """A hint that is a probe's measured difference, said on its own account (not only supporting)."""
+    return not h.supporting and h.lead.startswith(MEASURED)
+
+
 def _supported(rows: list) -> list:
     """The rows with each supporting hint (``~key``: a case whose rows cannot tell readings apart, large logits, or
     whose log-sum-exp alone shows the cause) kept where another row names that cause on its own -- then it is that
     cause's row too, among a tie's readings the ones named -- and dropped elsewhere."""
-    if not any(H.supporting(h) for r in rows for h in r.hints):
+    if not any(h.supporting for r in rows for h in r.hints):
         return rows
-    own = [h for r in rows for h in r.hints if not H.supporting(h)]
-    plain = Counter(h for h in own if not H.tied(h))
-    lead = Counter(H.lead(h) for h in own if H.tied(h))
+    own = [h for r in rows for h in r.hints if not h.supporting]
+    plain = Counter(h.lead for h in own if not h.tied)
+    lead = Counter(h.lead for h in own if h.tied)
     named = {H.base(_settle(h, plain, lead)) for h in own}
 
-    def backed(h: str) -> str:
-        """A supporting hint's readings that are named, as a hint of its own ("" where none is)."""
-        return H.tie(k for k in H.readings(h) if H.base(k) in named)
+    def backed(h: H.Hint) -> H.Hint | None:
+        """A supporting hint's readings that are named, as a hint of its own (None where none is)."""
+        keys = tuple(k for k in h.keys if H.base(k) in named)
+        return H.Hint(keys) if keys else None
 
     def kept(hints):
-        support = [b for b in map(backed, (h for h in hints if H.supporting(h))) if b]
-        own = [h for h in hints if not H.supporting(h)]
+        support = [b for b in map(backed, (h for h in hints if h.supporting)) if b]
+        own = [h for h in hints if not h.supporting]
         if support:  # a named cause the lse shows: the output's rounding-sized error on that row is that cause's
             own = [h for h in own if not rounding(h)]
         return list(dict.fromkeys(own + support))
 
-    return [replace(r, hints=kept(r.hints)) if any(H.supporting(h) for h in r.hints) else r for r in rows]
+    return [replace(r, hints=kept(r.hints)) if any(h.supporting for h in r.hints) else r for r in rows]
 
 
 RETURNED = {"nan": "NaN", "mean": "the mean of V (every key weighted alike: a large finite number in place of -inf?)",
@@ -407,10 +413,11 @@ def _fill(key: str | None, group) -> dict:
         return {"said": group[0].detail.removeprefix("not decided: ").split(", twice")[0]}
     if key in YOURS:
         hint, words = YOURS[key]
-        return {"yours": words if any(hint in H.readings(h) for r in group for h in r.hints) else ""}
+        return {"yours": words if any(h.names(hint) for r in group for h in r.hints) else ""}
     if key != "dead-rows":
         return {}
-    seen = sorted({H.variant(h) for r in group for h in r.hints if H.has_variant(h) and H.base(h) == "dead-rows"},
+    seen = sorted({H.variant(h.lead) for r in group for h in r.hints
+                   if not h.tied and h.has_variant and H.base(h.lead) == "dead-rows"},
                   key=list(RETURNED).index)
     return {"returned": "; yours returns " + " or ".join(RETURNED[s] for s in seen) if seen else ""}
 
@@ -518,12 +525,12 @@ def _cover(rows, bad, rest):
     return out
 
 
-def _settle(hint: str, plain: Counter, lead: Counter) -> str:
+def _settle(hint: H.Hint, plain: Counter, lead: Counter) -> str:
     """A hint that is several readings of the same rows (a tie: :mod:`attnlab.judge.hint`): the one the function's
     other failing cases show alone most, else the one its ties put first most often, else the first."""
-    if not H.tied(hint):
-        return hint
-    keys = list(H.readings(hint))
+    if not hint.tied:
+        return hint.lead
+    keys = list(hint.keys)
     measured = [k for k in keys if H.measured(k)]
     if measured and not any(plain[k] for k in keys if k not in measured):  # a name no other case gives alone: the
         return measured[0]  # measured difference it ties with is said, as the fact it is
@@ -569,7 +576,7 @@ def _shown(key: str, group) -> list[str]:
         said = [m for m in r.measured if m["kind"] == f"problem:{key}"]
         if said:
             return ["measured: " + said[0]["text"]]
-        if r.measured and any(C.line_of(H.lead(h)) == key or h == key for h in r.hints):
+        if r.measured and any(C.line_of(h.lead) == key or h.only(key) for h in r.hints):
             m = next((m for m in r.measured if not m["kind"].startswith("problem:")), None)
             if m is not None:
                 return ["measured: " + m["text"], *m["map"]]

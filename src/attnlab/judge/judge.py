@@ -28,6 +28,7 @@ from attnlab.judge.apis import lse
 from attnlab.judge.cases import DTYPES, Case, views
 from attnlab.judge.explain import rows_err
 from attnlab.judge.facts import SILENT, Facts, problem, raised
+from attnlab.judge.hint import Hint, hint
 from attnlab.judge.inference import MODES, Snapshot, Watched, paths
 from attnlab.judge.inference import compare as compare_paths
 from attnlab.judge.probes import fitted
@@ -47,11 +48,14 @@ class Row(Result):
     comparisons: list[rule.Comparison] = field(default_factory=list)
     detail: str = ""
     tags: list[str] = field(default_factory=list)  # what the case exercises (Case.tags)
-    hints: list[str] = field(default_factory=list)  # wrong semantics a failing output matches (hypotheses)
+    hints: list[Hint] = field(default_factory=list)  # wrong semantics a failing output matches (hypotheses)
     cross: rule.Comparison | None = None  # PyTorch in float64 against the oracle: the oracle's own check
     facts: Facts = field(default_factory=Facts)  # what failed, as values (what the diagnoses read)
     measured: list[dict] = field(default_factory=list)  # a probe's differences from the spec (probes.read)
     refuted: list[str] = field(default_factory=list)  # hints the function's passing cases refute (judge.confirm)
+
+    def __post_init__(self):
+        self.hints = [hint(h) for h in self.hints]  # the readings' text (judge.hint), as data
 
     @property
     def worst(self) -> rule.Comparison | None:

@@ -25,7 +25,6 @@ from types import SimpleNamespace
 
 from attnlab.judge import apis, inference, judge, repro_script, verify
 from attnlab.judge import causes as C
-from attnlab.judge import hint as H
 from attnlab.judge.apart.remote import Remote
 from attnlab.judge.apart.watchdog import case_limit, watched
 from attnlab.judge.cases import Case
@@ -167,7 +166,7 @@ def _keys(row, form: str) -> set[str]:
 
 def _readings(row) -> set[str]:
     """The causes the row's hints speak for, every reading of a tie among them."""
-    return {C.line_of(k) for h in row.hints if not H.has_variant(h) for k in H.readings(h)}
+    return {C.line_of(k) for h in row.hints if not h.has_variant for k in h.keys}
 
 
 def same_way(row, key: str, form: str, claimed: frozenset[str] = frozenset()):

@@ -43,7 +43,6 @@ from attnlab.judge.cases import (  # noqa: F401 -- the grid's names, read throug
 )
 from attnlab.judge.diagnose import Diagnosis, diagnose
 from attnlab.judge.facts import Facts, raised
-from attnlab.judge.hint import readings
 from attnlab.judge.judge import Inputs, Row
 from attnlab.judge.probes import design
 from attnlab.judge.probes.learned import key as measured_key
@@ -335,7 +334,7 @@ def _checked(rows: list[Row], cases: dict, seed: int, device) -> list[Row]:
 
     gone = confirm.refuted(set(keys), passing, seed, at, keys, confirm.support(rows))
     failing = [(cases[(r.case, r.dtype)], next((c.allowed for c in r.comparisons if c.quantity == "out"), math.nan),
-                {k for h in r.hints for k in readings(h)})
+                {k for h in r.hints for k in h.keys})
                for r in rows if r.status == "fail" and (r.case, r.dtype) in cases and r.dtype == _first_dtype(rows)]
     gone |= confirm.uncovered({k: v for k, v in keys.items() if k not in gone and not precision_key(k)}, failing, seed,
                               at)

@@ -65,6 +65,8 @@ def convert(tp, value, where: str = ""):
     if origin in (typing.Union, types.UnionType):
         return _union(args, value, where)
     if dataclasses.is_dataclass(tp):
+        if isinstance(value, str) and hasattr(tp, "from_text"):  # a value a result once wrote as its text
+            return tp.from_text(value)
         return _dataclass(tp, value, where)
     if origin in (list, tuple) or tp in (list, tuple):
         return _sequence(tp, origin or tp, args, value, where)
