@@ -150,6 +150,38 @@ def pv_in_half(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
     return (torch.softmax(s, dim=-1).half() @ v.half()).to(q.dtype)
 
 
+class _DPHalfBackward(torch.autograd.Function):
+    """Attention whose hand-written backward takes dP = dO Vᵀ and rounds it to bfloat16 (a leftover of a bfloat16
+    kernel); its forward and every other step of its backward right."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal):
+        s = q @ k.transpose(-2, -1) * scale
+        if causal:
+            s = s.masked_fill(~torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).tril(), float("-inf"))
+        p = torch.softmax(s, -1)
+        o = p @ v
+        ctx.save_for_backward(q, k, v, p, o)
+        ctx.scale = scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, p, o = ctx.saved_tensors
+        dp = (do @ v.transpose(-2, -1)).to(torch.bfloat16).to(do.dtype)
+        ds = p * (dp - (do * o).sum(-1, keepdim=True))
+        return ds @ k * ctx.scale, ds.transpose(-2, -1) @ q * ctx.scale, p.transpose(-2, -1) @ do, None, None
+
+
+def dp_in_bfloat16(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """The forward right; the backward's dP rounded to bfloat16 (PyTorch's own where the fixture's cases need more
+    than a causal mask)."""
+    if attn_mask is not None or enable_gqa or dropout_p > 0 or q.dtype == torch.bfloat16:
+        return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                    enable_gqa=enable_gqa)
+    return _DPHalfBackward.apply(q, k, v, q.shape[-1] ** -0.5 if scale is None else scale, is_causal)
+
+
 def _shaped(test):
     return _when(test, lambda q, k, v, **kw: _off(sdpa(q, k, v, **kw)))
 
@@ -424,6 +456,7 @@ FIXTURES: dict[str, Fixture] = {
     "softmax-half": Fixture(_api_mutant("sdpa_softmax_float16"), only=("basic", "causal", "head dim 64"), dtypes=F32),
     "pv-half": Fixture(pv_in_half, only=("basic", "causal"), dtypes=("float32", "float64")),
     "kv-half": Fixture(kv_staged_half, only=("basic", "causal", "GQA"), dtypes=("float32", "float64")),
+    "bwd-half": Fixture(dp_in_bfloat16, only=("basic", "causal"), dtypes=("float32", "float64")),
     "float32-in-float64": Fixture(_mutant("float32-in-float64"), only=("basic", "causal"), dtypes=F64),
     "eps-in-sum": Fixture(eps_sum, only=("basic", "causal"), dtypes=F64),
     "over-ratio": Fixture(_api_mutant("sdpa_softmax_input_dtype"), only=("basic", "large logits", "no batch dims"),

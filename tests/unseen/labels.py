@@ -16,7 +16,7 @@ NEUTRAL = {"raises", "unclear", "bfloat16", "float32", "float64", "precision", "
            "sinks"}  # (only cases with sinks fail: what the failing cases share, as "gqa" or "softcap")
 MASK = ("measured:visibility",)
 PRECISION = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "kv-half", "pv-half", "lse-half",
-             "precision-unplaced")
+             "bwd-half", "precision-unplaced")
 
 DEV = {
     # flash-attn
@@ -831,7 +831,11 @@ HELD5_SLIPS_ALSO: dict[str, set[str]] = {}
 HELD5_AFTER = {**HELD5,
                "flash-attn/fa2_half_pv": [("pv-half", "kv-half", "exp-half", *UNPLACED)],
                "flex/flex_acc_fp16": [("pv-half", *UNPLACED)],
-               "sdpa/sdpa_mask_and_causal": [("causal+mask", *MASK), ("pv-half", *UNPLACED)]}
+               "sdpa/sdpa_mask_and_causal": [("causal+mask", *MASK), ("pv-half", *UNPLACED)],
+               # bwd-half (a backward's step rounded, placed by its pattern) came after them too
+               "flash-attn/fa2_bwd_dp_bf16": [("bwd-half", *UNPLACED)],
+               "flash-attn/fa2_lse_checkpoint_fp32": [("bwd-half", "float32-in-float64", *UNPLACED)],
+               "sdpa/sdpa_saved_out_bf16": [("bwd-half", *UNPLACED)]}
 HELD5_AFTER_ALSO: dict[str, set[str]] = {}
 # ... and its learners' files: d-key-tile (D sliced at the key tile's range) came after the labels were set down,
 # and edge-off-by-one (an edge mask that lets key S through)

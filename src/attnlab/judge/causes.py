@@ -157,6 +157,9 @@ SDPA = (
                      "inputs' dtype: P and V cast down for their product, or the running output (the accumulator) "
                      "kept there between key tiles -- the error cannot tell the two apart; take P V and keep the "
                      "accumulator in float32 or better"),
+    Cause('bwd-half', "the output is right and the gradients' error is, entry by entry, that of one step of the "
+                      "backward rounded down: {steps}; keep the backward's intermediates in float32 (float64 for a "
+                      "float64 call)"),
     Cause('lse-half', "the log-sum-exp's error is the size of its own rounding to half precision (the inputs' "
                       "dtype, or a fixed float16 or bfloat16): it is stored (or finished) there; keep it in float32, "
                       'as the API returns it'),

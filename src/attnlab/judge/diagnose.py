@@ -26,6 +26,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
+from attnlab.judge import backward_precision
 from attnlab.judge import causes as C
 from attnlab.judge import hint as H
 from attnlab.judge.confirm import ARGUMENTS, UNCHECKED
@@ -414,12 +415,21 @@ def _fill(key: str | None, group) -> dict:
     if key in YOURS:
         hint, words = YOURS[key]
         return {"yours": words if any(h.names(hint) for r in group for h in r.hints) else ""}
+    if key == "bwd-half":
+        return {"steps": _steps(group)}
     if key != "dead-rows":
         return {}
     seen = sorted({H.variant(h.lead) for r in group for h in r.hints
                    if not h.tied and h.has_variant and H.base(h.lead) == "dead-rows"},
                   key=list(RETURNED).index)
     return {"returned": "; yours returns " + " or ".join(RETURNED[s] for s in seen) if seen else ""}
+
+
+def _steps(group) -> str:
+    """The backward's rounded steps a bwd-half line's rows fit, the most rows first (at most three)."""
+    seen = Counter(H.variant(h.lead) for r in group for h in r.hints
+                   if not h.tied and h.has_variant and H.base(h.lead) == backward_precision.KEY)
+    return " or ".join(backward_precision.words(v) for v, _ in seen.most_common(3)) or "a step of the backward"
 
 
 def _by_numbers(r) -> bool:
@@ -445,6 +455,7 @@ def _one_rounding_per_dtype(causes: dict) -> None:
     them all (two error models that both fit one function's cases are one rounding, told two ways), and rows of
     that dtype whose gradients alone, or log-sum-exp alone, fail are that rounding's too (it reaches them through
     the same weights), not a backward or an lse of their own."""
+    _backward_fits_most(causes)
     for dtype in sorted({r.dtype for k in PRECISION for r in causes.get(k, ())}):
         named = sorted((k for k in PRECISION if any(r.dtype == dtype for r in causes.get(k, ()))),
                        key=lambda k: -sum(r.dtype == dtype for r in causes[k]))
@@ -455,6 +466,20 @@ def _one_rounding_per_dtype(causes: dict) -> None:
     for key in (*PRECISION, "gradients-only", "lse-only"):
         if key in causes and not causes[key]:
             del causes[key]
+
+
+def _backward_fits_most(causes: dict) -> None:
+    """A backward's rounding (bwd-half) is read only in a dtype where it fits at least as many rows as fail their
+    gradients alone unplaced: a deterministic rounding fits every case it fails, and one fit among many that do not
+    is a coincidence of a few entries, not the cause of the rest -- its rows are gradients alone again."""
+    key = backward_precision.KEY
+    for dtype in sorted({r.dtype for r in causes.get(key, ())}):
+        fit = [r for r in causes[key] if r.dtype == dtype]
+        if len(fit) < sum(r.dtype == dtype for r in causes.get("gradients-only", ())):
+            causes[key] = [r for r in causes[key] if r.dtype != dtype]
+            causes.setdefault("gradients-only", []).extend(fit)
+    if key in causes and not causes[key]:
+        del causes[key]
 
 
 def _gradients_only(r) -> bool:

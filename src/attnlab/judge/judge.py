@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab import kernels
-from attnlab.judge import apis, hypotheses, mod_cases, oracle, precision, rule, sink_causes
+from attnlab.judge import apis, backward_precision, hypotheses, mod_cases, oracle, precision, rule, sink_causes
 from attnlab.judge.apart.remote import Remote, described
 from attnlab.judge.apis import lse
 from attnlab.judge.cases import DTYPES, Case, views
@@ -426,6 +426,21 @@ def _precision(case: Case, out, exp: Expected, comps) -> list[str]:
     return [key] if key else []
 
 
+def _backward_precision(case: Case, x, mine: tuple, exp: Expected, comps) -> list[str]:
+    """The backward's step whose rounding the failing gradients show, the output right
+    (:mod:`attnlab.judge.backward_precision`)."""
+    names, every = quantities(case), quantities(case, True)
+    if len(mine) < len(every):
+        return []
+    mod64, _ = exp.fresh(torch.float64, "cpu")
+    args = dict(query=x.q, key=x.k, value=x.v, attn_mask=x.oracle_mask, is_causal=case.is_causal, scale=case.scale,
+                enable_gqa=case.gqa, score_mod=mod64)
+    grads = backward_precision.GRADS
+    return backward_precision.cause(DTYPES[case.dtype], args, x.grad_out,
+                                    {n: mine[every.index(n)] for n in grads if n in every},
+                                    {n: exp.ref[names.index(n)] for n in grads if n in names}, comps)
+
+
 def _compare(case: Case, mine: tuple, exp: Expected, backward: bool, factor: float) -> list:
     """Each judged quantity of the grad path against the oracle by the rule (the log-sum-exp by its own)."""
     comps, theirs = [], exp.theirs
@@ -472,6 +487,8 @@ def _hints(case: Case, x, mine, exp: Expected, comps, problems: list[str], learn
     if not any(h in PRECISE_ALREADY for h in hints) and (corrected is not None or not hints) and not (
             case.sinks and sink_causes.said_of_the_sink(hints)):  # (a sink reading's answer: no rounding's left)
         hints = hints + _precision(case, mine[0] if corrected is None else corrected, exp, comps)
+    if not hints and failed and set(failed) <= {"dq", "dk", "dv"} and exp.keep is None and not case.sinks:
+        hints = _backward_precision(case, x, mine, exp, comps)  # the output right: a step of the backward rounded?
     if case.api and not hints and exp.keep is None and failed == ["lse"]:  # the output right, its lse off by a
         allowed = next(c.allowed for c in comps if c.quantity == "lse")  # rounding's size
         key = precision.lse_cause(DTYPES[case.dtype], exp.fwd, mine[-1], allowed, _limit(comps))

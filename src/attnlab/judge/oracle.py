@@ -54,6 +54,7 @@ class Forward:
     lse: torch.Tensor | None = None  # (N, H, L) log-sum-exp of the masked scores; -inf where a row sees no key
     sinks: torch.Tensor | None = None  # (N, H, L) each row's sink logit (gpt-oss's sinks, per query head), or None
     sink_P: torch.Tensor | None = None  # (N, H, L) the weight each row gives its sink (P's rows sum to 1 - it)
+    scores: torch.Tensor | None = None  # (N, H, L, S) the scores the softmax takes: scaled, modified, masked (-inf)
 
 
 def reference(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
@@ -102,6 +103,20 @@ def _detached(f: Forward) -> Forward:
     return Forward(**{n: t.detach() if isinstance(t, torch.Tensor) else t for n, t in vars(f).items()})
 
 
+def traced(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, score_mod=None,
+           sinks=None) -> tuple[tuple, Forward]:
+    """((q, k, v) as float64 leaves that require grad, the oracle's :class:`Forward` on them, its graph kept): what a
+    model of the backward takes gradients through -- from the scores (and the expanded values) to the inputs, past
+    the scale, the score modifier, the mask and the head map, whatever the API."""
+    q, k, v = (t.detach().double().cpu().requires_grad_(True) for t in (query, key, value))
+    m = attn_mask
+    if isinstance(m, torch.Tensor) and causal_variant(m) is None:
+        m = m.detach().cpu()
+        m = m if m.dtype == torch.bool else m.double()
+    sk = None if sinks is None else sinks.detach().double().cpu()
+    return (q, k, v), forward(q, k, v, m, is_causal, scale, enable_gqa, None, 0.0, score_mod, sk)
+
+
 def forward(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, keep=None, dropout_p=0.0,
             score_mod=None, sinks=None) -> Forward:
     """The oracle's forward on float64 CPU tensors, differentiable: a :class:`Forward`. ``sinks``: see
@@ -132,7 +147,7 @@ def forward(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=Fal
     if keep is not None:
         Pd = P * keep.to(P.device, torch.float64) * (1.0 / (1.0 - dropout_p) if dropout_p < 1 else 0.0)
     out = Pd @ vx  # (N, H, L, Ev)
-    return Forward(q, kx, vx, sc, G, P, Pd, out, batch, two_d, lse, row_sinks, sink_P)
+    return Forward(q, kx, vx, sc, G, P, Pd, out, batch, two_d, lse, row_sinks, sink_P, scores)
 
 
 def softmax_rows(scores: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ from attnlab.judge import hint as H
 from attnlab.judge import oracle, rule
 
 CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "kv-half", "pv-half", "lse-half",
-          "float32-in-float64", "eps-in-sum")  # the keys it names
+          "float32-in-float64", "eps-in-sum", "bwd-half")  # the keys it names (bwd-half: backward_precision)
 BAND = 2.0  # an error within this factor of one of a cause's orders fits the cause
 WIDE = 10.0  # ... in float64, where nothing correct comes near float32's error, and float32 rounds in many places
 SHAPE = 0.5  # a cast to half precision in a full-precision case: the output that near the cast's answer, on average
