@@ -29,7 +29,8 @@ TIED = 0.05  # models this close to the best cosine are said beside it
 BAND = 2.0  # the function's error within this factor of the model's
 SPREAD = 8.0  # the least number of entries (participation ratio) a model's error is spread over, to be read
 MARGIN = 2.0  # a model fails a gradient the function fails by at least 1/MARGIN of its limit, passes the others
-GRADS = ("dq", "dk", "dv")
+GRADS = ("dq", "dk", "dv", "dmask")
+TILES = (16, 32, 64, 128)  # the tiles an accumulator is modelled over (and once, over the whole length)
 STEPS = {  # step -> what is rounded, in the words of a line
     "dP": "dP = dO Vᵀ rounded to {dt}",
     "dP-operands": "dP = dO Vᵀ taken from dO and V cast to {dt}",
@@ -39,6 +40,10 @@ STEPS = {  # step -> what is rounded, in the words of a line
     "lse": "the log-sum-exp saved for the backward in {dt}, the weights recomputed from it",
     "dO": "dO cast to {dt}",
 }
+ACCUMULATED = {  # an accumulator kept in a half dtype between tiles: over which tiles, and which gradients
+    "dq-acc": ("dq accumulated in {dt} across key tiles{tile}", -1, ("dq",)),
+    "dkv-acc": ("dk and dv accumulated in {dt} across query tiles{tile}", -2, ("dk", "dv")),
+}
 NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
@@ -47,8 +52,13 @@ def variant(step: str, dtype: torch.dtype) -> str:
 
 
 def words(variant_text: str) -> str:
-    """A variant's step in words: "dP@bfloat16" -> "dP = dO Vᵀ rounded to bfloat16"."""
+    """A variant's step in words: "dP@bfloat16" -> "dP = dO Vᵀ rounded to bfloat16"; "dq-acc:64@bfloat16" -> "dq
+    accumulated in bfloat16 across key tiles of 64"."""
     step, dt = variant_text.split("@", 1)
+    if ":" in step:
+        step, tile = step.split(":", 1)
+        return ACCUMULATED[step][0].format(dt=dt, tile=" (rounded once, at the end)" if tile == "once" else
+                                           f" of {tile}")
     return STEPS[step].format(dt=dt)
 
 
@@ -60,38 +70,77 @@ def dtypes(case_dtype: torch.dtype) -> tuple[torch.dtype, ...]:
     return (torch.bfloat16, torch.float16) if case_dtype == torch.float32 else ()
 
 
-def models(args: dict, grad_out: torch.Tensor, dts) -> dict[tuple[str, torch.dtype], tuple]:
-    """(step, dtype) -> (dq, dk, dv) of the oracle's backward with that step rounded to dtype; (None, None) -> the
-    backward with nothing rounded (the oracle's gradients again: what the models are checked against)."""
-    (q, k, v), f = oracle.traced(**args)
-    out = oracle.unflatten(f.out, f)
-    (dO,) = torch.autograd.grad(out, f.out, grad_out.detach().double().cpu().reshape(out.shape), retain_graph=True)
-    P, O, V, S, lse = (t.detach() for t in (f.P, f.out, f.v, f.scores, f.lse))
-    dead = torch.isneginf(lse)[..., None]
+def _r(t: torch.Tensor, dt) -> torch.Tensor:
+    return t.to(dt).double()
 
-    def r(t, dt):
-        return t.to(dt).double()
 
-    def grads(step=None, dt=None):
-        Pb = r(P, dt) if step == "P" else P
+class Backward:
+    """The oracle's backward on a case, written out step by step, each step able to be rounded: its weights P, output
+    O, values V, scores and lse from the oracle's forward, dO the output's gradient in the forward's layout; dS and
+    dV go back to the inputs through the oracle's own graph."""
+
+    def __init__(self, args: dict, grad_out: torch.Tensor):
+        self.leaves, f = oracle.traced(**args)
+        out = oracle.unflatten(f.out, f)
+        (self.dO,) = torch.autograd.grad(out, f.out, grad_out.detach().double().cpu().reshape(out.shape),
+                                         retain_graph=True)
+        self.f = f
+        self.P, self.O, self.V, self.S, self.lse = (t.detach() for t in (f.P, f.out, f.v, f.scores, f.lse))
+        self.names = GRADS[:len(self.leaves)]
+
+    def parts(self, step=None, dt=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dS, dV) with ``step`` rounded to ``dt`` (none: the oracle's)."""
+        P, dO, V, O = self.P, self.dO, self.V, self.O
+        if step == "P":
+            P = _r(P, dt)
         if step == "lse":
-            Pb = torch.where(dead, 0.0, torch.exp(S - torch.where(dead, 0.0, r(lse, dt)[..., None])))
-        dOb = r(dO, dt) if step == "dO" else dO
-        dP = r(dOb, dt) @ r(V, dt).transpose(-2, -1) if step == "dP-operands" else dOb @ V.transpose(-2, -1)
-        dP = r(dP, dt) if step == "dP" else dP
-        D = (dOb * (r(O, dt) if step == "D" else O)).sum(-1, keepdim=True)
-        dS = Pb * (dP - D)
-        dS = r(dS, dt) if step == "dS" else dS
-        dV = Pb.transpose(-2, -1) @ dOb
-        g = torch.autograd.grad([f.scores, f.v], [q, k, v], [torch.where(torch.isneginf(S), 0.0, dS), dV],
-                                retain_graph=True, allow_unused=True)
-        return tuple(torch.zeros_like(t) if x is None else x for t, x in zip((q, k, v), g, strict=True))
+            dead = torch.isneginf(self.lse)[..., None]
+            P = torch.where(dead, 0.0, torch.exp(self.S - torch.where(dead, 0.0, _r(self.lse, dt)[..., None])))
+        dO = _r(dO, dt) if step == "dO" else dO
+        dP = _r(dO, dt) @ _r(V, dt).transpose(-2, -1) if step == "dP-operands" else dO @ V.transpose(-2, -1)
+        dP = _r(dP, dt) if step == "dP" else dP
+        dS = P * (dP - (dO * (_r(O, dt) if step == "D" else O)).sum(-1, keepdim=True))
+        dS = _r(dS, dt) if step == "dS" else dS
+        return torch.where(torch.isneginf(self.S), 0.0, dS), P.transpose(-2, -1) @ dO
 
-    found = {(None, None): grads()}
-    for dt in dts:
-        for step in STEPS:
-            found[(step, dt)] = grads(step, dt)
-    return found
+    def back(self, dS: torch.Tensor, dV: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The inputs' gradients of dS (on the scores) and dV (on the values each query head reads)."""
+        g = torch.autograd.grad([self.f.scores, self.f.v], self.leaves, [dS, dV], retain_graph=True,
+                                allow_unused=True)
+        return {n: torch.zeros_like(t) if x is None else x
+                for n, t, x in zip(self.names, self.leaves, g, strict=True)}
+
+    def steps(self, dts) -> dict:
+        """(variant text, dtype) -> the gradients with that step rounded, for each step and dtype."""
+        return {(s, dt): self.back(*self.parts(s, dt)) for dt in dts for s in STEPS}
+
+    def accumulated(self, dts, names) -> dict:
+        """The same for the accumulators of the gradients in ``names``: each tile's part in full precision, the sum
+        kept in ``dt`` after each tile (dq over key tiles, dk and dv over query tiles)."""
+        dS, dV = self.parts()
+        whole = self.back(dS, dV)
+        out = {}
+        for step, (_, dim, grads) in ACCUMULATED.items():
+            if not set(grads) & set(names):
+                continue
+            n = dS.shape[dim]
+            tiles = [t for t in TILES if t < n] + [n]
+            for t in tiles:
+                pieces = []
+                for lo in range(0, n, t):
+                    keep = torch.zeros(n, dtype=torch.bool)
+                    keep[lo:lo + t] = True
+                    if dim == -1:  # the key tile's columns of dS: its part of dq
+                        pieces.append(self.back(dS * keep, torch.zeros_like(dV)))
+                    else:  # the query tile's rows: its part of dk and dv
+                        rows = keep[:, None]
+                        pieces.append(self.back(dS * rows, (self.P * rows).transpose(-2, -1) @ self.dO))
+                for dt in dts:
+                    acc = {g: None for g in grads}
+                    for piece in pieces:
+                        acc = {g: _r(piece[g] if a is None else a + piece[g], dt) for g, a in acc.items()}
+                    out[(f"{step}:{'once' if t == n else t}", dt)] = {**whole, **acc}
+        return out
 
 
 def _error(grads: dict, ref: dict, names) -> torch.Tensor:
@@ -117,7 +166,8 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 def cause(case_dtype: torch.dtype, args: dict, grad_out: torch.Tensor, mine: dict, ref: dict, comps) -> list[str]:
     """The hints of a case whose output passes and whose gradients fail: ``[KEY, variant, ...]`` for the steps whose
     model fits (:func:`fits`), the best first; [] where none does. ``mine``/``ref``: the function's and the oracle's
-    gradients by name (dq, dk, dv); ``comps``: the case's comparisons (which failed, and their limits)."""
+    gradients by name (dq, dk, dv, dmask); ``comps``: the case's comparisons (which failed, and their limits). The
+    accumulators are modelled only where no single step fits."""
     dts = dtypes(case_dtype)
     by = {c.quantity: c for c in comps if c.quantity in GRADS}
     failed = [n for n, c in by.items() if not c.passed]
@@ -125,11 +175,13 @@ def cause(case_dtype: torch.dtype, args: dict, grad_out: torch.Tensor, mine: dic
         return []
     if any(mine[n] is None or mine[n].shape != ref[n].shape or not torch.isfinite(mine[n]).all() for n in by):
         return []
-    found = models(args, grad_out, dts)
-    plain = dict(zip(GRADS, found.pop((None, None)), strict=True))
+    bw = Backward(args, grad_out)
+    if set(by) - set(bw.names):
+        return []
+    plain = bw.back(*bw.parts())
     if any(rule.max_err(plain[n], ref[n]) > 0.1 * by[n].allowed for n in by):  # the model's backward is not the
         return []  # oracle's (a case it does not describe): it places nothing
-    fitting = fits(found, mine, ref, by, failed)
+    fitting = fits(bw.steps(dts), mine, ref, by, failed) or fits(bw.accumulated(dts, failed), mine, ref, by, failed)
     if not fitting:
         return []
     best = fitting[0][0]
@@ -141,8 +193,7 @@ def fits(found: dict, mine: dict, ref: dict, by: dict, failed: list[str]) -> lis
     size, failing the gradients it fails and passing the ones it passes."""
     e_mine = _error(mine, ref, failed)
     out = []
-    for key, g in found.items():
-        model = dict(zip(GRADS, g, strict=True))
+    for key, model in found.items():
         errs = {n: rule.max_err(model[n], ref[n]) for n in by}
         if any(errs[n] < by[n].allowed / MARGIN if n in failed else errs[n] > by[n].allowed * MARGIN for n in by):
             continue  # it would not fail what fails, or would fail what passes

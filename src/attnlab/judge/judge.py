@@ -429,15 +429,15 @@ def _precision(case: Case, out, exp: Expected, comps) -> list[str]:
 def _backward_precision(case: Case, x, mine: tuple, exp: Expected, comps) -> list[str]:
     """The backward's step whose rounding the failing gradients show, the output right
     (:mod:`attnlab.judge.backward_precision`)."""
-    names, every = quantities(case), quantities(case, True)
-    if len(mine) < len(every):
+    names = quantities(case)
+    if len(mine) < len(names):
         return []
     mod64, _ = exp.fresh(torch.float64, "cpu")
     args = dict(query=x.q, key=x.k, value=x.v, attn_mask=x.oracle_mask, is_causal=case.is_causal, scale=case.scale,
                 enable_gqa=case.gqa, score_mod=mod64)
     grads = backward_precision.GRADS
     return backward_precision.cause(DTYPES[case.dtype], args, x.grad_out,
-                                    {n: mine[every.index(n)] for n in grads if n in every},
+                                    {n: mine[names.index(n)] for n in grads if n in names},
                                     {n: exp.ref[names.index(n)] for n in grads if n in names}, comps)
 
 
@@ -487,7 +487,7 @@ def _hints(case: Case, x, mine, exp: Expected, comps, problems: list[str], learn
     if not any(h in PRECISE_ALREADY for h in hints) and (corrected is not None or not hints) and not (
             case.sinks and sink_causes.said_of_the_sink(hints)):  # (a sink reading's answer: no rounding's left)
         hints = hints + _precision(case, mine[0] if corrected is None else corrected, exp, comps)
-    if not hints and failed and set(failed) <= {"dq", "dk", "dv"} and exp.keep is None and not case.sinks:
+    if not hints and failed and set(failed) <= set(backward_precision.GRADS) and exp.keep is None and not case.sinks:
         hints = _backward_precision(case, x, mine, exp, comps)  # the output right: a step of the backward rounded?
     if case.api and not hints and exp.keep is None and failed == ["lse"]:  # the output right, its lse off by a
         allowed = next(c.allowed for c in comps if c.quantity == "lse")  # rounding's size

@@ -105,16 +105,19 @@ def _detached(f: Forward) -> Forward:
 
 def traced(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, score_mod=None,
            sinks=None) -> tuple[tuple, Forward]:
-    """((q, k, v) as float64 leaves that require grad, the oracle's :class:`Forward` on them, its graph kept): what a
-    model of the backward takes gradients through -- from the scores (and the expanded values) to the inputs, past
-    the scale, the score modifier, the mask and the head map, whatever the API."""
+    """((q, k, v[, a float mask that requires grad]) as float64 leaves that require grad, the oracle's
+    :class:`Forward` on them, its graph kept): what a model of the backward takes gradients through -- from the
+    scores (and the expanded values) to the inputs, past the scale, the score modifier, the mask and the head map,
+    whatever the API."""
     q, k, v = (t.detach().double().cpu().requires_grad_(True) for t in (query, key, value))
-    m = attn_mask
+    m, leaves = attn_mask, [q, k, v]
     if isinstance(m, torch.Tensor) and causal_variant(m) is None:
         m = m.detach().cpu()
-        m = m if m.dtype == torch.bool else m.double()
+        if m.dtype != torch.bool:
+            m = m.double().requires_grad_(attn_mask.requires_grad)
+            leaves += [m] if m.requires_grad else []
     sk = None if sinks is None else sinks.detach().double().cpu()
-    return (q, k, v), forward(q, k, v, m, is_causal, scale, enable_gqa, None, 0.0, score_mod, sk)
+    return tuple(leaves), forward(q, k, v, m, is_causal, scale, enable_gqa, None, 0.0, score_mod, sk)
 
 
 def forward(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, keep=None, dropout_p=0.0,
