@@ -324,3 +324,42 @@ def test_a_dq_accumulated_in_bfloat16_across_key_tiles_is_placed_with_its_tile()
     lines = _sdpa_lines(fn)
     assert named(lines)[:1] == ["bwd-half"], [d.key for d in lines]
     assert "dq accumulated in bfloat16 across key tiles of 32" in lines[0].text, lines[0].text
+
+
+def _lower_right_in_float16(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """Two bugs: is_causal aligned lower-right, and Q Kᵀ taken from q and k cast to float16."""
+    s = (q.half() @ k.half().transpose(-2, -1)).to(q.dtype) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if is_causal:
+        L, S = s.shape[-2:]
+        s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(S - L), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def test_a_wrong_mask_under_a_float16_rounding_is_named_with_its_rounding():
+    """Where both act, the output is neither the spec's rounded nor the wrong mask's exactly: read again with a half
+    rounding's room, the wrong mask fits, and the rounding's model run on the wrong mask's own forward places the
+    rest -- both are named (before: no pattern)."""
+    from attnlab.judge.cases import default_cases
+
+    cases = [c for c in default_cases(["float32"], long=False) if c.name == "L<S causal upper-left"]
+    r = verify.verify({"f": _lower_right_in_float16}, cases, timeout=None, check_dropout=False, backward=False)
+    (row,) = r.rows
+    print(row.status, row.hints)
+    assert [str(h) for h in row.hints] == ["lower-right-for-upper-left", "scores-rounded"], row.hints
+
+
+def test_a_wrong_mask_alone_is_not_given_a_rounding_it_does_not_have():
+    def lower_right(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        s = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale)
+        L, S = s.shape[-2:]
+        s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(S - L), float("-inf"))
+        noise = torch.randn(v[..., :L, :].shape, generator=torch.Generator().manual_seed(0)).to(v.dtype)
+        return torch.softmax(s, -1) @ v + 1e-3 * noise  # and an error of no rounding's pattern
+
+    from attnlab.judge.cases import default_cases
+
+    cases = [c for c in default_cases(["float32"], long=False) if c.name == "L<S causal upper-left"]
+    r = verify.verify({"f": lower_right}, cases, timeout=None, check_dropout=False, backward=False)
+    (row,) = r.rows
+    print(row.status, row.hints)
+    assert row.status == "fail" and not row.hints, row.hints

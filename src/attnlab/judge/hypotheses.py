@@ -34,9 +34,11 @@ from attnlab.judge.cases import Case
 BLOCKS = (16, 32, 64, 128)  # the tile widths a key length is padded to (pad-keys)
 
 
-def matches(case: Case, x, mine, exp, comps, learned: tuple = ()) -> tuple[list[str], torch.Tensor | None]:
+def matches(case: Case, x, mine, exp, comps, learned: tuple = (), slack: float | None = None
+            ) -> tuple[list[str], torch.Tensor | None]:
     """(the keys of the wrong semantics the failing output ``mine[0]`` agrees with (see the module docstring), the
-    output with those causes taken out, for a precision cause to be looked for in what is left)."""
+    output with those causes taken out, for a precision cause to be looked for in what is left). ``slack``: as
+    :func:`attnlab.judge.apis.hints` takes it."""
     if mine is None or not isinstance(mine[0], torch.Tensor) or mine[0].shape != exp.ref[0].shape:
         return [], None
     out, ref = mine[0].detach().double().cpu(), exp.ref[0]
@@ -45,6 +47,19 @@ def matches(case: Case, x, mine, exp, comps, learned: tuple = ()) -> tuple[list[
         return [], None
     if comps and comps[0].passed:  # the output is right: the fault is in the gradients
         return _backward(case, x, mine, exp, comps), None
+    base, alts = questions(case, x, exp, learned)
+    ex = explain.explain(out, ref, limit, base, alts, mean_of_v(exp), dead_rows(exp),
+                         slack=precision.noise(x.q.dtype, exp.fwd, ref) if slack is None else slack)
+    found = ex.keys
+    overflow = ~torch.isfinite(out).all(dim=-1) & torch.isfinite(ref).all(dim=-1) & ex.left  # (..., L)
+    if bool(overflow.any()) and case.magnitude > 1:
+        found.insert(0, "max-subtraction")
+    return found, ex.corrected
+
+
+def questions(case: Case, x, exp, learned: tuple = ()) -> tuple[dict, list]:
+    """The oracle's arguments for the case, and the wrong semantics to try against it (a probe's measured rules
+    among them)."""
     q, k, v = (t.detach().double().cpu() for t in (x.q, x.k, x.v))
     base = dict(query=q, key=k, value=v, attn_mask=oracle.cpu64(x.dense), is_causal=case.is_causal,
                 scale=case.scale, enable_gqa=case.gqa, keep=exp.keep, dropout_p=case.dropout_p,
@@ -54,13 +69,7 @@ def matches(case: Case, x, mine, exp, comps, learned: tuple = ()) -> tuple[list[
         from attnlab.judge.probes import learned as measured
 
         alts += measured.alternatives(list(learned))
-    ex = explain.explain(out, ref, limit, base, alts, mean_of_v(exp), dead_rows(exp),
-                         slack=precision.noise(x.q.dtype, exp.fwd, ref))
-    found = ex.keys
-    overflow = ~torch.isfinite(out).all(dim=-1) & torch.isfinite(ref).all(dim=-1) & ex.left  # (..., L)
-    if bool(overflow.any()) and case.magnitude > 1:
-        found.insert(0, "max-subtraction")
-    return found, ex.corrected
+    return base, alts
 
 
 def _backward(case: Case, x, mine, exp, comps) -> list[str]:

@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from attnlab import kernels
-from attnlab.judge import apis, backward_precision, hypotheses, mod_cases, oracle, precision, rule, sink_causes
+from attnlab.judge import apis, backward_precision, explain, hypotheses, mod_cases, oracle, precision, rule, sink_causes
+from attnlab.judge import hint as H
 from attnlab.judge.apart.remote import Remote, described
 from attnlab.judge.apis import lse
 from attnlab.judge.cases import DTYPES, Case, views
@@ -426,6 +427,42 @@ def _precision(case: Case, out, exp: Expected, comps) -> list[str]:
     return [key] if key else []
 
 
+FULL = (torch.float32, torch.float64)
+
+
+def _under_rounding(case: Case, x, mine: tuple, exp: Expected, comps, learned: tuple) -> list[str]:
+    """A full-precision output no wrong semantics fits and no rounding places, read again with a half rounding's room:
+    one wrong semantics that it is up to a rounding (a page count off, and the scores in float16), named only where
+    a rounding's model, run on that wrong semantics' own forward, places what is left -- both, or nothing."""
+    room = max(precision.noise(dt, exp.fwd, exp.ref[0]) for dt in precision.HALF)
+    ask = apis if case.api else hypotheses
+    if case.api:
+        keys, _ = apis.hints(case, x, mine[0], exp, _limit(comps), learned, slack=room)
+    else:
+        keys, _ = hypotheses.matches(case, x, mine, exp, comps, learned, slack=room)
+    keys = [k for k in keys if not H.hint(k).supporting and not H.hint(k).tied and not H.has_variant(k)]
+    if len(keys) != 1 or precision.rounding(keys[0]) or H.measured(keys[0]):
+        return []
+    base, alts = ask.questions(case, x, exp, learned)
+    out = mine[0].detach().double().cpu()
+    theirs = exp.theirs[0][0] if isinstance(exp.theirs, list) else exp.theirs[0]
+    for a in alts:
+        if a.change is None or a.key.split(apis.VARIANT)[0] != keys[0]:
+            continue
+        try:
+            alt, f = explain.answer(a.change(dict(base)))
+        except (TypeError, ValueError, RuntimeError, IndexError, KeyError):
+            continue
+        if alt.shape != out.shape or rule.max_err(out, alt) > _limit(comps) + room:
+            continue
+        # PyTorch's own error, carried onto the wrong question's answer: what a right computation of it would err
+        rounded = precision.cause(DTYPES[case.dtype], f, out, alt, alt + (theirs.detach().double().cpu() - exp.ref[0]),
+                                  _limit(comps))
+        if rounded:
+            return [keys[0], rounded]
+    return []
+
+
 def _backward_precision(case: Case, x, mine: tuple, exp: Expected, comps) -> list[str]:
     """The backward's step whose rounding the failing gradients show, the output right
     (:mod:`attnlab.judge.backward_precision`)."""
@@ -487,6 +524,8 @@ def _hints(case: Case, x, mine, exp: Expected, comps, problems: list[str], learn
     if not any(h in PRECISE_ALREADY for h in hints) and (corrected is not None or not hints) and not (
             case.sinks and sink_causes.said_of_the_sink(hints)):  # (a sink reading's answer: no rounding's left)
         hints = hints + _precision(case, mine[0] if corrected is None else corrected, exp, comps)
+    if not hints and "out" in failed and exp.keep is None and not case.sinks and DTYPES[case.dtype] in FULL:
+        hints = _under_rounding(case, x, mine, exp, comps, learned)  # two bugs: a semantic one, rounded
     if not hints and failed and set(failed) <= set(backward_precision.GRADS) and exp.keep is None and not case.sinks:
         hints = _backward_precision(case, x, mine, exp, comps)  # the output right: a step of the backward rounded?
     if case.api and not hints and exp.keep is None and failed == ["lse"]:  # the output right, its lse off by a

@@ -157,29 +157,37 @@ def modifier(case: Case):
     return lambda dtype=None, device=None: (mod, [])
 
 
-def hints(case: Case, x, out, exp, limit: float, learned: tuple = ()) -> tuple[list[str], object]:
+def hints(case: Case, x, out, exp, limit: float, learned: tuple = (), slack: float | None = None
+          ) -> tuple[list[str], object]:
     """The wrong semantics a failing API case's output matches (keys of :func:`attnlab.judge.causes.table`), row by
     row (:mod:`attnlab.judge.explain`): the API's mask ignored, the scale, the key heads, the dead rows, and the API
     module's own (``alternatives(case, args)``: a window swapped, causal aligned top-left, a sequence's keys
-    leaking into the next ...); and the output with those causes taken out."""
+    leaking into the next ...); and the output with those causes taken out. ``slack``: how far past the limit an
+    output may sit from an alternative's answer and still be it (default: a rounding's in the inputs' dtype)."""
     import torch
 
     from attnlab.judge import explain, hypotheses, precision
 
     if not isinstance(out, torch.Tensor) or out.shape != exp.ref[0].shape or not math.isfinite(limit):
         return [], None
-    base, alts = _questions(case, x, exp)
-    if learned:
-        from attnlab.judge.probes import learned as measured
-
-        alts = alts + measured.alternatives(list(learned))
+    base, alts = questions(case, x, exp, learned)
     ex = explain.explain(out, exp.ref[0], limit, base, alts, hypotheses.mean_of_v(exp), hypotheses.dead_rows(exp),
-                         slack=precision.noise(x.q.dtype, exp.fwd, exp.ref[0]))
+                         slack=precision.noise(x.q.dtype, exp.fwd, exp.ref[0]) if slack is None else slack)
     keys = list(dict.fromkeys(_unnumbered(k) for k in ex.keys))
     if case.magnitude > 1:  # scores in the hundreds: the softmax picks one key, and readings of the mask that differ
         # in the others agree: they only join what others name (a key explain marked so already stays as it is)
         return [H.as_support(k) for k in keys], None
     return keys, ex.corrected
+
+
+def questions(case: Case, x, exp, learned: tuple = ()) -> tuple[dict, list]:
+    """:func:`_questions`, with a probe's measured rules among the alternatives."""
+    base, alts = _questions(case, x, exp)
+    if learned:
+        from attnlab.judge.probes import learned as measured
+
+        alts = alts + measured.alternatives(list(learned))
+    return base, alts
 
 
 def _questions(case: Case, x, exp) -> tuple[dict, list]:
