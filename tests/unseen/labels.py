@@ -842,3 +842,74 @@ HELD5_AFTER_ALSO: dict[str, set[str]] = {}
 HELD5_SLIPS_AFTER = {**HELD5_SLIPS, "level-5/attempt_c": [("d-key-tile", "d-wrong", "raises"), ("scale-missing",)],
                      "level-7/attempt_c": [("edge-off-by-one", "pad-keys", *MASK), ("divide-axis", *SUMS, "raises")]}
 HELD5_SLIPS_AFTER_ALSO: dict[str, set[str]] = {}
+
+# held6: the sixth corpus written blind (tests/unseen/held6), labelled from its truths before its one run
+HELD6 = {
+    # flash-attn
+    "flash-attn/fa_01": [("bwd-half", *UNPLACED)],  # dP = dO Vᵀ from operands cast to bfloat16
+    "flash-attn/fa_02": [],
+    "flash-attn/fa_03": [("lse-base2", "measured:lse")],
+    # (the GQA backward's dk/dv summed as if tiled; the default scale a float32 rsqrt in float64)
+    "flash-attn/fa_04": [("gqa", "gradients-only", "measured:backward"), ("float32-in-float64", *UNPLACED)],
+    "flash-attn/fa_05": [("gradients-only", "measured:backward")],  # the soft-cap's derivative left out
+    # (dq overwritten by each key tile's part; ALiBi's distance signed)
+    "flash-attn/fa_06": [("gradients-only", "measured:backward"), ("flash-alibi-signed", "measured:bias")],
+    "flash-attn/fa_07": [MASK],  # a window's first key tile placed from the query tile's last row
+    "flash-attn/fa_08": [("flash-softcap-scale", "measured:scores")],
+    # (the running max and sum stored in float32 for float64 inputs; the lse the backward reads with them)
+    "flash-attn/fa_09": [("float32-in-float64", "bwd-half", *UNPLACED)],
+    # flash-attn-varlen
+    # (ALiBi added before the soft-cap; the window's left edge off by one)
+    "flash-attn-varlen/varlen_01": [("measured:bias", "measured:scores"), ("flash-window-edge", *MASK)],
+    "flash-attn-varlen/varlen_02": [("float32-in-float64", "bwd-half", *UNPLACED)],  # the lse in float32
+    "flash-attn-varlen/varlen_03": [("api-mask-ignored", *MASK)],  # causal with a right window > 0: its right side
+    "flash-attn-varlen/varlen_04": [("float32-in-float64", *UNPLACED)],  # ALiBi's bias in float32
+    "flash-attn-varlen/varlen_05": [MASK],  # each sequence's keys read at cu_seqlens_q's offsets
+    "flash-attn-varlen/varlen_06": [("scores-rounded", *UNPLACED)],  # Q Kᵀ from q and k cast to float16
+    "flash-attn-varlen/varlen_07": [],
+    "flash-attn-varlen/varlen_08": [("lse-dead-rows", "lse-only", "measured:lse")],
+    "flash-attn-varlen/varlen_09": [MASK],  # the last key tile placed from the query tile's first row
+    # (the backward without the soft-cap's derivative; the output's accumulator in float32 for float64 inputs)
+    "flash-attn-varlen/varlen_10": [("gradients-only", "measured:backward"),
+                                    ("float32-in-float64", "bwd-half", *UNPLACED)],
+    # flex
+    # (score_mod on q.k before the scale; the lse of a row with no key 0)
+    "flex/flex_01": [("measured:scores", "measured:bias", "flash-softcap-scale"),
+                     ("lse-dead-rows", "lse-only", "measured:lse")],
+    "flex/flex_02": [("flex-block-size", *MASK)],
+    "flex/flex_03": [("float32-in-float64", *UNPLACED)],  # log2(e) a float32 constant
+    "flex/flex_04": [("flex-mod-kv-head", "measured:bias", *MASK)],
+    "flex/flex_05": [],
+    "flex/flex_06": [("softmax-half", *UNPLACED)],  # each block's row sums taken in float16
+    # (full blocks visited twice, as partial and as full; the kv head h % Hkv)
+    "flex/flex_07": [(*MASK, "measured:bias", "measured:sums"), ("gqa", "measured:heads")],
+    "flex/flex_08": [MASK],  # mask_mod on block-local indices
+    "flex/flex_09": [MASK],  # the block mask's batch 0 for every batch
+    # paged-decode
+    "paged-decode/paged_01": [("paged-stale-slots", "paged-seqlens-ignored", *MASK)],
+    # (no guard on the running max: NaN rows; the output put back with reshape, scrambling heads and queries)
+    "paged-decode/paged_02": [(*MASK, "measured:dead-rows"), ("measured:heads", *MASK)],
+    "paged-decode/paged_03": [(*CACHE, "paged-new-kv-stale")],  # appended as if the pages were consecutive
+    "paged-decode/paged_04": [MASK],  # the mask reads a key's slot in its page, not its position
+    "paged-decode/paged_05": [],
+    "paged-decode/paged_06": [("paged-new-kv-unseen", *MASK)],  # queries placed by the length before the append
+    "paged-decode/paged_07": [("float32-in-float64", *UNPLACED)],  # log(l) in float32
+    "paged-decode/paged_08": [("float32-in-float64", *UNPLACED)],  # tanh in float32
+    # (the new keys written into clones of the caches; softcap * tanh(s))
+    "paged-decode/paged_09": [("paged-cache-not-written", "paged-cache-written"), ("measured:scores",)],
+    # sdpa
+    "sdpa/sdpa_01": [("causal-alignment", "lower-right", *MASK)],
+    "sdpa/sdpa_02": [],
+    # (the running sum not rescaled; the default scale 1/sqrt(Ev))
+    "sdpa/sdpa_03": [("online-not-rescaled", "measured:sums", "measured:bias", "measured:scores", *MASK),
+                     ("Ev!=E", "measured:scores")],
+    "sdpa/sdpa_04": [("pv-half", "kv-half", "exp-half", *UNPLACED)],  # P V in bfloat16
+    "sdpa/sdpa_05": [("bwd-half", "float32-in-float64", *UNPLACED)],  # D = rowsum(dO O) in float32
+    "sdpa/sdpa_06": [("grad-mask", "gradients-only")],
+    # (the backward's NaN where a row sees no key; a bool mask replacing causal instead of joining it)
+    "sdpa/sdpa_07": [("dead-rows", "measured:dead-rows", "gradients-only", "measured:backward"),
+                     ("causal+mask", *MASK)],
+    "sdpa/sdpa_08": [("gqa", "measured:heads")],
+    "sdpa/sdpa_09": [("dead-rows", "measured:dead-rows")],  # a bool mask as finfo.min: empty rows the mean of V
+}
+HELD6_ALSO: dict[str, set[str]] = {}
