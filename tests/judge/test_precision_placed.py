@@ -240,6 +240,7 @@ def _sdpa_lines(fn, names=("basic", "causal", "probe: weights")):
     return lines
 
 
+@pytest.mark.slow  # verify on several cases, or the backward's models: over 0.3 s of CPU
 def test_a_backward_that_rounds_dp_to_bfloat16_is_placed_at_that_step():
     from tests.judge.cause_fixtures import dp_in_bfloat16
 
@@ -248,6 +249,7 @@ def test_a_backward_that_rounds_dp_to_bfloat16_is_placed_at_that_step():
     assert "dP = dO Vᵀ rounded to bfloat16" in lines[0].text
 
 
+@pytest.mark.slow  # verify on several cases, or the backward's models: over 0.3 s of CPU
 def test_a_backward_formula_off_by_a_fraction_of_a_percent_is_not_told_as_a_rounding():
     """dq 0.3 % too large fails float32 and float64 by about a half rounding's size, as dP in bfloat16 does: its
     error does not point where any rounded step's does, so no step is named (before the spread and the rows' count
@@ -273,6 +275,7 @@ def test_a_backward_formula_off_by_a_fraction_of_a_percent_is_not_told_as_a_roun
     assert "bwd-half" not in named(lines) and named(lines)[:1] == ["gradients-only"], [d.key for d in lines]
 
 
+@pytest.mark.slow  # verify on several cases, or the backward's models: over 0.3 s of CPU
 def test_the_backward_models_are_the_oracles_backward_where_nothing_is_rounded():
     """The models take dS and dV back through the oracle's own graph: with nothing rounded they give the oracle's
     gradients, through a soft-cap, ALiBi, a window and GQA (a flash-attn case in the oracle's layout)."""
@@ -300,6 +303,7 @@ def test_the_backward_models_are_the_oracles_backward_where_nothing_is_rounded()
     assert moved > 1e-6, moved  # and a rounded step moves them
 
 
+@pytest.mark.slow  # verify on several cases, or the backward's models: over 0.3 s of CPU
 def test_a_dq_accumulated_in_bfloat16_across_key_tiles_is_placed_with_its_tile():
     from tests.judge.cause_fixtures import _DPHalfBackward
 
@@ -335,6 +339,7 @@ def _lower_right_in_float16(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=Fa
     return torch.softmax(s, -1) @ v
 
 
+@pytest.mark.slow  # verify on several cases, or the backward's models: over 0.3 s of CPU
 def test_a_wrong_mask_under_a_float16_rounding_is_named_with_its_rounding():
     """Where both act, the output is neither the spec's rounded nor the wrong mask's exactly: read again with a half
     rounding's room, the wrong mask fits, and the rounding's model run on the wrong mask's own forward places the
@@ -348,6 +353,7 @@ def test_a_wrong_mask_under_a_float16_rounding_is_named_with_its_rounding():
     assert [str(h) for h in row.hints] == ["lower-right-for-upper-left", "scores-rounded"], row.hints
 
 
+@pytest.mark.slow  # verify on several cases, or the backward's models: over 0.3 s of CPU
 def test_a_wrong_mask_alone_is_not_given_a_rounding_it_does_not_have():
     def lower_right(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         s = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale)

@@ -57,6 +57,7 @@ def words(variant_text: str) -> str:
     step, dt = variant_text.split("@", 1)
     if ":" in step:
         step, tile = step.split(":", 1)
+        tile = tile.removesuffix("/scale")  # (the sum kept in q.k's units, scaled at the end: the same step)
         return ACCUMULATED[step][0].format(dt=dt, tile=" (rounded once, at the end)" if tile == "once" else
                                            f" of {tile}")
     return STEPS[step].format(dt=dt)
@@ -136,10 +137,14 @@ class Backward:
                         rows = keep[:, None]
                         pieces.append(self.back(dS * rows, (self.P * rows).transpose(-2, -1) @ self.dO))
                 for dt in dts:
-                    acc = {g: None for g in grads}
-                    for piece in pieces:
-                        acc = {g: _r(piece[g] if a is None else a + piece[g], dt) for g, a in acc.items()}
-                    out[(f"{step}:{'once' if t == n else t}", dt)] = {**whole, **acc}
+                    for unit in (1.0, self.f.scale):  # the sum kept scaled, or in q.k's units (scaled at the end)
+                        acc = {g: None for g in grads}
+                        for piece in pieces:
+                            acc = {g: _r(piece[g] / unit if a is None else a + piece[g] / unit, dt)
+                                   for g, a in acc.items()}
+                        tag = "" if unit == 1.0 else "/scale"
+                        out[(f"{step}:{'once' if t == n else t}{tag}", dt)] = {**whole,
+                                                                              **{g: a * unit for g, a in acc.items()}}
         return out
 
 

@@ -429,7 +429,8 @@ def _steps(group) -> str:
     """The backward's rounded steps a bwd-half line's rows fit, the most rows first (at most three)."""
     seen = Counter(H.variant(h.lead) for r in group for h in r.hints
                    if not h.tied and h.has_variant and H.base(h.lead) == backward_precision.KEY)
-    return " or ".join(backward_precision.words(v) for v, _ in seen.most_common(3)) or "a step of the backward"
+    said = list(dict.fromkeys(backward_precision.words(v) for v, _ in seen.most_common()))
+    return " or ".join(said[:3]) or "a step of the backward"
 
 
 def _by_numbers(r) -> bool:
