@@ -913,3 +913,56 @@ HELD6 = {
     "sdpa/sdpa_09": [("dead-rows", "measured:dead-rows")],  # a bool mask as finfo.min: empty rows the mean of V
 }
 HELD6_ALSO: dict[str, set[str]] = {}
+
+# ... and its learners' files, labelled the same way before their one run
+HELD6_SLIPS = {
+    "level-1/attempt_a": [],
+    "level-1/attempt_b": [("diagonal", *MASK)],  # j >= i hidden: each query loses its own key
+    "level-1/attempt_c": [("max-subtraction", "measured:overflow")],  # scores[0] subtracted, not the max
+    "level-1/attempt_d": [("scale-1/d", "measured:scores")],
+    "level-1/attempt_e": [("dtype",)],
+    # (the scale by sqrt(Ev); the mask aligned bottom-right)
+    "level-1/attempt_f": [("Ev!=E", "measured:scores"), ("lower-right", "causal-alignment", *MASK)],
+    "level-2/attempt_a": [],
+    "level-2/attempt_b": [("softmax-dim", *SUMS)],
+    "level-2/attempt_c": [("square-assumed", "raises")],  # the mask built (L, L): raises where L != S
+    "level-2/attempt_d": [("mask-zero", *MASK)],  # scores * ~mask: hidden scores 0
+    "level-2/attempt_e": [("float32-in-float64", *UNPLACED)],  # sqrt(E) a float32 tensor
+    # (no max subtracted; the mask aligned bottom-right)
+    "level-2/attempt_f": [("max-subtraction", "measured:overflow"), ("lower-right", "causal-alignment", *MASK)],
+    "level-3/attempt_a": [],
+    "level-3/attempt_b": [("heads-split",)],
+    "level-3/attempt_c": [("merge-view",)],
+    "level-3/attempt_d": [("scale-C",)],
+    "level-3/attempt_e": [("float32-in-float64", *UNPLACED)],  # the softmax in float32 in a float64 module
+    # (tril(diagonal=1): one key ahead; .view on the transposed y raises where H > 1)
+    "level-3/attempt_f": [("peeks-ahead", *MASK), ("raises",)],
+    "level-4/attempt_a": [],
+    "level-4/attempt_b": [("tile-mask", *MASK)],
+    "level-4/attempt_c": [("acc-not-rescaled", "online-not-rescaled")],
+    "level-4/attempt_d": [("lse-no-max", "lse-shift", "measured:lse")],
+    "level-4/attempt_e": [("float32-in-float64", *UNPLACED)],  # the lse rounded to float32 for float64 inputs
+    # (the causal skip tested against the tile's first query; the last partial key tile dropped)
+    "level-4/attempt_f": [("skip-bound", *MASK), ("last-tile-dropped", "tail-dropped", *MASK)],
+    "level-5/attempt_a": [],
+    "level-5/attempt_b": [("d-wrong",)],  # D = rowsum(P dP) over one key tile
+    "level-5/attempt_c": [("scale-missing",)],
+    "level-5/attempt_d": [("ds-precedence",)],
+    "level-5/attempt_e": [("float32-in-float64", "bwd-half", *UNPLACED)],  # D in float32
+    # (exp(s) / exp(lse) overflowing; dq overwritten by each key tile)
+    "level-5/attempt_f": [("measured:overflow", "max-subtraction"), ("dq-overwritten",)],
+    "level-6/attempt_a": [],
+    "level-6/attempt_b": [("before-write",)],  # the cache read up to pos - 1: the token's own key left out
+    "level-6/attempt_c": [("whole-buffer",)],
+    "level-6/attempt_d": [("slot-behind",)],
+    "level-6/attempt_e": [("float32-in-float64", *UNPLACED)],  # the key rotated in float32
+    "level-6/attempt_f": [("rope-k-only",), ("unscaled",)],  # q not rotated; no 1/sqrt(d)
+    "level-7/attempt_a": [],
+    "level-7/attempt_b": [("bound-short", *MASK)],
+    "level-7/attempt_c": [("pad-keys", *MASK)],
+    "level-7/attempt_d": [("sum-not-rescaled", "online-not-rescaled")],
+    "level-7/attempt_e": [("lse-dtype", "lse-half", *UNPLACED)],
+    # (the lse in base 2; the edge mask against L, not S)
+    "level-7/attempt_f": [("lse-base2",), ("pad-keys", "square-assumed", *MASK)],
+}
+HELD6_SLIPS_ALSO: dict[str, set[str]] = {}
