@@ -235,6 +235,11 @@ def causal_self_attention(slip=None):
                 w = torch.softmax(s, dim=-1).masked_fill(future, 0.0)
             elif slip == "causal-ignored":
                 w = torch.softmax(s, dim=-1)
+            elif slip == "softmax-float32":  # the mixed-precision habit: the weights in float32 whatever x's dtype
+                w = torch.softmax(s.masked_fill(future, -math.inf).float(), dim=-1).type_as(s)
+            elif slip == "peeks-ahead+view":  # key i + 1 seen, and the merge a .view of a transposed tensor
+                w = torch.softmax(s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(2), -math.inf), dim=-1)
+                return self.proj((w @ v).transpose(1, 2).view(B, T, C))
             else:
                 w = torch.softmax(s.masked_fill(future, -math.inf), dim=-1)
             y = (w @ v).view(B, T, C) if slip == "merge-view" else (w @ v).transpose(1, 2).reshape(B, T, C)

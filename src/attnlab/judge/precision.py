@@ -152,9 +152,11 @@ def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float, ou
     if not (math.isfinite(err) and err > limit):
         return None
     told = live & _off_the_max(f)  # (where the lse is its row's max score, a half dtype's scores give its bits too)
-    held = _stored_half(mine.detach().cpu()[told]) if int(told.sum()) >= 2 else None
+    held = _stored_half(mine.detach().cpu()[told], case_dtype) if int(told.sum()) >= 2 else None
     if held is not None and err <= ROUNDINGS * torch.finfo(held).eps * float(f.lse[live].abs().max()):
-        return "lse-half"  # every value a half dtype's, and off by a few of its roundings: it was stored there
+        # every value a half dtype's (or in a float64 call, float32's), and off by a few of its roundings: it was
+        # stored there
+        return "float32-in-float64" if held == torch.float32 else "lse-half"
     models = {key: [float((order(f, case_dtype) - f.lse)[live].abs().max()) for order in orders]
               for key, orders in _lse_models(case_dtype).items()}
     if out_limit is not None:
@@ -176,14 +178,15 @@ def _off_the_max(f: oracle.Forward) -> torch.Tensor:
     return torch.nan_to_num(gap, nan=0.0) > ROUNDINGS * torch.finfo(torch.bfloat16).eps * f.lse.abs()
 
 
-def _stored_half(x: torch.Tensor) -> torch.dtype | None:
+def _stored_half(x: torch.Tensor, case_dtype: torch.dtype | None = None) -> torch.dtype | None:
     """The half dtype every value of a tensor is a value of (some not integers, which every dtype holds), float16's
-    before bfloat16's: the tensor passed through that dtype on its way -- a fact of its bits, not of its error's
-    size. None where there is none."""
+    before bfloat16's -- or in a float64 call (``case_dtype``), float32: the tensor passed through that dtype on its
+    way -- a fact of its bits, not of its error's size. None where there is none."""
     x = x[torch.isfinite(x)].double()
     if x.numel() < 2 or bool((x == x.round()).all()):
         return None
-    return next((h for h in HALF if bool((x.to(h).double() == x).all())), None)
+    narrower = (*HALF, torch.float32) if case_dtype == torch.float64 else HALF
+    return next((h for h in narrower if bool((x.to(h).double() == x).all())), None)
 
 
 def _fitting(case_dtype: torch.dtype, err: float, floor: float, models: dict) -> str | None:

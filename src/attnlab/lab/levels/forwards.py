@@ -46,6 +46,10 @@ TEXT = {
                  "(m + log2 l) · ln 2",
     "lse-dtype": "your lse comes back in the inputs' half precision: keep it in float32 (a bfloat16 lse holds 3 "
                  "significant digits, and the backward's exp(s − lse) turns its error into the weights' error)",
+    "lse-half": "your lse's values are half precision's (rounded to the inputs' float16 or bfloat16 before they were "
+                "stored, and off by that rounding): keep m + log(l) in float32 all the way to the store",
+    "float32-in-float64": "your lse's values are float32's in a float64 call (rounded there, .float(), before they "
+                          "were stored, and off by that rounding): keep it in the inputs' float64",
     "lse-wrong": "your lse is not the log-sum-exp of the row's scores (log Σ_j exp(s_ij) over the keys the row sees): "
                  "the rows above say by how much",
 }
@@ -113,6 +117,32 @@ def lse_rows(reply: dict, cases, name: str, seed: int) -> list[Row]:
         detail = "" if mine.shape == ref.shape else f"lse has shape {tuple(mine.shape)}, not {tuple(ref.shape)}"
         rows.append(Row(name, label, case.dtype, "pass" if c.passed else "fail", comparisons=[c], detail=detail))
     return rows
+
+
+def lse_stored(reply: dict, cases, rows, seed: int) -> list[str]:
+    """["lse-half"] (or in a float64 call, ["float32-in-float64"]) where every failing lse case's values, on the
+    rows whose lse stands off their max score, are a narrower dtype's than the tensor that holds them, and off by a
+    few of that dtype's roundings: they were rounded there on their way -- a fact of their bits
+    (:func:`attnlab.judge.precision.lse_cause`'s reading), not of their error's size. Else []."""
+    from attnlab.judge import precision
+    from attnlab.judge.cases import DTYPES
+
+    from .own import unpack
+
+    held = set()
+    for case, r, row in zip(cases, reply.get("cases") or [], rows, strict=False):
+        if row.status == "pass":
+            continue
+        if "lse" not in r:
+            return []
+        x = V.inputs(case, case.seed(seed))
+        f = oracle.answer(*(t.double() for t in (x.q, x.k, x.v)), is_causal=case.is_causal)[1]
+        mine = unpack(r["lse"]).double().reshape(f.lse.shape)
+        key = precision.lse_cause(DTYPES[case.dtype], f, mine, row.comparisons[0].allowed if row.comparisons else 0.0)
+        if key not in ("lse-half", "float32-in-float64"):
+            return []
+        held.add(key)
+    return sorted(held) if len(held) == 1 else []
 
 
 def lse_half(reply: dict) -> bool:

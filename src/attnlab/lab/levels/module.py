@@ -1,13 +1,13 @@
 """Level 3, the multi-head module: the lesson's ``CausalSelfAttention(d_model, n_head)``, written by the learner.
 
 The learner's class gets the library's weights (:class:`attnlab.nn.causal.CausalSelfAttention`, whose
-parameters are named ``qkv`` and ``proj`` as the starter's are) and is graded on two inputs: its output
-and every parameter's gradient against the library's module in float64 under verify's rule (the
-library's module in float32 sets the limit). Then it is trained: a tiny GPT with the learner's module
-in its block, beside the same GPT with the library's, from the same weights on the same tokens, and
-the two loss curves compared step by step. Each quantity is held to verify's rule, its rounding floor
-the attention's own (:func:`attnlab.judge.rule.rounding_floor`) carried through the two linear layers
-(:func:`budget`). Slips named from the output: the heads split or merged along the wrong axis, the
+parameters are named ``qkv`` and ``proj`` as the starter's are) and is graded on four inputs (:data:`CASES`: one with
+a single head, one in float64): its output and every parameter's gradient against the library's module in float64
+under verify's rule (the library's module in the case's dtype sets the limit). Then it is trained: a tiny GPT with
+the learner's module in its block, beside the same GPT with the library's, from the same weights on the same tokens,
+and the two loss curves compared step by step. Each quantity is held to verify's rule, its rounding floor the
+attention's own (:func:`attnlab.judge.rule.rounding_floor`) carried through the two linear layers (:func:`budget`).
+Slips named from the output: the heads split or merged along the wrong axis, the
 output projection skipped, q, k, v taken from the wrong thirds, the scale, the mask.
 """
 
@@ -24,7 +24,14 @@ from attnlab.judge import oracle, rule
 
 from . import own, ways
 
-CASES = (("d_model = 32, 4 heads, T = 12", 32, 4, (2, 12)), ("d_model = 48, 6 heads, T = 17", 48, 6, (1, 17)))
+# (name, d_model, heads, (B, T), dtype): the module as the lesson trains it, in float32; one head alone (where a split
+# or merge along the wrong axis is no slip, so the others show beside it); and in float64 (module.double(): a step
+# computed in float32 there is lost precision)
+CASES = (("d_model = 32, 4 heads, T = 12", 32, 4, (2, 12), "float32"),
+         ("d_model = 48, 6 heads, T = 17", 48, 6, (1, 17), "float32"),
+         ("d_model = 16, 1 head, T = 9", 16, 1, (2, 9), "float32"),
+         ("d_model = 32, 4 heads, T = 12, float64", 32, 4, (1, 12), "float64"))
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
 STEPS = 20  # training steps, beside the library's
 LOSS_TOL = 1e-3  # the most the two loss curves may differ at any step
 SEQS = ()
@@ -39,9 +46,9 @@ def _library(C: int, H: int, seed: int):
 
 
 def _inputs(i: int, seed: int):
-    _, C, _, (B, T) = CASES[i]
+    _, C, _, (B, T), dt = CASES[i]
     g = torch.Generator().manual_seed(seed * 100 + i)
-    return torch.randn(B, T, C, generator=g), torch.randn(B, T, C, generator=g)
+    return torch.randn(B, T, C, generator=g).to(DTYPES[dt]), torch.randn(B, T, C, generator=g).to(DTYPES[dt])
 
 
 def _outputs(module, x, gout) -> dict[str, torch.Tensor]:
@@ -99,9 +106,9 @@ def run(cls, header: dict) -> dict:
             return {"losses": own.said(e)}
     cases = []
     for i in own.indices(header, len(CASES)):
-        _, C, H, _ = CASES[i]
+        _, C, H, _, dt = CASES[i]
         try:
-            mine = cls(C, H)
+            mine = cls(C, H).to(DTYPES[dt])
             try:
                 mine.load_state_dict(_library(C, H, seed + i).state_dict())
             except (RuntimeError, KeyError) as e:
@@ -158,13 +165,13 @@ def forward64(lib, x, slip: Slip = Slip()):
     return lib.proj(y) if slip.proj else y
 
 
-def budget(lib, x, gout) -> dict[str, float]:
-    """The float32 rounding the rule allows each judged quantity of the module: the attention's own floor
+def budget(lib, x, gout, dtype: torch.dtype = torch.float32) -> dict[str, float]:
+    """The rounding in ``dtype`` the rule allows each judged quantity of the module: the attention's own floor
     (:func:`attnlab.judge.rule.rounding_floor`, on the module's q, k, v and the gradient that reaches them), carried
     through the two linear layers to first order, each sum of n products allowed u·√n·Σ|products| as the rule allows
     its own. The projection to q, k, v is ``self.qkv`` in the learner's module and the library's alike (the starter
     keeps it), so its rounding is in PyTorch's own error, which the rule allows twice."""
-    u = torch.finfo(torch.float32).eps
+    u = torch.finfo(dtype).eps
     lib, x, gout = lib.double(), x.double(), gout.double()
     B, T, C = x.shape
     H, d, n = lib.n_head, lib.head_dim, B * T
@@ -172,7 +179,7 @@ def budget(lib, x, gout) -> dict[str, float]:
     with torch.no_grad():
         q, k, v = (t.view(B, T, H, d).transpose(1, 2) for t in lib.qkv(x).split(C, dim=-1))
         dy = (gout @ Wo).view(B, T, H, d).transpose(1, 2)  # the gradient that reaches the attention's output
-        fl = rule.rounding_floor(q, k, v, is_causal=True, grad_out=dy, dtype=torch.float32)
+        fl = rule.rounding_floor(q, k, v, is_causal=True, grad_out=dy, dtype=dtype)
         y = oracle.reference(q, k, v, is_causal=True).transpose(1, 2).reshape(n, C)
         y_err = fl["out"]  # one element of y (q, k, v come from self.qkv in both: their rounding is PyTorch's own)
         d_err = max(fl["dq"], fl["dk"], fl["dv"]) + u * math.sqrt(C) * float((gout.abs() @ Wo.abs()).max())
@@ -189,26 +196,25 @@ def budget(lib, x, gout) -> dict[str, float]:
 def judge(reply: dict, seed: int, name: str = "CausalSelfAttention"):
     rows, got, right = [], [], []
     replies = reply.get("cases") or [{"error": reply.get("raised", "no answer")}] * len(CASES)
-    for i, ((cname, C, H, _), r) in enumerate(zip(CASES, replies, strict=True)):
+    for i, ((cname, C, H, _, dt), r) in enumerate(zip(CASES, replies, strict=True)):
         x, gout = _inputs(i, seed)
-        lib32 = _library(C, H, seed + i)
-        theirs = _outputs(lib32, x, gout)
+        theirs = _outputs(_library(C, H, seed + i).to(DTYPES[dt]), x, gout)  # the library's, in the case's dtype
         ref = _outputs(_library(C, H, seed + i).double(), x.double(), gout.double())
         right.append({"out": ref["out"]})
-        if (gone := own.answered(r, name, cname, "float32")) is not None:
+        if (gone := own.answered(r, name, cname, dt)) is not None:
             rows.append(gone)
             got.append(None)
             continue
         mine = {n: own.unpack(t) for n, t in r["values"].items()}
         if (bad := own.wrong_shape(mine, ref)) is not None:
-            rows.append(own.row(name, cname, "float32", [], error=f"returned {bad}"))
+            rows.append(own.row(name, cname, dt, [], error=f"returned {bad}"))
             got.append(None)
             continue
         got.append(mine)
-        room = budget(_library(C, H, seed + i), x, gout)
-        comps = [own.compare(n, mine.get(n, torch.full((0,), math.nan)), theirs[n], ref[n], torch.float32, room[n])
+        room = budget(_library(C, H, seed + i), x, gout, DTYPES[dt])
+        comps = [own.compare(n, mine.get(n, torch.full((0,), math.nan)), theirs[n], ref[n], DTYPES[dt], room[n])
                  for n in ref]
-        rows.append(own.row(name, cname, "float32", comps))
+        rows.append(own.row(name, cname, dt, comps))
     losses = reply.get("losses")
     mine_curve = losses if isinstance(losses, list) else None
     library = library_curve(seed)
@@ -222,7 +228,7 @@ def judge(reply: dict, seed: int, name: str = "CausalSelfAttention"):
         ok = bool(gap <= LOSS_TOL) and all(math.isfinite(a) for a in mine_curve)
         rows.append(own.row(name, f"trained {STEPS} steps beside the library's", "float32",
                             [Comparison("loss", gap, gap, 0.0, LOSS_TOL, ok)]))
-    keys = own.named(got, right, slip_list(seed), ["float32"] * len(CASES), pairs=slip_list(seed, both=True)) if any(
+    keys = own.named(got, right, slip_list(seed), [c[4] for c in CASES], pairs=slip_list(seed, both=True)) if any(
         r.status != "pass" for r in rows) else []
     errs = [float((m["out"].double() - right[i]["out"]).abs().max()) for i, m in enumerate(got) if m is not None]
     err = max(errs) if len(errs) == len(CASES) else math.inf

@@ -235,10 +235,27 @@ def wrong_shape(mine: dict, right: dict) -> str | None:
 
 
 def lines(keys, text, rows=()) -> list[Diagnosis]:
-    """The named slips' lines; where none is named, the precision the failing cases lost, if that is what they
-    show (:func:`unplaced`)."""
+    """The named slips' lines; where none is named, the precision the failing cases that did not raise lost, if
+    that is what they show (:func:`unplaced`), else what they share; and a line for each exception the learner's
+    code raised (:func:`raised`), which is what those cases show whatever else is named -- a slip read from the
+    cases that ran does not say why the others raised."""
     out = [Diagnosis(k, text[k]) for k in dict.fromkeys(keys)]
-    return out or unplaced(rows) or shared(rows)
+    ran = [r for r in rows if r.facts.kind != "raised"]
+    return (out or unplaced(ran) or shared(ran)) + raised(rows)
+
+
+def raised(rows) -> list[Diagnosis]:
+    """One "raises" line for each exception (its type and first line) the learner's code raised, the most cases
+    first, with how many and in which dtypes."""
+    from attnlab.judge import causes
+
+    groups: dict[tuple[str, str], list] = {}
+    for r in rows:
+        if r.facts.kind == "raised":
+            groups.setdefault((r.facts.raised_type, (r.facts.raised_message or "").splitlines()[0][:160]), []).append(r)
+    line = causes.table()["raises"].text
+    return [Diagnosis("raises", line.format(type=t, message=m or "(no message)"), len(g), sorted({r.dtype for r in g}),
+                      g[0].case) for (t, m), g in sorted(groups.items(), key=lambda x: -len(x[1]))]
 
 
 def shared(rows) -> list[Diagnosis]:

@@ -260,7 +260,8 @@ def extra_rows(ask, name: str, seed: int):
     # launched: the graded cases' raises line says so, and alone); a tile slip whose lse the learner's is, on every
     # case where that slip's differs from the right one, is named from these rows too (the lse cases run more tiles
     # than the graded ones: a causal mask compared inside the tiles shows only here)
-    return rows, ([*_lse_slips(reply, seed), "lse-wrong"] if wrong else []), {}
+    stored = forwards.lse_stored(reply, LSE_CASES, rows, seed) if wrong else []  # its values a narrower dtype's
+    return rows, ([*_lse_slips(reply, seed), *(stored or ["lse-wrong"])] if wrong else []), {}
 
 
 def _lse_slips(reply: dict, seed: int) -> list[str]:
