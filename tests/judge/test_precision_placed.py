@@ -78,6 +78,16 @@ def test_an_lse_stored_in_float16_for_float32_inputs_is_lse_half_from_its_bits()
     assert keys[:1] == ["lse-half"], keys
 
 
+def test_an_lse_stored_in_float32_for_float64_inputs_is_a_float32_step_from_its_bits():
+    """Its values float32's in a float64 call (before: only the lse fails, unplaced)."""
+    fn = _lse_stored(None, lambda lse: lse.float().to(lse.dtype))
+    keys = named(_lines(fn, dtypes=("float64",)))
+    assert keys[:1] == ["float32-in-float64"], keys
+    assert precision._stored_half(torch.randn(50, dtype=torch.float64).float().double(), torch.float64) == \
+        torch.float32
+    assert precision._stored_half(torch.randn(50, dtype=torch.float64).float().double()) is None  # (not asked)
+
+
 def test_an_lse_wrong_by_a_formula_the_size_of_a_rounding_is_not_told_as_stored_in_half():
     """0.01 sin(13 lse) added: the size of bfloat16's rounding, and none of its bits."""
     keys = named(_lines(_lse_stored(None, lambda lse: lse + 0.01 * torch.sin(13.0 * lse)), dtypes=("float32",)))
