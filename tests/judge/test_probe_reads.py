@@ -198,3 +198,33 @@ def test_a_block_mask_read_at_the_kv_head_is_measured_as_another_heads_mask():
                                                              "L=S=256: blocks differ by head",), dtypes=("float32",)),
                      "visibility")
     assert said and "head 1 sees head 0's, head 2 head 1's, head 3 head 1's" in said[0], said
+
+
+def _held6(name: str):
+    """A kernel of the sixth blind corpus (tests/unseen/held6), after its one run."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "unseen" / "held6" / "kernels" / "flash-attn-varlen" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"held6_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.kernel
+
+
+@pytest.mark.slow  # verify on a case of 12 heads: over 0.3 s of CPU
+def test_a_varlen_alibi_bias_built_in_float32_fails_where_the_slopes_are_not_powers_of_two():
+    """held6's varlen_04 passed every case: its ALiBi cases had 4 heads, whose slopes are powers of two, and a power
+    of two times a distance is exact in float32."""
+    lines = _lines(_held6("varlen_04"), "flash-attn-varlen", ("varlen: ALiBi with 12 heads, softcap, keys longer",),
+                   dtypes=("float64",))
+    assert [d.key for d in lines][:1] == ["float32-in-float64"], [d.key for d in lines]
+
+
+@pytest.mark.slow  # verify on a probe: over 0.3 s of CPU
+def test_a_varlen_alibi_added_before_the_soft_cap_is_measured_as_a_bias():
+    """held6's varlen_01 adds ALiBi before the soft-cap: its weights' bias is no slope times a distance (varlen had no
+    case of the two together)."""
+    said = _measured(_lines(_held6("varlen_01"), "flash-attn-varlen",
+                            ("probe: weights, ALiBi (H,), softcap, 3 sequences",)), "bias")
+    assert said and "the spec's bias" in said[0], said

@@ -97,6 +97,9 @@ def varlen() -> list[Case]:
         c("weights, window (2, 2), causal, 2 sequences", "weights", (6, 8), (6, 8), causal=True, window=(2, 2)),
         replace(c("weights, ALiBi (H,), 3 sequences", "weights", (3, 5, 4), (6, 4, 9), H=4), mod="flash: alibi",
                 api=V.words(V.NAME, q=(3, 5, 4), k=(6, 4, 9), alibi=True)),
+        replace(c("weights, ALiBi (H,), softcap, 3 sequences", "weights", (3, 5, 4), (6, 4, 9), H=4),
+                mod="flash: softcap, alibi", api=V.words(V.NAME, q=(3, 5, 4), k=(6, 4, 9), softcap=True, alibi=True)),
+        # (flash-attn's own probe of the two together: which comes first, the bias or the cap, shows in the weights)
         c("weights, window (3, 2), a sequence of 140 and one of a single query", "weights", (140, 1), (140, 9),
           window=(3, 2), E=LONG),  # (tiles of a long sequence; a decode path's own mask)
         c("heads, GQA 4/2", "heads", (3, 4), (5, 6), H=4, Hkv=2),
