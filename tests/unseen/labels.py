@@ -966,3 +966,69 @@ HELD6_SLIPS = {
     "level-7/attempt_f": [("lse-base2",), ("pad-keys", "square-assumed", *MASK)],
 }
 HELD6_SLIPS_ALSO: dict[str, set[str]] = {}
+
+# held7: the seventh corpus written blind (tests/unseen/held7), labelled from its truths before its one run
+HELD7 = {
+    # flash-attn
+    "flash-attn/fa_01": [("api-top-left", "flash-alibi-offset", *MASK, "measured:bias")],  # queries placed top-left
+    "flash-attn/fa_02": [("measured:bias", "measured:scores")],  # ALiBi before the soft-cap
+    "flash-attn/fa_03": [("softmax-half", "exp-half", *UNPLACED)],  # the softmax's sum in bfloat16
+    "flash-attn/fa_04": [("gqa", "gradients-only", "measured:backward")],  # dk/dv summed as if tiled
+    # (causal drops a left window; tanh in float32 for float64 inputs)
+    "flash-attn/fa_05": [MASK, ("float32-in-float64", *UNPLACED)],
+    "flash-attn/fa_06": [("float32-in-float64", *UNPLACED)],  # log2(e) a float32 constant
+    "flash-attn/fa_07": [],
+    "flash-attn/fa_08": [("flash-alibi-signed", "measured:bias")],
+    "flash-attn/fa_09": [("flash-window-edge", *MASK), ("lse-base2", "measured:lse")],  # left edge off by one; log2
+    # flash-attn-varlen
+    "flash-attn-varlen/varlen_01": [("lse-dead-rows", "lse-only", "measured:lse")],
+    "flash-attn-varlen/varlen_02": [("float32-in-float64", *UNPLACED)],  # logsumexp of float32 scores
+    "flash-attn-varlen/varlen_03": [("varlen-diagonal-from-max", *MASK, "measured:bias")],
+    # (a sequence's first query given to the one before: searchsorted's side; the kv heads tiled)
+    "flash-attn-varlen/varlen_04": [("varlen-queries-shifted", *MASK), ("gqa", "measured:heads")],
+    # (the soft-cap on unscaled scores; the backward's D in float32 for float64 inputs)
+    "flash-attn-varlen/varlen_05": [("flash-softcap-scale", "measured:scores"),
+                                    ("bwd-half", "float32-in-float64", *UNPLACED)],
+    "flash-attn-varlen/varlen_06": [("gradients-only", "measured:backward")],  # the soft-cap's derivative left out
+    "flash-attn-varlen/varlen_07": [],
+    "flash-attn-varlen/varlen_08": [("lse-half", *UNPLACED)],  # the lse buffer in bfloat16
+    "flash-attn-varlen/varlen_09": [("flash-alibi-one-row", "measured:bias")],  # (B, H) slopes: row 0 for all
+    # flex
+    "flex/flex_01": [("measured:bias", "measured:scores", *MASK)],  # the mods' query index local to its block
+    "flex/flex_02": [("float32-in-float64", *UNPLACED)],
+    "flex/flex_03": [],
+    # (the kv block size read from BLOCK_SIZE[0]; the mods' query index aligned bottom-right)
+    "flex/flex_04": [("flex-block-size", *MASK), ("measured:bias", "measured:scores", *MASK)],
+    # (the mods given the kv head; the lse buffer in the inputs' dtype)
+    "flex/flex_05": [("flex-mod-kv-head", "measured:bias", *MASK), ("lse-half", *UNPLACED)],
+    "flex/flex_06": [("float32-in-float64", *UNPLACED)],  # score_mod's result rounded to float32
+    "flex/flex_07": [("dead-rows", "measured:dead-rows", "lse-dead-rows")],  # hidden keys finfo.min
+    "flex/flex_08": [MASK],  # the full blocks left out
+    "flex/flex_09": [("measured:scores", "measured:bias", "flash-softcap-scale")],  # score_mod before the scale
+    # paged-decode
+    "paged-decode/paged_01": [("softmax-half", "pv-half", *UNPLACED)],  # l and acc in bfloat16
+    "paged-decode/paged_02": [(*MASK, "measured:bias")],  # queries placed by the cache's old length
+    "paged-decode/paged_03": [("tail-dropped", *MASK)],  # pages counted with //
+    # (causal drops a left window; the four splits sized with //: the last keys dropped)
+    "paged-decode/paged_04": [MASK, ("tail-dropped", *MASK)],
+    "paged-decode/paged_05": [("measured:sums", "measured:bias", *MASK)],  # empty splits merged with lse 0
+    # (the appended keys not attended; float32 for float64 inputs)
+    "paged-decode/paged_06": [("paged-new-kv-unseen", *MASK), ("float32-in-float64", *UNPLACED)],
+    "paged-decode/paged_07": [(*CACHE, "paged-new-kv-stale")],  # appended into the token's index's page
+    "paged-decode/paged_08": [],
+    "paged-decode/paged_09": [("float32-in-float64", *UNPLACED)],  # the splits' outputs in float32
+    # sdpa
+    # (a float mask added before the scale; the mask in float32 for float64 inputs)
+    "sdpa/sdpa_01": [("float-mask", "measured:bias"), ("float32-in-float64", *UNPLACED)],
+    "sdpa/sdpa_02": [("grad-mask", "gradients-only")],
+    "sdpa/sdpa_03": [("causal-alignment", "lower-right", *MASK)],
+    "sdpa/sdpa_04": [("dead-rows", "measured:dead-rows")],  # NaN where a row sees no key
+    "sdpa/sdpa_05": [("pv-half", *UNPLACED)],  # the accumulator in bfloat16
+    "sdpa/sdpa_06": [],
+    # (a bool mask replacing causal; the default scale 1/sqrt(Ev))
+    "sdpa/sdpa_07": [("causal+mask", *MASK), ("Ev!=E", "measured:scores")],
+    "sdpa/sdpa_08": [("float32-in-float64", *UNPLACED)],
+    "sdpa/sdpa_09": [("gqa", "measured:heads")],
+    "sdpa/sdpa_10": [("bwd-half", *UNPLACED)],  # the lse saved for the backward in bfloat16
+}
+HELD7_ALSO: dict[str, set[str]] = {}
