@@ -46,7 +46,8 @@ def test_every_file_of_each_corpus_has_its_labels_and_each_label_its_file():
                                   ("held3", L.HELD3, "kernels"), ("held3", L.HELD3_SLIPS, "slips"),
                                   ("held4", L.HELD4, "kernels"), ("held4", L.HELD4_SLIPS, "slips"),
                                   ("held5", L.HELD5, "kernels"), ("held5", L.HELD5_SLIPS, "slips"),
-                                  ("held6", L.HELD6, "kernels"), ("held6", L.HELD6_SLIPS, "slips")):
+                                  ("held6", L.HELD6, "kernels"), ("held6", L.HELD6_SLIPS, "slips"),
+                                  ("held7", L.HELD7, "kernels"), ("held7", L.HELD7_SLIPS, "slips")):
         kinds = {f"{p.parent.name}/{p.stem}": run.truth(p)["kind"] for p in (run.HERE / corpus / folder).glob("*/*.py")
                  if p.stem != "__init__"}
         wrong = {n for n, k in kinds.items() if k != "correct"}

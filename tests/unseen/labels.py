@@ -1032,3 +1032,53 @@ HELD7 = {
     "sdpa/sdpa_10": [("bwd-half", *UNPLACED)],  # the lse saved for the backward in bfloat16
 }
 HELD7_ALSO: dict[str, set[str]] = {}
+
+# ... and its learners' files, labelled the same way before their one run
+HELD7_SLIPS = {
+    "level-1/attempt_a": [("diagonal", *MASK)],  # j >= i hidden
+    "level-1/attempt_b": [],
+    "level-1/attempt_c": [("max-subtraction", "measured:overflow")],
+    "level-1/attempt_d": [("softmax-half", "scores-rounded", "exp-half", *UNPLACED)],  # bfloat16 work
+    "level-1/attempt_e": [("lower-right", "causal-alignment", *MASK), ("dtype",)],
+    "level-1/attempt_f": [("raises", "square-assumed")],  # key i indexed past S where L > S
+    "level-2/attempt_a": [("softmax-dim", *SUMS)],
+    "level-2/attempt_b": [],
+    "level-2/attempt_c": [("square-assumed", "raises")],  # the mask built (S, L)
+    "level-2/attempt_d": [("scores-rounded", "softmax-half", *UNPLACED)],  # the scores cast to bfloat16 first
+    # (the scale by sqrt(Ev); masked_fill's result thrown away: no mask)
+    "level-2/attempt_e": [("Ev!=E", "measured:scores"), ("causal-ignored", *MASK)],
+    "level-2/attempt_f": [("raises",)],  # the sum without keepdim: a shape error on every call
+    "level-3/attempt_a": [("heads-split",)],
+    "level-3/attempt_b": [],
+    "level-3/attempt_c": [("scale-C",)],
+    "level-3/attempt_d": [("merge-view",)],
+    "level-3/attempt_e": [("no-proj",), ("raises",)],  # no projection; a float mask to masked_fill raises
+    "level-3/attempt_f": [("causal-reversed", *MASK)],  # torch.where's branches swapped
+    "level-4/attempt_a": [("acc-not-rescaled", "online-not-rescaled")],
+    "level-4/attempt_b": [],
+    "level-4/attempt_c": [("lse-no-max", "lse-shift", "measured:lse")],
+    "level-4/attempt_d": [("float32-in-float64", *UNPLACED)],  # float32 work for float64 inputs
+    "level-4/attempt_e": [("tile-mask", *MASK), ("lse-dtype", "lse-half", *UNPLACED)],  # tile mask; lse in bf16
+    "level-4/attempt_f": [("no-skip",)],
+    "level-5/attempt_a": [("ds-precedence",)],
+    "level-5/attempt_b": [],
+    "level-5/attempt_c": [("dv-not-transposed", "raises")],  # P @ dO for dv
+    "level-5/attempt_d": [("float32-in-float64", "bwd-half", *UNPLACED)],  # D in float32
+    # (the lse slice without its trailing dim: raises; dk without the scale)
+    "level-5/attempt_e": [("raises", "lse-other-row"), ("scale-missing",)],
+    "level-5/attempt_f": [("dq-overwritten",)],
+    "level-6/attempt_a": [("before-write",)],  # slots 0 .. pos - 1: the token's own key left out
+    "level-6/attempt_b": [],
+    "level-6/attempt_c": [("rope-q-only",)],  # the key cached before its rotation
+    "level-6/attempt_d": [("float32-in-float64", *UNPLACED)],  # the softmax in float32
+    "level-6/attempt_e": [("scale-1/d",), ("dtype",)],
+    "level-6/attempt_f": [("whole-buffer",)],
+    "level-7/attempt_a": [("pad-keys", *MASK)],
+    "level-7/attempt_b": [],
+    "level-7/attempt_c": [("bound-short", *MASK)],
+    "level-7/attempt_d": [("scores-rounded", "softmax-half", *UNPLACED)],  # the masked scores cast to half
+    # (acc / l_i along the wrong axis; a base-2 max with a natural log in the lse)
+    "level-7/attempt_e": [("divide-axis", *SUMS, "raises"), ("lse-base2", "measured:lse")],
+    "level-7/attempt_f": [("stale-max", "max-not-carried")],  # the running max never updated
+}
+HELD7_SLIPS_ALSO: dict[str, set[str]] = {}
