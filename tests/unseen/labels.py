@@ -835,7 +835,8 @@ HELD5_AFTER = {**HELD5,
                # bwd-half (a backward's step rounded, placed by its pattern) came after them too
                "flash-attn/fa2_bwd_dp_bf16": [("bwd-half", *UNPLACED)],
                "flash-attn/fa2_lse_checkpoint_fp32": [("bwd-half", "float32-in-float64", *UNPLACED)],
-               "sdpa/sdpa_saved_out_bf16": [("bwd-half", *UNPLACED)]}
+               "sdpa/sdpa_saved_out_bf16": [("bwd-half", *UNPLACED)],
+               "flash-attn-varlen/varlen_window_dq_acc": [("flash-window-edge", *MASK), ("bwd-half", *UNPLACED)]}
 HELD5_AFTER_ALSO: dict[str, set[str]] = {}
 # ... and its learners' files: d-key-tile (D sliced at the key tile's range) came after the labels were set down,
 # and edge-off-by-one (an edge mask that lets key S through)
