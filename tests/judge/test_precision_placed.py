@@ -251,6 +251,18 @@ def _sdpa_lines(fn, names=("basic", "causal", "probe: weights")):
     return lines
 
 
+def _sdpa_with(function):
+    """SDPA through ``function`` (an autograd.Function of q, k, v, scale, causal) where it takes the case; PyTorch's own
+    where the case needs a mask or GQA."""
+    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if attn_mask is not None or enable_gqa:
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                                                    is_causal=is_causal, scale=scale,
+                                                                    enable_gqa=enable_gqa)
+        return function.apply(q, k, v, q.shape[-1] ** -0.5 if scale is None else scale, is_causal)
+    return fn
+
+
 @pytest.mark.slow  # verify on several cases, or the backward's models: over 0.3 s of CPU
 def test_a_backward_that_rounds_dp_to_bfloat16_is_placed_at_that_step():
     from tests.judge.cause_fixtures import dp_in_bfloat16
@@ -275,14 +287,7 @@ def test_a_backward_formula_off_by_a_fraction_of_a_percent_is_not_told_as_a_roun
             return ds @ k * ctx.scale * 1.003, ds.transpose(-2, -1) @ q * ctx.scale, p.transpose(-2, -1) @ do, \
                 None, None
 
-    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        if attn_mask is not None or enable_gqa:
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                                                    is_causal=is_causal, scale=scale,
-                                                                    enable_gqa=enable_gqa)
-        return Off.apply(q, k, v, q.shape[-1] ** -0.5 if scale is None else scale, is_causal)
-
-    lines = _sdpa_lines(fn, ("basic", "causal", "probe: weights", "probe: scores"))
+    lines = _sdpa_lines(_sdpa_with(Off), ("basic", "causal", "probe: weights", "probe: scores"))
     assert "bwd-half" not in named(lines) and named(lines)[:1] == ["gradients-only"], [d.key for d in lines]
 
 
@@ -329,14 +334,7 @@ def test_a_dq_accumulated_in_bfloat16_across_key_tiles_is_placed_with_its_tile()
                 dq = (part if dq is None else dq + part).to(torch.bfloat16).to(q.dtype)
             return dq, ds.transpose(-2, -1) @ q * ctx.scale, p.transpose(-2, -1) @ do, None, None
 
-    def fn(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        if attn_mask is not None or enable_gqa:
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                                                    is_causal=is_causal, scale=scale,
-                                                                    enable_gqa=enable_gqa)
-        return Tiled.apply(q, k, v, q.shape[-1] ** -0.5 if scale is None else scale, is_causal)
-
-    lines = _sdpa_lines(fn)
+    lines = _sdpa_lines(_sdpa_with(Tiled))
     assert named(lines)[:1] == ["bwd-half"], [d.key for d in lines]
     assert "dq accumulated in bfloat16 across key tiles of 32" in lines[0].text, lines[0].text
 
