@@ -78,7 +78,6 @@ def test_an_lse_stored_in_float16_for_float32_inputs_is_lse_half_from_its_bits()
     assert keys[:1] == ["lse-half"], keys
 
 
-@pytest.mark.slow  # verify on several cases: over 0.3 s of CPU
 def test_an_lse_stored_in_float32_for_float64_inputs_is_a_float32_step_from_its_bits():
     """Its values float32's in a float64 call (before: only the lse fails, unplaced)."""
     fn = _lse_stored(None, lambda lse: lse.float().to(lse.dtype))
@@ -291,7 +290,6 @@ def test_a_backward_formula_off_by_a_fraction_of_a_percent_is_not_told_as_a_roun
     assert "bwd-half" not in named(lines) and named(lines)[:1] == ["gradients-only"], [d.key for d in lines]
 
 
-@pytest.mark.slow  # verify on several cases, or the backward's models: over 0.3 s of CPU
 def test_the_backward_models_are_the_oracles_backward_where_nothing_is_rounded():
     """The models take dS and dV back through the oracle's own graph: with nothing rounded they give the oracle's
     gradients, through a soft-cap, ALiBi, a window and GQA (a flash-attn case in the oracle's layout)."""
@@ -348,7 +346,6 @@ def _lower_right_in_float16(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=Fa
     return torch.softmax(s, -1) @ v
 
 
-@pytest.mark.slow  # verify on several cases, or the backward's models: over 0.3 s of CPU
 def test_a_wrong_mask_under_a_float16_rounding_is_named_with_its_rounding():
     """Where both act, the output is neither the spec's rounded nor the wrong mask's exactly: read again with a half
     rounding's room, the wrong mask fits, and the rounding's model run on the wrong mask's own forward places the
@@ -362,7 +359,6 @@ def test_a_wrong_mask_under_a_float16_rounding_is_named_with_its_rounding():
     assert [str(h) for h in row.hints] == ["lower-right-for-upper-left", "scores-rounded"], row.hints
 
 
-@pytest.mark.slow  # verify on several cases, or the backward's models: over 0.3 s of CPU
 def test_a_wrong_mask_alone_is_not_given_a_rounding_it_does_not_have():
     def lower_right(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         s = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale)

@@ -24,7 +24,6 @@ def test_a_module_whose_softmax_is_float32_fails_the_float64_case_as_precision_l
     assert passed and keys == []
 
 
-@pytest.mark.slow  # the module judged on its four cases: seconds of CPU
 def test_an_exception_beside_a_slip_is_a_raises_line_of_its_own():
     """The .view raises wherever there are several heads; the one-head case runs, and shows the mask."""
     keys, passed = C.own_keys(levels.find("module"), S.causal_self_attention("peeks-ahead+view"), 0)
