@@ -22,6 +22,7 @@ import math
 import torch
 
 from attnlab.judge import oracle, rule
+from attnlab.judge.precision import cosine
 
 KEY = "bwd-half"  # the cause's key; a row names the steps that fit as its variants: bwd-half=dP@bfloat16
 SAME = 0.8  # the least cosine between the model's gradient error and the function's
@@ -163,11 +164,6 @@ def _spread(e: torch.Tensor) -> float:
     return e2.sum().item() ** 2 / s4 if s4 > 0 else 0.0
 
 
-def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
-    na, nb = a.norm().item(), b.norm().item()
-    return (a @ b).item() / (na * nb) if na > 0 and nb > 0 else 0.0
-
-
 def cause(case_dtype: torch.dtype, args: dict, grad_out: torch.Tensor, mine: dict, ref: dict, comps) -> list[str]:
     """The hints of a case whose output passes and whose gradients fail: ``[KEY, variant, ...]`` for the steps whose
     model fits (:func:`fits`), the best first; [] where none does. ``mine``/``ref``: the function's and the oracle's
@@ -203,7 +199,7 @@ def fits(found: dict, mine: dict, ref: dict, by: dict, failed: list[str]) -> lis
         if any(errs[n] < by[n].allowed / MARGIN if n in failed else errs[n] > by[n].allowed * MARGIN for n in by):
             continue  # it would not fail what fails, or would fail what passes
         e_model = _error(model, ref, failed)
-        c = _cosine(e_mine, e_model)
+        c = cosine(e_mine, e_model)
         size = e_mine.norm().item() / max(e_model.norm().item(), 1e-300)
         if c >= SAME and 1 / BAND <= size <= BAND and math.isfinite(size) and _spread(e_model) >= SPREAD:
             out.append((c, key))

@@ -421,10 +421,15 @@ def _precision(case: Case, out, exp: Expected, comps) -> list[str]:
     if exp.keep is not None:  # dropout's draw: the roundings' models have none, a constant in the sum holds there too
         eps = precision.eps_in_sum(exp.fwd, out.detach().double().cpu(), exp.ref[0], _limit(comps))
         return ["eps-in-sum"] if eps is not None else []
-    theirs = exp.theirs[0][0] if isinstance(exp.theirs, list) else exp.theirs[0]
+    theirs = _theirs_out(exp)
     lse_ok = next((c.allowed for c in comps if c.quantity == "lse" and c.passed), None)  # an lse that passed
     key = precision.cause(DTYPES[case.dtype], exp.fwd, out, exp.ref[0], theirs, _limit(comps), lse_ok)
     return [key] if key else []
+
+
+def _theirs_out(exp: Expected) -> torch.Tensor:
+    """PyTorch's output in the case's dtype (the first of its answers where the case has several)."""
+    return exp.theirs[0][0] if isinstance(exp.theirs, list) else exp.theirs[0]
 
 
 FULL = (torch.float32, torch.float64)
@@ -435,17 +440,16 @@ def _under_rounding(case: Case, x, mine: tuple, exp: Expected, comps, learned: t
     one wrong semantics that it is up to a rounding (a page count off, and the scores in float16), named only where
     a rounding's model, run on that wrong semantics' own forward, places what is left -- both, or nothing."""
     room = max(precision.noise(dt, exp.fwd, exp.ref[0]) for dt in precision.HALF)
-    ask = apis if case.api else hypotheses
     if case.api:
         keys, _ = apis.hints(case, x, mine[0], exp, _limit(comps), learned, slack=room)
     else:
         keys, _ = hypotheses.matches(case, x, mine, exp, comps, learned, slack=room)
-    keys = [k for k in keys if not H.hint(k).supporting and not H.hint(k).tied and not H.has_variant(k)]
+    keys = [h.lead for h in map(hint, keys) if not h.supporting and not h.tied and not h.has_variant]
     if len(keys) != 1 or precision.rounding(keys[0]) or H.measured(keys[0]):
         return []
-    base, alts = ask.questions(case, x, exp, learned)
+    base, alts = (apis if case.api else hypotheses).questions(case, x, exp, learned)
     out = mine[0].detach().double().cpu()
-    theirs = exp.theirs[0][0] if isinstance(exp.theirs, list) else exp.theirs[0]
+    theirs = _theirs_out(exp)
     for a in alts:
         if a.change is None or a.key.split(apis.VARIANT)[0] != keys[0]:
             continue

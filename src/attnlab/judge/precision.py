@@ -87,11 +87,11 @@ def _cause(case_dtype, f, mine, ref, theirs, limit) -> str | None:
         if case_dtype not in HALF and key != "float32-in-float64":  # a cast a full-precision case does not make:
             answers = [a for a in answers if rule.mean_err(mine, a) <= SHAPE * rule.mean_err(a, ref)]  # the answer too
         models[key] = [rule.max_err(a, ref) for a in answers]
-        pointing += [(_cosine(mine - ref, a - ref), key, e) for a, e in zip(answers, models[key], strict=True)]
+        pointing += [(cosine(mine - ref, a - ref), key, e) for a, e in zip(answers, models[key], strict=True)]
     return _pointing(case_dtype, err, floor, pointing) or _fitting(case_dtype, err, floor, models)
 
 
-def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     """How alike two errors are in direction, over every element (0 where either is none)."""
     a, b = a.flatten(), b.flatten()
     n = float(a.norm() * b.norm())

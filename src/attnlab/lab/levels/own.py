@@ -245,17 +245,14 @@ def lines(keys, text, rows=()) -> list[Diagnosis]:
 
 
 def raised(rows) -> list[Diagnosis]:
-    """One "raises" line for each exception (its type and first line) the learner's code raised, the most cases
-    first, with how many and in which dtypes."""
-    from attnlab.judge import causes
+    """The "raises" lines verify's diagnosis gives the rows where the learner's code raised (one an exception, the
+    most cases first, with how many and in which dtypes)."""
+    from types import SimpleNamespace
 
-    groups: dict[tuple[str, str], list] = {}
-    for r in rows:
-        if r.facts.kind == "raised":
-            groups.setdefault((r.facts.raised_type, (r.facts.raised_message or "").splitlines()[0][:160]), []).append(r)
-    line = causes.table()["raises"].text
-    return [Diagnosis("raises", line.format(type=t, message=m or "(no message)"), len(g), sorted({r.dtype for r in g}),
-                      g[0].case) for (t, m), g in sorted(groups.items(), key=lambda x: -len(x[1]))]
+    from attnlab.judge.diagnose import diagnose
+
+    gone = [r for r in rows if r.facts.kind == "raised"]
+    return [d for d in diagnose(SimpleNamespace(rows=gone), gone[0].form) if d.key == "raises"] if gone else []
 
 
 def shared(rows) -> list[Diagnosis]:
