@@ -157,14 +157,30 @@ def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float, ou
         # every value a half dtype's (or in a float64 call, float32's), and off by a few of its roundings: it was
         # stored there
         return "float32-in-float64" if held == torch.float32 else "lse-half"
-    models = {key: [float((order(f, case_dtype) - f.lse)[live].abs().max()) for order in orders]
-              for key, orders in _lse_models(case_dtype).items()}
+    gone = (mine.detach().double().cpu() - f.lse)[live]
+    answers = {key: [(order(f, case_dtype) - f.lse)[live] for order in orders]
+               for key, orders in _lse_models(case_dtype).items()
+               if not (key == "lse-half" and held is None and int(told.sum()) >= 2)}
+    # (an lse rounded to a half dtype as a whole has that dtype's values, which these are not: its bits refute it)
     if out_limit is not None:
         ref = oracle.unflatten(f.Pd @ f.v, f)
-        models = {key: errs for key, errs in models.items() if not _predicts(
-            key, _models(case_dtype), f, case_dtype, out_limit,
+        answers = {key: errs for key, errs in answers.items() if not _predicts(
+            key, _forwards_of_lse(case_dtype), f, case_dtype, out_limit,
             lambda a: rule.max_err(oracle.unflatten(a, f), ref))}
-    return _fitting(case_dtype, err, limit, models)
+    # named only where a model's error points where the function's does: a rounding of the lse's size made
+    # elsewhere (the scores', the sum's) errs as much, in other rows
+    return _pointing(case_dtype, err, limit, [(cosine(gone, e), key, float(e.abs().max()))
+                                              for key, errs in answers.items() for e in errs])
+
+
+def _forwards_of_lse(dtype: torch.dtype) -> dict:
+    """The outputs of each cause an lse model stands for: :func:`_models`' own, and for softmax-half also the sum
+    alone kept in the dtype, the weights divided by it in full precision (whose lse :func:`_lse_sum_rounded` is): a
+    sum kept in bfloat16 moves the output by one rounding, which the output's rule can pass."""
+    models = _models(dtype)
+    if "softmax-half" in models:
+        models = {**models, "softmax-half": (*models["softmax-half"], _sum_rounded)}
+    return models
 
 
 ROUNDINGS = 4  # an lse held in a half dtype is off by at most this many of its relative roundings (eps) of |lse|
@@ -173,9 +189,12 @@ ROUNDINGS = 4  # an lse held in a half dtype is off by at most this many of its 
 def _off_the_max(f: oracle.Forward) -> torch.Tensor:
     """The rows whose log-sum-exp stands off their largest score by more than a few of bfloat16's roundings of it:
     there an lse whose every value is a half dtype's was stored there. Where one key outweighs the rest (large
-    logits), the lse *is* the max score, and scores computed in a half dtype make it one of that dtype's values too."""
-    gap = f.lse - _scores(f).amax(dim=-1)
-    return torch.nan_to_num(gap, nan=0.0) > ROUNDINGS * torch.finfo(torch.bfloat16).eps * f.lse.abs()
+    logits), the lse *is* the max score, and scores computed in a half dtype make it one of that dtype's values too.
+    Nor the rows whose max score is 0 (a probe's q = 0): there the lse is log(l) alone, and a log taken of a sum kept
+    in a half dtype is that dtype's value as much as an lse stored there."""
+    top = _scores(f).amax(dim=-1)
+    gap = f.lse - top
+    return (torch.nan_to_num(gap, nan=0.0) > ROUNDINGS * torch.finfo(torch.bfloat16).eps * f.lse.abs()) & (top != 0)
 
 
 def _stored_half(x: torch.Tensor, case_dtype: torch.dtype | None = None) -> torch.dtype | None:
@@ -247,7 +266,8 @@ def _lse_models(dtype: torch.dtype) -> dict:
                                    of(lambda f, dt: _r(_scores(f) / f.scale, dt) * f.scale)),
                 "scale-folded": tuple(of(lambda f, dt, side=side: _scores(f) + _fold_error(f, dt, side))
                                       for side in (True, False, None)),
-                "softmax-half": (_lse_sum_rounded,),
+                "softmax-half": (_lse_sum_rounded, functools.partial(_lse_sum_rounded, log=True),
+                                 functools.partial(_lse_sum_rounded, log=True, each=True)),
                 "exp-half": (lambda f, dt: _lse_of_p(f, _exp_rounded(f, dt, True)),
                              lambda f, dt: _lse_of_p(f, _exp_rounded(f, dt, False))),
                 "lse-half": (lambda f, dt: _r(f.lse, dt),)}
@@ -348,11 +368,16 @@ def _lse(s: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(s, dim=-1)
 
 
-def _lse_sum_rounded(f, dtype):
-    s = _scores(f)  # the max right, the sum of exp(s - max) kept in the dtype
+def _lse_sum_rounded(f, dtype, log: bool = False, each: bool = False):
+    """The max right, the sum of exp(s - max) kept in the dtype (``each``: of the weights rounded there first), and
+    with ``log`` its log taken there too (torch's log of a bfloat16 sum is bfloat16), the max added in float32."""
+    s = _scores(f)
     m = s.amax(dim=-1, keepdim=True)
     m = torch.where(torch.isfinite(m), m, 0.0)
-    return (m + _r((s - m).exp().sum(dim=-1, keepdim=True), dtype).log())[..., 0]
+    p = (s - m).exp()
+    total = _r((_r(p, dtype) if each else p).sum(dim=-1, keepdim=True), dtype)
+    logged = _r(total.log(), dtype) if log else total.log()
+    return (m + logged)[..., 0]
 
 
 def _r(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
