@@ -16,7 +16,7 @@ from attnlab.judge.diagnose import KINDS, diagnose
 from attnlab.results.host import load_average, machine, versions
 
 from . import files, grade, judged, levels, measure
-from .levels import slips
+from .levels import beside, slips
 from .result import LabResult
 
 FORMS = {"lab": "the lab's form, (q, k, v), always causal",
@@ -41,16 +41,17 @@ def count(learner, quick: bool = False) -> int:
 CERTAIN = frozenset(facts.PROBLEMS) | frozenset(KINDS.values()) | {"raises"}
 
 
-def level_diagnoses(probes, level, seed: int, verify_found, more=(), fill=None) -> list:
+def level_diagnoses(probes, level, seed: int, verify_found, more=(), fill=None, fitted: list | None = None) -> list:
     """The level's slips the learner's outputs are (:mod:`.levels.slips`), first, then verify's other diagnoses --
     where a slip is named, only those of :data:`CERTAIN` the level does not say itself. The slip is read from the
     function's own outputs on the level's probes (``probes``: :func:`slips.answers`' reply), not from the failing
     rows, so this is a choice: a learner read verify's guesses and tags ("fails only in bfloat16"), beside the named
     slip, as noise about the same failures; every failing row is still in the table above the causes. ``more``:
-    lines the level's own rows name (level 4's work), after the slips."""
+    lines the level's own rows name (level 4's work), after the slips. ``fitted``: extended with the named slips'
+    answers (:func:`slips.named`)."""
     mod = level.module()
     keys = slips.named(probes, mod.PROBES, seed, mod.slip_list(), getattr(mod, "NAN", None),
-                       getattr(mod, "slip_pairs", list)())
+                       getattr(mod, "slip_pairs", list)(), fitted)
     keys += [k for k in more if not (keys and k == "lse-wrong")]  # (a named slip says what is wrong with the lse)
     text = getattr(mod, "TEXT", slips.TEXT)
     mine = [Diagnosis(k, text[k].format(**(fill or {}))) for k in dict.fromkeys(keys)]
@@ -106,7 +107,11 @@ def _check(learner: judged.Learner, quick: bool, seed: int, progress, on_stage, 
     if learner.given:
         found = [slips.starter_line(level)]
     elif not result.passed and fn.lost is None:
-        found = level_diagnoses(_probes(learner, seed, budget_s), level, seed, found, more, fill)
+        fitted: list = []
+        found = level_diagnoses(_probes(learner, seed, budget_s), level, seed, found, more, fill, fitted)
+        if fitted:  # a slip named: what the learner's outputs show beside it (a second slip), measured
+            found += beside.second(_probes(learner, seed, budget_s, "beside"), beside.cases(level.module().PROBES),
+                                   seed, fitted, found)
     hung = next((r for r in result.rows if r.facts.kind in ("timeout", "busy")), None)
     ended = fn.lost  # while it was graded (a measurement stopped for its time says so in its note instead)
     load, err, timings, fits, how = _measured(learner, mod, hung, seed, budget_s, say, result.passed)
@@ -166,13 +171,14 @@ def _ask(learner, level, budget_s: float):
     return lambda header: learner.fn.ask("level", seconds=seconds, basis=basis, level=level.name, **header)
 
 
-def _probes(learner, seed: int, budget_s: float) -> list:
-    """The learner's outputs on the level's probes; no outputs where it raised, ended or hung there."""
+def _probes(learner, seed: int, budget_s: float, what: str = "probes") -> list:
+    """The learner's outputs on the level's probes (``what="beside"``: the cases :mod:`.levels.beside` sets beside a
+    named slip); no outputs where it raised, ended or hung there."""
     mod = levels.find(learner.level).module()
     try:
-        return _ask(learner, levels.find(learner.level), budget_s)({"what": "probes", "seed": seed})["probes"]
+        return _ask(learner, levels.find(learner.level), budget_s)({"what": what, "seed": seed})["probes"]
     except (judged.remote.Raised, judged.remote.Lost):
-        return [None] * len(mod.PROBES)
+        return [None] * len(mod.PROBES if what == "probes" else beside.cases(mod.PROBES))
 
 
 def _extra(learner, level, seed: int, budget_s: float) -> tuple[list, list, dict]:

@@ -231,12 +231,13 @@ def _level(fn, header: dict) -> dict:
     from attnlab.results.host import load_average
 
     from . import levels, measure
-    from .levels import slips
+    from .levels import beside, slips
 
     mod = levels.find(header["level"]).module()
     raw = getattr(fn, "raw", fn)  # as the learner wrote it
-    if header.get("what") == "probes":
-        return {"probes": slips.answers(functools.partial(mod.probe_call, raw), mod.PROBES, header["seed"])}
+    if header.get("what") in ("probes", "beside"):  # the level's probes, or the cases set beside a named slip
+        probes = mod.PROBES if header["what"] == "probes" else beside.cases(mod.PROBES)
+        return {"probes": slips.answers(functools.partial(mod.probe_call, raw), probes, header["seed"])}
     if header.get("what") != "measure" or not getattr(mod, "SEQS", ()):  # (the module's "measure" trains it)
         return mod.run(raw, header)
     load = load_average()

@@ -140,11 +140,13 @@ def answers(call, probes, seed: int) -> list[dict | None]:
     return got
 
 
-def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs=()) -> list[str]:
+def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs=(), fitted: list | None = None
+          ) -> list[str]:
     """The keys of the slips whose answers the learner's outputs are (``got``: :func:`answers`' reply), in the order
     of ``slips``, by the judge's reading rule (:mod:`attnlab.judge.readings`); ``nan_key``: the level's line for an
     output that is NaN everywhere, even on small scores; ``pairs``: ((key, key), slip) -- two slips at once, tried
-    where no single one is the learner's output."""
+    where no single one is the learner's output; ``fitted``: a list given is extended with the named slips' answers
+    (``slip(q, k, v, causal)``), for :mod:`.beside`."""
     from .own import unpack
 
     live = []
@@ -175,6 +177,8 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs
                    if readings.fits(readings.answers_of(on_probes(s), mine), mine, right, dtypes, by_value=True)]
         keys = readings.common([k for k, _ in fitting])
         found = [s for k, s in fitting if set(keys) <= set(k)] if keys else []
+    if fitted is not None:
+        fitted += found
     if any(over) and all(bool(torch.isfinite(o["out"]).all()) for o, _ in calm) and not any(
             _overflows(slip, live, over) for slip in found):
         # an overflow no slip named here explains: said as its cause only where a softmax without the max
