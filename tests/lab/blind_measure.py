@@ -96,7 +96,7 @@ def _small_cases(level):
 def _attention(level, fn, name: str, seed: int) -> tuple[list[str], bool]:
     from attnlab.judge import verify as V
     from attnlab.lab import check, grade
-    from attnlab.lab.levels import slips
+    from attnlab.lab.levels import beside, slips
 
     mod = level.module()
     graded = mod.sdpa(fn) if hasattr(mod, "sdpa") else grade.as_sdpa(mod.wrap(fn))
@@ -119,9 +119,11 @@ def _attention(level, fn, name: str, seed: int) -> tuple[list[str], bool]:
             result.diagnoses[name] = diagnose(result, name)
     if result.passed:
         return [], True
-    got = slips.answers(functools.partial(mod.probe_call, fn), mod.PROBES, seed)
-    found = check.level_diagnoses(got, level, seed, result.diagnoses.get(name, []), more, fill)
-    return found, False
+    def ask(what):  # as lab check asks the learner's process (check._probes)
+        probes = mod.PROBES if what == "probes" else beside.cases(mod.PROBES)
+        return slips.answers(functools.partial(mod.probe_call, fn), probes, seed)
+
+    return check.slip_lines(ask, level, seed, result.diagnoses.get(name, []), more, fill), False
 
 
 def _own(level, fn, seed: int) -> tuple[list, bool]:

@@ -59,6 +59,17 @@ def level_diagnoses(probes, level, seed: int, verify_found, more=(), fill=None, 
                                                                                        d.key in text))]
 
 
+def slip_lines(ask, level, seed: int, verify_found, more=(), fill=None) -> list:
+    """:func:`level_diagnoses`, and where it names a slip, what the learner's outputs show beside it (a second slip,
+    measured: :mod:`.levels.beside`). ``ask(what)``: the learner's answers on the level's probes (``"probes"``) or on
+    the cases set beside a named slip (``"beside"``)."""
+    fitted: list = []
+    found = level_diagnoses(ask("probes"), level, seed, verify_found, more, fill, fitted)
+    if fitted:
+        found += beside.second(ask("beside"), beside.cases(level.module().PROBES), seed, fitted, found)
+    return found
+
+
 def check(learner: judged.Learner, quick: bool = False, seed: int = 0, progress=None, on_stage=None,
           budget_s: float = measure.BUDGET_S) -> LabResult:
     """Check the loaded learner's function; ``on_stage(text)`` hears each stage (grading, measuring) as it starts.
@@ -107,11 +118,7 @@ def _check(learner: judged.Learner, quick: bool, seed: int, progress, on_stage, 
     if learner.given:
         found = [slips.starter_line(level)]
     elif not result.passed and fn.lost is None:
-        fitted: list = []
-        found = level_diagnoses(_probes(learner, seed, budget_s), level, seed, found, more, fill, fitted)
-        if fitted:  # a slip named: what the learner's outputs show beside it (a second slip), measured
-            found += beside.second(_probes(learner, seed, budget_s, "beside"), beside.cases(level.module().PROBES),
-                                   seed, fitted, found)
+        found = slip_lines(lambda what: _probes(learner, seed, budget_s, what), level, seed, found, more, fill)
     hung = next((r for r in result.rows if r.facts.kind in ("timeout", "busy")), None)
     ended = fn.lost  # while it was graded (a measurement stopped for its time says so in its note instead)
     load, err, timings, fits, how = _measured(learner, mod, hung, seed, budget_s, say, result.passed)

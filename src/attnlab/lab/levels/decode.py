@@ -18,6 +18,7 @@ attended, positions left out or off.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,7 @@ CASES = (  # name, (batch, heads, T, d), dtype, prompt: tokens already in the ca
     ("float32, batch 2, d = 16, from an empty cache", (2, 1, 33, 16), "float32", 0),
     ("a prompt of 12 in the cache, then positions 12 .. 20", (1, 2, 21, 16), "float64", 12),
     ("float32, a prompt of 30, then positions 30 .. 39", (2, 2, 40, 8), "float32", 30),
+    ("bfloat16, a prompt of 6, then positions 6 .. 17", (1, 2, 18, 16), "bfloat16", 6),
 )
 SPARE = 3  # empty slots after the last token (a step that reads them attends to zeros)
 SEQS = (128, 256, 512)
@@ -93,6 +95,10 @@ def judge(reply: dict, seed: int, name: str = "decode_step"):
         q, k, v = rotated(*inputs(i, seed))
         ref = oracle.reference(q.double(), k.double(), v.double(), is_causal=True)[..., P:, :]
         right.append({"out": ref})
+        if "returned dtype" in r.get("error", "") and "not the inputs' dtype" in r["error"]:  # a step's output in
+            rows.append(own.row(name, cname, dtype, [], r["error"].removeprefix("TypeError: ")))  # another dtype:
+            got.append(None)  # a failing case of its own (the step stopped there), not an exception of the code's
+            continue
         if (gone := own.answered(r, name, cname, dtype)) is not None:
             rows.append(gone)
             got.append(None)
@@ -111,10 +117,13 @@ def judge(reply: dict, seed: int, name: str = "decode_step"):
             rows[-1].status, rows[-1].detail = "fail", f"returned {r['dtypes'][0]} for {dtype} inputs"
     keys = own.named(got, right, slip_list(seed), [c[2] for c in CASES], pairs=slip_list(seed, both=True)) if any(
         r.status != "pass" for r in rows) else []
+    if any(r.status == "fail" and re.search(r"returned (dtype )?\w+ (on \w+, not the inputs' dtype|for \w+ inputs)",
+                                             r.detail) for r in rows):
+        keys.append("dtype")  # a fact of the reply, said beside any slip the values show
     errs = [float((m["out"].double() - right[i]["out"]).abs().max()) for i, m in enumerate(got) if m is not None]
     err = max(errs) if len(errs) == len(CASES) else math.inf
     note = (f"{len(CASES)} sequences decoded token by token, two of them after a prompt already in the cache, against "
-            "the full causal forward with RoPE (float64, float32)")
+            "the full causal forward with RoPE (float64, float32, bfloat16)")
     return rows, own.lines(keys, TEXT, rows), err, note
 
 
@@ -139,6 +148,8 @@ def slip_list(seed: int, both: bool = False):
 
 
 TEXT = {
+    "dtype": "your step returns its output in another dtype than the inputs' (the detail of each case says which): "
+             "compute in float32 if you like, but return q.dtype",
     "sdpa-causal": "your step calls F.scaled_dot_product_attention(..., is_causal=True) for one new query against "
                    "the cache: PyTorch aligns that mask at the top left, so the query sees key 0 alone. A decoding "
                    "step needs no mask: the cache holds only what came before, and the token itself",
