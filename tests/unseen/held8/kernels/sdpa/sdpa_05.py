@@ -1,0 +1,40 @@
+TRUTH = {
+    "api": "sdpa",
+    "bugs": [
+        "is_causal uses a bottom-right diagonal (tril with diagonal=S-L) instead of the top-left one, so with L != S queries see the wrong keys (causal_L<S, causal_L>S, bool_causal_L!=S)"
+    ],
+    "kind": "semantic"
+}
+
+import math
+import torch
+
+
+def kernel(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    E = query.shape[-1]
+    L, S = query.shape[-2], key.shape[-2]
+    sc = scale if scale is not None else 1.0 / math.sqrt(E)
+    cdt = torch.float32 if query.dtype in (torch.bfloat16, torch.float16) else query.dtype
+    q, k, v = query.to(cdt), key.to(cdt), value.to(cdt)
+    H, Hkv = q.shape[-3], k.shape[-3]
+    if enable_gqa and H != Hkv:
+        rep = H // Hkv
+        k = k.repeat_interleave(rep, dim=-3)
+        v = v.repeat_interleave(rep, dim=-3)
+    s = torch.matmul(q, k.transpose(-1, -2)) * sc
+    keep = torch.ones(L, S, dtype=torch.bool, device=q.device)
+    if is_causal:
+        keep = torch.tril(keep, diagonal=S - L)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            keep = keep & attn_mask
+        else:
+            s = s + attn_mask.to(cdt)
+    s = s.masked_fill(~keep, float('-inf'))
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    p = torch.exp(s - m)
+    l = p.sum(dim=-1, keepdim=True)
+    p = p / torch.where(l > 0, l, torch.ones_like(l))
+    out = torch.matmul(p, v)
+    return out.to(query.dtype)
