@@ -1154,3 +1154,53 @@ HELD8 = {
     "sdpa/sdpa_10": [("Ev!=E", "measured:scores")],  # the default scale from Ev
 }
 HELD8_ALSO: dict[str, set[str]] = {}
+
+# held8's learners' files: their helper listed each slip in a line in its reply (read): a development corpus too,
+# labelled here before its first run.
+HELD8_SLIPS = {
+    "level-1/attempt_a": [],
+    "level-1/attempt_b": [("Ev!=E", "scale-length", "measured:scores")],  # scaled by 1/sqrt(Ev)
+    "level-1/attempt_c": [("float32-in-float64", "softmax-half", *UNPLACED)],  # the softmax in float32
+    "level-1/attempt_d": [("lower-right", "causal-alignment", *MASK)],
+    # (the max taken before the mask: NaN on large scores; the output in float32 for bfloat16)
+    "level-1/attempt_e": [("max-before-mask", "max-subtraction", "measured:overflow"), ("dtype",)],
+    "level-1/attempt_f": [("autograd", "gradients-only", "measured:backward")],  # torch.tensor cuts the graph
+    "level-2/attempt_a": [("square-assumed", "raises")],  # the mask (L, L)
+    "level-2/attempt_b": [("softmax-dim", *SUMS)],  # softmax(dim=2) on 4-D inputs
+    "level-2/attempt_c": [("scores-rounded", "softmax-half", *UNPLACED)],  # the scores in bfloat16
+    "level-2/attempt_d": [("mask-after-softmax", *SUMS), ("dtype",)],
+    "level-2/attempt_e": [],
+    "level-2/attempt_f": [("diagonal", *MASK)],  # j >= i hidden
+    "level-3/attempt_a": [("heads-split",)],
+    "level-3/attempt_b": [],
+    "level-3/attempt_c": [("scale-C",)],
+    "level-3/attempt_d": [("merge-view", "raises"), ("no-proj",)],
+    "level-3/attempt_e": [("softmax-dim", *SUMS)],
+    "level-3/attempt_f": [("mask-nan", "dead-rows", "measured:dead-rows", "nan-everywhere")],  # 0 * -inf
+    "level-4/attempt_a": [("rescale-after-update", "acc-not-rescaled", "online-not-rescaled")],
+    "level-4/attempt_b": [("softmax-half", "lse-half", *UNPLACED)],  # the running sum in bfloat16
+    # (the skip by the tile's first query; the lse in bfloat16)
+    "level-4/attempt_d": [("skip-first-query", "tile-skip", *MASK), ("lse-dtype", "lse-half", *UNPLACED)],
+    "level-4/attempt_c": [],
+    "level-4/attempt_e": [("no-skip", "work")],  # the skip after the score product
+    "level-4/attempt_f": [("raises",)],  # squeeze() on a one-row tile
+    "level-5/attempt_a": [("d-key-tile", "d-wrong", "raises")],  # D sliced by the key tile
+    "level-5/attempt_b": [("dq-overwritten",)],
+    "level-5/attempt_c": [("raises", "lse-other-row"), ("scale-missing",)],  # lse not unsqueezed; dk unscaled
+    "level-5/attempt_d": [],
+    "level-5/attempt_e": [("float32-in-float64", "bwd-half", *UNPLACED)],  # the accumulators in float32
+    "level-5/attempt_f": [("ds-precedence",)],
+    "level-6/attempt_a": [("whole-buffer",)],
+    "level-6/attempt_b": [],
+    "level-6/attempt_c": [("float32-in-float64", *UNPLACED)],
+    "level-6/attempt_d": [("rope-offset", "no-rope", "rope-q-only")],  # keys cached unrotated, all turned at pos
+    "level-6/attempt_e": [("rope-q-only",), ("dtype",)],  # the unrotated key cached; float32 for bfloat16
+    "level-6/attempt_f": [("before-write",)],  # the token's own key left out
+    "level-7/attempt_a": [("mask-zero", *MASK)],
+    "level-7/attempt_b": [],
+    "level-7/attempt_c": [("pv-half", *UNPLACED)],  # P in float16 before P V
+    "level-7/attempt_d": [("lse-base2", "measured:lse"), ("edge-off-by-one", "pad-keys", *MASK)],
+    "level-7/attempt_e": [("acc-not-rescaled", "divide-axis", *SUMS, "raises")],  # alpha without [:, None]
+    "level-7/attempt_f": [("pad-keys", *MASK)],
+}
+HELD8_SLIPS_ALSO: dict[str, set[str]] = {}

@@ -35,6 +35,9 @@ TEXT = {
                         "shrink when the max grows, alpha = exp(m_old − m_new)",
     "max-not-carried": "your max is not carried from tile to tile: each tile's exps are taken against that tile's own "
                        "max and added as they are; keep m = max(m, the tile's max) and rescale",
+    "max-never-updated": "your running max is never updated (m = m_new is missing): m stays −inf, so exp(m − m_new) "
+                         "= 0 wipes the sum and the output at every tile, only the last tile counts, and the lse, "
+                         "m + log(l), is −inf; end each tile with m = m_new",
     "stale-max": "your exp(s − m) uses the running max from before this tile (m is used before it is updated): take "
                  "the new max first, m_new = max(m, the tile's max), then p = exp(s − m_new)",
     "tile-mask": "your causal mask compares places inside the tiles, not in the sequence: key j0 + c comes after "

@@ -28,6 +28,8 @@ class Slip:
     stale: str | None = None  # exp(s - m) with m before its update: m starts at "-inf" (guarded: 0 there), "zero",
     # or "first-new" (-inf, and the first tile guarded with the new max: where(m == -inf, m_new, m))
     after: bool = False  # the rescale computed after m is updated: exp(m_new - m_new) = 1
+    update_max: bool = True  # m = m_new at the end of each tile (False: m stays -inf, so exp(m - m_new) = 0 wipes
+    # the sum and the output at every tile, and the lse m + log(l) is -inf)
     last_keys: bool = True  # the last, partial tile of keys is visited
     local: str | None = None  # the causal mask compares places inside the tile: "keys", "rows" or "both"
     skip: str | None = None  # which key tiles a causal forward skips (see SKIPS); None: the right ones
@@ -113,7 +115,7 @@ def _query_tile(qb, k, v, i0, S, causal, bq_max, block_k, slip: Slip, sc: float)
         tile_sum = p.sum(dim=-1, keepdim=True)
         total = (total * alpha if slip.rescale_sum else total) + tile_sum
         acc = (acc * alpha if slip.rescale_acc else acc) + (p / tile_sum if slip.divide == "per-tile" else p) @ vb
-        m = new
+        m = new if slip.update_max else m
     out = _finish(acc, total, slip)
     if out is None:
         return None, None

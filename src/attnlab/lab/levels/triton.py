@@ -197,6 +197,7 @@ TILE_SLIPS = [  # (key, one step of the kernel done wrong)
     ("sum-not-rescaled", tiles.Slip(rescale_sum=False)), ("rescale-after-update", tiles.Slip(after=True)),
     ("max-not-carried", tiles.Slip(carry_max=False)), ("stale-max", tiles.Slip(stale="-inf")),
     ("stale-max", tiles.Slip(stale="zero")), ("stale-max", tiles.Slip(stale="first-new")),
+    ("max-never-updated", tiles.Slip(update_max=False)),
     ("tile-mask", tiles.Slip(local="keys")),
     ("tile-mask", tiles.Slip(local="rows")), ("tile-mask", tiles.Slip(local="both")),
     ("not-divided", tiles.Slip(divide="never")),
