@@ -140,13 +140,14 @@ def eps_in_sum(f: oracle.Forward, mine: torch.Tensor, ref: torch.Tensor, limit: 
     return None
 
 
-def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float, out_limit: float | None = None
-              ) -> str | None:
+def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float, out_limit: float | None = None,
+              steps: tuple[int, ...] = ()) -> str | None:
     """:func:`cause` for a log-sum-exp that fails where the output passes: its error on the rows that see a key
     against the log-sum-exp of each cause's rounded scores (scores kept in bfloat16 make the lse wrong as much as
     they make the output; a kernel's output may stay within its rule where its float32 lse cannot). ``out_limit``:
     the output's limit, which it passed -- a cause whose every order would have failed the output is not the
-    function's (an lse stored in bfloat16 leaves the output alone; scores rounded there do not)."""
+    function's (an lse stored in bfloat16 leaves the output alone; scores rounded there do not). ``steps``: the key
+    tiles the function is known to run (a lab level's), for a running sum's model."""
     f = oracle.as_key(f)
     live = torch.isfinite(f.lse)
     if not isinstance(mine, torch.Tensor) or mine.shape != f.lse.shape or not live.any():
@@ -162,7 +163,7 @@ def lse_cause(case_dtype: torch.dtype, f: oracle.Forward, mine, limit: float, ou
         return "float32-in-float64" if held == torch.float32 else "lse-half"
     gone = (mine.detach().double().cpu() - f.lse)[live]
     answers = {key: [(order(f, case_dtype) - f.lse)[live] for order in orders]
-               for key, orders in _lse_models(case_dtype).items()
+               for key, orders in _lse_models(case_dtype, steps).items()
                if not (key == "lse-half" and held is None and int(told.sum()) >= 2)}
     # (an lse rounded to a half dtype as a whole has that dtype's values, which these are not: its bits refute it)
     if out_limit is not None:
@@ -258,8 +259,10 @@ def _models(dtype: torch.dtype) -> dict:
     return half
 
 
-def _lse_models(dtype: torch.dtype) -> dict:
-    """The log-sum-exp each cause gives, (N, H, L) float64: of its rounded scores (or with its rounded sum)."""
+def _lse_models(dtype: torch.dtype, steps: tuple[int, ...] = ()) -> dict:
+    """The log-sum-exp each cause gives, (N, H, L) float64: of its rounded scores (or with its rounded sum; a
+    running sum stored after each tile of :data:`TILES` keys, or of ``steps``, a caller's own tiles)."""
+    steps = tuple(dict.fromkeys((*TILES, *steps)))
     def of(change):
         return lambda f, dt: _lse(change(f, dt))
 
@@ -270,7 +273,9 @@ def _lse_models(dtype: torch.dtype) -> dict:
                 "scale-folded": tuple(of(lambda f, dt, side=side: _scores(f) + _fold_error(f, dt, side))
                                       for side in (True, False, None)),
                 "softmax-half": (_lse_sum_rounded, functools.partial(_lse_sum_rounded, log=True),
-                                 functools.partial(_lse_sum_rounded, log=True, each=True)),
+                                 functools.partial(_lse_sum_rounded, log=True, each=True),
+                                 *(functools.partial(_lse_sum_running, step=n, log=log, twice=twice)
+                                   for n in steps for log in (False, True) for twice in (False, True))),
                 "exp-half": (lambda f, dt: _lse_of_p(f, _exp_rounded(f, dt, True)),
                              lambda f, dt: _lse_of_p(f, _exp_rounded(f, dt, False))),
                 "lse-half": (lambda f, dt: _r(f.lse, dt),)}
@@ -381,6 +386,30 @@ def _lse_sum_rounded(f, dtype, log: bool = False, each: bool = False):
     total = _r((_r(p, dtype) if each else p).sum(dim=-1, keepdim=True), dtype)
     logged = _r(total.log(), dtype) if log else total.log()
     return (m + logged)[..., 0]
+
+
+TILES = (16, 32, 64, 128)  # the widths of the key tiles an online softmax's running sum may be stored after
+
+
+def _lse_sum_running(f, dtype, step: int, log: bool = False, twice: bool = False):
+    """An online softmax's lse with its running sum stored in the dtype after each tile of ``step`` keys (rescaled
+    to each tile's running max, as a tiled kernel keeps it; ``twice``: stored after the rescale too, as in-place
+    ``l.mul_(alpha).add_(...)`` on a half tensor does), the max in full precision, the log there too or (``log``)
+    taken in the dtype, as torch's log of a half tensor is."""
+    s = _scores(f)
+    m = torch.full_like(s[..., :1], -math.inf)
+    total = torch.zeros_like(m)
+    for j in range(0, s.shape[-1], step):
+        t = s[..., j:j + step]
+        new = torch.maximum(m, t.amax(dim=-1, keepdim=True))
+        safe = torch.where(torch.isfinite(new), new, 0.0)
+        alpha = torch.where(torch.isfinite(m), (m - safe).exp(), 0.0)
+        kept = _r(total * alpha, dtype) if twice else total * alpha
+        total = _r(kept + (t - safe).exp().sum(dim=-1, keepdim=True), dtype)
+        m = new
+    logged = total.clamp_min(1e-300).log()
+    logged = _r(logged, dtype) if log else logged
+    return torch.where(total > 0, torch.where(torch.isfinite(m), m, 0.0) + logged, -math.inf)[..., 0]
 
 
 def _r(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

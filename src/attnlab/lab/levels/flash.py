@@ -84,6 +84,7 @@ TILE_SLIPS = [  # (key, one step of the tiled forward done wrong)
     ("rescale-after-update", tiles.Slip(after=True)), ("max-not-carried", tiles.Slip(carry_max=False)),
     ("stale-max", tiles.Slip(stale="-inf")), ("stale-max", tiles.Slip(stale="zero")),
     ("stale-max", tiles.Slip(stale="first-new")), ("max-never-updated", tiles.Slip(update_max=False)),
+    ("lse-base2", tiles.Slip(lse="mixed")), ("mask-zero", tiles.Slip(fill=0.0)),
     ("last-tile-dropped", tiles.Slip(last_keys=False)), ("tile-mask", tiles.Slip(local="keys")),
     ("tile-mask", tiles.Slip(local="rows")), ("tile-mask", tiles.Slip(local="both")),
     ("diagonal-skipped", tiles.Slip(skip="diagonal")), ("diagonal-skipped", tiles.Slip(skip="partial")),

@@ -45,8 +45,11 @@ TEXT = {
     "not-divided": "your output is never divided by the running sum: at the end, out = acc / l",
     "lse-no-max": "your lse leaves out the running max: lse = m + log(l) (l was summed against m)",
     "lse-no-sum": "your lse is the running max alone: lse = m + log(l)",
-    "lse-base2": "your lse is in base 2 (m + log2 l, scores times log2 e for exp2): return it in natural log, "
-                 "(m + log2 l) · ln 2",
+    "lse-base2": "your lse is not in natural log: with the scores in base 2 (times log2 e, for exp2) the max m is in "
+                 "base 2 too, and m + log2 l (or m + ln l) is not the lse; return (m + log2 l) · ln 2",
+    "softmax-half": "your softmax's running sum is kept in half precision (the inputs' bfloat16 or float16): the lse, "
+                    "m + log l, carries its rounding at every tile, as the output's division does; keep l (and acc) in "
+                    "float32",
     "lse-dtype": "your lse comes back in the inputs' half precision: keep it in float32 (a bfloat16 lse holds 3 "
                  "significant digits, and the backward's exp(s − lse) turns its error into the weights' error)",
     "lse-half": "your lse's values are half precision's (rounded to the inputs' float16 or bfloat16 before they were "
@@ -126,7 +129,8 @@ def lse_stored(reply: dict, cases, rows, seed: int) -> list[str]:
     """["lse-half"] (or in a float64 call, ["float32-in-float64"]) where every failing lse case's values, on the
     rows whose lse stands off their max score, are a narrower dtype's than the tensor that holds them, and off by a
     few of that dtype's roundings: they were rounded there on their way -- a fact of their bits
-    (:func:`attnlab.judge.precision.lse_cause`'s reading), not of their error's size. Else []."""
+    (:func:`attnlab.judge.precision.lse_cause`'s reading), not of their error's size; ["softmax-half"] where every
+    failing case's lse errs where a running sum kept in half precision does (that reading's direction). Else []."""
     from attnlab.judge import precision
     from attnlab.judge.cases import DTYPES
 
@@ -141,8 +145,9 @@ def lse_stored(reply: dict, cases, rows, seed: int) -> list[str]:
         x = V.inputs(case, case.seed(seed))
         f = oracle.answer(*(t.double() for t in (x.q, x.k, x.v)), is_causal=case.is_causal)[1]
         mine = unpack(r["lse"]).double().reshape(f.lse.shape)
-        key = precision.lse_cause(DTYPES[case.dtype], f, mine, row.comparisons[0].allowed if row.comparisons else 0.0)
-        if key not in ("lse-half", "float32-in-float64"):
+        key = precision.lse_cause(DTYPES[case.dtype], f, mine, row.comparisons[0].allowed if row.comparisons else 0.0,
+                                  steps=(case.L // 3 + 1, (case.S or case.L) // 3 + 1))  # (level 4's tiles)
+        if key not in ("lse-half", "float32-in-float64", "softmax-half"):
             return []
         held.add(key)
     return sorted(held) if len(held) == 1 else []

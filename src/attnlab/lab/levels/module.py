@@ -230,6 +230,9 @@ def judge(reply: dict, seed: int, name: str = "CausalSelfAttention"):
                             [Comparison("loss", gap, gap, 0.0, LOSS_TOL, ok)]))
     keys = own.named(got, right, slip_list(seed), [c[4] for c in CASES], pairs=slip_list(seed, both=True)) if any(
         r.status != "pass" for r in rows) else []
+    ran = [m["out"] for m in got if m is not None]
+    if not keys and ran and all(bool(torch.isnan(y).all()) for y in ran):  # measured: NaN in every value
+        keys = ["nan-everywhere"]
     errs = [float((m["out"].double() - right[i]["out"]).abs().max()) for i, m in enumerate(got) if m is not None]
     err = max(errs) if len(errs) == len(CASES) else math.inf
     note = (f"{len(CASES)} inputs (output and every parameter's gradient against the library's module), then "
@@ -288,6 +291,9 @@ TEXT = {
     "diagonal": "your mask also hides the diagonal: a token must see itself (triu(1), not triu(0))",
     "peeks-ahead": "your mask lets each token see one token ahead: hide j > i (triu(1), not triu(2))",
     "mask-zero": "your masked scores are set to 0, not -inf: a future token still gets weight exp(0); use -inf",
+    "nan-everywhere": "your output is NaN in every value of every case, even with small inputs: a NaN enters every "
+                      "row -- 0 × (-inf) is NaN (a mask made by multiplying by -inf), as are -inf - (-inf) and "
+                      "0 / 0; print the scores after each step to see where the first NaN appears",
     "softmax-dim": "your softmax runs over the wrong axis: each query's weights over the keys (dim=-1) must add up "
                    "to 1",
 }

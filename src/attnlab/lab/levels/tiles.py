@@ -43,7 +43,10 @@ class Slip:
     divide: str = "end"  # out = acc / l at the end; "never"; "per-tile": each tile's own softmax merged into acc;
     # "columns": acc / l broadcast along the wrong axis (column e divided by row e's sum: only where BLOCK_EV = BLOCK_M)
     alpha: str = "right"  # the rescale exp(m_old - m_new); "inverted": exp(m_new - m_old)
-    lse: str = "right"  # "sum": log(l) alone; "max": m alone; "base2": m + log2(l) with scores in base 2
+    lse: str = "right"  # "sum": log(l) alone; "max": m alone; "base2": m + log2(l) with scores in base 2; "mixed":
+    # scores in base 2 but m + ln(l) (a base-2 max, a natural log)
+    fill: float = -math.inf  # what the hidden scores (past S, and the causal mask's) are set to: 0.0 gives them
+    # weight exp(0 - m), as tl.where(mask, s, 0.0) does
 
 
 # a key tile [j0, j0 + Bk) skipped by a query tile [i0, i0 + Bq) under is_causal: right, and as learners write it
@@ -67,7 +70,7 @@ def forward(q, k, v, causal: bool, block_q: int, block_k: int, slip: Slip = Slip
     """``{"out": (..., L, Ev), "lse": (..., L)}`` of a tiled forward with ``slip``, in q's dtype."""
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
     sc = 1.0 / math.sqrt(E) if scale is None else scale
-    if (slip.pad or slip.edge) and S % block_k:  # a kernel's last tile reads zeros past S
+    if (slip.pad or slip.edge or slip.fill != -math.inf) and S % block_k:  # a kernel's last tile reads zeros past S
         extra = block_k - S % block_k
         k = torch.cat([k, k.new_zeros(*k.shape[:-2], extra, k.shape[-1])], dim=-2)
         v = torch.cat([v, v.new_zeros(*v.shape[:-2], extra, v.shape[-1])], dim=-2)
@@ -99,7 +102,7 @@ def _query_tile(qb, k, v, i0, S, causal, bq_max, block_k, slip: Slip, sc: float)
     m = torch.full((*qb.shape[:-1], 1), start, dtype=qb.dtype)
     total = torch.zeros_like(m)
     acc = torch.zeros(*qb.shape[:-1], v.shape[-1], dtype=qb.dtype)
-    base = 1.0 / math.log(2.0) if slip.lse == "base2" else 1.0  # scores in base 2, for exp2
+    base = 1.0 / math.log(2.0) if slip.lse in ("base2", "mixed") else 1.0  # scores in base 2, for exp2
     for j0 in _keys(i0, bq_max, S, k.shape[-2], causal, block_k, slip):
         kb, vb = k[..., j0:j0 + block_k, :], v[..., j0:j0 + block_k, :]
         s = (qb @ kb.transpose(-2, -1)) * sc * base  # (..., Bq, Bk)
@@ -120,7 +123,8 @@ def _query_tile(qb, k, v, i0, S, causal, bq_max, block_k, slip: Slip, sc: float)
     if out is None:
         return None, None
     log = torch.log2 if slip.lse == "base2" else torch.log
-    lse = {"right": m + log(total), "base2": m + log(total), "sum": log(total), "max": m}[slip.lse]
+    lse = {"right": m + log(total), "base2": m + log(total), "mixed": m + torch.log(total), "sum": log(total),
+           "max": m}[slip.lse]
     return out, lse[..., 0]
 
 
@@ -152,7 +156,7 @@ def _exp(x, base: float):
 def _mask(s, rows, cols, i0, j0, S, causal, slip: Slip):
     """The tile's scores with the hidden keys at -inf: past S (unless ``slip.pad``), and the causal mask."""
     if not slip.pad:
-        s = s.masked_fill(cols >= S + slip.edge, -math.inf)
+        s = s.masked_fill(cols >= S + slip.edge, slip.fill)
     on = (causal and slip.causal != "none") or slip.causal == "always"
     if not on:
         return s
@@ -160,4 +164,4 @@ def _mask(s, rows, cols, i0, j0, S, causal, slip: Slip):
     c = cols - j0 if slip.local in ("keys", "both") else cols
     hide = {"reversed": lambda: c < r, "ahead": lambda: c > r + 1, "diagonal": lambda: c >= r}.get(slip.causal,
                                                                                                  lambda: c > r)()
-    return s.masked_fill(hide, -math.inf)
+    return s.masked_fill(hide, slip.fill)
