@@ -100,9 +100,10 @@ class Case:
             "upper-left L!=S": self.is_causal and self.L != S, "lower-right": self.mask in LOWER_RIGHT,
             "gqa": self.gqa, "dropout": self.dropout_p > 0, "large-logits": self.magnitude > 1,
             "causal+mask": self.is_causal and self.mask is not None, "mod": self.mod is not None,
-            "noncontig": self.layout is not None, "dead-rows": self.mask == "dead-rows" or (
-                self.mask in LOWER_RIGHT and self.L > S),
-            "bool-mask": self.mask in BOOL_MASKS, "float-mask": self.mask in ("float", "float-heads"),
+            "noncontig": self.layout is not None,
+            "dead-rows": self.mask in ("dead-rows", "float-dead-rows") or (self.mask in LOWER_RIGHT and self.L > S),
+            "bool-mask": self.mask in BOOL_MASKS,
+            "float-mask": self.mask in ("float", "float-heads", "float-dead-rows"),
             "broadcast-mask": self.mask in ("broadcast", "padding", "float-heads", *CAUSAL_BIAS),  # (L, S) for others
             "mask-fn": self.mask in MASK_FAMILIES, "grad-mask": self.grad_mask, "Ev!=E": (self.Ev or self.E) != self.E,
             "batch-dims": len(self.batch) != 1, "L=1": self.L == 1, "L!=S": self.L != S,
@@ -171,7 +172,8 @@ MASK_FAMILIES = {  # name -> (S -> mask): every mask function of attnlab.masks, 
 }
 BANDS = "causal_lower_right & sliding_window"  # at L=128, S=217 the flash form runs it as key bands
 CAUSAL_BIAS = ("causal-bias upper-left", "causal-bias lower-right")  # torch.nn.attention.bias.CausalBias
-MASK_KINDS = ("bool", "float", "float-heads", "broadcast", "padding", "dead-rows", "lower-right", *CAUSAL_BIAS,
+MASK_KINDS = ("bool", "float", "float-heads", "broadcast", "padding", "dead-rows", "float-dead-rows", "lower-right",
+              *CAUSAL_BIAS,
               *MASK_FAMILIES)
 # masks that other people's functions receive as bool tensors (mask functions too)
 BOOL_MASKS = {"bool", "dead-rows", "broadcast", "padding", "lower-right", *CAUSAL_BIAS, *MASK_FAMILIES}
@@ -227,6 +229,7 @@ def _base() -> list[Case]:
         Case("padding mask (N,1,1,S)", mask="padding"),
         Case("is_causal with a padding mask (N,1,1,S)", is_causal=True, mask="padding"),
         Case("fully masked rows", mask="dead-rows"),
+        Case("float mask with -inf, fully masked rows", mask="float-dead-rows"),
         Case("CausalBias upper-left, L>S", batch=(1,), H=2, L=47, S=33, mask="causal-bias upper-left"),
         Case("CausalBias lower-right, L<S", batch=(1,), H=2, L=33, S=47, mask="causal-bias lower-right"),
         Case("GQA 6/2 causal", batch=(1,), H=6, Hkv=2, L=40, E=32, is_causal=True),
@@ -342,6 +345,9 @@ def _mask(case: Case, g: torch.Generator):
     elif case.mask == "dead-rows":
         mask = torch.rand(shape, generator=g) > 0.3
         mask[..., ::5, :] = False  # every fifth query sees no key at all
+    elif case.mask == "float-dead-rows":  # an additive mask: -inf hides a key, as a bool mask's False does
+        mask = torch.randn(shape, generator=g).masked_fill(torch.rand(shape, generator=g) < 0.3, -math.inf)
+        mask[..., ::5, :] = -math.inf  # every fifth query sees no key at all
     elif case.mask == "lower-right":
         mask = M.causal_lower_right()
     elif case.mask in CAUSAL_BIAS:

@@ -150,7 +150,8 @@ SDPA = (
     Cause('exp-half', "the error is the size of exp taken in half precision (the inputs' dtype, or a fixed float16 "
                       "or bfloat16): its argument or its result -- the weights P -- rounded there; take exp, its sum "
                       'and the max in float32'),
-    Cause('kv-half', "the error is the size of the keys and values (or the values alone, or q, k and v) rounded to a "
+    Cause('kv-half', "the error is the size of the keys and values (or the keys or the values alone, or q, k and v) "
+                     "rounded to a "
                      "fixed float16 or bfloat16 before the matmuls, whatever the inputs' dtype: a tile or a cache "
                      "staged there, an operand cast down (.half()); keep them in the inputs' dtype"),
     Cause('pv-half', "the error is the size of P V's result rounded to a fixed float16 or bfloat16, whatever the "

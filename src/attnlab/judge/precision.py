@@ -248,7 +248,7 @@ def _models(dtype: torch.dtype) -> dict:
             "exp-half": tuple(functools.partial(_exp_cast, half=h, argument=a) for h in HALF for a in (True, False))
             + tuple(functools.partial(_exp_cast, half=h, argument=False, summed=False) for h in HALF),
             "kv-half": tuple(functools.partial(_inputs_cast, half=h, which=w) for h in HALF
-                             for w in ("kv", "v", "qkv")),
+                             for w in ("kv", "k", "v", "qkv")),
             # P V's result rounded to a half dtype: its operands cast down for the product, or the running output
             # kept there between key blocks -- the same roundings of the same sums, which the error cannot tell apart
             "pv-half": tuple(functools.partial(_pv_cast, half=h, normalised=n, product=p) for h in HALF
