@@ -31,6 +31,8 @@ def sdpa() -> list[Case]:
         _p("weights, causal, L=S=150: tiles of 32 to 128", "weights", H=1, L=150, E=LONG, is_causal=True),
         _p("heads, GQA 6/2", "heads", H=6, Hkv=2, L=5, S=7),
         _p("heads, 4 heads, no GQA", "heads", H=4, L=5, S=7),
+        _p("heads, GQA 6/2, S=128: whole tiles", "heads", H=6, Hkv=2, L=5, S=128),  # (read where a tile edge
+        # slip leaves S=7 unseen)
         _p("scores", "scores", H=1, L=25, S=3),
         _p("scores, scale=0.3", "scores", H=1, L=25, S=3, scale=0.3),
         _p("scores, scale=0.5, large", "scores", H=1, L=25, S=3, scale=0.5, magnitude=10.0),
@@ -69,6 +71,7 @@ def flash(name: str = "flash-attn") -> list[Case]:
            api=api(causal=True, window=(5, 0))),
         _p("heads, GQA 6/2", "heads", H=6, Hkv=2, L=5, S=7, api=api()),
         _p("heads, 4 heads, no GQA", "heads", H=4, L=5, S=7, api=api()),
+        _p("heads, GQA 6/2, S=128: whole tiles", "heads", H=6, Hkv=2, L=5, S=128, api=api()),
         _p("scores", "scores", H=1, L=25, S=3, api=api()),
         _p("scores, softmax_scale=0.3", "scores", H=1, L=25, S=3, scale=0.3, api=api()),
         _p("scores, softcap", "scores", H=1, L=25, S=3, mod="flash: softcap", api=api(softcap=True)),
@@ -104,6 +107,7 @@ def varlen() -> list[Case]:
           window=(3, 2), E=LONG),  # (tiles of a long sequence; a decode path's own mask)
         c("heads, GQA 4/2", "heads", (3, 4), (5, 6), H=4, Hkv=2),
         c("heads, 4 heads, no GQA", "heads", (3, 4), (5, 6), H=4),
+        c("heads, GQA 4/2, 2 sequences of 64 keys: whole tiles", "heads", (3, 4), (64, 64), H=4, Hkv=2),
         c("scores", "scores", (25,), (3,), H=1),
         c("scores, softcap", "scores", (25,), (3,), H=1, softcap=True),
     ]
@@ -121,6 +125,7 @@ def paged() -> list[Case]:
         c("weights, window (4, 0), causal, 2 queries", "weights", (9, 17), 8, L=2, causal=True, window=(4, 0)),
         c("heads, GQA 4/2, pages of 4", "heads", (6, 9), 4, H=4, Hkv=2),
         c("heads, 4 heads, no GQA, pages of 4", "heads", (6, 9), 4, H=4),
+        c("heads, GQA 4/2, 2 sequences of 64 keys, pages of 16: whole pages", "heads", (64, 64), 16, H=4, Hkv=2),
         # the score function on whole pages: a slot past a sequence's length read too does not cloud it
         c("scores", "scores", (3,), 3, L=25, H=1),
         c("scores, softcap", "scores", (3,), 3, L=25, H=1, softcap=True),
