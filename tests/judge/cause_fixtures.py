@@ -138,6 +138,13 @@ def kv_staged_half(q, k, v, **kw):
     return sdpa(q, k.half().to(q.dtype), v.half().to(q.dtype), **kw)
 
 
+def mask_in_bfloat16(q, k, v, attn_mask=None, **kw):
+    """A float mask rounded to bfloat16 before it is added, whatever the inputs' dtype (a bias built in half)."""
+    if attn_mask is not None and attn_mask.is_floating_point():
+        attn_mask = attn_mask.to(torch.bfloat16).to(q.dtype)
+    return sdpa(q, k, v, attn_mask=attn_mask, **kw)
+
+
 def pv_in_half(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """P V taken in float16 whatever the inputs' dtype (P and V cast down, the product rounded there); the weights
     right."""
@@ -456,6 +463,7 @@ FIXTURES: dict[str, Fixture] = {
     "softmax-half": Fixture(_api_mutant("sdpa_softmax_float16"), only=("basic", "causal", "head dim 64"), dtypes=F32),
     "pv-half": Fixture(pv_in_half, only=("basic", "causal"), dtypes=("float32", "float64")),
     "kv-half": Fixture(kv_staged_half, only=("basic", "causal", "GQA"), dtypes=("float32", "float64")),
+    "bias-half": Fixture(mask_in_bfloat16, only=("basic", "float mask"), dtypes=("float32", "float64")),
     "bwd-half": Fixture(dp_in_bfloat16, only=("basic", "causal"), dtypes=("float32", "float64")),
     "float32-in-float64": Fixture(_mutant("float32-in-float64"), only=("basic", "causal"), dtypes=F64),
     "eps-in-sum": Fixture(eps_sum, only=("basic", "causal"), dtypes=F64),

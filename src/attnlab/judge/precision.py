@@ -26,7 +26,7 @@ import torch
 from attnlab.judge import hint as H
 from attnlab.judge import oracle, rule
 
-CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "kv-half", "pv-half", "lse-half",
+CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "kv-half", "bias-half", "pv-half", "lse-half",
           "float32-in-float64", "eps-in-sum", "bwd-half")  # the keys it names (bwd-half: backward_precision)
 BAND = 2.0  # an error within this factor of one of a cause's orders fits the cause
 WIDE = 10.0  # ... in float64, where nothing correct comes near float32's error, and float32 rounds in many places
@@ -249,13 +249,15 @@ def _models(dtype: torch.dtype) -> dict:
             + tuple(functools.partial(_exp_cast, half=h, argument=False, summed=False) for h in HALF),
             "kv-half": tuple(functools.partial(_inputs_cast, half=h, which=w) for h in HALF
                              for w in ("kv", "k", "v", "qkv")),
+            "bias-half": tuple(functools.partial(_bias_cast, half=h) for h in HALF),
             # P V's result rounded to a half dtype: its operands cast down for the product, or the running output
             # kept there between key blocks -- the same roundings of the same sums, which the error cannot tell apart
             "pv-half": tuple(functools.partial(_pv_cast, half=h, normalised=n, product=p) for h in HALF
                              for n in (True, False) for p in (True, False))
             + tuple(functools.partial(_acc_cast, half=h) for h in HALF)}
     if dtype == torch.float64:
-        return {"float32-in-float64": (_scale32, _all32, _values32), **half}
+        return {"float32-in-float64": (_scale32, _all32, _values32), **half,
+                "bias-half": (*half["bias-half"], functools.partial(_bias_cast, half=torch.float32))}
     return half
 
 
@@ -364,6 +366,15 @@ def _inputs_cast(f, dtype, half, which: str, product: bool = False):
         qk = _r(qk, half) if product else qk
         s = s + (qk - f.q @ f.k.transpose(-2, -1)) * f.scale
     return _finish(s, f, dtype, v=_r(f.v, half) if "v" in which else None)
+
+
+def _bias_cast(f, dtype, half):
+    """What the modifier and the mask add to the scaled q·kᵀ (ALiBi's bias, a float mask; with a soft-cap, its
+    change too) rounded to ``half`` before it is added, whatever the case's dtype; the rest in the case's."""
+    s = _scores(f)
+    raw = (f.q @ f.k.transpose(-2, -1)) * f.scale
+    live = torch.isfinite(s)
+    return _finish(torch.where(live, raw + _r(torch.where(live, s - raw, 0.0), half), s), f, dtype)
 
 
 def _exp_half_result(f, dtype):
