@@ -237,7 +237,8 @@ def noise(dtype: torch.dtype, f: oracle.Forward, ref: torch.Tensor) -> float:
 def _models(dtype: torch.dtype) -> dict:
     if dtype in HALF:
         return {"scores-rounded": (_scores_once, _scores_twice, _scores_unscaled, _sum_rounded, _sum_running),
-                "scale-folded": (_fold_q, _fold_k, _fold_both),
+                "scale-folded": (_fold_q, _fold_k, _fold_both,
+                                 *(functools.partial(_folded, on_q=side, factor=LOG2E) for side in (True, False))),
                 "softmax-half": (_softmax_half, _softmax_half_blocks),
                 "exp-half": (_exp_half, _exp_half_result)}
     # cast down to a half dtype (a fixed one, whatever the inputs')
@@ -272,8 +273,8 @@ def _lse_models(dtype: torch.dtype, steps: tuple[int, ...] = ()) -> dict:
         return {"scores-rounded": (of(lambda f, dt: _r(_scores(f), dt)),
                                    of(lambda f, dt: _r(_r(_scores(f) / f.scale, dt) * f.scale, dt)),
                                    of(lambda f, dt: _r(_scores(f) / f.scale, dt) * f.scale)),
-                "scale-folded": tuple(of(lambda f, dt, side=side: _scores(f) + _fold_error(f, dt, side))
-                                      for side in (True, False, None)),
+                "scale-folded": tuple(of(lambda f, dt, side=side, c=c: _scores(f) + _fold_error(f, dt, side, c))
+                                      for side in (True, False, None) for c in (1.0, LOG2E)),
                 "softmax-half": (_lse_sum_rounded, functools.partial(_lse_sum_rounded, log=True),
                                  functools.partial(_lse_sum_rounded, log=True, each=True),
                                  *(functools.partial(_lse_sum_running, step=n, log=log, twice=twice)
@@ -480,23 +481,27 @@ def _sum_running(f, dtype, half=None, step: int | None = None):
     return _finish(s, f, dtype, p / torch.where(total == 0, 1.0, total))
 
 
-def _fold_error(f, dtype, on_q: bool | None) -> torch.Tensor:
+def _fold_error(f, dtype, on_q: bool | None, factor: float = 1.0) -> torch.Tensor:
     """What the scale multiplied into q (or k; None: its square root into each) and stored in the dtype before the
-    matmul adds to the scores."""
+    matmul adds to the scores; ``factor``: folded in with the scale (log2 e, for exp2: Triton's tutorial's
+    ``qk_scale``), the scores read back in base e."""
     q, k = f.q, f.k
     exact = q @ k.transpose(-2, -1) * f.scale
+    c = f.scale * factor
     if on_q is None:  # (a negative scale's sign goes to q)
-        root = math.sqrt(abs(f.scale))
-        folded = _r(q * math.copysign(root, f.scale), dtype) @ _r(k * root, dtype).transpose(-2, -1)
+        root = math.sqrt(abs(c))
+        folded = _r(q * math.copysign(root, c), dtype) @ _r(k * root, dtype).transpose(-2, -1)
     else:
-        folded = (_r(q * f.scale, dtype) @ k.transpose(-2, -1)) if on_q else \
-            (q @ _r(k * f.scale, dtype).transpose(-2, -1))
-    return folded - exact
+        folded = (_r(q * c, dtype) @ k.transpose(-2, -1)) if on_q else (q @ _r(k * c, dtype).transpose(-2, -1))
+    return folded / factor - exact
 
 
-def _folded(f, dtype, on_q: bool):
-    """The scale multiplied into q (or k) and stored in the dtype before the matmul."""
-    return _finish(_scores(f) + _fold_error(f, dtype, on_q), f, dtype)
+LOG2E = 1.0 / math.log(2.0)
+
+
+def _folded(f, dtype, on_q: bool, factor: float = 1.0):
+    """The scale (times ``factor``) multiplied into q (or k) and stored in the dtype before the matmul."""
+    return _finish(_scores(f) + _fold_error(f, dtype, on_q, factor), f, dtype)
 
 
 def _fold_q(f, dtype):

@@ -155,7 +155,7 @@ def _match_line(r, level) -> str:
     """The match with the right answer, or, where the function gave none to compare, that it gave none."""
     own = level.kind == "own"
     against = "the right answer" if own else "F.scaled_dot_product_attention"
-    where = "over the level's cases" if own else "on 2 heads, T = 64, d = 32, float32"
+    where = "over the level's float32 and float64 cases" if own else "on 2 heads, T = 64, d = 32, float32"
     asks = f"the lab asks for at most {r.match_tol:g}"
     if r.match_err == float("inf"):
         return (f"[bold]Match[/]: [red]no answer to compare[/] with {against} {where}: your function raised, or "

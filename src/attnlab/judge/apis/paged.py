@@ -60,7 +60,9 @@ CAUSES = (
                             '(bottom-right, as FlashAttention aligns it)'),
     Cause('paged-new-kv-unseen', 'the new keys k=, v= are not attended: sequence b attends only its first '
                                  'cache_seqlens[b] keys; with k=, v= it has cache_seqlens[b] + seqlen_new '
-                                 '(cache_seqlens counts the keys before the call)'),
+                                 '(cache_seqlens counts the keys before the call)', scope=('append',)),
+    # (a claim of every call that appends, causal or not: an append case it passes refutes it -- a kernel that
+    # places its queries by the length before the append hides the new keys from causal rows alone)
     Cause('paged-new-kv-stale', "the new keys' slots are attended as they were before k=, v= are written: write "
                                 'k, v into ' + _NEW + ' first, then attend them'),
     Cause('paged-new-kv-wrong-slot', 'the new k, v are written one position off in the cache: they belong at '

@@ -115,13 +115,17 @@ def judge(reply: dict, seed: int, name: str = "decode_step"):
         rows.append(own.row(name, cname, dtype, [c], _first_wrong(mine, ref, c.allowed, P)))
         if r["dtypes"][0] != dtype:
             rows[-1].status, rows[-1].detail = "fail", f"returned {r['dtypes'][0]} for {dtype} inputs"
-    keys = own.named(got, right, slip_list(seed), [c[2] for c in CASES], pairs=slip_list(seed, both=True)) if any(
-        r.status != "pass" for r in rows) else []
+    keys = own.named([g if c[2] != "bfloat16" else None for g, c in zip(got, CASES, strict=True)], right,
+                     slip_list(seed), [c[2] for c in CASES], pairs=slip_list(seed, both=True)) if any(
+        r.status != "pass" for r in rows) else []  # (read from the full-precision cases: a slip's answer in bfloat16,
+    # its scores unscaled or turned, is not the learner's to the reading's tolerance; its case holds it to the rule)
     if any(r.status == "fail" and re.search(r"returned (dtype )?\w+ (on \w+, not the inputs' dtype|for \w+ inputs)",
                                              r.detail) for r in rows):
         keys.append("dtype")  # a fact of the reply, said beside any slip the values show
-    errs = [float((m["out"].double() - right[i]["out"]).abs().max()) for i, m in enumerate(got) if m is not None]
-    err = max(errs) if len(errs) == len(CASES) else math.inf
+    full = [i for i, c in enumerate(CASES) if c[2] != "bfloat16"]  # the match is of the full-precision cases (a
+    # bfloat16 answer is 1e-2 from the float64 one however it is computed; its case holds it to PyTorch's error)
+    errs = [float((got[i]["out"].double() - right[i]["out"]).abs().max()) for i in full if got[i] is not None]
+    err = max(errs) if len(errs) == len(full) else math.inf
     note = (f"{len(CASES)} sequences decoded token by token, two of them after a prompt already in the cache, against "
             "the full causal forward with RoPE (float64, float32, bfloat16)")
     return rows, own.lines(keys, TEXT, rows), err, note
