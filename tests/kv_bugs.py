@@ -75,6 +75,8 @@ def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, drop
         offset = 0 if "top-left" in bug else S - L
         if "causal-packed" in bug:  # query row and key row compared as packed rows
             offset = q0 - k0
+        if "keys-by-q" in bug:  # key positions counted from the query packing's start
+            offset = S - L + q0 - k0
         seen = band(L, S, offset, causal, window_size, q.device)
         o, l_ = _softmax_v(qs.transpose(0, 1), ks.transpose(0, 1), vs.transpose(0, 1), scale, seen, softcap)
         out[q0:q1] = o.transpose(0, 1)[:out[q0:q1].shape[0]]
@@ -119,6 +121,8 @@ def paged(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=N
         if "stale-slots" in bug:
             S = -(-S // bs) * bs
         offset = 0 if "top-left" in bug else S - Lq
+        if "before-append" in bug:  # the queries placed by the cache's length before the append
+            offset = lens[b] - Lq
         seen = band(Lq, kk.shape[1], offset, causal, window_size, q.device)
         seen &= torch.arange(kk.shape[1], device=q.device)[None, :] < S
         o, l_ = _softmax_v(q[b].transpose(0, 1), kk, vv, scale, seen, softcap)
@@ -155,6 +159,7 @@ MUTANTS = {
     "varlen causal top-left": (varlen, V, "top-left", ("varlen-top-left",)),
     "varlen causal on packed rows": (varlen, V, "causal-packed", ("varlen-causal-packed",)),
     "varlen packing ignored": (varlen, V, "packing-ignored", ("varlen-packing-ignored",)),
+    "varlen key positions from cu_seqlens_q": (varlen, V, "keys-by-q", ("varlen-keys-by-query-offsets",)),
     # no cause's words say it: the probe's measured rows, or "no single pattern" where no probe ran (three varlen
     # readings that also empty some of those rows were named on them once: attnlab.judge.explain's only_empty)
     "varlen stops at an empty sequence": (varlen, V, "stop-at-empty", (("measured:visibility", "unclear"),)),
@@ -167,6 +172,7 @@ MUTANTS = {
     "paged cache_seqlens ignored": (paged, P, "seqlens-ignored", ("paged-seqlens-ignored",)),
     "paged whole last page": (paged, P, "stale-slots", ("paged-stale-slots",)),
     "paged causal top-left": (paged, P, "top-left", ("paged-top-left",)),
+    "paged queries placed before the append": (paged, P, "before-append", ("paged-queries-before-append",)),
     "paged k, v not appended": (paged, P, "not-appended", (("paged-cache-not-written", "paged-new-kv-unseen"),)),
     "paged k, v appended after attending": (paged, P, "appended-after", ("paged-new-kv-stale",)),
     "paged k, v one slot late": (paged, P, "append-late", ("paged-new-kv-wrong-slot",)),

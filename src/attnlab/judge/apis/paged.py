@@ -63,6 +63,10 @@ CAUSES = (
                                  '(cache_seqlens counts the keys before the call)', scope=('append',)),
     # (a claim of every call that appends, causal or not: an append case it passes refutes it -- a kernel that
     # places its queries by the length before the append hides the new keys from causal rows alone)
+    Cause('paged-queries-before-append', 'causal= (or window_size=) places the queries by the cache\'s length '
+                                         'before the append: query i of sequence b sits at key position '
+                                         'cache_seqlens[b] + seqlen_new - Lq + i, after the new keys are counted, '
+                                         'not cache_seqlens[b] - Lq + i (the causal rows then miss the new keys)'),
     Cause('paged-new-kv-stale', "the new keys' slots are attended as they were before k=, v= are written: write "
                                 'k, v into ' + _NEW + ' first, then attend them'),
     Cause('paged-new-kv-wrong-slot', 'the new k, v are written one position off in the cache: they belong at '
@@ -166,6 +170,8 @@ def extra() -> list[Case]:
         case("paged: append 3, not causal", (9, 21), 8, L=3, new=3, H=2),
         case("paged: append 3, GQA 4/2, causal, pages of 4", (6, 13), 4, L=3, new=3, causal=True, H=4, Hkv=2),
         case("paged: append 2, window (4, 0), causal", (12, 25), 8, L=2, new=2, causal=True, window=(4, 0), H=2),
+        case("paged: append 3, window (3, 2), not causal", (10, 21), 8, L=3, new=3, window=(3, 2), H=2),  # (the
+        # window's right side reaches the new keys: queries placed before the append and new keys unseen differ)
         case("paged: append 5, softcap, causal", (7, 19), 8, L=5, new=5, causal=True, softcap=True, H=2),
         case("paged: append 2 under 4 queries, causal", (9, 20), 8, L=4, new=2, causal=True, H=2),
         case("paged: append 2, pages of 1", (4, 7), 1, L=2, new=2, causal=True, H=2),
@@ -202,6 +208,9 @@ def _readings(case: Case, args: dict):
         return
     def old(lens):
         return tuple(t - lay.new for t in lens)
+
+    if args.get("causal") or "window" in args:  # every key attended, the queries placed by the cache's old length
+        yield "paged-queries-before-append", None, None, lambda lens, offs: (lens, tuple(t - L for t in old(lens)))
 
     yield "paged-new-kv-unseen", None, None, lambda lens, offs: (old(lens), tuple(t - L for t in old(lens)))
     yield "paged-new-kv-unseen", None, None, lambda lens, offs: (old(lens), offs)
