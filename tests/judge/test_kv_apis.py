@@ -175,6 +175,6 @@ def test_the_docs_say_how_many_cases_each_api_runs():
     from pathlib import Path
 
     text = " ".join((Path(__file__).parents[2] / "docs" / "verify.md").read_text().split())
-    for api, n, words in (("flash-attn-varlen", 35, "Its 35 cases × dtypes (`attnlab.judge.apis.varlen.extra`"),
+    for api, n, words in (("flash-attn-varlen", 36, "Its 36 cases × dtypes (`attnlab.judge.apis.varlen.extra`"),
                           ("paged-decode", 35, "Its 35 cases × dtypes: empty and one-key caches")):
         assert len(apis.module(api).extra()) == n and words in text, api

@@ -78,11 +78,12 @@ def keys_seen_at(L: int, S: int, offset: int, causal: bool = False, window=(-1, 
 
 
 def slopes(case: Case, args: dict) -> torch.Tensor | None:
-    """The ALiBi slopes a case passes, float32: the paper's geometric ones (H,), or per batch element (B, H)."""
+    """The ALiBi slopes a case passes, float32: the paper's geometric ones (H,), or per batch element (B, H) -- a
+    varlen case's batch elements are its sequences (``args["q"]``: their query counts)."""
     if args.get("alibi"):
         return mods.alibi_slopes(case.H).float()
     if args.get("alibi-batch"):
-        B = math.prod(case.batch)
+        B = len(args["q"]) if isinstance(args.get("q"), tuple) else math.prod(case.batch)
         return mods.alibi_slopes(case.H).float()[None] * (1.0 + 0.5 * torch.arange(B, dtype=torch.float32)[:, None])
     return None
 

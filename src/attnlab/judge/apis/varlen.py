@@ -20,6 +20,7 @@ a :class:`Placement` of the sequences, turned into a mask by the one function th
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
@@ -121,26 +122,31 @@ def visible(case: Case, args: dict) -> torch.Tensor:
     return mask(case, args, placements(case, args))
 
 
-def score_mod(case: Case, args: dict):
+def score_mod(case: Case, args: dict, sl: torch.Tensor | None = None):
     """softcap, then ALiBi with each sequence's own distance: query i of sequence b at key position i + S_b - L_b
-    of that sequence, key j at j (the packed rows' positions within their sequence)."""
-    sl = flash.slopes(case, args)
+    of that sequence, key j at j (the packed rows' positions within their sequence), and (B, H) slopes by the
+    query's sequence. ``sl``: other slopes than the case's (an alternative's)."""
+    sl = flash.slopes(case, args) if sl is None else sl
     if sl is None:
         return flash.score_mod(case, args)
     from attnlab.judge import mod_cases
     from attnlab.kernels import mods
 
     qpos, kpos = torch.zeros(sum(lengths(case, args)[0])), torch.zeros(sum(lengths(case, args)[1]))
-    for s in placements(case, args):
+    seq = torch.zeros(len(qpos), dtype=torch.long)  # each query row's sequence
+    for b, s in enumerate(placements(case, args)):
         qpos[s.q0:s.q0 + s.L] = torch.arange(s.L) + s.offset
         kpos[s.k0:s.k0 + s.S] = torch.arange(s.S)
+        seq[s.q0:s.q0 + s.L] = b
     cap = mod_cases.CAP if args.get("softcap") else None
+    rows = sl if sl.dim() == 2 else sl[None]
 
     def fn(score, b, h, q_idx, kv_idx):
         if cap is not None:
             score = torch.tanh(score / cap) * cap
         d = (qpos.to(score.device)[q_idx] - kpos.to(score.device)[kv_idx]).abs()
-        return score - sl.to(score)[h] * d.to(score.dtype)
+        row = seq.to(score.device)[q_idx] if sl.dim() == 2 else torch.zeros_like(q_idx)
+        return score - rows.to(score)[row, h] * d.to(score.dtype)
 
     return mods.Mod.from_fn(fn, words("varlen", softcap=cap is not None, alibi=True))
 
@@ -278,6 +284,10 @@ def alternatives(case: Case, args: dict):
     if args.get("softcap"):  # the soft-cap taken before the scale
         scale = case.E ** -0.5 if case.scale is None else float(case.scale)
         yield Alternative("flash-softcap-scale", flash.modifier_change(mod_cases.CAP, scale))
+    sl = flash.slopes(case, args)
+    if sl is not None and sl.dim() == 2:  # (B, H) slopes read as one row: every sequence given the first's
+        one = score_mod(case, args, sl[0])
+        yield Alternative("flash-alibi-one-row", lambda kw: {**kw, "score_mod": one})
 
 
 def _placed(case: Case, args: dict, made: dict, singles: tuple[set, set], move, unwritten: bool):
@@ -365,6 +375,8 @@ def extra() -> list[Case]:
         case("varlen: one long sequence among short ones", (2, 3, 60), (5, 3, 60), causal=True, H=2),
         case("varlen: GQA 4/2, ALiBi, causal, keys longer", (9, 14, 6), (9, 20, 11), causal=True, alibi=True, H=4,
              Hkv=2),  # (a slope read by the kv head, or placed by packed rows)
+        replace(case("varlen: ALiBi (B, H): each sequence its own slopes", (7, 12, 5), (7, 16, 5), H=2),
+                mod="flash: alibi", api=words(NAME, q=(7, 12, 5), k=(7, 16, 5), **{"alibi-batch": True})),
         case("varlen: causal with window (3, 2)", (10, 17, 5), (10, 17, 5), causal=True, window=(3, 2), H=2),
     ]
 
