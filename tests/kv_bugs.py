@@ -75,8 +75,6 @@ def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, drop
         offset = 0 if "top-left" in bug else S - L
         if "causal-packed" in bug:  # query row and key row compared as packed rows
             offset = q0 - k0
-        if "keys-by-q" in bug:  # key positions counted from the query packing's start
-            offset = S - L + q0 - k0
         seen = band(L, S, offset, causal, window_size, q.device)
         o, l_ = _softmax_v(qs.transpose(0, 1), ks.transpose(0, 1), vs.transpose(0, 1), scale, seen, softcap)
         out[q0:q1] = o.transpose(0, 1)[:out[q0:q1].shape[0]]
@@ -159,7 +157,6 @@ MUTANTS = {
     "varlen causal top-left": (varlen, V, "top-left", ("varlen-top-left",)),
     "varlen causal on packed rows": (varlen, V, "causal-packed", ("varlen-causal-packed",)),
     "varlen packing ignored": (varlen, V, "packing-ignored", ("varlen-packing-ignored",)),
-    "varlen key positions from cu_seqlens_q": (varlen, V, "keys-by-q", ("varlen-keys-by-query-offsets",)),
     # no cause's words say it: the probe's measured rows, or "no single pattern" where no probe ran (three varlen
     # readings that also empty some of those rows were named on them once: attnlab.judge.explain's only_empty)
     "varlen stops at an empty sequence": (varlen, V, "stop-at-empty", (("measured:visibility", "unclear"),)),

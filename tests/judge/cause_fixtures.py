@@ -512,7 +512,6 @@ FIXTURES: dict[str, Fixture] = {
     "varlen-queries-shifted": Fixture(_kv("varlen-queries-shifted"), V, only=VARLEN),
     "varlen-top-left": Fixture(_kv("varlen-top-left"), V, only=VARLEN),
     "varlen-causal-packed": Fixture(_kv("varlen-causal-packed"), V, only=VARLEN),
-    "varlen-keys-by-query-offsets": Fixture(_kv("varlen-keys-by-query-offsets"), V, only=VARLEN),
     "varlen-packing-ignored": Fixture(_kv("varlen-packing-ignored"), V, only=VARLEN),
     "varlen-diagonal-from-max": Fixture(_api_mutant("varlen_offset_from_max"), V, only=VARLEN),
     "varlen-lse-padded": Fixture(_api_mutant("varlen_lse_padded"), V, only=VARLEN),

@@ -11,7 +11,7 @@ SOME = {  # a few cases per API that show every bug of the corpus (names contain
     "flash-attn-varlen": ("12 sequences of mixed lengths, causal", "chunked prefill", "queries and no keys",
                           "window (-1, 2)", "three queries a sequence"),
     "paged-decode": ("3 sequences of 1, 37, 64", "8 sequences", "4 queries, causal", "append 4, causal",
-                     "append 3, not causal", "append 2, pages of 1"),
+                     "append 3, not causal", "append 2, pages of 1", "append 3, window (3, 2)"),
 }
 
 

@@ -1155,12 +1155,10 @@ HELD8 = {
 }
 HELD8_ALSO: dict[str, set[str]] = {}
 # held8's kernels after its first run: the causes this round made for three of its bugs, which did not exist when the
-# labels were set (an ALiBi bias built in bfloat16; key positions counted from cu_seqlens_q; queries placed by the
-# cache's length before the append), added to those files' labels, as HELD5_AFTER did (held8/README.md)
+# labels were set (an ALiBi bias built in bfloat16; queries placed by the cache's length before the append), added to
+# those files' labels, as HELD5_AFTER did (held8/README.md)
 HELD8_AFTER = {**HELD8,
                "flash-attn/fa_04": [("bias-half", *HELD8["flash-attn/fa_04"][0])],
-               "flash-attn-varlen/varlen_06": [("varlen-keys-by-query-offsets",
-                                                *HELD8["flash-attn-varlen/varlen_06"][0])],
                "paged-decode/paged_01": [("paged-queries-before-append", *HELD8["paged-decode/paged_01"][0])]}
 HELD8_AFTER_ALSO: dict[str, set[str]] = {}
 

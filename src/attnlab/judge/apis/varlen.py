@@ -58,10 +58,6 @@ CAUSES = (
     Cause('varlen-top-left', 'causal= (or window_size=) is aligned top-left in each sequence (query i sees keys j '
                              "<= i): FlashAttention aligns it bottom-right in each sequence, query i sees its keys "
                              'j <= i + S_b - L_b (S_b, L_b: the sequence\'s key and query counts)'),
-    Cause('varlen-keys-by-query-offsets', "each sequence's key positions are counted from cu_seqlens_q[b], not "
-                                          'cu_seqlens_k[b]: the causal diagonal (and window) of sequence b moves by '
-                                          'cu_seqlens_k[b] - cu_seqlens_q[b]; key row c of sequence b sits at '
-                                          'position c - cu_seqlens_k[b]'),
     Cause('varlen-causal-packed', 'causal= (or window_size=) is aligned on the packed rows, not within each '
                                   'sequence: query row r sees key rows c <= r (or c <= r + total_k - total_q); query '
                                   'i of sequence b sees its keys j <= i + S_b - L_b'),
@@ -209,7 +205,6 @@ def _readings(case: Case, args: dict):
         yield "varlen-diagonal-from-max", _each(lambda s, o=offset: s._replace(offset=o(s))), False
     yield "varlen-max-seqlen-k+varlen-diagonal-from-max", _each(lambda s: s._replace(S=mk, offset=mk - mq)), False
     yield "varlen-top-left", _each(lambda s: s._replace(offset=0)), False
-    yield "varlen-keys-by-query-offsets", _each(lambda s: s._replace(offset=s.offset + s.q0 - s.k0)), False
     for extra in (0, Tk - Tq):  # the packed rows' own diagonal, top-left or bottom-right
         yield "varlen-causal-packed", _each(lambda s, e=extra: s._replace(offset=s.q0 - s.k0 + e)), False
 
