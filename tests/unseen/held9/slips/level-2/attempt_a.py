@@ -1,0 +1,40 @@
+"""Level 2 of your attention lab: the same causal attention in four tensor lines.
+
+    out = softmax(mask(q @ kᵀ / √E)) @ v        query i may look at keys 0 .. i only
+
+Level 1 took a Python step per query and key. Here every query meets every key in one matrix
+product, and four lines do the whole computation. Each is marked TODO; as it stands the function
+runs, and gives the wrong answer. After each one, run
+
+    attnlab lab check lab_matrix.py
+
+It grades your function on the same grid as level 1 (forward and backward; float32, float64 and
+bfloat16), says the likely cause of what fails, and measures its memory at T = 128, 512 and 2048:
+holding the whole T x T matrix of scores, it should grow like T².
+"""
+
+TRUTH = {'api': 'level-2', 'level': 2, 'slips': ['the causal mask is built (L, L) instead of (L, S): masked_fill cannot broadcast it when L != S, so the L=5,S=9 and L=9,S=5 cases raise (all dtypes); square shapes pass', 'the scale uses the value width Ev (v.shape[-1]) instead of E: wrong for the E=8,Ev=6 shapes in every dtype; the E=Ev=16 and E=Ev=32 shapes pass'], 'kind': 'two'}
+
+import math
+
+import torch
+
+
+def attention_matrix(q, k, v):
+    """Causal attention as matrix products: q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev).
+
+    Query i sees keys 0 .. i: the mask is aligned at the top left, as PyTorch's is_causal=True.
+    """
+    L, S, E, dtype = q.shape[-2], k.shape[-2], q.shape[-1], q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32  # half precision is computed in float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    # TODO 1 (scores): every query against every key in one product of q and k, scaled by 1 / sqrt(E)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(v.shape[-1]))  # (..., L, S)
+    # TODO 2 (mask): an (L, S) bool matrix, True where key j comes after query i; those scores become -inf
+    mask = torch.triu(torch.ones(L, L, dtype=torch.bool, device=q.device), diagonal=1)
+    scores = scores.masked_fill(mask, float("-inf"))
+    # TODO 3 (softmax): each query's weights over the keys, adding up to 1 (pick the dim with care)
+    weights = torch.softmax(scores, dim=-1)
+    # TODO 4 (values): each query's weighted sum of the values, (..., L, Ev), returned in the inputs' dtype
+    out = torch.matmul(weights, v)
+    return out.to(dtype)
