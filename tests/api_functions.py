@@ -99,8 +99,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         qs = q[cq[b]:cq[b + 1]][None]
         ks = k[max(0, ck[b] - _shift):max(0, ck[b + 1] - _shift)][None]
         vs = v[max(0, ck[b] - _shift):max(0, ck[b + 1] - _shift)][None]
+        sl = alibi_slopes[b:b + 1] if alibi_slopes is not None and alibi_slopes.dim() == 2 else alibi_slopes
         out, lse, _ = flash_attn_func(qs, ks, vs, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                                      softcap=softcap, alibi_slopes=alibi_slopes, return_attn_probs=True)
+                                      softcap=softcap, alibi_slopes=sl, return_attn_probs=True)  # ((B, H): its row)
         outs.append(out[0])
         lses.append(lse[0])
     out, lse = torch.cat(outs), torch.cat(lses, dim=-1)  # (total_q, H, D), (H, total_q)
