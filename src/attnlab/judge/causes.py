@@ -154,8 +154,8 @@ SDPA = (
                      "rounded to a fixed float16 or bfloat16 before the matmuls, whatever the inputs' dtype: a tile or "
                      "a cache staged there, an operand cast down (.half()); keep them in the inputs' dtype"),
     Cause('bias-half', "the error is the size of what is added to the scaled scores (ALiBi's bias, a float mask) "
-                       "rounded to a fixed float16 or bfloat16 (or float32 in a float64 call) before it is added, "
-                       "whatever the inputs' dtype: build the bias in the inputs' dtype, float32 at least"),
+                       "rounded to a fixed float16 or bfloat16 before it is added, whatever the inputs' dtype: build "
+                       "the bias in the inputs' dtype, float32 at least"),
     Cause('pv-half', "the error is the size of P V's result rounded to a fixed float16 or bfloat16, whatever the "
                      "inputs' dtype: P and V cast down for their product, or the running output (the accumulator) "
                      "kept there between key tiles -- the error cannot tell the two apart; take P V and keep the "
