@@ -51,7 +51,9 @@ def attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
     if is_causal:
         s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool, device=s.device).tril(), -math.inf)
     if attn_mask is not None:
-        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask
+        hidden = ~attn_mask if attn_mask.dtype == torch.bool else torch.isneginf(attn_mask)  # (-inf by masked_fill:
+        s = s if attn_mask.dtype == torch.bool else s + attn_mask.masked_fill(hidden, 0.0)  # a row hidden whole
+        s = s.masked_fill(hidden, -math.inf)  # has no gradient through its NaN softmax)
     p = torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0).to(dt)
     if dropout_p > 0:
         p = torch.nn.functional.dropout(p, dropout_p)
