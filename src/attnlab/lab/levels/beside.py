@@ -17,9 +17,11 @@ from dataclasses import replace
 
 import torch
 
-from attnlab.judge import Case, Diagnosis, oracle, rule
+from attnlab.judge import Case, Diagnosis, rule
 from attnlab.judge import causes as C
 from attnlab.judge import verify as V
+
+from . import slips
 
 APART = 4.0  # an answer this many reading tolerances from the slip's is not the slip's (within one it is)
 CASES = (  # what the grid asks beyond the probes, each at a probe's size; float64 stands for the level's dtype
@@ -102,8 +104,7 @@ def _gaps(case, x, mine: dict, fitted) -> dict[str, float]:
     """Per quantity the learner gave (out, lse): 0 where it is a fitted slip's answer (within the reading
     tolerance), its distance from the nearest where it is clearly none's (past :data:`APART` tolerances); left out
     where no slip answers it, or where it is neither clearly."""
-    f = oracle.answer(x.q.double(), x.k.double(), x.v.double(), is_causal=case.is_causal)[1]
-    right = {"out": oracle.unflatten(f.out, f), "lse": f.lse.reshape(x.q.shape[:-1])}
+    right = slips.answer(case, x.q, x.k, x.v)
     gaps: dict[str, list] = {}
     for slip in fitted:
         try:

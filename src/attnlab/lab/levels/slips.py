@@ -156,7 +156,7 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs
             live.append((case, x.q, x.k, x.v, {n: unpack(t).double() for n, t in g.items()}))
     if not live:
         return []
-    right = [_right(c, q, k, v) for c, q, k, v, _ in live]
+    right = [answer(c, q, k, v) for c, q, k, v, _ in live]
     mine = [o for *_, o in live]
     dtypes = [c.dtype for c, *_ in live]
     calm = [(o, r) for (c, *_, o), r in zip(live, right, strict=True) if not c.magnitude > 1]
@@ -238,7 +238,8 @@ def _square_only(probes, got, live, right) -> bool:
                for (c, *_, o), r in zip(live, right, strict=True))
 
 
-def _right(case, q, k, v) -> dict:
+def answer(case, q, k, v) -> dict:
+    """The right {"out", "lse"} of a probe's inputs: the float64 oracle's."""
     f = oracle.answer(q.double(), k.double(), v.double(), is_causal=case.is_causal)[1]
     return {"out": oracle.unflatten(f.out, f), "lse": f.lse.reshape(q.shape[:-1])}
 
