@@ -140,3 +140,60 @@ BUGS = {
     "flex_full_blocks_only": (flex_full_blocks_only, "flex", ("flex-full-only",)),
     "flex_mod_index_swapped": (flex_mod_index_swapped, "flex", ("flex-mod-index",)),
 }
+
+
+def flex_counts_ignored(query, key, value, score_mod=None, block_mask=None, **kw):
+    """Every entry of kv_indices and full_kv_indices visited, the padding past the counts too: a full block named
+    anywhere is wholly seen, a partial one through mask_mod."""
+    if block_mask is None:
+        return R.flex_attention(query, key, value, score_mod=score_mod, **kw)
+    B, H, L, _ = query.shape
+    S = key.shape[-2]
+    QB, KB = block_mask.BLOCK_SIZE
+
+    def named(idx):
+        hit = torch.zeros(*idx.shape[:-1], -(-S // KB), dtype=torch.bool)
+        return hit.scatter_(-1, idx.long(), True).repeat_interleave(QB, -2).repeat_interleave(KB, -1)[..., :L, :S]
+
+    seen = named(block_mask.kv_indices) & _dense(block_mask, *block_mask.kv_indices.shape[:2], L, S)
+    if block_mask.full_kv_indices is not None:
+        seen = seen | named(block_mask.full_kv_indices)
+
+    def visible(s, b, h, i, j):
+        s = s if score_mod is None else score_mod(s, b, h, i, j)
+        return s.masked_fill(~seen[b % seen.shape[0], h % seen.shape[1], i, j], -math.inf)
+
+    return R.flex_attention(query, key, value, score_mod=visible, block_mask=None, **kw)
+
+
+def flash_merge_lse_bfloat16(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """A split-KV kernel: the keys in splits of 16, each split's softmax in the compute dtype, the splits merged by
+    their log-sum-exp -- each split's lse stored in bfloat16 first, whatever the inputs' dtype."""
+    B, L, H, D = q.shape
+    S = k.shape[1]
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    scale = D ** -0.5 if softmax_scale is None else softmax_scale
+    qt, kt, vt = (t.transpose(1, 2).to(work) for t in (q, k, v))
+    G = H // kt.shape[1]
+    kt, vt = kt.repeat_interleave(G, dim=1), vt.repeat_interleave(G, dim=1)
+    s = qt @ kt.transpose(-2, -1) * scale
+    if softcap > 0:
+        s = torch.tanh(s / softcap) * softcap
+    bias = R._alibi(alibi_slopes, B, H, L, S, q.device, work)
+    s = (s if bias is None else s + bias).masked_fill(~R._flash_seen(L, S, causal, window_size, q.device), -math.inf)
+    outs, parts = [], []
+    for j in range(0, S, 16):
+        t = s[..., j:j + 16]
+        part = torch.logsumexp(t, dim=-1)
+        outs.append(torch.exp(t - torch.where(torch.isinf(part), 0.0, part)[..., None]) @ vt[..., j:j + 16, :])
+        parts.append(part.to(torch.bfloat16).to(work))
+    ls = torch.stack(parts, dim=-1)
+    top = ls.amax(dim=-1)
+    top = torch.where(torch.isfinite(top), top, 0.0)
+    w = torch.exp(ls - top[..., None])
+    total = w.sum(dim=-1)
+    out = sum(w[..., n, None] * o for n, o in enumerate(outs)) / torch.where(total > 0, total, 1.0)[..., None]
+    lse = torch.where(total > 0, top + torch.log(torch.where(total > 0, total, 1.0)), -math.inf)
+    out = out.transpose(1, 2).to(q.dtype)
+    return (out, lse, None) if return_attn_probs else out

@@ -479,6 +479,7 @@ FIXTURES: dict[str, Fixture] = {
     "lse-dead-rows": Fixture(lse_dead_rows, A, only=("basic", "dead rows")),
     "lse-only": Fixture(lse_unclear, A, only=("basic", "causal")),
     "lse-half": Fixture(lse_half, A, only=("basic", "causal"), dtypes=BF16),
+    "merge-half": Fixture(api_bugs.flash_merge_lse_bfloat16, A, only=("basic", "causal", "GQA"), dtypes=F32),
     "exp-half": Fixture(flash_exp_in_dtype, A, only=("basic", "no batch dims", "large logits", "head dim 40"),
                         dtypes=BF16),
     # flash_attn_func
@@ -504,6 +505,7 @@ FIXTURES: dict[str, Fixture] = {
     "flex-block-size": Fixture(_api_mutant("flex_block_size_64"), X, only=("causal", "documents", "window")),
     "flex-mod-index": Fixture(api_bugs.flex_mod_index_swapped, X, only=("softcap", "relative", "alibi")),
     "flex-mod-kv-head": Fixture(_api_mutant("flex_mod_kv_head"), X, only=("GQA", "alibi", "relative")),
+    "flex-counts-ignored": Fixture(api_bugs.flex_counts_ignored, X, only=("causal", "documents", "padding")),
     # flash_attn_varlen_func
     "varlen-keys-early": Fixture(_kv("varlen-keys-early"), V, only=VARLEN),
     "varlen-keys-late": Fixture(_kv("varlen-keys-late"), V, only=VARLEN),

@@ -160,6 +160,10 @@ SDPA = (
                      "inputs' dtype: P and V cast down for their product, or the running output (the accumulator) "
                      "kept there between key tiles -- the error cannot tell the two apart; take P V and keep the "
                      "accumulator in float32 or better"),
+    Cause('merge-half', "the error is the size of a split-KV merge done in half precision: each split's (each "
+                        "page's, each chunk's) log-sum-exp, or its merge weight exp(lse_j - lse), rounded to a fixed "
+                        "float16 or bfloat16 before the splits are combined, whatever the inputs' dtype; keep the "
+                        "splits' lse and the merge in float32"),
     Cause('bwd-half', "the output is right and the gradients' error is, entry by entry, that of one step of the "
                       "backward rounded down: {steps}; keep the backward's intermediates in float32 (float64 for a "
                       "float64 call)"),

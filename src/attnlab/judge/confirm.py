@@ -138,49 +138,70 @@ MAX_FAILING = 40  # failing cases a reading is held to, at most (the smallest fi
 
 def uncovered(keys: dict[str, set[frozenset]], failing: list, seed: int, inputs: Callable) -> set[str]:
     """The keys whose reading fits few of the failing cases it would change: ``failing`` (case, its output's limit,
-    the keys its row names). Where a reading's answer differs from the right one on a failing case (by MARGIN times
-    its limit), the function's failing there is the reading's to explain; a reading that explains under COVER of
-    those cases fits its few by chance (the first token of each packed sequence given to the one before is not
-    every sequence read max_seqlen_k long, though on one case it reads alike). A failing case another of ``keys``
-    explains and this one does not is left out of its count: a kernel with two bugs fails cases of each. So is one
-    another reading changes too where neither is named -- two bugs at once answer as neither alone -- where the two
-    are seen as two bugs: named together on two failing cases or more (each bug's share of the rows), or the other
-    stands on its own cases (it fits COVER of those it changes; settled in rounds from the readings that stand
-    without the rule). Elsewhere a case every reading changes and none names counts against all of them: the first
-    token of each packed sequence given to the one before changes every case that max_seqlen_k read as each
-    sequence's length does, and the two read alike together on one case, not two."""
+    its row's hints, each hint's keys a frozenset). Where a reading's answer differs from the right one on a failing
+    case (by MARGIN times its limit), the function's failing there is the reading's to explain; a reading that
+    explains under COVER of those cases fits its few by chance (the first token of each packed sequence given to the
+    one before is not every sequence read max_seqlen_k long, though on one case it reads alike). A failing case
+    another of ``keys`` explains and this one does not is left out of its count: a kernel with two bugs fails cases
+    of each. So is one another reading changes too where neither is named -- two bugs at once answer as neither
+    alone -- where the two are seen as two bugs: named in two hints of one row on two failing cases or more (each
+    bug's share of the rows; readings tied in one hint are one finding, :func:`_apart`), or the other stands on its
+    own cases (it fits COVER of those it changes; settled in rounds from the readings that stand without the rule).
+    Elsewhere a case every reading changes and none names counts against all of them: the first token of each packed
+    sequence given to the one before changes every case that max_seqlen_k read as each sequence's length does, and
+    the two read alike together on one case, not two."""
     if not keys:
         return set()
     seen = []  # (the keys a failing case is named by, the keys whose reading changes it)
-    for case, limit, named in sorted(failing, key=lambda f: f[0].work)[:MAX_FAILING]:
+    together: dict[frozenset, int] = {}
+    for case, limit, hints in sorted(failing, key=lambda f: f[0].work)[:MAX_FAILING]:
         if case.dropout_p > 0 or not math.isfinite(limit) or limit <= 0:
             continue
         try:
-            seen.append((named, _changes(case, limit, set(keys), case.seed(seed), inputs)))
+            changed = _changes(case, limit, set(keys), case.seed(seed), inputs)
         except (TypeError, ValueError, RuntimeError, IndexError, KeyError):
             continue
-    together: dict[frozenset, int] = {}
-    for named, _ in seen:
-        mine = sorted(named & set(keys))
-        for i, a in enumerate(mine):
-            for b in mine[i + 1:]:
-                together[frozenset((a, b))] = together.get(frozenset((a, b)), 0) + 1
+        seen.append((frozenset().union(*hints), changed))
+        for a, b in _apart(hints, set(keys)):
+            together[frozenset((a, b))] = together.get(frozenset((a, b)), 0) + 1
+    return _settled(seen, set(keys), together)
+
+
+def _settled(seen: list, keys: set[str], together: dict) -> set[str]:
+    """:func:`uncovered`'s rounds: each round counts, per reading, the failing cases it changes and is not excused
+    from, and the share it fits; the readings under COVER are out from then on, and excuse no other reading's case --
+    a reading out is no second bug (it fits its few cases by chance, and so may its partner)."""
+    out: set[str] = set()
     standing: set[str] = set()
-    while True:
+    for _ in range(2 * len(keys) + 2):
         applies: dict[str, int] = {}
         fits: dict[str, int] = {}
+        live = keys - out
         for named, changed in seen:
-            for k in changed:
-                partners = {o for o in changed - {k} if o in standing or together.get(frozenset((k, o)), 0) >= 2}
-                if k not in named and (named & set(keys) or partners):
+            for k in changed & live:
+                partners = {o for o in changed & live - {k}
+                            if o in standing or together.get(frozenset((k, o)), 0) >= 2}
+                if k not in named and (named & live or partners):
                     continue  # a second bug's case, or both bugs' at once: it says nothing of this reading
                 applies[k] = applies.get(k, 0) + 1
                 fits[k] = fits.get(k, 0) + (k in named)
-        out = {k for k, n in applies.items() if n >= 2 and fits.get(k, 0) < COVER * n}
-        now = {k for k in keys if k not in out and applies.get(k, 0) >= 2}
-        if now <= standing:
-            return out
-        standing |= now
+        new = {k for k, n in applies.items() if n >= 2 and fits.get(k, 0) < COVER * n}
+        now = {k for k in live - new if applies.get(k, 0) >= 2}
+        if not new and now <= standing:
+            break
+        out |= new
+        standing = (standing | now) - out
+    return out
+
+
+def _apart(hints: list[frozenset], keys: set[str]) -> set[tuple[str, str]]:
+    """The pairs of ``keys`` a row names in two of its hints: two findings, as two bugs give. Two readings of one tie
+    are one finding that either explains (four misreadings of cu_seqlens answer one case alike), not two bugs."""
+    pairs = set()
+    for i, a in enumerate(hints):
+        for b in hints[i + 1:]:
+            pairs |= {tuple(sorted((x, y))) for x in a & keys for y in b & keys if x != y and not {x, y} <= a & b}
+    return pairs
 
 
 def _changes(case: Case, limit: float, keys: set[str], seed: int, inputs: Callable) -> set[str]:

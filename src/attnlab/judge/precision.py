@@ -27,7 +27,8 @@ from attnlab.judge import hint as H
 from attnlab.judge import oracle, rule
 
 CAUSES = ("scores-rounded", "scale-folded", "softmax-half", "exp-half", "kv-half", "bias-half", "pv-half", "lse-half",
-          "float32-in-float64", "eps-in-sum", "bwd-half")  # the keys it names (bwd-half: backward_precision)
+          "merge-half", "float32-in-float64", "eps-in-sum",
+          "bwd-half")  # the keys it names (bwd-half: backward_precision)
 BAND = 2.0  # an error within this factor of one of a cause's orders fits the cause
 WIDE = 10.0  # ... in float64, where nothing correct comes near float32's error, and float32 rounds in many places
 SHAPE = 0.5  # a cast to half precision in a full-precision case: the output that near the cast's answer, on average
@@ -229,7 +230,8 @@ def noise(dtype: torch.dtype, f: oracle.Forward, ref: torch.Tensor) -> float:
     if dtype not in (*HALF, torch.float64):
         return 0.0
     f = oracle.as_key(f)
-    models = _models(dtype) if dtype in HALF else {"float32-in-float64": _models(dtype)["float32-in-float64"]}
+    models = ({k: orders for k, orders in _models(dtype).items() if k != "merge-half"} if dtype in HALF else
+              {"float32-in-float64": _models(dtype)["float32-in-float64"]})  # (a merge's rounding is a split kernel's)
     return (1.0 if dtype in HALF else WIDE) * max(rule.max_err(oracle.unflatten(order(f, dtype), f), ref)
                                                   for orders in models.values() for order in orders)
 
@@ -240,7 +242,8 @@ def _models(dtype: torch.dtype) -> dict:
                 "scale-folded": (_fold_q, _fold_k, _fold_both,
                                  *(functools.partial(_folded, on_q=side, factor=LOG2E) for side in (True, False))),
                 "softmax-half": (_softmax_half, _softmax_half_blocks),
-                "exp-half": (_exp_half, _exp_half_result)}
+                "exp-half": (_exp_half, _exp_half_result),
+                "merge-half": _merges(dtype)}
     # cast down to a half dtype (a fixed one, whatever the inputs')
     half = {"softmax-half": tuple(functools.partial(order, half=h) for h in HALF
                                   for order in (_softmax_cast, _softmax_half, _softmax_half_blocks, _sum_cast)),
@@ -255,7 +258,8 @@ def _models(dtype: torch.dtype) -> dict:
             # kept there between key blocks -- the same roundings of the same sums, which the error cannot tell apart
             "pv-half": tuple(functools.partial(_pv_cast, half=h, normalised=n, product=p) for h in HALF
                              for n in (True, False) for p in (True, False))
-            + tuple(functools.partial(_acc_cast, half=h) for h in HALF)}
+            + tuple(functools.partial(_acc_cast, half=h) for h in HALF),
+            "merge-half": tuple(order for h in HALF for order in _merges(h))}
     if dtype == torch.float64:  # (a bias in float32 there is float32 in a float64 call, as the corpus says it)
         return {"float32-in-float64": (_scale32, _all32, _values32, functools.partial(_bias_cast, half=torch.float32)),
                 **half}
@@ -281,12 +285,14 @@ def _lse_models(dtype: torch.dtype, steps: tuple[int, ...] = ()) -> dict:
                                    for n in steps for log in (False, True) for twice in (False, True))),
                 "exp-half": (lambda f, dt: _lse_of_p(f, _exp_rounded(f, dt, True)),
                              lambda f, dt: _lse_of_p(f, _exp_rounded(f, dt, False))),
-                "lse-half": (lambda f, dt: _r(f.lse, dt),)}
+                "lse-half": (lambda f, dt: _r(f.lse, dt),),
+                "merge-half": _merges(dtype, lse=True)}
+    merged = {"merge-half": tuple(order for h in HALF for order in _merges(h, lse=True))}
     if dtype == torch.float64:
         return {"float32-in-float64": (of(lambda f, dt: _scores(f) * (float(torch.tensor(f.scale, dtype=torch.float32))
                                                                       / f.scale)),
-                                       of(lambda f, dt: _scores(f).float().double()))}
-    return {}  # (a full-precision lse stored in a half dtype is read from its bits: lse_cause)
+                                       of(lambda f, dt: _scores(f).float().double())), **merged}
+    return merged  # (a full-precision lse stored in a half dtype as a whole is read from its bits: lse_cause)
 
 
 def _exp_rounded(f, dtype, argument: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -422,6 +428,44 @@ def _lse_sum_running(f, dtype, step: int, log: bool = False, twice: bool = False
     logged = total.clamp_min(1e-300).log()
     logged = _r(logged, dtype) if log else logged
     return torch.where(total > 0, torch.where(torch.isfinite(m), m, 0.0) + logged, -math.inf)[..., 0]
+
+
+SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)  # the widths of the key splits a split-KV kernel (its pages, its chunks) merges
+
+
+def _merges(half: torch.dtype, lse: bool = False) -> tuple:
+    """The orders of a split-KV merge done in ``half`` (each split of :data:`SPLITS` keys its own softmax, merged by
+    the splits' lse): the splits' lse stored there, or the merge weights exp(lse_j - lse) -- with ``lse``, the
+    log-sum-exp each gives (the weights' rounding leaves it alone: only the stored splits' lse moves it)."""
+    return tuple(functools.partial(_merged, half=half, width=w, weights=kind, lse=lse) for w in SPLITS
+                 for kind in (None, "result", "argument"))
+
+
+def _merged(f, dtype, half, width: int, weights: str | None, lse: bool = False):
+    """Each split of ``width`` keys normalised by its own lse_j in full precision, then merged: out = sum_j w_j o_j /
+    sum_j w_j, w_j = exp(lse_j - max_j lse_j), with the lse_j (or, ``weights``, the w_j: the "result" of exp, or
+    its "argument" too) rounded to ``half`` first;
+    lse = max_j lse_j + log sum_j w_j. The merge is one set of weights, P'_ik = w_j(k) exp(s_ik - lse_j(k)) / sum w,
+    so no split's output is held apart."""
+    s = _scores(f)
+    S = s.shape[-1]
+    pad = -S % width
+    tiles = torch.nn.functional.pad(s, (0, pad), value=-math.inf).unflatten(-1, (-1, width))
+    exact = torch.logsumexp(tiles, dim=-1)  # (N, H, L, n): -inf for a split that sees no key
+    part = torch.where(torch.isfinite(exact), _r(exact, half), exact) if not weights else exact
+    top = part.amax(dim=-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, 0.0)
+    w = torch.where(torch.isfinite(part), (part - top).exp(), 0.0)
+    if weights:  # exp(lse_j - max_j lse_j) taken in the half dtype (its result, or its argument too), summed there
+        w = _r((_r(part - top, half) if weights == "argument" else part - top).exp(), half)
+    total = w.sum(dim=-1, keepdim=True)
+    if lse:
+        return torch.where(total > 0, top + total.clamp_min(1e-300).log(), -math.inf)[..., 0]
+    w = w / torch.where(total > 0, total, 1.0)
+    inner = torch.where(torch.isfinite(tiles),
+                        (tiles - torch.where(torch.isfinite(exact), exact, 0.0)[..., None]).exp(), 0.0)
+    P = (inner * w[..., None]).flatten(-2)[..., :S]
+    return _finish(s, f, dtype, P)
 
 
 def _r(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -334,7 +334,7 @@ def _checked(rows: list[Row], cases: dict, seed: int, device) -> list[Row]:
 
     gone = confirm.refuted(set(keys), passing, seed, at, keys, confirm.support(rows))
     failing = [(cases[(r.case, r.dtype)], next((c.allowed for c in r.comparisons if c.quantity == "out"), math.nan),
-                {k for h in r.hints for k in h.keys})
+                [frozenset(h.keys) for h in r.hints])
                for r in rows if r.status == "fail" and (r.case, r.dtype) in cases and r.dtype == _first_dtype(rows)]
     gone |= confirm.uncovered({k: v for k, v in keys.items() if k not in gone and not precision_key(k)}, failing, seed,
                               at)

@@ -74,6 +74,10 @@ def extra() -> list[Case]:
         # so a kernel that reads one row's block lists for every row shows it (at 61 keys, one block, it could not)
         Case("flex: documents per batch row, causal, blocks of 64, L=S=384", batch=(2,), H=2, L=384, E=32,
              mask="documents per batch row & causal", api=f"{NAME} block=64,64"),
+        # the block lists' padding one block each row does not list (create_block_mask pads with every other block,
+        # so reading past the counts looks like no mask at all; here it shows as one block too many)
+        Case("flex: causal, the lists' padding a block not listed, blocks of 32, L=S=160", batch=(1,), H=2, L=160,
+             E=32, mask="causal", api=f"{NAME} block=32,32 filler"),
     ]
 
 
@@ -89,6 +93,10 @@ CAUSES = (
     Cause("flex-mod-kv-head", "score_mod is given the key head, h // (H / Hkv): FlexAttention passes the query head "
                               "h, so a per-head bias is read for each query head"),
     Cause("flex-mod-index", "score_mod gets q_idx and kv_idx swapped: it is score_mod(score, b, h, q_idx, kv_idx)"),
+    Cause("flex-counts-ignored", "the block lists are read past their counts: every entry of kv_indices and "
+                                 "full_kv_indices is visited, the padding past kv_num_blocks[b, h, i] "
+                                 "(full_kv_num_blocks) included; only the first kv_num_blocks[b, h, i] entries are "
+                                 "blocks, the rest are filler"),
 )
 
 
@@ -103,6 +111,7 @@ def alternatives(case: Case, args: dict):
     if masked:
         yield Alternative("flex-partial-as-full", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.any)))
         yield Alternative("flex-full-only", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.all)))
+        yield Alternative("flex-counts-ignored", _blocks(lambda seen: _every_entry(case, seen)))
     for size in (16, 32, 64):  # with no block mask, a kernel walks every 128-key block, read at its own size
         yield Alternative("flex-block-size", _blocks(lambda seen, size=size: seen & _listed(seen, size),
                                                      every=not masked))
@@ -150,6 +159,25 @@ def _listed(seen: torch.Tensor, size: int) -> torch.Tensor:
     return got & inside
 
 
+def _every_entry(case: Case, seen: torch.Tensor) -> torch.Tensor:
+    """(..., L, S): the keys a kernel sees that visits every entry of the case's block lists, the padding past the
+    counts too: a key of a block named anywhere in full_kv_indices, or of one in kv_indices that ``seen`` (the
+    mask function) lets through."""
+    L, S = seen.shape[-2:]
+    bm = _made_block_mask(case, math.prod(case.batch), "cpu")
+    qb, kb = bm.BLOCK_SIZE
+
+    def named(idx):
+        hit = torch.zeros(*idx.shape[:-1], -(-S // kb), dtype=torch.bool)
+        if idx is not None:
+            hit.scatter_(-1, idx.long(), True)
+        return hit.repeat_interleave(qb, dim=-2)[..., :L, :].repeat_interleave(kb, dim=-1)[..., :S]
+
+    full = named(bm.full_kv_indices) if bm.full_kv_indices is not None else torch.zeros_like(seen)
+    out = (named(bm.kv_indices) & seen) | full  # (B, H, L, S)
+    return out.reshape(*case.batch, case.H, L, S) if case.batch else out.reshape(case.H, L, S)
+
+
 def _swapped(mod):
     if mod is None:
         raise ValueError("no score_mod")
@@ -191,7 +219,37 @@ def _made_block_mask(case: Case, B: int, device: str):
     L, S = case.L, case.S or case.L
     size = block_size(case)
     kw = {"BLOCK_SIZE": size} if size else {}
-    return create_block_mask(lambda b, h, i, j: fn(b, h, i, j, L, S), B, case.H, L, S, device=device, **kw)
+    made = create_block_mask(lambda b, h, i, j: fn(b, h, i, j, L, S), B, case.H, L, S, device=device, **kw)
+    from attnlab.judge.apis import parse
+
+    return _filler(made) if parse(case.api)[1].get("filler") else made
+
+
+def _filler(bm):
+    """The block mask with the padding past each row's counts set to one block the row does not list (its last;
+    where it lists every block, its list's first entry): create_block_mask pads each list with every other block in
+    order, so a kernel that reads past the counts sees every key -- no mask, to the eye -- where here it sees one
+    block more."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    def listed(num, idx):
+        hit = torch.zeros(*idx.shape[:-1], idx.shape[-1] + 1, dtype=torch.bool)
+        live = torch.arange(idx.shape[-1]) < num.unsqueeze(-1).long()
+        return hit.scatter_(-1, torch.where(live, idx.long(), idx.shape[-1]), True)[..., :-1]
+
+    every = listed(bm.kv_num_blocks, bm.kv_indices)
+    if bm.full_kv_indices is not None:
+        every = every | listed(bm.full_kv_num_blocks, bm.full_kv_indices)
+    spare = torch.where(~every, torch.arange(every.shape[-1]), -1).amax(dim=-1, keepdim=True)  # -1: none
+
+    def filled(num, idx):
+        live = torch.arange(idx.shape[-1]) < num.unsqueeze(-1).long()
+        return torch.where(live, idx, torch.where(spare >= 0, spare, idx[..., :1]).to(idx.dtype)).contiguous()
+
+    full = (bm.full_kv_num_blocks, filled(bm.full_kv_num_blocks, bm.full_kv_indices)) \
+        if bm.full_kv_indices is not None else (None, None)
+    return BlockMask.from_kv_blocks(bm.kv_num_blocks, filled(bm.kv_num_blocks, bm.kv_indices), *full,
+                                    BLOCK_SIZE=bm.BLOCK_SIZE, mask_mod=bm.mask_mod, seq_lengths=bm.seq_lengths)
 
 
 def call(fn, q, k, v, case: Case, args: dict, p: float, score_mod=None):
