@@ -81,7 +81,12 @@ def named(got: Sequence[dict | None], right: Sequence[dict], dtypes, readings: S
     pair of readings (two wrong steps at once, ``((key, key), reading)``) that is says (:func:`common`). ``got``: the
     function's answers per case ({quantity: tensor}, None where it gave none); ``right``: the right ones;
     ``dtypes``: each case's."""
-    found = [key for key, reading in readings if fits(answers_of(reading, got), got, right, dtypes)]
+    fitting = [(key, answers_of(reading, got)) for key, reading in readings]
+    fitting = [(key, a) for key, a in fitting if fits(a, got, right, dtypes)]
+    by_value = [key for key, a in fitting if fits(a, got, right, dtypes, by_value=True)]
+    # (a reading met only by the rows it leaves NaN yields to one met by its numbers: a tile's exps divided by that
+    # tile's own sum are NaN where a tile hides a row's every key, as an unguarded rescale is, and say more besides)
+    found = by_value or [key for key, _ in fitting]
     if not found:
         found = common([keys for keys, reading in pairs
                         if fits(answers_of(reading, got), got, right, dtypes, by_value=True)])

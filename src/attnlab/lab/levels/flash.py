@@ -82,8 +82,10 @@ MORE_CASES = (slips.LARGE, slips.WIDE_V)  # graded beside the grid's
 TILE_SLIPS = [  # (key, one step of the tiled forward done wrong)
     ("acc-not-rescaled", tiles.Slip(rescale_acc=False)), ("sum-not-rescaled", tiles.Slip(rescale_sum=False)),
     ("rescale-after-update", tiles.Slip(after=True)), ("max-not-carried", tiles.Slip(carry_max=False)),
+    ("max-not-carried", tiles.Slip(carry_max=False, rescaled=True)),
     ("stale-max", tiles.Slip(stale="-inf")), ("stale-max", tiles.Slip(stale="zero")),
     ("stale-max", tiles.Slip(stale="first-new")), ("max-never-updated", tiles.Slip(update_max=False)),
+    ("max-never-updated", tiles.Slip(update_max=False, bound="past-end")),
     ("lse-base2", tiles.Slip(lse="mixed")), ("mask-zero", tiles.Slip(fill=0.0)),
     ("last-tile-dropped", tiles.Slip(last_keys=False)), ("tile-mask", tiles.Slip(local="keys")),
     ("tile-mask", tiles.Slip(local="rows")), ("tile-mask", tiles.Slip(local="both")),
@@ -94,6 +96,7 @@ TILE_SLIPS = [  # (key, one step of the tiled forward done wrong)
     ("not-divided", tiles.Slip(divide="never")), ("divide-per-tile", tiles.Slip(divide="per-tile")),
     ("rescale-inverted", tiles.Slip(alpha="inverted")), ("lse-no-max", tiles.Slip(lse="sum")),
     ("lse-no-sum", tiles.Slip(lse="max")), ("lse-base2", tiles.Slip(lse="base2")),
+    ("lse-base2", tiles.Slip(lse="log2-sum")),
 ]
 
 

@@ -34,7 +34,9 @@ TEXT = {
     "rescale-inverted": "your rescale is turned round, exp(m_new − m_old): what was summed against the old max must "
                         "shrink when the max grows, alpha = exp(m_old − m_new)",
     "max-not-carried": "your max is not carried from tile to tile: each tile's exps are taken against that tile's own "
-                       "max and added as they are; keep m = max(m, the tile's max) and rescale",
+                       "max (added as they are, or rescaled by exp(m_old - m_new), which overflows where a tile's max "
+                       "falls far below an earlier one's and gives NaN where a tile hides a row's every key); keep "
+                       "m = max(m, the tile's max) and rescale",
     "max-never-updated": "your running max is never updated (m = m_new is missing): m stays −inf, so exp(m − m_new) "
                          "= 0 wipes the sum and the output at every tile, only the last tile counts, and the lse, "
                          "m + log(l), is −inf; end each tile with m = m_new",
@@ -46,7 +48,8 @@ TEXT = {
     "lse-no-max": "your lse leaves out the running max: lse = m + log(l) (l was summed against m)",
     "lse-no-sum": "your lse is the running max alone: lse = m + log(l)",
     "lse-base2": "your lse is not in natural log: with the scores in base 2 (times log2 e, for exp2) the max m is in "
-                 "base 2 too, and m + log2 l (or m + ln l) is not the lse; return (m + log2 l) · ln 2",
+                 "base 2 too, and m + log2 l (or m + ln l) is not the lse; return (m + log2 l) · ln 2 (with m in "
+                 "natural units, m + ln l: log2 of the sum is not its log)",
     "softmax-half": "your softmax's running sum is kept in half precision (the inputs' bfloat16 or float16): the lse, "
                     "m + log l, carries its rounding at every tile, as the output's division does; keep l (and acc) in "
                     "float32",

@@ -56,6 +56,7 @@ TEXT = {
                          "does each exp subtract?",
     "unscaled": "your scores are not scaled: divide each q·k by √d, d = q.shape[-1] (the head width)",
     "scale-1/d": "your scores are divided by d, not by √d: the scale is 1 / math.sqrt(q.shape[-1])",
+    "scale-inverted": "your scores are multiplied by √d, not divided by it: the scale is 1 / math.sqrt(q.shape[-1])",
     "scale-length": "your scores are divided by the square root of a length (the number of queries or of keys); "
                     "divide by √d, the square root of the head width q.shape[-1]",
     "softmax-dim": "your softmax runs over the wrong axis: your weights add up to 1 down each column (over the "
@@ -165,6 +166,8 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs
     if calm and nan_key and all(not bool(torch.isfinite(o["out"]).any()) for o, _ in calm):
         return [nan_key]
     if _square_only(probes, got, live, right):
+        if fitted is not None:  # right where it answers at all: beside it, what the square cases still show
+            fitted.append(lambda q, k, v, causal: _right(q, k, v, causal))
         return ["square-assumed"]
 
     def on_probes(slip):
@@ -177,6 +180,11 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs
                    if readings.fits(readings.answers_of(on_probes(s), mine), mine, right, dtypes, by_value=True)]
         keys = readings.common([k for k, _ in fitting])
         found = [s for k, s in fitting if set(keys) <= set(k)] if keys else []
+    if not keys and any(over):  # an overflow in the large probes, and nothing named: it may hide a slip that the
+        # probes it left finite show (a scale turned round beside a softmax with no max subtracted); read those alone
+        finite = [None if o else m for m, o in zip(mine, over, strict=True)]
+        keys = readings.named(finite, right, dtypes, [(k, on_probes(s)) for k, s in slips])
+        found = [s for k, s in slips if k in keys]
     if fitted is not None:
         fitted += found
     if any(over) and all(bool(torch.isfinite(o["out"]).all()) for o, _ in calm) and not any(
@@ -238,10 +246,15 @@ def _square_only(probes, got, live, right) -> bool:
                for (c, *_, o), r in zip(live, right, strict=True))
 
 
+def _right(q, k, v, causal: bool) -> dict:
+    """:func:`answer` as a slip's answer is called: the right one, as the one a function right where it answers is."""
+    f = oracle.answer(q.double(), k.double(), v.double(), is_causal=causal)[1]
+    return {"out": oracle.unflatten(f.out, f), "lse": f.lse.reshape(q.shape[:-1])}
+
+
 def answer(case, q, k, v) -> dict:
     """The right {"out", "lse"} of a probe's inputs: the float64 oracle's."""
-    f = oracle.answer(q.double(), k.double(), v.double(), is_causal=case.is_causal)[1]
-    return {"out": oracle.unflatten(f.out, f), "lse": f.lse.reshape(q.shape[:-1])}
+    return _right(q, k, v, case.is_causal)
 
 
 def diagnoses(keys, text=TEXT) -> list[Diagnosis]:

@@ -25,6 +25,8 @@ class Slip:
     rescale_acc: bool = True  # acc *= exp(m_old - m_new)
     rescale_sum: bool = True  # l *= exp(m_old - m_new)
     carry_max: bool = True  # m = max(m, the tile's max), not the tile's max alone
+    rescaled: bool = False  # ... with carry_max False: the rescale exp(m - m_new) still taken, unguarded (right
+    # until a tile's max falls far below the last one's, or a tile hides a row's every key: inf, then NaN)
     stale: str | None = None  # exp(s - m) with m before its update: m starts at "-inf" (guarded: 0 there), "zero",
     # or "first-new" (-inf, and the first tile guarded with the new max: where(m == -inf, m_new, m))
     after: bool = False  # the rescale computed after m is updated: exp(m_new - m_new) = 1
@@ -44,7 +46,7 @@ class Slip:
     # "columns": acc / l broadcast along the wrong axis (column e divided by row e's sum: only where BLOCK_EV = BLOCK_M)
     alpha: str = "right"  # the rescale exp(m_old - m_new); "inverted": exp(m_new - m_old)
     lse: str = "right"  # "sum": log(l) alone; "max": m alone; "base2": m + log2(l) with scores in base 2; "mixed":
-    # scores in base 2 but m + ln(l) (a base-2 max, a natural log)
+    # scores in base 2 but m + ln(l) (a base-2 max, a natural log); "log2-sum": natural scores, m + log2(l)
     fill: float = -math.inf  # what the hidden scores (past S, and the causal mask's) are set to: 0.0 gives them
     # weight exp(0 - m), as tl.where(mask, s, 0.0) does
 
@@ -63,6 +65,9 @@ BOUNDS = {
     "short": lambda i0, bq, bk, S: min(S, i0),  # stops before the tile's own diagonal
     "block-n": lambda i0, bq, bk, S: min(S, (i0 // bq + 1) * bk),  # BLOCK_N where BLOCK_M belongs
     "one-short": lambda i0, bq, bk, S: min(S, i0 + bq - 1),  # the tile's last query's own key left out
+    # to the tile's last query, not clamped to S: the tiles past the end are visited, every key masked -- harmless
+    # where the running max is kept, the last tile (an empty one) all there is where it is not
+    "past-end": lambda i0, bq, bk, S: i0 + bq,
 }
 
 
@@ -70,8 +75,10 @@ def forward(q, k, v, causal: bool, block_q: int, block_k: int, slip: Slip = Slip
     """``{"out": (..., L, Ev), "lse": (..., L)}`` of a tiled forward with ``slip``, in q's dtype."""
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
     sc = 1.0 / math.sqrt(E) if scale is None else scale
-    if (slip.pad or slip.edge or slip.fill != -math.inf) and S % block_k:  # a kernel's last tile reads zeros past S
-        extra = block_k - S % block_k
+    past = slip.bound == "past-end" and causal  # (the keys a causal loop to the tile's end reads: zeros past S)
+    if (slip.pad or slip.edge or slip.fill != -math.inf or past) and (S % block_k or past):
+        # a kernel's last tile reads zeros past S
+        extra = block_k - S % block_k if not past else max(0, -(-(-(-L // block_q) * block_q) // block_k) * block_k - S)
         k = torch.cat([k, k.new_zeros(*k.shape[:-2], extra, k.shape[-1])], dim=-2)
         v = torch.cat([v, v.new_zeros(*v.shape[:-2], extra, v.shape[-1])], dim=-2)
     outs, lses = [], []
@@ -113,6 +120,8 @@ def _query_tile(qb, k, v, i0, S, causal, bq_max, block_k, slip: Slip, sc: float)
         safe = torch.where(torch.isinf(new), 0.0, new)
         p = _exp(s - _against(m, new, safe, slip.stale), base)
         alpha = _exp(safe - m if slip.alpha == "inverted" else m - safe, base) if slip.carry_max else torch.ones_like(m)
+        if slip.rescaled:  # the tile's max alone, its exps and the rescale taken against it as a kernel writes them
+            p, alpha = _exp(s - new, base), _exp(m - new, base)
         if slip.after:
             alpha = torch.ones_like(m)
         tile_sum = p.sum(dim=-1, keepdim=True)
@@ -124,7 +133,7 @@ def _query_tile(qb, k, v, i0, S, causal, bq_max, block_k, slip: Slip, sc: float)
         return None, None
     log = torch.log2 if slip.lse == "base2" else torch.log
     lse = {"right": m + log(total), "base2": m + log(total), "mixed": m + torch.log(total), "sum": log(total),
-           "max": m}[slip.lse]
+           "max": m, "log2-sum": m + torch.log2(total)}[slip.lse]
     return out, lse[..., 0]
 
 

@@ -19,7 +19,7 @@ import torch
 
 @dataclass(frozen=True)
 class Way:
-    scale: str = "right"  # "none"; "1/d"; "S", "L": 1/sqrt of a length; "after": the weights divided by √d after an
+    scale: str = "right"  # "none"; "1/d"; "sqrt": times √d; "S", "L": 1/sqrt of a length; "after": the weights divided by √d after an
     # unscaled softmax; "after-twice": after a scaled one too
     mask: str = "right"  # "none"; "ahead" (j <= i + 1); "diagonal" (j < i); "reversed" (j >= i); "reversed-strict"
     # (j > i); "lower-right"; "zero", "finite" (hidden scores set to 0, or to ``fill``); "after" (the weights zeroed
@@ -33,7 +33,8 @@ class Way:
 
 FILLS = (-10.0, -30.0, -50.0, -100.0, -500.0)  # the finite "minus infinity"s learners write (that a probe can tell)
 COMMON = [
-    ("unscaled", Way(scale="none")), ("scale-1/d", Way(scale="1/d")), ("scale-length", Way(scale="S")),
+    ("unscaled", Way(scale="none")), ("scale-1/d", Way(scale="1/d")), ("scale-inverted", Way(scale="sqrt")),
+    ("scale-length", Way(scale="S")),
     ("scale-length", Way(scale="L")), ("softmax-dim", Way(softmax="dim")), ("max-axis", Way(softmax="max-axis")),
     ("unnormalised", Way(softmax="unnormalised")), ("unnormalised", Way(softmax="unnormalised-raw")),
     ("peeks-ahead", Way(mask="ahead")), ("causal-reversed", Way(mask="reversed")),
@@ -58,7 +59,7 @@ def attention(q, k, v, causal: bool, way: Way = Way()):
             way.scores == "transposed" and L != S) or (way.values == "v" and L > S):
         return None
     sc = {"right": 1 / math.sqrt(E), "none": 1.0, "1/d": 1 / E, "S": 1 / math.sqrt(S), "L": 1 / math.sqrt(L),
-          "after": 1.0, "after-twice": 1 / math.sqrt(E)}[way.scale]
+          "after": 1.0, "after-twice": 1 / math.sqrt(E), "sqrt": math.sqrt(E)}[way.scale]
     keys = k.permute(3, 2, 1, 0).transpose(-2, -1) if way.scores == "k.T" else k
     s = q @ keys.transpose(-2, -1) * sc
     if way.scores == "transposed":
