@@ -6,7 +6,12 @@
 - blind corpora's files (tests/unseen: their truths in their TRUTH dicts) whose slips the lab did not name: a step
   that returns float32 for bfloat16 inputs at level 6 (the level decoded no bfloat16), a module whose output is
   NaN everywhere ("unclear"), a running sum kept in bfloat16 at level 4 ("only the lse fails"), and Triton's
-  masked scores set to 0, a base-2 max with a natural log, and a running max never updated.
+  masked scores set to 0, a base-2 max with a natural log, and a running max never updated;
+- read after held9's one run (development files from then on): a scale times sqrt(d) hidden by a softmax with no
+  max subtracted (the overflow was all that was said), a value-width scale beside a mask built (L, L) (square-assumed
+  alone), and at level 7 a running max taken from the tile alone with the rescale kept, log2 of the sum in a
+  natural lse beside a short causal loop bound ("the lse is wrong" alone), and held7's running max never updated,
+  which got a false "causal mask inside the tiles" beside it (its causal loop runs past S).
 """
 
 import functools
@@ -109,4 +114,21 @@ def test_triton_slips_of_the_running_max_the_masked_scores_and_a_base2_max_are_n
     held8 = _triton_keys("held8", "level-7/attempt_a,level-7/attempt_d", tmp_path)
     assert held8["level-7/attempt_a"][:1] == ["mask-zero"]  # tl.where(mask, s, 0.0)
     assert {"lse-base2", "edge-off-by-one"} <= set(held8["level-7/attempt_d"])  # beside an edge slip
-    assert _triton_keys("held7", "level-7/attempt_f", tmp_path)["level-7/attempt_f"][:1] == ["max-never-updated"]
+    assert _triton_keys("held7", "level-7/attempt_f", tmp_path)["level-7/attempt_f"] == ["max-never-updated"]
+
+
+@SLOW
+def test_a_scale_hidden_by_an_overflow_is_read_on_the_probes_left_finite():
+    assert _keys("held9", "level-1", "attempt_c") == ["measured:overflow", "scale-inverted"]
+
+
+@SLOW
+def test_beside_a_square_mask_the_value_width_shows_where_most_cases_share_it():
+    assert _keys("held9", "level-2", "attempt_a") == ["square-assumed", "raises", "Ev!=E"]
+
+
+@SLOW
+def test_triton_max_from_the_tile_alone_and_log2_of_the_sum_are_named(tmp_path):
+    held9 = _triton_keys("held9", "level-7/attempt_a,level-7/attempt_b", tmp_path)
+    assert held9["level-7/attempt_a"][:1] == ["max-not-carried"]
+    assert set(held9["level-7/attempt_b"][:2]) == {"bound-short", "lse-base2"}

@@ -87,6 +87,9 @@ def _line(what: str, apart: list, alike: list, said: list[Diagnosis], every: boo
     if not apart or (len(alike) < 2 and not (every and not alike)):
         return []
     tag = _shared([c for c, _ in apart], [c for c, _ in alike]) if alike else None
+    rest = [] if tag or not alike else _most(apart, alike)
+    if rest:  # no one thing all share: the one most of them share that none alike has, and the rest by name
+        tag, rest = rest
     key = C.of_tag(tag) if tag else "measured:lse" if what == "lse" else None
     if key is not None and key in {d.key for d in said}:
         return []
@@ -94,6 +97,8 @@ def _line(what: str, apart: list, alike: list, said: list[Diagnosis], every: boo
     where = (f"the case(s) where {WORDS.get(tag, tag)}, and none of the {len(alike)} where it is the slip's"
              if tag else "every one of them" if not alike else
              f"they share no one thing the {len(alike)} where it is the slip's lack")
+    if rest:
+        where += f" (and {', '.join(repr(c.name) for c in rest)}, which {'has' if len(rest) == 1 else 'have'} not that)"
     text = (f"and something beside it: on {len(apart)} of {len(apart) + len(alike)} more cases the check tried, your "
             f"{what} is not that slip's (up to {g:.2g} from it, e.g. '{case.name}') -- {where}: there your function "
             "does something the slip alone does not (a second slip, or this one taken another way at those shapes)")
@@ -133,6 +138,22 @@ def _distance(case, mine, alt, right) -> tuple[float, float]:
     if not both.any():
         return 0.0, 1.0
     return float((mine - alt)[both].abs().max()), rule.reading_tolerance(case.dtype, alt[both], right[both])
+
+
+def _most(apart, alike) -> tuple[str, list] | list:
+    """(tag, the cases apart without it): the tag of a cause the most cases apart share, two at least and more than
+    half, that no case alike has; [] where none does."""
+    cases = [c for c, _ in apart]
+    others = set().union(*(set(c.tags) for c, _ in alike))
+    counts: dict[str, int] = {}
+    for c in cases:
+        for t in set(c.tags) - others:
+            if C.of_tag(t):
+                counts[t] = counts.get(t, 0) + 1
+    best = sorted(counts.items(), key=lambda tn: (-tn[1], tn[0] not in WORDS, tn[0]))
+    if not best or best[0][1] < 2 or 2 * best[0][1] <= len(cases):
+        return []
+    return best[0][0], [c for c in cases if best[0][0] not in c.tags]
 
 
 def _shared(apart, alike) -> str | None:

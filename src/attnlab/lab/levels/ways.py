@@ -19,8 +19,8 @@ import torch
 
 @dataclass(frozen=True)
 class Way:
-    scale: str = "right"  # "none"; "1/d"; "sqrt": times √d; "S", "L": 1/sqrt of a length; "after": the weights divided by √d after an
-    # unscaled softmax; "after-twice": after a scaled one too
+    scale: str = "right"  # "none"; "1/d"; "sqrt": times √d; "S", "L": 1/sqrt of a length; "after": the weights
+    # divided by √d after an unscaled softmax; "after-twice": after a scaled one too
     mask: str = "right"  # "none"; "ahead" (j <= i + 1); "diagonal" (j < i); "reversed" (j >= i); "reversed-strict"
     # (j > i); "lower-right"; "zero", "finite" (hidden scores set to 0, or to ``fill``); "after" (the weights zeroed
     # after the softmax); "always" (masked when is_causal is False)
