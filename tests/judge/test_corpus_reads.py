@@ -11,7 +11,8 @@ itself (tests/unseen: its truth in its TRUTH dict), through the corpus runner's 
   saw no key at all; one of whole tiles reads it;
 - NaN where an additive float mask's row is all -inf (held8's sdpa_09): no case of the grid asked;
 - read after held9's one run (its files are development files from then on): pages' lse kept in bfloat16 before
-  the split merge (paged_02) was said "scores kept in half" where pages of 1 make the two alike; a flex kernel that
+  the split merge (paged_02) was said "scores kept in half" where pages of 1 make the two alike, and merge weights
+  exp(lse_j - max) taken in float16 over chunks of 48 keys (flex_03) were not placed; a flex kernel that
   reads the block lists' padding (flex_07) was said "the mask is ignored", as torch's padding lists every other
   block; a varlen kernel whose row-to-sequence lookup is off at each boundary (varlen_09) got readings that fit two
   of the ~40 cases they change, each excused by a partner reading that was itself out;
@@ -74,6 +75,11 @@ def test_nan_where_a_float_mask_hides_a_whole_row_is_read():
 def test_pages_lse_kept_in_bfloat16_is_a_merge_in_half_not_scores_rounded():
     keys = _keys("held9", "paged-decode/paged_02")
     assert "merge-half" in keys and "scores-rounded" not in keys, keys
+
+
+@SLOW
+def test_merge_weights_taken_in_float16_over_chunks_of_48_are_a_merge_in_half():
+    assert _keys("held9", "flex/flex_03")[0] == "merge-half"
 
 
 @SLOW

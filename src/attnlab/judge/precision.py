@@ -430,7 +430,7 @@ def _lse_sum_running(f, dtype, step: int, log: bool = False, twice: bool = False
     return torch.where(total > 0, torch.where(torch.isfinite(m), m, 0.0) + logged, -math.inf)[..., 0]
 
 
-SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)  # the widths of the key splits a split-KV kernel (its pages, its chunks) merges
+SPLITS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)  # the widths of the key splits a split-KV kernel merges (pages, chunks)
 
 
 def _merges(half: torch.dtype, lse: bool = False) -> tuple:
@@ -459,8 +459,10 @@ def _merged(f, dtype, half, width: int, weights: str | None, lse: bool = False):
     if weights:  # exp(lse_j - max_j lse_j) taken in the half dtype (its result, or its argument too), summed there
         w = _r((_r(part - top, half) if weights == "argument" else part - top).exp(), half)
     total = w.sum(dim=-1, keepdim=True)
+    total = _r(total, half) if weights else total  # (a half tensor's sum is half, and so is its log)
     if lse:
-        return torch.where(total > 0, top + total.clamp_min(1e-300).log(), -math.inf)[..., 0]
+        log = total.clamp_min(1e-300).log()
+        return torch.where(total > 0, top + (_r(log, half) if weights else log), -math.inf)[..., 0]
     w = w / torch.where(total > 0, total, 1.0)
     inner = torch.where(torch.isfinite(tiles),
                         (tiles - torch.where(torch.isfinite(exact), exact, 0.0)[..., None]).exp(), 0.0)
