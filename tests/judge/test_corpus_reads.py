@@ -89,6 +89,18 @@ def test_block_lists_read_past_their_counts_are_not_said_a_mask_ignored():
 
 
 @SLOW
+def test_block_lists_read_one_entry_past_their_counts_are_said_so():
+    keys = _keys("held8", "flex/flex_09")
+    assert keys[0] == "flex-counts-ignored", keys
+
+
+@SLOW
+def test_exp_in_float16_is_not_said_a_merge_in_half():
+    keys = _keys("held8", "flash-attn-varlen/varlen_09")
+    assert keys[0] == "exp-half" and "merge-half" not in keys, keys
+
+
+@SLOW
 def test_readings_that_fit_two_of_the_cases_they_change_are_not_said():
     keys = _keys("held9", "flash-attn-varlen/varlen_09")
     assert not {"varlen-max-seqlen-k", "flash-window-swapped", "varlen-queries-shifted"} & set(keys), keys

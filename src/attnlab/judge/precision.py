@@ -438,7 +438,8 @@ def _merges(half: torch.dtype, lse: bool = False) -> tuple:
     the splits' lse): the splits' lse stored there, or the merge weights exp(lse_j - lse) -- with ``lse``, the
     log-sum-exp each gives (the weights' rounding leaves it alone: only the stored splits' lse moves it)."""
     return tuple(functools.partial(_merged, half=half, width=w, weights=kind, lse=lse) for w in SPLITS
-                 for kind in (None, "result", "argument"))
+                 for kind in (None, "result", "argument") if w > 1 or kind is None)
+    # (weights of splits of one key are exp of each score, taken in half: exp-half's own model, not a merge's)
 
 
 def _merged(f, dtype, half, width: int, weights: str | None, lse: bool = False):

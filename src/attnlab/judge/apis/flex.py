@@ -93,10 +93,10 @@ CAUSES = (
     Cause("flex-mod-kv-head", "score_mod is given the key head, h // (H / Hkv): FlexAttention passes the query head "
                               "h, so a per-head bias is read for each query head"),
     Cause("flex-mod-index", "score_mod gets q_idx and kv_idx swapped: it is score_mod(score, b, h, q_idx, kv_idx)"),
-    Cause("flex-counts-ignored", "the block lists are read past their counts: every entry of kv_indices and "
-                                 "full_kv_indices is visited, the padding past kv_num_blocks[b, h, i] "
-                                 "(full_kv_num_blocks) included; only the first kv_num_blocks[b, h, i] entries are "
-                                 "blocks, the rest are filler"),
+    Cause("flex-counts-ignored", "the block lists are read past their counts: entries of kv_indices and "
+                                 "full_kv_indices past kv_num_blocks[b, h, i] (full_kv_num_blocks) are visited -- one "
+                                 "more (r <= num), or every one, the padding included; only the first "
+                                 "kv_num_blocks[b, h, i] entries are blocks, the rest are filler"),
 )
 
 
@@ -111,7 +111,8 @@ def alternatives(case: Case, args: dict):
     if masked:
         yield Alternative("flex-partial-as-full", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.any)))
         yield Alternative("flex-full-only", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.all)))
-        yield Alternative("flex-counts-ignored", _blocks(lambda seen: _every_entry(case, seen)))
+        for past in (1, None):  # one entry past the count (r <= num), or every entry
+            yield Alternative("flex-counts-ignored", _blocks(lambda seen, past=past: _every_entry(case, seen, past)))
     for size in (16, 32, 64):  # with no block mask, a kernel walks every 128-key block, read at its own size
         yield Alternative("flex-block-size", _blocks(lambda seen, size=size: seen & _listed(seen, size),
                                                      every=not masked))
@@ -159,22 +160,24 @@ def _listed(seen: torch.Tensor, size: int) -> torch.Tensor:
     return got & inside
 
 
-def _every_entry(case: Case, seen: torch.Tensor) -> torch.Tensor:
-    """(..., L, S): the keys a kernel sees that visits every entry of the case's block lists, the padding past the
-    counts too: a key of a block named anywhere in full_kv_indices, or of one in kv_indices that ``seen`` (the
-    mask function) lets through."""
+def _every_entry(case: Case, seen: torch.Tensor, past: int | None = None) -> torch.Tensor:
+    """(..., L, S): the keys a kernel sees that reads its block lists past their counts -- ``past`` entries more
+    (``r <= num``: one), or every entry (None), the padding too: a key of a block so named in full_kv_indices, or of
+    one in kv_indices that ``seen`` (the mask function) lets through."""
     L, S = seen.shape[-2:]
     bm = _made_block_mask(case, math.prod(case.batch), "cpu")
     qb, kb = bm.BLOCK_SIZE
 
-    def named(idx):
-        hit = torch.zeros(*idx.shape[:-1], -(-S // kb), dtype=torch.bool)
-        if idx is not None:
-            hit.scatter_(-1, idx.long(), True)
-        return hit.repeat_interleave(qb, dim=-2)[..., :L, :].repeat_interleave(kb, dim=-1)[..., :S]
+    def named(num, idx):
+        n = idx.shape[-1] if past is None else num.long().unsqueeze(-1) + past
+        read = torch.arange(idx.shape[-1]) < n
+        hit = torch.zeros(*idx.shape[:-1], -(-S // kb) + 1, dtype=torch.bool)
+        hit.scatter_(-1, torch.where(read, idx.long(), hit.shape[-1] - 1), True)
+        return hit[..., :-1].repeat_interleave(qb, dim=-2)[..., :L, :].repeat_interleave(kb, dim=-1)[..., :S]
 
-    full = named(bm.full_kv_indices) if bm.full_kv_indices is not None else torch.zeros_like(seen)
-    out = (named(bm.kv_indices) & seen) | full  # (B, H, L, S)
+    full = named(bm.full_kv_num_blocks, bm.full_kv_indices) if bm.full_kv_indices is not None else \
+        torch.zeros_like(seen)
+    out = (named(bm.kv_num_blocks, bm.kv_indices) & seen) | full  # (B, H, L, S)
     return out.reshape(*case.batch, case.H, L, S) if case.batch else out.reshape(case.H, L, S)
 
 
