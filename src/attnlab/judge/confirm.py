@@ -170,9 +170,12 @@ def uncovered(keys: dict[str, set[frozenset]], failing: list, seed: int, inputs:
 def _settled(seen: list, keys: set[str], together: dict) -> set[str]:
     """:func:`uncovered`'s rounds: each round counts, per reading, the failing cases it changes and is not excused
     from, and the share it fits; the readings under COVER are out from then on, and excuse no other reading's case --
-    a reading out is no second bug (it fits its few cases by chance, and so may its partner)."""
+    a reading out is no second bug (it fits its few cases by chance, and so may its partner). Named beside another on
+    two cases excuses a reading only where it is also named alone on one: a second bug shows by itself somewhere, a
+    reading seen only beside another (a packing's boundary read two ways) is that one's shadow."""
     out: set[str] = set()
     standing: set[str] = set()
+    alone = {k for named, _ in seen for k in named & keys if not (named & keys) - {k}}  # a finding of its own
     for _ in range(2 * len(keys) + 2):
         applies: dict[str, int] = {}
         fits: dict[str, int] = {}
@@ -180,7 +183,7 @@ def _settled(seen: list, keys: set[str], together: dict) -> set[str]:
         for named, changed in seen:
             for k in changed & live:
                 partners = {o for o in changed & live - {k}
-                            if o in standing or together.get(frozenset((k, o)), 0) >= 2}
+                            if o in standing or (k in alone and together.get(frozenset((k, o)), 0) >= 2)}
                 if k not in named and (named & live or partners):
                     continue  # a second bug's case, or both bugs' at once: it says nothing of this reading
                 applies[k] = applies.get(k, 0) + 1
