@@ -141,15 +141,10 @@ def uncovered(keys: dict[str, set[frozenset]], failing: list, seed: int, inputs:
     its row's hints, each hint's keys a frozenset). Where a reading's answer differs from the right one on a failing
     case (by MARGIN times its limit), the function's failing there is the reading's to explain; a reading that
     explains under COVER of those cases fits its few by chance (the first token of each packed sequence given to the
-    one before is not every sequence read max_seqlen_k long, though on one case it reads alike). A failing case
-    another of ``keys`` explains and this one does not is left out of its count: a kernel with two bugs fails cases
-    of each. So is one another reading changes too where neither is named -- two bugs at once answer as neither
-    alone -- where the two are seen as two bugs: named in two hints of one row on two failing cases or more (each
-    bug's share of the rows; readings tied in one hint are one finding, :func:`_apart`), or the other stands on its
-    own cases (it fits COVER of those it changes; settled in rounds from the readings that stand without the rule).
-    Elsewhere a case every reading changes and none names counts against all of them: the first token of each packed
-    sequence given to the one before changes every case that max_seqlen_k read as each sequence's length does, and
-    the two read alike together on one case, not two."""
+    one before is not every sequence read max_seqlen_k long, though on one case it reads alike). A case a second
+    bug's reading names, or one a kept reading changes too (two bugs at once answer as neither alone), says nothing
+    of a reading: :func:`_settled` weighs them, the best named reading first; readings tied in one hint are one
+    finding, not two (:func:`_apart`)."""
     if not keys:
         return set()
     seen = []  # (the keys a failing case is named by, the keys whose reading changes it)
@@ -168,32 +163,27 @@ def uncovered(keys: dict[str, set[frozenset]], failing: list, seed: int, inputs:
 
 
 def _settled(seen: list, keys: set[str], together: dict) -> set[str]:
-    """:func:`uncovered`'s rounds: each round counts, per reading, the failing cases it changes and is not excused
-    from, and the share it fits; the readings under COVER are out from then on, and excuse no other reading's case --
-    a reading out is no second bug (it fits its few cases by chance, and so may its partner). Named beside another on
-    two cases excuses a reading only where it is also named alone on one: a second bug shows by itself somewhere, a
-    reading seen only beside another (a packing's boundary read two ways) is that one's shadow."""
-    out: set[str] = set()
-    standing: set[str] = set()
+    """:func:`uncovered`'s reckoning, reading by reading, the best named first: each counts the failing cases it
+    changes and the share of them it fits, leaving out a case another reading not found out names (a second bug's
+    case), one a reading already kept changes too (both bugs at once answer as neither alone), and one a reading
+    named beside it in two rows changes -- where each of the two is also named alone somewhere (a second bug shows
+    by itself; a reading seen only beside another, a packing's boundary read two ways, is that one's shadow). A
+    reading under COVER is out, and excuses nothing after."""
     alone = {k for named, _ in seen for k in named & keys if not (named & keys) - {k}}  # a finding of its own
-    for _ in range(2 * len(keys) + 2):
-        applies: dict[str, int] = {}
-        fits: dict[str, int] = {}
-        live = keys - out
+    support = {k: sum(k in named for named, _ in seen) for k in keys}
+    kept: set[str] = set()
+    out: set[str] = set()
+    for k in sorted(keys, key=lambda key: (-support[key], key)):
+        applies = fits = 0
         for named, changed in seen:
-            for k in changed & live:
-                partners = {o for o in changed & live - {k}
-                            if o in standing or (k in alone and together.get(frozenset((k, o)), 0) >= 2)}
-                if k not in named and (named & live or partners):
-                    continue  # a second bug's case, or both bugs' at once: it says nothing of this reading
-                applies[k] = applies.get(k, 0) + 1
-                fits[k] = fits.get(k, 0) + (k in named)
-        new = {k for k, n in applies.items() if n >= 2 and fits.get(k, 0) < COVER * n}
-        now = {k for k in live - new if applies.get(k, 0) >= 2}
-        if not new and now <= standing:
-            break
-        out |= new
-        standing = (standing | now) - out
+            if k not in changed:
+                continue
+            if k not in named and (named & (keys - out) - {k} or changed & kept - {k} or any(
+                    {k, o} <= alone and together.get(frozenset((k, o)), 0) >= 2 for o in changed - out - {k})):
+                continue  # a second bug's case, or both bugs' at once: it says nothing of this reading
+            applies += 1
+            fits += k in named
+        (out if applies >= 2 and fits < COVER * applies else kept).add(k)
     return out
 
 

@@ -110,6 +110,7 @@ def alternatives(case: Case, args: dict):
     block = q_block if q_block == kv_block else BLOCK  # the case's square blocks (a block mask's own BLOCK_SIZE)
     if masked:
         yield Alternative("flex-partial-as-full", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.any)))
+        yield Alternative("flex-partial-as-full", _blocks(lambda seen: _every_entry(case, seen, 0, partial=False)))
         yield Alternative("flex-full-only", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.all)))
         for past in (1, None):  # one entry past the count (r <= num), or every entry
             yield Alternative("flex-counts-ignored", _blocks(lambda seen, past=past: _every_entry(case, seen, past)))
@@ -160,10 +161,11 @@ def _listed(seen: torch.Tensor, size: int) -> torch.Tensor:
     return got & inside
 
 
-def _every_entry(case: Case, seen: torch.Tensor, past: int | None = None) -> torch.Tensor:
+def _every_entry(case: Case, seen: torch.Tensor, past: int | None = None, partial: bool = True) -> torch.Tensor:
     """(..., L, S): the keys a kernel sees that reads its block lists past their counts -- ``past`` entries more
-    (``r <= num``: one), or every entry (None), the padding too: a key of a block so named in full_kv_indices, or of
-    one in kv_indices that ``seen`` (the mask function) lets through."""
+    (``r <= num``: one; 0: none, the lists as they are), or every entry (None), the padding too: a key of a block so
+    named in full_kv_indices, or of one in kv_indices that ``seen`` (the mask function) lets through (``partial``
+    False: every key of it, its partial blocks read as full)."""
     L, S = seen.shape[-2:]
     bm = _made_block_mask(case, math.prod(case.batch), "cpu")
     qb, kb = bm.BLOCK_SIZE
@@ -177,7 +179,8 @@ def _every_entry(case: Case, seen: torch.Tensor, past: int | None = None) -> tor
 
     full = named(bm.full_kv_num_blocks, bm.full_kv_indices) if bm.full_kv_indices is not None else \
         torch.zeros_like(seen)
-    out = (named(bm.kv_num_blocks, bm.kv_indices) & seen) | full  # (B, H, L, S)
+    listed = named(bm.kv_num_blocks, bm.kv_indices)
+    out = (listed & seen if partial else listed) | full  # (B, H, L, S)
     return out.reshape(*case.batch, case.H, L, S) if case.batch else out.reshape(case.H, L, S)
 
 
