@@ -1362,3 +1362,9 @@ HELD9_SLIPS_ALSO: dict[str, set[str]] = {}
 
 HELD9_SLIPS_AFTER = HELD9_SLIPS  # (the same labels: see HELD9_AFTER)
 HELD9_SLIPS_AFTER_ALSO: dict[str, set[str]] = {}
+
+# Keys made after these corpora's labels for their files' very slips (each checked against its file's truth):
+# scale-inverted (the scores times sqrt(d)), and held2's running max never updated (max-never-updated).
+DEV_SLIPS_ALSO: dict[str, set[str]] = {"level-1/query_key_indices_swapped_and_scale_inverted": {"scale-inverted"}}
+HELD2_SLIPS_ALSO: dict[str, set[str]] = {"level-1/scale_times_sqrt_and_mask_hides_past": {"scale-inverted"},
+                                         "level-4/max_not_carried_and_last_tile_dropped": {"max-never-updated"}}
