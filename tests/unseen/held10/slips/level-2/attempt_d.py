@@ -1,0 +1,44 @@
+"""Level 2 of your attention lab: the same causal attention in four tensor lines.
+
+    out = softmax(mask(q @ kᵀ / √E)) @ v        query i may look at keys 0 .. i only
+
+Level 1 took a Python step per query and key. Here every query meets every key in one matrix
+product, and four lines do the whole computation. Each is marked TODO; as it stands the function
+runs, and gives the wrong answer. After each one, run
+
+    attnlab lab check lab_matrix.py
+
+It grades your function on the same grid as level 1 (forward and backward; float32, float64 and
+bfloat16), says the likely cause of what fails, and measures its memory at T = 128, 512 and 2048:
+holding the whole T x T matrix of scores, it should grow like T².
+"""
+
+TRUTH = {'api': 'level-2', 'level': 2, 'slips': ['The scale is written E ** -1/2, which Python parses as (1/E)/2 instead of 1/sqrt(E); shows on every input.', 'The mask hides keys before the query (i > j) instead of after it (j > i), keeping the future and hiding the past; shows on every input.'], 'kind': 'two'}
+
+
+import math
+
+import torch
+
+
+def attention_matrix(q, k, v):
+    """Causal attention as matrix products: q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev).
+
+    Query i sees keys 0 .. i: the mask is aligned at the top left, as PyTorch's is_causal=True.
+    """
+    L, S, E, dtype = q.shape[-2], k.shape[-2], q.shape[-1], q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32  # half precision is computed in float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    # 1. scores: every query against every key
+    scores = torch.einsum("...ie,...je->...ij", q, k) * E ** -1/2
+    # 2. causal mask: key j is hidden from query i when j > i
+    i = torch.arange(L, device=q.device)[:, None]
+    j = torch.arange(S, device=q.device)[None, :]
+    scores = scores.masked_fill(i > j, -math.inf)
+    # 3. softmax by hand, stable
+    scores = scores - scores.amax(dim=-1, keepdim=True)
+    weights = scores.exp()
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    # 4. weighted sum of the values
+    out = torch.einsum("...ij,...jd->...id", weights, v)
+    return out.to(dtype)
