@@ -242,8 +242,9 @@ def _models(dtype: torch.dtype) -> dict:
                 "scale-folded": (_fold_q, _fold_k, _fold_both,
                                  *(functools.partial(_folded, on_q=side, factor=LOG2E) for side in (True, False))),
                 "softmax-half": (_softmax_half, _softmax_half_blocks),
-                "exp-half": (_exp_half, _exp_half_result),
-                "merge-half": _merges(dtype)}
+                "exp-half": (_exp_half, _exp_half_result)}
+        # (no merge in the inputs' half dtype: there a split's lse rounded errs as a running sum kept there does, and
+        # the size names neither -- a merge in half is read where the inputs are float32 or float64)
     # cast down to a half dtype (a fixed one, whatever the inputs')
     half = {"softmax-half": tuple(functools.partial(order, half=h) for h in HALF
                                   for order in (_softmax_cast, _softmax_half, _softmax_half_blocks, _sum_cast)),
@@ -285,8 +286,7 @@ def _lse_models(dtype: torch.dtype, steps: tuple[int, ...] = ()) -> dict:
                                    for n in steps for log in (False, True) for twice in (False, True))),
                 "exp-half": (lambda f, dt: _lse_of_p(f, _exp_rounded(f, dt, True)),
                              lambda f, dt: _lse_of_p(f, _exp_rounded(f, dt, False))),
-                "lse-half": (lambda f, dt: _r(f.lse, dt),),
-                "merge-half": _merges(dtype, lse=True)}
+                "lse-half": (lambda f, dt: _r(f.lse, dt),)}
     merged = {"merge-half": tuple(order for h in HALF for order in _merges(h, lse=True))}
     if dtype == torch.float64:
         return {"float32-in-float64": (of(lambda f, dt: _scores(f) * (float(torch.tensor(f.scale, dtype=torch.float32))
