@@ -96,20 +96,24 @@ def flex_full_blocks_only(query, key, value, score_mod=None, block_mask=None, **
     cuts, or the ragged last one -- is left out."""
     if block_mask is None:
         return R.flex_attention(query, key, value, score_mod=score_mod, **kw)
-    B, H, L, _ = query.shape
-    S = key.shape[-2]
-    QB, KB = block_mask.BLOCK_SIZE
-    n, idx = block_mask.full_kv_num_blocks, block_mask.full_kv_indices  # (b, h, q blocks), (b, h, q blocks, k blocks)
-    listed = torch.arange(idx.shape[-1]) < n[..., None].long()
-    full = torch.zeros(*idx.shape[:-1], -(-S // KB) + 1, dtype=torch.bool)
-    full.scatter_(-1, torch.where(listed, idx.long(), full.shape[-1] - 1), listed)
-    full = full[..., :-1].repeat_interleave(QB, -2).repeat_interleave(KB, -1)[..., :L, :S]
+    full = _keys_named(block_mask, block_mask.full_kv_num_blocks, block_mask.full_kv_indices, query.shape[-2],
+                       key.shape[-2])
 
     def only_full(s, b, h, i, j):
         s = s if score_mod is None else score_mod(s, b, h, i, j)
         return s.masked_fill(~full, -math.inf)
 
     return R.flex_attention(query, key, value, score_mod=only_full, block_mask=None, **kw)
+
+
+def _keys_named(block_mask, n, idx, L: int, S: int) -> torch.Tensor:
+    """(b, h, L, S) bool: the keys of the blocks a list names -- ``idx`` (b, h, q blocks, k blocks) read to its
+    counts ``n`` (b, h, q blocks), or every entry, its padding too (``n`` None)."""
+    QB, KB = block_mask.BLOCK_SIZE
+    read = torch.ones(idx.shape, dtype=torch.bool) if n is None else torch.arange(idx.shape[-1]) < n[..., None].long()
+    hit = torch.zeros(*idx.shape[:-1], -(-S // KB) + 1, dtype=torch.bool)
+    hit.scatter_(-1, torch.where(read, idx.long(), hit.shape[-1] - 1), True)
+    return hit[..., :-1].repeat_interleave(QB, -2).repeat_interleave(KB, -1)[..., :L, :S]
 
 
 def _dense(block_mask, B, H, L, S):
@@ -147,17 +151,11 @@ def flex_counts_ignored(query, key, value, score_mod=None, block_mask=None, **kw
     anywhere is wholly seen, a partial one through mask_mod."""
     if block_mask is None:
         return R.flex_attention(query, key, value, score_mod=score_mod, **kw)
-    B, H, L, _ = query.shape
-    S = key.shape[-2]
-    QB, KB = block_mask.BLOCK_SIZE
-
-    def named(idx):
-        hit = torch.zeros(*idx.shape[:-1], -(-S // KB), dtype=torch.bool)
-        return hit.scatter_(-1, idx.long(), True).repeat_interleave(QB, -2).repeat_interleave(KB, -1)[..., :L, :S]
-
-    seen = named(block_mask.kv_indices) & _dense(block_mask, *block_mask.kv_indices.shape[:2], L, S)
+    L, S = query.shape[-2], key.shape[-2]
+    seen = _keys_named(block_mask, None, block_mask.kv_indices, L, S) & _dense(
+        block_mask, *block_mask.kv_indices.shape[:2], L, S)
     if block_mask.full_kv_indices is not None:
-        seen = seen | named(block_mask.full_kv_indices)
+        seen = seen | _keys_named(block_mask, None, block_mask.full_kv_indices, L, S)
 
     def visible(s, b, h, i, j):
         s = s if score_mod is None else score_mod(s, b, h, i, j)

@@ -230,8 +230,7 @@ def noise(dtype: torch.dtype, f: oracle.Forward, ref: torch.Tensor) -> float:
     if dtype not in (*HALF, torch.float64):
         return 0.0
     f = oracle.as_key(f)
-    models = ({k: orders for k, orders in _models(dtype).items() if k != "merge-half"} if dtype in HALF else
-              {"float32-in-float64": _models(dtype)["float32-in-float64"]})  # (a merge's rounding is a split kernel's)
+    models = _models(dtype) if dtype in HALF else {"float32-in-float64": _models(dtype)["float32-in-float64"]}
     return (1.0 if dtype in HALF else WIDE) * max(rule.max_err(oracle.unflatten(order(f, dtype), f), ref)
                                                   for orders in models.values() for order in orders)
 
@@ -435,19 +434,18 @@ SPLITS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128)  # the widths of the key splits a
 
 def _merges(half: torch.dtype, lse: bool = False) -> tuple:
     """The orders of a split-KV merge done in ``half`` (each split of :data:`SPLITS` keys its own softmax, merged by
-    the splits' lse): the splits' lse stored there, or the merge weights exp(lse_j - lse) -- with ``lse``, the
-    log-sum-exp each gives (the weights' rounding leaves it alone: only the stored splits' lse moves it)."""
+    the splits' lse): the splits' lse stored there, or the merge weights exp(lse_j - max) taken there (:func:`_merged`)
+    -- with ``lse``, the log-sum-exp each gives. Weights of splits of one key are exp of each score taken in half:
+    exp-half's own model, not a merge's, and left to it."""
     return tuple(functools.partial(_merged, half=half, width=w, weights=kind, lse=lse) for w in SPLITS
                  for kind in (None, "result", "argument") if w > 1 or kind is None)
-    # (weights of splits of one key are exp of each score, taken in half: exp-half's own model, not a merge's)
 
 
 def _merged(f, dtype, half, width: int, weights: str | None, lse: bool = False):
-    """Each split of ``width`` keys normalised by its own lse_j in full precision, then merged: out = sum_j w_j o_j /
-    sum_j w_j, w_j = exp(lse_j - max_j lse_j), with the lse_j (or, ``weights``, the w_j: the "result" of exp, or
-    its "argument" too) rounded to ``half`` first;
-    lse = max_j lse_j + log sum_j w_j. The merge is one set of weights, P'_ik = w_j(k) exp(s_ik - lse_j(k)) / sum w,
-    so no split's output is held apart."""
+    """Each split of ``width`` keys normalised by its own lse_j in full precision, then merged: out = sum_j w_j o_j
+    / sum_j w_j, w_j = exp(lse_j - max_j lse_j), with the lse_j (or, ``weights``, the w_j: the "result" of exp, or
+    its "argument" too, and their sum and its log) rounded to ``half`` first; lse = max_j lse_j + log sum_j w_j. The
+    merge is one set of weights, P'_ik = w_j(k) exp(s_ik - lse_j(k)) / sum w, so no split's output is held apart."""
     s = _scores(f)
     S = s.shape[-1]
     pad = -S % width

@@ -171,17 +171,24 @@ def _every_entry(case: Case, seen: torch.Tensor, past: int | None = None, partia
     qb, kb = bm.BLOCK_SIZE
 
     def named(num, idx):
-        n = idx.shape[-1] if past is None else num.long().unsqueeze(-1) + past
-        read = torch.arange(idx.shape[-1]) < n
-        hit = torch.zeros(*idx.shape[:-1], -(-S // kb) + 1, dtype=torch.bool)
-        hit.scatter_(-1, torch.where(read, idx.long(), hit.shape[-1] - 1), True)
-        return hit[..., :-1].repeat_interleave(qb, dim=-2)[..., :L, :].repeat_interleave(kb, dim=-1)[..., :S]
+        hit = _named(num, idx, past)  # (..., query blocks, key blocks) -> (..., L, S)
+        return hit.repeat_interleave(qb, dim=-2)[..., :L, :].repeat_interleave(kb, dim=-1)[..., :S]
 
     full = named(bm.full_kv_num_blocks, bm.full_kv_indices) if bm.full_kv_indices is not None else \
         torch.zeros_like(seen)
     listed = named(bm.kv_num_blocks, bm.kv_indices)
     out = (listed & seen if partial else listed) | full  # (B, H, L, S)
     return out.reshape(*case.batch, case.H, L, S) if case.batch else out.reshape(case.H, L, S)
+
+
+def _named(num: torch.Tensor, idx: torch.Tensor, past: int | None = 0) -> torch.Tensor:
+    """(..., query blocks, key blocks) bool: the key blocks a block list names in its first ``num`` entries (``past``
+    entries more; None: every entry, its padding too). ``idx`` (..., query blocks, key blocks), ``num`` (..., query
+    blocks): a BlockMask's kv_indices and kv_num_blocks (or full_...)."""
+    n = idx.shape[-1] if past is None else num.long().unsqueeze(-1) + past
+    read = torch.arange(idx.shape[-1]) < n
+    hit = torch.zeros(*idx.shape[:-1], idx.shape[-1] + 1, dtype=torch.bool)  # (the last column: entries not read)
+    return hit.scatter_(-1, torch.where(read, idx.long(), idx.shape[-1]), True)[..., :-1]
 
 
 def _swapped(mod):
@@ -238,14 +245,9 @@ def _filler(bm):
     block more."""
     from torch.nn.attention.flex_attention import BlockMask
 
-    def listed(num, idx):
-        hit = torch.zeros(*idx.shape[:-1], idx.shape[-1] + 1, dtype=torch.bool)
-        live = torch.arange(idx.shape[-1]) < num.unsqueeze(-1).long()
-        return hit.scatter_(-1, torch.where(live, idx.long(), idx.shape[-1]), True)[..., :-1]
-
-    every = listed(bm.kv_num_blocks, bm.kv_indices)
+    every = _named(bm.kv_num_blocks, bm.kv_indices)
     if bm.full_kv_indices is not None:
-        every = every | listed(bm.full_kv_num_blocks, bm.full_kv_indices)
+        every = every | _named(bm.full_kv_num_blocks, bm.full_kv_indices)
     spare = torch.where(~every, torch.arange(every.shape[-1]), -1).amax(dim=-1, keepdim=True)  # -1: none
 
     def filled(num, idx):

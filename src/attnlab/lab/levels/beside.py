@@ -87,9 +87,9 @@ def _line(what: str, apart: list, alike: list, said: list[Diagnosis], every: boo
     if not apart or (len(alike) < 2 and not (every and not alike)):
         return []
     tag = _shared([c for c, _ in apart], [c for c, _ in alike]) if alike else None
-    rest = [] if tag or not alike else _most(apart, alike)
-    if rest:  # no one thing all share: the one most of them share that none alike has, and the rest by name
-        tag, rest = rest
+    rest: list = []
+    if alike and not tag:  # no one thing all share: the one most of them share that none alike has, the rest by name
+        tag, rest = _most(apart, alike)
     key = C.of_tag(tag) if tag else "measured:lse" if what == "lse" else None
     if key is not None and key in {d.key for d in said}:
         return []
@@ -140,9 +140,9 @@ def _distance(case, mine, alt, right) -> tuple[float, float]:
     return float((mine - alt)[both].abs().max()), rule.reading_tolerance(case.dtype, alt[both], right[both])
 
 
-def _most(apart, alike) -> tuple[str, list] | list:
+def _most(apart, alike) -> tuple[str | None, list]:
     """(tag, the cases apart without it): the tag of a cause the most cases apart share, two at least and more than
-    half, that no case alike has; [] where none does."""
+    half, that no case alike has; (None, []) where none does."""
     cases = [c for c, _ in apart]
     others = set().union(*(set(c.tags) for c, _ in alike))
     counts: dict[str, int] = {}
@@ -152,7 +152,7 @@ def _most(apart, alike) -> tuple[str, list] | list:
                 counts[t] = counts.get(t, 0) + 1
     best = sorted(counts.items(), key=lambda tn: (-tn[1], tn[0] not in WORDS, tn[0]))
     if not best or best[0][1] < 2 or 2 * best[0][1] <= len(cases):
-        return []
+        return None, []
     return best[0][0], [c for c in cases if best[0][0] not in c.tags]
 
 

@@ -167,7 +167,7 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs
         return [nan_key]
     if _square_only(probes, got, live, right):
         if fitted is not None:  # right where it answers at all: beside it, what the square cases still show
-            fitted.append(lambda q, k, v, causal: _right(q, k, v, causal))
+            fitted.append(_right)
         return ["square-assumed"]
 
     def on_probes(slip):

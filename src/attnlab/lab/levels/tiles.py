@@ -77,8 +77,9 @@ def forward(q, k, v, causal: bool, block_q: int, block_k: int, slip: Slip = Slip
     sc = 1.0 / math.sqrt(E) if scale is None else scale
     past = slip.bound == "past-end" and causal  # (the keys a causal loop to the tile's end reads: zeros past S)
     if (slip.pad or slip.edge or slip.fill != -math.inf or past) and (S % block_k or past):
-        # a kernel's last tile reads zeros past S
-        extra = block_k - S % block_k if not past else max(0, -(-(-(-L // block_q) * block_q) // block_k) * block_k - S)
+        # a kernel's last tile reads zeros past S (a loop past the end: up to the last query tile's end, whole tiles)
+        end = -(-L // block_q) * block_q
+        extra = max(0, -(-end // block_k) * block_k - S) if past else block_k - S % block_k
         k = torch.cat([k, k.new_zeros(*k.shape[:-2], extra, k.shape[-1])], dim=-2)
         v = torch.cat([v, v.new_zeros(*v.shape[:-2], extra, v.shape[-1])], dim=-2)
     outs, lses = [], []
