@@ -149,13 +149,33 @@ BUGS = {
 def flex_counts_ignored(query, key, value, score_mod=None, block_mask=None, **kw):
     """Every entry of kv_indices and full_kv_indices visited, the padding past the counts too: a full block named
     anywhere is wholly seen, a partial one through mask_mod."""
+    return _flex_lists_read(query, key, value, score_mod, block_mask, None, None, **kw)
+
+
+def flex_counts_crossed(query, key, value, score_mod=None, block_mask=None, **kw):
+    """full_kv_indices read up to kv_num_blocks, the partial blocks' count, instead of its own count."""
+    n = None if block_mask is None else block_mask.kv_num_blocks
+    return _flex_lists_read(query, key, value, score_mod, block_mask, n, n, **kw)
+
+
+def flex_full_dropped(query, key, value, score_mod=None, block_mask=None, **kw):
+    """Only kv_indices' partial blocks visited: full_kv_indices is never read."""
+    if block_mask is None or block_mask.full_kv_num_blocks is None:
+        return R.flex_attention(query, key, value, score_mod=score_mod, block_mask=block_mask, **kw)
+    return _flex_lists_read(query, key, value, score_mod, block_mask, block_mask.kv_num_blocks,
+                            torch.zeros_like(block_mask.full_kv_num_blocks), **kw)
+
+
+def _flex_lists_read(query, key, value, score_mod, block_mask, n_part, n_full, **kw):
+    """flex_attention that sees the keys of kv_indices read to ``n_part`` entries (through mask_mod) and of
+    full_kv_indices read to ``n_full`` (wholly); None: every entry, the padding too."""
     if block_mask is None:
         return R.flex_attention(query, key, value, score_mod=score_mod, **kw)
     L, S = query.shape[-2], key.shape[-2]
-    seen = _keys_named(block_mask, None, block_mask.kv_indices, L, S) & _dense(
+    seen = _keys_named(block_mask, n_part, block_mask.kv_indices, L, S) & _dense(
         block_mask, *block_mask.kv_indices.shape[:2], L, S)
     if block_mask.full_kv_indices is not None:
-        seen = seen | _keys_named(block_mask, None, block_mask.full_kv_indices, L, S)
+        seen = seen | _keys_named(block_mask, n_full, block_mask.full_kv_indices, L, S)
 
     def visible(s, b, h, i, j):
         s = s if score_mod is None else score_mod(s, b, h, i, j)

@@ -9,6 +9,7 @@ attention. ``NO_FUNCTION`` holds the causes no function can have, and why.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -201,6 +202,18 @@ def unclear(q, k, v, **kw):
     out = sdpa(q, k, v, **kw)
     torch.manual_seed(q.shape[-2] * 7919 + q.shape[-1])
     return out + 0.1 * torch.randn_like(out)  # noise of no pattern
+
+
+def causal_tile_first_row(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """Query tiles of 64 rows, key tiles of 32: under is_causal a key tile is visited only when it starts at or
+    before the query tile's first row, so rows 33-63 of a tile lose the keys of the tile that starts at 32."""
+    if not is_causal:
+        return sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    i, j = torch.arange(q.shape[-2])[:, None], torch.arange(k.shape[-2])[None, :]
+    keep = (j <= i) & (j // 32 * 32 <= i // 64 * 64)
+    if attn_mask is not None:
+        keep = attn_mask & keep if attn_mask.dtype == torch.bool else attn_mask.masked_fill(~keep, -math.inf)
+    return sdpa(q, k, v, keep, dropout_p, False, scale, enable_gqa)
 
 
 def _mutant(label):
@@ -440,6 +453,7 @@ FIXTURES: dict[str, Fixture] = {
     "pad-keys": Fixture(_mutant("pad-keys"), only=(*MASKS, "off the tiles", "head dim 40")),
     "online-not-rescaled": Fixture(mutants.MUTANTS["online softmax without the rescale"][0],
                                    only=("basic", "causal", "L=1", "off the tiles")),
+    "causal-tile-skip": Fixture(causal_tile_first_row, only=MASKS),
     "tail-dropped": Fixture(mutants.MUTANTS["tile loop drops the last partial tile"][0],
                             only=("basic", "causal", "off the tiles", "head dim 40", "L=1")),
     "lower-right": Fixture(upper_left_for_lower_right, only=("basic", "causal", "lower-right")),
@@ -506,6 +520,8 @@ FIXTURES: dict[str, Fixture] = {
     "flex-mod-index": Fixture(api_bugs.flex_mod_index_swapped, X, only=("softcap", "relative", "alibi")),
     "flex-mod-kv-head": Fixture(_api_mutant("flex_mod_kv_head"), X, only=("GQA", "alibi", "relative")),
     "flex-counts-ignored": Fixture(api_bugs.flex_counts_ignored, X, only=("causal", "documents", "padding")),
+    "flex-full-dropped": Fixture(api_bugs.flex_full_dropped, X, only=("causal", "documents", "padding")),
+    "flex-counts-crossed": Fixture(api_bugs.flex_counts_crossed, X, only=("causal", "documents", "padding")),
     # flash_attn_varlen_func
     "varlen-keys-early": Fixture(_kv("varlen-keys-early"), V, only=VARLEN),
     "varlen-keys-late": Fixture(_kv("varlen-keys-late"), V, only=VARLEN),

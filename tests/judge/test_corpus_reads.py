@@ -111,3 +111,24 @@ def test_readings_that_fit_two_of_the_cases_they_change_are_not_said():
 def test_dropped_last_keys_are_not_said_new_keys_unseen_or_stale():
     keys = _keys("held7", "paged-decode/paged_04")
     assert not {"paged-new-kv-unseen", "paged-new-kv-stale"} & set(keys), keys
+
+
+# read after held10's one run: its files are development files from then on
+
+
+@SLOW
+def test_the_full_list_read_with_the_partial_lists_count_is_said_so_and_nothing_else():
+    keys = _keys("held10", "flex/flex_06")
+    assert keys[0] == "flex-counts-crossed", keys
+    assert not {"flex-partial-as-full", "flex-counts-ignored"} & set(keys), keys
+
+
+@SLOW
+def test_full_blocks_never_visited_are_said_so():
+    assert _keys("held10", "flex/flex_07")[0] == "flex-full-dropped"
+
+
+@SLOW
+def test_a_causal_tile_skip_by_the_tiles_first_row_is_not_said_a_dropped_tail():
+    keys = _keys("held10", "sdpa/sdpa_07")
+    assert keys[0] == "causal-tile-skip" and "tail-dropped" not in keys, keys

@@ -186,6 +186,10 @@ SDPA = (
                             "turns -inf into -softcap) and those keys get weight; modify the scores, then mask"),
     Cause('tail-dropped', "the keys of the last partial tile are never seen: a tile count taken with // drops them; "
                           "count the tiles with a ceiling division and mask the tile's end"),
+    Cause('causal-tile-skip', "the causal loop stops a query tile's key tiles too early: a key tile is visited only "
+                              "when it starts at or before the tile's first query (or less than one key tile past "
+                              "it), so the tile's later queries lose keys they see; stop at the tile's last query, "
+                              "and mask inside the tile"),
     Cause('backward-mask', 'the output is right but the gradients are those of attention under another mask: the '
                            "backward must use the forward's attn_mask and is_causal"),
     # the inference path (attnlab.judge.inference): the same call, forward only, on inputs that do not require grad

@@ -155,6 +155,30 @@ def tail_dropped_per_block(L: int, S: int):
             yield explain.Alternative("tail-dropped", lambda kw, b=b: _block_tails_dropped(kw, b))
 
 
+def causal_tiles_cut(L: int, S: int, shift: int = 0):
+    """The alternatives of a tiled causal loop whose key tiles stop too early for the later queries of a tile:
+    query tiles of ``bq`` rows, key tiles of ``bk`` keys (bq > bk), and a key tile starting at j0 visited only when
+    j0 <= i0 + shift (the query tile's first row, not its last) or j0 < i0 + shift + bk (the stop taken a key tile
+    past the first row); the causal mask (key j <= i + ``shift``) inside the tiles visited. Where one of these
+    widths' loops would see every key the spec's does, it is yielded once too, unchanged: a passing case then
+    refutes the family only if every width of it would have failed there."""
+    i, j = torch.arange(L)[:, None], torch.arange(S)[None, :]
+    causal = j <= i + shift
+    same = False
+    for bq in BLOCKS:
+        for bk in (b for b in BLOCKS if b < bq):
+            i0, j0 = i // bq * bq, j // bk * bk
+            for stop in ("first-row", "plus-block"):
+                keep = causal & ((j0 <= i0 + shift) if stop == "first-row" else (j0 < i0 + shift + bk))
+                if bool((keep == causal).all()):
+                    same = True
+                    continue
+                yield explain.Alternative("causal-tile-skip", lambda kw, keep=keep: {
+                    **kw, "attn_mask": _with_causal(kw["attn_mask"], keep), "is_causal": False})
+    if same:
+        yield explain.Alternative("causal-tile-skip", lambda kw: kw)
+
+
 def _block_tails_dropped(kw, b: int) -> dict:
     seen = _seen(kw)
     if seen is None:
@@ -338,6 +362,8 @@ def _alternatives(case: Case, x, exp):
         yield from tail_dropped(S)
         if case.is_causal and L != S:  # a diagonal off the tiles' corners
             yield from tail_dropped_per_block(L, S)
+        if case.is_causal:
+            yield from causal_tiles_cut(L, S)
     if dense is None and not case.is_causal and not case.gqa and case.dropout_p == 0:
         sc = 1.0 / math.sqrt(E) if case.scale is None else case.scale
         yield A("softmax-dim", out=torch.softmax(q @ k.transpose(-2, -1) * sc, dim=-2) @ v)

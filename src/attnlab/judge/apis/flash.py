@@ -151,6 +151,8 @@ def alternatives(case: Case, args: dict):
     yield from hypotheses.tail_dropped(S)
     if causal or "window" in args:
         yield from hypotheses.tail_dropped_per_block(L, S)
+    if causal and "window" not in args:
+        yield from hypotheses.causal_tiles_cut(L, S, S - L)
 
 
 def _top_left(L: int, S: int, causal: bool, window, alibi: bool):

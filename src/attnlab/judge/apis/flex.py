@@ -97,6 +97,12 @@ CAUSES = (
                                  "full_kv_indices past kv_num_blocks[b, h, i] (full_kv_num_blocks) are visited -- one "
                                  "more (r <= num), or every one, the padding included; only the first "
                                  "kv_num_blocks[b, h, i] entries are blocks, the rest are filler"),
+    Cause("flex-full-dropped", "the full blocks are left out: only kv_indices' partial blocks are visited; the "
+                               "blocks of full_kv_indices (full_kv_num_blocks of them) are wholly seen, with no "
+                               "mask_mod"),
+    Cause("flex-counts-crossed", "a block list is read with the other list's count (full_kv_indices up to "
+                                 "kv_num_blocks, or kv_indices up to full_kv_num_blocks): read each list up to its "
+                                 "own count; past it a list holds filler, the next blocks in order"),
 )
 
 
@@ -114,6 +120,10 @@ def alternatives(case: Case, args: dict):
         yield Alternative("flex-full-only", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.all)))
         for past in (1, None):  # one entry past the count (r <= num), or every entry
             yield Alternative("flex-counts-ignored", _blocks(lambda seen, past=past: _every_entry(case, seen, past)))
+        yield Alternative("flex-full-dropped", _blocks(lambda seen: _every_entry(case, seen, 0, crossed="none")))
+        for crossed in ("full", "partial", "both"):  # which list is read with the other's count
+            yield Alternative("flex-counts-crossed",
+                              _blocks(lambda seen, c=crossed: _every_entry(case, seen, 0, crossed=c)))
     for size in (16, 32, 64):  # with no block mask, a kernel walks every 128-key block, read at its own size
         yield Alternative("flex-block-size", _blocks(lambda seen, size=size: seen & _listed(seen, size),
                                                      every=not masked))
@@ -161,11 +171,13 @@ def _listed(seen: torch.Tensor, size: int) -> torch.Tensor:
     return got & inside
 
 
-def _every_entry(case: Case, seen: torch.Tensor, past: int | None = None, partial: bool = True) -> torch.Tensor:
+def _every_entry(case: Case, seen: torch.Tensor, past: int | None = None, partial: bool = True,
+                 crossed: str | None = None) -> torch.Tensor:
     """(..., L, S): the keys a kernel sees that reads its block lists past their counts -- ``past`` entries more
     (``r <= num``: one; 0: none, the lists as they are), or every entry (None), the padding too: a key of a block so
     named in full_kv_indices, or of one in kv_indices that ``seen`` (the mask function) lets through (``partial``
-    False: every key of it, its partial blocks read as full)."""
+    False: every key of it, its partial blocks read as full). ``crossed`` ("full", "partial", "both"): that list is
+    read with the other list's count; "none": the full list is not read at all."""
     L, S = seen.shape[-2:]
     bm = _made_block_mask(case, math.prod(case.batch), "cpu")
     qb, kb = bm.BLOCK_SIZE
@@ -174,9 +186,14 @@ def _every_entry(case: Case, seen: torch.Tensor, past: int | None = None, partia
         hit = _named(num, idx, past)  # (..., query blocks, key blocks) -> (..., L, S)
         return hit.repeat_interleave(qb, dim=-2)[..., :L, :].repeat_interleave(kb, dim=-1)[..., :S]
 
-    full = named(bm.full_kv_num_blocks, bm.full_kv_indices) if bm.full_kv_indices is not None else \
-        torch.zeros_like(seen)
-    listed = named(bm.kv_num_blocks, bm.kv_indices)
+    if bm.full_kv_indices is None:
+        if crossed:
+            raise ValueError("no full blocks: no count to cross")
+        full, listed = torch.zeros_like(seen), named(bm.kv_num_blocks, bm.kv_indices)
+    else:
+        n_part, n_full = bm.kv_num_blocks, bm.full_kv_num_blocks
+        full = named(n_part if crossed in ("full", "both") else n_full * (crossed != "none"), bm.full_kv_indices)
+        listed = named(n_full if crossed in ("partial", "both") else n_part, bm.kv_indices)
     out = (listed & seen if partial else listed) | full  # (B, H, L, S)
     return out.reshape(*case.batch, case.H, L, S) if case.batch else out.reshape(case.H, L, S)
 
