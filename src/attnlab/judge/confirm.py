@@ -149,7 +149,6 @@ def uncovered(keys: dict[str, set[frozenset]], failing: list, seed: int, inputs:
         return set()
     seen = []  # (the keys a failing case is named by, the keys whose reading changes it)
     together: dict[frozenset, int] = {}
-    tied: dict[str, set[str]] = {}  # per key: the keys in each hint it is named in
     for case, limit, hints in sorted(failing, key=lambda f: f[0].work)[:MAX_FAILING]:
         if case.dropout_p > 0 or not math.isfinite(limit) or limit <= 0:
             continue
@@ -160,18 +159,23 @@ def uncovered(keys: dict[str, set[frozenset]], failing: list, seed: int, inputs:
         seen.append((frozenset().union(*hints), changed))
         for a, b in _apart(hints, set(keys)):
             together[frozenset((a, b))] = together.get(frozenset((a, b)), 0) + 1
-        for h in hints:
-            for k in h & set(keys):
-                tied[k] = set(h - {k}) if k not in tied else tied[k] & h
     out = _settled(seen, set(keys), together)
-    return out | _shadows(seen, set(keys) - out, tied)
+    return out | _shadows([hints for _, _, hints in failing], set(keys) - out)
 
 
-def _shadows(seen: list, keys: set[str], tied: dict[str, set[str]]) -> set[str]:
-    """The readings tied, in every hint they are named in, with one reading named on more failing cases: where
-    the two answer alike the other answers more, and nothing shows this one apart (a causal loop that skips key
-    tiles from the tile's first query drops a partial last tile on short keys -- and more on long ones)."""
-    support = {k: sum(k in named for named, _ in seen) for k in keys}
+def _shadows(rows: list[list[frozenset]], keys: set[str]) -> set[str]:
+    """The readings tied, in every hint of every failing row they are named in (``rows``: each row's hints), with
+    one reading named on more failing rows: where the two answer alike the other answers more, and nothing shows
+    this one apart (a causal loop that skips key tiles from the tile's first query drops a partial last tile on
+    short keys -- and more on long ones)."""
+    tied: dict[str, set[str]] = {}  # per key: the keys in every hint it is named in
+    support = dict.fromkeys(keys, 0)
+    for hints in rows:
+        for k in frozenset().union(*hints) & keys:
+            support[k] += 1
+        for h in hints:
+            for k in h & keys:
+                tied[k] = set(h - {k}) if k not in tied else tied[k] & h
     return {k for k in keys if support[k] and any(support.get(o, 0) > support[k] for o in tied.get(k, ()))}
 
 

@@ -118,6 +118,7 @@ def alternatives(case: Case, args: dict):
         yield Alternative("flex-partial-as-full", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.any)))
         yield Alternative("flex-partial-as-full", _blocks(lambda seen: _every_entry(case, seen, 0, partial=False)))
         yield Alternative("flex-full-only", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.all)))
+        yield Alternative("flex-full-only", _blocks(lambda seen: _every_entry(case, seen, 0, crossed="no-partial")))
         for past in (1, None):  # one entry past the count (r <= num), or every entry
             yield Alternative("flex-counts-ignored", _blocks(lambda seen, past=past: _every_entry(case, seen, past)))
         yield Alternative("flex-full-dropped", _blocks(lambda seen: _every_entry(case, seen, 0, crossed="none")))
@@ -177,7 +178,8 @@ def _every_entry(case: Case, seen: torch.Tensor, past: int | None = None, partia
     (``r <= num``: one; 0: none, the lists as they are), or every entry (None), the padding too: a key of a block so
     named in full_kv_indices, or of one in kv_indices that ``seen`` (the mask function) lets through (``partial``
     False: every key of it, its partial blocks read as full). ``crossed`` ("full", "partial", "both"): that list is
-    read with the other list's count; "none": the full list is not read at all."""
+    read with the other list's count; "none": the full list is not read at all; "no-partial": the partial list is not
+    read."""
     L, S = seen.shape[-2:]
     bm = _made_block_mask(case, math.prod(case.batch), "cpu")
     qb, kb = bm.BLOCK_SIZE
@@ -193,7 +195,7 @@ def _every_entry(case: Case, seen: torch.Tensor, past: int | None = None, partia
     else:
         n_part, n_full = bm.kv_num_blocks, bm.full_kv_num_blocks
         full = named(n_part if crossed in ("full", "both") else n_full * (crossed != "none"), bm.full_kv_indices)
-        listed = named(n_full if crossed in ("partial", "both") else n_part, bm.kv_indices)
+        listed = named(n_full if crossed in ("partial", "both") else n_part * (crossed != "no-partial"), bm.kv_indices)
     out = (listed & seen if partial else listed) | full  # (B, H, L, S)
     return out.reshape(*case.batch, case.H, L, S) if case.batch else out.reshape(case.H, L, S)
 
