@@ -139,3 +139,42 @@ def test_a_float32_lse_of_a_float64_call_is_held_to_the_levels_own_float64():
     """held10's level-4 file whose lse buffer is float32 for float64 inputs passed its one run: the judge's
     allowance of a float32 lse (FlashAttention's interface) was applied to the level, whose starter asks float64."""
     assert _keys("held10", "level-4", "attempt_b") == ["float32-in-float64"]
+
+
+def _reversed_scaled(scale):
+    """The causal mask turned round (key j seen when j >= i), and the scores multiplied by ``scale(E)``."""
+    def fn(q, k, v):
+        L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
+        s = (q.double() @ k.double().transpose(-2, -1)) * scale(E)
+        s = s.masked_fill(torch.ones(L, S, dtype=torch.bool).tril(-1), -math.inf)
+        return (torch.softmax(s, dim=-1) @ v.double()).to(q.dtype)
+    return fn
+
+
+def _named(fn) -> tuple[list[str], dict]:
+    got = slips.answers(lambda q, k, v, case: fn(q, k, v), slips.PROBES, 0)
+    measured: dict = {}
+    keys = slips.named(got, slips.PROBES, 0, slips.common(True), pairs=slips.common_pairs(True), measured=measured)
+    print(keys, measured)
+    return keys, measured
+
+
+def test_a_scale_of_no_slip_beside_a_mask_slip_is_measured_with_its_law():
+    keys, measured = _named(_reversed_scaled(lambda E: E ** -1 / 2))  # E ** -1/2: (1/E)/2
+    assert keys == ["causal-reversed", "measured:scores"]
+    assert "0.5/d" in measured["measured:scores"]
+    keys, measured = _named(_reversed_scaled(lambda E: 0.3))  # a constant
+    assert keys == ["causal-reversed", "measured:scores"] and "multiplied by 0.3," in measured["measured:scores"]
+
+
+def test_a_scale_that_follows_no_law_of_the_width_is_not_said():
+    """A scale that is another number at each head width (here 1 / (d + 3)) fits each probe alone, and no one law:
+    nothing is said of it, nor of the mask beside it."""
+    keys, measured = _named(_reversed_scaled(lambda E: 1 / (E + 3)))
+    assert "measured:scores" not in keys and "causal-reversed" not in keys and not measured, keys
+
+
+@SLOW
+def test_a_scale_parsed_as_one_over_2e_beside_a_reversed_mask_is_said_both():
+    """held10's level-2/d (read after its one run): ``E ** -1/2`` beside a mask turned round was "unclear"."""
+    assert _keys("held10", "level-2", "attempt_d") == ["causal-reversed", "measured:scores"]

@@ -1166,7 +1166,9 @@ HELD8_AFTER = {**HELD8,
                "paged-decode/paged_01": [("paged-queries-before-append", *HELD8["paged-decode/paged_01"][0])],
                # (block lists read one entry past their counts: the key made at held9 for lists read to their end,
                # given that variant after)
-               "flex/flex_09": [("flex-counts-ignored", *HELD8["flex/flex_09"][0]), HELD8["flex/flex_09"][1]]}
+               "flex/flex_09": [("flex-counts-ignored", *HELD8["flex/flex_09"][0]), HELD8["flex/flex_09"][1]],
+               # (the full blocks never read: the key made after held10's run for its flex_07)
+               "flex/flex_06": [("flex-full-dropped", *HELD8["flex/flex_06"][0])]}
 HELD8_AFTER_ALSO: dict[str, set[str]] = {}
 
 # held8's learners' files: their helper listed each slip in a line in its reply (read): a development corpus too,
@@ -1308,7 +1310,9 @@ HELD9_ALSO: dict[str, set[str]] = {}
 HELD9_AFTER = {**HELD9,
                "flex/flex_03": [("merge-half", *HELD9["flex/flex_03"][0])],
                "flex/flex_07": [("flex-counts-ignored", *HELD9["flex/flex_07"][0])],
-               "paged-decode/paged_02": [("merge-half", *HELD9["paged-decode/paged_02"][0])]}
+               "paged-decode/paged_02": [("merge-half", *HELD9["paged-decode/paged_02"][0])],
+               # (the full blocks never read: the key made after held10's run for its flex_07)
+               "flex/flex_06": [HELD9["flex/flex_06"][0], ("flex-full-dropped", *HELD9["flex/flex_06"][1])]}
 HELD9_AFTER_ALSO: dict[str, set[str]] = {}
 
 HELD9_SLIPS = {
@@ -1439,6 +1443,14 @@ HELD10 = {
     "sdpa/sdpa_10": [("float32-in-float64", *UNPLACED)],  # computed in float32
 }
 HELD10_ALSO: dict[str, set[str]] = {}
+# held10 after its one run (development figures from then on): the keys made after it for three of its kernels'
+# own bugs -- the full list read with the partial list's count (flex_06), the full blocks never visited (flex_07),
+# and the causal loop that stops a query tile's key tiles at its first query (sdpa_07).
+HELD10_AFTER = {**HELD10,
+                "flex/flex_06": [("flex-counts-crossed", *HELD10["flex/flex_06"][0]), HELD10["flex/flex_06"][1]],
+                "flex/flex_07": [("flex-full-dropped", *HELD10["flex/flex_07"][0])],
+                "sdpa/sdpa_07": [("causal-tile-skip", *HELD10["sdpa/sdpa_07"][0])]}
+HELD10_AFTER_ALSO: dict[str, set[str]] = {}
 HELD10_SLIPS = {
     "level-1/attempt_a": [("Ev!=E", "scale-length", "measured:scores")],  # scaled by 1/sqrt(Ev)
     "level-1/attempt_b": [("lower-right", "causal-alignment", *MASK), ("dtype",)],  # bottom-right; float32 out
@@ -1487,3 +1499,5 @@ HELD10_SLIPS = {
     "level-7/attempt_f": [("sum-not-rescaled", "online-not-rescaled"), ("pad-keys", "edge-off-by-one", *MASK)],
 }
 HELD10_SLIPS_ALSO: dict[str, set[str]] = {}
+HELD10_SLIPS_AFTER = HELD10_SLIPS  # (the same labels: see HELD10_AFTER)
+HELD10_SLIPS_AFTER_ALSO: dict[str, set[str]] = {}

@@ -50,10 +50,11 @@ def level_diagnoses(probes, level, seed: int, verify_found, more=(), fill=None, 
     lines the level's own rows name (level 4's work), after the slips. ``fitted``: extended with the named slips'
     answers (:func:`slips.named`)."""
     mod = level.module()
+    measured: dict[str, str] = {}
     keys = slips.named(probes, mod.PROBES, seed, mod.slip_list(), getattr(mod, "NAN", None),
-                       getattr(mod, "slip_pairs", list)(), fitted)
+                       getattr(mod, "slip_pairs", list)(), fitted, measured)
     keys += [k for k in more if not (keys and k == "lse-wrong")]  # (a named slip says what is wrong with the lse)
-    text = getattr(mod, "TEXT", slips.TEXT)
+    text = {**getattr(mod, "TEXT", slips.TEXT), **measured}
     mine = [Diagnosis(k, text[k].format(**(fill or {}))) for k in dict.fromkeys(keys)]
     return mine + [d for d in verify_found if d.key not in set(keys) and not (mine and (d.key not in CERTAIN or
                                                                                        d.key in text))]

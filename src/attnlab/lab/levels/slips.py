@@ -25,7 +25,7 @@ import torch
 from attnlab.judge import Case, Diagnosis, oracle, readings, rule
 from attnlab.judge import verify as V
 
-from . import ways
+from . import scalefit, ways
 
 PROBES = (  # the always-causal levels' (1, 2)
     Case("probe", batch=(1,), H=2, L=24, E=8, is_causal=True, dtype="float64"),
@@ -141,13 +141,14 @@ def answers(call, probes, seed: int) -> list[dict | None]:
     return got
 
 
-def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs=(), fitted: list | None = None
-          ) -> list[str]:
+def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs=(), fitted: list | None = None,
+          measured: dict | None = None) -> list[str]:
     """The keys of the slips whose answers the learner's outputs are (``got``: :func:`answers`' reply), in the order
     of ``slips``, by the judge's reading rule (:mod:`attnlab.judge.readings`); ``nan_key``: the level's line for an
     output that is NaN everywhere, even on small scores; ``pairs``: ((key, key), slip) -- two slips at once, tried
     where no single one is the learner's output; ``fitted``: a list given is extended with the named slips' answers
-    (``slip(q, k, v, causal)``), for :mod:`.beside`."""
+    (``slip(q, k, v, causal)``), for :mod:`.beside`; ``measured``: a dict given gets the words of a line measured
+    here (a scale fitted beside a mask slip: :mod:`.scalefit`), by its key."""
     from .own import unpack
 
     live = []
@@ -180,6 +181,9 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs
                    if readings.fits(readings.answers_of(on_probes(s), mine), mine, right, dtypes, by_value=True)]
         keys = readings.common([k for k, _ in fitting])
         found = [s for k, s in fitting if set(keys) <= set(k)] if keys else []
+    if not keys and measured is not None and (fit := scalefit.found(live, mine, right, dtypes)):
+        keys, found = [fit[0], "measured:scores"], [fit[2]]
+        measured["measured:scores"] = SCALED.format(words=fit[1])
     if not keys and any(over):  # an overflow in the large probes, and nothing named: it may hide a slip that the
         # probes it left finite show (a scale turned round beside a softmax with no max subtracted); read those alone
         finite = [None if o else m for m, o in zip(mine, over, strict=True)]
@@ -198,6 +202,11 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs
         tiled = any(k == "max-not-carried" for k, _ in slips)
         keys.insert(0, "max-subtraction" if told or (told is None and not tiled) else "measured:overflow")
     return keys
+
+
+SCALED = ("and your scores are multiplied by {words}, d = q.shape[-1] (the head width), not by 1/√d: with that "
+          "scale and the mask slip above, attention is your output on every probe (measured: the scale fitted on "
+          "each probe, and its law in d)")
 
 
 def _unshifted(live, over) -> bool | None:

@@ -29,6 +29,7 @@ class Way:
     # "unnormalised-raw" (no max either); "max-before-mask" (the row's max over the hidden scores too)
     scores: str = "right"  # "transposed" (k @ qᵀ); "k.T" (every axis of a batched k reversed)
     values: str = "right"  # "v": each query's own value row
+    factor: float = 0.0  # with scale "fit": the scores' multiplier, measured (:mod:`.scalefit`)
 
 
 FILLS = (-10.0, -30.0, -50.0, -100.0, -500.0)  # the finite "minus infinity"s learners write (that a probe can tell)
@@ -59,7 +60,7 @@ def attention(q, k, v, causal: bool, way: Way = Way()):
             way.scores == "transposed" and L != S) or (way.values == "v" and L > S):
         return None
     sc = {"right": 1 / math.sqrt(E), "none": 1.0, "1/d": 1 / E, "S": 1 / math.sqrt(S), "L": 1 / math.sqrt(L),
-          "after": 1.0, "after-twice": 1 / math.sqrt(E), "sqrt": math.sqrt(E)}[way.scale]
+          "after": 1.0, "after-twice": 1 / math.sqrt(E), "sqrt": math.sqrt(E), "fit": way.factor}[way.scale]
     keys = k.permute(3, 2, 1, 0).transpose(-2, -1) if way.scores == "k.T" else k
     s = q @ keys.transpose(-2, -1) * sc
     if way.scores == "transposed":
