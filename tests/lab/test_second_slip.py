@@ -178,3 +178,18 @@ def test_a_scale_that_follows_no_law_of_the_width_is_not_said():
 def test_a_scale_parsed_as_one_over_2e_beside_a_reversed_mask_is_said_both():
     """held10's level-2/d (read after its one run): ``E ** -1/2`` beside a mask turned round was "unclear"."""
     assert _keys("held10", "level-2", "attempt_d") == ["causal-reversed", "measured:scores"]
+
+
+@SLOW
+def test_a_causal_stop_one_key_tile_past_the_first_query_is_read_beside_a_tile_local_mask():
+    """held10's level-4/c (read after its one run): ``stop = i0 + block_k`` with no skip, beside a causal mask that
+    compares places inside the tiles, was "unclear"; the stop is a loop bound of its own, short where Bq > Bk."""
+    assert _keys("held10", "level-4", "attempt_c") == ["tile-mask", "skip-bound"]
+
+
+@SLOW
+def test_an_edge_mask_against_l_is_read_beside_a_sum_not_rescaled(tmp_path):
+    """held10's level-7/f (read after its one run): ``offs_n < L`` for the edge, beside a running sum not rescaled,
+    was "the lse is wrong" alone."""
+    keys = _triton_keys("held10", "level-7/attempt_f", tmp_path)["level-7/attempt_f"]
+    assert set(keys[:2]) == {"edge-length", "sum-not-rescaled"}, keys

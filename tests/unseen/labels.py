@@ -1499,5 +1499,7 @@ HELD10_SLIPS = {
     "level-7/attempt_f": [("sum-not-rescaled", "online-not-rescaled"), ("pad-keys", "edge-off-by-one", *MASK)],
 }
 HELD10_SLIPS_ALSO: dict[str, set[str]] = {}
-HELD10_SLIPS_AFTER = HELD10_SLIPS  # (the same labels: see HELD10_AFTER)
+# (level 7's edge mask compared with L, not S: the key made after held10's run for its level-7/f)
+HELD10_SLIPS_AFTER = {**HELD10_SLIPS, "level-7/attempt_f": [
+    HELD10_SLIPS["level-7/attempt_f"][0], ("edge-length", *HELD10_SLIPS["level-7/attempt_f"][1])]}
 HELD10_SLIPS_AFTER_ALSO: dict[str, set[str]] = {}

@@ -91,6 +91,7 @@ TILE_SLIPS = [  # (key, one step of the tiled forward done wrong)
     ("tile-mask", tiles.Slip(local="rows")), ("tile-mask", tiles.Slip(local="both")),
     ("diagonal-skipped", tiles.Slip(skip="diagonal")), ("diagonal-skipped", tiles.Slip(skip="partial")),
     ("skip-bound", tiles.Slip(skip="first-query")), ("skip-bound", tiles.Slip(skip="tile-number")),
+    ("skip-bound", tiles.Slip(bound="plus-block-k", skip="never")),
     ("skip-not-causal", tiles.Slip(skip_always=True)), ("causal-reversed", tiles.Slip(causal="reversed")),
     ("peeks-ahead", tiles.Slip(causal="ahead")), ("diagonal", tiles.Slip(causal="diagonal")),
     ("not-divided", tiles.Slip(divide="never")), ("divide-per-tile", tiles.Slip(divide="per-tile")),
@@ -123,9 +124,10 @@ TEXT = {
     "diagonal-skipped": "your causal forward skips the tile that holds the diagonal: a tile of keys is hidden from a "
                         "tile of queries only when its first key j0 comes after the tile's last query "
                         "(j0 > i0 + Bq - 1); the diagonal tile is partly visible and must be computed, masked",
-    "skip-bound": "your causal skip compares the wrong places: skip a tile of keys when its first key j0 comes after "
-                  "the last query of the tile (j0 > i0 + Bq - 1) -- not its first query, nor the tiles' numbers "
-                  "(they agree only when block_q == block_k)",
+    "skip-bound": "your causal forward stops (or skips) key tiles at the wrong place: a tile of keys is needed by a "
+                  "tile of queries until its first key j0 comes after the tile's last query (skip when "
+                  "j0 > i0 + Bq - 1; loop to min(S, i0 + Bq)) -- not its first query, one key tile past it "
+                  "(i0 + block_k), nor the tiles' numbers (they agree only when block_q == block_k)",
     "divide-per-tile": "your forward divides each tile's part by that tile's own sum before adding it: the weights "
                        "are normalised by the whole row's sum, once, at the end (acc += exp(s − m)·v; out = acc / l)",
     "skip-not-causal": "your forward skips tiles above the diagonal even when is_causal is False: without the mask "

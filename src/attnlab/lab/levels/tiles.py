@@ -13,7 +13,7 @@ in the learner's code, and is read as saying nothing.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -42,6 +42,8 @@ class Slip:
     bound: str | None = None  # a loop bound over key tiles under is_causal (see BOUNDS); None: the right one
     pad: bool = False  # keys past S, loaded as zeros, are not masked (a kernel's tile edge)
     edge: int = 0  # the edge mask lets this many keys past S through (offs_n > S: key S, a zero, scores 0)
+    edge_len: bool = False  # the edge mask compares the keys with L, not S (a zero key past S seen, or keys
+    # from L on hidden)
     divide: str = "end"  # out = acc / l at the end; "never"; "per-tile": each tile's own softmax merged into acc;
     # "columns": acc / l broadcast along the wrong axis (column e divided by row e's sum: only where BLOCK_EV = BLOCK_M)
     alpha: str = "right"  # the rescale exp(m_old - m_new); "inverted": exp(m_new - m_old)
@@ -58,6 +60,7 @@ SKIPS = {
     "partial": lambda i0, bq, j0, bk: j0 + bk - 1 > i0,  # every tile not wholly visible to the first query
     "first-query": lambda i0, bq, j0, bk: j0 > i0,  # right only when block_q == block_k
     "tile-number": lambda i0, bq, j0, bk: j0 // bk > i0 // bq,  # tile numbers compared: right only when equal
+    "never": lambda i0, bq, j0, bk: False,  # no skip: the loop's bound alone says which tiles are visited
 }
 # a kernel's loop bound over the keys for the query tile [i0, i0 + Bq): right, and as learners write it
 BOUNDS = {
@@ -65,6 +68,7 @@ BOUNDS = {
     "short": lambda i0, bq, bk, S: min(S, i0),  # stops before the tile's own diagonal
     "block-n": lambda i0, bq, bk, S: min(S, (i0 // bq + 1) * bk),  # BLOCK_N where BLOCK_M belongs
     "one-short": lambda i0, bq, bk, S: min(S, i0 + bq - 1),  # the tile's last query's own key left out
+    "plus-block-k": lambda i0, bq, bk, S: min(S, i0 + bk),  # a key tile past the first query: short when Bq > Bk
     # to the tile's last query, not clamped to S: the tiles past the end are visited, every key masked -- harmless
     # where the running max is kept, the last tile (an empty one) all there is where it is not
     "past-end": lambda i0, bq, bk, S: i0 + bq,
@@ -75,6 +79,8 @@ def forward(q, k, v, causal: bool, block_q: int, block_k: int, slip: Slip = Slip
     """``{"out": (..., L, Ev), "lse": (..., L)}`` of a tiled forward with ``slip``, in q's dtype."""
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
     sc = 1.0 / math.sqrt(E) if scale is None else scale
+    if slip.edge_len:  # (keys from L on masked: L - S past S where L > S, S - L before it where L < S)
+        slip = replace(slip, edge=slip.edge + L - S, edge_len=False)
     past = slip.bound == "past-end" and causal  # (the keys a causal loop to the tile's end reads: zeros past S)
     if (slip.pad or slip.edge or slip.fill != -math.inf or past) and (S % block_k or past):
         # a kernel's last tile reads zeros past S (a loop past the end: up to the last query tile's end, whole tiles)

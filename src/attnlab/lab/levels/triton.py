@@ -189,6 +189,7 @@ def probe_call(fn, q, k, v, case):
 
 TILE_SLIPS = [  # (key, one step of the kernel done wrong)
     ("pad-keys", tiles.Slip(pad=True)), ("edge-off-by-one", tiles.Slip(edge=1)),
+    ("edge-length", tiles.Slip(edge_len=True)),
     ("bound-short", tiles.Slip(bound="short")),
     ("bound-block-n", tiles.Slip(bound="block-n")), ("diagonal-unmasked", tiles.Slip(causal="none")),
     ("causal-reversed", tiles.Slip(causal="reversed")),
@@ -232,6 +233,9 @@ TEXT = {
                 "mask), and a zero key scores 0, not -inf -- set the scores of offs_n >= S to -inf",
     "edge-off-by-one": "your edge mask lets one key past the end through: offs_n > S hides keys from S + 1 on, and key "
                        "S -- a zero the load's mask filled in -- scores 0 and takes weight; hide offs_n >= S",
+    "edge-length": "your edge mask compares the keys with L, the number of queries, not S: where L > S the zeros "
+                   "the load's mask filled in past S score 0 and take weight, and where L < S the keys from L on are "
+                   "hidden; hide offs_n >= S",
     "divide-axis": "your final division broadcasts along the wrong axis: acc / l_i divides column e by row e's sum; "
                    "give l_i a column of its own, acc / l_i[:, None]",
     "bound-short": "your causal loop stops before the tile's own diagonal: the queries of the tile "
