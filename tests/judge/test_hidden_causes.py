@@ -72,11 +72,14 @@ def test_a_bug_that_alone_comes_close_to_no_row_is_found_on_top_of_the_other():
 def test_two_pairs_that_explain_the_same_rows_alike_tie_and_the_other_cases_settle_it(seed):
     # top-left with the new keys written a slot late: the top-left diagonal sees the new keys' first slot as it was
     # before the call, as a kernel that never wrote them would (stale) -- the same answer; the alignment is named,
-    # the other two tie, and the case without a diagonal (where only the slot late fits) settles it
+    # the other two tie, and the case without a diagonal (where only the slot late fits) settles it: the stale
+    # reading, tied with the slot late wherever it is named and named on fewer cases, is its shadow, taken out of
+    # the tie (kept in the row's refuted)
     rows, keys = _kv_rows("paged top-left, one slot late", "paged-decode",
                           ["paged: append 4, causal", "paged: append 3, not causal"], seed)
     tied = next(r for r in rows if r.case == "paged: append 4, causal")
-    assert list(map(str, tied.hints)) == ["paged-top-left", "paged-new-kv-stale|paged-new-kv-wrong-slot"], tied.hints
+    assert list(map(str, tied.hints)) == ["paged-top-left", "paged-new-kv-wrong-slot"], tied.hints
+    assert "paged-new-kv-stale" in tied.refuted, tied.refuted
     assert "paged-top-left" in keys and "paged-new-kv-wrong-slot" in keys and "paged-new-kv-stale" not in keys, keys
 
 
