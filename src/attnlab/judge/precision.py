@@ -253,7 +253,7 @@ def _models(dtype: torch.dtype) -> dict:
             + tuple(functools.partial(_exp_cast, half=h, argument=False, summed=False) for h in HALF),
             "kv-half": tuple(functools.partial(_inputs_cast, half=h, which=w) for h in HALF
                              for w in ("kv", "k", "v", "qkv")),
-            "bias-half": tuple(functools.partial(_bias_cast, half=h) for h in HALF),
+            "bias-half": tuple(functools.partial(_bias_cast, half=h, slope=sl) for h in HALF for sl in (False, True)),
             # P V's result rounded to a half dtype: its operands cast down for the product, or the running output
             # kept there between key blocks -- the same roundings of the same sums, which the error cannot tell apart
             "pv-half": tuple(functools.partial(_pv_cast, half=h, normalised=n, product=p) for h in HALF
@@ -374,13 +374,21 @@ def _inputs_cast(f, dtype, half, which: str, product: bool = False):
     return _finish(s, f, dtype, v=_r(f.v, half) if "v" in which else None)
 
 
-def _bias_cast(f, dtype, half):
+def _bias_cast(f, dtype, half, slope: bool = False):
     """What the modifier and the mask add to the scaled q·kᵀ (ALiBi's bias, a float mask; with a soft-cap, its
-    change too) rounded to ``half`` before it is added, whatever the case's dtype; the rest in the case's."""
+    change too) rounded to ``half`` before it is added, whatever the case's dtype; the rest in the case's.
+    ``slope``: a bias that is a slope times a whole distance (ALiBi) built from the slope rounded to ``half`` too --
+    each head's slope read from the bias itself (the step between neighbouring keys)."""
     s = _scores(f)
     raw = (f.q @ f.k.transpose(-2, -1)) * f.scale
     live = torch.isfinite(s)
-    return _finish(torch.where(live, raw + _r(torch.where(live, s - raw, 0.0), half), s), f, dtype)
+    bias = torch.where(live, s - raw, 0.0)
+    if slope:
+        step = (bias[..., 1:] - bias[..., :-1]).abs()
+        step = torch.where(live[..., 1:] & live[..., :-1], step, math.nan).flatten(-2).nanmedian(dim=-1).values
+        ratio = torch.where(step > 0, _r(step, half) / step, 1.0).nan_to_num(nan=1.0)  # (N, H)
+        bias = bias * ratio[..., None, None]
+    return _finish(torch.where(live, raw + _r(bias, half), s), f, dtype)
 
 
 def _exp_half_result(f, dtype):
