@@ -138,3 +138,10 @@ def test_a_causal_tile_skip_by_the_tiles_first_row_is_not_said_a_dropped_tail():
 def test_an_alibi_bias_built_from_a_slope_rounded_to_float16_is_placed():
     """held9's fa_08 (slope and product in float16): the bias rounded once did not fit it, "unclear"."""
     assert _keys("held9", "flash-attn/fa_08")[0] == "bias-half"
+
+
+@SLOW
+def test_a_varlen_backward_whose_ds_k_and_q_are_cast_to_bfloat16_is_placed():
+    """held9's varlen_01: dQ = dS K and dK = dSᵀ Q from operands cast to bfloat16 -- "only gradients fail": an API
+    case's backward was modelled without its mask, and no step cast the GEMMs' operands."""
+    assert _keys("held9", "flash-attn-varlen/varlen_01")[0] == "bwd-half"

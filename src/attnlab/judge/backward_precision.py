@@ -37,6 +37,7 @@ STEPS = {  # step -> what is rounded, in the words of a line
     "dP-operands": "dP = dO Vᵀ taken from dO and V cast to {dt}",
     "D": "D = rowsum(dO ∘ O) taken from the output saved in {dt}",
     "dS": "dS = P ∘ (dP − D) rounded to {dt} before dQ and dK",
+    "dS-operands": "dQ = dS K and dK = dSᵀ Q taken from dS, K and Q cast to {dt}",
     "P": "the weights P recomputed for the backward in {dt}",
     "lse": "the log-sum-exp saved for the backward in {dt}, the weights recomputed from it",
     "dO": "dO cast to {dt}",
@@ -83,6 +84,7 @@ class Backward:
 
     def __init__(self, args: dict, grad_out: torch.Tensor):
         self.leaves, f = oracle.traced(**args)
+        self.modified = args.get("score_mod") is not None  # (dS's operands: modelled where q·kᵀ is the score)
         out = oracle.unflatten(f.out, f)
         (self.dO,) = torch.autograd.grad(out, f.out, grad_out.detach().double().cpu().reshape(out.shape),
                                          retain_graph=True)
@@ -114,7 +116,19 @@ class Backward:
 
     def steps(self, dts) -> dict:
         """(variant text, dtype) -> the gradients with that step rounded, for each step and dtype."""
-        return {(s, dt): self.back(*self.parts(s, dt)) for dt in dts for s in STEPS}
+        return {(s, dt): self.operands(dt) if s == "dS-operands" else self.back(*self.parts(s, dt))
+                for dt in dts for s in STEPS if not (s == "dS-operands" and self.modified)}
+
+    def operands(self, dt) -> dict[str, torch.Tensor]:
+        """The gradients with dQ = dS K · scale and dK = dSᵀ Q · scale taken from dS, K and Q cast to ``dt`` (each
+        query head's own key head; the head map summed back by the oracle's graph)."""
+        dS, dV = self.parts()
+        f, dSr = self.f, _r(dS, dt)
+        dq = dSr @ _r(f.k.detach(), dt) * f.scale
+        dk = dSr.transpose(-2, -1) @ _r(f.q.detach(), dt) * f.scale
+        g = torch.autograd.grad([f.q, f.k, f.v], self.leaves, [dq, dk, dV], retain_graph=True, allow_unused=True)
+        return {n: torch.zeros_like(t) if x is None else x
+                for n, t, x in zip(self.names, self.leaves, g, strict=True)}
 
     def accumulated(self, dts, names) -> dict:
         """The same for the accumulators of the gradients in ``names``: each tile's part in full precision, the sum

@@ -474,7 +474,8 @@ def _backward_precision(case: Case, x, mine: tuple, exp: Expected, comps) -> lis
     if len(mine) < len(names):
         return []
     mod64, _ = exp.fresh(torch.float64, "cpu")
-    args = dict(query=x.q, key=x.k, value=x.v, attn_mask=x.oracle_mask, is_causal=case.is_causal, scale=case.scale,
+    mask = x.dense if case.api else x.oracle_mask  # (an API's case: its mask, window and alignment, spelt out)
+    args = dict(query=x.q, key=x.k, value=x.v, attn_mask=mask, is_causal=case.is_causal, scale=case.scale,
                 enable_gqa=case.gqa, score_mod=mod64)
     grads = backward_precision.GRADS
     return backward_precision.cause(DTYPES[case.dtype], args, x.grad_out,
