@@ -216,6 +216,31 @@ def causal_tile_first_row(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=Fals
     return sdpa(q, k, v, keep, dropout_p, False, scale, enable_gqa)
 
 
+def splits_merged_by_sums(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """Split-KV over splits of 32 keys, each split's exps against its own max, the splits merged by their sums
+    alone (never brought to a common max)."""
+    S = k.shape[-2]
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    keep = torch.ones(q.shape[-2], S, dtype=torch.bool).tril() if is_causal else None
+    if attn_mask is not None:
+        keep = attn_mask if keep is None else attn_mask & keep if attn_mask.dtype == torch.bool else \
+            attn_mask.masked_fill(~keep, -math.inf)
+    if enable_gqa:
+        g = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
+    sc = q.shape[-1] ** -0.5 if scale is None else scale
+    s = (q.to(work) @ k.to(work).transpose(-2, -1)) * sc
+    if keep is not None:
+        s = s.masked_fill(~keep, -math.inf) if keep.dtype == torch.bool else s + keep.to(work)
+    acc, total = 0.0, 0.0
+    for j in range(0, S, 32):
+        st = s[..., j:j + 32]
+        m = st.amax(-1, keepdim=True)
+        p = torch.exp(st - torch.where(torch.isneginf(m), 0.0, m))
+        acc, total = acc + p @ v[..., j:j + 32, :].to(work), total + p.sum(-1, keepdim=True)
+    return (acc / torch.where(total > 0, total, 1.0)).to(q.dtype)
+
+
 def _mutant(label):
     """The first mutant of tests/mutants.py whose bug is ``label`` (a tuple: its several bugs)."""
     return next(fn for fn, key, _ in mutants.MUTANTS.values() if key == label)
@@ -454,6 +479,7 @@ FIXTURES: dict[str, Fixture] = {
     "online-not-rescaled": Fixture(mutants.MUTANTS["online softmax without the rescale"][0],
                                    only=("basic", "causal", "L=1", "off the tiles")),
     "causal-tile-skip": Fixture(causal_tile_first_row, only=MASKS),
+    "split-max-dropped": Fixture(splits_merged_by_sums, only=("basic", "causal", "large logits", "off the tiles")),
     "tail-dropped": Fixture(mutants.MUTANTS["tile loop drops the last partial tile"][0],
                             only=("basic", "causal", "off the tiles", "head dim 40", "L=1")),
     "lower-right": Fixture(upper_left_for_lower_right, only=("basic", "causal", "lower-right")),

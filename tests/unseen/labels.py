@@ -1168,7 +1168,10 @@ HELD8_AFTER = {**HELD8,
                # given that variant after)
                "flex/flex_09": [("flex-counts-ignored", *HELD8["flex/flex_09"][0]), HELD8["flex/flex_09"][1]],
                # (the full blocks never read: the key made after held10's run for its flex_07)
-               "flex/flex_06": [("flex-full-dropped", *HELD8["flex/flex_06"][0])]}
+               "flex/flex_06": [("flex-full-dropped", *HELD8["flex/flex_06"][0])],
+               # (pages merged by their sums alone: the key made after held10's run)
+               "paged-decode/paged_05": [("split-max-dropped", *HELD8["paged-decode/paged_05"][0]),
+                                         HELD8["paged-decode/paged_05"][1]]}
 HELD8_AFTER_ALSO: dict[str, set[str]] = {}
 
 # held8's learners' files: their helper listed each slip in a line in its reply (read): a development corpus too,

@@ -180,6 +180,10 @@ SDPA = (
     Cause('online-not-rescaled', "the online softmax does not rescale what it has summed when a key tile raises the "
                                  "running max: the accumulator (or the running sum, or both) must be multiplied by "
                                  "exp(m_old - m_new) before the tile's p V (and p's sum) are added"),
+    Cause('split-max-dropped', "the key tiles' (or splits', pages') partial sums are merged as they are: each "
+                               "split's exps are taken against its own max, and never brought to a common one -- "
+                               "weight split i's sum and output by exp(m_i - m) (m the largest m_i), or merge the "
+                               "splits by their lse"),
     Cause('pad-keys', "zero keys padded to a block's multiple are attended: mask the padding (-inf) when S is not a "
                       'multiple of the block'),
     Cause('mod-after-mask', "the score modifier is applied after the mask: masked scores come out finite (a soft-cap "

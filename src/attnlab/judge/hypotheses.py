@@ -195,20 +195,30 @@ def _block_tails_dropped(kw, b: int) -> dict:
     return {**kw, "attn_mask": seen & keep, "is_causal": False}
 
 
-def not_rescaled(S: int):
+def not_rescaled(S: int, pages: tuple[int, ...] = ()):
     """The alternatives of an online softmax that does not rescale what it has summed when a key tile raises the
     running max -- the accumulator, the running sum, or both -- for each tile width that splits the keys: answers
-    computed from the oracle's own scores (after the modifier and the mask) and values."""
+    computed from the oracle's own scores (after the modifier and the mask) and values. And of a split softmax
+    whose splits (those tiles, or a paged cache's ``pages``) are merged by their sums alone, each split's exps taken
+    against its own max and never brought to a common one."""
     for b in BLOCKS:
         if b < S:
             for acc, total in ((False, True), (True, False), (False, False)):
                 yield explain.Alternative("online-not-rescaled", lambda kw, b=b, acc=acc, total=total: {
                     **kw, explain.ONLINE: (b, acc, total)})
+    widths = tuple(dict.fromkeys((*BLOCKS, *pages)))
+    for b in widths:
+        if b < S:
+            yield explain.Alternative("split-max-dropped", lambda kw, b=b: {**kw, explain.ONLINE: (b, False, False,
+                                                                                                  False)})
+    if any(b >= S for b in widths):  # a split that holds every key is right: a passing case refutes the widths
+        yield explain.Alternative("split-max-dropped", lambda kw: kw)  # only where every one of them fails there
 
 
-def online(kw: dict, block: int, rescale_acc: bool, rescale_sum: bool) -> torch.Tensor:
+def online(kw: dict, block: int, rescale_acc: bool, rescale_sum: bool, carry: bool = True) -> torch.Tensor:
     """The output of an online softmax over key tiles of ``block`` that rescales its accumulator and its running sum
-    only where told to (float64, the oracle's scores and values)."""
+    only where told to (float64, the oracle's scores and values); ``carry`` False: each tile's exps against that
+    tile's own max, not the running one."""
     f = oracle.forward(kw["query"], kw["key"], kw["value"], kw["attn_mask"], kw["is_causal"], kw["scale"],
                        kw["enable_gqa"], score_mod=kw.get("score_mod"))
     s = precision._scores(f)  # (N, H, L, S): -inf where masked
@@ -218,7 +228,7 @@ def online(kw: dict, block: int, rescale_acc: bool, rescale_sum: bool) -> torch.
     acc = torch.zeros(*s.shape[:-1], v.shape[-1], dtype=s.dtype)
     for j in range(0, s.shape[-1], block):
         st = s[..., j:j + block]
-        m_new = torch.maximum(m, st.amax(-1))
+        m_new = torch.maximum(m, st.amax(-1)) if carry else st.amax(-1)
         shift = torch.where(torch.isneginf(m_new), 0.0, m_new)
         alpha = torch.exp(m - shift)
         p = torch.exp(st - shift[..., None])

@@ -291,7 +291,8 @@ def _common(case: Case, x=None):
         yield A("mod-after-mask", hypotheses.modified_after_mask)
         yield from hypotheses.modified_after_mask_tiled(case.L, case.S or case.L)
     if case.dropout_p == 0:
-        yield from hypotheses.not_rescaled(case.S or case.L)
+        pages = parse(case.api)[1].get("block") if case.api else None
+        yield from hypotheses.not_rescaled(case.S or case.L, (pages,) if isinstance(pages, int) else ())
 
 
 def writes(api: str) -> tuple[int, ...]:
