@@ -132,6 +132,9 @@ def test_full_blocks_never_visited_are_said_so():
 def test_a_causal_tile_skip_by_the_tiles_first_row_is_not_said_a_dropped_tail():
     keys = _keys("held10", "sdpa/sdpa_07")
     assert keys[0] == "causal-tile-skip" and "tail-dropped" not in keys, keys
+    # (its bfloat16 case of L < S, where one row loses one key, met attention at scale 0.1813 within bfloat16's
+    # rule: a scale of no simple form is said only in float32 and float64)
+    assert "measured:scores" not in keys, keys
 
 
 @SLOW
