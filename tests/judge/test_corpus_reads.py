@@ -156,3 +156,11 @@ def test_pages_merged_by_their_sums_alone_are_said_so():
     beside its second bug (the append lost to a copy of a bfloat16 cache)."""
     keys = _keys("held8", "paged-decode/paged_05")
     assert {"split-max-dropped", "paged-cache-not-written"} <= set(keys[:2]), keys
+
+
+@SLOW
+def test_a_reading_that_fits_only_within_bfloat16s_rule_is_not_said():
+    """held7's flex_04 (its kv block size read from BLOCK_SIZE[0]): "the full blocks left out" fit its bfloat16
+    probe of BLOCK_SIZE (32, 64) within bfloat16's rule, and not the same probe in float32 or float64."""
+    keys = _keys("held7", "flex/flex_04")
+    assert "flex-full-dropped" not in keys, keys

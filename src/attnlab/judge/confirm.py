@@ -163,6 +163,30 @@ def uncovered(keys: dict[str, set[frozenset]], failing: list, seed: int, inputs:
     return out | _shadows([hints for _, _, hints in failing], set(keys) - out)
 
 
+FULL = ("float32", "float64")  # the dtypes a semantic reading is read in without a half dtype's wide rule
+
+
+def blurred(rows) -> set[str]:
+    """The semantic keys named only in a half dtype's rows, on cases whose float32 or float64 row failed too and
+    names them nowhere: a semantics does not change with the dtype, and there, held to a finer rule, it did not
+    answer as the function did; only the half dtype's wide rule let it fit."""
+    from attnlab.judge.precision import rounding
+
+    named: dict[str, set] = {}  # key -> the (case, dtype) rows that name it
+    failed: dict[str, set] = {}  # case -> the full-precision dtypes it failed in
+    for r in rows:
+        if r.status != "fail":
+            continue
+        if r.dtype in FULL:
+            failed.setdefault(r.case, set()).add(r.dtype)
+        for h in r.hints:
+            if not h.supporting and not h.measured:
+                for k in h.keys:
+                    named.setdefault(k, set()).add((r.case, r.dtype))
+    return {k for k, where in named.items() if not rounding(k) and all(
+        dt not in FULL and failed.get(case) for case, dt in where)}
+
+
 def _shadows(rows: list[list[frozenset]], keys: set[str]) -> set[str]:
     """The readings tied, in every hint of every failing row they are named in (``rows``: each row's hints), with
     one reading named on more failing rows: where the two answer alike the other answers more, and nothing shows

@@ -339,6 +339,7 @@ def _checked(rows: list[Row], cases: dict, seed: int, device) -> list[Row]:
     gone |= confirm.uncovered({k: v for k, v in keys.items() if k not in gone and not precision_key(k)}, failing, seed,
                               at)
     gone |= sink_causes.refuted(set(keys) - gone, rows, cases, seed, at)  # the lse's and the sinks' gradient's
+    gone |= confirm.blurred(rows) & set(keys)  # fitting only where a half dtype's wide rule lets it
     return [confirm.without(r, gone) for r in rows] if gone else rows
 
 
