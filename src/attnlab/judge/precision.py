@@ -386,6 +386,9 @@ def _bias_cast(f, dtype, half, slope: bool = False):
     if slope:
         step = (bias[..., 1:] - bias[..., :-1]).abs()
         step = torch.where(live[..., 1:] & live[..., :-1], step, math.nan).flatten(-2).nanmedian(dim=-1).values
+        whole = bias / torch.where(step > 0, step, math.nan).nan_to_num(nan=1.0)[..., None, None]
+        if bool(((whole - whole.round()).abs() > 1e-6)[live].any()):  # not a slope times a whole distance: the
+            return _finish(torch.where(live, raw + _r(bias, half), s), f, dtype)  # bias rounded once, as it is
         ratio = torch.where(step > 0, _r(step, half) / step, 1.0).nan_to_num(nan=1.0)  # (N, H)
         bias = bias * ratio[..., None, None]
     return _finish(torch.where(live, raw + _r(bias, half), s), f, dtype)
