@@ -1035,9 +1035,11 @@ HELD7 = {
 # Added after held7's one run, each checked against its file: paged_05's empty splits enter the merge with lse 0, so
 # a row that sees no key (an empty cache) gets lse log 4, not -inf -- the line said of it is true; its truth's words
 # left it out.
-HELD7_ALSO: dict[str, set[str]] = {"paged-decode/paged_05": {"lse-dead-rows"},
-                                   # (the full blocks never read: the key made after held10's run for that bug)
-                                   "flex/flex_08": {"flex-full-dropped"}}
+HELD7_ALSO: dict[str, set[str]] = {"paged-decode/paged_05": {"lse-dead-rows"}}
+# held7 after held10's run: the key made then for the full blocks never read, added to the label of held7's flex_08,
+# whose bug it is
+HELD7_AFTER = {**HELD7, "flex/flex_08": [("flex-full-dropped", *HELD7["flex/flex_08"][0])]}
+HELD7_AFTER_ALSO = HELD7_ALSO
 
 # ... and its learners' files, labelled the same way before their one run
 HELD7_SLIPS = {
@@ -1089,6 +1091,8 @@ HELD7_SLIPS = {
 }
 # Added after: the lab's key for attempt_f's very slip (the running max never updated), made after its labels.
 HELD7_SLIPS_ALSO: dict[str, set[str]] = {"level-7/attempt_f": {"max-never-updated"}}
+HELD7_SLIPS_AFTER = HELD7_SLIPS  # (the same labels: see HELD7_AFTER)
+HELD7_SLIPS_AFTER_ALSO = HELD7_SLIPS_ALSO
 
 # held8: written blind by two helpers (tests/unseen/held8/README.md). Its kernels' helper listed each bug in one
 # line in its reply, which was read: held8 is a development corpus, labelled here before its first run; the
