@@ -176,14 +176,8 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs
 
     keys = readings.named(mine, right, dtypes, [(k, on_probes(s)) for k, s in slips])
     found = [s for k, s in slips if k in keys]
-    if not keys:  # two slips at once, where no single one is the output: what every pair that fits says
-        fitting = [(k, s) for k, s in pairs
-                   if readings.fits(readings.answers_of(on_probes(s), mine), mine, right, dtypes, by_value=True)]
-        keys = readings.common([k for k, _ in fitting])
-        found = [s for k, s in fitting if set(keys) <= set(k)] if keys else []
-    if not keys and measured is not None and (fit := scalefit.found(live, mine, right, dtypes)):
-        keys, found = [fit[0], "measured:scores"], [fit[2]]
-        measured["measured:scores"] = SCALED.format(words=fit[1])
+    if not keys:  # two slips at once, or a mask slip beside a scale of no slip's
+        keys, found = _two_at_once(live, mine, right, dtypes, pairs, on_probes, measured)
     if not keys and any(over):  # an overflow in the large probes, and nothing named: it may hide a slip that the
         # probes it left finite show (a scale turned round beside a softmax with no max subtracted); read those alone
         finite = [None if o else m for m, o in zip(mine, over, strict=True)]
@@ -202,6 +196,20 @@ def named(got: list, probes, seed: int, slips, nan_key: str | None = None, pairs
         tiled = any(k == "max-not-carried" for k, _ in slips)
         keys.insert(0, "max-subtraction" if told or (told is None and not tiled) else "measured:overflow")
     return keys
+
+
+def _two_at_once(live, mine, right, dtypes, pairs, on_probes, measured) -> tuple[list[str], list]:
+    """(keys, their slips) where no single slip is the output: what every pair that fits says; else a mask slip
+    with a scale measured beside it (:mod:`.scalefit`), its words put in ``measured`` (where one is given)."""
+    fitting = [(k, s) for k, s in pairs
+               if readings.fits(readings.answers_of(on_probes(s), mine), mine, right, dtypes, by_value=True)]
+    keys = readings.common([k for k, _ in fitting])
+    if keys:
+        return keys, [s for k, s in fitting if set(keys) <= set(k)]
+    if measured is not None and (fit := scalefit.found(live, mine, right, dtypes)):
+        measured["measured:scores"] = SCALED.format(words=fit[1])
+        return [fit[0], "measured:scores"], [fit[2]]
+    return [], []
 
 
 SCALED = ("and your scores are multiplied by {words}, d = q.shape[-1] (the head width), not by 1/√d: with that "
