@@ -98,7 +98,7 @@ def main(argv=None) -> int:
                                       "held7-slips", "held8", "held8-slips", "held8-after", "held8-slips-after",
                                       "held9", "held9-slips", "held9-after", "held9-slips-after", "held10",
                                       "held10-slips", "held10-after", "held10-slips-after", "held7-after",
-                                      "held7-slips-after"))
+                                      "held7-slips-after", "held11", "held11-slips"))
     p.add_argument("--check", action="store_true", help="exit 1 when the bars are not met (listed)")
     args = p.parse_args(argv)
     with open(args.run) as f:

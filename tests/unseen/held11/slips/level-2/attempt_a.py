@@ -1,0 +1,36 @@
+"""Level 2 of your attention lab: the same causal attention in four tensor lines.
+
+    out = softmax(mask(q @ kᵀ / √E)) @ v        query i may look at keys 0 .. i only
+
+Level 1 took a Python step per query and key. Here every query meets every key in one matrix
+product, and four lines do the whole computation. Each is marked TODO; as it stands the function
+runs, and gives the wrong answer. After each one, run
+
+    attnlab lab check lab_matrix.py
+
+It grades your function on the same grid as level 1 (forward and backward; float32, float64 and
+bfloat16), says the likely cause of what fails, and measures its memory at T = 128, 512 and 2048:
+holding the whole T x T matrix of scores, it should grow like T².
+"""
+
+TRUTH = {'api': 'level-2', 'level': 2, 'slips': ['the causal mask is built square from the query length, torch.ones(L, L).triu(1), instead of (L, S): any L != S case raises a shape error in masked_fill', 'masked_fill (not masked_fill_) is called and its result thrown away, so no key is ever hidden: every case fails'], 'kind': 'two'}
+
+import math
+
+import torch
+
+
+def attention_matrix(q, k, v):
+    """Causal attention as matrix products: q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev).
+
+    Query i sees keys 0 .. i: the mask is aligned at the top left, as PyTorch's is_causal=True.
+    """
+    L, S, E, dtype = q.shape[-2], k.shape[-2], q.shape[-1], q.dtype
+    work = torch.float64 if dtype == torch.float64 else torch.float32  # half precision is computed in float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(E)  # (..., L, S)
+    future = torch.ones(L, L, dtype=torch.bool).triu(diagonal=1)  # True where key j comes after query i
+    scores.masked_fill(future, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    out = weights @ v  # (..., L, Ev)
+    return out.to(dtype)
