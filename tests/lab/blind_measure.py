@@ -31,7 +31,8 @@ LABELS = {  # the blind index's labels -> the lab's keys (several keys: either i
     "k-T-on-batched": ("k-T",),
     "split-heads-view-without-transpose": ("heads-split",), "split-heads-interleaved": ("heads-split",),
     "merge-heads-view-before-transpose": ("merge-view",), "merge-heads-wrong-permute": ("merge-view",),
-    "no-output-projection": ("no-proj",), "q-k-swapped": ("qkv-order",), "v-from-k-projection": ("qkv-order",),
+    "no-output-projection": ("no-proj",), "q-k-swapped": ("qkv-order", "scores-transposed"),
+    "v-from-k-projection": ("qkv-order",),
     "no-causal-mask": ("causal-ignored",), "scale-by-d-model": ("scale-C",), "scale-by-d": ("scale-1/d",),
     # level 4
     "last-partial-tile-dropped": ("last-tile-dropped",), "diagonal-tile-skipped": ("diagonal-skipped",),

@@ -224,6 +224,8 @@ def causal_self_attention(slip=None):
             B, T, C = x.shape
             q, k, v = self.qkv(x).split(C, dim=-1)
             if slip == "qkv-order":
+                k, v = v, k
+            if slip == "scores-transposed":
                 q, k = k, q
             if slip == "heads-split":
                 q, k, v = (t.reshape(B, self.n_head, T, self.head_dim) for t in (q, k, v))
@@ -248,8 +250,8 @@ def causal_self_attention(slip=None):
     return CausalSelfAttention
 
 
-SLIPS["module"] = ("heads-split", "no-proj", "mask-after-softmax", "qkv-order", "scale-C", "causal-ignored",
-                   "merge-view")
+SLIPS["module"] = ("heads-split", "no-proj", "mask-after-softmax", "qkv-order", "scores-transposed", "scale-C",
+                   "causal-ignored", "merge-view")
 
 
 def flash_attention(q, k, v, is_causal=False, block_m=32, block_n=32):

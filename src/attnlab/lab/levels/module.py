@@ -261,7 +261,9 @@ SLIPS = [  # (key, one step of the module done wrong)
     # ... and so is a plain view to (B, H, T, d) merged back by a plain view of (B, H, T, d) to (B, T, C)
     ("heads-split", Slip(heads="view", merge="view")), ("merge-view", Slip(merge="view")),
     ("merge-view", Slip(merge="permute")), ("no-proj", Slip(proj=False)), ("mask-after-softmax", Slip(mask="after")),
-    *[("qkv-order", Slip(order=o)) for o in ("kqv", "qvk", "vkq", "qkk", "qkq")], ("unscaled", Slip(scale="none")),
+    # (q and k swapped, in the split or in the product: k @ qᵀ -- the same scores, so one key that says both)
+    ("scores-transposed", Slip(order="kqv")),
+    *[("qkv-order", Slip(order=o)) for o in ("qvk", "vkq", "qkk", "qkq")], ("unscaled", Slip(scale="none")),
     ("scale-C", Slip(scale="C")), ("scale-1/d", Slip(scale="1/d")), ("causal-ignored", Slip(mask="none")),
     ("diagonal", Slip(mask="diagonal")), ("peeks-ahead", Slip(mask="ahead")),
     ("causal-reversed", Slip(mask="reversed")), ("causal-reversed", Slip(mask="reversed-strict")),
@@ -278,6 +280,9 @@ TEXT = {
     "no-proj": "your module skips the output projection: after merging the heads back to (B, T, C), apply self.proj",
     "mask-after-softmax": "your mask comes after the softmax: each row's weights no longer add up to 1; set the "
                           "future scores to -inf before the softmax",
+    "scores-transposed": "your scores are transposed: entry (i, j) must be query i against key j, q @ kᵀ; yours is "
+                         "key i against query j -- k @ qᵀ, or q and k taken from each other's thirds of self.qkv(x) "
+                         "(the two give the same scores)",
     "qkv-order": "your q, k and v are taken from the wrong thirds of self.qkv(x): split(C, dim=-1) gives q, k, v in "
                  "that order, one each",
     "causal-reversed": "your mask is turned round: it hides the keys before each query (and so the past) and keeps "
