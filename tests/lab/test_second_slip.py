@@ -193,3 +193,10 @@ def test_an_edge_mask_against_l_is_read_beside_a_sum_not_rescaled(tmp_path):
     was "the lse is wrong" alone."""
     keys = _triton_keys("held10", "level-7/attempt_f", tmp_path)["level-7/attempt_f"]
     assert set(keys[:2]) == {"edge-length", "sum-not-rescaled"}, keys
+
+
+@SLOW
+def test_k_at_q_transposed_in_a_module_is_said_as_scores_transposed_not_a_wrong_split():
+    """held11's level-3/b (read after its one run): k @ qᵀ gives the scores q and k swapped in the split give; the
+    line said only the split ("q, k and v from the wrong thirds"), a cause the file does not have."""
+    assert _keys("held11", "level-3", "attempt_b") == ["scores-transposed"]
