@@ -118,13 +118,13 @@ def alternatives(case: Case, args: dict):
         yield Alternative("flex-partial-as-full", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.any)))
         yield Alternative("flex-partial-as-full", _blocks(lambda seen: _every_entry(case, seen, 0, partial=False)))
         yield Alternative("flex-full-only", _blocks(lambda seen: hypotheses.tiles(seen, block, torch.all)))
-        yield Alternative("flex-full-only", _blocks(lambda seen: _every_entry(case, seen, 0, crossed="no-partial")))
+        yield Alternative("flex-full-only", _blocks(lambda seen: _every_entry(case, seen, 0, part="none")))
         for past in (1, None):  # one entry past the count (r <= num), or every entry
             yield Alternative("flex-counts-ignored", _blocks(lambda seen, past=past: _every_entry(case, seen, past)))
-        yield Alternative("flex-full-dropped", _blocks(lambda seen: _every_entry(case, seen, 0, crossed="none")))
-        for crossed in ("full", "partial", "both"):  # which list is read with the other's count
-            yield Alternative("flex-counts-crossed",
-                              _blocks(lambda seen, c=crossed: _every_entry(case, seen, 0, crossed=c)))
+        yield Alternative("flex-full-dropped", _blocks(lambda seen: _every_entry(case, seen, 0, full="none")))
+        for part, full in (("own", "other"), ("other", "own"), ("other", "other")):  # a list read to the other's count
+            yield Alternative("flex-counts-crossed", _blocks(
+                lambda seen, p=part, f=full: _every_entry(case, seen, 0, part=p, full=f)))
     for size in (16, 32, 64):  # with no block mask, a kernel walks every 128-key block, read at its own size
         yield Alternative("flex-block-size", _blocks(lambda seen, size=size: seen & _listed(seen, size),
                                                      every=not masked))
@@ -172,14 +172,13 @@ def _listed(seen: torch.Tensor, size: int) -> torch.Tensor:
     return got & inside
 
 
-def _every_entry(case: Case, seen: torch.Tensor, past: int | None = None, partial: bool = True,
-                 crossed: str | None = None) -> torch.Tensor:
+def _every_entry(case: Case, seen: torch.Tensor, past: int | None = None, partial: bool = True, part: str = "own",
+                 full: str = "own") -> torch.Tensor:
     """(..., L, S): the keys a kernel sees that reads its block lists past their counts -- ``past`` entries more
     (``r <= num``: one; 0: none, the lists as they are), or every entry (None), the padding too: a key of a block so
     named in full_kv_indices, or of one in kv_indices that ``seen`` (the mask function) lets through (``partial``
-    False: every key of it, its partial blocks read as full). ``crossed`` ("full", "partial", "both"): that list is
-    read with the other list's count; "none": the full list is not read at all; "no-partial": the partial list is not
-    read."""
+    False: every key of it, its partial blocks read as full). ``part`` and ``full``: the count kv_indices and
+    full_kv_indices are each read to -- "own" (its own), "other" (the other list's) or "none" (the list not read)."""
     L, S = seen.shape[-2:]
     bm = _made_block_mask(case, math.prod(case.batch), "cpu")
     qb, kb = bm.BLOCK_SIZE
@@ -189,14 +188,18 @@ def _every_entry(case: Case, seen: torch.Tensor, past: int | None = None, partia
         return hit.repeat_interleave(qb, dim=-2)[..., :L, :].repeat_interleave(kb, dim=-1)[..., :S]
 
     if bm.full_kv_indices is None:
-        if crossed:
-            raise ValueError("no full blocks: no count to cross")
-        full, listed = torch.zeros_like(seen), named(bm.kv_num_blocks, bm.kv_indices)
+        if (part, full) != ("own", "own"):
+            raise ValueError("no full blocks: no list to leave out, no count to cross")
+        whole, listed = torch.zeros_like(seen), named(bm.kv_num_blocks, bm.kv_indices)
     else:
         n_part, n_full = bm.kv_num_blocks, bm.full_kv_num_blocks
-        full = named(n_part if crossed in ("full", "both") else n_full * (crossed != "none"), bm.full_kv_indices)
-        listed = named(n_full if crossed in ("partial", "both") else n_part * (crossed != "no-partial"), bm.kv_indices)
-    out = (listed & seen if partial else listed) | full  # (B, H, L, S)
+
+        def count(mode, own, other):
+            return {"own": own, "other": other, "none": torch.zeros_like(own)}[mode]
+
+        whole = named(count(full, n_full, n_part), bm.full_kv_indices)
+        listed = named(count(part, n_part, n_full), bm.kv_indices)
+    out = (listed & seen if partial else listed) | whole  # (B, H, L, S)
     return out.reshape(*case.batch, case.H, L, S) if case.batch else out.reshape(case.H, L, S)
 
 

@@ -16,10 +16,11 @@ from dataclasses import replace
 import torch
 
 from attnlab.judge import readings
+from attnlab.judge.probes.fitted import search
 
 from . import ways
 
-LOGS = torch.linspace(math.log(1e-3), math.log(1e2), 111).tolist()  # the scales tried (times the spec's 1/√d)
+LOGS = torch.linspace(math.log(1e-3), math.log(1e2), 111).tolist()  # ln of the scales tried, times the spec's 1/√d
 LAWS = ((0.0, "{c:.4g}"), (0.5, "{c:.4g}/√d"), (1.0, "{c:.4g}/d"))  # d ** -power times c, as said
 
 
@@ -61,14 +62,8 @@ def _fitted(probe, way) -> float:
         both = torch.isfinite(out)
         return float((out - got)[both].abs().max()) if both.any() else math.inf
 
-    best = min(LOGS, key=gap)
-    if best in (LOGS[0], LOGS[-1]):  # at the grid's end: no scale inside it meets the output
-        return math.nan
-    lo, hi = best - 0.1, best + 0.1
-    for _ in range(40):  # golden-section search inside the grid's step
-        a, b = hi - 0.618 * (hi - lo), lo + 0.618 * (hi - lo)
-        lo, hi = (lo, b) if gap(a) < gap(b) else (a, hi)
-    return math.exp((lo + hi) / 2) / math.sqrt(q.shape[-1])
+    best = search(gap, LOGS)  # (None: at the grid's end, no scale inside it meets the output)
+    return math.nan if best is None else math.exp(best) / math.sqrt(q.shape[-1])
 
 
 def _law(scales: list[tuple[int, float]]) -> tuple[float, float, str] | None:
